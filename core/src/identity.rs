@@ -1,0 +1,753 @@
+//! Object and block identity: which backend, which bucket or container,
+//! which object, which version of it, and which block of that version.
+//!
+//! # Key paths
+//!
+//! An [`ObjectId`] has one textual form, its *key path*:
+//!
+//! | backend | key path |
+//! |---|---|
+//! | S3 | `s3/<bucket>/<path>` |
+//! | Azure Blob | `az/<account>/<container>/<path>` |
+//!
+//! Bucket, account and container are non-empty, at most
+//! [`MAX_NAMESPACE_LEN`] bytes, and contain neither `/` nor NUL. The path is
+//! non-empty, at most [`MAX_PATH_LEN`] bytes, contains no NUL, and has no
+//! empty, `.` or `..` segment (so no leading, trailing or doubled `/`).
+//! Because the namespace parts cannot contain `/`, a key path splits back
+//! into exactly one id. Objects whose keys break these rules (S3 "directory
+//! markers" such as `logs/`, keys with `//`) cannot be cached and must be
+//! served straight from the origin.
+//!
+//! # Placement key
+//!
+//! [`BlockId::placement_key`] is SHA-256 over this canonical encoding, every
+//! integer big-endian:
+//!
+//! ```text
+//! "talon/block/v1"                       14 bytes ASCII, domain separation
+//! backend tag: u8                        1 = S3, 2 = Azure
+//! for each name, in order:               S3: bucket, path
+//!     len: u32, then len bytes UTF-8     Azure: account, container, path
+//! version: len u32, then len bytes       the ETag or version id, verbatim
+//! block_offset: u64                      bytes from the object's start
+//! block_size: u64                        bytes
+//! ```
+//!
+//! The backend tag fixes how many names follow and every variable-length
+//! field is length-prefixed, so two different blocks never share an
+//! encoding. The encoding is frozen: changing it would move every cached
+//! block to a different worker and file name.
+
+use std::fmt;
+use std::str::FromStr;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, NameField, NameProblem};
+
+/// Longest bucket, account or container name accepted, in bytes.
+///
+/// Real limits are lower (S3 buckets 63, Azure accounts 24, containers 63);
+/// this bound only keeps ids small and wire messages under their caps.
+pub const MAX_NAMESPACE_LEN: usize = 255;
+
+/// Longest object path accepted, in bytes of UTF-8. S3 keys are limited to
+/// 1024 bytes and Azure blob names to 1024 characters (up to 4096 bytes).
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// Longest [`ObjectVersion`] accepted, in bytes.
+pub const MAX_VERSION_LEN: usize = 1024;
+
+/// Domain separation prefix of the placement-key encoding.
+const PLACEMENT_DOMAIN: &[u8; 14] = b"talon/block/v1";
+
+/// The kind of object store an object lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Backend {
+    /// Amazon S3 or an S3-compatible store.
+    S3,
+    /// Azure Blob Storage.
+    Azure,
+}
+
+impl Backend {
+    /// The first segment of this backend's key paths: `s3` or `az`.
+    pub const fn key_prefix(self) -> &'static str {
+        match self {
+            Self::S3 => "s3",
+            Self::Azure => "az",
+        }
+    }
+
+    /// The stable one-byte tag used on the wire and in placement keys:
+    /// 1 for S3, 2 for Azure.
+    pub const fn tag(self) -> u8 {
+        match self {
+            Self::S3 => 1,
+            Self::Azure => 2,
+        }
+    }
+
+    /// The backend with this [`tag`](Self::tag), if any.
+    pub const fn from_tag(tag: u8) -> Option<Self> {
+        match tag {
+            1 => Some(Self::S3),
+            2 => Some(Self::Azure),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key_prefix())
+    }
+}
+
+/// Where an object lives inside its backend, borrowed from an [`ObjectId`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Namespace<'a> {
+    /// An S3 bucket.
+    S3 {
+        /// Bucket name.
+        bucket: &'a str,
+    },
+    /// An Azure storage account and container.
+    Azure {
+        /// Storage account name.
+        account: &'a str,
+        /// Container name.
+        container: &'a str,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Repr {
+    S3 {
+        bucket: String,
+        path: String,
+    },
+    Azure {
+        account: String,
+        container: String,
+        path: String,
+    },
+}
+
+/// A validated object name: backend, namespace (bucket, or account and
+/// container) and path. Says nothing about the object's content; pair it
+/// with an [`ObjectVersion`] for that.
+///
+/// Every constructor validates through the same rules (see the
+/// [module docs](self)), so any `ObjectId` converts to a key path and back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId {
+    repr: Repr,
+}
+
+impl ObjectId {
+    /// An S3 object. Errors with [`Error::InvalidName`] if the bucket or
+    /// path breaks the key-path rules.
+    pub fn s3(bucket: impl Into<String>, path: impl Into<String>) -> Result<Self, Error> {
+        Self::from_repr(Repr::S3 {
+            bucket: bucket.into(),
+            path: path.into(),
+        })
+    }
+
+    /// An Azure blob. Errors with [`Error::InvalidName`] if the account,
+    /// container or path breaks the key-path rules.
+    pub fn azure(
+        account: impl Into<String>,
+        container: impl Into<String>,
+        path: impl Into<String>,
+    ) -> Result<Self, Error> {
+        Self::from_repr(Repr::Azure {
+            account: account.into(),
+            container: container.into(),
+            path: path.into(),
+        })
+    }
+
+    /// Parses `s3/<bucket>/<path>` or `az/<account>/<container>/<path>`.
+    ///
+    /// Errors with [`Error::UnknownBackend`] for any other first segment and
+    /// [`Error::InvalidName`] for a missing or invalid part.
+    pub fn from_key_path(key_path: &str) -> Result<Self, Error> {
+        let (prefix, rest) = key_path.split_once('/').unwrap_or((key_path, ""));
+        let repr = if prefix == Backend::S3.key_prefix() {
+            let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
+            Repr::S3 {
+                bucket: bucket.to_owned(),
+                path: path.to_owned(),
+            }
+        } else if prefix == Backend::Azure.key_prefix() {
+            let (account, rest) = rest.split_once('/').unwrap_or((rest, ""));
+            let (container, path) = rest.split_once('/').unwrap_or((rest, ""));
+            Repr::Azure {
+                account: account.to_owned(),
+                container: container.to_owned(),
+                path: path.to_owned(),
+            }
+        } else {
+            return Err(Error::UnknownBackend);
+        };
+        Self::from_repr(repr)
+    }
+
+    /// The key path: `s3/<bucket>/<path>` or `az/<account>/<container>/<path>`.
+    pub fn key_path(&self) -> String {
+        self.to_string()
+    }
+
+    /// Which backend the object lives in.
+    pub fn backend(&self) -> Backend {
+        match self.repr {
+            Repr::S3 { .. } => Backend::S3,
+            Repr::Azure { .. } => Backend::Azure,
+        }
+    }
+
+    /// The bucket, or account and container.
+    pub fn namespace(&self) -> Namespace<'_> {
+        match &self.repr {
+            Repr::S3 { bucket, .. } => Namespace::S3 { bucket },
+            Repr::Azure {
+                account, container, ..
+            } => Namespace::Azure { account, container },
+        }
+    }
+
+    /// The object path: the S3 key or the Azure blob name.
+    pub fn path(&self) -> &str {
+        match &self.repr {
+            Repr::S3 { path, .. } | Repr::Azure { path, .. } => path,
+        }
+    }
+
+    /// The names in canonical order (S3: bucket, path; Azure: account,
+    /// container, path), as used by the wire and placement encodings.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        let (a, b, c) = match &self.repr {
+            Repr::S3 { bucket, path } => (bucket.as_str(), Some(path.as_str()), None),
+            Repr::Azure {
+                account,
+                container,
+                path,
+            } => (
+                account.as_str(),
+                Some(container.as_str()),
+                Some(path.as_str()),
+            ),
+        };
+        std::iter::once(a).chain(b).chain(c)
+    }
+
+    /// Builds an id from names in canonical order (see [`Self::names`]);
+    /// the one entry point for the wire decoder.
+    pub(crate) fn from_names(backend: Backend, mut names: Vec<String>) -> Result<Self, Error> {
+        let repr = match backend {
+            Backend::S3 => {
+                let path = names.pop().unwrap_or_default();
+                let bucket = names.pop().unwrap_or_default();
+                Repr::S3 { bucket, path }
+            }
+            Backend::Azure => {
+                let path = names.pop().unwrap_or_default();
+                let container = names.pop().unwrap_or_default();
+                let account = names.pop().unwrap_or_default();
+                Repr::Azure {
+                    account,
+                    container,
+                    path,
+                }
+            }
+        };
+        Self::from_repr(repr)
+    }
+
+    /// How many names an id of this backend has.
+    pub(crate) const fn name_count(backend: Backend) -> usize {
+        match backend {
+            Backend::S3 => 2,
+            Backend::Azure => 3,
+        }
+    }
+
+    /// The single validation point behind every constructor.
+    fn from_repr(repr: Repr) -> Result<Self, Error> {
+        match &repr {
+            Repr::S3 { bucket, path } => {
+                validate_namespace(NameField::Bucket, bucket)?;
+                validate_path(path)?;
+            }
+            Repr::Azure {
+                account,
+                container,
+                path,
+            } => {
+                validate_namespace(NameField::Account, account)?;
+                validate_namespace(NameField::Container, container)?;
+                validate_path(path)?;
+            }
+        }
+        Ok(Self { repr })
+    }
+}
+
+impl fmt::Display for ObjectId {
+    /// Writes the key path.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.backend().key_prefix())?;
+        for name in self.names() {
+            f.write_str("/")?;
+            f.write_str(name)?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for ObjectId {
+    type Err = Error;
+
+    /// Same as [`ObjectId::from_key_path`].
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Self::from_key_path(s)
+    }
+}
+
+fn invalid(field: NameField, problem: NameProblem) -> Error {
+    Error::InvalidName { field, problem }
+}
+
+fn validate_namespace(field: NameField, name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(invalid(field, NameProblem::Empty));
+    }
+    if name.len() > MAX_NAMESPACE_LEN {
+        let problem = NameProblem::TooLong {
+            len: name.len(),
+            max: MAX_NAMESPACE_LEN,
+        };
+        return Err(invalid(field, problem));
+    }
+    if name.contains('/') {
+        return Err(invalid(field, NameProblem::ContainsSlash));
+    }
+    if name.contains('\0') {
+        return Err(invalid(field, NameProblem::ContainsNul));
+    }
+    Ok(())
+}
+
+fn validate_path(path: &str) -> Result<(), Error> {
+    let field = NameField::Path;
+    if path.is_empty() {
+        return Err(invalid(field, NameProblem::Empty));
+    }
+    if path.len() > MAX_PATH_LEN {
+        let problem = NameProblem::TooLong {
+            len: path.len(),
+            max: MAX_PATH_LEN,
+        };
+        return Err(invalid(field, problem));
+    }
+    if path.contains('\0') {
+        return Err(invalid(field, NameProblem::ContainsNul));
+    }
+    for segment in path.split('/') {
+        match segment {
+            "" => return Err(invalid(field, NameProblem::EmptySegment)),
+            "." | ".." => return Err(invalid(field, NameProblem::DotSegment)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The version of an object's content as the origin names it: the ETag (S3,
+/// Azure) or version id, kept verbatim (including any quotes) and compared
+/// byte for byte. Non-empty and at most [`MAX_VERSION_LEN`] bytes.
+///
+/// Every component must take it from the origin's response unchanged, since
+/// it is part of each [`BlockId`] and hence of placement and file names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectVersion(String);
+
+impl ObjectVersion {
+    /// Wraps an ETag or version id. Errors with [`Error::InvalidName`] if it
+    /// is empty or longer than [`MAX_VERSION_LEN`] bytes.
+    pub fn new(version: impl Into<String>) -> Result<Self, Error> {
+        let version = version.into();
+        let field = NameField::Version;
+        if version.is_empty() {
+            return Err(invalid(field, NameProblem::Empty));
+        }
+        if version.len() > MAX_VERSION_LEN {
+            let problem = NameProblem::TooLong {
+                len: version.len(),
+                max: MAX_VERSION_LEN,
+            };
+            return Err(invalid(field, problem));
+        }
+        Ok(Self(version))
+    }
+
+    /// The version string, verbatim.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ObjectVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One block of one version of an object: the unit of placement, caching and
+/// eviction. Because the version is part of the id, an object overwritten at
+/// the origin never maps to the same block.
+///
+/// Invariant: `block_size` is a power of two and `block_offset` a multiple
+/// of it (enforced by [`BlockId::new`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId {
+    object: ObjectId,
+    version: ObjectVersion,
+    block_offset: u64,
+    block_size: u64,
+}
+
+impl BlockId {
+    /// The block of `object` at `version` starting at byte `block_offset`,
+    /// `block_size` bytes long (the last block of an object may hold fewer
+    /// bytes, see [`len_in`](Self::len_in)).
+    ///
+    /// Errors with [`Error::InvalidBlock`] if `block_size` is not a power of
+    /// two or `block_offset` is not a multiple of it.
+    pub fn new(
+        object: ObjectId,
+        version: ObjectVersion,
+        block_offset: u64,
+        block_size: u64,
+    ) -> Result<Self, Error> {
+        let reason = if !block_size.is_power_of_two() {
+            Some("block size must be a power of two")
+        } else if !block_offset.is_multiple_of(block_size) {
+            Some("block offset must be a multiple of the block size")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(Error::InvalidBlock {
+                block_offset,
+                block_size,
+                reason,
+            });
+        }
+        Ok(Self {
+            object,
+            version,
+            block_offset,
+            block_size,
+        })
+    }
+
+    /// [`BlockId::new`] for callers that already uphold the invariant.
+    pub(crate) fn new_aligned(
+        object: ObjectId,
+        version: ObjectVersion,
+        block_offset: u64,
+        block_size: u64,
+    ) -> Self {
+        debug_assert!(block_size.is_power_of_two() && block_offset.is_multiple_of(block_size));
+        Self {
+            object,
+            version,
+            block_offset,
+            block_size,
+        }
+    }
+
+    /// The object this block belongs to.
+    pub fn object(&self) -> &ObjectId {
+        &self.object
+    }
+
+    /// The object version this block belongs to.
+    pub fn version(&self) -> &ObjectVersion {
+        &self.version
+    }
+
+    /// Offset of the block's first byte in the object, in bytes.
+    pub fn block_offset(&self) -> u64 {
+        self.block_offset
+    }
+
+    /// Nominal block size in bytes (a power of two).
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
+    /// How many bytes of this block exist in an object of `object_size`
+    /// bytes: `block_size`, less for the last block, 0 for a block at or
+    /// past the end.
+    pub fn len_in(&self, object_size: u64) -> u64 {
+        object_size
+            .saturating_sub(self.block_offset)
+            .min(self.block_size)
+    }
+
+    /// The stable 256-bit key that placement (rendezvous hashing) uses:
+    /// SHA-256 over the canonical encoding in the [module docs](self).
+    pub fn placement_key(&self) -> [u8; 32] {
+        let mut hasher = Sha256::new();
+        hasher.update(PLACEMENT_DOMAIN);
+        hasher.update([self.object.backend().tag()]);
+        let version = std::iter::once(self.version.as_str());
+        for field in self.object.names().chain(version) {
+            // Names are bounded far below u32::MAX by validation.
+            let len = u32::try_from(field.len()).unwrap_or(u32::MAX);
+            hasher.update(len.to_be_bytes());
+            hasher.update(field.as_bytes());
+        }
+        hasher.update(self.block_offset.to_be_bytes());
+        hasher.update(self.block_size.to_be_bytes());
+        hasher.finalize().into()
+    }
+
+    /// A file-name-safe name for this block: the 64 lowercase hex digits of
+    /// [`placement_key`](Self::placement_key).
+    pub fn storage_name(&self) -> String {
+        hex::encode(self.placement_key())
+    }
+}
+
+impl fmt::Display for BlockId {
+    /// `<key path>@<version>:<block_offset>+<block_size>`, for logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}@{}:{}+{}",
+            self.object, self.version, self.block_offset, self.block_size
+        )
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn name_err(field: NameField, problem: NameProblem) -> Error {
+        Error::InvalidName { field, problem }
+    }
+
+    #[test]
+    fn s3_key_path_round_trips() {
+        let id = ObjectId::from_key_path("s3/my-bucket/a/b/c.parquet").unwrap();
+        assert_eq!(id.backend(), Backend::S3);
+        assert_eq!(
+            id.namespace(),
+            Namespace::S3 {
+                bucket: "my-bucket"
+            }
+        );
+        assert_eq!(id.path(), "a/b/c.parquet");
+        assert_eq!(id.key_path(), "s3/my-bucket/a/b/c.parquet");
+        assert_eq!(id, ObjectId::s3("my-bucket", "a/b/c.parquet").unwrap());
+    }
+
+    #[test]
+    fn azure_key_path_round_trips() {
+        let id: ObjectId = "az/acct/cont/dir/blob name.bin".parse().unwrap();
+        assert_eq!(id.backend(), Backend::Azure);
+        assert_eq!(
+            id.namespace(),
+            Namespace::Azure {
+                account: "acct",
+                container: "cont"
+            }
+        );
+        assert_eq!(id.path(), "dir/blob name.bin");
+        assert_eq!(id.to_string(), "az/acct/cont/dir/blob name.bin");
+        assert_eq!(
+            id,
+            ObjectId::azure("acct", "cont", "dir/blob name.bin").unwrap()
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_backends() {
+        for bad in ["", "gs/b/k", "S3/b/k", "s3", "az"] {
+            let res = ObjectId::from_key_path(bad);
+            if bad == "s3" {
+                assert_eq!(res, Err(name_err(NameField::Bucket, NameProblem::Empty)));
+            } else if bad == "az" {
+                assert_eq!(res, Err(name_err(NameField::Account, NameProblem::Empty)));
+            } else {
+                assert_eq!(res, Err(Error::UnknownBackend), "{bad:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_bad_paths_with_typed_errors() {
+        let cases = [
+            ("s3/b", NameField::Path, NameProblem::Empty),
+            ("s3/b/", NameField::Path, NameProblem::Empty),
+            ("s3//k", NameField::Bucket, NameProblem::Empty),
+            ("s3/b//k", NameField::Path, NameProblem::EmptySegment),
+            ("s3/b/k/", NameField::Path, NameProblem::EmptySegment),
+            ("s3/b/a//k", NameField::Path, NameProblem::EmptySegment),
+            ("s3/b/./k", NameField::Path, NameProblem::DotSegment),
+            ("s3/b/a/..", NameField::Path, NameProblem::DotSegment),
+            ("s3/b/..", NameField::Path, NameProblem::DotSegment),
+            ("s3/b/a\0b", NameField::Path, NameProblem::ContainsNul),
+            ("az/a/c", NameField::Path, NameProblem::Empty),
+            ("az/a", NameField::Container, NameProblem::Empty),
+            ("az//c/k", NameField::Account, NameProblem::Empty),
+            ("az/a//k", NameField::Container, NameProblem::Empty),
+            ("az/a/c/x/./y", NameField::Path, NameProblem::DotSegment),
+        ];
+        for (input, field, problem) in cases {
+            assert_eq!(
+                ObjectId::from_key_path(input),
+                Err(name_err(field, problem)),
+                "{input:?}"
+            );
+        }
+        // Segments that merely contain dots are fine.
+        assert!(ObjectId::from_key_path("s3/b/.hidden/..x/a.b").is_ok());
+    }
+
+    #[test]
+    fn constructors_share_validation() {
+        assert_eq!(
+            ObjectId::s3("a/b", "k"),
+            Err(name_err(NameField::Bucket, NameProblem::ContainsSlash))
+        );
+        assert_eq!(
+            ObjectId::s3("b\0", "k"),
+            Err(name_err(NameField::Bucket, NameProblem::ContainsNul))
+        );
+        assert_eq!(
+            ObjectId::azure("acct", "c/d", "k"),
+            Err(name_err(NameField::Container, NameProblem::ContainsSlash))
+        );
+        assert_eq!(
+            ObjectId::azure("acct", "c", "/k"),
+            Err(name_err(NameField::Path, NameProblem::EmptySegment))
+        );
+        let long = "x".repeat(MAX_NAMESPACE_LEN + 1);
+        assert_eq!(
+            ObjectId::s3(long, "k"),
+            Err(name_err(
+                NameField::Bucket,
+                NameProblem::TooLong {
+                    len: MAX_NAMESPACE_LEN + 1,
+                    max: MAX_NAMESPACE_LEN
+                }
+            ))
+        );
+        assert!(ObjectId::s3("b", "x".repeat(MAX_PATH_LEN)).is_ok());
+        assert!(ObjectId::s3("b", "x".repeat(MAX_PATH_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn version_is_validated() {
+        assert_eq!(
+            ObjectVersion::new(""),
+            Err(name_err(NameField::Version, NameProblem::Empty))
+        );
+        assert!(ObjectVersion::new("x".repeat(MAX_VERSION_LEN)).is_ok());
+        assert!(ObjectVersion::new("x".repeat(MAX_VERSION_LEN + 1)).is_err());
+        assert_eq!(ObjectVersion::new("\"abc\"").unwrap().as_str(), "\"abc\"");
+    }
+
+    fn block(key: &str, version: &str, offset: u64, size: u64) -> BlockId {
+        BlockId::new(
+            ObjectId::from_key_path(key).unwrap(),
+            ObjectVersion::new(version).unwrap(),
+            offset,
+            size,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn block_id_requires_aligned_power_of_two() {
+        let obj = ObjectId::s3("b", "k").unwrap();
+        let v = ObjectVersion::new("e").unwrap();
+        assert!(BlockId::new(obj.clone(), v.clone(), 0, 3).is_err());
+        assert!(BlockId::new(obj.clone(), v.clone(), 0, 0).is_err());
+        assert!(BlockId::new(obj.clone(), v.clone(), 5, 4).is_err());
+        assert!(BlockId::new(obj.clone(), v.clone(), 1 << 63, 1 << 63).is_ok());
+        assert!(BlockId::new(obj, v, u64::MAX - 255, 256).is_ok());
+    }
+
+    #[test]
+    fn len_in_handles_short_last_block_and_past_end() {
+        let b = block("s3/b/k", "e", 256, 256);
+        assert_eq!(b.len_in(1000), 256);
+        assert_eq!(b.len_in(300), 44);
+        assert_eq!(b.len_in(256), 0);
+        assert_eq!(b.len_in(0), 0);
+        let top = block("s3/b/k", "e", u64::MAX - 255, 256);
+        assert_eq!(top.len_in(u64::MAX), 255);
+    }
+
+    #[test]
+    fn placement_key_distinguishes_every_field() {
+        let base = block("s3/b/k", "e1", 0, 1024);
+        let variants = [
+            block("s3/b/k2", "e1", 0, 1024),
+            block("s3/b2/k", "e1", 0, 1024),
+            block("s3/b/k", "e2", 0, 1024),
+            block("s3/b/k", "e1", 1024, 1024),
+            block("s3/b/k", "e1", 0, 2048),
+            block("az/b/k/x", "e1", 0, 1024),
+            // Same concatenated bytes, different split between fields.
+            block("az/bk/x/y", "e1", 0, 1024),
+            block("az/b/kx/y", "e1", 0, 1024),
+        ];
+        let key = base.placement_key();
+        for v in &variants {
+            assert_ne!(v.placement_key(), key, "{v}");
+        }
+        assert_ne!(variants[6].placement_key(), variants[7].placement_key());
+        // Deterministic.
+        assert_eq!(block("s3/b/k", "e1", 0, 1024).placement_key(), key);
+    }
+
+    #[test]
+    fn placement_key_matches_documented_encoding() {
+        let b = block("az/acct/cont/p", "\"v\"", 512, 256);
+        let mut enc = Vec::new();
+        enc.extend_from_slice(b"talon/block/v1");
+        enc.push(2);
+        for s in ["acct", "cont", "p", "\"v\""] {
+            enc.extend_from_slice(&(s.len() as u32).to_be_bytes());
+            enc.extend_from_slice(s.as_bytes());
+        }
+        enc.extend_from_slice(&512u64.to_be_bytes());
+        enc.extend_from_slice(&256u64.to_be_bytes());
+        let expected: [u8; 32] = Sha256::digest(&enc).into();
+        assert_eq!(b.placement_key(), expected);
+        assert_eq!(b.storage_name(), hex::encode(expected));
+        assert_eq!(b.storage_name().len(), 64);
+        assert!(
+            b.storage_name()
+                .bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+        );
+    }
+
+    #[test]
+    fn block_display_is_readable() {
+        let b = block("s3/b/k", "etag", 1024, 1024);
+        assert_eq!(b.to_string(), "s3/b/k@etag:1024+1024");
+    }
+}

@@ -1,0 +1,626 @@
+//! Conformance vectors: fixed inputs and their exact encodings, for the wire
+//! protocol, key paths, placement keys and the bitmap encoding.
+//!
+//! [`vector_set`] is the single source of the vectors. The committed file
+//! `core/tests/vectors/wire_v1.txt` is [`render`] of it, produced by
+//! [`GENERATE_COMMAND`]; the `conformance` test regenerates it in-process,
+//! fails if the committed file differs, and decodes every committed vector
+//! back. Another implementation of the protocol can test itself against the
+//! file alone (its format is described in the file's header).
+
+use std::fmt::Write as _;
+
+use crate::bitmap::PresentBitmap;
+use crate::error::Error;
+use crate::identity::{BlockId, ObjectId, ObjectVersion};
+use crate::wire::{
+    ErrorCode, ErrorReply, Flags, FrameHeader, HEADER_LEN, IngestAck, IngestMeta, IngestRequest,
+    MessageType, ReadRangeRequest, StatReply, StatRequest, encode_read_range_reply_header,
+};
+use crate::{Message, Namespace};
+
+/// The command that regenerates the committed vector file, run from the
+/// workspace root.
+pub const GENERATE_COMMAND: &str =
+    "cargo run -q -p talon-core --example gen_wire_vectors > core/tests/vectors/wire_v1.txt";
+
+/// One conformance vector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Vector {
+    /// A whole frame (header and payload) that decodes to `message`.
+    Frame {
+        /// Unique name.
+        name: &'static str,
+        /// What the vector shows.
+        description: &'static str,
+        /// Request id in the header.
+        request_id: u32,
+        /// The message.
+        message: Message,
+        /// Flags beyond those the message type implies.
+        flags: Flags,
+        /// The exact frame bytes.
+        bytes: Vec<u8>,
+    },
+    /// A frame header sent on its own (the ReadRangeReply header a worker
+    /// writes before `sendfile`).
+    Header {
+        /// Unique name.
+        name: &'static str,
+        /// What the vector shows.
+        description: &'static str,
+        /// The decoded header.
+        header: FrameHeader,
+    },
+    /// Bytes a decoder must reject with `error`.
+    Reject {
+        /// Unique name.
+        name: &'static str,
+        /// What is wrong with the bytes.
+        description: &'static str,
+        /// The bytes.
+        bytes: Vec<u8>,
+        /// The error this crate returns.
+        error: Error,
+    },
+    /// A key path and the id it names.
+    KeyPath {
+        /// The id.
+        object: ObjectId,
+    },
+    /// A block and its placement key.
+    Placement {
+        /// The block.
+        block: BlockId,
+    },
+    /// A bitmap and its persistent encoding.
+    Bitmap {
+        /// Unique name.
+        name: &'static str,
+        /// The bitmap.
+        bitmap: PresentBitmap,
+    },
+}
+
+impl Vector {
+    /// The vector's unique name (the key path or block display for ids).
+    pub fn name(&self) -> String {
+        match self {
+            Self::Frame { name, .. }
+            | Self::Header { name, .. }
+            | Self::Reject { name, .. }
+            | Self::Bitmap { name, .. } => (*name).to_owned(),
+            Self::KeyPath { object } => object.key_path(),
+            Self::Placement { block } => block.to_string(),
+        }
+    }
+}
+
+/// Builds every vector. Fails only if this crate's own constructors reject
+/// the fixed inputs, which the conformance test would catch.
+pub fn vector_set() -> Result<Vec<Vector>, Error> {
+    let mut v = Vec::new();
+    frames(&mut v)?;
+    rejects(&mut v)?;
+    for key in [
+        "s3/my-bucket/data/2024/part-0001.parquet",
+        "s3/b/k",
+        "s3/logs.example.com/année=2024/mois=05/événements 1.json",
+        "s3/bucket/.hidden/..dots/a.b.c",
+        "az/myaccount/mycontainer/dir/blob.bin",
+        "az/a/c/x",
+    ] {
+        v.push(Vector::KeyPath {
+            object: ObjectId::from_key_path(key)?,
+        });
+    }
+    for (key, version, offset, size) in [
+        (
+            "s3/my-bucket/data/part-0001.parquet",
+            "\"9b2cf535f27731c974343645a3985328\"",
+            0,
+            256 << 20,
+        ),
+        (
+            "s3/my-bucket/data/part-0001.parquet",
+            "\"9b2cf535f27731c974343645a3985328\"",
+            256 << 20,
+            256 << 20,
+        ),
+        (
+            "s3/my-bucket/data/part-0001.parquet",
+            "\"0000000000000000000000000000000-2\"",
+            0,
+            256 << 20,
+        ),
+        (
+            "az/myaccount/mycontainer/dir/blob.bin",
+            "0x8DC1234567890AB",
+            5 << 30,
+            1 << 30,
+        ),
+        ("s3/b/k", "v", u64::MAX - 1023, 1024),
+    ] {
+        let block = BlockId::new(
+            ObjectId::from_key_path(key)?,
+            ObjectVersion::new(version)?,
+            offset,
+            size,
+        )?;
+        v.push(Vector::Placement { block });
+    }
+    bitmaps(&mut v)?;
+    Ok(v)
+}
+
+fn s3_block(offset: u64, size: u64) -> Result<BlockId, Error> {
+    BlockId::new(
+        ObjectId::s3("my-bucket", "data/part-0001.parquet")?,
+        ObjectVersion::new("\"9b2cf535f27731c974343645a3985328\"")?,
+        offset,
+        size,
+    )
+}
+
+fn az_block() -> Result<BlockId, Error> {
+    BlockId::new(
+        ObjectId::azure("myaccount", "mycontainer", "dir/blob.bin")?,
+        ObjectVersion::new("0x8DC1234567890AB")?,
+        0,
+        1024,
+    )
+}
+
+fn frame(
+    v: &mut Vec<Vector>,
+    name: &'static str,
+    description: &'static str,
+    request_id: u32,
+    flags: Flags,
+    message: Message,
+) -> Result<(), Error> {
+    let mut bytes = Vec::new();
+    message.encode_into(request_id, flags, &mut bytes)?;
+    v.push(Vector::Frame {
+        name,
+        description,
+        request_id,
+        message,
+        flags,
+        bytes,
+    });
+    Ok(())
+}
+
+fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
+    let none = Flags::NONE;
+    frame(
+        v,
+        "ping",
+        "Ping, request id 1, nonce 0x0123456789abcdef",
+        1,
+        none,
+        Message::Ping {
+            nonce: 0x0123_4567_89ab_cdef,
+        },
+    )?;
+    frame(
+        v,
+        "pong",
+        "Pong echoing the ping's nonce, request id 1",
+        1,
+        none,
+        Message::Pong {
+            nonce: 0x0123_4567_89ab_cdef,
+        },
+    )?;
+    frame(
+        v,
+        "pong_end_of_stream",
+        "Pong with END_OF_STREAM: the worker is draining",
+        2,
+        Flags::END_OF_STREAM,
+        Message::Pong { nonce: 0 },
+    )?;
+    frame(
+        v,
+        "stat_s3",
+        "Stat of s3/my-bucket/data/part-0001.parquet, no version",
+        3,
+        none,
+        Message::Stat(StatRequest {
+            object: ObjectId::s3("my-bucket", "data/part-0001.parquet")?,
+            expected_version: None,
+        }),
+    )?;
+    frame(
+        v,
+        "stat_azure_pinned",
+        "Stat of az/myaccount/mycontainer/dir/blob.bin pinned to version 0x8DC1234567890AB",
+        4,
+        none,
+        Message::Stat(StatRequest {
+            object: ObjectId::azure("myaccount", "mycontainer", "dir/blob.bin")?,
+            expected_version: Some(ObjectVersion::new("0x8DC1234567890AB")?),
+        }),
+    )?;
+    frame(
+        v,
+        "stat_reply",
+        "StatReply: 5 GiB + 123 bytes, quoted ETag, 2024-05-01T12:00:00.250Z, application/vnd.apache.parquet",
+        3,
+        none,
+        Message::StatReply(StatReply {
+            size: (5 << 30) + 123,
+            version: ObjectVersion::new("\"9b2cf535f27731c974343645a3985328\"")?,
+            last_modified_ms: 1_714_564_800_250,
+            content_type: "application/vnd.apache.parquet".to_owned(),
+        }),
+    )?;
+    frame(
+        v,
+        "read_range",
+        "ReadRange: 64 KiB at offset 1 MiB within the 256 MiB block at 4 GiB of a 5 GiB + 123 byte object",
+        5,
+        none,
+        Message::ReadRange(ReadRangeRequest {
+            block: s3_block(4 << 30, 256 << 20)?,
+            object_size: (5 << 30) + 123,
+            offset: 1 << 20,
+            len: 64 << 10,
+        }),
+    )?;
+    frame(
+        v,
+        "read_range_reply",
+        "ReadRangeReply carrying 16 bytes \"0123456789abcdef\"",
+        5,
+        none,
+        Message::ReadRangeReply(b"0123456789abcdef".to_vec()),
+    )?;
+    frame(
+        v,
+        "ingest",
+        "Ingest of 16 bytes at offset 512 of the 1 KiB block at 0 of a 1000-byte Azure blob",
+        6,
+        none,
+        Message::Ingest(IngestRequest {
+            meta: IngestMeta {
+                block: az_block()?,
+                object_size: 1000,
+                offset: 512,
+            },
+            data: b"fedcba9876543210".to_vec(),
+        }),
+    )?;
+    frame(
+        v,
+        "ingest_ack",
+        "IngestAck: 16 bytes at offset 512 are durable",
+        6,
+        none,
+        Message::IngestAck(IngestAck {
+            offset: 512,
+            len: 16,
+        }),
+    )?;
+    frame(
+        v,
+        "error_not_found",
+        "Error reply NotFound (1) with a message; ERROR flag set",
+        7,
+        none,
+        Message::Error(ErrorReply::new(
+            ErrorCode::NotFound,
+            "object not found at origin",
+        )),
+    )?;
+    frame(
+        v,
+        "error_version_mismatch",
+        "Error reply VersionMismatch (3)",
+        8,
+        none,
+        Message::Error(ErrorReply::new(ErrorCode::VersionMismatch, "etag changed")),
+    )?;
+    frame(
+        v,
+        "error_unknown_code",
+        "Error reply with code 999, unknown to v1 readers: decodes as Unknown(999)",
+        9,
+        none,
+        Message::Error(ErrorReply::new(ErrorCode::Unknown(999), "")),
+    )?;
+    v.push(Vector::Header {
+        name: "read_range_reply_header",
+        description: "ReadRangeReply header alone, request id 5, 65536 payload bytes to follow (sendfile)",
+        header: FrameHeader::decode(&encode_read_range_reply_header(5, 64 << 10)?)?,
+    });
+    Ok(())
+}
+
+fn reject(
+    v: &mut Vec<Vector>,
+    name: &'static str,
+    description: &'static str,
+    bytes: Vec<u8>,
+    error: Error,
+) {
+    v.push(Vector::Reject {
+        name,
+        description,
+        bytes,
+        error,
+    });
+}
+
+fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
+    let ping = Message::Ping { nonce: 1 }.encode(1)?;
+    let with = |offset: usize, bytes: &[u8]| {
+        let mut out = ping.clone();
+        out[offset..offset + bytes.len()].copy_from_slice(bytes);
+        out
+    };
+    reject(
+        v,
+        "bad_magic",
+        "magic is \"XL\"",
+        with(0, b"XL"),
+        Error::BadMagic(0x584c),
+    );
+    reject(
+        v,
+        "bad_version",
+        "version 2",
+        with(2, &[2]),
+        Error::UnsupportedVersion(2),
+    );
+    reject(
+        v,
+        "unknown_type",
+        "message type 0x05",
+        with(3, &[5]),
+        Error::UnknownMessageType(5),
+    );
+    reject(
+        v,
+        "unknown_flag",
+        "flag bit 2 set",
+        with(4, &[0, 4]),
+        Error::UnknownFlags(4),
+    );
+    reject(
+        v,
+        "reserved_not_zero",
+        "reserved field 0x0001",
+        with(6, &[0, 1]),
+        Error::ReservedNotZero(1),
+    );
+    reject(
+        v,
+        "error_flag_on_ping",
+        "ERROR flag on a Ping",
+        with(4, &[0, 2]),
+        Error::ErrorFlagMismatch(MessageType::Ping),
+    );
+    let mut too_large = ping[..HEADER_LEN].to_vec();
+    too_large[12..16].copy_from_slice(&9u32.to_be_bytes());
+    reject(
+        v,
+        "ping_too_large",
+        "Ping header claiming 9 payload bytes (cap 8); rejected from the header alone",
+        too_large,
+        Error::PayloadTooLarge {
+            message_type: MessageType::Ping,
+            len: 9,
+            max: 8,
+        },
+    );
+    let mut huge = encode_read_range_reply_header(1, 1)?.to_vec();
+    huge[12..16].copy_from_slice(&u32::MAX.to_be_bytes());
+    reject(
+        v,
+        "read_range_reply_too_large",
+        "ReadRangeReply header claiming 4 GiB - 1 bytes (cap 1 GiB)",
+        huge,
+        Error::PayloadTooLarge {
+            message_type: MessageType::ReadRangeReply,
+            len: u64::from(u32::MAX),
+            max: crate::wire::MAX_READ_LEN,
+        },
+    );
+    // A Stat whose path is "a/../b": valid framing, invalid id.
+    let mut dot = Vec::new();
+    dot.extend_from_slice(&[1, 0, 1, b'b', 0, 6]);
+    dot.extend_from_slice(b"a/../b");
+    dot.push(0);
+    let mut stat = FrameHeader::new(MessageType::Stat, Flags::NONE, 1, dot.len() as u32)?
+        .encode()
+        .to_vec();
+    stat.extend_from_slice(&dot);
+    reject(
+        v,
+        "stat_dot_segment",
+        "Stat of s3/b/a/../b: the path has a `..` segment",
+        stat,
+        Error::InvalidName {
+            field: crate::error::NameField::Path,
+            problem: crate::error::NameProblem::DotSegment,
+        },
+    );
+    let mut trailing = Message::Stat(StatRequest {
+        object: ObjectId::s3("b", "k")?,
+        expected_version: None,
+    })
+    .encode(1)?;
+    let len = u32::from_be_bytes([trailing[12], trailing[13], trailing[14], trailing[15]]) + 1;
+    trailing[12..16].copy_from_slice(&len.to_be_bytes());
+    trailing.push(0);
+    reject(
+        v,
+        "stat_trailing_byte",
+        "Stat of s3/b/k with one extra payload byte",
+        trailing,
+        Error::Malformed {
+            message_type: MessageType::Stat,
+            reason: "trailing bytes after the last field",
+        },
+    );
+    let mut ack = Message::IngestAck(IngestAck { offset: 0, len: 0 }).encode(1)?;
+    ack[15] = 11;
+    ack.pop();
+    reject(
+        v,
+        "ingest_ack_truncated",
+        "IngestAck with 11 payload bytes: len field cut short",
+        ack,
+        Error::Malformed {
+            message_type: MessageType::IngestAck,
+            reason: "payload ends inside a field",
+        },
+    );
+    let past = Message::ReadRange(ReadRangeRequest {
+        block: s3_block(0, 1024)?,
+        object_size: 1_000_000,
+        offset: 1000,
+        len: 24,
+    })
+    .encode(1)?;
+    let mut past_block = past.clone();
+    let last = past_block.len() - 1;
+    past_block[last] = 25; // len 24 -> 25: crosses the block end
+    reject(
+        v,
+        "read_range_past_block",
+        "ReadRange of 25 bytes at offset 1000 of a 1024-byte block",
+        past_block,
+        Error::Malformed {
+            message_type: MessageType::ReadRange,
+            reason: "range reaches past the end of the block",
+        },
+    );
+    Ok(())
+}
+
+fn bitmaps(v: &mut Vec<Vector>) -> Result<(), Error> {
+    let mut ten = PresentBitmap::new(10)?;
+    for page in [0, 3, 9] {
+        ten.set(page)?;
+    }
+    v.push(Vector::Bitmap {
+        name: "ten_pages",
+        bitmap: ten,
+    });
+    v.push(Vector::Bitmap {
+        name: "empty",
+        bitmap: PresentBitmap::new(0)?,
+    });
+    let mut block = PresentBitmap::new(256)?;
+    block.set_range(0..64)?;
+    block.set_range(200..256)?;
+    v.push(Vector::Bitmap {
+        name: "default_block_256_pages",
+        bitmap: block,
+    });
+    let mut big = PresentBitmap::new(1024)?;
+    for page in (0..1024).step_by(3) {
+        big.set(page)?;
+    }
+    v.push(Vector::Bitmap {
+        name: "pages_1024_every_third",
+        bitmap: big,
+    });
+    Ok(())
+}
+
+/// Renders vectors in the committed text format (described in the output's
+/// header comment). Deterministic: the same vectors give the same text.
+pub fn render(vectors: &[Vector]) -> String {
+    let mut out = String::new();
+    out.push_str(concat!(
+        "# Talon conformance vectors: wire protocol v1, key paths, placement keys, bitmap encoding.\n",
+        "# GENERATED, do not edit. Regenerate from the workspace root with:\n",
+    ));
+    let _ = writeln!(out, "#   {GENERATE_COMMAND}");
+    out.push_str(concat!(
+        "#\n",
+        "# One vector per line, fields separated by one TAB; '#' lines are comments.\n",
+        "#   frame   <name>  <hex: whole frame, 16-byte header + payload>\n",
+        "#   header  <name>  <hex: a 16-byte header sent alone>\n",
+        "#   reject  <name>  <hex: bytes a decoder must reject>\n",
+        "#   key     <key path>  <backend: s3|az>  <names: bucket, path | account, container, path>\n",
+        "#   block   <key path>  <version>  <block offset>  <block size>  <placement key: hex SHA-256>\n",
+        "#   bitmap  <name>  <page count>  <present pages, comma-separated, or ->  <hex: persistent encoding>\n",
+    ));
+    for vector in vectors {
+        match vector {
+            Vector::Frame {
+                name,
+                description,
+                bytes,
+                ..
+            } => {
+                let _ = writeln!(out, "# {name}: {description}");
+                let _ = writeln!(out, "frame\t{name}\t{}", hex::encode(bytes));
+            }
+            Vector::Header {
+                name,
+                description,
+                header,
+            } => {
+                let _ = writeln!(out, "# {name}: {description}");
+                let _ = writeln!(out, "header\t{name}\t{}", hex::encode(header.encode()));
+            }
+            Vector::Reject {
+                name,
+                description,
+                bytes,
+                error,
+            } => {
+                let _ = writeln!(out, "# {name}: {description} -> {error}");
+                let _ = writeln!(out, "reject\t{name}\t{}", hex::encode(bytes));
+            }
+            Vector::KeyPath { object } => {
+                let _ = write!(out, "key\t{object}\t{}", object.backend());
+                match object.namespace() {
+                    Namespace::S3 { bucket } => {
+                        let _ = write!(out, "\t{bucket}");
+                    }
+                    Namespace::Azure { account, container } => {
+                        let _ = write!(out, "\t{account}\t{container}");
+                    }
+                }
+                let _ = writeln!(out, "\t{}", object.path());
+            }
+            Vector::Placement { block } => {
+                let _ = writeln!(
+                    out,
+                    "block\t{}\t{}\t{}\t{}\t{}",
+                    block.object(),
+                    block.version(),
+                    block.block_offset(),
+                    block.block_size(),
+                    block.storage_name()
+                );
+            }
+            Vector::Bitmap { name, bitmap } => {
+                let present: Vec<String> = (0..bitmap.pages())
+                    .filter(|&p| bitmap.is_present(p).unwrap_or(false))
+                    .map(|p| p.to_string())
+                    .collect();
+                let present = if present.is_empty() {
+                    "-".to_owned()
+                } else {
+                    present.join(",")
+                };
+                let _ = writeln!(
+                    out,
+                    "bitmap\t{name}\t{}\t{present}\t{}",
+                    bitmap.pages(),
+                    hex::encode(bitmap.to_bytes())
+                );
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,970 @@
+//! Message payloads and the whole-frame codec.
+
+use std::ops::Range;
+
+use super::fields::{Reader, Writer};
+use super::{
+    ErrorCode, FrameHeader, HEADER_LEN, MAX_CONTENT_TYPE_LEN, MAX_CONTROL_PAYLOAD,
+    MAX_ERROR_MESSAGE_LEN, MAX_INGEST_DATA_LEN, MAX_READ_LEN, MessageType,
+};
+use crate::error::{Error, NameField, NameProblem};
+use crate::identity::{Backend, BlockId, ObjectId, ObjectVersion};
+use crate::wire::Flags;
+
+/// Stat request: the object's metadata, optionally only if its current
+/// version is `expected_version` (otherwise the worker answers
+/// [`ErrorCode::VersionMismatch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatRequest {
+    /// The object asked about.
+    pub object: ObjectId,
+    /// The version the requester pinned, if any.
+    pub expected_version: Option<ObjectVersion>,
+}
+
+/// Stat reply: the object's metadata as the origin reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatReply {
+    /// Object size in bytes.
+    pub size: u64,
+    /// The origin's ETag or version id.
+    pub version: ObjectVersion,
+    /// Last modification time, Unix milliseconds (negative before 1970).
+    pub last_modified_ms: i64,
+    /// MIME type, at most [`MAX_CONTENT_TYPE_LEN`] bytes, no control
+    /// characters (it becomes an HTTP header value); may be empty.
+    pub content_type: String,
+}
+
+/// ReadRange request: `len` bytes at `offset` within `block`, i.e. object
+/// bytes `block.block_offset() + offset ..` of an object of `object_size`
+/// bytes. The range must lie within the block and the object, and `len` be
+/// at most [`MAX_READ_LEN`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRangeRequest {
+    /// The block read.
+    pub block: BlockId,
+    /// Size of the whole object in bytes (sizes the block's page bitmap).
+    pub object_size: u64,
+    /// First byte to read, relative to the block's start.
+    pub offset: u64,
+    /// Bytes to read; the reply carries exactly this many.
+    pub len: u32,
+}
+
+impl ReadRangeRequest {
+    /// Checks the invariants in the type docs; encode and decode both call
+    /// it. Errors with [`Error::PayloadTooLarge`] if `len` exceeds
+    /// [`MAX_READ_LEN`], [`Error::Malformed`] if the range crosses the end of
+    /// the block and [`Error::RangeNotSatisfiable`] if it crosses the end of
+    /// the object.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.len > MAX_READ_LEN {
+            return Err(Error::PayloadTooLarge {
+                message_type: MessageType::ReadRangeReply,
+                len: u64::from(self.len),
+                max: MAX_READ_LEN,
+            });
+        }
+        check_block_range(
+            MessageType::ReadRange,
+            &self.block,
+            self.object_size,
+            self.offset,
+            u64::from(self.len),
+        )
+    }
+
+    /// The requested bytes in object coordinates (valid once
+    /// [`validate`](Self::validate) passed; saturates otherwise).
+    pub fn object_range(&self) -> Range<u64> {
+        let start = self.block.block_offset().saturating_add(self.offset);
+        start..start.saturating_add(u64::from(self.len))
+    }
+}
+
+/// The metadata part of an Ingest request: which bytes of which block the
+/// data that follows is. `offset` is relative to the block's start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestMeta {
+    /// The block written.
+    pub block: BlockId,
+    /// Size of the whole object in bytes.
+    pub object_size: u64,
+    /// Where the data starts, relative to the block's start.
+    pub offset: u64,
+}
+
+impl IngestMeta {
+    /// Checks that `data_len` bytes at `offset` fit the block and the object
+    /// and that `data_len` is at most [`MAX_INGEST_DATA_LEN`]; errors like
+    /// [`ReadRangeRequest::validate`].
+    pub fn validate(&self, data_len: u64) -> Result<(), Error> {
+        if data_len > u64::from(MAX_INGEST_DATA_LEN) {
+            return Err(Error::PayloadTooLarge {
+                message_type: MessageType::Ingest,
+                len: data_len,
+                max: MAX_INGEST_DATA_LEN,
+            });
+        }
+        check_block_range(
+            MessageType::Ingest,
+            &self.block,
+            self.object_size,
+            self.offset,
+            data_len,
+        )
+    }
+
+    /// Decodes the metadata bytes of an Ingest payload (the `meta length`
+    /// bytes after the `u16` length field). A worker that reads Ingest frames
+    /// itself reads the header, the `u16`, these bytes, and then has
+    /// `payload_len - 2 - meta_len` data bytes to move (e.g. with `splice`);
+    /// it must still call [`validate`](Self::validate) with that length.
+    pub fn decode(meta: &[u8]) -> Result<Self, Error> {
+        let mut r = Reader::new(meta, MessageType::Ingest);
+        let block = read_block(&mut r)?;
+        let object_size = r.u64()?;
+        let offset = r.u64()?;
+        r.finish()?;
+        Ok(Self {
+            block,
+            object_size,
+            offset,
+        })
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) -> Result<(), Error> {
+        let mut w = Writer::new(out);
+        write_block(&mut w, &self.block, MessageType::Ingest)?;
+        w.u64(self.object_size);
+        w.u64(self.offset);
+        Ok(())
+    }
+}
+
+/// Longest Ingest metadata, in bytes: the `u16` length field and the
+/// metadata together fit [`MAX_CONTROL_PAYLOAD`].
+pub(crate) const MAX_INGEST_META_LEN: u32 = MAX_CONTROL_PAYLOAD - 2;
+
+/// Ingest request: write `data` into the block at `meta.offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestRequest {
+    /// Which bytes of which block.
+    pub meta: IngestMeta,
+    /// The bytes, at most [`MAX_INGEST_DATA_LEN`].
+    pub data: Vec<u8>,
+}
+
+/// Ingest reply: the bytes at `offset` (relative to the block) of length
+/// `len` are durable and marked present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestAck {
+    /// The ingest's offset within the block.
+    pub offset: u64,
+    /// Bytes ingested.
+    pub len: u32,
+}
+
+/// Error reply: why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorReply {
+    /// Machine-readable reason.
+    pub code: ErrorCode,
+    /// Human-readable detail for logs, at most [`MAX_ERROR_MESSAGE_LEN`]
+    /// bytes of UTF-8.
+    pub message: String,
+}
+
+impl ErrorReply {
+    /// An error reply whose message is cut at a character boundary to fit
+    /// [`MAX_ERROR_MESSAGE_LEN`], so it always encodes.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        let mut message = message.into();
+        if message.len() > MAX_ERROR_MESSAGE_LEN {
+            let mut end = MAX_ERROR_MESSAGE_LEN;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+        }
+        Self { code, message }
+    }
+}
+
+impl From<&Error> for ErrorReply {
+    /// The reply a worker sends for a request it could not decode or accept.
+    fn from(err: &Error) -> Self {
+        Self::new(err.code(), err.to_string())
+    }
+}
+
+/// Every version-1 message, with its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// Liveness probe.
+    Ping {
+        /// Echoed in the Pong.
+        nonce: u64,
+    },
+    /// Reply to a Ping.
+    Pong {
+        /// The Ping's nonce.
+        nonce: u64,
+    },
+    /// Object metadata request.
+    Stat(StatRequest),
+    /// Object metadata.
+    StatReply(StatReply),
+    /// Read bytes of one block.
+    ReadRange(ReadRangeRequest),
+    /// The bytes read, exactly as many as requested.
+    ReadRangeReply(Vec<u8>),
+    /// Write bytes of one block.
+    Ingest(IngestRequest),
+    /// The write is durable.
+    IngestAck(IngestAck),
+    /// A request failed.
+    Error(ErrorReply),
+}
+
+impl Message {
+    /// The message's wire type.
+    pub fn message_type(&self) -> MessageType {
+        match self {
+            Self::Ping { .. } => MessageType::Ping,
+            Self::Pong { .. } => MessageType::Pong,
+            Self::Stat(_) => MessageType::Stat,
+            Self::StatReply(_) => MessageType::StatReply,
+            Self::ReadRange(_) => MessageType::ReadRange,
+            Self::ReadRangeReply(_) => MessageType::ReadRangeReply,
+            Self::Ingest(_) => MessageType::Ingest,
+            Self::IngestAck(_) => MessageType::IngestAck,
+            Self::Error(_) => MessageType::Error,
+        }
+    }
+
+    /// The whole frame (header and payload) with no flags besides ERROR on
+    /// error replies. Errors like [`encode_into`](Self::encode_into).
+    pub fn encode(&self, request_id: u32) -> Result<Vec<u8>, Error> {
+        let payload_hint = match self {
+            Self::ReadRangeReply(data) => data.len(),
+            Self::Ingest(ingest) => 256 + ingest.data.len(),
+            _ => 256,
+        };
+        let mut out = Vec::with_capacity(HEADER_LEN + payload_hint);
+        self.encode_into(request_id, Flags::NONE, &mut out)?;
+        Ok(out)
+    }
+
+    /// Appends the whole frame to `out`. `flags` may carry
+    /// [`Flags::END_OF_STREAM`]; [`Flags::ERROR`] is set from the message
+    /// type whatever `flags` says.
+    ///
+    /// Errors, leaving `out` as it was, if a field breaks its limits: an
+    /// invalid content type or over-long error message
+    /// ([`Error::InvalidName`]), data over the type's cap
+    /// ([`Error::PayloadTooLarge`]) or a range outside its block or object.
+    pub fn encode_into(
+        &self,
+        request_id: u32,
+        flags: Flags,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let start = out.len();
+        let result = self.encode_frame(request_id, flags, out);
+        if result.is_err() {
+            out.truncate(start);
+        }
+        result
+    }
+
+    fn encode_frame(&self, request_id: u32, flags: Flags, out: &mut Vec<u8>) -> Result<(), Error> {
+        let ty = self.message_type();
+        let flags = if ty == MessageType::Error {
+            flags | Flags::ERROR
+        } else {
+            flags.without(Flags::ERROR)
+        };
+        if let Self::Ingest(ingest) = self {
+            let data_len = data_len_u32(ty, ingest.data.len(), MAX_INGEST_DATA_LEN)?;
+            encode_ingest_prefix_with(request_id, flags, &ingest.meta, data_len, out)?;
+            out.extend_from_slice(&ingest.data);
+            return Ok(());
+        }
+        let start = out.len();
+        out.extend_from_slice(&[0; HEADER_LEN]);
+        self.encode_payload(&mut Writer::new(out))?;
+        let len = out.len() - start - HEADER_LEN;
+        let len = data_len_u32(ty, len, ty.max_payload_len())?;
+        let header = FrameHeader::new(ty, flags, request_id, len)?;
+        out[start..start + HEADER_LEN].copy_from_slice(&header.encode());
+        Ok(())
+    }
+
+    fn encode_payload(&self, w: &mut Writer<'_>) -> Result<(), Error> {
+        let ty = self.message_type();
+        match self {
+            Self::Ping { nonce } | Self::Pong { nonce } => w.u64(*nonce),
+            Self::Stat(req) => {
+                write_object(w, &req.object, ty)?;
+                match &req.expected_version {
+                    Some(version) => {
+                        w.u8(1);
+                        w.str(version.as_str(), ty)?;
+                    }
+                    None => w.u8(0),
+                }
+            }
+            Self::StatReply(reply) => {
+                validate_content_type(&reply.content_type)?;
+                w.u64(reply.size);
+                w.str(reply.version.as_str(), ty)?;
+                w.i64(reply.last_modified_ms);
+                w.str(&reply.content_type, ty)?;
+            }
+            Self::ReadRange(req) => {
+                req.validate()?;
+                write_block(w, &req.block, ty)?;
+                w.u64(req.object_size);
+                w.u64(req.offset);
+                w.u32(req.len);
+            }
+            Self::ReadRangeReply(data) => {
+                data_len_u32(ty, data.len(), MAX_READ_LEN)?;
+                w.bytes(data);
+            }
+            // Encoded by `encode_frame` so it shares `encode_ingest_prefix`.
+            Self::Ingest(_) => {}
+            Self::IngestAck(ack) => {
+                w.u64(ack.offset);
+                w.u32(ack.len);
+            }
+            Self::Error(err) => {
+                if err.message.len() > MAX_ERROR_MESSAGE_LEN {
+                    return Err(Error::InvalidName {
+                        field: NameField::ErrorMessage,
+                        problem: NameProblem::TooLong {
+                            len: err.message.len(),
+                            max: MAX_ERROR_MESSAGE_LEN,
+                        },
+                    });
+                }
+                w.u16(err.code.as_u16());
+                w.str(&err.message, ty)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes a payload under an already decoded header. Errors with
+    /// [`Error::Malformed`] if `payload` is not exactly
+    /// `header.payload_len()` bytes, a field is truncated or trailing bytes
+    /// remain, and with the validation errors of the ids and ranges inside.
+    /// Never panics; allocates at most `payload.len()` bytes.
+    pub fn decode(header: &FrameHeader, payload: &[u8]) -> Result<Self, Error> {
+        let ty = header.message_type();
+        if payload.len() != header.payload_len() as usize {
+            return Err(Error::Malformed {
+                message_type: ty,
+                reason: "payload length differs from the header",
+            });
+        }
+        let mut r = Reader::new(payload, ty);
+        let message = match ty {
+            MessageType::Ping => Self::Ping { nonce: r.u64()? },
+            MessageType::Pong => Self::Pong { nonce: r.u64()? },
+            MessageType::Stat => {
+                let object = read_object(&mut r)?;
+                let expected_version = match r.u8()? {
+                    0 => None,
+                    1 => Some(read_version(&mut r)?),
+                    _ => return Err(r.malformed("version flag must be 0 or 1")),
+                };
+                Self::Stat(StatRequest {
+                    object,
+                    expected_version,
+                })
+            }
+            MessageType::StatReply => {
+                let size = r.u64()?;
+                let version = read_version(&mut r)?;
+                let last_modified_ms = r.i64()?;
+                let content_type = r.string()?;
+                validate_content_type(&content_type)?;
+                Self::StatReply(StatReply {
+                    size,
+                    version,
+                    last_modified_ms,
+                    content_type,
+                })
+            }
+            MessageType::ReadRange => {
+                let req = ReadRangeRequest {
+                    block: read_block(&mut r)?,
+                    object_size: r.u64()?,
+                    offset: r.u64()?,
+                    len: r.u32()?,
+                };
+                req.validate()?;
+                Self::ReadRange(req)
+            }
+            MessageType::ReadRangeReply => Self::ReadRangeReply(r.rest().to_vec()),
+            MessageType::Ingest => {
+                let meta_len = r.u16()?;
+                if u32::from(meta_len) > MAX_INGEST_META_LEN {
+                    return Err(r.malformed("ingest metadata longer than 8190 bytes"));
+                }
+                let meta = IngestMeta::decode(r.take(usize::from(meta_len))?)?;
+                let data = r.rest();
+                meta.validate(data.len() as u64)?;
+                Self::Ingest(IngestRequest {
+                    meta,
+                    data: data.to_vec(),
+                })
+            }
+            MessageType::IngestAck => Self::IngestAck(IngestAck {
+                offset: r.u64()?,
+                len: r.u32()?,
+            }),
+            MessageType::Error => {
+                let code = ErrorCode::from_u16(r.u16()?);
+                let message = r.string()?;
+                if message.len() > MAX_ERROR_MESSAGE_LEN {
+                    return Err(r.malformed("error message too long"));
+                }
+                Self::Error(ErrorReply { code, message })
+            }
+        };
+        r.finish()?;
+        Ok(message)
+    }
+}
+
+/// The 16-byte header of a ReadRangeReply carrying `len` bytes, and nothing
+/// else: the worker writes it and then sends exactly `len` bytes of the block
+/// file (e.g. with `sendfile`). Errors with [`Error::PayloadTooLarge`] if
+/// `len` exceeds [`MAX_READ_LEN`].
+pub fn encode_read_range_reply_header(
+    request_id: u32,
+    len: u32,
+) -> Result<[u8; HEADER_LEN], Error> {
+    FrameHeader::new(MessageType::ReadRangeReply, Flags::NONE, request_id, len).map(|h| h.encode())
+}
+
+/// Appends the start of an Ingest frame to `out`: the header, the metadata
+/// length and the metadata, so that exactly `data_len` raw bytes must follow
+/// (e.g. with `sendfile` or `splice`). Errors, leaving `out` as it was, if
+/// [`IngestMeta::validate`] rejects `data_len`.
+pub fn encode_ingest_prefix(
+    request_id: u32,
+    meta: &IngestMeta,
+    data_len: u32,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    encode_ingest_prefix_with(request_id, Flags::NONE, meta, data_len, out)
+}
+
+fn encode_ingest_prefix_with(
+    request_id: u32,
+    flags: Flags,
+    meta: &IngestMeta,
+    data_len: u32,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    let ty = MessageType::Ingest;
+    meta.validate(u64::from(data_len))?;
+    let mut meta_bytes = Vec::with_capacity(128);
+    meta.encode(&mut meta_bytes)?;
+    let meta_len = u16::try_from(meta_bytes.len())
+        .ok()
+        .filter(|len| u32::from(*len) <= MAX_INGEST_META_LEN)
+        .ok_or(Error::Malformed {
+            message_type: ty,
+            reason: "ingest metadata longer than 8190 bytes",
+        })?;
+    let payload_len = 2 + u32::from(meta_len) + data_len;
+    let header = FrameHeader::new(ty, flags, request_id, payload_len)?;
+    out.extend_from_slice(&header.encode());
+    out.extend_from_slice(&meta_len.to_be_bytes());
+    out.extend_from_slice(&meta_bytes);
+    Ok(())
+}
+
+fn data_len_u32(ty: MessageType, len: usize, max: u32) -> Result<u32, Error> {
+    u32::try_from(len)
+        .ok()
+        .filter(|len| *len <= max)
+        .ok_or(Error::PayloadTooLarge {
+            message_type: ty,
+            len: len as u64,
+            max,
+        })
+}
+
+/// `len` bytes at `offset` of `block` must lie within the block and within
+/// an object of `object_size` bytes.
+fn check_block_range(
+    ty: MessageType,
+    block: &BlockId,
+    object_size: u64,
+    offset: u64,
+    len: u64,
+) -> Result<(), Error> {
+    let end_in_block = offset
+        .checked_add(len)
+        .filter(|end| *end <= block.block_size())
+        .ok_or(Error::Malformed {
+            message_type: ty,
+            reason: "range reaches past the end of the block",
+        })?;
+    // offset < block_size here, and block_offset is aligned, so this only
+    // overflows when the range ends exactly at 2^64.
+    let start = block.block_offset() + offset;
+    let end = block.block_offset().checked_add(end_in_block);
+    match end {
+        Some(end) if end <= object_size => Ok(()),
+        _ => Err(Error::RangeNotSatisfiable {
+            start,
+            end: end.unwrap_or(u64::MAX),
+            size: object_size,
+        }),
+    }
+}
+
+fn validate_content_type(content_type: &str) -> Result<(), Error> {
+    let field = NameField::ContentType;
+    if content_type.len() > MAX_CONTENT_TYPE_LEN {
+        let problem = NameProblem::TooLong {
+            len: content_type.len(),
+            max: MAX_CONTENT_TYPE_LEN,
+        };
+        return Err(Error::InvalidName { field, problem });
+    }
+    if content_type.chars().any(|c| c.is_control() && c != '\t') {
+        let problem = NameProblem::ContainsControl;
+        return Err(Error::InvalidName { field, problem });
+    }
+    Ok(())
+}
+
+fn write_object(w: &mut Writer<'_>, object: &ObjectId, ty: MessageType) -> Result<(), Error> {
+    w.u8(object.backend().tag());
+    for name in object.names() {
+        w.str(name, ty)?;
+    }
+    Ok(())
+}
+
+fn read_object(r: &mut Reader<'_>) -> Result<ObjectId, Error> {
+    let tag = r.u8()?;
+    let backend = Backend::from_tag(tag).ok_or_else(|| r.malformed("unknown backend tag"))?;
+    let count = ObjectId::name_count(backend);
+    let mut names = Vec::with_capacity(count);
+    for _ in 0..count {
+        names.push(r.string()?);
+    }
+    ObjectId::from_names(backend, names)
+}
+
+fn read_version(r: &mut Reader<'_>) -> Result<ObjectVersion, Error> {
+    ObjectVersion::new(r.string()?)
+}
+
+fn write_block(w: &mut Writer<'_>, block: &BlockId, ty: MessageType) -> Result<(), Error> {
+    write_object(w, block.object(), ty)?;
+    w.str(block.version().as_str(), ty)?;
+    w.u64(block.block_offset());
+    w.u64(block.block_size());
+    Ok(())
+}
+
+fn read_block(r: &mut Reader<'_>) -> Result<BlockId, Error> {
+    let object = read_object(r)?;
+    let version = read_version(r)?;
+    let block_offset = r.u64()?;
+    let block_size = r.u64()?;
+    BlockId::new(object, version, block_offset, block_size)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::identity::{MAX_NAMESPACE_LEN, MAX_PATH_LEN, MAX_VERSION_LEN};
+
+    fn block(offset: u64, size: u64) -> BlockId {
+        BlockId::new(
+            ObjectId::s3("bucket", "dir/obj").unwrap(),
+            ObjectVersion::new("\"etag\"").unwrap(),
+            offset,
+            size,
+        )
+        .unwrap()
+    }
+
+    fn round_trip(msg: &Message) -> Vec<u8> {
+        let bytes = msg.encode(42).unwrap();
+        let header = FrameHeader::decode(bytes[..HEADER_LEN].try_into().unwrap()).unwrap();
+        assert_eq!(header.request_id(), 42);
+        assert_eq!(header.payload_len() as usize, bytes.len() - HEADER_LEN);
+        assert_eq!(header.message_type(), msg.message_type());
+        assert_eq!(
+            &Message::decode(&header, &bytes[HEADER_LEN..]).unwrap(),
+            msg
+        );
+        bytes
+    }
+
+    #[test]
+    fn ping_layout() {
+        let bytes = round_trip(&Message::Ping {
+            nonce: 0x0102_0304_0506_0708,
+        });
+        assert_eq!(&bytes[HEADER_LEN..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn read_range_layout() {
+        let req = ReadRangeRequest {
+            block: block(1 << 20, 1 << 20),
+            object_size: 3 << 20,
+            offset: 4096,
+            len: 65536,
+        };
+        let bytes = round_trip(&Message::ReadRange(req.clone()));
+        let mut expected = vec![1u8];
+        for s in ["bucket", "dir/obj", "\"etag\""] {
+            expected.extend_from_slice(&(s.len() as u16).to_be_bytes());
+            expected.extend_from_slice(s.as_bytes());
+        }
+        for v in [1u64 << 20, 1 << 20, 3 << 20, 4096] {
+            expected.extend_from_slice(&v.to_be_bytes());
+        }
+        expected.extend_from_slice(&65536u32.to_be_bytes());
+        assert_eq!(&bytes[HEADER_LEN..], &expected[..]);
+        assert_eq!(
+            req.object_range(),
+            (1 << 20) + 4096..(1 << 20) + 4096 + 65536
+        );
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let az = ObjectId::azure("acct", "cont", "a/b").unwrap();
+        let msgs = [
+            Message::Pong { nonce: 7 },
+            Message::Stat(StatRequest {
+                object: az.clone(),
+                expected_version: None,
+            }),
+            Message::Stat(StatRequest {
+                object: az,
+                expected_version: Some(ObjectVersion::new("v1").unwrap()),
+            }),
+            Message::StatReply(StatReply {
+                size: u64::MAX,
+                version: ObjectVersion::new("v").unwrap(),
+                last_modified_ms: -1,
+                content_type: String::new(),
+            }),
+            Message::ReadRangeReply(vec![9; 100]),
+            Message::ReadRangeReply(Vec::new()),
+            Message::Ingest(IngestRequest {
+                meta: IngestMeta {
+                    block: block(0, 1024),
+                    object_size: 1000,
+                    offset: 512,
+                },
+                data: vec![1; 488],
+            }),
+            Message::IngestAck(IngestAck {
+                offset: 512,
+                len: 488,
+            }),
+            Message::Error(ErrorReply::new(ErrorCode::Unknown(1234), "späť")),
+        ];
+        for msg in &msgs {
+            round_trip(msg);
+        }
+    }
+
+    #[test]
+    fn largest_valid_ids_fit_their_caps() {
+        let object = ObjectId::azure(
+            "a".repeat(MAX_NAMESPACE_LEN),
+            "c".repeat(MAX_NAMESPACE_LEN),
+            "p".repeat(MAX_PATH_LEN),
+        )
+        .unwrap();
+        let version = ObjectVersion::new("v".repeat(MAX_VERSION_LEN)).unwrap();
+        let block = BlockId::new(object.clone(), version.clone(), 0, 1 << 30).unwrap();
+        let msgs = [
+            Message::Stat(StatRequest {
+                object,
+                expected_version: Some(version.clone()),
+            }),
+            Message::ReadRange(ReadRangeRequest {
+                block: block.clone(),
+                object_size: u64::MAX,
+                offset: 0,
+                len: MAX_READ_LEN,
+            }),
+            Message::StatReply(StatReply {
+                size: 0,
+                version,
+                last_modified_ms: i64::MIN,
+                content_type: "t".repeat(MAX_CONTENT_TYPE_LEN),
+            }),
+            Message::Error(ErrorReply::new(ErrorCode::Internal, "é".repeat(5000))),
+        ];
+        for msg in &msgs {
+            round_trip(msg);
+        }
+        let mut prefix = Vec::new();
+        let meta = IngestMeta {
+            block,
+            object_size: u64::MAX,
+            offset: 0,
+        };
+        encode_ingest_prefix(1, &meta, MAX_INGEST_DATA_LEN, &mut prefix).unwrap();
+        assert!(prefix.len() <= HEADER_LEN + MAX_CONTROL_PAYLOAD as usize);
+    }
+
+    #[test]
+    fn error_reply_truncates_at_char_boundary() {
+        let e = ErrorReply::new(ErrorCode::Internal, "é".repeat(5000));
+        assert!(e.message.len() <= MAX_ERROR_MESSAGE_LEN);
+        assert_eq!(e.message.len(), MAX_ERROR_MESSAGE_LEN); // 4092 is even
+        let e = ErrorReply::new(ErrorCode::Internal, format!("x{}", "é".repeat(5000)));
+        assert_eq!(e.message.len(), MAX_ERROR_MESSAGE_LEN - 1);
+        let too_long = Message::Error(ErrorReply {
+            code: ErrorCode::Internal,
+            message: "x".repeat(MAX_ERROR_MESSAGE_LEN + 1),
+        });
+        assert!(matches!(
+            too_long.encode(1),
+            Err(Error::InvalidName {
+                field: NameField::ErrorMessage,
+                ..
+            })
+        ));
+        let reply = ErrorReply::from(&Error::UnsupportedVersion(9));
+        assert_eq!(reply.code, ErrorCode::Unsupported);
+        assert!(reply.message.contains("version 9"));
+    }
+
+    #[test]
+    fn error_frames_carry_the_error_flag_and_eos_passes_through() {
+        let mut out = vec![0xAA];
+        Message::Error(ErrorReply::new(ErrorCode::NotFound, "gone"))
+            .encode_into(5, Flags::END_OF_STREAM, &mut out)
+            .unwrap();
+        assert_eq!(out[0], 0xAA, "appends");
+        let header = FrameHeader::decode(out[1..17].try_into().unwrap()).unwrap();
+        assert!(header.flags().contains(Flags::ERROR));
+        assert!(header.is_end_of_stream());
+        assert_eq!(&out[17..19], &[0, 1]);
+
+        // ERROR is dropped from non-error messages.
+        let bytes = {
+            let mut v = Vec::new();
+            Message::Ping { nonce: 1 }
+                .encode_into(1, Flags::ERROR, &mut v)
+                .unwrap();
+            v
+        };
+        let header = FrameHeader::decode(bytes[..16].try_into().unwrap()).unwrap();
+        assert_eq!(header.flags(), Flags::NONE);
+    }
+
+    #[test]
+    fn invalid_messages_are_not_encoded() {
+        let mut out = vec![1, 2, 3];
+        let bad_ct = Message::StatReply(StatReply {
+            size: 1,
+            version: ObjectVersion::new("v").unwrap(),
+            last_modified_ms: 0,
+            content_type: "text/html\r\nSet-Cookie: x".to_owned(),
+        });
+        assert!(matches!(
+            bad_ct.encode_into(1, Flags::NONE, &mut out),
+            Err(Error::InvalidName {
+                field: NameField::ContentType,
+                problem: NameProblem::ContainsControl
+            })
+        ));
+        assert_eq!(out, vec![1, 2, 3], "failed encode leaves the buffer alone");
+
+        let past_block = Message::ReadRange(ReadRangeRequest {
+            block: block(0, 1024),
+            object_size: 10_000,
+            offset: 1000,
+            len: 25,
+        });
+        assert!(matches!(past_block.encode(1), Err(Error::Malformed { .. })));
+        let past_object = Message::ReadRange(ReadRangeRequest {
+            block: block(1024, 1024),
+            object_size: 1500,
+            offset: 400,
+            len: 100,
+        });
+        assert_eq!(
+            past_object.encode(1),
+            Err(Error::RangeNotSatisfiable {
+                start: 1424,
+                end: 1524,
+                size: 1500
+            })
+        );
+        let too_long = Message::ReadRange(ReadRangeRequest {
+            block: block(0, 1 << 31),
+            object_size: u64::MAX,
+            offset: 0,
+            len: MAX_READ_LEN + 1,
+        });
+        assert!(matches!(
+            too_long.encode(1),
+            Err(Error::PayloadTooLarge { .. })
+        ));
+        let ingest = Message::Ingest(IngestRequest {
+            meta: IngestMeta {
+                block: block(0, 1024),
+                object_size: 100,
+                offset: 0,
+            },
+            data: vec![0; 101],
+        });
+        assert!(matches!(
+            ingest.encode(1),
+            Err(Error::RangeNotSatisfiable { .. })
+        ));
+    }
+
+    #[test]
+    fn range_ending_at_two_to_the_64_is_rejected_not_overflowed() {
+        let top = BlockId::new(
+            ObjectId::s3("b", "k").unwrap(),
+            ObjectVersion::new("v").unwrap(),
+            u64::MAX - 1023,
+            1024,
+        )
+        .unwrap();
+        let ok = ReadRangeRequest {
+            block: top.clone(),
+            object_size: u64::MAX,
+            offset: 0,
+            len: 1023,
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        let past = ReadRangeRequest { len: 1024, ..ok };
+        assert_eq!(
+            past.validate(),
+            Err(Error::RangeNotSatisfiable {
+                start: u64::MAX - 1023,
+                end: u64::MAX,
+                size: u64::MAX
+            })
+        );
+    }
+
+    #[test]
+    fn decode_rejects_bad_payloads() {
+        let header = |ty, len| FrameHeader::new(ty, Flags::NONE, 0, len).unwrap();
+        // Length mismatch with the header.
+        assert!(Message::decode(&header(MessageType::Ping, 8), &[0; 7]).is_err());
+        // Truncated and trailing.
+        assert!(Message::decode(&header(MessageType::Ping, 4), &[0; 4]).is_err());
+        let ack = header(MessageType::IngestAck, 12);
+        assert!(Message::decode(&ack, &[0; 12]).is_ok());
+        let mut stat = Message::Stat(StatRequest {
+            object: ObjectId::s3("b", "k").unwrap(),
+            expected_version: None,
+        })
+        .encode(0)
+        .unwrap();
+        stat.push(0);
+        let h = header(MessageType::Stat, (stat.len() - 16) as u32);
+        assert_eq!(
+            Message::decode(&h, &stat[16..]),
+            Err(Error::Malformed {
+                message_type: MessageType::Stat,
+                reason: "trailing bytes after the last field"
+            })
+        );
+        // Version flag other than 0/1.
+        let last = stat.len() - 2;
+        stat[last] = 2;
+        stat.pop();
+        let h = header(MessageType::Stat, (stat.len() - 16) as u32);
+        assert!(matches!(
+            Message::decode(&h, &stat[16..]),
+            Err(Error::Malformed { .. })
+        ));
+        // Unknown backend tag, and an id that breaks the key-path rules.
+        let payload = [9, 0, 1, b'b', 0, 1, b'k', 0];
+        let h = header(MessageType::Stat, payload.len() as u32);
+        assert!(matches!(
+            Message::decode(&h, &payload),
+            Err(Error::Malformed { .. })
+        ));
+        let payload = [1, 0, 1, b'b', 0, 2, b'.', b'.', 0];
+        let h = header(MessageType::Stat, payload.len() as u32);
+        assert_eq!(
+            Message::decode(&h, &payload),
+            Err(Error::InvalidName {
+                field: NameField::Path,
+                problem: NameProblem::DotSegment
+            })
+        );
+        // An unknown error code survives as Unknown.
+        let payload = [0x12, 0x34, 0, 0];
+        let h = FrameHeader::new(MessageType::Error, Flags::ERROR, 0, 4).unwrap();
+        assert_eq!(
+            Message::decode(&h, &payload),
+            Ok(Message::Error(ErrorReply {
+                code: ErrorCode::Unknown(0x1234),
+                message: String::new()
+            }))
+        );
+    }
+
+    #[test]
+    fn read_range_reply_header_is_header_only() {
+        let h = encode_read_range_reply_header(7, 65536).unwrap();
+        let decoded = FrameHeader::decode(&h).unwrap();
+        assert_eq!(decoded.message_type(), MessageType::ReadRangeReply);
+        assert_eq!(decoded.request_id(), 7);
+        assert_eq!(decoded.payload_len(), 65536);
+        let mut full = h.to_vec();
+        full.extend_from_slice(&[5; 65536]);
+        assert_eq!(
+            full,
+            Message::ReadRangeReply(vec![5; 65536]).encode(7).unwrap()
+        );
+        assert!(encode_read_range_reply_header(7, MAX_READ_LEN + 1).is_err());
+    }
+
+    #[test]
+    fn ingest_prefix_plus_data_is_the_full_frame() {
+        let meta = IngestMeta {
+            block: block(0, 1024),
+            object_size: 4096,
+            offset: 256,
+        };
+        let data = vec![3u8; 512];
+        let mut prefix = Vec::new();
+        encode_ingest_prefix(9, &meta, 512, &mut prefix).unwrap();
+        let full = Message::Ingest(IngestRequest {
+            meta: meta.clone(),
+            data: data.clone(),
+        })
+        .encode(9)
+        .unwrap();
+        assert_eq!(&full[..prefix.len()], &prefix[..]);
+        assert_eq!(&full[prefix.len()..], &data[..]);
+        let meta_len = u16::from_be_bytes([prefix[16], prefix[17]]) as usize;
+        assert_eq!(prefix.len(), 18 + meta_len);
+        assert_eq!(IngestMeta::decode(&prefix[18..]), Ok(meta));
+    }
+}

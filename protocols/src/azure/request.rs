@@ -1,0 +1,405 @@
+//! Reading an Azure Blob request: account, container and blob (emulator path-style or
+//! production host-style), and which operation it is.
+
+use http::{HeaderMap, Method};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::s3::request::QueryParams;
+use crate::uri_encoding::decode;
+
+/// How the account appears in requests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AzureAddressing {
+    /// Emulator style: `http://host:port/<account>/<container>/<blob>`.
+    #[default]
+    PathStyle,
+    /// Production style: `http://<account>.blob.<domain>/<container>/<blob>` (or
+    /// `<account>.<domain>`), falling back to path-style for other hosts.
+    HostStyle {
+        /// The service domain, e.g. `core.windows.net` or `localhost`.
+        domain: String,
+    },
+}
+
+/// The Azure Blob operations this crate recognises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AzureOperation {
+    /// `GET /?comp=list`.
+    ListContainers,
+    /// `PUT /<container>?restype=container`.
+    CreateContainer,
+    /// `DELETE /<container>?restype=container`.
+    DeleteContainer,
+    /// `GET|HEAD /<container>?restype=container`.
+    GetContainerProperties,
+    /// `GET /<container>?restype=container&comp=list`.
+    ListBlobs,
+    /// `GET /<container>/<blob>`.
+    GetBlob,
+    /// `HEAD /<container>/<blob>`.
+    GetBlobProperties,
+    /// `PUT /<container>/<blob>` with `x-ms-blob-type: BlockBlob`.
+    PutBlob,
+    /// `PUT /<container>/<blob>?comp=block&blockid=...`.
+    PutBlock,
+    /// `PUT /<container>/<blob>?comp=blocklist`.
+    PutBlockList,
+    /// `GET /<container>/<blob>?comp=blocklist`.
+    GetBlockList,
+    /// `DELETE /<container>/<blob>`.
+    DeleteBlob,
+}
+
+impl AzureOperation {
+    /// The operation's name as the Azure REST reference spells it.
+    pub fn name(self) -> &'static str {
+        use AzureOperation::*;
+        match self {
+            ListContainers => "ListContainers",
+            CreateContainer => "CreateContainer",
+            DeleteContainer => "DeleteContainer",
+            GetContainerProperties => "GetContainerProperties",
+            ListBlobs => "ListBlobs",
+            GetBlob => "GetBlob",
+            GetBlobProperties => "GetBlobProperties",
+            PutBlob => "PutBlob",
+            PutBlock => "PutBlock",
+            PutBlockList => "PutBlockList",
+            GetBlockList => "GetBlockList",
+            DeleteBlob => "DeleteBlob",
+        }
+    }
+
+    /// The SAS permission letter the operation needs (`r`, `l`, `w`, `c`, `d`).
+    pub fn sas_permission(self) -> char {
+        use AzureOperation::*;
+        match self {
+            GetContainerProperties | GetBlob | GetBlobProperties | GetBlockList => 'r',
+            ListContainers | ListBlobs => 'l',
+            PutBlob | PutBlock | PutBlockList => 'w',
+            CreateContainer => 'c',
+            DeleteContainer | DeleteBlob => 'd',
+        }
+    }
+
+    /// The account-SAS resource type the operation touches: `s`ervice, `c`ontainer, `o`bject.
+    pub fn sas_resource_type(self) -> char {
+        use AzureOperation::*;
+        match self {
+            ListContainers => 's',
+            CreateContainer | DeleteContainer | GetContainerProperties | ListBlobs => 'c',
+            _ => 'o',
+        }
+    }
+}
+
+/// An Azure Blob request, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AzureRequest {
+    /// The operation.
+    pub operation: AzureOperation,
+    /// The storage account.
+    pub account: String,
+    /// The container, for container and blob operations.
+    pub container: Option<String>,
+    /// The blob name, decoded, for blob operations.
+    pub blob: Option<String>,
+    /// The decoded query.
+    pub query: QueryParams,
+}
+
+fn host_name(host: &str) -> String {
+    let host = host.trim();
+    host.rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(host)
+        .to_ascii_lowercase()
+}
+
+/// Works out account, container and blob from the host and the raw path.
+pub fn resolve_address(
+    addressing: &AzureAddressing,
+    host: Option<&str>,
+    raw_path: &str,
+) -> (Option<String>, Option<String>, Option<String>) {
+    let path = decode(raw_path);
+    let path = path.strip_prefix('/').unwrap_or(&path).to_owned();
+    let mut account = None;
+    if let (AzureAddressing::HostStyle { domain }, Some(host)) = (addressing, host) {
+        let name = host_name(host);
+        if let Some(prefix) = name
+            .strip_suffix(domain.as_str())
+            .and_then(|p| p.strip_suffix('.'))
+        {
+            let prefix = prefix.strip_suffix(".blob").unwrap_or(prefix);
+            if !prefix.is_empty() && !prefix.contains('.') {
+                account = Some(prefix.to_owned());
+            }
+        }
+    }
+    let rest = match &account {
+        Some(_) => path,
+        None => {
+            let (a, rest) = path.split_once('/').unwrap_or((&path, ""));
+            if !a.is_empty() {
+                account = Some(a.to_owned());
+            }
+            rest.to_owned()
+        }
+    };
+    let (container, blob) = match rest.split_once('/') {
+        None if rest.is_empty() => (None, None),
+        None => (Some(rest), None),
+        Some((c, "")) => (Some(c.to_owned()), None),
+        Some((c, b)) => (Some(c.to_owned()), Some(b.to_owned())),
+    };
+    (account, container, blob)
+}
+
+impl AzureRequest {
+    /// Classifies a request.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NotImplemented`] for operations this crate does not serve (leases,
+    /// ACLs, metadata updates, append and page blobs, copies);
+    /// [`ErrorKind::InvalidRequest`] when no account can be found;
+    /// [`ErrorKind::MethodNotAllowed`].
+    pub fn classify(
+        method: &Method,
+        addressing: &AzureAddressing,
+        headers: &HeaderMap,
+        raw_path: &str,
+        raw_query: &str,
+    ) -> Result<AzureRequest> {
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        let (account, container, blob) = resolve_address(addressing, host, raw_path);
+        let account = account.ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidRequest,
+                "the request names no storage account",
+            )
+        })?;
+        let query = QueryParams::parse(raw_query);
+        let comp = query.get("comp");
+        let restype = query.get("restype");
+        let unsupported = |what: &str| {
+            Error::new(
+                ErrorKind::NotImplemented,
+                format!("{what} is not implemented"),
+            )
+        };
+        use AzureOperation::*;
+        let operation = match (&container, &blob) {
+            (None, _) => match (method, comp) {
+                (&Method::GET, Some("list")) => ListContainers,
+                (_, Some(c)) => return Err(unsupported(&format!("comp={c} on the account"))),
+                _ => return Err(unsupported("this account operation")),
+            },
+            (Some(_), None) => match (method, restype, comp) {
+                (&Method::GET, Some("container"), Some("list")) => ListBlobs,
+                (&Method::GET | &Method::HEAD, Some("container"), None) => GetContainerProperties,
+                (&Method::PUT, Some("container"), None) => CreateContainer,
+                (&Method::DELETE, Some("container"), None) => DeleteContainer,
+                (_, _, Some(c)) => return Err(unsupported(&format!("comp={c} on a container"))),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        "container requests need restype=container",
+                    ));
+                }
+            },
+            (Some(_), Some(_)) => match (method, comp) {
+                (&Method::GET, None) => GetBlob,
+                (&Method::HEAD, None) => GetBlobProperties,
+                (&Method::PUT, None) => {
+                    if headers.contains_key("x-ms-copy-source") {
+                        return Err(unsupported("Copy Blob"));
+                    }
+                    match headers.get("x-ms-blob-type").map(|v| v.as_bytes()) {
+                        Some(b"BlockBlob") => PutBlob,
+                        Some(_) => return Err(unsupported("page and append blobs")),
+                        None => {
+                            return Err(Error::new(
+                                ErrorKind::InvalidHeaderValue,
+                                "x-ms-blob-type is required",
+                            ));
+                        }
+                    }
+                }
+                (&Method::PUT, Some("block")) => PutBlock,
+                (&Method::PUT, Some("blocklist")) => PutBlockList,
+                (&Method::GET, Some("blocklist")) => GetBlockList,
+                (&Method::DELETE, None) => DeleteBlob,
+                (_, Some(c)) => return Err(unsupported(&format!("comp={c} on a blob"))),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::MethodNotAllowed,
+                        format!("{method} is not allowed on a blob"),
+                    ));
+                }
+            },
+        };
+        Ok(AzureRequest {
+            operation,
+            account,
+            container,
+            blob,
+            query,
+        })
+    }
+}
+
+/// Checks a container name: 3–63 characters of lower-case letters, digits and single
+/// hyphens, starting and ending with a letter or digit (or the special `$root`).
+///
+/// # Errors
+/// [`ErrorKind::InvalidBucketName`].
+pub fn validate_container_name(name: &str) -> Result<()> {
+    let ok = name == "$root"
+        || ((3..=63).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && name
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric())
+            && name
+                .bytes()
+                .last()
+                .is_some_and(|b| b.is_ascii_alphanumeric())
+            && !name.contains("--"));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::InvalidBucketName,
+            format!("The specifed resource name '{name}' contains invalid characters."),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(
+        method: Method,
+        host: &str,
+        path: &str,
+        query: &str,
+        extra: &[(&'static str, &str)],
+    ) -> Result<AzureRequest> {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::HOST, host.parse().expect("host"));
+        for (k, v) in extra {
+            h.insert(*k, v.parse().expect("value"));
+        }
+        let addressing = AzureAddressing::HostStyle {
+            domain: "core.windows.net".into(),
+        };
+        AzureRequest::classify(&method, &addressing, &h, path, query)
+    }
+
+    #[test]
+    fn emulator_and_production_addressing() {
+        let r = classify(
+            Method::GET,
+            "127.0.0.1:10000",
+            "/devstoreaccount1/c1/dir/a%20b",
+            "",
+            &[],
+        )
+        .expect("ok");
+        assert_eq!(
+            (
+                r.account.as_str(),
+                r.container.as_deref(),
+                r.blob.as_deref(),
+                r.operation
+            ),
+            (
+                "devstoreaccount1",
+                Some("c1"),
+                Some("dir/a b"),
+                AzureOperation::GetBlob
+            )
+        );
+        let r = classify(Method::HEAD, "acct.blob.core.windows.net", "/c1/x", "", &[]).expect("ok");
+        assert_eq!(
+            (r.account.as_str(), r.operation),
+            ("acct", AzureOperation::GetBlobProperties)
+        );
+        let r = classify(
+            Method::GET,
+            "acct.blob.core.windows.net",
+            "/",
+            "comp=list",
+            &[],
+        )
+        .expect("ok");
+        assert_eq!(r.operation, AzureOperation::ListContainers);
+    }
+
+    #[test]
+    fn operations() {
+        let op = |m, p, q, extra: &[(&'static str, &str)]| {
+            classify(m, "h:1", p, q, extra).map(|r| r.operation)
+        };
+        assert_eq!(
+            op(Method::GET, "/a/c", "restype=container&comp=list", &[]).ok(),
+            Some(AzureOperation::ListBlobs)
+        );
+        assert_eq!(
+            op(Method::GET, "/a/c", "restype=container", &[]).ok(),
+            Some(AzureOperation::GetContainerProperties)
+        );
+        assert_eq!(
+            op(
+                Method::PUT,
+                "/a/c/b",
+                "",
+                &[("x-ms-blob-type", "BlockBlob")]
+            )
+            .ok(),
+            Some(AzureOperation::PutBlob)
+        );
+        assert_eq!(
+            op(Method::PUT, "/a/c/b", "comp=block&blockid=AA%3D%3D", &[]).ok(),
+            Some(AzureOperation::PutBlock)
+        );
+        assert_eq!(
+            op(Method::PUT, "/a/c/b", "comp=blocklist", &[]).ok(),
+            Some(AzureOperation::PutBlockList)
+        );
+        assert_eq!(
+            op(Method::DELETE, "/a/c/b", "", &[]).ok(),
+            Some(AzureOperation::DeleteBlob)
+        );
+        let err = |m, p, q, extra: &[(&'static str, &str)]| {
+            op(m, p, q, extra).map_err(|e| e.kind()).err()
+        };
+        assert_eq!(
+            err(Method::PUT, "/a/c/b", "comp=lease", &[]),
+            Some(ErrorKind::NotImplemented)
+        );
+        assert_eq!(
+            err(Method::PUT, "/a/c/b", "", &[("x-ms-blob-type", "PageBlob")]),
+            Some(ErrorKind::NotImplemented)
+        );
+        assert_eq!(
+            err(Method::PUT, "/a/c/b", "", &[]),
+            Some(ErrorKind::InvalidHeaderValue)
+        );
+    }
+
+    #[test]
+    fn container_names() {
+        assert!(validate_container_name("my-container1").is_ok());
+        for bad in ["ab", "Caps", "a--b", "-ab", "a_b"] {
+            assert!(validate_container_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! `talon-protocols`: everything a Talon process needs to know about the S3 and Azure
+//! Blob REST protocols, written once and shared by the origin stub, the gateway and the
+//! worker's miss path.
+//!
+//! It owns request parsing (addressing, operations, ranges, conditional headers, listing
+//! parameters), the XML bodies and error codes of both protocols and the single table
+//! that maps an [`ErrorKind`] to each protocol's code and status, authentication in both
+//! directions (verifying SigV4, Shared Key and SAS; signing outgoing requests), flexible
+//! checksums and `aws-chunked` bodies, and the [`origin::OriginClient`].
+//!
+//! It does not own servers, routing or storage: the parsing and signing modules do no I/O
+//! and hold no runtime; only [`origin`] performs network calls.
+
+pub mod azure;
+pub mod checksum;
+pub mod conditional;
+pub mod dates;
+pub mod error;
+pub mod listing;
+pub mod origin;
+pub mod range;
+pub mod s3;
+pub mod uri_encoding;
+pub mod xml;
+
+pub use error::{Error, ErrorKind, Result};

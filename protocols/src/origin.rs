@@ -1,0 +1,723 @@
+//! The origin client: what a Talon process uses to talk to the object store behind it,
+//! S3 or Azure Blob, with the right signature.
+//!
+//! It does the few operations a read-through cache needs — HEAD, a ranged GET pinned to
+//! one version with `If-Match`, a listing page, put and delete — and turns every answer
+//! into an [`ObjectInfo`] or an [`Error`] whose [`ErrorKind`] says what happened
+//! (a 412 on a pinned GET is [`ErrorKind::PreconditionFailed`]: the object changed).
+//! Retries and backoff belong to the caller, which knows its budget.
+
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http::{HeaderMap, Method, StatusCode};
+
+use crate::azure::shared_key::{self, AccountKey, SharedKeyParts};
+use crate::conditional::quote_etag;
+use crate::dates::{format_http_date, parse_http_date};
+use crate::error::{Error, ErrorKind, Result};
+use crate::range::{ByteRange, parse_content_range};
+use crate::s3::sigv4::{S3Credentials, SignedBody, sign_request};
+use crate::uri_encoding::{decode, encode_path, encode_strict};
+
+/// The Azure REST version this client speaks.
+pub const AZURE_API_VERSION: &str = "2025-01-05";
+
+/// Where the origin is and how to authenticate to it.
+#[derive(Debug, Clone)]
+pub enum OriginConfig {
+    /// An S3 endpoint.
+    S3 {
+        /// Base URL without bucket, e.g. `http://127.0.0.1:9000` or
+        /// `https://s3.eu-west-1.amazonaws.com`.
+        endpoint: String,
+        /// Signing region.
+        region: String,
+        /// Credentials; anonymous when `None`.
+        credentials: Option<S3Credentials>,
+        /// Put the bucket in the host name instead of the path.
+        virtual_hosted: bool,
+    },
+    /// An Azure Blob endpoint.
+    Azure {
+        /// The account's base URL: `https://<account>.blob.core.windows.net` or, for an
+        /// emulator, `http://127.0.0.1:10000/<account>`.
+        endpoint: String,
+        /// Account name (for Shared Key).
+        account: String,
+        /// Account key for Shared Key; anonymous (or SAS) when `None`.
+        key: Option<AccountKey>,
+        /// A SAS query string to append to every request, without `?`.
+        sas: Option<String>,
+    },
+}
+
+/// What the origin says about an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Size in bytes.
+    pub size: u64,
+    /// Quoted entity tag: the version the cache keys blocks by.
+    pub etag: String,
+    /// Last modification time, when the origin gave one.
+    pub last_modified: Option<SystemTime>,
+    /// Content type, when the origin gave one.
+    pub content_type: Option<String>,
+}
+
+/// A stream of body bytes.
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send + 'static>>;
+
+/// The answer to a GET: the object's metadata, the range served, and its bytes.
+pub struct GetResponse {
+    /// Metadata of the object (size is the whole object's size).
+    pub info: ObjectInfo,
+    /// The range the body covers; `None` for the whole object.
+    pub range: Option<ByteRange>,
+    /// The body, streamed.
+    pub body: ByteStream,
+}
+
+impl std::fmt::Debug for GetResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GetResponse")
+            .field("info", &self.info)
+            .field("range", &self.range)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListResult {
+    /// Objects: key, size, quoted entity tag.
+    pub objects: Vec<ListedEntry>,
+    /// Common prefixes.
+    pub common_prefixes: Vec<String>,
+    /// Token for the next page, `None` on the last.
+    pub next_token: Option<String>,
+}
+
+/// An object in a [`ListResult`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedEntry {
+    /// Key (decoded).
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Quoted entity tag.
+    pub etag: String,
+}
+
+/// A client for one origin.
+#[derive(Debug, Clone)]
+pub struct OriginClient {
+    http: reqwest::Client,
+    config: OriginConfig,
+}
+
+fn transport(err: reqwest::Error) -> Error {
+    let kind = if err.is_timeout() {
+        ErrorKind::Timeout
+    } else {
+        ErrorKind::ServiceUnavailable
+    };
+    Error::new(kind, format!("origin request failed: {err}")).with_source(err)
+}
+
+impl OriginClient {
+    /// Creates a client with a connect timeout and a pool of keep-alive connections.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InternalError`] when the TLS backend cannot be initialised.
+    pub fn new(config: OriginConfig) -> Result<OriginClient> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| {
+                Error::new(ErrorKind::InternalError, "cannot build the HTTP client").with_source(e)
+            })?;
+        Ok(OriginClient { http, config })
+    }
+
+    /// The configuration this client was made with.
+    pub fn config(&self) -> &OriginConfig {
+        &self.config
+    }
+
+    /// Fetches an object's metadata.
+    ///
+    /// # Errors
+    /// The origin's error as a kind ([`ErrorKind::NoSuchKey`], ...).
+    pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
+        let resp = self
+            .send(Method::HEAD, bucket, Some(key), "", &[], Bytes::new())
+            .await?;
+        let resp = check(resp).await?;
+        object_info(resp.headers(), None)
+    }
+
+    /// Reads an object, or a range of it, optionally pinned to a version with `If-Match`.
+    /// An origin that ignores the range answers with the whole object; `range` in the
+    /// answer is then `None` and the caller must skip to the bytes it asked for.
+    ///
+    /// # Errors
+    /// [`ErrorKind::PreconditionFailed`] when the pinned version is gone,
+    /// [`ErrorKind::InvalidRange`], [`ErrorKind::NoSuchKey`], transport errors as
+    /// [`ErrorKind::ServiceUnavailable`] or [`ErrorKind::Timeout`]. A body that ends early
+    /// ends the stream with [`ErrorKind::IncompleteBody`].
+    pub async fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<ByteRange>,
+        if_match: Option<&str>,
+    ) -> Result<GetResponse> {
+        let mut headers: Vec<(&str, String)> = Vec::new();
+        if let Some(r) = range {
+            let name = match self.config {
+                OriginConfig::S3 { .. } => "range",
+                OriginConfig::Azure { .. } => "x-ms-range",
+            };
+            headers.push((name, r.to_header_value()));
+        }
+        if let Some(tag) = if_match {
+            headers.push(("if-match", quote_etag(tag)));
+        }
+        let resp = self
+            .send(Method::GET, bucket, Some(key), "", &headers, Bytes::new())
+            .await?;
+        let resp = check(resp).await?;
+        let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
+        let (served, total) = match resp
+            .headers()
+            .get("content-range")
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(v) if partial => {
+                let (r, total) = parse_content_range(v).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InternalError,
+                        format!("origin sent an invalid Content-Range '{v}'"),
+                    )
+                })?;
+                (Some(r), total)
+            }
+            _ => (None, None),
+        };
+        if let (Some(asked), Some(got)) = (range, served)
+            && (asked.start != got.start || got.end > asked.end)
+        {
+            return Err(Error::new(
+                ErrorKind::InternalError,
+                "origin served a different range than asked",
+            ));
+        }
+        let info = object_info(resp.headers(), total)?;
+        let expected = served.map(|r| r.len()).unwrap_or(info.size);
+        let body = length_checked(resp.bytes_stream(), expected);
+        Ok(GetResponse {
+            info,
+            range: served,
+            body,
+        })
+    }
+
+    /// Lists one page of keys under `prefix`.
+    ///
+    /// # Errors
+    /// The origin's error as a kind ([`ErrorKind::NoSuchBucket`], ...).
+    pub async fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<&str>,
+        max_keys: Option<usize>,
+    ) -> Result<ListResult> {
+        let mut q: Vec<(&str, String)> = Vec::new();
+        match self.config {
+            OriginConfig::S3 { .. } => {
+                q.push(("list-type", "2".into()));
+                q.push(("encoding-type", "url".into()));
+                if let Some(t) = token {
+                    q.push(("continuation-token", t.into()));
+                }
+                if let Some(m) = max_keys {
+                    q.push(("max-keys", m.to_string()));
+                }
+            }
+            OriginConfig::Azure { .. } => {
+                q.push(("restype", "container".into()));
+                q.push(("comp", "list".into()));
+                if let Some(t) = token {
+                    q.push(("marker", t.into()));
+                }
+                if let Some(m) = max_keys {
+                    q.push(("maxresults", m.to_string()));
+                }
+            }
+        }
+        if !prefix.is_empty() {
+            q.push(("prefix", prefix.into()));
+        }
+        if let Some(d) = delimiter {
+            q.push(("delimiter", d.into()));
+        }
+        let query = q
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode_strict(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let resp = self
+            .send(Method::GET, bucket, None, &query, &[], Bytes::new())
+            .await?;
+        let resp = check(resp).await?;
+        let body = resp.bytes().await.map_err(transport)?;
+        match self.config {
+            OriginConfig::S3 { .. } => {
+                let parsed: crate::s3::xml::ListBucketResult =
+                    crate::s3::xml::parse_request(&body)?;
+                let url = parsed.encoding_type.as_deref() == Some("url");
+                let dec = |s: &str| {
+                    if url {
+                        decode(s).into_owned()
+                    } else {
+                        s.to_owned()
+                    }
+                };
+                Ok(ListResult {
+                    objects: parsed
+                        .contents
+                        .iter()
+                        .map(|o| ListedEntry {
+                            key: dec(&o.key),
+                            size: o.size,
+                            etag: quote_etag(&o.etag),
+                        })
+                        .collect(),
+                    common_prefixes: parsed
+                        .common_prefixes
+                        .iter()
+                        .map(|p| dec(&p.prefix))
+                        .collect(),
+                    next_token: parsed
+                        .next_continuation_token
+                        .filter(|_| parsed.is_truncated),
+                })
+            }
+            OriginConfig::Azure { .. } => {
+                use crate::azure::xml::{BlobItem, EnumerationResults};
+                let parsed: EnumerationResults = crate::azure::xml::parse_request(&body)?;
+                let mut out = ListResult {
+                    next_token: parsed.next_marker.filter(|m| !m.is_empty()),
+                    ..Default::default()
+                };
+                for item in parsed.blobs.items {
+                    match item {
+                        BlobItem::Blob(b) => out.objects.push(ListedEntry {
+                            key: b.name,
+                            size: b.properties.content_length,
+                            etag: quote_etag(&b.properties.etag),
+                        }),
+                        BlobItem::BlobPrefix(p) => out.common_prefixes.push(p.name),
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Writes a whole object and returns its new entity tag.
+    ///
+    /// # Errors
+    /// The origin's error as a kind.
+    pub async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Bytes,
+        content_type: Option<&str>,
+    ) -> Result<String> {
+        let mut headers: Vec<(&str, String)> = Vec::new();
+        if let Some(ct) = content_type {
+            headers.push(("content-type", ct.to_owned()));
+        }
+        if matches!(self.config, OriginConfig::Azure { .. }) {
+            headers.push(("x-ms-blob-type", "BlockBlob".into()));
+        }
+        let resp = self
+            .send(Method::PUT, bucket, Some(key), "", &headers, body)
+            .await?;
+        let resp = check(resp).await?;
+        resp.headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(quote_etag)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InternalError,
+                    "origin answered a put without an ETag",
+                )
+            })
+    }
+
+    /// Deletes an object. Deleting a missing object succeeds on S3 and fails with
+    /// [`ErrorKind::NoSuchKey`] on Azure, as each origin says.
+    ///
+    /// # Errors
+    /// The origin's error as a kind.
+    pub async fn delete(&self, bucket: &str, key: &str) -> Result<()> {
+        let resp = self
+            .send(Method::DELETE, bucket, Some(key), "", &[], Bytes::new())
+            .await?;
+        check(resp).await.map(|_| ())
+    }
+
+    /// Builds, signs and sends one request.
+    async fn send(
+        &self,
+        method: Method,
+        bucket: &str,
+        key: Option<&str>,
+        query: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> Result<reqwest::Response> {
+        if let Some(k) = key
+            && (k.is_empty() || k.split('/').any(|s| s == "." || s == ".."))
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidObjectName,
+                format!("key '{k}' cannot be addressed safely"),
+            ));
+        }
+        let now = SystemTime::now();
+        let (url, host) = self.url(bucket, key, query)?;
+        let mut all: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        match &self.config {
+            OriginConfig::S3 {
+                region,
+                credentials,
+                ..
+            } => {
+                if let Some(creds) = credentials {
+                    let mut to_sign: Vec<(&str, &str)> = vec![("host", host.as_str())];
+                    to_sign.extend(all.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                    let signed_body = if body.is_empty() && method != Method::PUT {
+                        SignedBody::Bytes(&[])
+                    } else {
+                        SignedBody::Bytes(&body)
+                    };
+                    let extra = sign_request(
+                        method.as_str(),
+                        &url,
+                        &to_sign,
+                        signed_body,
+                        creds,
+                        region,
+                        now,
+                    )?;
+                    all.extend(extra);
+                }
+            }
+            OriginConfig::Azure {
+                account,
+                key: account_key,
+                ..
+            } => {
+                all.push(("x-ms-version".into(), AZURE_API_VERSION.into()));
+                all.push(("x-ms-date".into(), format_http_date(now)));
+                if let Some(account_key) = account_key {
+                    let mut map = HeaderMap::new();
+                    for (k, v) in &all {
+                        if let (Ok(name), Ok(value)) =
+                            (http::HeaderName::from_bytes(k.as_bytes()), v.parse())
+                        {
+                            map.append(name, value);
+                        }
+                    }
+                    if !body.is_empty() {
+                        map.insert(http::header::CONTENT_LENGTH, body.len().into());
+                    }
+                    let (raw_path, raw_query) = path_and_query(&url);
+                    let parts = SharedKeyParts {
+                        method: method.as_str(),
+                        raw_path,
+                        raw_query,
+                        headers: &map,
+                    };
+                    all.push((
+                        "authorization".into(),
+                        shared_key::authorization(&parts, account, account_key),
+                    ));
+                }
+            }
+        }
+        let mut req = self.http.request(method, &url);
+        for (k, v) in &all {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        req.body(body).send().await.map_err(transport)
+    }
+
+    /// The request URL and its `Host` value.
+    fn url(&self, bucket: &str, key: Option<&str>, query: &str) -> Result<(String, String)> {
+        let key_path = key.map(encode_path).unwrap_or_default();
+        let (base, path) = match &self.config {
+            OriginConfig::S3 {
+                endpoint,
+                virtual_hosted: true,
+                ..
+            } => {
+                let (scheme, rest) = endpoint.split_once("://").ok_or_else(|| {
+                    Error::new(ErrorKind::InvalidArgument, "endpoint needs a scheme")
+                })?;
+                (
+                    format!("{scheme}://{bucket}.{}", rest.trim_end_matches('/')),
+                    format!("/{key_path}"),
+                )
+            }
+            OriginConfig::S3 { endpoint, .. } => {
+                let path = if key.is_some() {
+                    format!("/{bucket}/{key_path}")
+                } else {
+                    format!("/{bucket}")
+                };
+                (endpoint.trim_end_matches('/').to_owned(), path)
+            }
+            OriginConfig::Azure { endpoint, .. } => {
+                let (base, base_path) = split_base(endpoint)?;
+                let mut path = format!("{base_path}/{bucket}");
+                if key.is_some() {
+                    path.push('/');
+                    path.push_str(&key_path);
+                }
+                (base.to_owned(), path)
+            }
+        };
+        let mut query = query.to_owned();
+        if let OriginConfig::Azure { sas: Some(sas), .. } = &self.config {
+            if !query.is_empty() {
+                query.push('&');
+            }
+            query.push_str(sas.trim_start_matches('?'));
+        }
+        let host = base
+            .split_once("://")
+            .map(|(_, h)| h.to_owned())
+            .unwrap_or_default();
+        let host = strip_default_port(&base, &host);
+        let url = if query.is_empty() {
+            format!("{base}{path}")
+        } else {
+            format!("{base}{path}?{query}")
+        };
+        Ok((url, host))
+    }
+}
+
+/// Splits `http://host:port/some/path` into `http://host:port` and `/some/path`.
+fn split_base(endpoint: &str) -> Result<(&str, &str)> {
+    let endpoint = endpoint.trim_end_matches('/');
+    let after = endpoint
+        .find("://")
+        .map(|i| i + 3)
+        .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "endpoint needs a scheme"))?;
+    Ok(match endpoint[after..].find('/') {
+        Some(i) => endpoint.split_at(after + i),
+        None => (endpoint, ""),
+    })
+}
+
+fn strip_default_port(base: &str, host: &str) -> String {
+    if base.starts_with("http://") {
+        host.strip_suffix(":80").unwrap_or(host).to_owned()
+    } else {
+        host.strip_suffix(":443").unwrap_or(host).to_owned()
+    }
+}
+
+fn path_and_query(url: &str) -> (&str, &str) {
+    let after = url.find("://").map(|i| i + 3).unwrap_or(0);
+    let rest = match url[after..].find('/') {
+        Some(i) => &url[after + i..],
+        None => "/",
+    };
+    rest.split_once('?').unwrap_or((rest, ""))
+}
+
+/// Turns a non-success answer into an error, reading the error code from the body or
+/// (for HEAD, which has none) from `x-ms-error-code` and the status.
+async fn check(resp: reqwest::Response) -> Result<reqwest::Response> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let azure_code = resp
+        .headers()
+        .get("x-ms-error-code")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = resp.bytes().await.unwrap_or_default();
+    let parsed: Option<crate::s3::xml::ErrorBody> = crate::s3::xml::parse_request(&body).ok();
+    let code = azure_code
+        .clone()
+        .or_else(|| parsed.as_ref().map(|p| p.code.clone()))
+        .unwrap_or_default();
+    let kind = azure_code
+        .as_deref()
+        .and_then(ErrorKind::from_azure_code)
+        .or_else(|| {
+            parsed
+                .as_ref()
+                .and_then(|p| ErrorKind::from_s3_code(&p.code))
+        })
+        .or_else(|| {
+            parsed
+                .as_ref()
+                .and_then(|p| ErrorKind::from_azure_code(&p.code))
+        })
+        .unwrap_or_else(|| ErrorKind::from_status(status));
+    let message = parsed
+        .map(|p| p.message)
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| status.to_string());
+    Err(Error::new(
+        kind,
+        format!("origin answered {status} {code}: {message}"),
+    ))
+}
+
+fn object_info(
+    headers: &reqwest::header::HeaderMap,
+    total_from_range: Option<u64>,
+) -> Result<ObjectInfo> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let size = match total_from_range {
+        Some(t) => t,
+        None => text("content-length")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InternalError,
+                    "origin answer has no Content-Length",
+                )
+            })?,
+    };
+    let etag = text("etag")
+        .map(quote_etag)
+        .ok_or_else(|| Error::new(ErrorKind::InternalError, "origin answer has no ETag"))?;
+    Ok(ObjectInfo {
+        size,
+        etag,
+        last_modified: text("last-modified").and_then(parse_http_date),
+        content_type: text("content-type").map(str::to_owned),
+    })
+}
+
+/// Passes a body through, failing the stream if it ends before `expected` bytes or runs
+/// past them, so a cut connection can never look like a complete object.
+fn length_checked(
+    inner: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+    expected: u64,
+) -> ByteStream {
+    let mut seen = 0u64;
+    let mut done = false;
+    let mut inner = Box::pin(inner);
+    Box::pin(futures_util::stream::poll_fn(move |cx| {
+        if done {
+            return std::task::Poll::Ready(None);
+        }
+        match inner.poll_next_unpin(cx) {
+            std::task::Poll::Ready(Some(Ok(chunk))) => {
+                seen += chunk.len() as u64;
+                if seen > expected {
+                    done = true;
+                    return std::task::Poll::Ready(Some(Err(Error::new(
+                        ErrorKind::IncompleteBody,
+                        "origin sent more bytes than its Content-Length",
+                    ))));
+                }
+                std::task::Poll::Ready(Some(Ok(chunk)))
+            }
+            std::task::Poll::Ready(Some(Err(e))) => {
+                done = true;
+                std::task::Poll::Ready(Some(Err(Error::new(
+                    ErrorKind::IncompleteBody,
+                    format!("origin body failed after {seen} of {expected} bytes: {e}"),
+                )
+                .with_source(e))))
+            }
+            std::task::Poll::Ready(None) => {
+                done = true;
+                if seen < expected {
+                    std::task::Poll::Ready(Some(Err(Error::new(
+                        ErrorKind::IncompleteBody,
+                        format!("origin body ended after {seen} of {expected} bytes"),
+                    ))))
+                } else {
+                    std::task::Poll::Ready(None)
+                }
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_for_each_addressing() {
+        let s3 = OriginClient::new(OriginConfig::S3 {
+            endpoint: "http://127.0.0.1:9000/".into(),
+            region: "us-east-1".into(),
+            credentials: None,
+            virtual_hosted: false,
+        })
+        .expect("client");
+        assert_eq!(
+            s3.url("b", Some("dir/a b+c"), "").expect("url"),
+            (
+                "http://127.0.0.1:9000/b/dir/a%20b%2Bc".to_owned(),
+                "127.0.0.1:9000".to_owned()
+            )
+        );
+        let vh = OriginClient::new(OriginConfig::S3 {
+            endpoint: "https://s3.eu-west-1.amazonaws.com".into(),
+            region: "eu-west-1".into(),
+            credentials: None,
+            virtual_hosted: true,
+        })
+        .expect("client");
+        assert_eq!(
+            vh.url("b", Some("k"), "x=1").expect("url").0,
+            "https://b.s3.eu-west-1.amazonaws.com/k?x=1"
+        );
+        let az = OriginClient::new(OriginConfig::Azure {
+            endpoint: "http://127.0.0.1:10000/devstoreaccount1".into(),
+            account: "devstoreaccount1".into(),
+            key: None,
+            sas: Some("sv=1&sig=x".into()),
+        })
+        .expect("client");
+        assert_eq!(
+            az.url("c", Some("k"), "comp=list").expect("url").0,
+            "http://127.0.0.1:10000/devstoreaccount1/c/k?comp=list&sv=1&sig=x"
+        );
+    }
+
+    #[test]
+    fn path_and_query_split() {
+        assert_eq!(path_and_query("http://h:1/a/b?x=1"), ("/a/b", "x=1"));
+        assert_eq!(path_and_query("http://h:1"), ("/", ""));
+    }
+}

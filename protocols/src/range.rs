@@ -1,0 +1,319 @@
+//! Byte ranges: the `Range` / `x-ms-range` header grammar and its resolution against an
+//! object's size, with the rules S3 and Azure apply.
+//!
+//! Both protocols accept one range of the form `bytes=a-b` (inclusive) or `bytes=a-`;
+//! S3 also accepts the suffix form `bytes=-n` (the last `n` bytes). A malformed value,
+//! including `bytes=1-0` and multiple ranges, is ignored by S3 (the whole object is
+//! served); a range starting at or past the end is answered with 416 `InvalidRange`.
+
+use std::fmt;
+
+/// One range as the client wrote it, before the object's size is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeSpec {
+    /// `bytes=first-last`, both inclusive, `first <= last`.
+    Bounded {
+        /// First byte offset.
+        first: u64,
+        /// Last byte offset (inclusive).
+        last: u64,
+    },
+    /// `bytes=first-`: from `first` to the end.
+    From {
+        /// First byte offset.
+        first: u64,
+    },
+    /// `bytes=-n`: the last `n` bytes.
+    Suffix {
+        /// Number of bytes from the end.
+        len: u64,
+    },
+}
+
+/// A resolved, non-empty, half-open byte range `[start, end)` inside an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ByteRange {
+    /// First byte offset.
+    pub start: u64,
+    /// One past the last byte offset; always `> start`.
+    pub end: u64,
+}
+
+/// The range cannot be satisfied for an object of this size (HTTP 416).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsatisfiable {
+    /// The object's size, for the `Content-Range: bytes */size` header.
+    pub size: u64,
+}
+
+impl RangeSpec {
+    /// Parses one range header value. `None` means "malformed": S3 ignores such a header.
+    ///
+    /// Whitespace around the numbers is tolerated; several ranges (`a-b,c-d`) are treated
+    /// as malformed because neither protocol serves multipart/byteranges.
+    pub fn parse(value: &str) -> Option<RangeSpec> {
+        let rest = value.trim().strip_prefix("bytes=")?;
+        if rest.contains(',') {
+            return None;
+        }
+        let (a, b) = rest.split_once('-')?;
+        let (a, b) = (a.trim(), b.trim());
+        match (a.is_empty(), b.is_empty()) {
+            (true, true) => None,
+            (true, false) => Some(RangeSpec::Suffix {
+                len: parse_offset(b)?,
+            }),
+            (false, true) => Some(RangeSpec::From {
+                first: parse_offset(a)?,
+            }),
+            (false, false) => {
+                let (first, last) = (parse_offset(a)?, parse_offset(b)?);
+                (first <= last).then_some(RangeSpec::Bounded { first, last })
+            }
+        }
+    }
+
+    /// Resolves against an object of `size` bytes, clamping the end to the object.
+    ///
+    /// # Errors
+    /// [`Unsatisfiable`] when the range starts at or past the end (including any range on
+    /// an empty object) or is a zero-length suffix.
+    pub fn resolve(self, size: u64) -> Result<ByteRange, Unsatisfiable> {
+        let unsatisfiable = Unsatisfiable { size };
+        match self {
+            RangeSpec::Bounded { first, last } => {
+                if first >= size {
+                    return Err(unsatisfiable);
+                }
+                Ok(ByteRange {
+                    start: first,
+                    end: last.saturating_add(1).min(size),
+                })
+            }
+            RangeSpec::From { first } => {
+                if first >= size {
+                    return Err(unsatisfiable);
+                }
+                Ok(ByteRange {
+                    start: first,
+                    end: size,
+                })
+            }
+            RangeSpec::Suffix { len } => {
+                if len == 0 || size == 0 {
+                    return Err(unsatisfiable);
+                }
+                Ok(ByteRange {
+                    start: size.saturating_sub(len),
+                    end: size,
+                })
+            }
+        }
+    }
+
+    /// Whether this is the suffix form, which Azure does not define.
+    pub fn is_suffix(self) -> bool {
+        matches!(self, RangeSpec::Suffix { .. })
+    }
+}
+
+impl fmt::Display for RangeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RangeSpec::Bounded { first, last } => write!(f, "bytes={first}-{last}"),
+            RangeSpec::From { first } => write!(f, "bytes={first}-"),
+            RangeSpec::Suffix { len } => write!(f, "bytes=-{len}"),
+        }
+    }
+}
+
+fn parse_offset(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+impl ByteRange {
+    /// Number of bytes in the range (never zero).
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Always false: a resolved range holds at least one byte. Present for API symmetry.
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+
+    /// The last byte offset, inclusive, as HTTP writes it.
+    pub fn last(&self) -> u64 {
+        self.end - 1
+    }
+
+    /// The `Content-Range` value for a 206 answer: `bytes start-last/size`.
+    pub fn content_range(&self, size: u64) -> String {
+        format!("bytes {}-{}/{}", self.start, self.last(), size)
+    }
+
+    /// The request header value that asks for exactly this range: `bytes=start-last`.
+    pub fn to_header_value(&self) -> String {
+        format!("bytes={}-{}", self.start, self.last())
+    }
+
+    /// Whether the range covers the whole of an object of `size` bytes.
+    pub fn is_whole(&self, size: u64) -> bool {
+        self.start == 0 && self.end == size
+    }
+}
+
+impl Unsatisfiable {
+    /// The `Content-Range` value for a 416 answer: `bytes */size`.
+    pub fn content_range(&self) -> String {
+        format!("bytes */{}", self.size)
+    }
+}
+
+/// Parses a `Content-Range: bytes a-b/size` answer into the range and the total size.
+/// The size may be `*` (unknown), which gives `None`.
+pub fn parse_content_range(value: &str) -> Option<(ByteRange, Option<u64>)> {
+    let rest = value.trim().strip_prefix("bytes ")?;
+    let (span, size) = rest.split_once('/')?;
+    let (a, b) = span.split_once('-')?;
+    let (start, last) = (parse_offset(a.trim())?, parse_offset(b.trim())?);
+    if last < start {
+        return None;
+    }
+    let size = match size.trim() {
+        "*" => None,
+        s => Some(parse_offset(s)?),
+    };
+    Some((
+        ByteRange {
+            start,
+            end: last.checked_add(1)?,
+        },
+        size,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_the_three_forms() {
+        assert_eq!(
+            RangeSpec::parse("bytes=0-9"),
+            Some(RangeSpec::Bounded { first: 0, last: 9 })
+        );
+        assert_eq!(
+            RangeSpec::parse("bytes=5-"),
+            Some(RangeSpec::From { first: 5 })
+        );
+        assert_eq!(
+            RangeSpec::parse("bytes=-7"),
+            Some(RangeSpec::Suffix { len: 7 })
+        );
+        assert_eq!(
+            RangeSpec::parse(" bytes= 1 - 2 "),
+            Some(RangeSpec::Bounded { first: 1, last: 2 })
+        );
+    }
+
+    #[test]
+    fn malformed_values_are_ignored() {
+        for bad in [
+            "bytes=1-0",
+            "bytes=-",
+            "bytes=a-b",
+            "items=0-1",
+            "bytes=0-1,3-4",
+            "bytes=+1-2",
+            "0-1",
+            "bytes=99999999999999999999-",
+        ] {
+            assert_eq!(RangeSpec::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn resolution_follows_s3() {
+        let r = |s: &str, size| RangeSpec::parse(s).map(|spec| spec.resolve(size));
+        assert_eq!(
+            r("bytes=0-9", 100),
+            Some(Ok(ByteRange { start: 0, end: 10 }))
+        );
+        assert_eq!(
+            r("bytes=90-200", 100),
+            Some(Ok(ByteRange {
+                start: 90,
+                end: 100
+            }))
+        );
+        assert_eq!(r("bytes=100-", 100), Some(Err(Unsatisfiable { size: 100 })));
+        assert_eq!(
+            r("bytes=-10", 100),
+            Some(Ok(ByteRange {
+                start: 90,
+                end: 100
+            }))
+        );
+        assert_eq!(
+            r("bytes=-1000", 100),
+            Some(Ok(ByteRange { start: 0, end: 100 }))
+        );
+        assert_eq!(r("bytes=-0", 100), Some(Err(Unsatisfiable { size: 100 })));
+        assert_eq!(r("bytes=0-0", 0), Some(Err(Unsatisfiable { size: 0 })));
+        assert_eq!(r("bytes=-5", 0), Some(Err(Unsatisfiable { size: 0 })));
+        let big = 5 * (1u64 << 30);
+        assert_eq!(
+            r("bytes=4294967296-", big),
+            Some(Ok(ByteRange {
+                start: 1 << 32,
+                end: big
+            }))
+        );
+        assert_eq!(
+            r(&format!("bytes=0-{}", u64::MAX), 10),
+            Some(Ok(ByteRange { start: 0, end: 10 }))
+        );
+    }
+
+    #[test]
+    fn content_range_values() {
+        let range = ByteRange { start: 10, end: 20 };
+        assert_eq!(range.content_range(100), "bytes 10-19/100");
+        assert_eq!(range.to_header_value(), "bytes=10-19");
+        assert_eq!(Unsatisfiable { size: 3 }.content_range(), "bytes */3");
+        assert_eq!(
+            parse_content_range("bytes 10-19/100"),
+            Some((range, Some(100)))
+        );
+        assert_eq!(parse_content_range("bytes 10-19/*"), Some((range, None)));
+        assert_eq!(parse_content_range("bytes 19-10/100"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn resolved_ranges_lie_inside_the_object(first in 0u64..1 << 40, len in 0u64..1 << 40, size in 0u64..1 << 40, form in 0u8..3) {
+            let spec = match form {
+                0 => RangeSpec::Bounded { first, last: first.saturating_add(len) },
+                1 => RangeSpec::From { first },
+                _ => RangeSpec::Suffix { len },
+            };
+            let reparsed = RangeSpec::parse(&spec.to_string());
+            prop_assert_eq!(reparsed, Some(spec));
+            if let Ok(range) = spec.resolve(size) {
+                prop_assert!(range.start < range.end);
+                prop_assert!(range.end <= size);
+            }
+        }
+
+        #[test]
+        fn parse_never_panics(s in ".{0,40}") {
+            let _ = RangeSpec::parse(&s);
+            let _ = parse_content_range(&s);
+        }
+    }
+}

@@ -1,0 +1,573 @@
+//! Reading an S3 request: which bucket and key it addresses (path-style or
+//! virtual-hosted), which operation it is, and the parameters of listings.
+
+use std::time::Duration;
+
+use http::{HeaderMap, Method};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::uri_encoding::{decode, parse_query};
+
+/// How bucket names appear in requests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum S3Addressing {
+    /// `http://host/bucket/key` only.
+    #[default]
+    PathStyle,
+    /// `http://bucket.<domain>/key`, falling back to path-style for other hosts.
+    VirtualHosted {
+        /// The service domain, e.g. `s3.localhost` (without port).
+        domain: String,
+    },
+}
+
+/// The decoded query parameters of a request, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryParams(pub Vec<(String, String)>);
+
+impl QueryParams {
+    /// Parses a raw query string.
+    pub fn parse(raw: &str) -> QueryParams {
+        QueryParams(parse_query(raw))
+    }
+
+    /// The first value of `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether `name` is present, with or without a value.
+    pub fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|(k, _)| k == name)
+    }
+}
+
+/// The S3 operations this crate recognises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum S3Operation {
+    /// `GET /`.
+    ListBuckets,
+    /// `PUT /bucket`.
+    CreateBucket,
+    /// `DELETE /bucket`.
+    DeleteBucket,
+    /// `HEAD /bucket`.
+    HeadBucket,
+    /// `GET /bucket?location`.
+    GetBucketLocation,
+    /// `GET /bucket` (V1 listing).
+    ListObjects,
+    /// `GET /bucket?list-type=2`.
+    ListObjectsV2,
+    /// `GET /bucket?uploads`.
+    ListMultipartUploads,
+    /// `POST /bucket?delete`.
+    DeleteObjects,
+    /// `GET /bucket/key`.
+    GetObject,
+    /// `HEAD /bucket/key`.
+    HeadObject,
+    /// `PUT /bucket/key`.
+    PutObject,
+    /// `PUT /bucket/key` with `x-amz-copy-source`.
+    CopyObject,
+    /// `DELETE /bucket/key`.
+    DeleteObject,
+    /// `POST /bucket/key?uploads`.
+    CreateMultipartUpload,
+    /// `PUT /bucket/key?partNumber=N&uploadId=U`.
+    UploadPart,
+    /// `PUT /bucket/key?partNumber=N&uploadId=U` with `x-amz-copy-source`.
+    UploadPartCopy,
+    /// `POST /bucket/key?uploadId=U`.
+    CompleteMultipartUpload,
+    /// `DELETE /bucket/key?uploadId=U`.
+    AbortMultipartUpload,
+    /// `GET /bucket/key?uploadId=U`.
+    ListParts,
+}
+
+impl S3Operation {
+    /// The operation's name as the S3 API reference spells it (used in metrics and logs).
+    pub fn name(self) -> &'static str {
+        use S3Operation::*;
+        match self {
+            ListBuckets => "ListBuckets",
+            CreateBucket => "CreateBucket",
+            DeleteBucket => "DeleteBucket",
+            HeadBucket => "HeadBucket",
+            GetBucketLocation => "GetBucketLocation",
+            ListObjects => "ListObjects",
+            ListObjectsV2 => "ListObjectsV2",
+            ListMultipartUploads => "ListMultipartUploads",
+            DeleteObjects => "DeleteObjects",
+            GetObject => "GetObject",
+            HeadObject => "HeadObject",
+            PutObject => "PutObject",
+            CopyObject => "CopyObject",
+            DeleteObject => "DeleteObject",
+            CreateMultipartUpload => "CreateMultipartUpload",
+            UploadPart => "UploadPart",
+            UploadPartCopy => "UploadPartCopy",
+            CompleteMultipartUpload => "CompleteMultipartUpload",
+            AbortMultipartUpload => "AbortMultipartUpload",
+            ListParts => "ListParts",
+        }
+    }
+
+    /// Whether the operation only reads.
+    pub fn is_read(self) -> bool {
+        use S3Operation::*;
+        matches!(
+            self,
+            ListBuckets
+                | HeadBucket
+                | GetBucketLocation
+                | ListObjects
+                | ListObjectsV2
+                | ListMultipartUploads
+                | GetObject
+                | HeadObject
+                | ListParts
+        )
+    }
+}
+
+/// Query parameters that name bucket or object sub-resources this crate does not serve.
+const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
+    "accelerate",
+    "acl",
+    "analytics",
+    "attributes",
+    "cors",
+    "encryption",
+    "intelligent-tiering",
+    "inventory",
+    "legal-hold",
+    "lifecycle",
+    "logging",
+    "metrics",
+    "notification",
+    "object-lock",
+    "ownershipControls",
+    "policy",
+    "policyStatus",
+    "publicAccessBlock",
+    "replication",
+    "requestPayment",
+    "restore",
+    "retention",
+    "select",
+    "tagging",
+    "torrent",
+    "versioning",
+    "versions",
+    "website",
+];
+
+/// An S3 request, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Request {
+    /// The operation.
+    pub operation: S3Operation,
+    /// The bucket, for every operation but ListBuckets.
+    pub bucket: Option<String>,
+    /// The object key, decoded, for object operations.
+    pub key: Option<String>,
+    /// The decoded query.
+    pub query: QueryParams,
+}
+
+/// Splits the `Host` header into name and port, lower-casing the name.
+fn host_name(host: &str) -> String {
+    let host = host.trim();
+    let name = if host.starts_with('[') {
+        host.split(']')
+            .next()
+            .map(|h| format!("{h}]"))
+            .unwrap_or_default()
+    } else {
+        host.rsplit_once(':')
+            .map(|(h, _)| h)
+            .unwrap_or(host)
+            .to_owned()
+    };
+    name.to_ascii_lowercase()
+}
+
+/// Works out bucket and key from the host and the raw path.
+pub fn resolve_address(
+    addressing: &S3Addressing,
+    host: Option<&str>,
+    raw_path: &str,
+) -> (Option<String>, Option<String>) {
+    let path = decode(raw_path);
+    let path = path.strip_prefix('/').unwrap_or(&path);
+    if let (S3Addressing::VirtualHosted { domain }, Some(host)) = (addressing, host) {
+        let name = host_name(host);
+        if let Some(bucket) = name
+            .strip_suffix(domain.as_str())
+            .and_then(|b| b.strip_suffix('.'))
+            && !bucket.is_empty()
+        {
+            let key = (!path.is_empty()).then(|| path.to_owned());
+            return (Some(bucket.to_owned()), key);
+        }
+    }
+    match path.split_once('/') {
+        None if path.is_empty() => (None, None),
+        None => (Some(path.to_owned()), None),
+        Some((bucket, "")) => (Some(bucket.to_owned()), None),
+        Some((bucket, key)) => (Some(bucket.to_owned()), Some(key.to_owned())),
+    }
+}
+
+impl S3Request {
+    /// Classifies a request.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NotImplemented`] for sub-resources (ACLs, tagging, ...) and POST
+    /// uploads; [`ErrorKind::MethodNotAllowed`] for methods that make no sense on the
+    /// addressed resource.
+    pub fn classify(
+        method: &Method,
+        addressing: &S3Addressing,
+        headers: &HeaderMap,
+        raw_path: &str,
+        raw_query: &str,
+    ) -> Result<S3Request> {
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        let (bucket, key) = resolve_address(addressing, host, raw_path);
+        let query = QueryParams::parse(raw_query);
+        if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| query.has(s)) {
+            return Err(Error::new(
+                ErrorKind::NotImplemented,
+                format!("the '{sub}' sub-resource is not implemented"),
+            ));
+        }
+        let copy = headers.contains_key("x-amz-copy-source");
+        use S3Operation::*;
+        let operation = match (&bucket, &key, method) {
+            (None, _, &Method::GET) => ListBuckets,
+            (None, _, _) => return Err(not_allowed(method, "the service")),
+            (Some(_), None, m) => match *m {
+                Method::GET if query.has("location") => GetBucketLocation,
+                Method::GET if query.has("uploads") => ListMultipartUploads,
+                Method::GET if query.get("list-type") == Some("2") => ListObjectsV2,
+                Method::GET => ListObjects,
+                Method::HEAD => HeadBucket,
+                Method::PUT => CreateBucket,
+                Method::DELETE => DeleteBucket,
+                Method::POST if query.has("delete") => DeleteObjects,
+                _ => return Err(not_allowed(method, "a bucket")),
+            },
+            (Some(_), Some(_), m) => match *m {
+                Method::GET if query.has("uploadId") => ListParts,
+                Method::GET => GetObject,
+                Method::HEAD => HeadObject,
+                Method::PUT if query.has("uploadId") && copy => UploadPartCopy,
+                Method::PUT if query.has("uploadId") => UploadPart,
+                Method::PUT if copy => CopyObject,
+                Method::PUT => PutObject,
+                Method::POST if query.has("uploads") => CreateMultipartUpload,
+                Method::POST if query.has("uploadId") => CompleteMultipartUpload,
+                Method::POST => {
+                    return Err(Error::new(
+                        ErrorKind::NotImplemented,
+                        "POST object uploads are not implemented",
+                    ));
+                }
+                Method::DELETE if query.has("uploadId") => AbortMultipartUpload,
+                Method::DELETE => DeleteObject,
+                _ => return Err(not_allowed(method, "an object")),
+            },
+        };
+        Ok(S3Request {
+            operation,
+            bucket,
+            key,
+            query,
+        })
+    }
+}
+
+fn not_allowed(method: &Method, what: &str) -> Error {
+    Error::new(
+        ErrorKind::MethodNotAllowed,
+        format!("The specified method {method} is not allowed against {what}."),
+    )
+}
+
+/// Which listing API a request used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListVersion {
+    /// ListObjects (`marker`).
+    V1,
+    /// ListObjectsV2 (`continuation-token`, `start-after`).
+    V2,
+}
+
+/// The parameters of ListObjects / ListObjectsV2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListObjectsParams {
+    /// V1 or V2.
+    pub version: ListVersion,
+    /// `prefix` (empty when absent).
+    pub prefix: String,
+    /// `delimiter`, if non-empty.
+    pub delimiter: Option<String>,
+    /// `max-keys`, 0..=1000 (default 1000).
+    pub max_keys: usize,
+    /// V1 `marker`.
+    pub marker: Option<String>,
+    /// V2 `start-after`.
+    pub start_after: Option<String>,
+    /// V2 `continuation-token`, opaque.
+    pub continuation_token: Option<String>,
+    /// `encoding-type=url`: keys and prefixes in the answer are URL-encoded.
+    pub encoding_url: bool,
+    /// V2 `fetch-owner=true`.
+    pub fetch_owner: bool,
+}
+
+/// The most keys one listing page returns.
+pub const MAX_KEYS: usize = 1000;
+
+impl ListObjectsParams {
+    /// Reads listing parameters from the query.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidArgument`] for a non-numeric or negative `max-keys` or an
+    /// `encoding-type` other than `url`.
+    pub fn from_query(query: &QueryParams, version: ListVersion) -> Result<ListObjectsParams> {
+        let max_keys = match query.get("max-keys") {
+            None => MAX_KEYS,
+            Some(v) => v
+                .parse::<usize>()
+                .map_err(|_| {
+                    Error::new(
+                        ErrorKind::InvalidArgument,
+                        "max-keys must be a non-negative integer",
+                    )
+                })?
+                .min(MAX_KEYS),
+        };
+        let encoding_url = match query.get("encoding-type") {
+            None => false,
+            Some(v) if v.eq_ignore_ascii_case("url") => true,
+            Some(v) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("Invalid Encoding Method specified in Request: '{v}'"),
+                ));
+            }
+        };
+        let non_empty = |name| query.get(name).filter(|v| !v.is_empty()).map(str::to_owned);
+        Ok(ListObjectsParams {
+            version,
+            prefix: query.get("prefix").unwrap_or("").to_owned(),
+            delimiter: non_empty("delimiter"),
+            max_keys,
+            marker: non_empty("marker"),
+            start_after: non_empty("start-after"),
+            continuation_token: non_empty("continuation-token"),
+            encoding_url,
+            fetch_owner: query.get("fetch-owner") == Some("true"),
+        })
+    }
+}
+
+/// Reads `x-amz-copy-source` (`bucket/key` or `/bucket/key`, URL-encoded, optionally
+/// with `?versionId=`) into bucket and key.
+///
+/// # Errors
+/// [`ErrorKind::InvalidArgument`] when it does not name a bucket and a key.
+pub fn parse_copy_source(value: &str) -> Result<(String, String)> {
+    let value = value
+        .split_once("?versionId=")
+        .map(|(v, _)| v)
+        .unwrap_or(value);
+    let decoded = decode(value);
+    let decoded = decoded.strip_prefix('/').unwrap_or(&decoded);
+    match decoded.split_once('/') {
+        Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => {
+            Ok((bucket.to_owned(), key.to_owned()))
+        }
+        _ => Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "x-amz-copy-source must be of the form bucket/key",
+        )),
+    }
+}
+
+/// Reads `X-Amz-Expires`-style durations for tools: seconds as an integer.
+pub fn parse_seconds(value: &str) -> Option<Duration> {
+    value.trim().parse().ok().map(Duration::from_secs)
+}
+
+/// Checks an S3 bucket name against the DNS-compatible naming rules (3–63 characters,
+/// lower-case letters, digits, `-` and `.`, starting and ending with a letter or digit).
+///
+/// # Errors
+/// [`ErrorKind::InvalidBucketName`].
+pub fn validate_bucket_name(name: &str) -> Result<()> {
+    let ok = (3..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && !name.contains("..");
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::InvalidBucketName,
+            format!("The specified bucket '{name}' is not valid."),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(
+        method: Method,
+        host: &str,
+        path: &str,
+        query: &str,
+        extra: &[(&'static str, &str)],
+    ) -> Result<S3Request> {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::HOST, host.parse().expect("host"));
+        for (k, v) in extra {
+            h.insert(*k, v.parse().expect("value"));
+        }
+        let addressing = S3Addressing::VirtualHosted {
+            domain: "s3.local".into(),
+        };
+        S3Request::classify(&method, &addressing, &h, path, query)
+    }
+
+    #[test]
+    fn path_and_virtual_hosted_addressing() {
+        let r = classify(Method::GET, "127.0.0.1:9000", "/bkt/dir/a%20b.txt", "", &[]).expect("ok");
+        assert_eq!(
+            (r.bucket.as_deref(), r.key.as_deref()),
+            (Some("bkt"), Some("dir/a b.txt"))
+        );
+        let r = classify(Method::GET, "bkt.s3.local:9000", "/dir/x", "", &[]).expect("ok");
+        assert_eq!(
+            (r.bucket.as_deref(), r.key.as_deref()),
+            (Some("bkt"), Some("dir/x"))
+        );
+        let r = classify(Method::GET, "bkt.s3.local", "/", "list-type=2", &[]).expect("ok");
+        assert_eq!(
+            (r.bucket.as_deref(), r.operation),
+            (Some("bkt"), S3Operation::ListObjectsV2)
+        );
+        let r = classify(Method::GET, "s3.local", "/", "", &[]).expect("ok");
+        assert_eq!(r.operation, S3Operation::ListBuckets);
+        let r = classify(Method::GET, "h", "/bkt/dir/", "", &[]).expect("ok");
+        assert_eq!(r.key.as_deref(), Some("dir/"));
+    }
+
+    #[test]
+    fn operations_by_method_query_and_header() {
+        let op = |m, p, q, extra: &[(&'static str, &str)]| {
+            classify(m, "h", p, q, extra).map(|r| r.operation)
+        };
+        assert_eq!(
+            op(Method::GET, "/b", "location", &[]).ok(),
+            Some(S3Operation::GetBucketLocation)
+        );
+        assert_eq!(
+            op(Method::GET, "/b", "", &[]).ok(),
+            Some(S3Operation::ListObjects)
+        );
+        assert_eq!(
+            op(Method::HEAD, "/b", "", &[]).ok(),
+            Some(S3Operation::HeadBucket)
+        );
+        assert_eq!(
+            op(Method::POST, "/b", "delete", &[]).ok(),
+            Some(S3Operation::DeleteObjects)
+        );
+        assert_eq!(
+            op(Method::POST, "/b/k", "uploads", &[]).ok(),
+            Some(S3Operation::CreateMultipartUpload)
+        );
+        assert_eq!(
+            op(Method::PUT, "/b/k", "partNumber=1&uploadId=x", &[]).ok(),
+            Some(S3Operation::UploadPart)
+        );
+        assert_eq!(
+            op(Method::POST, "/b/k", "uploadId=x", &[]).ok(),
+            Some(S3Operation::CompleteMultipartUpload)
+        );
+        assert_eq!(
+            op(Method::DELETE, "/b/k", "uploadId=x", &[]).ok(),
+            Some(S3Operation::AbortMultipartUpload)
+        );
+        assert_eq!(
+            op(Method::PUT, "/b/k", "", &[("x-amz-copy-source", "a/b")]).ok(),
+            Some(S3Operation::CopyObject)
+        );
+        assert_eq!(
+            op(Method::GET, "/b/k", "x-id=GetObject", &[]).ok(),
+            Some(S3Operation::GetObject)
+        );
+        assert_eq!(
+            op(Method::GET, "/b/k", "tagging", &[])
+                .map_err(|e| e.kind())
+                .err(),
+            Some(ErrorKind::NotImplemented)
+        );
+        assert_eq!(
+            op(Method::PATCH, "/b/k", "", &[])
+                .map_err(|e| e.kind())
+                .err(),
+            Some(ErrorKind::MethodNotAllowed)
+        );
+    }
+
+    #[test]
+    fn listing_parameters() {
+        let q = QueryParams::parse(
+            "list-type=2&prefix=a%2F&delimiter=%2F&max-keys=5000&encoding-type=url&start-after=a%2Fx",
+        );
+        let p = ListObjectsParams::from_query(&q, ListVersion::V2).expect("ok");
+        assert_eq!(p.prefix, "a/");
+        assert_eq!(p.delimiter.as_deref(), Some("/"));
+        assert_eq!(p.max_keys, 1000);
+        assert!(p.encoding_url);
+        assert_eq!(p.start_after.as_deref(), Some("a/x"));
+        let q = QueryParams::parse("max-keys=-1");
+        assert!(ListObjectsParams::from_query(&q, ListVersion::V1).is_err());
+    }
+
+    #[test]
+    fn copy_source_and_bucket_names() {
+        assert_eq!(
+            parse_copy_source("/src/a%20b?versionId=1").ok(),
+            Some(("src".into(), "a b".into()))
+        );
+        assert!(parse_copy_source("nokey").is_err());
+        assert!(validate_bucket_name("my-bucket.1").is_ok());
+        for bad in ["ab", "Upper", "-x-", "a..b", "a_b"] {
+            assert!(validate_bucket_name(bad).is_err(), "{bad}");
+        }
+    }
+}

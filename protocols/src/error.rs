@@ -2,11 +2,12 @@
 //! client of either protocol sees.
 //!
 //! Every failure a Talon process reports over S3 or Azure Blob starts as an [`ErrorKind`].
-//! The kind decides the S3 error code, the Azure error code and the HTTP status of each
-//! protocol, here and nowhere else, so the origin stub, the gateway and the worker's miss
+//! The kind decides the S3 error code, the Azure error code, the HTTP status of each
+//! protocol and the worker wire protocol's error frame code, here and nowhere else, so the origin stub, the gateway and the worker's miss
 //! path cannot disagree about what "not found" or "bad signature" looks like on the wire.
 
 use http::StatusCode;
+use talon_core::ErrorCode as FrameCode;
 
 /// What went wrong, independent of the protocol that reports it.
 ///
@@ -67,6 +68,12 @@ pub enum ErrorKind {
     IncompleteBody,
     /// The body is larger than this server accepts.
     EntityTooLarge,
+    /// A multipart part other than the last is smaller than the minimum part size.
+    EntityTooSmall,
+    /// A `Content-MD5` header that is not a base64 MD5.
+    InvalidDigest,
+    /// User metadata (`x-amz-meta-*`, `x-ms-meta-*`) exceeds the size limit.
+    MetadataTooLarge,
     /// Request headers are larger than this server accepts.
     HeadersTooLarge,
     /// A multipart part or Azure block in a completion list is missing or wrong.
@@ -157,6 +164,9 @@ impl ErrorKind {
             ContentSha256Mismatch => row("XAmzContentSHA256Mismatch", 400, "Md5Mismatch", 400),
             IncompleteBody => row("IncompleteBody", 400, "InvalidInput", 400),
             EntityTooLarge => row("EntityTooLarge", 400, "RequestBodyTooLarge", 413),
+            EntityTooSmall => row("EntityTooSmall", 400, "InvalidInput", 400),
+            InvalidDigest => row("InvalidDigest", 400, "InvalidMd5", 400),
+            MetadataTooLarge => row("MetadataTooLarge", 400, "MetadataTooLarge", 400),
             HeadersTooLarge => row(
                 "RequestHeaderSectionTooLarge",
                 400,
@@ -193,6 +203,49 @@ impl ErrorKind {
     /// The HTTP status an Azure Blob server answers with for this kind.
     pub fn azure_status(self) -> StatusCode {
         status(self.codes().azure_status)
+    }
+
+    /// The worker wire protocol's error frame code for this kind (an origin's answer
+    /// relayed by a worker to a cache client).
+    pub fn frame_code(self) -> FrameCode {
+        use ErrorKind::*;
+        match self {
+            NoSuchBucket | NoSuchKey | NoSuchUpload => FrameCode::NotFound,
+            PreconditionFailed => FrameCode::VersionMismatch,
+            InvalidRange => FrameCode::RangeNotSatisfiable,
+            AccessDenied
+            | MissingCredentials
+            | SignatureDoesNotMatch
+            | InvalidAccessKeyId
+            | RequestTimeTooSkewed
+            | ExpiredRequest
+            | PermissionMismatch
+            | MalformedAuthorization => FrameCode::AccessDenied,
+            EntityTooLarge | HeadersTooLarge | MetadataTooLarge => FrameCode::TooLarge,
+            NotImplemented | MethodNotAllowed => FrameCode::Unsupported,
+            SlowDown | ServiceUnavailable => FrameCode::Unavailable,
+            Timeout => FrameCode::Timeout,
+            InternalError => FrameCode::OriginError,
+            _ => FrameCode::InvalidRequest,
+        }
+    }
+
+    /// The kind a cache client reports for an error frame code.
+    pub fn from_frame_code(code: FrameCode) -> ErrorKind {
+        match code {
+            FrameCode::NotFound => ErrorKind::NoSuchKey,
+            FrameCode::VersionMismatch => ErrorKind::PreconditionFailed,
+            FrameCode::RangeNotSatisfiable => ErrorKind::InvalidRange,
+            FrameCode::AccessDenied => ErrorKind::AccessDenied,
+            FrameCode::TooLarge => ErrorKind::EntityTooLarge,
+            FrameCode::Unsupported => ErrorKind::NotImplemented,
+            FrameCode::Unavailable => ErrorKind::ServiceUnavailable,
+            FrameCode::Timeout => ErrorKind::Timeout,
+            FrameCode::InvalidRequest => ErrorKind::InvalidRequest,
+            FrameCode::OriginError | FrameCode::Internal | FrameCode::Unknown(_) => {
+                ErrorKind::InternalError
+            }
+        }
     }
 
     /// Whether a client may retry the same request and expect a different answer.
@@ -298,6 +351,9 @@ pub const ALL_KINDS: &[ErrorKind] = &[
     ErrorKind::ContentSha256Mismatch,
     ErrorKind::IncompleteBody,
     ErrorKind::EntityTooLarge,
+    ErrorKind::EntityTooSmall,
+    ErrorKind::InvalidDigest,
+    ErrorKind::MetadataTooLarge,
     ErrorKind::HeadersTooLarge,
     ErrorKind::InvalidPart,
     ErrorKind::InvalidPartOrder,
@@ -393,6 +449,25 @@ mod tests {
             Some(ErrorKind::SlowDown)
         );
         assert_eq!(ErrorKind::from_s3_code("NoSuchThing"), None);
+    }
+
+    #[test]
+    fn frame_codes_round_trip_for_the_kinds_a_worker_relays() {
+        for kind in [
+            ErrorKind::NoSuchKey,
+            ErrorKind::PreconditionFailed,
+            ErrorKind::InvalidRange,
+            ErrorKind::AccessDenied,
+            ErrorKind::ServiceUnavailable,
+            ErrorKind::Timeout,
+            ErrorKind::InvalidRequest,
+        ] {
+            assert_eq!(ErrorKind::from_frame_code(kind.frame_code()), kind);
+        }
+        assert_eq!(
+            ErrorKind::from_frame_code(FrameCode::Unknown(999)),
+            ErrorKind::InternalError
+        );
     }
 
     #[test]

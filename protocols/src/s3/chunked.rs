@@ -31,6 +31,9 @@ const MAX_TRAILERS: usize = 16;
 pub enum ChunkSigning {
     /// No chunk signatures (`STREAMING-UNSIGNED-PAYLOAD-TRAILER`).
     Unsigned,
+    /// Signatures may be present but are not checked: a server that does not
+    /// authenticate (anonymous access) still has to strip the framing.
+    Unverified,
     /// Each chunk signed, chained from the request signature; `trailer` when the trailer
     /// is signed too (`...-PAYLOAD-TRAILER`).
     Signed {
@@ -95,7 +98,7 @@ impl AwsChunkedDecoder {
     ) -> Self {
         let previous_signature = match &signing {
             ChunkSigning::Signed { seed, .. } => seed.seed_signature.clone(),
-            ChunkSigning::Unsigned => String::new(),
+            ChunkSigning::Unsigned | ChunkSigning::Unverified => String::new(),
         };
         AwsChunkedDecoder {
             signing,

@@ -885,6 +885,30 @@ mod tests {
     }
 
     #[test]
+    fn presign_reproduces_the_documented_url() {
+        let creds = S3Credentials {
+            access_key: AK.into(),
+            secret_key: SK.into(),
+            session_token: None,
+        };
+        let url = presign_url(
+            "GET",
+            "https://examplebucket.s3.amazonaws.com/test.txt",
+            &creds,
+            "us-east-1",
+            Duration::from_secs(86400),
+            at_example_time(),
+        )
+        .expect("presign");
+        assert!(
+            url.ends_with(
+                "X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
+            ),
+            "{url}"
+        );
+    }
+
+    #[test]
     fn malformed_authorizations_are_rejected_with_a_kind() {
         let cases = [
             "AWS4-HMAC-SHA256 Credential=AK/20130524/us-east-1/s3/aws4_request,SignedHeaders=host",

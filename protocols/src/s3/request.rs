@@ -179,6 +179,8 @@ pub struct S3Request {
     pub key: Option<String>,
     /// The decoded query.
     pub query: QueryParams,
+    /// Whether the bucket came from the host name (virtual-hosted addressing).
+    pub virtual_hosted: bool,
 }
 
 /// Splits the `Host` header into name and port, lower-casing the name.
@@ -198,12 +200,13 @@ fn host_name(host: &str) -> String {
     name.to_ascii_lowercase()
 }
 
-/// Works out bucket and key from the host and the raw path.
+/// Works out bucket and key from the host and the raw path, and whether the bucket came
+/// from the host name.
 pub fn resolve_address(
     addressing: &S3Addressing,
     host: Option<&str>,
     raw_path: &str,
-) -> (Option<String>, Option<String>) {
+) -> (Option<String>, Option<String>, bool) {
     let path = decode(raw_path);
     let path = path.strip_prefix('/').unwrap_or(&path);
     if let (S3Addressing::VirtualHosted { domain }, Some(host)) = (addressing, host) {
@@ -214,15 +217,16 @@ pub fn resolve_address(
             && !bucket.is_empty()
         {
             let key = (!path.is_empty()).then(|| path.to_owned());
-            return (Some(bucket.to_owned()), key);
+            return (Some(bucket.to_owned()), key, true);
         }
     }
-    match path.split_once('/') {
+    let (bucket, key) = match path.split_once('/') {
         None if path.is_empty() => (None, None),
         None => (Some(path.to_owned()), None),
         Some((bucket, "")) => (Some(bucket.to_owned()), None),
         Some((bucket, key)) => (Some(bucket.to_owned()), Some(key.to_owned())),
-    }
+    };
+    (bucket, key, false)
 }
 
 impl S3Request {
@@ -242,7 +246,7 @@ impl S3Request {
         let host = headers
             .get(http::header::HOST)
             .and_then(|h| h.to_str().ok());
-        let (bucket, key) = resolve_address(addressing, host, raw_path);
+        let (bucket, key, virtual_hosted) = resolve_address(addressing, host, raw_path);
         let query = QueryParams::parse(raw_query);
         if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| query.has(s)) {
             return Err(Error::new(
@@ -292,6 +296,7 @@ impl S3Request {
             bucket,
             key,
             query,
+            virtual_hosted,
         })
     }
 }

@@ -1,0 +1,69 @@
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, and `/admin/faults` to read and
+//! change the injected faults while the stub runs.
+
+use std::sync::Arc;
+
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+
+use crate::body;
+use crate::faults::FaultConfig;
+use crate::front::{StubState, answer, set_header};
+use crate::server::HandlerResult;
+
+/// Largest fault-settings document accepted.
+const MAX_BODY: usize = 64 * 1024;
+
+/// Handles one admin request.
+pub async fn handle(state: Arc<StubState>, req: Request<Incoming>) -> HandlerResult {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let resp = match (method, path.as_str()) {
+        (Method::GET, "/metrics") => text(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            state.metrics.render(),
+        ),
+        (Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n".into()),
+        (Method::GET, "/readyz") => text(StatusCode::OK, "text/plain", "ready\n".into()),
+        (Method::GET, "/admin/faults") => json(StatusCode::OK, &state.faults.get()),
+        (Method::PUT, "/admin/faults") => match body::read_small(req.into_body(), MAX_BODY).await {
+            Ok(bytes) => match serde_json::from_slice::<FaultConfig>(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|c| {
+                    state.faults.set(c.clone())?;
+                    Ok(c)
+                }) {
+                Ok(config) => {
+                    tracing::info!(?config, "faults changed");
+                    json(StatusCode::OK, &config)
+                }
+                Err(e) => json(StatusCode::BAD_REQUEST, &serde_json::json!({ "error": e })),
+            },
+            Err(e) => json(
+                StatusCode::BAD_REQUEST,
+                &serde_json::json!({ "error": e.message() }),
+            ),
+        },
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: /metrics, /healthz, /readyz, /admin/faults\n".into(),
+        ),
+    };
+    Ok(resp)
+}
+
+fn text(
+    status: StatusCode,
+    content_type: &str,
+    body: String,
+) -> http::Response<body::ResponseBody> {
+    let mut resp = answer(status, body::full(body));
+    set_header(resp.headers_mut(), "content-type", content_type);
+    resp
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> http::Response<body::ResponseBody> {
+    let body = serde_json::to_string_pretty(value).unwrap_or_else(|_| "{}".into());
+    text(status, "application/json", body)
+}

@@ -1,0 +1,473 @@
+//! Moving bytes in and out: response bodies streamed from a file or from generated
+//! content (with pacing for the bandwidth fault and a cut for the truncation fault), and
+//! request bodies received into a staging file while their digests are computed and
+//! their `aws-chunked` framing is removed.
+
+use std::io::{self, SeekFrom};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use http_body::Frame;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use hyper::body::Incoming;
+use md5::{Digest as _, Md5};
+use sha2::Sha256;
+use talon_protocols::checksum::{ChecksumAlgorithm, Checksummer};
+use talon_protocols::s3::chunked::{AwsChunkedDecoder, ChunkSigning};
+use talon_protocols::{Error, ErrorKind, Result};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+
+use crate::metrics::{Metrics, Protocol};
+use crate::store::{ObjectBody, StagedFile};
+
+/// The body type of every response.
+pub type ResponseBody = UnsyncBoxBody<Bytes, io::Error>;
+
+/// Bytes read from a file or generated per response chunk.
+const CHUNK: usize = 256 * 1024;
+
+/// An empty body.
+pub fn empty() -> ResponseBody {
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+/// A body held in memory.
+pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// How a GET body is delivered.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery {
+    /// Cap on bytes per second, if any.
+    pub bandwidth: Option<u64>,
+    /// Stop (and fail the connection) after this many bytes.
+    pub truncate_after: Option<u64>,
+    /// Which counter the bytes go to.
+    pub protocol: Protocol,
+}
+
+enum Source {
+    File(tokio::fs::File),
+    Generated(crate::generated::GeneratedObject),
+}
+
+struct StreamState {
+    source: Source,
+    pos: u64,
+    end: u64,
+    sent: u64,
+    started: Instant,
+    delivery: Delivery,
+    metrics: Arc<Metrics>,
+    failed: bool,
+}
+
+/// Streams `start..end` of an object.
+pub fn object_stream(
+    body: ObjectBody,
+    start: u64,
+    end: u64,
+    delivery: Delivery,
+    metrics: Arc<Metrics>,
+) -> ResponseBody {
+    let source = match body {
+        ObjectBody::File(f) => Source::File(tokio::fs::File::from_std(f)),
+        ObjectBody::Generated(g) => Source::Generated(g),
+    };
+    let state = StreamState {
+        source,
+        pos: start,
+        end,
+        sent: 0,
+        started: Instant::now(),
+        delivery,
+        metrics,
+        failed: false,
+    };
+    let first_seek = start;
+    let stream =
+        futures_util::stream::unfold((state, Some(first_seek)), |(mut st, seek)| async move {
+            if st.failed || st.pos >= st.end {
+                return None;
+            }
+            if let Some(cut) = st.delivery.truncate_after
+                && st.sent >= cut
+            {
+                st.failed = true;
+                return Some((
+                    Err(io::Error::other("body truncated by fault injection")),
+                    (st, None),
+                ));
+            }
+            let mut want = (st.end - st.pos).min(CHUNK as u64) as usize;
+            if let Some(cut) = st.delivery.truncate_after {
+                want = want.min((cut - st.sent).max(1) as usize);
+            }
+            let mut buf = vec![0u8; want];
+            let got = match &mut st.source {
+                Source::File(f) => {
+                    if let Some(offset) = seek
+                        && let Err(e) = f.seek(SeekFrom::Start(offset)).await
+                    {
+                        st.failed = true;
+                        return Some((Err(e), (st, None)));
+                    }
+                    match f.read(&mut buf).await {
+                        Ok(0) => {
+                            st.failed = true;
+                            return Some((
+                                Err(io::Error::other("object file shrank while it was read")),
+                                (st, None),
+                            ));
+                        }
+                        Ok(n) => n,
+                        Err(e) => {
+                            st.failed = true;
+                            return Some((Err(e), (st, None)));
+                        }
+                    }
+                }
+                Source::Generated(g) => {
+                    g.fill(st.pos, &mut buf);
+                    want
+                }
+            };
+            buf.truncate(got);
+            st.pos += got as u64;
+            st.sent += got as u64;
+            st.metrics.get_bytes(st.delivery.protocol, got as u64);
+            if let Some(bw) = st.delivery.bandwidth {
+                let due = st.started + Duration::from_secs_f64(st.sent as f64 / bw as f64);
+                tokio::time::sleep_until(due.into()).await;
+            }
+            Some((Ok(Bytes::from(buf)), (st, None)))
+        });
+    StreamBody::new(stream.map_ok(Frame::data)).boxed_unsync()
+}
+
+/// What a received body must match, and how it is framed.
+pub struct Expectations {
+    /// Strip `aws-chunked` framing with this signing mode, announced trailer checksum
+    /// and decoded length.
+    pub chunked: Option<(ChunkSigning, Option<ChecksumAlgorithm>, Option<u64>)>,
+    /// The hex SHA-256 the signature covered (`x-amz-content-sha256`).
+    pub sha256: Option<String>,
+    /// A flexible checksum from a header: algorithm and base64 value.
+    pub checksum: Option<(ChecksumAlgorithm, String)>,
+    /// A `Content-MD5` header value (base64).
+    pub content_md5: Option<String>,
+    /// Most bytes accepted.
+    pub limit: u64,
+}
+
+/// What a received body turned out to be.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Decoded bytes stored.
+    pub len: u64,
+    /// MD5, hex.
+    pub md5_hex: String,
+    /// MD5, base64.
+    pub md5_base64: String,
+    /// The verified full-object checksum, from a header or a trailer.
+    pub checksum: Option<(ChecksumAlgorithm, String)>,
+}
+
+/// Receives a request body into `staged`, verifying every digest the request claims.
+///
+/// # Errors
+/// [`ErrorKind::IncompleteBody`] when the body breaks off or its framing is wrong,
+/// [`ErrorKind::EntityTooLarge`], [`ErrorKind::ContentSha256Mismatch`],
+/// [`ErrorKind::BadDigest`], [`ErrorKind::InvalidDigest`],
+/// [`ErrorKind::SignatureDoesNotMatch`] for a bad chunk signature.
+pub async fn receive(
+    body: Incoming,
+    staged: &mut StagedFile,
+    exp: Expectations,
+    metrics: &Metrics,
+    protocol: Protocol,
+) -> Result<Received> {
+    let std_file = staged
+        .take_file()
+        .ok_or_else(|| Error::new(ErrorKind::InternalError, "staging file missing"))?;
+    let mut file = tokio::fs::File::from_std(std_file);
+    let result = receive_into(body, &mut file, &exp, metrics, protocol).await;
+    staged.restore(file.into_std().await);
+    let (len, md5, sha, checksum, trailer) = result?;
+    let md5 = md5.finalize();
+    let received = Received {
+        len,
+        md5_hex: hex::encode(md5),
+        md5_base64: base64_encode(&md5),
+        checksum: None,
+    };
+    if let (Some(expected), Some(sha)) = (&exp.sha256, sha)
+        && hex::encode(sha.finalize()) != *expected
+    {
+        return Err(Error::new(
+            ErrorKind::ContentSha256Mismatch,
+            "The provided 'x-amz-content-sha256' header does not match what was computed.",
+        ));
+    }
+    if let Some(expected) = &exp.content_md5 {
+        let decoded = base64_decode(expected)
+            .filter(|d| d.len() == 16)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidDigest,
+                    "The Content-MD5 you specified was invalid.",
+                )
+            })?;
+        if decoded != md5.as_slice() {
+            return Err(Error::new(
+                ErrorKind::BadDigest,
+                "The Content-MD5 you specified did not match what we received.",
+            ));
+        }
+    }
+    let mut checksum_out = trailer;
+    if let (Some((alg, expected)), Some(computed)) = (&exp.checksum, checksum) {
+        let computed = computed.finalize();
+        if computed != *expected {
+            return Err(Error::new(
+                ErrorKind::BadDigest,
+                format!(
+                    "The {} you specified did not match the calculated checksum.",
+                    alg.name()
+                ),
+            ));
+        }
+        checksum_out = Some((*alg, computed));
+    }
+    Ok(Received {
+        checksum: checksum_out,
+        ..received
+    })
+}
+
+type Digests = (
+    u64,
+    Md5,
+    Option<Sha256>,
+    Option<Checksummer>,
+    Option<(ChecksumAlgorithm, String)>,
+);
+
+async fn receive_into(
+    mut body: Incoming,
+    file: &mut tokio::fs::File,
+    exp: &Expectations,
+    metrics: &Metrics,
+    protocol: Protocol,
+) -> Result<Digests> {
+    let mut md5 = Md5::new();
+    let mut sha = exp.sha256.as_ref().map(|_| Sha256::new());
+    let mut checksum = exp.checksum.as_ref().map(|(alg, _)| Checksummer::new(*alg));
+    let mut decoder = exp
+        .chunked
+        .as_ref()
+        .map(|(signing, trailer, len)| AwsChunkedDecoder::new(signing.clone(), *trailer, *len));
+    let mut decoded = Vec::new();
+    let mut len = 0u64;
+    let write_err = |e: io::Error| {
+        Error::new(ErrorKind::InternalError, format!("writing the body: {e}")).with_source(e)
+    };
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            Error::new(
+                ErrorKind::IncompleteBody,
+                format!("the request body broke off: {e}"),
+            )
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        metrics.put_bytes(protocol, data.len() as u64);
+        if let Some(sha) = &mut sha {
+            // The signed hash covers the bytes on the wire.
+            sha.update(&data);
+        }
+        let payload: &[u8] = match &mut decoder {
+            Some(d) => {
+                decoded.clear();
+                d.feed(&data, &mut decoded)?;
+                &decoded
+            }
+            None => &data,
+        };
+        len += payload.len() as u64;
+        if len > exp.limit {
+            return Err(Error::new(
+                ErrorKind::EntityTooLarge,
+                "Your proposed upload exceeds the maximum allowed size",
+            ));
+        }
+        md5.update(payload);
+        if let Some(c) = &mut checksum {
+            c.update(payload);
+        }
+        file.write_all(payload).await.map_err(write_err)?;
+    }
+    file.flush().await.map_err(write_err)?;
+    let trailer = match decoder {
+        Some(d) => d.finish()?.checksum,
+        None => None,
+    };
+    Ok((len, md5, sha, checksum, trailer))
+}
+
+/// Reads a small request body (XML documents) into memory, up to `limit` bytes.
+///
+/// # Errors
+/// [`ErrorKind::EntityTooLarge`] past the limit, [`ErrorKind::IncompleteBody`] when it
+/// breaks off.
+pub async fn read_small(body: Incoming, limit: usize) -> Result<Bytes> {
+    let limited = http_body_util::Limited::new(body, limit);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Error::new(
+            ErrorKind::EntityTooLarge,
+            format!("the request body exceeds {limit} bytes"),
+        )),
+        Err(e) => Err(Error::new(
+            ErrorKind::IncompleteBody,
+            format!("the request body broke off: {e}"),
+        )),
+    }
+}
+
+/// Copies an object's bytes into a staging file (server-side copies), returning the MD5.
+///
+/// # Errors
+/// I/O errors as [`ErrorKind::InternalError`].
+pub fn copy_object(body: ObjectBody, size: u64, staged: &mut StagedFile) -> Result<Received> {
+    use std::io::{Read, Write};
+    let io_err = |e: io::Error| {
+        Error::new(ErrorKind::InternalError, format!("copying the object: {e}")).with_source(e)
+    };
+    let out = staged.file().map_err(io_err)?;
+    let mut md5 = Md5::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut done = 0u64;
+    match body {
+        ObjectBody::File(mut f) => loop {
+            let n = f.read(&mut buf).map_err(io_err)?;
+            if n == 0 {
+                break;
+            }
+            md5.update(&buf[..n]);
+            out.write_all(&buf[..n]).map_err(io_err)?;
+            done += n as u64;
+        },
+        ObjectBody::Generated(g) => {
+            while done < size {
+                let n = (size - done).min(CHUNK as u64) as usize;
+                g.fill(done, &mut buf[..n]);
+                md5.update(&buf[..n]);
+                out.write_all(&buf[..n]).map_err(io_err)?;
+                done += n as u64;
+            }
+        }
+    }
+    let md5 = md5.finalize();
+    Ok(Received {
+        len: done,
+        md5_hex: hex::encode(md5),
+        md5_base64: base64_encode(&md5),
+        checksum: None,
+    })
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(s.trim())
+        .ok()
+}
+
+/// Drains a stream, for tests.
+#[cfg(test)]
+pub async fn collect(body: ResponseBody) -> io::Result<Vec<u8>> {
+    use futures_util::StreamExt;
+    let mut out = Vec::new();
+    let mut s = body.into_data_stream();
+    while let Some(chunk) = s.next().await {
+        out.extend_from_slice(&chunk?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::generated::GeneratedObject;
+
+    fn delivery() -> Delivery {
+        Delivery {
+            bandwidth: None,
+            truncate_after: None,
+            protocol: Protocol::S3,
+        }
+    }
+
+    #[tokio::test]
+    async fn generated_ranges_stream_exactly() {
+        let g = GeneratedObject::new("b", "k", 1_000_000, 3);
+        let mut expected = vec![0u8; 700_000];
+        g.fill(123, &mut expected);
+        let metrics = Arc::new(Metrics::default());
+        let body = object_stream(
+            ObjectBody::Generated(g),
+            123,
+            700_123,
+            delivery(),
+            metrics.clone(),
+        );
+        assert_eq!(collect(body).await.unwrap(), expected);
+        assert!(
+            metrics
+                .render()
+                .contains("talon_origin_get_bytes_total{protocol=\"s3\"} 700000")
+        );
+    }
+
+    #[tokio::test]
+    async fn file_ranges_stream_exactly_and_truncation_fails_the_body() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let f = std::fs::File::open(&path).unwrap();
+        let body = object_stream(
+            ObjectBody::File(f),
+            10,
+            500_010,
+            delivery(),
+            metrics.clone(),
+        );
+        assert_eq!(collect(body).await.unwrap(), &data[10..500_010]);
+        let f = std::fs::File::open(&path).unwrap();
+        let cut = Delivery {
+            truncate_after: Some(1000),
+            ..delivery()
+        };
+        assert!(
+            collect(object_stream(ObjectBody::File(f), 0, 600_000, cut, metrics))
+                .await
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! Injectable faults: added latency, a bandwidth cap on response bodies, and an error
+//! rate with a choice of failures. Set at start from flags and changed at run time
+//! through the admin endpoint (`PUT /admin/faults`), so reliability tests and benches
+//! can model a slow or flaky origin.
+
+use std::str::FromStr;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A failure the stub can inject into a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FaultKind {
+    /// 503 `SlowDown` (S3) / `ServerBusy` (Azure).
+    Slowdown,
+    /// 500 `InternalError`.
+    Internal,
+    /// The connection is closed before any response.
+    Reset,
+    /// A GET answer stops halfway through its body (the connection is then closed).
+    Truncate,
+}
+
+impl FaultKind {
+    /// The name used in flags, JSON and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Slowdown => "slowdown",
+            FaultKind::Internal => "internal",
+            FaultKind::Reset => "reset",
+            FaultKind::Truncate => "truncate",
+        }
+    }
+}
+
+impl FromStr for FaultKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "slowdown" => Ok(FaultKind::Slowdown),
+            "internal" => Ok(FaultKind::Internal),
+            "reset" => Ok(FaultKind::Reset),
+            "truncate" => Ok(FaultKind::Truncate),
+            other => Err(format!(
+                "unknown fault '{other}' (slowdown, internal, reset, truncate)"
+            )),
+        }
+    }
+}
+
+/// The fault settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultConfig {
+    /// Added to every request before it is handled, in milliseconds.
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// Cap on each response body's rate, bytes per second; `None` is unlimited.
+    #[serde(default)]
+    pub bandwidth_bytes_per_sec: Option<u64>,
+    /// Probability in 0..=1 that a request fails with one of `error_kinds`.
+    #[serde(default)]
+    pub error_rate: f64,
+    /// The failures drawn from, uniformly; defaults to `slowdown`.
+    #[serde(default = "default_kinds")]
+    pub error_kinds: Vec<FaultKind>,
+}
+
+fn default_kinds() -> Vec<FaultKind> {
+    vec![FaultKind::Slowdown]
+}
+
+impl Default for FaultConfig {
+    fn default() -> Self {
+        FaultConfig {
+            latency_ms: 0,
+            bandwidth_bytes_per_sec: None,
+            error_rate: 0.0,
+            error_kinds: default_kinds(),
+        }
+    }
+}
+
+impl FaultConfig {
+    /// Checks ranges.
+    ///
+    /// # Errors
+    /// A message for a rate outside 0..=1, a zero bandwidth, or no kinds with a rate.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.error_rate) {
+            return Err("error_rate must be between 0 and 1".into());
+        }
+        if self.bandwidth_bytes_per_sec == Some(0) {
+            return Err("bandwidth_bytes_per_sec must be positive (null for unlimited)".into());
+        }
+        if self.error_rate > 0.0 && self.error_kinds.is_empty() {
+            return Err("error_kinds must not be empty when error_rate > 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// The live fault settings, shared by every request.
+#[derive(Debug, Default)]
+pub struct Faults {
+    config: RwLock<FaultConfig>,
+}
+
+impl Faults {
+    /// Starts with `config`.
+    pub fn new(config: FaultConfig) -> Faults {
+        Faults {
+            config: RwLock::new(config),
+        }
+    }
+
+    /// The current settings.
+    pub fn get(&self) -> FaultConfig {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the settings.
+    ///
+    /// # Errors
+    /// As [`FaultConfig::validate`]; nothing changes then.
+    pub fn set(&self, config: FaultConfig) -> Result<(), String> {
+        config.validate()?;
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        Ok(())
+    }
+
+    /// Draws this request's fate: the latency to add and the failure, if any.
+    pub fn draw(&self) -> (Duration, Option<FaultKind>) {
+        let c = self.get();
+        let latency = Duration::from_millis(c.latency_ms);
+        if c.error_rate > 0.0 && !c.error_kinds.is_empty() && fastrand::f64() < c.error_rate {
+            let kind = c.error_kinds[fastrand::usize(..c.error_kinds.len())];
+            return (latency, Some(kind));
+        }
+        (latency, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip_and_validation() {
+        let c: FaultConfig =
+            serde_json::from_str(r#"{"error_rate": 1.0, "error_kinds": ["reset", "truncate"]}"#)
+                .expect("json");
+        assert_eq!(c.error_kinds, vec![FaultKind::Reset, FaultKind::Truncate]);
+        assert!(
+            serde_json::from_str::<FaultConfig>(r#"{"eror_rate": 1.0}"#).is_err(),
+            "typos are rejected"
+        );
+        let faults = Faults::default();
+        assert!(
+            faults
+                .set(FaultConfig {
+                    error_rate: 2.0,
+                    ..FaultConfig::default()
+                })
+                .is_err()
+        );
+        assert_eq!(
+            faults.get(),
+            FaultConfig::default(),
+            "a rejected update changes nothing"
+        );
+        faults.set(c).expect("valid");
+        let (_, kind) = faults.draw();
+        assert!(matches!(kind, Some(FaultKind::Reset | FaultKind::Truncate)));
+        faults.set(FaultConfig::default()).expect("valid");
+        assert_eq!(faults.draw(), (Duration::ZERO, None));
+    }
+}

@@ -1,0 +1,181 @@
+//! What both protocol fronts share: the stub's state, failures and how they become
+//! answers, authentication plumbing, fault handling, and small response helpers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use talon_protocols::azure::request::AzureAddressing;
+use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::s3::request::S3Addressing;
+use talon_protocols::{Error, ErrorKind, Result};
+
+use crate::body::ResponseBody;
+use crate::faults::{FaultKind, Faults};
+use crate::metrics::Metrics;
+use crate::store::ObjectStore;
+
+/// Total request header bytes accepted (S3 documents 8 KiB).
+pub const MAX_HEADER_BYTES: usize = 8 * 1024;
+/// User metadata bytes accepted (S3 documents 2 KiB).
+pub const MAX_USER_METADATA_BYTES: usize = 2 * 1024;
+/// Largest single upload accepted (S3's limit for PutObject and parts).
+pub const MAX_UPLOAD_BYTES: u64 = 5 << 30;
+/// Largest XML request body accepted.
+pub const MAX_XML_BYTES: usize = 2 << 20;
+
+/// Everything a request handler needs, shared by all connections.
+#[derive(Debug)]
+pub struct StubState {
+    /// The objects.
+    pub store: Arc<ObjectStore>,
+    /// Live fault settings.
+    pub faults: Faults,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// The region S3 reports.
+    pub region: String,
+    /// How S3 requests name buckets.
+    pub s3_addressing: S3Addressing,
+    /// How Azure requests name the account.
+    pub azure_addressing: AzureAddressing,
+    /// S3 access key → secret; empty means anonymous access.
+    pub s3_credentials: BTreeMap<String, String>,
+    /// The Azure storage account served.
+    pub azure_account: String,
+    /// The Azure account key; `None` means anonymous access.
+    pub azure_key: Option<AccountKey>,
+    /// The Azure account's base URL, written into listings.
+    pub azure_endpoint: String,
+}
+
+/// A failed request: the error and extra headers its answer carries (`Content-Range`
+/// on a 416, `ETag` on a 304).
+#[derive(Debug)]
+pub struct Failure {
+    /// The error.
+    pub error: Error,
+    /// Extra headers.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// How a request ends when it does not succeed.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Answer with the protocol's error.
+    Failure(Failure),
+    /// Close the connection without an answer (fault injection).
+    Reset,
+}
+
+impl From<Error> for Outcome {
+    fn from(error: Error) -> Outcome {
+        Outcome::Failure(Failure {
+            error,
+            headers: Vec::new(),
+        })
+    }
+}
+
+impl From<Failure> for Outcome {
+    fn from(f: Failure) -> Outcome {
+        Outcome::Failure(f)
+    }
+}
+
+/// A handler's result.
+pub type Handled = std::result::Result<Response<ResponseBody>, Outcome>;
+
+/// Runs blocking store work off the reactor.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        Error::new(
+            ErrorKind::InternalError,
+            format!("a storage task failed: {e}"),
+        )
+    })?
+}
+
+/// Sets a header, skipping values that are not valid header text.
+pub fn set_header(headers: &mut HeaderMap, name: &str, value: &str) {
+    if let (Ok(n), Ok(v)) = (
+        HeaderName::from_bytes(name.as_bytes()),
+        HeaderValue::from_str(value),
+    ) {
+        headers.insert(n, v);
+    }
+}
+
+/// A response with a status and body.
+pub fn answer(status: StatusCode, body: ResponseBody) -> Response<ResponseBody> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    resp
+}
+
+/// Reads user metadata headers with `prefix` (`x-amz-meta-` or `x-ms-meta-`).
+///
+/// # Errors
+/// [`ErrorKind::MetadataTooLarge`] past 2 KiB.
+pub fn user_metadata(headers: &HeaderMap, prefix: &str) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let mut total = 0;
+    for (name, value) in headers {
+        if let Some(key) = name.as_str().strip_prefix(prefix) {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            total += key.len() + value.len();
+            out.insert(key.to_owned(), value);
+        }
+    }
+    if total > MAX_USER_METADATA_BYTES {
+        return Err(Error::new(
+            ErrorKind::MetadataTooLarge,
+            format!(
+                "Your metadata headers exceed the maximum allowed metadata size of {MAX_USER_METADATA_BYTES} bytes"
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// A header's text value.
+pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Applies the injected faults to a request before it is handled: sleeps for the
+/// configured latency, then fails it if the dice say so. Returns whether a GET body
+/// should be truncated.
+///
+/// # Errors
+/// [`Outcome::Reset`], or a `SlowDown` / `InternalError` failure.
+pub async fn apply_faults(
+    faults: &Faults,
+    metrics: &Metrics,
+) -> std::result::Result<bool, Outcome> {
+    let (latency, fault) = faults.draw();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let Some(kind) = fault else { return Ok(false) };
+    metrics.fault(kind.name());
+    match kind {
+        FaultKind::Slowdown => {
+            Err(Error::new(ErrorKind::SlowDown, "Please reduce your request rate.").into())
+        }
+        FaultKind::Internal => Err(Error::new(
+            ErrorKind::InternalError,
+            "We encountered an internal error. Please try again.",
+        )
+        .into()),
+        FaultKind::Reset => Err(Outcome::Reset),
+        FaultKind::Truncate => Ok(true),
+    }
+}
+
+/// The raw path and query of a request URI.
+pub fn path_and_query(uri: &http::Uri) -> (String, String) {
+    (uri.path().to_owned(), uri.query().unwrap_or("").to_owned())
+}

@@ -1,0 +1,249 @@
+//! Deterministic generated objects: content that is a pure function of bucket, key and
+//! seed, computed at any offset without storing a byte, so a stub can serve objects of
+//! many GiB for free and any client can check SHA-256 on its own.
+//!
+//! The content is the little-endian bytes of a counter-mode SplitMix64 stream:
+//! word `i` is `splitmix64(stream_key + (i + 1) * 0x9E3779B97F4A7C15)`, where
+//! `stream_key` is the first 8 bytes (little-endian) of
+//! `SHA-256("talon-generated-v1\0" + bucket + "/" + key + "\0" + seed)`. A Python
+//! implementation in `tests/sdk/generated.py` checks the same definition.
+
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+
+/// Domain separator of the content and ETag hashes; bump to change every object.
+const DOMAIN: &str = "talon-generated-v1";
+const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A generated object: its identity and size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneratedObject {
+    /// Bucket (container).
+    pub bucket: String,
+    /// Key (blob name).
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Seed; the same bucket and key with another seed is other content.
+    pub seed: u64,
+    stream_key: u64,
+}
+
+fn identity_bytes(bucket: &str, key: &str, seed: u64) -> String {
+    format!("{DOMAIN}\0{bucket}/{key}\0{seed}")
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl GeneratedObject {
+    /// Defines a generated object.
+    pub fn new(
+        bucket: impl Into<String>,
+        key: impl Into<String>,
+        size: u64,
+        seed: u64,
+    ) -> GeneratedObject {
+        let (bucket, key) = (bucket.into(), key.into());
+        let digest = Sha256::digest(identity_bytes(&bucket, &key, seed).as_bytes());
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        GeneratedObject {
+            bucket,
+            key,
+            size,
+            seed,
+            stream_key: u64::from_le_bytes(first),
+        }
+    }
+
+    /// The quoted entity tag: a digest of identity and size.
+    pub fn etag(&self) -> String {
+        let text = format!(
+            "{}\0{}",
+            identity_bytes(&self.bucket, &self.key, self.seed),
+            self.size
+        );
+        let digest = Sha256::digest(text.as_bytes());
+        format!("\"{}\"", hex::encode(&digest[..16]))
+    }
+
+    /// A fixed modification time, so that restarting a stub with the same objects keeps
+    /// their versions (and a cache's blocks) valid.
+    pub fn last_modified(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_735_689_600) // 2025-01-01T00:00:00Z
+    }
+
+    fn word(&self, index: u64) -> u64 {
+        splitmix64(
+            self.stream_key
+                .wrapping_add(index.wrapping_add(1).wrapping_mul(GOLDEN_GAMMA)),
+        )
+    }
+
+    /// Fills `buf` with the bytes at `offset..offset + buf.len()`. Bytes past the end of
+    /// the object are not defined by the object; callers must not ask for them.
+    pub fn fill(&self, offset: u64, buf: &mut [u8]) {
+        let mut pos = offset;
+        let mut out = 0;
+        while out < buf.len() {
+            let word = self.word(pos / 8).to_le_bytes();
+            let within = (pos % 8) as usize;
+            let n = (8 - within).min(buf.len() - out);
+            buf[out..out + n].copy_from_slice(&word[within..within + n]);
+            out += n;
+            pos += n as u64;
+        }
+    }
+
+    /// SHA-256 of the whole object, hex (reads it all; for tests).
+    pub fn sha256_hex(&self) -> String {
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut offset = 0;
+        while offset < self.size {
+            let n = (self.size - offset).min(buf.len() as u64) as usize;
+            self.fill(offset, &mut buf[..n]);
+            hasher.update(&buf[..n]);
+            offset += n as u64;
+        }
+        hex::encode(hasher.finalize())
+    }
+}
+
+/// Parses a size: plain bytes or a number with `KiB`, `MiB`, `GiB`, `TiB` (also `K`,
+/// `M`, `G`, `T`, powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("'{s}' is not a size"))?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        "T" | "TiB" => 40,
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' (use KiB, MiB, GiB, TiB)"
+            ));
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+impl FromStr for GeneratedObject {
+    type Err = String;
+
+    /// Parses `BUCKET/KEY=SIZE[,SEED]`.
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let (path, rest) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("'{spec}' is not BUCKET/KEY=SIZE[,SEED]"))?;
+        let (bucket, key) = path
+            .split_once('/')
+            .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+            .ok_or_else(|| format!("'{path}' is not BUCKET/KEY"))?;
+        let (size, seed) = match rest.split_once(',') {
+            Some((size, seed)) => (
+                size,
+                seed.trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("seed '{seed}' is not a number"))?,
+            ),
+            None => (rest, 0),
+        };
+        Ok(GeneratedObject::new(bucket, key, parse_size(size)?, seed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_is_random_access() {
+        let g = GeneratedObject::new("b", "k", 1 << 20, 7);
+        let mut whole = vec![0u8; 1000];
+        g.fill(0, &mut whole);
+        for (start, len) in [
+            (0usize, 1usize),
+            (3, 10),
+            (7, 9),
+            (8, 8),
+            (123, 456),
+            (999, 1),
+        ] {
+            let mut part = vec![0u8; len];
+            g.fill(start as u64, &mut part);
+            assert_eq!(part, whole[start..start + len], "{start}+{len}");
+        }
+    }
+
+    #[test]
+    fn content_depends_on_every_identity_field() {
+        let bytes = |g: GeneratedObject| {
+            let mut b = [0u8; 32];
+            g.fill(0, &mut b);
+            b
+        };
+        let base = bytes(GeneratedObject::new("b", "k", 10, 0));
+        assert_ne!(base, bytes(GeneratedObject::new("b", "k2", 10, 0)));
+        assert_ne!(base, bytes(GeneratedObject::new("b2", "k", 10, 0)));
+        assert_ne!(base, bytes(GeneratedObject::new("b", "k", 10, 1)));
+        assert_eq!(
+            base,
+            bytes(GeneratedObject::new("b", "k", 99, 0)),
+            "size does not change content"
+        );
+        assert_ne!(
+            GeneratedObject::new("b", "k", 10, 0).etag(),
+            GeneratedObject::new("b", "k", 11, 0).etag()
+        );
+    }
+
+    /// Golden values shared with tests/sdk/generated.py: if the definition drifts, both
+    /// fail.
+    #[test]
+    fn golden_digest() {
+        let g = GeneratedObject::new("bench", "golden.bin", 1000, 42);
+        assert_eq!(g.sha256_hex(), GOLDEN_SHA256);
+        assert_eq!(g.etag(), GOLDEN_ETAG);
+    }
+
+    /// SHA-256 of `bench/golden.bin` (1000 bytes, seed 42).
+    const GOLDEN_SHA256: &str = "6fc2c36d2b4f3d65f71c5a55987c3ae1573184711794f91c1768f9521f01883c";
+    const GOLDEN_ETAG: &str = "\"68ce525e6e526b149aea9f49abaf8573\"";
+
+    #[test]
+    fn past_four_gib() {
+        let g = GeneratedObject::new("b", "big", 6 << 30, 0);
+        let mut a = [0u8; 16];
+        g.fill((1 << 32) - 8, &mut a);
+        let mut b = [0u8; 8];
+        g.fill(1 << 32, &mut b);
+        assert_eq!(a[8..], b);
+    }
+
+    #[test]
+    fn specs_and_sizes_parse() {
+        let g: GeneratedObject = "bench/dir/x.bin=64MiB,9".parse().expect("spec");
+        assert_eq!(
+            (g.bucket.as_str(), g.key.as_str(), g.size, g.seed),
+            ("bench", "dir/x.bin", 64 << 20, 9)
+        );
+        let g: GeneratedObject = "b/k=100".parse().expect("spec");
+        assert_eq!((g.size, g.seed), (100, 0));
+        assert!("nokey=1".parse::<GeneratedObject>().is_err());
+        assert!("b/k=1XB".parse::<GeneratedObject>().is_err());
+        assert_eq!(parse_size("5GiB"), Ok(5 << 30));
+        assert!(parse_size("99999999999TiB").is_err());
+    }
+}

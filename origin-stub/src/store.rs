@@ -1,0 +1,1399 @@
+//! The stub's object store: a folder on disk (top-level folders are buckets, files are
+//! objects) overlaid on deterministic generated objects, with multipart uploads and
+//! Azure uncommitted blocks kept beside it.
+//!
+//! Layout under the data folder:
+//!
+//! ```text
+//! <bucket>/<key>                         object bytes, exactly as uploaded
+//! .talon-stub/meta/<bucket>/<sha256(key)>.json   metadata of objects written through the stub
+//! .talon-stub/tmp/                       uploads in progress (renamed into place when complete)
+//! .talon-stub/uploads/<upload id>/       S3 multipart parts
+//! .talon-stub/blocks/<sha256(bucket/key)>/  Azure uncommitted blocks
+//! ```
+//!
+//! An object becomes visible only by a rename of a complete file, so a reader never sees
+//! a partial write, and a reader that opened the old file keeps reading the old bytes.
+//! Metadata is written before that rename and names the file it describes (size, mtime,
+//! inode), so a file changed behind the stub's back falls back to derived metadata
+//! instead of inheriting stale ETags. All methods block; call them off the reactor.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use md5::{Digest as _, Md5};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use talon_protocols::checksum::ChecksumAlgorithm;
+use talon_protocols::{Error, ErrorKind, Result};
+
+use crate::generated::GeneratedObject;
+
+/// Smallest size of a multipart part other than the last, as S3 enforces.
+pub const MIN_PART_SIZE: u64 = 5 << 20;
+/// Longest object key, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+
+const STUB_DIR: &str = ".talon-stub";
+
+/// Everything a client can learn about an object without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Key.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Quoted entity tag, identical for both protocols.
+    pub etag: String,
+    /// Last modification time.
+    pub last_modified: SystemTime,
+    /// Content type.
+    pub content_type: String,
+    /// User metadata, lower-case names without the protocol prefix.
+    pub user_metadata: BTreeMap<String, String>,
+    /// Full-object flexible checksum recorded at upload.
+    pub checksum: Option<(ChecksumAlgorithm, String)>,
+    /// Base64 MD5 of the content, when known (single uploads).
+    pub content_md5: Option<String>,
+    /// Part sizes of a multipart object, in order.
+    pub parts: Vec<u64>,
+    /// Committed Azure blocks (id, size), in order.
+    pub blocks: Vec<(String, u64)>,
+}
+
+/// Where an object's bytes come from.
+#[derive(Debug)]
+pub enum ObjectBody {
+    /// An open file (the version that was current when it was opened).
+    File(File),
+    /// Generated content.
+    Generated(GeneratedObject),
+}
+
+/// An object opened for reading: metadata and bytes of the same version.
+#[derive(Debug)]
+pub struct OpenObject {
+    /// Metadata.
+    pub meta: ObjectMeta,
+    /// Bytes.
+    pub body: ObjectBody,
+}
+
+/// Metadata a client supplies with a write.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteOptions {
+    /// Content type, when given.
+    pub content_type: Option<String>,
+    /// User metadata.
+    pub user_metadata: BTreeMap<String, String>,
+    /// Full-object checksum, when the client sent (and the stub verified) one.
+    pub checksum: Option<(ChecksumAlgorithm, String)>,
+}
+
+/// What a write records about the object it creates.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewObject {
+    /// Quoted entity tag.
+    pub etag: String,
+    /// Base64 MD5 of the content, when known.
+    pub content_md5: Option<String>,
+    /// Client-supplied metadata.
+    pub options: WriteOptions,
+    /// Part sizes, for a multipart object.
+    pub parts: Vec<u64>,
+    /// Committed Azure blocks, for a block-list blob.
+    pub blocks: Vec<(String, u64)>,
+}
+
+/// What the stub stores beside an object written through it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Sidecar {
+    etag: String,
+    content_type: Option<String>,
+    user_metadata: BTreeMap<String, String>,
+    checksum: Option<(ChecksumAlgorithm, String)>,
+    content_md5: Option<String>,
+    #[serde(default)]
+    parts: Vec<u64>,
+    #[serde(default)]
+    blocks: Vec<(String, u64)>,
+    // The identity of the file this describes.
+    size: u64,
+    mtime_ns: i128,
+    ino: u64,
+}
+
+/// A bucket and when it was created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketInfo {
+    /// Name.
+    pub name: String,
+    /// Creation (or folder modification) time.
+    pub created: SystemTime,
+}
+
+/// A file being written in the staging folder; removed on drop unless committed.
+#[derive(Debug)]
+pub struct StagedFile {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl StagedFile {
+    /// The file to write into.
+    pub fn file(&mut self) -> io::Result<&mut File> {
+        self.file
+            .as_mut()
+            .ok_or_else(|| io::Error::other("staged file already taken"))
+    }
+
+    /// Takes the file out for async writing; give it back with [`StagedFile::restore`].
+    pub fn take_file(&mut self) -> Option<File> {
+        self.file.take()
+    }
+
+    /// Puts the file back after async writing.
+    pub fn restore(&mut self, file: File) {
+        self.file = Some(file);
+    }
+}
+
+impl Drop for StagedFile {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// An S3 multipart upload in progress.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct UploadInfo {
+    bucket: String,
+    key: String,
+    options: WriteOptions,
+    initiated_ms: u64,
+}
+
+/// A stored multipart part.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartInfo {
+    /// Part number.
+    pub number: u32,
+    /// Quoted MD5 entity tag.
+    pub etag: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Upload time, ms since the epoch.
+    pub uploaded_ms: u64,
+}
+
+/// A summary of an upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadSummary {
+    /// Key.
+    pub key: String,
+    /// Upload id.
+    pub upload_id: String,
+    /// Creation time.
+    pub initiated: SystemTime,
+}
+
+/// Azure block ids with their sizes, in order.
+pub type BlockIds = Vec<(String, u64)>;
+
+/// One entry of an Azure Put Block List: which version of the block to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlockChoice {
+    /// Uncommitted if present, else committed.
+    Latest(String),
+    /// The committed version.
+    Committed(String),
+    /// The uncommitted version.
+    Uncommitted(String),
+}
+
+/// The object store.
+#[derive(Debug)]
+pub struct ObjectStore {
+    root: PathBuf,
+    generated: Mutex<BTreeMap<(String, String), GeneratedObject>>,
+}
+
+fn internal(context: &str, err: io::Error) -> Error {
+    Error::new(ErrorKind::InternalError, format!("{context}: {err}")).with_source(err)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn no_such_key(key: &str) -> Error {
+    Error::new(
+        ErrorKind::NoSuchKey,
+        format!("The specified key does not exist: {key}"),
+    )
+}
+
+fn no_such_bucket(bucket: &str) -> Error {
+    Error::new(
+        ErrorKind::NoSuchBucket,
+        format!("The specified bucket does not exist: {bucket}"),
+    )
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// Checks that a key can be stored as a file path: non-empty, at most 1024 bytes, no NUL,
+/// no empty, `.` or `..` segments, no segment longer than 255 bytes.
+///
+/// # Errors
+/// [`ErrorKind::InvalidObjectName`] (and `KeyTooLong`-style messages for length).
+pub fn check_key(key: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::new(
+            ErrorKind::InvalidObjectName,
+            format!("key '{}' {why}", key.escape_debug()),
+        ))
+    };
+    if key.is_empty() {
+        return bad("is empty");
+    }
+    if key.len() > MAX_KEY_LEN {
+        return bad("is longer than 1024 bytes");
+    }
+    if key.contains('\0') {
+        return bad("contains NUL");
+    }
+    for seg in key.split('/') {
+        match seg {
+            "" => return bad("has an empty path segment (a leading, trailing or double '/')"),
+            "." | ".." => return bad("has a '.' or '..' segment"),
+            s if s.len() > 255 => return bad("has a path segment longer than 255 bytes"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_bucket(bucket: &str) -> Result<()> {
+    if bucket.is_empty()
+        || bucket.starts_with('.')
+        || bucket.contains(['/', '\0'])
+        || bucket.len() > 255
+    {
+        return Err(Error::new(
+            ErrorKind::InvalidBucketName,
+            format!("The specified bucket '{bucket}' is not valid."),
+        ));
+    }
+    Ok(())
+}
+
+fn mtime_ns(meta: &fs::Metadata) -> i128 {
+    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
+}
+
+fn system_time(meta: &fs::Metadata) -> SystemTime {
+    meta.modified().unwrap_or(UNIX_EPOCH)
+}
+
+impl ObjectStore {
+    /// Opens (creating if needed) a store rooted at `root`, with generated objects.
+    ///
+    /// # Errors
+    /// I/O errors creating the stub's folders.
+    pub fn new(root: &Path, generated: Vec<GeneratedObject>) -> io::Result<ObjectStore> {
+        for sub in ["tmp", "meta", "uploads", "blocks"] {
+            fs::create_dir_all(root.join(STUB_DIR).join(sub))?;
+        }
+        let generated = generated
+            .into_iter()
+            .map(|g| ((g.bucket.clone(), g.key.clone()), g))
+            .collect();
+        Ok(ObjectStore {
+            root: root.to_owned(),
+            generated: Mutex::new(generated),
+        })
+    }
+
+    /// The data folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn stub_dir(&self, sub: &str) -> PathBuf {
+        self.root.join(STUB_DIR).join(sub)
+    }
+
+    fn bucket_dir(&self, bucket: &str) -> PathBuf {
+        self.root.join(bucket)
+    }
+
+    fn object_path(&self, bucket: &str, key: &str) -> PathBuf {
+        self.root.join(bucket).join(key)
+    }
+
+    fn sidecar_path(&self, bucket: &str, key: &str) -> PathBuf {
+        self.stub_dir("meta")
+            .join(bucket)
+            .join(format!("{}.json", sha256_hex(key)))
+    }
+
+    fn generated_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), GeneratedObject>> {
+        self.generated.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn generated_get(&self, bucket: &str, key: &str) -> Option<GeneratedObject> {
+        self.generated_lock()
+            .get(&(bucket.to_owned(), key.to_owned()))
+            .cloned()
+    }
+
+    fn has_generated_in(&self, bucket: &str) -> bool {
+        self.generated_lock().keys().any(|(b, _)| b == bucket)
+    }
+
+    /// Whether a bucket exists (a folder, or generated objects in it).
+    pub fn bucket_exists(&self, bucket: &str) -> bool {
+        check_bucket(bucket).is_ok()
+            && (self.bucket_dir(bucket).is_dir() || self.has_generated_in(bucket))
+    }
+
+    fn require_bucket(&self, bucket: &str) -> Result<()> {
+        if self.bucket_exists(bucket) {
+            Ok(())
+        } else {
+            Err(no_such_bucket(bucket))
+        }
+    }
+
+    /// Lists buckets by name.
+    ///
+    /// # Errors
+    /// I/O errors reading the data folder.
+    pub fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+        let mut out: BTreeMap<String, SystemTime> = BTreeMap::new();
+        for entry in fs::read_dir(&self.root).map_err(|e| internal("reading the data folder", e))? {
+            let entry = entry.map_err(|e| internal("reading the data folder", e))?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if check_bucket(&name).is_err() {
+                continue;
+            }
+            if let Ok(meta) = fs::metadata(entry.path())
+                && meta.is_dir()
+            {
+                out.insert(name, system_time(&meta));
+            }
+        }
+        for ((bucket, _), g) in self.generated_lock().iter() {
+            out.entry(bucket.clone())
+                .or_insert_with(|| g.last_modified());
+        }
+        Ok(out
+            .into_iter()
+            .map(|(name, created)| BucketInfo { name, created })
+            .collect())
+    }
+
+    /// Bucket creation time.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`].
+    pub fn bucket_info(&self, bucket: &str) -> Result<BucketInfo> {
+        self.require_bucket(bucket)?;
+        let created = fs::metadata(self.bucket_dir(bucket))
+            .map(|m| system_time(&m))
+            .unwrap_or_else(|_| UNIX_EPOCH + Duration::from_secs(1_735_689_600));
+        Ok(BucketInfo {
+            name: bucket.to_owned(),
+            created,
+        })
+    }
+
+    /// Creates a bucket folder.
+    ///
+    /// # Errors
+    /// [`ErrorKind::BucketAlreadyExists`], [`ErrorKind::InvalidBucketName`].
+    pub fn create_bucket(&self, bucket: &str) -> Result<()> {
+        check_bucket(bucket)?;
+        if self.bucket_exists(bucket) {
+            return Err(Error::new(
+                ErrorKind::BucketAlreadyExists,
+                format!("The bucket '{bucket}' already exists."),
+            ));
+        }
+        fs::create_dir_all(self.bucket_dir(bucket))
+            .map_err(|e| internal("creating the bucket folder", e))
+    }
+
+    /// Deletes an empty bucket.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`], [`ErrorKind::BucketNotEmpty`].
+    pub fn delete_bucket(&self, bucket: &str) -> Result<()> {
+        self.require_bucket(bucket)?;
+        if !self.list(bucket)?.is_empty() {
+            return Err(Error::new(
+                ErrorKind::BucketNotEmpty,
+                format!("The bucket '{bucket}' is not empty."),
+            ));
+        }
+        let dir = self.bucket_dir(bucket);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(|e| internal("removing the bucket folder", e))?;
+        }
+        let _ = fs::remove_dir_all(self.stub_dir("meta").join(bucket));
+        Ok(())
+    }
+
+    /// Metadata of a stored file, from its sidecar when the sidecar describes this very
+    /// file, else derived from the file itself.
+    fn file_meta(&self, bucket: &str, key: &str, meta: &fs::Metadata) -> ObjectMeta {
+        let (size, mtime, ino) = (meta.len(), mtime_ns(meta), meta.ino());
+        let sidecar = fs::read(self.sidecar_path(bucket, key))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Sidecar>(&b).ok())
+            .filter(|s| s.size == size && s.mtime_ns == mtime && s.ino == ino);
+        let guessed = || {
+            mime_guess::from_path(key)
+                .first_raw()
+                .unwrap_or("application/octet-stream")
+                .to_owned()
+        };
+        match sidecar {
+            Some(s) => ObjectMeta {
+                key: key.to_owned(),
+                size,
+                etag: s.etag,
+                last_modified: system_time(meta),
+                content_type: s.content_type.unwrap_or_else(guessed),
+                user_metadata: s.user_metadata,
+                checksum: s.checksum,
+                content_md5: s.content_md5,
+                parts: s.parts,
+                blocks: s.blocks,
+            },
+            None => {
+                let digest =
+                    Sha256::digest(format!("talon-file-v1\0{size}\0{mtime}\0{ino}").as_bytes());
+                ObjectMeta {
+                    key: key.to_owned(),
+                    size,
+                    etag: format!("\"{}\"", hex::encode(&digest[..16])),
+                    last_modified: system_time(meta),
+                    content_type: guessed(),
+                    user_metadata: BTreeMap::new(),
+                    checksum: None,
+                    content_md5: None,
+                    parts: Vec::new(),
+                    blocks: Vec::new(),
+                }
+            }
+        }
+    }
+
+    fn generated_meta(g: &GeneratedObject) -> ObjectMeta {
+        ObjectMeta {
+            key: g.key.clone(),
+            size: g.size,
+            etag: g.etag(),
+            last_modified: g.last_modified(),
+            content_type: "application/octet-stream".to_owned(),
+            user_metadata: BTreeMap::new(),
+            checksum: None,
+            content_md5: None,
+            parts: Vec::new(),
+            blocks: Vec::new(),
+        }
+    }
+
+    /// An object's metadata.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`], [`ErrorKind::NoSuchKey`].
+    pub fn head(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {
+        Ok(self.open(bucket, key)?.meta)
+    }
+
+    /// Opens an object for reading.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`], [`ErrorKind::NoSuchKey`].
+    pub fn open(&self, bucket: &str, key: &str) -> Result<OpenObject> {
+        self.require_bucket(bucket)?;
+        if check_key(key).is_err() {
+            return Err(no_such_key(key));
+        }
+        match File::open(self.object_path(bucket, key)) {
+            Ok(file) => {
+                let meta = file
+                    .metadata()
+                    .map_err(|e| internal("reading object metadata", e))?;
+                if meta.is_file() {
+                    let meta = self.file_meta(bucket, key, &meta);
+                    return Ok(OpenObject {
+                        meta,
+                        body: ObjectBody::File(file),
+                    });
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) => {}
+            Err(e) => return Err(internal("opening the object", e)),
+        }
+        match self.generated_get(bucket, key) {
+            Some(g) => Ok(OpenObject {
+                meta: Self::generated_meta(&g),
+                body: ObjectBody::Generated(g),
+            }),
+            None => Err(no_such_key(key)),
+        }
+    }
+
+    /// All objects of a bucket, sorted by key (UTF-8 byte order).
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`]; I/O errors.
+    pub fn list(&self, bucket: &str) -> Result<Vec<ObjectMeta>> {
+        self.require_bucket(bucket)?;
+        let mut out: BTreeMap<String, ObjectMeta> = BTreeMap::new();
+        let dir = self.bucket_dir(bucket);
+        if dir.is_dir() {
+            let mut stack = vec![(dir, String::new())];
+            while let Some((dir, prefix)) = stack.pop() {
+                let entries =
+                    fs::read_dir(&dir).map_err(|e| internal("listing the bucket folder", e))?;
+                for entry in entries.flatten() {
+                    let Ok(name) = entry.file_name().into_string() else {
+                        continue;
+                    };
+                    let key = if prefix.is_empty() {
+                        name
+                    } else {
+                        format!("{prefix}/{name}")
+                    };
+                    let Ok(meta) = fs::metadata(entry.path()) else {
+                        continue;
+                    };
+                    if meta.is_dir() {
+                        stack.push((entry.path(), key));
+                    } else if meta.is_file() && check_key(&key).is_ok() {
+                        let m = self.file_meta(bucket, &key, &meta);
+                        out.insert(key, m);
+                    }
+                }
+            }
+        }
+        for ((b, k), g) in self.generated_lock().iter() {
+            if b == bucket && !out.contains_key(k) {
+                out.insert(k.clone(), Self::generated_meta(g));
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// Creates an empty staging file for a write.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn stage(&self) -> Result<StagedFile> {
+        let path = self.stub_dir("tmp").join(format!(
+            "{:016x}{:016x}",
+            fastrand::u64(..),
+            fastrand::u64(..)
+        ));
+        let file = fs::OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| internal("creating a staging file", e))?;
+        Ok(StagedFile {
+            path,
+            file: Some(file),
+        })
+    }
+
+    /// Makes a fully written staging file the object's content, atomically, recording
+    /// `record` as its metadata.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`], [`ErrorKind::InvalidObjectName`] (including a key
+    /// that would need an existing object to be a folder), I/O errors.
+    pub fn commit(
+        &self,
+        bucket: &str,
+        key: &str,
+        mut staged: StagedFile,
+        record: NewObject,
+    ) -> Result<ObjectMeta> {
+        self.require_bucket(bucket)?;
+        check_key(key)?;
+        let file = staged.file().map_err(|e| internal("staging", e))?;
+        file.flush()
+            .map_err(|e| internal("flushing the staging file", e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| internal("reading the staging file", e))?;
+        let sidecar = Sidecar {
+            etag: record.etag,
+            content_type: record.options.content_type,
+            user_metadata: record.options.user_metadata,
+            checksum: record.options.checksum,
+            content_md5: record.content_md5,
+            parts: record.parts,
+            blocks: record.blocks,
+            size: meta.len(),
+            mtime_ns: mtime_ns(&meta),
+            ino: meta.ino(),
+        };
+        let target = self.object_path(bucket, key);
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).map_err(|e| {
+                Error::new(
+                    ErrorKind::InvalidObjectName,
+                    format!("key '{key}' needs a folder where an object is stored: {e}"),
+                )
+            })?;
+        }
+        if target.is_dir() {
+            return Err(Error::new(
+                ErrorKind::InvalidObjectName,
+                format!("key '{key}' is a folder of other objects"),
+            ));
+        }
+        let sidecar_path = self.sidecar_path(bucket, key);
+        if let Some(parent) = sidecar_path.parent() {
+            fs::create_dir_all(parent).map_err(|e| internal("creating the metadata folder", e))?;
+        }
+        let json = serde_json::to_vec(&sidecar)
+            .map_err(|e| internal("encoding metadata", io::Error::other(e)))?;
+        let tmp_sidecar = sidecar_path.with_extension("json.tmp");
+        fs::write(&tmp_sidecar, json).map_err(|e| internal("writing metadata", e))?;
+        fs::rename(&tmp_sidecar, &sidecar_path).map_err(|e| internal("writing metadata", e))?;
+        fs::rename(&staged.path, &target).map_err(|e| internal("publishing the object", e))?;
+        // The staged path no longer exists; dropping `staged` is now a no-op.
+        self.generated_lock()
+            .remove(&(bucket.to_owned(), key.to_owned()));
+        let meta = fs::metadata(&target).map_err(|e| internal("reading the new object", e))?;
+        Ok(self.file_meta(bucket, key, &meta))
+    }
+
+    /// Deletes an object; returns whether it existed.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`]; I/O errors.
+    pub fn delete(&self, bucket: &str, key: &str) -> Result<bool> {
+        self.require_bucket(bucket)?;
+        if check_key(key).is_err() {
+            return Ok(false);
+        }
+        let generated = self
+            .generated_lock()
+            .remove(&(bucket.to_owned(), key.to_owned()))
+            .is_some();
+        let path = self.object_path(bucket, key);
+        let existed = match fs::metadata(&path) {
+            Ok(m) if m.is_file() => {
+                fs::remove_file(&path).map_err(|e| internal("deleting the object", e))?;
+                true
+            }
+            _ => false,
+        };
+        let _ = fs::remove_file(self.sidecar_path(bucket, key));
+        // Remove folders the object leaves empty, up to the bucket.
+        let bucket_dir = self.bucket_dir(bucket);
+        let mut dir = path.parent().map(Path::to_path_buf);
+        while let Some(d) = dir {
+            if d == bucket_dir || fs::remove_dir(&d).is_err() {
+                break;
+            }
+            dir = d.parent().map(Path::to_path_buf);
+        }
+        Ok(existed || generated)
+    }
+
+    // ---- S3 multipart uploads ----
+
+    fn upload_dir(&self, upload_id: &str) -> Result<PathBuf> {
+        if upload_id.is_empty() || !upload_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(Error::new(
+                ErrorKind::NoSuchUpload,
+                "The specified upload does not exist.",
+            ));
+        }
+        Ok(self.stub_dir("uploads").join(upload_id))
+    }
+
+    fn upload_info(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(PathBuf, UploadInfo)> {
+        let dir = self.upload_dir(upload_id)?;
+        let info: UploadInfo = fs::read(dir.join("upload.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .filter(|i: &UploadInfo| i.bucket == bucket && i.key == key)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::NoSuchUpload,
+                    "The specified upload does not exist.",
+                )
+            })?;
+        Ok((dir, info))
+    }
+
+    /// Starts a multipart upload and returns its id.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`], [`ErrorKind::InvalidObjectName`], I/O errors.
+    pub fn create_upload(&self, bucket: &str, key: &str, options: WriteOptions) -> Result<String> {
+        self.require_bucket(bucket)?;
+        check_key(key)?;
+        let id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+        let dir = self.upload_dir(&id)?;
+        fs::create_dir_all(&dir).map_err(|e| internal("creating the upload", e))?;
+        let info = UploadInfo {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            options,
+            initiated_ms: now_ms(),
+        };
+        let json = serde_json::to_vec(&info)
+            .map_err(|e| internal("encoding the upload", io::Error::other(e)))?;
+        fs::write(dir.join("upload.json"), json).map_err(|e| internal("writing the upload", e))?;
+        Ok(id)
+    }
+
+    /// Stores a part of an upload (replacing an earlier part with the same number).
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchUpload`], [`ErrorKind::InvalidArgument`] for a part number
+    /// outside 1..=10000, I/O errors.
+    pub fn put_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        number: u32,
+        staged: StagedFile,
+        md5_hex: &str,
+    ) -> Result<PartInfo> {
+        if !(1..=10_000).contains(&number) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive",
+            ));
+        }
+        let (dir, _) = self.upload_info(upload_id, bucket, key)?;
+        let size = fs::metadata(&staged.path)
+            .map_err(|e| internal("reading the part", e))?
+            .len();
+        let info = PartInfo {
+            number,
+            etag: format!("\"{md5_hex}\""),
+            size,
+            uploaded_ms: now_ms(),
+        };
+        fs::rename(&staged.path, dir.join(format!("{number}.part")))
+            .map_err(|e| internal("storing the part", e))?;
+        let json = serde_json::to_vec(&info)
+            .map_err(|e| internal("encoding the part", io::Error::other(e)))?;
+        fs::write(dir.join(format!("{number}.json")), json)
+            .map_err(|e| internal("storing the part", e))?;
+        Ok(info)
+    }
+
+    /// The parts of an upload, by number.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchUpload`].
+    pub fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> Result<Vec<PartInfo>> {
+        let (dir, _) = self.upload_info(upload_id, bucket, key)?;
+        let mut parts: Vec<PartInfo> = fs::read_dir(&dir)
+            .map_err(|e| internal("listing parts", e))?
+            .flatten()
+            .filter(|e| {
+                e.file_name().to_string_lossy().ends_with(".json") && e.file_name() != "upload.json"
+            })
+            .filter_map(|e| fs::read(e.path()).ok())
+            .filter_map(|b| serde_json::from_slice(&b).ok())
+            .collect();
+        parts.sort_by_key(|p| p.number);
+        Ok(parts)
+    }
+
+    /// Uploads in progress in a bucket.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`].
+    pub fn list_uploads(&self, bucket: &str) -> Result<Vec<UploadSummary>> {
+        self.require_bucket(bucket)?;
+        let mut out = Vec::new();
+        for entry in fs::read_dir(self.stub_dir("uploads"))
+            .map_err(|e| internal("listing uploads", e))?
+            .flatten()
+        {
+            let Some(info) = fs::read(entry.path().join("upload.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<UploadInfo>(&b).ok())
+            else {
+                continue;
+            };
+            if info.bucket == bucket {
+                out.push(UploadSummary {
+                    key: info.key,
+                    upload_id: entry.file_name().to_string_lossy().into_owned(),
+                    initiated: UNIX_EPOCH + Duration::from_millis(info.initiated_ms),
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
+        Ok(out)
+    }
+
+    /// Completes an upload from the listed parts (number, quoted ETag), in ascending order.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchUpload`], [`ErrorKind::InvalidPartOrder`],
+    /// [`ErrorKind::InvalidPart`] (missing part or wrong ETag), [`ErrorKind::EntityTooSmall`]
+    /// (a part other than the last under 5 MiB), [`ErrorKind::InvalidRequest`] (no parts).
+    pub fn complete_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        listed: &[(u32, String)],
+    ) -> Result<ObjectMeta> {
+        let (dir, info) = self.upload_info(upload_id, bucket, key)?;
+        if listed.is_empty() {
+            return Err(Error::new(
+                ErrorKind::MalformedXml,
+                "You must specify at least one part",
+            ));
+        }
+        if listed.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(Error::new(
+                ErrorKind::InvalidPartOrder,
+                "The list of parts was not in ascending order.",
+            ));
+        }
+        let stored: BTreeMap<u32, PartInfo> = self
+            .list_parts(bucket, key, upload_id)?
+            .into_iter()
+            .map(|p| (p.number, p))
+            .collect();
+        let mut chosen = Vec::new();
+        for (i, (number, etag)) in listed.iter().enumerate() {
+            let part = stored
+                .get(number)
+                .filter(|p| {
+                    talon_protocols::conditional::normalize_etag(&p.etag)
+                        == talon_protocols::conditional::normalize_etag(etag)
+                })
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidPart,
+                        format!("Part {number} could not be found or its ETag does not match."),
+                    )
+                })?;
+            if i + 1 < listed.len() && part.size < MIN_PART_SIZE {
+                return Err(Error::new(
+                    ErrorKind::EntityTooSmall,
+                    "Your proposed upload is smaller than the minimum allowed size",
+                ));
+            }
+            chosen.push(part.clone());
+        }
+        let mut staged = self.stage()?;
+        let mut md5s = Vec::with_capacity(chosen.len() * 16);
+        {
+            let out = staged.file().map_err(|e| internal("staging", e))?;
+            for part in &chosen {
+                let mut f = File::open(dir.join(format!("{}.part", part.number)))
+                    .map_err(|e| internal("reading a part", e))?;
+                io::copy(&mut f, out).map_err(|e| internal("assembling the object", e))?;
+                let md5 = hex::decode(talon_protocols::conditional::normalize_etag(&part.etag))
+                    .unwrap_or_default();
+                md5s.extend_from_slice(&md5);
+            }
+        }
+        let etag = format!("\"{}-{}\"", hex::encode(Md5::digest(&md5s)), chosen.len());
+        let sizes = chosen.iter().map(|p| p.size).collect();
+        let mut options = info.options;
+        options.checksum = None;
+        let record = NewObject {
+            etag,
+            options,
+            parts: sizes,
+            ..NewObject::default()
+        };
+        let meta = self.commit(bucket, key, staged, record)?;
+        let _ = fs::remove_dir_all(&dir);
+        Ok(meta)
+    }
+
+    /// Aborts an upload and frees its parts.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchUpload`].
+    pub fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+        let (dir, _) = self.upload_info(upload_id, bucket, key)?;
+        fs::remove_dir_all(dir).map_err(|e| internal("aborting the upload", e))
+    }
+
+    // ---- Azure blocks ----
+
+    fn blocks_dir(&self, bucket: &str, key: &str) -> PathBuf {
+        self.stub_dir("blocks")
+            .join(sha256_hex(&format!("{bucket}/{key}")))
+    }
+
+    /// Stores an uncommitted block.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`], [`ErrorKind::InvalidHeaderValue`] for a block id that
+    /// is not base64 of at most 64 bytes, I/O errors.
+    pub fn put_block(
+        &self,
+        bucket: &str,
+        key: &str,
+        block_id: &str,
+        staged: StagedFile,
+    ) -> Result<()> {
+        self.require_bucket(bucket)?;
+        check_key(key)?;
+        check_block_id(block_id)?;
+        let dir = self.blocks_dir(bucket, key);
+        fs::create_dir_all(&dir).map_err(|e| internal("storing the block", e))?;
+        fs::rename(&staged.path, dir.join(hex::encode(block_id)))
+            .map_err(|e| internal("storing the block", e))
+    }
+
+    /// The committed and uncommitted blocks of a blob.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`]; [`ErrorKind::NoSuchKey`] when there is neither a blob
+    /// nor uncommitted blocks.
+    pub fn block_list(&self, bucket: &str, key: &str) -> Result<(BlockIds, BlockIds)> {
+        self.require_bucket(bucket)?;
+        let committed = match self.head(bucket, key) {
+            Ok(m) => Some(m.blocks),
+            Err(e) if e.kind() == ErrorKind::NoSuchKey => None,
+            Err(e) => return Err(e),
+        };
+        let mut uncommitted = Vec::new();
+        if let Ok(entries) = fs::read_dir(self.blocks_dir(bucket, key)) {
+            for e in entries.flatten() {
+                let id = hex::decode(e.file_name().to_string_lossy().as_bytes())
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok());
+                if let (Some(id), Ok(m)) = (id, e.metadata()) {
+                    uncommitted.push((id, m.len()));
+                }
+            }
+        }
+        uncommitted.sort();
+        match committed {
+            None if uncommitted.is_empty() => Err(no_such_key(key)),
+            c => Ok((c.unwrap_or_default(), uncommitted)),
+        }
+    }
+
+    /// Commits a blob from a block list.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidPart`] (Azure `InvalidBlockList`) when a block is missing.
+    pub fn put_block_list(
+        &self,
+        bucket: &str,
+        key: &str,
+        items: &[BlockChoice],
+        options: WriteOptions,
+    ) -> Result<ObjectMeta> {
+        self.require_bucket(bucket)?;
+        check_key(key)?;
+        let dir = self.blocks_dir(bucket, key);
+        // The current blob, for committed blocks: open once so every block comes from
+        // one version.
+        let current = match self.open(bucket, key) {
+            Ok(OpenObject {
+                meta,
+                body: ObjectBody::File(f),
+            }) => Some((meta, f)),
+            _ => None,
+        };
+        let committed_offset = |id: &str| -> Option<(u64, u64)> {
+            let (meta, _) = current.as_ref()?;
+            let mut offset = 0;
+            for (bid, size) in &meta.blocks {
+                if bid == id {
+                    return Some((offset, *size));
+                }
+                offset += size;
+            }
+            None
+        };
+        let mut staged = self.stage()?;
+        let mut md5 = Md5::new();
+        let mut blocks = Vec::with_capacity(items.len());
+        {
+            let out = staged.file().map_err(|e| internal("staging", e))?;
+            let mut buf = vec![0u8; 1 << 20];
+            for item in items {
+                let (id, uncommitted_first, committed_ok) = match item {
+                    BlockChoice::Latest(id) => (id, true, true),
+                    BlockChoice::Uncommitted(id) => (id, true, false),
+                    BlockChoice::Committed(id) => (id, false, true),
+                };
+                let missing = || {
+                    Error::new(
+                        ErrorKind::InvalidPart,
+                        format!("The specified block list is invalid: block '{id}' not found."),
+                    )
+                };
+                let uncommitted_path = dir.join(hex::encode(id));
+                let (mut reader, len): (Box<dyn Read>, u64) =
+                    if uncommitted_first && uncommitted_path.is_file() {
+                        let f = File::open(&uncommitted_path)
+                            .map_err(|e| internal("reading a block", e))?;
+                        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                        (Box::new(f), len)
+                    } else if committed_ok {
+                        let (offset, len) = committed_offset(id).ok_or_else(missing)?;
+                        let (_, f) = current.as_ref().ok_or_else(missing)?;
+                        let mut f = f.try_clone().map_err(|e| internal("reading a block", e))?;
+                        f.seek(SeekFrom::Start(offset))
+                            .map_err(|e| internal("reading a block", e))?;
+                        (Box::new(f.take(len)), len)
+                    } else {
+                        return Err(missing());
+                    };
+                let mut copied = 0u64;
+                loop {
+                    let n = reader
+                        .read(&mut buf)
+                        .map_err(|e| internal("reading a block", e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    md5.update(&buf[..n]);
+                    out.write_all(&buf[..n])
+                        .map_err(|e| internal("assembling the blob", e))?;
+                    copied += n as u64;
+                }
+                if copied != len {
+                    return Err(internal(
+                        "assembling the blob",
+                        io::Error::other("a block changed while it was read"),
+                    ));
+                }
+                blocks.push((id.clone(), len));
+            }
+        }
+        let digest = md5.finalize();
+        let etag = format!("\"{}\"", hex::encode(digest));
+        let content_md5 = {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        };
+        let record = NewObject {
+            etag,
+            content_md5: Some(content_md5),
+            options,
+            blocks,
+            ..NewObject::default()
+        };
+        let meta = self.commit(bucket, key, staged, record)?;
+        let _ = fs::remove_dir_all(&dir);
+        Ok(meta)
+    }
+}
+
+/// Checks an Azure block id: base64 of 1..=64 bytes.
+///
+/// # Errors
+/// [`ErrorKind::InvalidHeaderValue`].
+pub fn check_block_id(id: &str) -> Result<()> {
+    use base64::Engine;
+    match base64::engine::general_purpose::STANDARD.decode(id) {
+        Ok(b) if !b.is_empty() && b.len() <= 64 => Ok(()),
+        _ => Err(Error::new(
+            ErrorKind::InvalidHeaderValue,
+            "The value for one of the HTTP headers is not in the correct format: blockid",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, ObjectStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ObjectStore::new(
+            dir.path(),
+            vec![GeneratedObject::new("gen", "g.bin", 100, 1)],
+        )
+        .unwrap();
+        (dir, store)
+    }
+
+    fn write(store: &ObjectStore, bucket: &str, key: &str, data: &[u8]) -> Result<ObjectMeta> {
+        let mut staged = store.stage()?;
+        staged.file().unwrap().write_all(data).unwrap();
+        let etag = format!("\"{}\"", hex::encode(Md5::digest(data)));
+        store.commit(
+            bucket,
+            key,
+            staged,
+            NewObject {
+                etag,
+                ..NewObject::default()
+            },
+        )
+    }
+
+    fn read_all(store: &ObjectStore, bucket: &str, key: &str) -> Vec<u8> {
+        match store.open(bucket, key).unwrap().body {
+            ObjectBody::File(mut f) => {
+                let mut v = Vec::new();
+                f.read_to_end(&mut v).unwrap();
+                v
+            }
+            ObjectBody::Generated(g) => {
+                let mut v = vec![0; g.size as usize];
+                g.fill(0, &mut v);
+                v
+            }
+        }
+    }
+
+    #[test]
+    fn write_read_overwrite_delete() {
+        let (_d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let m = write(&s, "b1", "dir/a b.txt", b"hello").unwrap();
+        assert_eq!(
+            m.etag,
+            format!("\"{}\"", hex::encode(Md5::digest(b"hello")))
+        );
+        assert_eq!(m.content_type, "text/plain");
+        assert_eq!(read_all(&s, "b1", "dir/a b.txt"), b"hello");
+        // An open reader keeps the old version across an overwrite.
+        let old = s.open("b1", "dir/a b.txt").unwrap();
+        write(&s, "b1", "dir/a b.txt", b"world!").unwrap();
+        let ObjectBody::File(mut f) = old.body else {
+            panic!("file")
+        };
+        let mut v = Vec::new();
+        f.read_to_end(&mut v).unwrap();
+        assert_eq!(v, b"hello");
+        assert_eq!(s.head("b1", "dir/a b.txt").unwrap().size, 6);
+        assert!(s.delete("b1", "dir/a b.txt").unwrap());
+        assert!(
+            !s.bucket_dir("b1").join("dir").exists(),
+            "empty folders are removed"
+        );
+        assert_eq!(
+            s.head("b1", "dir/a b.txt").unwrap_err().kind(),
+            ErrorKind::NoSuchKey
+        );
+        s.delete_bucket("b1").unwrap();
+        assert!(!s.bucket_exists("b1"));
+    }
+
+    #[test]
+    fn files_changed_behind_the_stub_get_new_etags() {
+        let (_d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let m1 = write(&s, "b1", "k", b"one").unwrap();
+        fs::write(s.object_path("b1", "k"), b"two!").unwrap();
+        let m2 = s.head("b1", "k").unwrap();
+        assert_ne!(m1.etag, m2.etag);
+        assert_eq!(m2.size, 4);
+        assert_eq!(
+            m2.etag,
+            s.head("b1", "k").unwrap().etag,
+            "stable across calls"
+        );
+    }
+
+    #[test]
+    fn generated_objects_list_and_can_be_replaced() {
+        let (_d, s) = store();
+        assert!(s.bucket_exists("gen"));
+        assert_eq!(s.list("gen").unwrap().len(), 1);
+        let g = GeneratedObject::new("gen", "g.bin", 100, 1);
+        assert_eq!(s.head("gen", "g.bin").unwrap().etag, g.etag());
+        write(&s, "gen", "g.bin", b"replaced").unwrap();
+        assert_eq!(read_all(&s, "gen", "g.bin"), b"replaced");
+        assert!(s.delete("gen", "g.bin").unwrap());
+        assert_eq!(
+            s.head("gen", "g.bin").unwrap_err().kind(),
+            ErrorKind::NoSuchKey
+        );
+    }
+
+    #[test]
+    fn keys_that_cannot_be_files_are_rejected() {
+        let (_d, s) = store();
+        s.create_bucket("b1").unwrap();
+        for bad in ["", "a//b", "a/../b", "./a", "a/", "x\0y"] {
+            assert_eq!(
+                write(&s, "b1", bad, b"x").unwrap_err().kind(),
+                ErrorKind::InvalidObjectName,
+                "{bad:?}"
+            );
+        }
+        write(&s, "b1", "a", b"x").unwrap();
+        assert_eq!(
+            write(&s, "b1", "a/b", b"x").unwrap_err().kind(),
+            ErrorKind::InvalidObjectName
+        );
+        assert_eq!(s.list("b1").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn multipart_rules() {
+        let (_d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let id = s
+            .create_upload("b1", "big", WriteOptions::default())
+            .unwrap();
+        let put = |n: u32, data: &[u8]| {
+            let mut staged = s.stage().unwrap();
+            staged.file().unwrap().write_all(data).unwrap();
+            s.put_part("b1", "big", &id, n, staged, &hex::encode(Md5::digest(data)))
+                .unwrap()
+        };
+        let p1 = put(1, &vec![1u8; MIN_PART_SIZE as usize]);
+        let p2 = put(2, b"tail");
+        let err = s
+            .complete_upload(
+                "b1",
+                "big",
+                &id,
+                &[(2, p2.etag.clone()), (1, p1.etag.clone())],
+            )
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidPartOrder);
+        let err = s
+            .complete_upload("b1", "big", &id, &[(1, "\"bad\"".into())])
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidPart);
+        let m = s
+            .complete_upload("b1", "big", &id, &[(1, p1.etag), (2, p2.etag)])
+            .unwrap();
+        assert!(m.etag.ends_with("-2\""));
+        assert_eq!(m.parts, vec![MIN_PART_SIZE, 4]);
+        assert_eq!(m.size, MIN_PART_SIZE + 4);
+        assert_eq!(
+            s.list_parts("b1", "big", &id).unwrap_err().kind(),
+            ErrorKind::NoSuchUpload
+        );
+    }
+
+    #[test]
+    fn small_non_final_parts_are_refused() {
+        let (_d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let id = s.create_upload("b1", "k", WriteOptions::default()).unwrap();
+        let mut etags = Vec::new();
+        for n in 1..=2 {
+            let mut staged = s.stage().unwrap();
+            staged.file().unwrap().write_all(b"tiny").unwrap();
+            etags.push((
+                n,
+                s.put_part(
+                    "b1",
+                    "k",
+                    &id,
+                    n,
+                    staged,
+                    &hex::encode(Md5::digest(b"tiny")),
+                )
+                .unwrap()
+                .etag,
+            ));
+        }
+        assert_eq!(
+            s.complete_upload("b1", "k", &id, &etags)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::EntityTooSmall
+        );
+    }
+
+    #[test]
+    fn block_lists_assemble_and_reuse_committed_blocks() {
+        let (_d, s) = store();
+        s.create_bucket("c1").unwrap();
+        let block = |id: &str, data: &[u8]| {
+            let mut staged = s.stage().unwrap();
+            staged.file().unwrap().write_all(data).unwrap();
+            s.put_block("c1", "blob", id, staged).unwrap();
+        };
+        block("QUFB", b"aaa");
+        block("QkJC", b"bb");
+        let (committed, uncommitted) = s.block_list("c1", "blob").unwrap();
+        assert!(committed.is_empty());
+        assert_eq!(uncommitted.len(), 2);
+        s.put_block_list(
+            "c1",
+            "blob",
+            &[
+                BlockChoice::Latest("QkJC".into()),
+                BlockChoice::Latest("QUFB".into()),
+            ],
+            WriteOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(read_all(&s, "c1", "blob"), b"bbaaa");
+        block("Q0ND", b"c");
+        s.put_block_list(
+            "c1",
+            "blob",
+            &[
+                BlockChoice::Committed("QUFB".into()),
+                BlockChoice::Uncommitted("Q0ND".into()),
+            ],
+            WriteOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(read_all(&s, "c1", "blob"), b"aaac");
+        let err = s
+            .put_block_list(
+                "c1",
+                "blob",
+                &[BlockChoice::Uncommitted("QUFB".into())],
+                WriteOptions::default(),
+            )
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidPart);
+        assert_eq!(
+            read_all(&s, "c1", "blob"),
+            b"aaac",
+            "a failed commit changes nothing"
+        );
+    }
+}

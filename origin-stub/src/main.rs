@@ -174,27 +174,6 @@ fn config(args: &Args) -> anyhow::Result<StubConfig> {
     })
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -227,7 +206,7 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     }
-    wait_for_signal().await;
+    talon_origin_stub::server::shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");
     stub.shutdown().await;
     Ok(())

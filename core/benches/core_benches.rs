@@ -68,7 +68,7 @@ fn bitmap(c: &mut Criterion) {
     });
     let bytes = half.to_bytes();
     c.bench_function("bitmap/from_bytes_1024", |b| {
-        b.iter(|| PresentBitmap::from_bytes(black_box(&bytes)).unwrap())
+        b.iter(|| PresentBitmap::from_bytes(1024, black_box(&bytes)).unwrap())
     });
 }
 

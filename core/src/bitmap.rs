@@ -3,16 +3,15 @@
 //! # Persistent encoding
 //!
 //! [`PresentBitmap::to_bytes`] writes, and [`PresentBitmap::from_bytes`]
-//! reads, exactly [`encoded_len`]`(pages)` = `4 + ceil(pages / 8)` bytes:
+//! reads, exactly [`encoded_len`]`(pages)` = `ceil(pages / 8)` bytes of
+//! presence bits: page `i` is bit `i % 8` (LSB first) of byte `i / 8`. Bits
+//! past the page count in the last byte are zero.
 //!
-//! | offset | size | field |
-//! |---|---|---|
-//! | 0 | 4 | page count, `u32` little-endian, at most [`MAX_PAGES`] |
-//! | 4 | `ceil(pages / 8)` | presence bits: page `i` is bit `i % 8` (LSB first) of byte `4 + i / 8` |
-//!
-//! Bits past the page count in the last byte are zero. So 1024 pages take
-//! 4 + 128 = 132 bytes, and a block of 256 one-MiB pages 36 bytes. The
-//! encoding is stable; a different layout would need a new function.
+//! The page count is not stored: the owner of a bitmap always knows it (it
+//! follows from the block geometry and the object's size) and passes it to
+//! [`PresentBitmap::from_bytes`]. So 1024 pages take exactly 128 bytes, and a
+//! block of 256 one-MiB pages 32 bytes. The encoding is stable; a different
+//! layout would need a new function.
 
 use std::ops::Range;
 
@@ -22,13 +21,10 @@ use crate::error::Error;
 /// 1 TiB block or 4 KiB pages in a 4 GiB block.
 pub const MAX_PAGES: u32 = 1 << 20;
 
-/// Size of the persistent encoding's header, in bytes.
-pub const ENCODING_HEADER_LEN: usize = 4;
-
 /// Bytes [`PresentBitmap::to_bytes`] produces for `pages` pages:
-/// `4 + ceil(pages / 8)`.
+/// `ceil(pages / 8)`.
 pub const fn encoded_len(pages: u32) -> usize {
-    ENCODING_HEADER_LEN + (pages as usize).div_ceil(8)
+    (pages as usize).div_ceil(8)
 }
 
 /// A fixed-size set of page flags: bit set = page present.
@@ -128,30 +124,31 @@ impl PresentBitmap {
     /// The persistent encoding described in the [module docs](self);
     /// exactly [`encoded_len`]`(self.pages())` bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let body = (self.pages as usize).div_ceil(8);
-        let mut out = Vec::with_capacity(ENCODING_HEADER_LEN + body);
-        out.extend_from_slice(&self.pages.to_le_bytes());
+        let len = encoded_len(self.pages);
+        let mut out = Vec::with_capacity(len + 8);
         for word in &self.words {
             out.extend_from_slice(&word.to_le_bytes());
         }
-        out.truncate(ENCODING_HEADER_LEN + body);
+        out.truncate(len);
         out
     }
 
-    /// Decodes [`to_bytes`](Self::to_bytes) output. Errors with
-    /// [`Error::TooManyPages`] for a page count above [`MAX_PAGES`] and
-    /// [`Error::InvalidBitmap`] if the length does not match the page count
-    /// or bits past the page count are set. Allocates only after the length
-    /// has been checked.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, Error> {
-        let Some((header, body)) = bytes.split_first_chunk::<ENCODING_HEADER_LEN>() else {
-            return Err(Error::InvalidBitmap("shorter than the 4-byte header"));
-        };
-        let pages = u32::from_le_bytes(*header);
-        let mut bitmap = Self::new(pages)?;
-        if body.len() != (pages as usize).div_ceil(8) {
+    /// Decodes [`to_bytes`](Self::to_bytes) output for a bitmap of `pages`
+    /// pages. Errors with [`Error::TooManyPages`] for a page count above
+    /// [`MAX_PAGES`] and [`Error::InvalidBitmap`] if the length does not
+    /// match the page count or bits past the page count are set. Allocates
+    /// only after the length has been checked.
+    pub fn from_bytes(pages: u32, body: &[u8]) -> Result<Self, Error> {
+        if pages > MAX_PAGES {
+            return Err(Error::TooManyPages {
+                pages: u64::from(pages),
+                max: MAX_PAGES,
+            });
+        }
+        if body.len() != encoded_len(pages) {
             return Err(Error::InvalidBitmap("length does not match the page count"));
         }
+        let mut bitmap = Self::new(pages)?;
         for (word, chunk) in bitmap.words.iter_mut().zip(body.chunks(8)) {
             let mut le = [0u8; 8];
             le[..chunk.len()].copy_from_slice(chunk);
@@ -320,46 +317,42 @@ mod tests {
     #[test]
     fn encoding_layout_is_as_documented() {
         let b = with(10, &[0, 3, 9]);
-        assert_eq!(b.to_bytes(), vec![10, 0, 0, 0, 0b0000_1001, 0b0000_0010]);
-        assert_eq!(PresentBitmap::from_bytes(&b.to_bytes()), Ok(b));
-        assert_eq!(encoded_len(0), 4);
-        assert_eq!(PresentBitmap::new(0).unwrap().to_bytes(), vec![0, 0, 0, 0]);
+        assert_eq!(b.to_bytes(), vec![0b0000_1001, 0b0000_0010]);
+        assert_eq!(PresentBitmap::from_bytes(10, &b.to_bytes()), Ok(b));
+        assert_eq!(encoded_len(0), 0);
+        assert!(PresentBitmap::new(0).unwrap().to_bytes().is_empty());
     }
 
     #[test]
-    fn thousand_and_twenty_four_pages_fit_in_132_bytes() {
+    fn thousand_and_twenty_four_pages_fit_in_128_bytes() {
         let mut b = PresentBitmap::new(1024).unwrap();
         b.set_range(0..1024).unwrap();
         let bytes = b.to_bytes();
-        assert_eq!(bytes.len(), 132);
-        assert_eq!(encoded_len(1024), 132);
-        assert!(bytes[4..].iter().all(|&x| x == 0xff));
-        assert_eq!(PresentBitmap::from_bytes(&bytes), Ok(b));
+        assert_eq!(bytes.len(), 128);
+        assert_eq!(encoded_len(1024), 128);
+        assert!(bytes.iter().all(|&x| x == 0xff));
+        assert_eq!(PresentBitmap::from_bytes(1024, &bytes), Ok(b));
     }
 
     #[test]
     fn decode_rejects_corrupt_input() {
+        // Page count 10 needs exactly 2 bytes.
         assert!(matches!(
-            PresentBitmap::from_bytes(&[1, 0, 0]),
-            Err(Error::InvalidBitmap(_))
-        ));
-        // Page count 10 needs 2 body bytes.
-        assert!(matches!(
-            PresentBitmap::from_bytes(&[10, 0, 0, 0, 0]),
+            PresentBitmap::from_bytes(10, &[0]),
             Err(Error::InvalidBitmap(_))
         ));
         assert!(matches!(
-            PresentBitmap::from_bytes(&[10, 0, 0, 0, 0, 0, 0]),
+            PresentBitmap::from_bytes(10, &[0, 0, 0]),
             Err(Error::InvalidBitmap(_))
         ));
         // Bit 10 set, past the page count.
         assert_eq!(
-            PresentBitmap::from_bytes(&[10, 0, 0, 0, 0, 0b100]),
+            PresentBitmap::from_bytes(10, &[0, 0b100]),
             Err(Error::InvalidBitmap("bits set past the page count"))
         );
         // A huge page count is rejected before allocating.
         assert!(matches!(
-            PresentBitmap::from_bytes(&[0xff, 0xff, 0xff, 0xff]),
+            PresentBitmap::from_bytes(u32::MAX, &[]),
             Err(Error::TooManyPages { .. })
         ));
     }

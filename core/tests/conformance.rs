@@ -191,7 +191,7 @@ fn committed_vectors_decode_back() {
                     }
                 }
                 let bytes = hex::decode(fields[4]).unwrap();
-                assert_eq!(PresentBitmap::from_bytes(&bytes).unwrap(), bitmap);
+                assert_eq!(PresentBitmap::from_bytes(pages, &bytes).unwrap(), bitmap);
                 assert_eq!(bitmap.to_bytes(), bytes);
                 assert!(matches!(
                     by_name.get(fields[1]),

@@ -99,6 +99,10 @@ pub fn object_stream(
             if let Some(cut) = st.delivery.truncate_after
                 && st.sent >= cut
             {
+                // Return Pending once so hyper flushes the headers and the bytes it
+                // holds: the client must see an answer that starts and then breaks
+                // off, not a connection closed before any answer.
+                tokio::task::yield_now().await;
                 st.failed = true;
                 return Some((
                     Err(io::Error::other("body truncated by fault injection")),

@@ -50,7 +50,7 @@ struct Args {
     admin_listen: String,
 
     /// Serve S3 virtual-hosted requests for BUCKET.DOMAIN (path-style always works).
-    #[arg(long, env = "TALON_STUB_S3_DOMAIN")]
+    #[arg(long, alias = "domain", env = "TALON_STUB_S3_DOMAIN")]
     s3_domain: Option<String>,
 
     /// Serve Azure requests for ACCOUNT.blob.DOMAIN / ACCOUNT.DOMAIN host names

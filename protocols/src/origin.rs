@@ -460,6 +460,11 @@ impl OriginClient {
                 }
             }
         }
+        if method == Method::PUT || method == Method::POST {
+            // An empty body gets no Content-Length from the HTTP stack, and both object
+            // stores refuse a write without one.
+            all.push(("content-length".into(), body.len().to_string()));
+        }
         let mut req = self.http.request(method, &url);
         for (k, v) in &all {
             req = req.header(k.as_str(), v.as_str());

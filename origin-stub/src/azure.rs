@@ -21,7 +21,8 @@ use talon_protocols::{Error, ErrorKind, Result};
 use crate::body::{self, Delivery, Expectations, ResponseBody};
 use crate::front::{
     Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
-    answer, apply_faults, blocking, header, path_and_query, set_header, user_metadata,
+    answer, apply_faults, blocking, close_if_body_unread, header, path_and_query, request_has_body,
+    set_header, user_metadata,
 };
 use crate::metrics::Protocol;
 use crate::server::{ConnectionReset, HandlerResult, header_bytes, new_request_id};
@@ -41,11 +42,16 @@ pub async fn handle(
     let version = header(req.headers(), "x-ms-version")
         .unwrap_or(AZURE_API_VERSION)
         .to_owned();
+    let has_body = request_has_body(req.headers());
     let result = route(&state, req, peer).await;
     let mut resp = match result {
         Ok(resp) => resp,
         Err(Outcome::Reset) => return Err(ConnectionReset),
-        Err(Outcome::Failure(f)) => error_response(f, is_head, &request_id),
+        Err(Outcome::Failure(f)) => {
+            let mut resp = error_response(f, is_head, &request_id);
+            close_if_body_unread(&mut resp, has_body);
+            resp
+        }
     };
     let h = resp.headers_mut();
     set_header(h, "x-ms-request-id", &request_id);
@@ -626,7 +632,15 @@ async fn put_block_list(ctx: &Ctx<'_>, body: Incoming) -> Handled {
     let meta = blocking(move || store.put_block_list(&container, &blob, &items, options))
         .await
         .map_err(not_found_as_container)?;
-    Ok(created(&meta))
+    let mut resp = created(&meta);
+    // Here Content-MD5 is the digest of the request (the block list), not of the blob.
+    let list_md5 = {
+        use base64::Engine;
+        use md5::Digest as _;
+        base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&bytes))
+    };
+    set_header(resp.headers_mut(), "content-md5", &list_md5);
+    Ok(resp)
 }
 
 async fn get_block_list(ctx: &Ctx<'_>) -> Handled {

@@ -175,6 +175,22 @@ pub async fn apply_faults(
     }
 }
 
+/// Whether a request carries a body (a non-zero `Content-Length`, or chunked transfer).
+pub fn request_has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(http::header::TRANSFER_ENCODING)
+        || header(headers, "content-length").is_some_and(|v| v.trim() != "0")
+}
+
+/// Marks an error answer `Connection: close` when the request had a body: the handler
+/// may have answered without reading it, and HTTP/1.1 then requires either draining it
+/// or announcing the close (the client must not send its next request on a connection
+/// the server is about to drop).
+pub fn close_if_body_unread(resp: &mut Response<ResponseBody>, has_body: bool) {
+    if has_body {
+        set_header(resp.headers_mut(), "connection", "close");
+    }
+}
+
 /// The raw path and query of a request URI.
 pub fn path_and_query(uri: &http::Uri) -> (String, String) {
     (uri.path().to_owned(), uri.query().unwrap_or("").to_owned())

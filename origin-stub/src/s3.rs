@@ -23,9 +23,12 @@ use talon_protocols::s3::xml;
 use talon_protocols::{Error, ErrorKind, Result};
 
 use crate::body::{self, Delivery, Expectations, ResponseBody};
+use talon_protocols::s3::request::resolve_address;
+
 use crate::front::{
     Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
-    answer, apply_faults, blocking, header, path_and_query, set_header, user_metadata,
+    answer, apply_faults, blocking, close_if_body_unread, header, path_and_query, request_has_body,
+    set_header, user_metadata,
 };
 use crate::metrics::Protocol;
 use crate::server::{ConnectionReset, HandlerResult, header_bytes, new_request_id};
@@ -43,11 +46,23 @@ pub async fn handle(
     let request_id = new_request_id();
     let is_head = req.method() == Method::HEAD;
     let resource = req.uri().path().to_owned();
+    let host = header(req.headers(), "host").map(str::to_owned);
+    let has_body = request_has_body(req.headers());
     let result = route(&state, req).await;
     let mut resp = match result {
         Ok(resp) => resp,
         Err(Outcome::Reset) => return Err(ConnectionReset),
-        Err(Outcome::Failure(f)) => error_response(f, is_head, &resource, &request_id),
+        Err(Outcome::Failure(f)) => {
+            let (bucket, key, _) =
+                resolve_address(&state.s3_addressing, host.as_deref(), &resource);
+            let subject = xml::ErrorSubject {
+                bucket: bucket.as_deref(),
+                key: key.as_deref(),
+            };
+            let mut resp = error_response(f, is_head, &resource, &request_id, subject);
+            close_if_body_unread(&mut resp, has_body);
+            resp
+        }
     };
     let h = resp.headers_mut();
     set_header(h, "x-amz-request-id", &request_id);
@@ -61,13 +76,14 @@ fn error_response(
     is_head: bool,
     resource: &str,
     request_id: &str,
+    subject: xml::ErrorSubject<'_>,
 ) -> http::Response<ResponseBody> {
     let kind = f.error.kind();
     let status = kind.s3_status();
     let body = if is_head || kind == ErrorKind::NotModified {
         body::empty()
     } else {
-        body::full(xml::error_xml(&f.error, resource, request_id))
+        body::full(xml::error_xml(&f.error, resource, request_id, subject))
     };
     let mut resp = answer(status, body);
     if !is_head && kind != ErrorKind::NotModified {

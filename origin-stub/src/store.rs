@@ -23,7 +23,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use md5::{Digest as _, Md5};
@@ -221,6 +221,11 @@ pub enum BlockChoice {
 pub struct ObjectStore {
     root: PathBuf,
     generated: Mutex<BTreeMap<(String, String), GeneratedObject>>,
+    /// Guards the namespace: publishing or deleting an object (data, metadata and
+    /// folders together) holds it exclusively; opening an object (data plus its
+    /// metadata) and listing hold it shared. So a reader always sees one version's bytes
+    /// with that version's metadata, and folders are never removed under a publish.
+    namespace: RwLock<()>,
 }
 
 fn internal(context: &str, err: io::Error) -> Error {
@@ -322,6 +327,7 @@ impl ObjectStore {
         Ok(ObjectStore {
             root: root.to_owned(),
             generated: Mutex::new(generated),
+            namespace: RwLock::new(()),
         })
     }
 
@@ -346,6 +352,14 @@ impl ObjectStore {
         self.stub_dir("meta")
             .join(bucket)
             .join(format!("{}.json", sha256_hex(key)))
+    }
+
+    fn read_namespace(&self) -> RwLockReadGuard<'_, ()> {
+        self.namespace.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_namespace(&self) -> RwLockWriteGuard<'_, ()> {
+        self.namespace.write().unwrap_or_else(|p| p.into_inner())
     }
 
     fn generated_lock(
@@ -445,7 +459,8 @@ impl ObjectStore {
     /// [`ErrorKind::NoSuchBucket`], [`ErrorKind::BucketNotEmpty`].
     pub fn delete_bucket(&self, bucket: &str) -> Result<()> {
         self.require_bucket(bucket)?;
-        if !self.list(bucket)?.is_empty() {
+        let _guard = self.write_namespace();
+        if !self.list_locked(bucket)?.is_empty() {
             return Err(Error::new(
                 ErrorKind::BucketNotEmpty,
                 format!("The bucket '{bucket}' is not empty."),
@@ -467,42 +482,7 @@ impl ObjectStore {
             .ok()
             .and_then(|b| serde_json::from_slice::<Sidecar>(&b).ok())
             .filter(|s| s.size == size && s.mtime_ns == mtime && s.ino == ino);
-        let guessed = || {
-            mime_guess::from_path(key)
-                .first_raw()
-                .unwrap_or("application/octet-stream")
-                .to_owned()
-        };
-        match sidecar {
-            Some(s) => ObjectMeta {
-                key: key.to_owned(),
-                size,
-                etag: s.etag,
-                last_modified: system_time(meta),
-                content_type: s.content_type.unwrap_or_else(guessed),
-                user_metadata: s.user_metadata,
-                checksum: s.checksum,
-                content_md5: s.content_md5,
-                parts: s.parts,
-                blocks: s.blocks,
-            },
-            None => {
-                let digest =
-                    Sha256::digest(format!("talon-file-v1\0{size}\0{mtime}\0{ino}").as_bytes());
-                ObjectMeta {
-                    key: key.to_owned(),
-                    size,
-                    etag: format!("\"{}\"", hex::encode(&digest[..16])),
-                    last_modified: system_time(meta),
-                    content_type: guessed(),
-                    user_metadata: BTreeMap::new(),
-                    checksum: None,
-                    content_md5: None,
-                    parts: Vec::new(),
-                    blocks: Vec::new(),
-                }
-            }
-        }
+        meta_from(key, meta, sidecar)
     }
 
     fn generated_meta(g: &GeneratedObject) -> ObjectMeta {
@@ -519,7 +499,6 @@ impl ObjectStore {
             blocks: Vec::new(),
         }
     }
-
     /// An object's metadata.
     ///
     /// # Errors
@@ -537,6 +516,7 @@ impl ObjectStore {
         if check_key(key).is_err() {
             return Err(no_such_key(key));
         }
+        let guard = self.read_namespace();
         match File::open(self.object_path(bucket, key)) {
             Ok(file) => {
                 let meta = file
@@ -544,6 +524,7 @@ impl ObjectStore {
                     .map_err(|e| internal("reading object metadata", e))?;
                 if meta.is_file() {
                     let meta = self.file_meta(bucket, key, &meta);
+                    drop(guard);
                     return Ok(OpenObject {
                         meta,
                         body: ObjectBody::File(file),
@@ -572,6 +553,12 @@ impl ObjectStore {
     /// [`ErrorKind::NoSuchBucket`]; I/O errors.
     pub fn list(&self, bucket: &str) -> Result<Vec<ObjectMeta>> {
         self.require_bucket(bucket)?;
+        let _guard = self.read_namespace();
+        self.list_locked(bucket)
+    }
+
+    /// [`ObjectStore::list`] for a caller that holds the namespace lock.
+    fn list_locked(&self, bucket: &str) -> Result<Vec<ObjectMeta>> {
         let mut out: BTreeMap<String, ObjectMeta> = BTreeMap::new();
         let dir = self.bucket_dir(bucket);
         if dir.is_dir() {
@@ -663,7 +650,15 @@ impl ObjectStore {
             mtime_ns: mtime_ns(&meta),
             ino: meta.ino(),
         };
+        let json = serde_json::to_vec(&sidecar)
+            .map_err(|e| internal("encoding metadata", io::Error::other(e)))?;
+        let mut staged_sidecar = self.stage()?;
+        staged_sidecar
+            .file()
+            .and_then(|f| f.write_all(&json))
+            .map_err(|e| internal("writing metadata", e))?;
         let target = self.object_path(bucket, key);
+        let _guard = self.write_namespace();
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(|e| {
                 Error::new(
@@ -682,17 +677,15 @@ impl ObjectStore {
         if let Some(parent) = sidecar_path.parent() {
             fs::create_dir_all(parent).map_err(|e| internal("creating the metadata folder", e))?;
         }
-        let json = serde_json::to_vec(&sidecar)
-            .map_err(|e| internal("encoding metadata", io::Error::other(e)))?;
-        let tmp_sidecar = sidecar_path.with_extension("json.tmp");
-        fs::write(&tmp_sidecar, json).map_err(|e| internal("writing metadata", e))?;
-        fs::rename(&tmp_sidecar, &sidecar_path).map_err(|e| internal("writing metadata", e))?;
+        fs::rename(&staged_sidecar.path, &sidecar_path)
+            .map_err(|e| internal("writing metadata", e))?;
         fs::rename(&staged.path, &target).map_err(|e| internal("publishing the object", e))?;
         // The staged path no longer exists; dropping `staged` is now a no-op.
         self.generated_lock()
             .remove(&(bucket.to_owned(), key.to_owned()));
-        let meta = fs::metadata(&target).map_err(|e| internal("reading the new object", e))?;
-        Ok(self.file_meta(bucket, key, &meta))
+        // Rename keeps size, mtime and inode: the staged file's metadata is the
+        // published object's.
+        Ok(meta_from(key, &meta, Some(sidecar)))
     }
 
     /// Deletes an object; returns whether it existed.
@@ -704,6 +697,7 @@ impl ObjectStore {
         if check_key(key).is_err() {
             return Ok(false);
         }
+        let _guard = self.write_namespace();
         let generated = self
             .generated_lock()
             .remove(&(bucket.to_owned(), key.to_owned()))
@@ -1125,6 +1119,47 @@ impl ObjectStore {
         let meta = self.commit(bucket, key, staged, record)?;
         let _ = fs::remove_dir_all(&dir);
         Ok(meta)
+    }
+}
+
+/// An object's metadata from its file and, when it describes that file, its sidecar.
+fn meta_from(key: &str, meta: &fs::Metadata, sidecar: Option<Sidecar>) -> ObjectMeta {
+    let (size, mtime, ino) = (meta.len(), mtime_ns(meta), meta.ino());
+    let guessed = || {
+        mime_guess::from_path(key)
+            .first_raw()
+            .unwrap_or("application/octet-stream")
+            .to_owned()
+    };
+    match sidecar {
+        Some(s) => ObjectMeta {
+            key: key.to_owned(),
+            size,
+            etag: s.etag,
+            last_modified: system_time(meta),
+            content_type: s.content_type.unwrap_or_else(guessed),
+            user_metadata: s.user_metadata,
+            checksum: s.checksum,
+            content_md5: s.content_md5,
+            parts: s.parts,
+            blocks: s.blocks,
+        },
+        None => {
+            let digest =
+                Sha256::digest(format!("talon-file-v1\0{size}\0{mtime}\0{ino}").as_bytes());
+            ObjectMeta {
+                key: key.to_owned(),
+                size,
+                etag: format!("\"{}\"", hex::encode(&digest[..16])),
+                last_modified: system_time(meta),
+                content_type: guessed(),
+                user_metadata: BTreeMap::new(),
+                checksum: None,
+                content_md5: None,
+                parts: Vec::new(),
+                blocks: Vec::new(),
+            }
+        }
     }
 }
 

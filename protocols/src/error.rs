@@ -82,6 +82,8 @@ pub enum ErrorKind {
     InvalidPartOrder,
     /// A body is required and no `Content-Length` was given.
     MissingContentLength,
+    /// A header the operation requires is absent.
+    MissingHeader,
     /// The HTTP method is not allowed on this resource.
     MethodNotAllowed,
     /// The operation is recognised but not implemented here.
@@ -176,6 +178,7 @@ impl ErrorKind {
             InvalidPart => row("InvalidPart", 400, "InvalidBlockList", 400),
             InvalidPartOrder => row("InvalidPartOrder", 400, "InvalidBlockList", 400),
             MissingContentLength => row("MissingContentLength", 411, "MissingRequiredHeader", 411),
+            MissingHeader => row("InvalidRequest", 400, "MissingRequiredHeader", 400),
             MethodNotAllowed => row("MethodNotAllowed", 405, "UnsupportedHttpVerb", 405),
             NotImplemented => row("NotImplemented", 501, "NotImplemented", 501),
             InternalError => row("InternalError", 500, "InternalError", 500),
@@ -358,6 +361,7 @@ pub const ALL_KINDS: &[ErrorKind] = &[
     ErrorKind::InvalidPart,
     ErrorKind::InvalidPartOrder,
     ErrorKind::MissingContentLength,
+    ErrorKind::MissingHeader,
     ErrorKind::MethodNotAllowed,
     ErrorKind::NotImplemented,
     ErrorKind::InternalError,

@@ -222,8 +222,8 @@ impl AzureRequest {
                         Some(_) => return Err(unsupported("page and append blobs")),
                         None => {
                             return Err(Error::new(
-                                ErrorKind::InvalidHeaderValue,
-                                "x-ms-blob-type is required",
+                                ErrorKind::MissingHeader,
+                                "An HTTP header that is mandatory for this request is not specified: x-ms-blob-type",
                             ));
                         }
                     }
@@ -391,7 +391,7 @@ mod tests {
         );
         assert_eq!(
             err(Method::PUT, "/a/c/b", "", &[]),
-            Some(ErrorKind::InvalidHeaderValue)
+            Some(ErrorKind::MissingHeader)
         );
     }
 

@@ -14,15 +14,42 @@ use crate::xml::XmlWriter;
 /// The namespace of S3 response documents.
 pub const S3_XMLNS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
 
+/// What an error is about: S3 names the bucket in bucket errors and the key in key
+/// errors.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ErrorSubject<'a> {
+    /// The bucket the request addressed.
+    pub bucket: Option<&'a str>,
+    /// The key the request addressed.
+    pub key: Option<&'a str>,
+}
+
 /// The `<Error>` body of an S3 error answer.
 ///
 /// `resource` is the request path; `request_id` must equal the `x-amz-request-id` header.
-pub fn error_xml(err: &Error, resource: &str, request_id: &str) -> String {
+pub fn error_xml(
+    err: &Error,
+    resource: &str,
+    request_id: &str,
+    subject: ErrorSubject<'_>,
+) -> String {
     let mut w = XmlWriter::new("UTF-8");
     w.open("Error", None)
         .text("Code", err.kind().s3_code())
-        .text("Message", err.message())
-        .text("Resource", resource)
+        .text("Message", err.message());
+    match err.kind() {
+        ErrorKind::NoSuchBucket
+        | ErrorKind::BucketNotEmpty
+        | ErrorKind::BucketAlreadyExists
+        | ErrorKind::InvalidBucketName => {
+            w.opt_text("BucketName", subject.bucket);
+        }
+        ErrorKind::NoSuchKey | ErrorKind::InvalidObjectName => {
+            w.opt_text("Key", subject.key);
+        }
+        _ => {}
+    }
+    w.text("Resource", resource)
         .text("RequestId", request_id)
         .text("HostId", request_id);
     w.finish()
@@ -409,8 +436,18 @@ mod tests {
     #[test]
     fn error_body_carries_code_and_request_id() {
         let e = Error::new(ErrorKind::NoSuchKey, "The specified key does not exist.");
-        let xml = error_xml(&e, "/b/k", "REQ1");
+        let xml = error_xml(
+            &e,
+            "/b/k",
+            "REQ1",
+            ErrorSubject {
+                bucket: Some("b"),
+                key: Some("k"),
+            },
+        );
         assert!(xml.contains("<Code>NoSuchKey</Code>"));
+        assert!(xml.contains("<Key>k</Key>"));
+        assert!(!xml.contains("<BucketName>"));
         assert!(xml.contains("<RequestId>REQ1</RequestId>"));
         let parsed: ErrorBody = parse_request(xml.as_bytes()).expect("parse");
         assert_eq!(parsed.code, "NoSuchKey");

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every Talon test on a fresh machine: the Rust workspace (unit, property,
+# conformance and integration tests), then the SDK acceptance suite, which drives a
+# real origin-stub process with unmodified boto3, aws CLI and azure-storage-blob.
+# Python packages go into a venv under target/ (pinned in tests/sdk/requirements.txt).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo test --workspace"
+cargo test --workspace
+
+step "build the binaries the SDK suite drives"
+cargo build --workspace --bins
+
+VENV=target/sdk-venv
+if [ ! -x "$VENV/bin/python" ]; then
+  step "create the Python venv at $VENV"
+  if ! python3 -m venv "$VENV"; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && apt-get install -y -qq python3-venv
+      python3 -m venv "$VENV"
+    else
+      echo "python3 -m venv failed: install python3-venv" >&2
+      exit 1
+    fi
+  fi
+fi
+step "install the SDKs (pinned)"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt
+
+step "SDK acceptance suite (tests/sdk)"
+"$VENV/bin/python" -m pytest tests/sdk -q -p no:cacheprovider
+
+step "all tests passed"

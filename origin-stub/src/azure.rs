@@ -13,17 +13,18 @@ use talon_protocols::azure::shared_key::{self, SharedKeyParts};
 use talon_protocols::azure::xml;
 use talon_protocols::conditional::Conditions;
 use talon_protocols::dates::format_http_date;
-use talon_protocols::listing::{ListPage, ListQuery, paginate};
+use talon_protocols::listing::{ListQuery, paginate};
 use talon_protocols::origin::AZURE_API_VERSION;
 use talon_protocols::range::RangeSpec;
 use talon_protocols::{Error, ErrorKind, Result};
 
-use crate::body::{self, Delivery, Expectations, ResponseBody};
+use crate::body::{self, Expectations, ResponseBody};
 use crate::front::{
     Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
     answer, apply_faults, blocking, close_if_body_unread, header, path_and_query, request_has_body,
     set_header, user_metadata,
 };
+use crate::front::{ReadAnswer, object_answer};
 use crate::metrics::Protocol;
 use crate::server::{ConnectionReset, HandlerResult, header_bytes, new_request_id};
 use crate::store::{BlockChoice, NewObject, ObjectMeta, WriteOptions};
@@ -261,20 +262,11 @@ async fn list_containers(ctx: &Ctx<'_>) -> Handled {
         max_keys: max.unwrap_or(MAX_RESULTS),
     };
     let page = paginate(buckets, |b| b.name.as_str(), &query);
-    let page = ListPage {
-        entries: page
-            .entries
-            .into_iter()
-            .map(|b| xml::ContainerEntry {
-                etag: container_etag(b.created),
-                name: b.name,
-                last_modified: b.created,
-            })
-            .collect(),
-        common_prefixes: Vec::new(),
-        is_truncated: page.is_truncated,
-        next_marker: page.next_marker,
-    };
+    let page = page.map_entries(|b| xml::ContainerEntry {
+        etag: container_etag(b.created),
+        name: b.name,
+        last_modified: b.created,
+    });
     let echo = xml::ListEcho {
         prefix: ctx.query("prefix"),
         marker: ctx.query("marker"),
@@ -359,22 +351,13 @@ async fn list_blobs(ctx: &Ctx<'_>) -> Handled {
         max_keys: max.unwrap_or(MAX_RESULTS),
     };
     let page = paginate(objects, |o| o.key.as_str(), &query);
-    let page = ListPage {
-        entries: page
-            .entries
-            .into_iter()
-            .map(|o| xml::BlobEntry {
-                name: o.key,
-                last_modified: o.last_modified,
-                etag: o.etag,
-                size: o.size,
-                content_type: o.content_type,
-            })
-            .collect(),
-        common_prefixes: page.common_prefixes,
-        is_truncated: page.is_truncated,
-        next_marker: page.next_marker,
-    };
+    let page = page.map_entries(|o| xml::BlobEntry {
+        name: o.key,
+        last_modified: o.last_modified,
+        etag: o.etag,
+        size: o.size,
+        content_type: o.content_type,
+    });
     let echo = xml::ListEcho {
         prefix: ctx.query("prefix"),
         marker: ctx.query("marker"),
@@ -460,27 +443,15 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Handled {
             .into());
         }
     };
-    let (status, start, end) = match range {
-        Some(r) => (StatusCode::PARTIAL_CONTENT, r.start, r.end),
-        None => (StatusCode::OK, 0, meta.size),
+    let read = ReadAnswer {
+        state: ctx.state,
+        protocol: Protocol::Azure,
+        with_body,
+        truncate: ctx.truncate,
     };
-    let body = if with_body && end > start {
-        let delivery = Delivery {
-            bandwidth: ctx.state.faults.get().bandwidth_bytes_per_sec,
-            truncate_after: ctx.truncate.then_some((end - start) / 2),
-            protocol: Protocol::Azure,
-        };
-        body::object_stream(object.body, start, end, delivery, ctx.state.metrics.clone())
-    } else {
-        body::empty()
-    };
-    let mut resp = answer(status, body);
+    let mut resp = object_answer(read, object.body, meta.size, range);
     let h = resp.headers_mut();
     blob_headers(h, &meta);
-    set_header(h, "content-length", &(end - start).to_string());
-    if let Some(r) = range {
-        set_header(h, "content-range", &r.content_range(meta.size));
-    }
     if let Some(md5) = &meta.content_md5 {
         set_header(
             h,

@@ -10,9 +10,13 @@ use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::s3::request::S3Addressing;
 use talon_protocols::{Error, ErrorKind, Result};
 
-use crate::body::ResponseBody;
+use talon_protocols::range::ByteRange;
+
+use crate::body::{self, Delivery, ResponseBody};
 use crate::faults::{FaultKind, Faults};
 use crate::metrics::Metrics;
+use crate::metrics::Protocol;
+use crate::store::ObjectBody;
 use crate::store::ObjectStore;
 
 /// Total request header bytes accepted (S3 documents 8 KiB).
@@ -175,7 +179,56 @@ pub async fn apply_faults(
     }
 }
 
-/// Whether a request carries a body (a non-zero `Content-Length`, or chunked transfer).
+/// How a read is to be answered.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadAnswer<'a> {
+    /// The stub (for the live faults and the byte counters).
+    pub state: &'a StubState,
+    /// Which front answers.
+    pub protocol: Protocol,
+    /// GET (true) or HEAD (false).
+    pub with_body: bool,
+    /// Whether the truncation fault hit this request.
+    pub truncate: bool,
+}
+
+/// The answer to a read of an object of `size` bytes: 200 with the whole object, or 206
+/// with `range`; the body streamed under the live faults (bandwidth cap, truncation
+/// halfway); `Content-Length` and `Content-Range`. Each front adds its own headers.
+pub fn object_answer(
+    read: ReadAnswer<'_>,
+    object: ObjectBody,
+    size: u64,
+    range: Option<ByteRange>,
+) -> Response<ResponseBody> {
+    let (status, start, end) = match range {
+        Some(r) => (StatusCode::PARTIAL_CONTENT, r.start, r.end),
+        None => (StatusCode::OK, 0, size),
+    };
+    let body = if read.with_body && end > start {
+        let delivery = Delivery {
+            bandwidth: read.state.faults.get().bandwidth_bytes_per_sec,
+            truncate_after: read.truncate.then_some((end - start) / 2),
+            protocol: read.protocol,
+        };
+        body::object_stream(object, start, end, delivery, read.state.metrics.clone())
+    } else {
+        body::empty()
+    };
+    let mut resp = answer(status, body);
+    set_header(
+        resp.headers_mut(),
+        "content-length",
+        &(end - start).to_string(),
+    );
+    if let Some(r) = range {
+        set_header(resp.headers_mut(), "content-range", &r.content_range(size));
+    }
+    resp
+}
+
+/// Whether a request carries a body
+/// (a non-zero `Content-Length`, or chunked transfer).
 pub fn request_has_body(headers: &HeaderMap) -> bool {
     headers.contains_key(http::header::TRANSFER_ENCODING)
         || header(headers, "content-length").is_some_and(|v| v.trim() != "0")

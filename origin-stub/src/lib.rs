@@ -31,7 +31,7 @@ use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::s3::request::S3Addressing;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::faults::{FaultConfig, Faults};
@@ -238,38 +238,21 @@ pub async fn start(config: StubConfig) -> Result<RunningStub, StubError> {
     });
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = Vec::new();
+    let max = config.max_connections;
     if let Some(listener) = s3 {
         let st = state.clone();
         let handler = move |req, peer| s3::handle(st.clone(), req, peer);
-        let limit = Arc::new(Semaphore::new(config.max_connections));
-        tasks.push(tokio::spawn(server::serve(
-            listener,
-            handler,
-            shutdown_rx.clone(),
-            limit,
-        )));
+        tasks.push(server::spawn(listener, handler, shutdown_rx.clone(), max));
     }
     if let Some(listener) = azure {
         let st = state.clone();
         let handler = move |req, peer| azure::handle(st.clone(), req, peer);
-        let limit = Arc::new(Semaphore::new(config.max_connections));
-        tasks.push(tokio::spawn(server::serve(
-            listener,
-            handler,
-            shutdown_rx.clone(),
-            limit,
-        )));
+        tasks.push(server::spawn(listener, handler, shutdown_rx.clone(), max));
     }
     if let Some(listener) = admin {
         let st = state.clone();
         let handler = move |req, _peer| admin::handle(st.clone(), req);
-        let limit = Arc::new(Semaphore::new(64));
-        tasks.push(tokio::spawn(server::serve(
-            listener,
-            handler,
-            shutdown_rx.clone(),
-            limit,
-        )));
+        tasks.push(server::spawn(listener, handler, shutdown_rx.clone(), 64));
     }
     Ok(RunningStub {
         s3_addr,

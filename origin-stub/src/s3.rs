@@ -22,7 +22,7 @@ use talon_protocols::s3::sigv4::{self, PayloadMode, RequestParts, VerifiedSigV4}
 use talon_protocols::s3::xml;
 use talon_protocols::{Error, ErrorKind, Result};
 
-use crate::body::{self, Delivery, Expectations, ResponseBody};
+use crate::body::{self, Expectations, ResponseBody};
 use talon_protocols::s3::request::resolve_address;
 
 use crate::front::{
@@ -30,6 +30,7 @@ use crate::front::{
     answer, apply_faults, blocking, close_if_body_unread, header, path_and_query, request_has_body,
     set_header, user_metadata,
 };
+use crate::front::{ReadAnswer, object_answer};
 use crate::metrics::Protocol;
 use crate::server::{ConnectionReset, HandlerResult, header_bytes, new_request_id};
 use crate::store::{NewObject, ObjectMeta, WriteOptions};
@@ -346,21 +347,12 @@ async fn list_objects(ctx: &Ctx<'_>, version: ListVersion) -> Handled {
         max_keys: params.max_keys,
     };
     let page = paginate(objects, |o| o.key.as_str(), &query);
-    let page = talon_protocols::listing::ListPage {
-        entries: page
-            .entries
-            .into_iter()
-            .map(|o| xml::ObjectEntry {
-                key: o.key,
-                last_modified: o.last_modified,
-                etag: o.etag,
-                size: o.size,
-            })
-            .collect(),
-        common_prefixes: page.common_prefixes,
-        is_truncated: page.is_truncated,
-        next_marker: page.next_marker,
-    };
+    let page = page.map_entries(|o| xml::ObjectEntry {
+        key: o.key,
+        last_modified: o.last_modified,
+        etag: o.etag,
+        size: o.size,
+    });
     let next_token = page.next_marker.as_deref().map(encode_token);
     Ok(xml_answer(
         StatusCode::OK,
@@ -495,27 +487,15 @@ async fn get_object(ctx: &Ctx<'_>, with_body: bool) -> Handled {
             None => None,
         }
     };
-    let (status, start, end) = match range {
-        Some(r) => (StatusCode::PARTIAL_CONTENT, r.start, r.end),
-        None => (StatusCode::OK, 0, meta.size),
+    let read = ReadAnswer {
+        state: ctx.state,
+        protocol: Protocol::S3,
+        with_body,
+        truncate: ctx.truncate,
     };
-    let body = if with_body && end > start {
-        let delivery = Delivery {
-            bandwidth: ctx.state.faults.get().bandwidth_bytes_per_sec,
-            truncate_after: ctx.truncate.then_some((end - start) / 2),
-            protocol: Protocol::S3,
-        };
-        body::object_stream(object.body, start, end, delivery, ctx.state.metrics.clone())
-    } else {
-        body::empty()
-    };
-    let mut resp = answer(status, body);
+    let mut resp = object_answer(read, object.body, meta.size, range);
     let h = resp.headers_mut();
     object_headers(h, &meta);
-    set_header(h, "content-length", &(end - start).to_string());
-    if let Some(r) = range {
-        set_header(h, "content-range", &r.content_range(meta.size));
-    }
     if let Some(n) = part_count.filter(|_| !meta.parts.is_empty()) {
         set_header(h, "x-amz-mp-parts-count", &n.to_string());
     }

@@ -33,6 +33,25 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send its request headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Spawns [`serve`] on the runtime with a limit of `max_connections` at once.
+pub fn spawn<H, F>(
+    listener: TcpListener,
+    handler: H,
+    shutdown: watch::Receiver<bool>,
+    max_connections: usize,
+) -> tokio::task::JoinHandle<()>
+where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = HandlerResult> + Send + 'static,
+{
+    tokio::spawn(serve(
+        listener,
+        handler,
+        shutdown,
+        Arc::new(Semaphore::new(max_connections)),
+    ))
+}
+
 /// Serves `listener` until `shutdown` turns true, then drains.
 pub async fn serve<H, F>(
     listener: TcpListener,

@@ -31,6 +31,18 @@ pub struct ListPage<T> {
     pub next_marker: Option<String>,
 }
 
+impl<T> ListPage<T> {
+    /// The same page with each entry converted (to a protocol's listing entry type).
+    pub fn map_entries<U>(self, f: impl FnMut(T) -> U) -> ListPage<U> {
+        ListPage {
+            entries: self.entries.into_iter().map(f).collect(),
+            common_prefixes: self.common_prefixes,
+            is_truncated: self.is_truncated,
+            next_marker: self.next_marker,
+        }
+    }
+}
+
 /// Pages through `items` (sorted ascending by key, as raw UTF-8 bytes, which is S3's and
 /// Azure's order), where `key` gives each item's key.
 pub fn paginate<T>(

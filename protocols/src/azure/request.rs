@@ -4,7 +4,7 @@
 use http::{HeaderMap, Method};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::s3::request::QueryParams;
+use crate::s3::request::{QueryParams, host_name};
 use crate::uri_encoding::decode;
 
 /// How the account appears in requests.
@@ -106,14 +106,6 @@ pub struct AzureRequest {
     pub blob: Option<String>,
     /// The decoded query.
     pub query: QueryParams,
-}
-
-fn host_name(host: &str) -> String {
-    let host = host.trim();
-    host.rsplit_once(':')
-        .map(|(h, _)| h)
-        .unwrap_or(host)
-        .to_ascii_lowercase()
 }
 
 /// Works out account, container and blob from the host and the raw path.

@@ -183,8 +183,9 @@ pub struct S3Request {
     pub virtual_hosted: bool,
 }
 
-/// Splits the `Host` header into name and port, lower-casing the name.
-fn host_name(host: &str) -> String {
+/// The name part of a `Host` header: without the port, lower-cased (IPv6 literals keep
+/// their brackets).
+pub(crate) fn host_name(host: &str) -> String {
     let host = host.trim();
     let name = if host.starts_with('[') {
         host.split(']')

@@ -12,6 +12,7 @@
 //!   encoding;
 //! - [`wire`]: the worker wire protocol (frame header, messages, error codes)
 //!   and its sans-IO codec, including an incremental [`wire::FrameDecoder`];
+//! - [`size`]: byte sizes as written in flags (`64GiB`);
 //! - [`vectors`]: the conformance vectors that pin all of the above.
 //!
 //! It does not own I/O of any kind: no sockets, files, clocks or async
@@ -23,6 +24,7 @@ pub mod bitmap;
 pub mod block;
 pub mod error;
 pub mod identity;
+pub mod size;
 pub mod vectors;
 pub mod wire;
 
@@ -30,4 +32,5 @@ pub use bitmap::PresentBitmap;
 pub use block::{BlockGeometry, BlockSpan, DEFAULT_BLOCK_SIZE, DEFAULT_PAGE_SIZE, Spans};
 pub use error::{Error, NameField, NameProblem};
 pub use identity::{Backend, BlockId, Namespace, ObjectId, ObjectVersion};
+pub use size::parse_byte_size;
 pub use wire::{ErrorCode, Message};

@@ -116,28 +116,8 @@ impl GeneratedObject {
     }
 }
 
-/// Parses a size: plain bytes or a number with `KiB`, `MiB`, `GiB`, `TiB` (also `K`,
-/// `M`, `G`, `T`, powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| format!("'{s}' is not a size"))?;
-    let shift = match unit.trim() {
-        "" | "B" => 0,
-        "K" | "KiB" => 10,
-        "M" | "MiB" => 20,
-        "G" | "GiB" => 30,
-        "T" | "TiB" => 40,
-        other => {
-            return Err(format!(
-                "unknown size unit '{other}' (use KiB, MiB, GiB, TiB)"
-            ));
-        }
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
+/// Parses a size: plain bytes or a number with `KiB`, `MiB`, `GiB`, `TiB`.
+pub use talon_core::parse_byte_size as parse_size;
 
 impl FromStr for GeneratedObject {
     type Err = String;

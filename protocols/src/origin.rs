@@ -21,6 +21,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::range::{ByteRange, parse_content_range};
 use crate::s3::sigv4::{S3Credentials, SignedBody, sign_request};
 use crate::uri_encoding::{decode, encode_path, encode_strict};
+use talon_core::{Namespace, ObjectId};
 
 /// The Azure REST version this client speaks.
 pub const AZURE_API_VERSION: &str = "2025-01-05";
@@ -525,6 +526,44 @@ impl OriginClient {
             format!("{base}{path}?{query}")
         };
         Ok((url, host))
+    }
+}
+
+/// The origin clients of a Talon process, one per backend, and the routing of an
+/// object (talon-core's [`ObjectId`]) to a client, a bucket (container) and a key (blob).
+#[derive(Debug, Default, Clone)]
+pub struct Origins {
+    /// The S3 origin, if configured.
+    pub s3: Option<OriginClient>,
+    /// The Azure origin and its account name, if configured.
+    pub azure: Option<(String, OriginClient)>,
+}
+
+impl Origins {
+    /// The client, bucket (container) and key (blob) for an object.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NotImplemented`] when the backend (or Azure account) is not
+    /// configured.
+    pub fn route(&self, object: &ObjectId) -> Result<(&OriginClient, String, String)> {
+        let missing = |what: &str| {
+            Error::new(
+                ErrorKind::NotImplemented,
+                format!("no origin is configured for {what}"),
+            )
+        };
+        match object.namespace() {
+            Namespace::S3 { bucket } => {
+                let client = self.s3.as_ref().ok_or_else(|| missing("S3 objects"))?;
+                Ok((client, bucket.to_owned(), object.path().to_owned()))
+            }
+            Namespace::Azure { account, container } => match &self.azure {
+                Some((configured, client)) if configured == account => {
+                    Ok((client, container.to_owned(), object.path().to_owned()))
+                }
+                _ => Err(missing(&format!("the Azure account '{account}'"))),
+            },
+        }
     }
 }
 

@@ -1,0 +1,488 @@
+//! The admin API's JSON bodies, shared by the server, the [`client`](crate::client),
+//! workers and cache-clients.
+//!
+//! Every route is under `/v1`:
+//!
+//! | route | body | answer |
+//! |---|---|---|
+//! | `POST /v1/workers/register` | [`RegisterRequest`] | [`RegisterResponse`]; 400 [`ErrorBody`] if invalid |
+//! | `POST /v1/workers/{id}/heartbeat` | [`HeartbeatRequest`] | [`HeartbeatResponse`]; 404 if unknown |
+//! | `POST /v1/workers/{id}/drain` | none | [`DrainResponse`]; 404 if unknown |
+//! | `GET /v1/members` | | [`MembersResponse`] |
+//! | `GET /v1/members/{id}` | | [`MemberInfo`]; 404 if unknown |
+//! | `GET /v1/cluster` | | [`ClusterSummary`] |
+//!
+//! plus `GET /healthz`, `GET /readyz` and `GET /metrics` (Prometheus text).
+//!
+//! # The worker's side of the protocol
+//!
+//! A worker registers once, then heartbeats every `heartbeat_interval_ms`
+//! from the [`RegisterResponse`]. A worker that has not heartbeated for
+//! `expiry_ms` is dropped. When a heartbeat answers 404 the coordinator does
+//! not know the worker (it expired, or the coordinator restarted and lost
+//! its soft state): the worker must register again, then go on
+//! heartbeating. [`CoordinatorClient::heartbeat_or_register`](crate::client::CoordinatorClient::heartbeat_or_register)
+//! does exactly that. Membership is therefore rebuilt within one heartbeat
+//! round after a coordinator restart.
+//!
+//! Draining is sticky: once a worker is draining (by `POST .../drain` or a
+//! heartbeat with `"draining": true`), later heartbeats cannot undo it; only
+//! a new registration makes it live again. The [`HeartbeatResponse`] carries
+//! the member's state, so a worker drained by an operator learns it and can
+//! report `"draining": true` after a coordinator restart.
+//!
+//! Epochs are u64 JSON numbers; parse them as 64-bit integers (JavaScript
+//! numbers lose precision above 2^53).
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoordinatorError;
+use crate::placement::{PlacementMember, RendezvousPlacement};
+
+/// Longest worker id accepted, in bytes.
+pub const MAX_ID_LEN: usize = 128;
+/// Longest zone label accepted, in bytes.
+pub const MAX_ZONE_LEN: usize = 128;
+/// Longest data-plane address accepted, in bytes.
+pub const MAX_ADDR_LEN: usize = 261;
+
+/// `POST /v1/workers/register`: a worker announcing itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterRequest {
+    /// Unique worker id: 1 to [`MAX_ID_LEN`] characters of `[A-Za-z0-9._-]`,
+    /// not `.` or `..`.
+    pub id: String,
+    /// Data-plane address readers connect to: `ip:port`, `[ipv6]:port` or
+    /// `hostname:port`, port not 0.
+    pub addr: String,
+    /// Relative share of blocks, at least 1, proportional to capacity.
+    pub weight: u32,
+    /// Failure-domain label (for example an availability zone); may be empty.
+    #[serde(default)]
+    pub zone: String,
+    /// Cache capacity in bytes, for reporting.
+    #[serde(default)]
+    pub capacity_bytes: u64,
+}
+
+impl RegisterRequest {
+    /// Checks every field; the error says which one is wrong and why.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidRegistration`].
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
+        validate_id(&self.id)?;
+        validate_addr(&self.addr)?;
+        if self.weight == 0 {
+            return Err(invalid("weight must be at least 1"));
+        }
+        validate_zone(&self.zone)
+    }
+
+    /// The worker as placement sees it.
+    pub fn placement_member(&self) -> PlacementMember {
+        PlacementMember::new(self.id.clone(), self.addr.clone(), self.weight)
+    }
+}
+
+fn invalid(message: impl Into<String>) -> CoordinatorError {
+    CoordinatorError::InvalidRegistration(message.into())
+}
+
+fn is_label_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// Checks a worker id (see [`RegisterRequest::id`]).
+///
+/// # Errors
+/// [`CoordinatorError::InvalidRegistration`].
+pub fn validate_id(id: &str) -> Result<(), CoordinatorError> {
+    if id.is_empty() {
+        return Err(invalid("id must not be empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(invalid(format!(
+            "id is {} bytes, at most {MAX_ID_LEN} allowed",
+            id.len()
+        )));
+    }
+    if let Some(c) = id.chars().find(|c| !is_label_char(*c)) {
+        return Err(invalid(format!(
+            "id {id:?} contains {c:?}; only A-Z, a-z, 0-9, '.', '_' and '-' are allowed"
+        )));
+    }
+    if id == "." || id == ".." {
+        return Err(invalid(format!("id must not be {id:?}")));
+    }
+    Ok(())
+}
+
+fn validate_zone(zone: &str) -> Result<(), CoordinatorError> {
+    if zone.len() > MAX_ZONE_LEN {
+        return Err(invalid(format!(
+            "zone is {} bytes, at most {MAX_ZONE_LEN} allowed",
+            zone.len()
+        )));
+    }
+    if let Some(c) = zone.chars().find(|c| !is_label_char(*c)) {
+        return Err(invalid(format!(
+            "zone {zone:?} contains {c:?}; only A-Z, a-z, 0-9, '.', '_' and '-' are allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a data-plane address (see [`RegisterRequest::addr`]).
+///
+/// # Errors
+/// [`CoordinatorError::InvalidRegistration`].
+pub fn validate_addr(addr: &str) -> Result<(), CoordinatorError> {
+    let bad = |why: &str| invalid(format!("addr {addr:?} is not host:port ({why})"));
+    if addr.len() > MAX_ADDR_LEN {
+        return Err(bad("too long"));
+    }
+    if let Ok(socket) = addr.parse::<SocketAddr>() {
+        return if socket.port() == 0 {
+            Err(bad("port 0"))
+        } else {
+            Ok(())
+        };
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(bad("no port"));
+    };
+    match port.parse::<u16>() {
+        Ok(0) => return Err(bad("port 0")),
+        Ok(_) => {}
+        Err(_) => return Err(bad("port is not a number from 1 to 65535")),
+    }
+    if host.is_empty() || host.len() > 253 {
+        return Err(bad("empty or overlong host"));
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    if !host.split('.').all(label_ok) {
+        return Err(bad("host is neither an IP address nor a DNS name"));
+    }
+    Ok(())
+}
+
+/// Answer to a registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterResponse {
+    /// The membership epoch after the registration.
+    pub epoch: u64,
+    /// How often the worker should heartbeat, in milliseconds.
+    pub heartbeat_interval_ms: u64,
+    /// A worker that has not heartbeated for this long is dropped, in
+    /// milliseconds.
+    pub expiry_ms: u64,
+}
+
+/// `POST /v1/workers/{id}/heartbeat`: the worker is alive, with its latest
+/// statistics. Every field defaults to 0 / false.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatRequest {
+    /// Bytes currently cached.
+    #[serde(default)]
+    pub bytes_cached: u64,
+    /// Cache capacity in bytes; 0 keeps the registered value.
+    #[serde(default)]
+    pub capacity_bytes: u64,
+    /// Reads served from cache since the worker started.
+    #[serde(default)]
+    pub hits: u64,
+    /// Reads that had to go to the origin since the worker started.
+    #[serde(default)]
+    pub misses: u64,
+    /// The worker is shutting down: take it out of placement. Sticky.
+    #[serde(default)]
+    pub draining: bool,
+}
+
+/// Answer to a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    /// The current membership epoch.
+    pub epoch: u64,
+    /// The member's state after the heartbeat.
+    #[serde(default)]
+    pub state: MemberState,
+}
+
+/// Answer to a drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainResponse {
+    /// The membership epoch after the drain.
+    pub epoch: u64,
+}
+
+/// Whether a member takes part in placement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberState {
+    /// In placement.
+    #[default]
+    Live,
+    /// Out of placement, still serving what it holds until it leaves.
+    Draining,
+}
+
+impl MemberState {
+    /// `live` or `draining`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::Draining => "draining",
+        }
+    }
+}
+
+/// One member as `GET /v1/members` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    /// Worker id.
+    pub id: String,
+    /// Data-plane address.
+    pub addr: String,
+    /// Placement weight.
+    pub weight: u32,
+    /// Failure-domain label.
+    pub zone: String,
+    /// Live or draining.
+    pub state: MemberState,
+    /// Milliseconds since the last heartbeat (or the registration).
+    pub last_heartbeat_ms_ago: u64,
+    /// Bytes cached, as last reported.
+    pub bytes_cached: u64,
+    /// Capacity in bytes, as last reported.
+    pub capacity_bytes: u64,
+    /// Cache hits, as last reported.
+    pub hits: u64,
+    /// Cache misses, as last reported.
+    pub misses: u64,
+}
+
+impl MemberInfo {
+    /// The member as placement sees it.
+    pub fn placement_member(&self) -> PlacementMember {
+        PlacementMember::new(self.id.clone(), self.addr.clone(), self.weight)
+    }
+}
+
+/// `GET /v1/members`: every member, sorted by id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembersResponse {
+    /// The membership epoch.
+    pub epoch: u64,
+    /// Live and draining members, sorted by id.
+    pub members: Vec<MemberInfo>,
+}
+
+impl MembersResponse {
+    /// Placement over the live members; its [`epoch`](RendezvousPlacement::epoch)
+    /// equals [`Self::epoch`].
+    pub fn placement(&self) -> RendezvousPlacement {
+        RendezvousPlacement::new(
+            self.members
+                .iter()
+                .filter(|m| m.state == MemberState::Live)
+                .map(MemberInfo::placement_member)
+                .collect(),
+        )
+    }
+
+    /// The cluster totals of these members.
+    pub fn cluster(&self) -> ClusterSummary {
+        ClusterSummary::from_members(self.epoch, &self.members)
+    }
+}
+
+/// `GET /v1/cluster`: totals over every member.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSummary {
+    /// The membership epoch.
+    pub epoch: u64,
+    /// Members, live and draining.
+    pub workers: usize,
+    /// Members in placement.
+    pub live: usize,
+    /// Members draining.
+    pub draining: usize,
+    /// Total capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Total bytes cached.
+    pub bytes_cached: u64,
+    /// Total cache hits reported.
+    pub hits: u64,
+    /// Total cache misses reported.
+    pub misses: u64,
+    /// `hits / (hits + misses)`, 0 when nothing was read yet.
+    pub hit_ratio: f64,
+}
+
+impl ClusterSummary {
+    /// Totals over `members` at `epoch`.
+    pub fn from_members(epoch: u64, members: &[MemberInfo]) -> Self {
+        let live = members
+            .iter()
+            .filter(|m| m.state == MemberState::Live)
+            .count();
+        let sum = |f: fn(&MemberInfo) -> u64| members.iter().map(f).fold(0u64, u64::saturating_add);
+        let hits = sum(|m| m.hits);
+        let misses = sum(|m| m.misses);
+        let reads = hits.saturating_add(misses);
+        Self {
+            epoch,
+            workers: members.len(),
+            live,
+            draining: members.len() - live,
+            capacity_bytes: sum(|m| m.capacity_bytes),
+            bytes_cached: sum(|m| m.bytes_cached),
+            hits,
+            misses,
+            hit_ratio: if reads == 0 {
+                0.0
+            } else {
+                hits as f64 / reads as f64
+            },
+        }
+    }
+}
+
+/// The body of every error answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: String,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn reg(id: &str, addr: &str, weight: u32) -> RegisterRequest {
+        RegisterRequest {
+            id: id.into(),
+            addr: addr.into(),
+            weight,
+            zone: "z1".into(),
+            capacity_bytes: 1 << 30,
+        }
+    }
+
+    #[test]
+    fn accepts_good_registrations() {
+        for (id, addr) in [
+            ("w1", "127.0.0.1:7101"),
+            ("worker-01.rack_2", "[::1]:7101"),
+            ("W", "worker-1.talon.svc.cluster.local:7101"),
+            ("x..y", "localhost:1"),
+            (&"a".repeat(MAX_ID_LEN), "10.0.0.1:65535"),
+        ] {
+            reg(id, addr, 1).validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn rejects_bad_registrations() {
+        let cases = [
+            reg("", "127.0.0.1:1", 1),
+            reg("a b", "127.0.0.1:1", 1),
+            reg("a/b", "127.0.0.1:1", 1),
+            reg("é", "127.0.0.1:1", 1),
+            reg(".", "127.0.0.1:1", 1),
+            reg("..", "127.0.0.1:1", 1),
+            reg(&"a".repeat(MAX_ID_LEN + 1), "127.0.0.1:1", 1),
+            reg("w", "127.0.0.1", 1),
+            reg("w", "127.0.0.1:0", 1),
+            reg("w", "127.0.0.1:70000", 1),
+            reg("w", ":7101", 1),
+            reg("w", "host name:7101", 1),
+            reg("w", "-host:7101", 1),
+            reg("w", "a..b:7101", 1),
+            reg("w", "::1:7101", 1),
+            reg("w", "", 1),
+            reg("w", "127.0.0.1:1", 0),
+        ];
+        for c in cases {
+            let err = c.validate().unwrap_err();
+            assert!(
+                matches!(err, CoordinatorError::InvalidRegistration(_)),
+                "{c:?}: {err}"
+            );
+        }
+        let mut bad_zone = reg("w", "127.0.0.1:1", 1);
+        bad_zone.zone = "zone 1".into();
+        assert!(bad_zone.validate().is_err());
+    }
+
+    #[test]
+    fn json_shapes_match_the_documented_api() {
+        let body = r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "zone": "z1", "capacity_bytes": 1073741824}"#;
+        let r: RegisterRequest = serde_json::from_str(body).unwrap();
+        assert_eq!(r, reg("w1", "127.0.0.1:7101", 1));
+        let minimal: RegisterRequest =
+            serde_json::from_str(r#"{"id": "w1", "addr": "h:1", "weight": 2}"#).unwrap();
+        assert_eq!(minimal.zone, "");
+        let hb: HeartbeatRequest = serde_json::from_str("{}").unwrap();
+        assert_eq!(hb, HeartbeatRequest::default());
+        let info = MemberInfo {
+            id: "w1".into(),
+            addr: "h:1".into(),
+            weight: 1,
+            zone: "z".into(),
+            state: MemberState::Draining,
+            last_heartbeat_ms_ago: 5,
+            bytes_cached: 1,
+            capacity_bytes: 2,
+            hits: 3,
+            misses: 4,
+        };
+        let v = serde_json::to_value(&info).unwrap();
+        assert_eq!(v["state"], "draining");
+        assert_eq!(v["last_heartbeat_ms_ago"], 5);
+        let hr: HeartbeatResponse = serde_json::from_str(r#"{"epoch": 7}"#).unwrap();
+        assert_eq!(hr.state, MemberState::Live);
+    }
+
+    #[test]
+    fn cluster_totals() {
+        let m = |id: &str, state, hits, misses| MemberInfo {
+            id: id.into(),
+            addr: "h:1".into(),
+            weight: 1,
+            zone: String::new(),
+            state,
+            last_heartbeat_ms_ago: 0,
+            bytes_cached: 10,
+            capacity_bytes: 100,
+            hits,
+            misses,
+        };
+        let members = MembersResponse {
+            epoch: 9,
+            members: vec![
+                m("a", MemberState::Live, 3, 1),
+                m("b", MemberState::Draining, 0, 0),
+            ],
+        };
+        let c = members.cluster();
+        assert_eq!((c.epoch, c.workers, c.live, c.draining), (9, 2, 1, 1));
+        assert_eq!((c.capacity_bytes, c.bytes_cached), (200, 20));
+        assert_eq!((c.hits, c.misses), (3, 1));
+        assert_eq!(c.hit_ratio, 0.75);
+        assert_eq!(members.placement().len(), 1);
+        let empty = ClusterSummary::from_members(0, &[]);
+        assert_eq!(empty.hit_ratio, 0.0);
+    }
+}

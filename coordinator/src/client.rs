@@ -1,0 +1,250 @@
+//! A typed client for the admin API, for workers, cache-clients and tests.
+//!
+//! Errors map back onto [`CoordinatorError`]: a 404 is
+//! [`CoordinatorError::UnknownWorker`], a 400 on registration is
+//! [`CoordinatorError::InvalidRegistration`], any other 400 is
+//! [`CoordinatorError::InvalidRequest`], and other failures are
+//! [`CoordinatorError::Api`], [`CoordinatorError::Transport`] or
+//! [`CoordinatorError::Decode`].
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::api::{
+    ClusterSummary, DrainResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse, MemberInfo,
+    MembersResponse, RegisterRequest, RegisterResponse,
+};
+use crate::error::CoordinatorError;
+
+/// Default per-request timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What [`CoordinatorClient::heartbeat_or_register`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// The heartbeat was accepted.
+    Heartbeat(HeartbeatResponse),
+    /// The coordinator did not know the worker, so it registered again.
+    Registered(RegisterResponse),
+}
+
+impl Report {
+    /// The epoch the coordinator answered with.
+    pub fn epoch(&self) -> u64 {
+        match self {
+            Self::Heartbeat(r) => r.epoch,
+            Self::Registered(r) => r.epoch,
+        }
+    }
+}
+
+/// A client for one coordinator. Cheap to clone (shares its connection pool).
+#[derive(Debug, Clone)]
+pub struct CoordinatorClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+/// What the error mapping needs to know about a request.
+#[derive(Clone, Copy)]
+enum Kind<'a> {
+    Register,
+    Worker(&'a str),
+    Other,
+}
+
+impl CoordinatorClient {
+    /// A client for the coordinator at `base_url` (`http://host:port`), with
+    /// [`DEFAULT_TIMEOUT`] per request.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::Transport`] if the HTTP client cannot be built.
+    pub fn new(base_url: impl Into<String>) -> Result<Self, CoordinatorError> {
+        Self::with_timeout(base_url, DEFAULT_TIMEOUT)
+    }
+
+    /// Like [`new`](Self::new) with a per-request timeout.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::Transport`] if the HTTP client cannot be built.
+    pub fn with_timeout(
+        base_url: impl Into<String>,
+        timeout: Duration,
+    ) -> Result<Self, CoordinatorError> {
+        let http = reqwest::Client::builder().timeout(timeout).build()?;
+        let base = base_url.into().trim_end_matches('/').to_owned();
+        Ok(Self { base, http })
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        kind: Kind<'_>,
+    ) -> Result<T, CoordinatorError> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            let bytes = serde_json::to_vec(body)
+                .map_err(|e| CoordinatorError::InvalidRequest(e.to_string()))?;
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(bytes);
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        let bytes = resp.bytes().await?;
+        if status.is_success() {
+            return serde_json::from_slice(&bytes).map_err(|e| {
+                CoordinatorError::Decode(format!(
+                    "{path}: {e}: {}",
+                    String::from_utf8_lossy(&bytes)
+                ))
+            });
+        }
+        let message = serde_json::from_slice::<ErrorBody>(&bytes)
+            .map(|b| b.error)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+        Err(match (status, kind) {
+            (StatusCode::NOT_FOUND, Kind::Worker(id)) => CoordinatorError::UnknownWorker(id.into()),
+            (StatusCode::BAD_REQUEST, Kind::Register) => {
+                CoordinatorError::InvalidRegistration(message)
+            }
+            (StatusCode::BAD_REQUEST, _) => CoordinatorError::InvalidRequest(message),
+            _ => CoordinatorError::Api {
+                status: status.as_u16(),
+                message,
+            },
+        })
+    }
+
+    /// Registers (or re-registers) a worker.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidRegistration`] if the coordinator rejects it.
+    pub async fn register(
+        &self,
+        req: &RegisterRequest,
+    ) -> Result<RegisterResponse, CoordinatorError> {
+        self.call(
+            Method::POST,
+            "/v1/workers/register",
+            Some(req),
+            Kind::Register,
+        )
+        .await
+    }
+
+    /// Sends a heartbeat for worker `id`.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::UnknownWorker`] if the coordinator does not know
+    /// the worker: register again (or use
+    /// [`heartbeat_or_register`](Self::heartbeat_or_register)).
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        stats: &HeartbeatRequest,
+    ) -> Result<HeartbeatResponse, CoordinatorError> {
+        let path = format!("/v1/workers/{}/heartbeat", path_segment(id));
+        self.call(Method::POST, &path, Some(stats), Kind::Worker(id))
+            .await
+    }
+
+    /// The worker's periodic call: a heartbeat with `stats`, and if the
+    /// coordinator does not know the worker (it expired, or the coordinator
+    /// restarted), a registration with `registration` instead.
+    ///
+    /// # Errors
+    /// Whatever the heartbeat or the registration fails with, other than
+    /// [`CoordinatorError::UnknownWorker`].
+    pub async fn heartbeat_or_register(
+        &self,
+        registration: &RegisterRequest,
+        stats: &HeartbeatRequest,
+    ) -> Result<Report, CoordinatorError> {
+        match self.heartbeat(&registration.id, stats).await {
+            Ok(r) => Ok(Report::Heartbeat(r)),
+            Err(CoordinatorError::UnknownWorker(_)) => {
+                tracing::info!(id = %registration.id, "coordinator does not know this worker; registering again");
+                self.register(registration).await.map(Report::Registered)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes worker `id` out of placement.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::UnknownWorker`] if it is not a member.
+    pub async fn drain(&self, id: &str) -> Result<DrainResponse, CoordinatorError> {
+        let path = format!("/v1/workers/{}/drain", path_segment(id));
+        self.call::<(), _>(Method::POST, &path, None, Kind::Worker(id))
+            .await
+    }
+
+    /// Every member and the epoch.
+    ///
+    /// # Errors
+    /// Transport and decoding failures.
+    pub async fn members(&self) -> Result<MembersResponse, CoordinatorError> {
+        self.call::<(), _>(Method::GET, "/v1/members", None, Kind::Other)
+            .await
+    }
+
+    /// One member.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::UnknownWorker`] if it is not a member.
+    pub async fn member(&self, id: &str) -> Result<MemberInfo, CoordinatorError> {
+        let path = format!("/v1/members/{}", path_segment(id));
+        self.call::<(), _>(Method::GET, &path, None, Kind::Worker(id))
+            .await
+    }
+
+    /// Cluster totals.
+    ///
+    /// # Errors
+    /// Transport and decoding failures.
+    pub async fn cluster(&self) -> Result<ClusterSummary, CoordinatorError> {
+        self.call::<(), _>(Method::GET, "/v1/cluster", None, Kind::Other)
+            .await
+    }
+}
+
+/// Percent-encodes everything outside the id alphabet, so even an invalid
+/// id stays one path segment (and gets a clean 404).
+fn path_segment(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric()
+            || matches!(b, b'_' | b'-')
+            || (b == b'.' && id != "." && id != "..")
+        {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_stay_single() {
+        assert_eq!(path_segment("w-1.a_b"), "w-1.a_b");
+        assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+        assert_eq!(path_segment(".."), "%2E%2E");
+    }
+}

@@ -1,0 +1,231 @@
+//! `talon-coordinator`: who the workers are and where each block lives.
+//!
+//! It owns worker [`membership`] as soft state (register, heartbeat, expiry,
+//! drain), the membership [`epoch`], [`placement`] (weighted rendezvous
+//! hashing of a `BlockId` over the live workers, frozen by golden
+//! [`vectors`]), the admin HTTP API (axum, JSON bodies in [`api`]) with
+//! [`metrics`] in the Prometheus text format, and a typed [`client`] for that
+//! API used by workers and cache-clients.
+//!
+//! It does not own block data, the data plane or reads: the coordinator is
+//! never on a read's path. Readers fetch the member list, build a
+//! [`placement::RendezvousPlacement`] themselves and talk to workers
+//! directly. Nothing is persisted: after a restart, membership is rebuilt from
+//! the next round of heartbeats (see [`api`] for the worker's side).
+//!
+//! Start one in-process with [`start`], or run the `talon-coordinator` binary.
+
+pub mod api;
+pub mod client;
+pub mod epoch;
+pub mod error;
+pub mod membership;
+pub mod metrics;
+pub mod placement;
+mod server;
+pub mod vectors;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use crate::error::CoordinatorError;
+use crate::membership::{Membership, MembershipSnapshot};
+use crate::metrics::Metrics;
+use crate::server::AppState;
+
+/// How long [`RunningCoordinator::shutdown`] waits for in-flight requests.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How to run a coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorConfig {
+    /// Admin API address; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// How often workers are told to heartbeat.
+    pub heartbeat_interval: Duration,
+    /// A worker that has not heartbeated for this long is dropped. Must be
+    /// longer than `heartbeat_interval` (a few intervals is sensible).
+    pub expiry: Duration,
+}
+
+impl Default for CoordinatorConfig {
+    /// Loopback on a free port, heartbeats every second, expiry after 5 s.
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            heartbeat_interval: Duration::from_millis(1000),
+            expiry: Duration::from_millis(5000),
+        }
+    }
+}
+
+impl CoordinatorConfig {
+    /// Checks that the intervals make sense.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidConfig`] when the heartbeat interval is 0
+    /// or the expiry is not longer than it.
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
+        if self.heartbeat_interval.is_zero() {
+            return Err(CoordinatorError::InvalidConfig(
+                "the heartbeat interval must be more than 0".into(),
+            ));
+        }
+        if self.expiry <= self.heartbeat_interval {
+            return Err(CoordinatorError::InvalidConfig(format!(
+                "the expiry ({} ms) must be longer than the heartbeat interval ({} ms)",
+                self.expiry.as_millis(),
+                self.heartbeat_interval.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// How often the background task drops silent members: a quarter of the
+    /// expiry, at least 10 ms.
+    pub fn sweep_interval(&self) -> Duration {
+        (self.expiry / 4).max(Duration::from_millis(10))
+    }
+}
+
+/// A running coordinator.
+#[derive(Debug)]
+pub struct RunningCoordinator {
+    /// Where the admin API listens.
+    pub addr: SocketAddr,
+    state: Arc<AppState>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningCoordinator {
+    /// `http://addr`, the base URL for [`client::CoordinatorClient`].
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The live member table, for in-process callers and tests.
+    pub fn membership(&self) -> &Arc<Membership> {
+        &self.state.membership
+    }
+
+    /// A snapshot of the membership now.
+    pub fn snapshot(&self) -> MembershipSnapshot {
+        self.state.membership.snapshot(Instant::now())
+    }
+
+    /// Stops accepting, lets in-flight requests finish (bounded), stops the
+    /// expiry task, and returns.
+    pub async fn shutdown(self) {
+        self.state.ready.store(false, Ordering::Release);
+        let _ = self.shutdown.send(true);
+        for mut task in self.tasks {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut task)
+                .await
+                .is_err()
+            {
+                tracing::warn!("requests still running after the shutdown grace period");
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Starts a coordinator: binds `config.listen`, serves the admin API and
+/// sweeps silent members until [`RunningCoordinator::shutdown`].
+///
+/// # Errors
+/// [`CoordinatorError::InvalidConfig`] for bad intervals,
+/// [`CoordinatorError::Bind`] when the address cannot be bound.
+pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, CoordinatorError> {
+    config.validate()?;
+    let listener =
+        TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| CoordinatorError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| CoordinatorError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let membership = Arc::new(Membership::new(config.expiry));
+    let state = Arc::new(AppState {
+        metrics: Metrics::new(membership.clone()),
+        membership,
+        config: config.clone(),
+        ready: false.into(),
+    });
+    let (shutdown, shutdown_rx) = watch::channel(false);
+
+    let mut stop = shutdown_rx.clone();
+    let serve =
+        axum::serve(listener, server::router(state.clone())).with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        });
+    let server_task = tokio::spawn(async move {
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "admin API server failed");
+        }
+    });
+
+    let sweeper = tokio::spawn(sweep(
+        state.membership.clone(),
+        config.sweep_interval(),
+        shutdown_rx,
+    ));
+    state.ready.store(true, Ordering::Release);
+    Ok(RunningCoordinator {
+        addr,
+        state,
+        shutdown,
+        tasks: vec![server_task, sweeper],
+    })
+}
+
+/// Drops silent members every `every` until shutdown.
+async fn sweep(membership: Arc<Membership>, every: Duration, mut stop: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                membership.expire(Instant::now());
+            }
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_validation() {
+        assert!(CoordinatorConfig::default().validate().is_ok());
+        let zero = CoordinatorConfig {
+            heartbeat_interval: Duration::ZERO,
+            ..CoordinatorConfig::default()
+        };
+        assert!(zero.validate().is_err());
+        let short = CoordinatorConfig {
+            expiry: Duration::from_millis(1000),
+            ..CoordinatorConfig::default()
+        };
+        assert!(short.validate().is_err());
+        assert_eq!(
+            CoordinatorConfig::default().sweep_interval(),
+            Duration::from_millis(1250)
+        );
+    }
+}

@@ -1,0 +1,589 @@
+//! Membership as soft state: who the workers are, whether they are live or
+//! draining, and what they last reported.
+//!
+//! Nothing here is persisted. Workers register and then heartbeat; a worker
+//! whose last heartbeat (or registration) is at least the expiry window old
+//! is dropped. After a coordinator restart every heartbeat answers "unknown
+//! worker", each worker registers again, and membership is whole again after
+//! one heartbeat round.
+//!
+//! Time is passed in explicitly (`now`), so tests drive expiry without
+//! sleeping. Every operation that takes `now` first drops the members that
+//! are past the window, so what callers observe never depends on when the
+//! background sweep (see [`crate::start`]) last ran.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::api::{
+    ClusterSummary, HeartbeatRequest, HeartbeatResponse, MemberInfo, MemberState, MembersResponse,
+    RegisterRequest,
+};
+use crate::epoch::placement_epoch;
+use crate::error::CoordinatorError;
+use crate::placement::{PlacementMember, RendezvousPlacement};
+
+/// Counts of membership events since the coordinator started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MembershipCounters {
+    /// Accepted registrations (new members and re-registrations).
+    pub registrations: u64,
+    /// Rejected registrations (invalid input).
+    pub rejected_registrations: u64,
+    /// Accepted heartbeats.
+    pub heartbeats: u64,
+    /// Heartbeats from unknown workers (answered 404).
+    pub unknown_heartbeats: u64,
+    /// Members that went from live to draining.
+    pub drains: u64,
+    /// Members dropped for missing heartbeats.
+    pub expirations: u64,
+    /// Times the epoch changed.
+    pub epoch_changes: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Member {
+    addr: String,
+    weight: u32,
+    zone: String,
+    state: MemberState,
+    last_seen: Instant,
+    bytes_cached: u64,
+    capacity_bytes: u64,
+    hits: u64,
+    misses: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    members: BTreeMap<String, Member>,
+    epoch: u64,
+    counters: MembershipCounters,
+}
+
+impl Inner {
+    fn placement_members(&self) -> Vec<PlacementMember> {
+        self.members
+            .iter()
+            .filter(|(_, m)| m.state == MemberState::Live)
+            .map(|(id, m)| PlacementMember::new(id.clone(), m.addr.clone(), m.weight))
+            .collect()
+    }
+
+    /// Recomputes the epoch after a change that may have touched placement.
+    fn refresh_epoch(&mut self) {
+        let epoch = placement_epoch(&self.placement_members());
+        if epoch != self.epoch {
+            tracing::info!(
+                old = format_args!("{:016x}", self.epoch),
+                new = format_args!("{epoch:016x}"),
+                live = self
+                    .members
+                    .values()
+                    .filter(|m| m.state == MemberState::Live)
+                    .count(),
+                "membership epoch changed"
+            );
+            self.epoch = epoch;
+            self.counters.epoch_changes += 1;
+        }
+    }
+
+    /// Drops members whose last heartbeat is at least `expiry` before `now`.
+    fn expire(&mut self, expiry: Duration, now: Instant) -> Vec<String> {
+        let expired: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| now.saturating_duration_since(m.last_seen) >= expiry)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            if let Some(m) = self.members.remove(id) {
+                tracing::warn!(
+                    id = %id,
+                    addr = %m.addr,
+                    silent_ms = now.saturating_duration_since(m.last_seen).as_millis(),
+                    "worker missed heartbeats and was dropped"
+                );
+            }
+        }
+        if !expired.is_empty() {
+            self.counters.expirations += expired.len() as u64;
+            self.refresh_epoch();
+        }
+        expired
+    }
+}
+
+/// The in-memory member table, safe to share between threads.
+#[derive(Debug)]
+pub struct Membership {
+    expiry: Duration,
+    inner: Mutex<Inner>,
+}
+
+impl Membership {
+    /// An empty membership that drops members silent for `expiry`.
+    pub fn new(expiry: Duration) -> Self {
+        Self {
+            expiry,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// The expiry window.
+    pub fn expiry(&self) -> Duration {
+        self.expiry
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The table stays consistent even if a holder panicked: every
+        // mutation is a single assignment or map operation.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a worker, or updates it if the id is known (a worker that
+    /// restarted, or re-registers after a 404). The member is live afterwards
+    /// and its reported statistics start from zero. Returns the epoch.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidRegistration`] for invalid input, which
+    /// changes nothing.
+    pub fn register(&self, req: &RegisterRequest, now: Instant) -> Result<u64, CoordinatorError> {
+        let mut inner = self.lock();
+        inner.expire(self.expiry, now);
+        if let Err(e) = req.validate() {
+            inner.counters.rejected_registrations += 1;
+            return Err(e);
+        }
+        let member = Member {
+            addr: req.addr.clone(),
+            weight: req.weight,
+            zone: req.zone.clone(),
+            state: MemberState::Live,
+            last_seen: now,
+            bytes_cached: 0,
+            capacity_bytes: req.capacity_bytes,
+            hits: 0,
+            misses: 0,
+        };
+        match inner.members.insert(req.id.clone(), member) {
+            None => tracing::info!(
+                id = %req.id, addr = %req.addr, weight = req.weight, zone = %req.zone,
+                "worker joined"
+            ),
+            Some(old) => tracing::info!(
+                id = %req.id, addr = %req.addr, weight = req.weight, zone = %req.zone,
+                was = old.state.as_str(),
+                "worker registered again"
+            ),
+        }
+        inner.counters.registrations += 1;
+        inner.refresh_epoch();
+        Ok(inner.epoch)
+    }
+
+    /// Counts a registration rejected before it reached [`register`](Self::register)
+    /// (a body that is not a registration at all).
+    pub fn record_rejected_registration(&self) {
+        self.lock().counters.rejected_registrations += 1;
+    }
+
+    /// Records a heartbeat with the worker's latest statistics. A heartbeat
+    /// with `draining: true` takes a live member out of placement; draining
+    /// is sticky (see [`crate::api`]).
+    ///
+    /// # Errors
+    /// [`CoordinatorError::UnknownWorker`] if `id` is not a member (it must
+    /// register again).
+    pub fn heartbeat(
+        &self,
+        id: &str,
+        stats: &HeartbeatRequest,
+        now: Instant,
+    ) -> Result<HeartbeatResponse, CoordinatorError> {
+        let mut inner = self.lock();
+        inner.expire(self.expiry, now);
+        let Some(member) = inner.members.get_mut(id) else {
+            inner.counters.unknown_heartbeats += 1;
+            return Err(CoordinatorError::UnknownWorker(id.to_owned()));
+        };
+        member.last_seen = now;
+        member.bytes_cached = stats.bytes_cached;
+        if stats.capacity_bytes > 0 {
+            member.capacity_bytes = stats.capacity_bytes;
+        }
+        member.hits = stats.hits;
+        member.misses = stats.misses;
+        let started_draining = stats.draining && member.state == MemberState::Live;
+        if started_draining {
+            member.state = MemberState::Draining;
+        }
+        let state = member.state;
+        inner.counters.heartbeats += 1;
+        if started_draining {
+            tracing::info!(id, "worker reported draining");
+            inner.counters.drains += 1;
+            inner.refresh_epoch();
+        }
+        Ok(HeartbeatResponse {
+            epoch: inner.epoch,
+            state,
+        })
+    }
+
+    /// Takes a member out of placement; it stays listed (and keeps serving
+    /// what it holds) until it stops heartbeating. Idempotent. Returns the
+    /// epoch.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::UnknownWorker`] if `id` is not a member.
+    pub fn drain(&self, id: &str) -> Result<u64, CoordinatorError> {
+        let mut inner = self.lock();
+        let Some(member) = inner.members.get_mut(id) else {
+            return Err(CoordinatorError::UnknownWorker(id.to_owned()));
+        };
+        if member.state == MemberState::Live {
+            member.state = MemberState::Draining;
+            tracing::info!(id, "worker drained");
+            inner.counters.drains += 1;
+            inner.refresh_epoch();
+        }
+        Ok(inner.epoch)
+    }
+
+    /// Drops every member whose last heartbeat is at least the expiry window
+    /// before `now`; returns their ids.
+    pub fn expire(&self, now: Instant) -> Vec<String> {
+        self.lock().expire(self.expiry, now)
+    }
+
+    /// The current epoch (without expiring anything).
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    /// Everything about the membership at `now`, after dropping expired
+    /// members.
+    pub fn snapshot(&self, now: Instant) -> MembershipSnapshot {
+        let mut inner = self.lock();
+        inner.expire(self.expiry, now);
+        let members = inner
+            .members
+            .iter()
+            .map(|(id, m)| MemberInfo {
+                id: id.clone(),
+                addr: m.addr.clone(),
+                weight: m.weight,
+                zone: m.zone.clone(),
+                state: m.state,
+                last_heartbeat_ms_ago: u64::try_from(
+                    now.saturating_duration_since(m.last_seen).as_millis(),
+                )
+                .unwrap_or(u64::MAX),
+                bytes_cached: m.bytes_cached,
+                capacity_bytes: m.capacity_bytes,
+                hits: m.hits,
+                misses: m.misses,
+            })
+            .collect();
+        MembershipSnapshot {
+            epoch: inner.epoch,
+            members,
+            counters: inner.counters,
+        }
+    }
+}
+
+/// A consistent copy of the membership at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MembershipSnapshot {
+    /// The membership epoch.
+    pub epoch: u64,
+    /// Live and draining members, sorted by id.
+    pub members: Vec<MemberInfo>,
+    /// Event counts since start.
+    pub counters: MembershipCounters,
+}
+
+impl MembershipSnapshot {
+    /// One member by id.
+    pub fn member(&self, id: &str) -> Option<&MemberInfo> {
+        self.members
+            .binary_search_by(|m| m.id.as_str().cmp(id))
+            .ok()
+            .map(|i| &self.members[i])
+    }
+
+    /// How many members are in `state`.
+    pub fn count(&self, state: MemberState) -> usize {
+        self.members.iter().filter(|m| m.state == state).count()
+    }
+
+    /// Placement over the live members.
+    pub fn placement(&self) -> RendezvousPlacement {
+        self.members_response().placement()
+    }
+
+    /// Cluster totals.
+    pub fn cluster(&self) -> ClusterSummary {
+        ClusterSummary::from_members(self.epoch, &self.members)
+    }
+
+    /// The `GET /v1/members` body.
+    pub fn members_response(&self) -> MembersResponse {
+        MembersResponse {
+            epoch: self.epoch,
+            members: self.members.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const EXPIRY: Duration = Duration::from_secs(5);
+
+    fn reg(id: &str, addr: &str, weight: u32) -> RegisterRequest {
+        RegisterRequest {
+            id: id.into(),
+            addr: addr.into(),
+            weight,
+            zone: "z1".into(),
+            capacity_bytes: 1000,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn register_then_list() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        assert_eq!(m.epoch(), 0);
+        let e1 = m.register(&reg("b", "h:2", 1), t0).unwrap();
+        let e2 = m.register(&reg("a", "h:1", 2), t0).unwrap();
+        assert_ne!(e1, 0);
+        assert_ne!(e1, e2);
+        let snap = m.snapshot(t0 + ms(250));
+        assert_eq!(snap.epoch, e2);
+        let ids: Vec<&str> = snap.members.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        let a = snap.member("a").unwrap();
+        assert_eq!(
+            (a.weight, a.state, a.capacity_bytes),
+            (2, MemberState::Live, 1000)
+        );
+        assert_eq!(a.last_heartbeat_ms_ago, 250);
+        assert_eq!(snap.placement().epoch(), snap.epoch);
+        assert_eq!(snap.counters.registrations, 2);
+        assert!(snap.member("c").is_none());
+    }
+
+    #[test]
+    fn invalid_registration_changes_nothing() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        m.register(&reg("a", "h:1", 1), t0).unwrap();
+        let before = m.snapshot(t0);
+        for bad in [reg("", "h:1", 1), reg("b", "nope", 1), reg("a", "h:1", 0)] {
+            assert!(matches!(
+                m.register(&bad, t0),
+                Err(CoordinatorError::InvalidRegistration(_))
+            ));
+        }
+        let after = m.snapshot(t0);
+        assert_eq!(after.members, before.members);
+        assert_eq!(after.epoch, before.epoch);
+        assert_eq!(after.counters.rejected_registrations, 3);
+    }
+
+    #[test]
+    fn heartbeats_and_stats_do_not_change_the_epoch() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        let e = m.register(&reg("a", "h:1", 1), t0).unwrap();
+        let stats = HeartbeatRequest {
+            bytes_cached: 10,
+            capacity_bytes: 0,
+            hits: 7,
+            misses: 3,
+            draining: false,
+        };
+        let r = m.heartbeat("a", &stats, t0 + ms(1000)).unwrap();
+        assert_eq!(r.epoch, e);
+        assert_eq!(r.state, MemberState::Live);
+        // Same values again, and a different zone and capacity: no change.
+        let mut again = reg("a", "h:1", 1);
+        again.zone = "z2".into();
+        again.capacity_bytes = 5;
+        assert_eq!(m.register(&again, t0 + ms(1500)).unwrap(), e);
+        let snap = m.snapshot(t0 + ms(1500));
+        assert_eq!(snap.counters.epoch_changes, 1);
+        let a = snap.member("a").unwrap();
+        assert_eq!((a.zone.as_str(), a.capacity_bytes, a.hits), ("z2", 5, 0));
+    }
+
+    #[test]
+    fn heartbeat_updates_stats_and_capacity() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        m.register(&reg("a", "h:1", 1), t0).unwrap();
+        let stats = HeartbeatRequest {
+            bytes_cached: 10,
+            capacity_bytes: 2000,
+            hits: 7,
+            misses: 3,
+            draining: false,
+        };
+        m.heartbeat("a", &stats, t0).unwrap();
+        let a = m.snapshot(t0).members[0].clone();
+        assert_eq!(
+            (a.bytes_cached, a.capacity_bytes, a.hits, a.misses),
+            (10, 2000, 7, 3)
+        );
+    }
+
+    #[test]
+    fn address_or_weight_change_changes_the_epoch() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        let e1 = m.register(&reg("a", "h:1", 1), t0).unwrap();
+        let e2 = m.register(&reg("a", "h:9", 1), t0).unwrap();
+        let e3 = m.register(&reg("a", "h:9", 4), t0).unwrap();
+        let e4 = m.register(&reg("a", "h:1", 1), t0).unwrap();
+        assert_ne!(e1, e2);
+        assert_ne!(e2, e3);
+        assert_eq!(e4, e1);
+    }
+
+    #[test]
+    fn unknown_heartbeat_is_an_error() {
+        let m = Membership::new(EXPIRY);
+        let err = m
+            .heartbeat("ghost", &HeartbeatRequest::default(), Instant::now())
+            .unwrap_err();
+        assert!(matches!(err, CoordinatorError::UnknownWorker(id) if id == "ghost"));
+        assert!(matches!(
+            m.drain("ghost"),
+            Err(CoordinatorError::UnknownWorker(_))
+        ));
+        assert_eq!(m.snapshot(Instant::now()).counters.unknown_heartbeats, 1);
+    }
+
+    #[test]
+    fn drain_leaves_placement_but_stays_listed_and_is_sticky() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        let only_a = m.register(&reg("a", "h:1", 1), t0).unwrap();
+        let both = m.register(&reg("b", "h:2", 1), t0).unwrap();
+        let drained = m.drain("b").unwrap();
+        assert_eq!(drained, only_a);
+        assert_ne!(drained, both);
+        assert_eq!(m.drain("b").unwrap(), drained, "idempotent");
+        let r = m
+            .heartbeat("b", &HeartbeatRequest::default(), t0 + ms(100))
+            .unwrap();
+        assert_eq!(
+            r.state,
+            MemberState::Draining,
+            "heartbeat does not undo a drain"
+        );
+        let snap = m.snapshot(t0 + ms(100));
+        assert_eq!(snap.count(MemberState::Draining), 1);
+        assert_eq!(snap.member("b").unwrap().state, MemberState::Draining);
+        let placement = snap.placement();
+        assert_eq!(placement.len(), 1);
+        assert_eq!(placement.members()[0].id, "a");
+        assert_eq!(snap.counters.drains, 1);
+        // A new registration brings it back.
+        assert_eq!(m.register(&reg("b", "h:2", 1), t0 + ms(200)).unwrap(), both);
+    }
+
+    #[test]
+    fn heartbeat_can_start_draining() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        m.register(&reg("a", "h:1", 1), t0).unwrap();
+        let hb = HeartbeatRequest {
+            draining: true,
+            ..HeartbeatRequest::default()
+        };
+        let r = m.heartbeat("a", &hb, t0).unwrap();
+        assert_eq!(r.state, MemberState::Draining);
+        assert_eq!(r.epoch, 0);
+    }
+
+    #[test]
+    fn expiry_drops_silent_members_exactly_at_the_window() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        m.register(&reg("a", "h:1", 1), t0).unwrap();
+        m.register(&reg("b", "h:2", 1), t0).unwrap();
+        let only_a = {
+            let probe = Membership::new(EXPIRY);
+            probe.register(&reg("a", "h:1", 1), t0).unwrap()
+        };
+        m.heartbeat("a", &HeartbeatRequest::default(), t0 + ms(3000))
+            .unwrap();
+        assert!(m.expire(t0 + EXPIRY - ms(1)).is_empty());
+        assert_eq!(m.expire(t0 + EXPIRY), vec!["b".to_owned()]);
+        assert_eq!(m.epoch(), only_a);
+        let snap = m.snapshot(t0 + EXPIRY);
+        assert_eq!(snap.members.len(), 1);
+        assert_eq!(snap.counters.expirations, 1);
+        // a heartbeated at +3s, so it lives until +8s.
+        assert!(m.expire(t0 + ms(7999)).is_empty());
+        assert_eq!(m.snapshot(t0 + ms(8000)).members.len(), 0);
+        assert_eq!(m.epoch(), 0);
+    }
+
+    #[test]
+    fn every_operation_sees_expiry_without_a_sweep() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        m.register(&reg("a", "h:1", 1), t0).unwrap();
+        // No expire() call: the late heartbeat itself finds the member gone.
+        assert!(matches!(
+            m.heartbeat("a", &HeartbeatRequest::default(), t0 + EXPIRY),
+            Err(CoordinatorError::UnknownWorker(_))
+        ));
+        assert_eq!(m.register(&reg("a", "h:1", 1), t0 + EXPIRY).unwrap(), {
+            let probe = Membership::new(EXPIRY);
+            probe.register(&reg("a", "h:1", 1), t0).unwrap()
+        });
+    }
+
+    #[test]
+    fn draining_members_expire_too() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        m.register(&reg("a", "h:1", 1), t0).unwrap();
+        m.drain("a").unwrap();
+        assert_eq!(m.expire(t0 + EXPIRY), vec!["a".to_owned()]);
+        // Draining already took it out of placement: expiry moves no epoch.
+        assert_eq!(m.snapshot(t0 + EXPIRY).counters.epoch_changes, 2);
+    }
+
+    #[test]
+    fn equal_sets_give_equal_epochs_on_independent_coordinators() {
+        let t0 = Instant::now();
+        let one = Membership::new(EXPIRY);
+        let two = Membership::new(Duration::from_secs(60));
+        for id in ["a", "b", "c"] {
+            one.register(&reg(id, &format!("{id}:1"), 1), t0).unwrap();
+        }
+        for id in ["c", "x", "a", "b"] {
+            two.register(&reg(id, &format!("{id}:1"), 1), t0).unwrap();
+        }
+        assert_ne!(one.epoch(), two.epoch());
+        two.drain("x").unwrap();
+        assert_eq!(one.epoch(), two.epoch());
+    }
+}

@@ -1,0 +1,167 @@
+//! The admin HTTP API (axum): routes, handlers, and how errors become JSON
+//! answers. The routes and bodies are described in [`crate::api`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+
+use crate::CoordinatorConfig;
+use crate::api::{
+    DrainResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse, RegisterRequest,
+    RegisterResponse,
+};
+use crate::error::CoordinatorError;
+use crate::membership::Membership;
+use crate::metrics::{self, Metrics};
+
+/// What every handler shares.
+#[derive(Debug)]
+pub(crate) struct AppState {
+    pub(crate) membership: Arc<Membership>,
+    pub(crate) metrics: Metrics,
+    pub(crate) config: CoordinatorConfig,
+    /// True while serving; false before start and once shutdown began.
+    pub(crate) ready: AtomicBool,
+}
+
+/// The whole admin API.
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/workers/register", post(register))
+        .route("/v1/workers/{id}/heartbeat", post(heartbeat))
+        .route("/v1/workers/{id}/drain", post(drain))
+        .route("/v1/members", get(members))
+        .route("/v1/members/{id}", get(member))
+        .route("/v1/cluster", get(cluster))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+impl IntoResponse for CoordinatorError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.status_code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ErrorBody {
+            error: self.to_string(),
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// Parses a JSON body; an empty body is `{}`. Errors map through `wrap`.
+fn parse_body<T: DeserializeOwned>(
+    body: &[u8],
+    wrap: fn(String) -> CoordinatorError,
+) -> Result<T, CoordinatorError> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        body
+    };
+    serde_json::from_slice(body)
+        .map_err(|e| wrap(format!("body is not valid JSON for this request: {e}")))
+}
+
+async fn register(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<RegisterResponse>, CoordinatorError> {
+    let req: RegisterRequest = match parse_body(&body, CoordinatorError::InvalidRegistration) {
+        Ok(req) => req,
+        Err(e) => {
+            state.membership.record_rejected_registration();
+            return Err(e);
+        }
+    };
+    let epoch = state.membership.register(&req, Instant::now())?;
+    Ok(Json(RegisterResponse {
+        epoch,
+        heartbeat_interval_ms: millis(state.config.heartbeat_interval),
+        expiry_ms: millis(state.config.expiry),
+    }))
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn heartbeat(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<HeartbeatResponse>, CoordinatorError> {
+    let stats: HeartbeatRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+    Ok(Json(state.membership.heartbeat(
+        &id,
+        &stats,
+        Instant::now(),
+    )?))
+}
+
+async fn drain(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<DrainResponse>, CoordinatorError> {
+    let epoch = state.membership.drain(&id)?;
+    Ok(Json(DrainResponse { epoch }))
+}
+
+async fn members(State(state): State<Arc<AppState>>) -> Response {
+    Json(state.membership.snapshot(Instant::now()).members_response()).into_response()
+}
+
+async fn member(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Response, CoordinatorError> {
+    let snap = state.membership.snapshot(Instant::now());
+    match snap.member(&id) {
+        Some(m) => Ok(Json(m).into_response()),
+        None => Err(CoordinatorError::UnknownWorker(id)),
+    }
+}
+
+async fn cluster(State(state): State<Arc<AppState>>) -> Response {
+    Json(state.membership.snapshot(Instant::now()).cluster()).into_response()
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, &'static str) {
+    if state.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn not_found() -> (StatusCode, Json<ErrorBody>) {
+    (
+        StatusCode::NOT_FOUND,
+        Json(ErrorBody {
+            error: "no such endpoint; see the talon_coordinator::api docs".into(),
+        }),
+    )
+}

@@ -1,0 +1,414 @@
+//! The admin API end to end: a real coordinator on 127.0.0.1:0, driven through the
+//! typed client and raw HTTP.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use talon_coordinator::api::{
+    ErrorBody, HeartbeatRequest, MemberState, MembersResponse, RegisterRequest,
+};
+use talon_coordinator::client::{CoordinatorClient, Report};
+use talon_coordinator::epoch::placement_epoch;
+use talon_coordinator::placement::PlacementMember;
+use talon_coordinator::{CoordinatorConfig, CoordinatorError, RunningCoordinator};
+
+fn reg(id: &str, port: u16, weight: u32) -> RegisterRequest {
+    RegisterRequest {
+        id: id.into(),
+        addr: format!("127.0.0.1:{port}"),
+        weight,
+        zone: "z1".into(),
+        capacity_bytes: 1 << 30,
+    }
+}
+
+async fn start_with(heartbeat_ms: u64, expiry_ms: u64) -> (RunningCoordinator, CoordinatorClient) {
+    let config = CoordinatorConfig {
+        heartbeat_interval: Duration::from_millis(heartbeat_ms),
+        expiry: Duration::from_millis(expiry_ms),
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = talon_coordinator::start(config).await.unwrap();
+    let client = CoordinatorClient::new(coordinator.url()).unwrap();
+    (coordinator, client)
+}
+
+async fn json<T: serde::de::DeserializeOwned>(resp: reqwest::Response) -> T {
+    let bytes = resp.bytes().await.unwrap();
+    serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&bytes)))
+}
+
+/// Long windows: nothing expires during the test.
+async fn start() -> (RunningCoordinator, CoordinatorClient) {
+    start_with(1000, 600_000).await
+}
+
+#[tokio::test]
+async fn register_heartbeat_and_read_back() {
+    let (coordinator, client) = start().await;
+    let r1 = client.register(&reg("w1", 7101, 1)).await.unwrap();
+    assert_eq!(r1.heartbeat_interval_ms, 1000);
+    assert_eq!(r1.expiry_ms, 600_000);
+    assert_eq!(
+        r1.epoch,
+        placement_epoch(&[PlacementMember::new("w1", "127.0.0.1:7101", 1)])
+    );
+    let r2 = client.register(&reg("w2", 7102, 2)).await.unwrap();
+    assert_ne!(r2.epoch, r1.epoch);
+
+    let stats = HeartbeatRequest {
+        bytes_cached: 4096,
+        capacity_bytes: 0,
+        hits: 30,
+        misses: 10,
+        draining: false,
+    };
+    let hb = client.heartbeat("w1", &stats).await.unwrap();
+    assert_eq!(hb.epoch, r2.epoch, "a heartbeat does not change the epoch");
+    assert_eq!(hb.state, MemberState::Live);
+
+    let members = client.members().await.unwrap();
+    assert_eq!(members.epoch, r2.epoch);
+    let ids: Vec<&str> = members.members.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["w1", "w2"]);
+    let w1 = &members.members[0];
+    assert_eq!(w1.addr, "127.0.0.1:7101");
+    assert_eq!(
+        (w1.weight, w1.zone.as_str(), w1.state),
+        (1, "z1", MemberState::Live)
+    );
+    assert_eq!(
+        (w1.bytes_cached, w1.capacity_bytes, w1.hits, w1.misses),
+        (4096, 1 << 30, 30, 10)
+    );
+    assert!(w1.last_heartbeat_ms_ago < 60_000);
+    // A reader's placement from this answer carries the same epoch.
+    assert_eq!(members.placement().epoch(), members.epoch);
+    assert_eq!(members.placement().len(), 2);
+
+    let one = client.member("w2").await.unwrap();
+    assert_eq!(one, members.members[1]);
+    assert!(matches!(
+        client.member("nope").await,
+        Err(CoordinatorError::UnknownWorker(id)) if id == "nope"
+    ));
+
+    let cluster = client.cluster().await.unwrap();
+    assert_eq!(cluster.epoch, r2.epoch);
+    assert_eq!((cluster.workers, cluster.live, cluster.draining), (2, 2, 0));
+    assert_eq!(cluster.capacity_bytes, 2 << 30);
+    assert_eq!(cluster.bytes_cached, 4096);
+    assert_eq!((cluster.hits, cluster.misses), (30, 10));
+    assert_eq!(cluster.hit_ratio, 0.75);
+
+    // Raw JSON keys, as a non-Rust client sees them.
+    let raw: serde_json::Value = json(
+        reqwest::get(format!("{}/v1/members", coordinator.url()))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let m = &raw["members"][0];
+    for key in [
+        "id",
+        "addr",
+        "weight",
+        "zone",
+        "state",
+        "last_heartbeat_ms_ago",
+        "bytes_cached",
+        "capacity_bytes",
+        "hits",
+        "misses",
+    ] {
+        assert!(m.get(key).is_some(), "member JSON lacks {key}: {m}");
+    }
+    assert_eq!(m["state"], "live");
+    assert_eq!(raw["epoch"].as_u64(), Some(r2.epoch));
+    coordinator.shutdown().await;
+}
+
+#[tokio::test]
+async fn drain_removes_from_placement_but_stays_listed() {
+    let (coordinator, client) = start().await;
+    client.register(&reg("w1", 7101, 1)).await.unwrap();
+    client.register(&reg("w2", 7102, 1)).await.unwrap();
+    let drained = client.drain("w2").await.unwrap();
+    assert_eq!(
+        drained.epoch,
+        placement_epoch(&[PlacementMember::new("w1", "127.0.0.1:7101", 1)])
+    );
+    let members = client.members().await.unwrap();
+    assert_eq!(members.epoch, drained.epoch);
+    assert_eq!(members.members.len(), 2);
+    assert_eq!(members.members[1].state, MemberState::Draining);
+    let placement = members.placement();
+    assert_eq!(placement.len(), 1);
+    assert_eq!(placement.members()[0].id, "w1");
+    // The draining worker keeps heartbeating and learns it is draining.
+    let hb = client
+        .heartbeat("w2", &HeartbeatRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(hb.state, MemberState::Draining);
+    let cluster = client.cluster().await.unwrap();
+    assert_eq!((cluster.workers, cluster.live, cluster.draining), (2, 1, 1));
+    assert!(matches!(
+        client.drain("ghost").await,
+        Err(CoordinatorError::UnknownWorker(_))
+    ));
+    coordinator.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_heartbeat_is_404_with_a_json_error() {
+    let (coordinator, client) = start().await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/workers/ghost/heartbeat", coordinator.url()))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    let body: ErrorBody = json(resp).await;
+    assert!(body.error.contains("ghost"), "{}", body.error);
+    assert!(matches!(
+        client.heartbeat("ghost", &HeartbeatRequest::default()).await,
+        Err(CoordinatorError::UnknownWorker(id)) if id == "ghost"
+    ));
+    coordinator.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_registrations_are_400_and_add_nobody() {
+    let (coordinator, client) = start().await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/workers/register", coordinator.url());
+    let bodies = [
+        "not json",
+        "",
+        "[]",
+        r#"{"addr": "127.0.0.1:7101", "weight": 1}"#,
+        r#"{"id": "", "addr": "127.0.0.1:7101", "weight": 1}"#,
+        r#"{"id": "w 1", "addr": "127.0.0.1:7101", "weight": 1}"#,
+        r#"{"id": "w/1", "addr": "127.0.0.1:7101", "weight": 1}"#,
+        r#"{"id": "w1", "addr": "localhost", "weight": 1}"#,
+        r#"{"id": "w1", "addr": "127.0.0.1:0", "weight": 1}"#,
+        r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 0}"#,
+        r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": -1}"#,
+        r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": "1"}"#,
+    ];
+    for body in bodies {
+        let resp = http.post(&url).body(body).send().await.unwrap();
+        assert_eq!(resp.status(), 400, "{body}");
+        let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(ct.starts_with("application/json"), "{ct}");
+        let err: ErrorBody = json(resp).await;
+        assert!(!err.error.is_empty());
+    }
+    let members = client.members().await.unwrap();
+    assert!(members.members.is_empty());
+    assert_eq!(members.epoch, 0);
+    // Through the typed client, the reason comes back.
+    match client.register(&reg("bad id", 7101, 1)).await {
+        Err(CoordinatorError::InvalidRegistration(msg)) => assert!(msg.contains("bad id"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    let metrics = reqwest::get(format!("{}/metrics", coordinator.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let rejected = bodies.len() + 1;
+    assert!(
+        metrics.contains(&format!(
+            "talon_coordinator_registrations_rejected_total {rejected}"
+        )),
+        "{metrics}"
+    );
+    coordinator.shutdown().await;
+}
+
+/// Polls `members` until `done` holds or the deadline passes.
+async fn wait_for_members(
+    client: &CoordinatorClient,
+    deadline: Duration,
+    done: impl Fn(&MembersResponse) -> bool,
+) -> MembersResponse {
+    let until = Instant::now() + deadline;
+    loop {
+        let members = client.members().await.unwrap();
+        if done(&members) {
+            return members;
+        }
+        assert!(
+            Instant::now() < until,
+            "condition not reached in {deadline:?}: {members:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn silent_worker_is_dropped_after_the_window() {
+    let (coordinator, client) = start_with(50, 1000).await;
+    let w1 = reg("w1", 7101, 1);
+    client.register(&w1).await.unwrap();
+    client.register(&reg("w2", 7102, 1)).await.unwrap();
+    // w1 keeps heartbeating; w2 goes silent.
+    let beat_client = client.clone();
+    let beating = tokio::spawn(async move {
+        loop {
+            beat_client
+                .heartbeat_or_register(&w1, &HeartbeatRequest::default())
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let members = wait_for_members(&client, Duration::from_secs(10), |m| {
+        m.members.iter().all(|m| m.id != "w2")
+    })
+    .await;
+    let ids: Vec<&str> = members.members.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["w1"]);
+    assert_eq!(
+        members.epoch,
+        placement_epoch(&[PlacementMember::new("w1", "127.0.0.1:7101", 1)])
+    );
+    assert!(matches!(
+        client.heartbeat("w2", &HeartbeatRequest::default()).await,
+        Err(CoordinatorError::UnknownWorker(_))
+    ));
+    beating.abort();
+    let snap = coordinator.snapshot();
+    assert!(snap.counters.expirations >= 1);
+    coordinator.shutdown().await;
+}
+
+#[tokio::test]
+async fn restart_is_rebuilt_by_the_next_heartbeat_round() {
+    let (first, client) = start().await;
+    let addr = first.addr;
+    let workers = [reg("w1", 7101, 1), reg("w2", 7102, 3)];
+    for w in &workers {
+        client.register(w).await.unwrap();
+    }
+    let before = client.members().await.unwrap();
+    first.shutdown().await;
+
+    // A new coordinator on the same address knows nobody.
+    let config = CoordinatorConfig {
+        listen: addr,
+        expiry: Duration::from_secs(600),
+        ..CoordinatorConfig::default()
+    };
+    let second = talon_coordinator::start(config).await.unwrap();
+    assert!(client.members().await.unwrap().members.is_empty());
+    assert!(matches!(
+        client.heartbeat("w1", &HeartbeatRequest::default()).await,
+        Err(CoordinatorError::UnknownWorker(_))
+    ));
+    // Each worker's next report registers it again.
+    for w in &workers {
+        let report = client
+            .heartbeat_or_register(w, &HeartbeatRequest::default())
+            .await
+            .unwrap();
+        assert!(matches!(report, Report::Registered(_)), "{report:?}");
+    }
+    let after = client.members().await.unwrap();
+    assert_eq!(
+        after.epoch, before.epoch,
+        "the same set gives the same epoch"
+    );
+    assert_eq!(after.placement(), before.placement());
+    // And the round after that is plain heartbeats.
+    let report = client
+        .heartbeat_or_register(&workers[0], &HeartbeatRequest::default())
+        .await
+        .unwrap();
+    assert!(matches!(report, Report::Heartbeat(_)));
+    assert_eq!(report.epoch(), before.epoch);
+    second.shutdown().await;
+}
+
+#[tokio::test]
+async fn health_ready_metrics_and_unknown_routes() {
+    let (coordinator, client) = start().await;
+    let base = coordinator.url();
+    let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.text().await.unwrap(), "ok");
+    assert_eq!(
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    client.register(&reg("w1", 7101, 1)).await.unwrap();
+    client
+        .heartbeat("w1", &HeartbeatRequest::default())
+        .await
+        .unwrap();
+    let _ = client
+        .heartbeat("ghost", &HeartbeatRequest::default())
+        .await;
+    let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap();
+    assert_eq!(metrics.status(), 200);
+    let ct = metrics.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(ct.starts_with("text/plain"), "{ct}");
+    let text = metrics.text().await.unwrap();
+    let epoch = format!("{:016x}", coordinator.membership().epoch());
+    for line in [
+        "talon_coordinator_workers{state=\"live\"} 1",
+        "talon_coordinator_workers{state=\"draining\"} 0",
+        &format!("talon_coordinator_epoch_info{{epoch=\"{epoch}\"}} 1"),
+        "talon_coordinator_registrations_total 1",
+        "talon_coordinator_heartbeats_total 1",
+        "talon_coordinator_heartbeats_unknown_total 1",
+        "talon_coordinator_expirations_total 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line:?} missing in\n{text}"
+        );
+    }
+
+    let missing = reqwest::get(format!("{base}/v2/nothing")).await.unwrap();
+    assert_eq!(missing.status(), 404);
+    let body: ErrorBody = json(missing).await;
+    assert!(!body.error.is_empty());
+    coordinator.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_config_and_busy_port_are_errors() {
+    let bad = CoordinatorConfig {
+        heartbeat_interval: Duration::from_secs(5),
+        expiry: Duration::from_secs(1),
+        ..CoordinatorConfig::default()
+    };
+    assert!(matches!(
+        talon_coordinator::start(bad).await,
+        Err(CoordinatorError::InvalidConfig(_))
+    ));
+    let (running, _) = start().await;
+    let busy = CoordinatorConfig {
+        listen: running.addr,
+        ..CoordinatorConfig::default()
+    };
+    assert!(matches!(
+        talon_coordinator::start(busy).await,
+        Err(CoordinatorError::Bind { .. })
+    ));
+    running.shutdown().await;
+}

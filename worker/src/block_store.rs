@@ -1,0 +1,966 @@
+//! The block store: cached blocks as sparse files on local disk, which pages of each are
+//! present, one global byte budget, and crash-safe persistence.
+//!
+//! Layout under `<cache-dir>/blocks/`: `<storage name>.blk` holds the block's bytes at
+//! their offsets (a sparse file: absent pages take no space) and `<storage name>.meta`
+//! says which pages are present and their CRC-32C checksums.
+//!
+//! Crash safety rests on one ordering: a page's bytes are written and `fdatasync`ed
+//! before the metadata that calls it present is written to a temporary file, synced, and
+//! renamed over the old metadata (then the folder is synced). A crash at any point
+//! leaves either the old metadata (the new page is simply absent and refetched) or the
+//! new one (its bytes are on disk). Present pages are never rewritten in place.
+//!
+//! Checksums catch what ordering cannot: bit rot, a truncated file, a file edited behind
+//! the worker's back. Pages are verified before their first use by this process and
+//! again whenever the block file's identity (size, modification or change time) moves
+//! without the worker having written it; a page that fails is dropped, and the miss path
+//! refetches it. Pages this process wrote itself are trusted.
+//!
+//! The budget counts what `du` sees: for every present page its length rounded up to the
+//! filesystem's allocation unit, plus one unit per metadata file. Fills reserve their
+//! bytes first and evict blocks (chosen by the [`EvictionPolicy`]) until they fit;
+//! eviction unlinks the files, which readers still holding them finish reading safely.
+//! All methods here block; call them from a blocking pool.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crc::{CRC_32_ISCSI, Crc, Table};
+use serde::{Deserialize, Serialize};
+use talon_core::{BlockId, ObjectId, ObjectVersion, PresentBitmap};
+use tokio::sync::watch;
+
+use crate::error::{Result, WorkerError};
+use crate::eviction::{EvictionPolicy, S3Fifo};
+
+static CRC32C: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
+
+/// CRC-32C of a page's bytes, as recorded in the metadata.
+pub fn page_checksum(bytes: &[u8]) -> u32 {
+    CRC32C.checksum(bytes)
+}
+
+/// The result a shared fill broadcasts to the requests waiting on it.
+pub type FillOutcome = std::result::Result<(), Arc<WorkerError>>;
+
+/// What a reader must do to have pages present.
+#[derive(Debug)]
+pub enum FillPlan {
+    /// All requested pages are present.
+    Ready,
+    /// Another request is fetching a needed page; wait for its outcome, then plan again.
+    Wait(watch::Receiver<Option<FillOutcome>>),
+    /// This request fetches `pages` and must report through `done`.
+    Fill {
+        /// The pages to fetch (absent, now marked as filling).
+        pages: Range<u32>,
+        /// Completion, to pass to [`Block::finish_fill`].
+        done: watch::Sender<Option<FillOutcome>>,
+    },
+}
+
+/// How a block file looked the last time the worker checked or wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    ino: u64,
+}
+
+impl FileIdentity {
+    fn of(meta: &fs::Metadata) -> FileIdentity {
+        FileIdentity {
+            len: meta.len(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+            ino: meta.ino(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct BlockState {
+    present: PresentBitmap,
+    checksums: Vec<u32>,
+    verified: PresentBitmap,
+    filling: PresentBitmap,
+    inflight: Vec<(Range<u32>, watch::Receiver<Option<FillOutcome>>)>,
+    evicted: bool,
+    identity: Option<FileIdentity>,
+    /// Bytes this block counts against the budget.
+    cost: u64,
+    has_meta: bool,
+}
+
+/// One cached block.
+#[derive(Debug)]
+pub struct Block {
+    /// Identity (object, version, offset, size).
+    pub id: BlockId,
+    /// File-name-safe name (`BlockId::storage_name`).
+    pub name: String,
+    /// Size of the whole object.
+    pub object_size: u64,
+    /// Bytes of the object inside this block.
+    pub len: u64,
+    /// Pages in this block.
+    pub pages: u32,
+    page_size: u64,
+    file: File,
+    data_path: PathBuf,
+    meta_path: PathBuf,
+    state: Mutex<BlockState>,
+    /// Serialises metadata writes so the newest snapshot is the one left on disk.
+    meta_write: Mutex<()>,
+}
+
+/// The persistent metadata of a block.
+#[derive(Debug, Serialize, Deserialize)]
+struct BlockMeta {
+    format: u32,
+    object: String,
+    version: String,
+    block_offset: u64,
+    block_size: u64,
+    object_size: u64,
+    page_size: u64,
+    /// Hex of the `PresentBitmap` encoding.
+    present: String,
+    /// CRC-32C per page (0 for absent pages).
+    checksums: Vec<u32>,
+}
+
+const META_FORMAT: u32 = 1;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn round_up(n: u64, unit: u64) -> u64 {
+    n.div_ceil(unit) * unit
+}
+
+impl Block {
+    /// The open block file, for `sendfile`.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Byte range of `page` within the block.
+    pub fn page_bytes(&self, page: u32) -> Range<u64> {
+        let start = u64::from(page) * self.page_size;
+        start..(start + self.page_size).min(self.len)
+    }
+
+    /// Pages covering `offset..offset + len` (block coordinates).
+    pub fn pages_for(&self, offset: u64, len: u64) -> Range<u32> {
+        if len == 0 {
+            return 0..0;
+        }
+        let first = (offset / self.page_size) as u32;
+        let last = ((offset + len - 1) / self.page_size) as u32;
+        first..(last + 1).min(self.pages)
+    }
+
+    /// Whether every page in `pages` is present.
+    pub fn all_present(&self, pages: Range<u32>) -> bool {
+        lock(&self.state)
+            .present
+            .all_present(pages)
+            .unwrap_or(false)
+    }
+
+    /// Decides what a reader needing `need` must do; `readahead_end` (exclusive) and
+    /// `max_pages` bound a fill this reader would start. Concurrent readers of the same
+    /// absent pages share one fill.
+    pub fn plan(&self, need: Range<u32>, readahead_end: u32, max_pages: u32) -> FillPlan {
+        let mut st = lock(&self.state);
+        if st.evicted {
+            // A new entry will be created by the caller; report readiness to re-plan.
+            return FillPlan::Ready;
+        }
+        let Some(first_absent) = need
+            .clone()
+            .find(|&p| !st.present.is_present(p).unwrap_or(true))
+        else {
+            return FillPlan::Ready;
+        };
+        if st.filling.is_present(first_absent).unwrap_or(false) {
+            let rx = st
+                .inflight
+                .iter()
+                .find(|(r, _)| r.contains(&first_absent))
+                .map(|(_, rx)| rx.clone());
+            if let Some(rx) = rx {
+                return FillPlan::Wait(rx);
+            }
+        }
+        let limit = readahead_end
+            .max(need.end)
+            .min(self.pages)
+            .min(first_absent.saturating_add(max_pages.max(1)));
+        let mut end = first_absent;
+        while end < limit
+            && !st.present.is_present(end).unwrap_or(true)
+            && !st.filling.is_present(end).unwrap_or(true)
+        {
+            end += 1;
+        }
+        let pages = first_absent..end.max(first_absent + 1);
+        let _ = st.filling.set_range(pages.clone());
+        let (done, rx) = watch::channel(None);
+        st.inflight.push((pages.clone(), rx));
+        FillPlan::Fill { pages, done }
+    }
+
+    /// Ends a fill started by [`Block::plan`]: clears its marks and wakes its waiters
+    /// with the outcome.
+    pub fn finish_fill(
+        &self,
+        pages: Range<u32>,
+        done: watch::Sender<Option<FillOutcome>>,
+        outcome: FillOutcome,
+    ) {
+        {
+            let mut st = lock(&self.state);
+            let _ = st.filling.clear_range(pages.clone());
+            st.inflight.retain(|(r, _)| *r != pages);
+        }
+        let _ = done.send(Some(outcome));
+    }
+
+    /// Whether the block was evicted (its files are gone; a new entry replaces it).
+    pub fn is_evicted(&self) -> bool {
+        lock(&self.state).evicted
+    }
+
+    fn snapshot_meta(&self) -> BlockMeta {
+        let st = lock(&self.state);
+        BlockMeta {
+            format: META_FORMAT,
+            object: self.id.object().key_path(),
+            version: self.id.version().as_str().to_owned(),
+            block_offset: self.id.block_offset(),
+            block_size: self.id.block_size(),
+            object_size: self.object_size,
+            page_size: self.page_size,
+            present: hex::encode(st.present.to_bytes()),
+            checksums: st.checksums.clone(),
+        }
+    }
+
+    /// Writes the current metadata durably: temp file, fsync, rename, folder fsync.
+    fn persist_meta(&self) -> Result<()> {
+        let _serial = lock(&self.meta_write);
+        if self.is_evicted() {
+            return Ok(());
+        }
+        let json = serde_json::to_vec(&self.snapshot_meta())
+            .map_err(|e| WorkerError::io("encoding block metadata", io::Error::other(e)))?;
+        let tmp = self.meta_path.with_extension("meta.tmp");
+        let mut f = File::create(&tmp).map_err(|e| WorkerError::io("writing block metadata", e))?;
+        f.write_all(&json)
+            .map_err(|e| WorkerError::io("writing block metadata", e))?;
+        f.sync_all()
+            .map_err(|e| WorkerError::io("syncing block metadata", e))?;
+        drop(f);
+        fs::rename(&tmp, &self.meta_path)
+            .map_err(|e| WorkerError::io("publishing block metadata", e))?;
+        if let Some(dir) = self.meta_path.parent()
+            && let Ok(d) = File::open(dir)
+        {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+struct Inner {
+    blocks: HashMap<String, Arc<Block>>,
+    policy: S3Fifo<String>,
+    used: u64,
+    reserved: u64,
+    evictions: u64,
+}
+
+/// Counters of the store, for metrics and heartbeats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Bytes counted against the budget.
+    pub used_bytes: u64,
+    /// The budget.
+    pub capacity_bytes: u64,
+    /// Blocks held.
+    pub blocks: u64,
+    /// Blocks evicted since start.
+    pub evictions: u64,
+}
+
+/// Bytes reserved for a fill; returned to the budget when dropped (a committed fill
+/// has by then moved its bytes to the used count).
+#[derive(Debug)]
+pub struct Reservation {
+    store: Arc<BlockStore>,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut inner = lock(&self.store.inner);
+        inner.reserved = inner.reserved.saturating_sub(self.bytes);
+    }
+}
+
+/// The block store.
+pub struct BlockStore {
+    dir: PathBuf,
+    page_size: u64,
+    capacity: u64,
+    alloc_unit: u64,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for BlockStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockStore")
+            .field("dir", &self.dir)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl BlockStore {
+    /// Opens the store under `cache_dir`, rebuilding the index from the metadata on disk
+    /// (warm pages survive restarts), deleting leftovers of interrupted writes and
+    /// blocks of another page size, and evicting down to `capacity` bytes.
+    ///
+    /// # Errors
+    /// I/O errors creating or reading the folder; a zero page size or capacity.
+    pub fn open(cache_dir: &Path, page_size: u64, capacity: u64) -> Result<BlockStore> {
+        if page_size == 0 || !page_size.is_power_of_two() {
+            return Err(WorkerError::InvalidRequest(format!(
+                "page size {page_size} must be a power of two"
+            )));
+        }
+        let dir = cache_dir.join("blocks");
+        fs::create_dir_all(&dir).map_err(|e| WorkerError::io("creating the cache folder", e))?;
+        let alloc_unit = fs::metadata(&dir)
+            .map(|m| m.blksize())
+            .unwrap_or(4096)
+            .max(512);
+        let store = BlockStore {
+            dir,
+            page_size,
+            capacity,
+            alloc_unit,
+            inner: Mutex::new(Inner {
+                blocks: HashMap::new(),
+                policy: S3Fifo::default(),
+                used: 0,
+                reserved: 0,
+                evictions: 0,
+            }),
+        };
+        store.rebuild()?;
+        store.evict_until_fits(0);
+        Ok(store)
+    }
+
+    /// The page size, bytes.
+    pub fn page_size(&self) -> u64 {
+        self.page_size
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> StoreStats {
+        let inner = lock(&self.inner);
+        StoreStats {
+            used_bytes: inner.used,
+            capacity_bytes: self.capacity,
+            blocks: inner.blocks.len() as u64,
+            evictions: inner.evictions,
+        }
+    }
+
+    fn page_cost(&self, block: &Block, pages: Range<u32>) -> u64 {
+        pages
+            .map(|p| {
+                let r = block.page_bytes(p);
+                round_up(r.end - r.start, self.alloc_unit)
+            })
+            .sum()
+    }
+
+    fn rebuild(&self) -> Result<()> {
+        let entries =
+            fs::read_dir(&self.dir).map_err(|e| WorkerError::io("reading the cache folder", e))?;
+        let mut metas = Vec::new();
+        let mut datas = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(stem) = name.strip_suffix(".meta") {
+                metas.push(stem.to_owned());
+            } else if let Some(stem) = name.strip_suffix(".blk") {
+                datas.push(stem.to_owned());
+            } else {
+                // Temporary files of interrupted metadata writes.
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        let mut loaded = 0;
+        for name in &metas {
+            match self.load(name) {
+                Ok(block) => {
+                    let mut inner = lock(&self.inner);
+                    let cost = lock(&block.state).cost;
+                    inner.used += cost;
+                    inner.policy.insert(name.clone(), cost);
+                    inner.blocks.insert(name.clone(), Arc::new(block));
+                    loaded += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(block = %name, error = %e, "discarding unreadable cached block");
+                    let _ = fs::remove_file(self.dir.join(format!("{name}.meta")));
+                    let _ = fs::remove_file(self.dir.join(format!("{name}.blk")));
+                }
+            }
+        }
+        for name in datas {
+            if !lock(&self.inner).blocks.contains_key(&name) {
+                let _ = fs::remove_file(self.dir.join(format!("{name}.blk")));
+            }
+        }
+        tracing::info!(
+            blocks = loaded,
+            used_bytes = lock(&self.inner).used,
+            "block index rebuilt from disk"
+        );
+        Ok(())
+    }
+
+    fn load(&self, name: &str) -> Result<Block> {
+        let meta_path = self.dir.join(format!("{name}.meta"));
+        let bytes =
+            fs::read(&meta_path).map_err(|e| WorkerError::io("reading block metadata", e))?;
+        let meta: BlockMeta = serde_json::from_slice(&bytes).map_err(|e| {
+            WorkerError::InvalidRequest(format!("block metadata does not parse: {e}"))
+        })?;
+        if meta.format != META_FORMAT || meta.page_size != self.page_size {
+            return Err(WorkerError::InvalidRequest(
+                "block metadata of another format or page size".into(),
+            ));
+        }
+        let object = ObjectId::from_key_path(&meta.object)?;
+        let id = BlockId::new(
+            object,
+            ObjectVersion::new(meta.version)?,
+            meta.block_offset,
+            meta.block_size,
+        )?;
+        if id.storage_name() != name {
+            return Err(WorkerError::InvalidRequest(
+                "block metadata names another block".into(),
+            ));
+        }
+        let mut block = self.new_block(id, meta.object_size)?;
+        let present_bytes = hex::decode(&meta.present)
+            .map_err(|_| WorkerError::InvalidRequest("bad bitmap hex".into()))?;
+        let present = PresentBitmap::from_bytes(block.pages, &present_bytes)?;
+        if meta.checksums.len() != block.pages as usize {
+            return Err(WorkerError::InvalidRequest(
+                "checksum count does not match the pages".into(),
+            ));
+        }
+        let present_cost: u64 = (0..block.pages)
+            .filter(|&p| present.is_present(p).unwrap_or(false))
+            .map(|p| self.page_cost(&block, p..p + 1))
+            .sum();
+        {
+            let st = block.state.get_mut().unwrap_or_else(|p| p.into_inner());
+            st.present = present;
+            st.checksums = meta.checksums;
+            st.cost = present_cost + self.alloc_unit;
+            st.has_meta = true;
+        }
+        block.meta_path = meta_path;
+        Ok(block)
+    }
+
+    fn new_block(&self, id: BlockId, object_size: u64) -> Result<Block> {
+        let len = id.len_in(object_size);
+        if len == 0 {
+            return Err(WorkerError::RangeNotSatisfiable(
+                "the block lies past the end of the object".into(),
+            ));
+        }
+        if !id.block_size().is_multiple_of(self.page_size) {
+            return Err(WorkerError::InvalidRequest(format!(
+                "block size {} is not a multiple of this worker's page size {}",
+                id.block_size(),
+                self.page_size
+            )));
+        }
+        let pages = u32::try_from(len.div_ceil(self.page_size))
+            .map_err(|_| WorkerError::InvalidRequest("too many pages in a block".into()))?;
+        let name = id.storage_name();
+        let data_path = self.dir.join(format!("{name}.blk"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&data_path)
+            .map_err(|e| WorkerError::io("opening a block file", e))?;
+        Ok(Block {
+            id,
+            object_size,
+            len,
+            pages,
+            page_size: self.page_size,
+            file,
+            meta_path: self.dir.join(format!("{name}.meta")),
+            data_path,
+            name,
+            state: Mutex::new(BlockState {
+                present: PresentBitmap::new(pages)?,
+                checksums: vec![0; pages as usize],
+                verified: PresentBitmap::new(pages)?,
+                filling: PresentBitmap::new(pages)?,
+                inflight: Vec::new(),
+                evicted: false,
+                identity: None,
+                cost: 0,
+                has_meta: false,
+            }),
+            meta_write: Mutex::new(()),
+        })
+    }
+
+    /// The block, created empty if not cached. `object_size` must be the size of the
+    /// object at the block's version (it is part of what the client asked for).
+    ///
+    /// # Errors
+    /// Invalid geometry; I/O errors creating the file.
+    pub fn get_or_create(&self, id: &BlockId, object_size: u64) -> Result<Arc<Block>> {
+        let name = id.storage_name();
+        {
+            let mut inner = lock(&self.inner);
+            if let Some(b) = inner.blocks.get(&name).cloned() {
+                if b.object_size == object_size {
+                    inner.policy.access(&name);
+                    return Ok(b);
+                }
+                // Same version, different size: a lying client. Refuse rather than mix.
+                return Err(WorkerError::InvalidRequest(format!(
+                    "object size {object_size} differs from the {} recorded for this version",
+                    b.object_size
+                )));
+            }
+        }
+        let block = Arc::new(self.new_block(id.clone(), object_size)?);
+        let mut inner = lock(&self.inner);
+        if let Some(b) = inner.blocks.get(&name).cloned() {
+            return Ok(b);
+        }
+        inner.policy.insert(name.clone(), 0);
+        inner.blocks.insert(name, block.clone());
+        Ok(block)
+    }
+
+    /// The cached block, if present (no creation).
+    pub fn get(&self, id: &BlockId) -> Option<Arc<Block>> {
+        lock(&self.inner).blocks.get(&id.storage_name()).cloned()
+    }
+
+    /// Evicts until `extra` more bytes fit; returns whether they do.
+    fn evict_until_fits(&self, extra: u64) -> bool {
+        let mut victims = Vec::new();
+        let fits = {
+            let mut inner = lock(&self.inner);
+            loop {
+                if inner.used + inner.reserved + extra <= self.capacity {
+                    break true;
+                }
+                let Some(name) = inner.policy.victim() else {
+                    break false;
+                };
+                if let Some(block) = inner.blocks.remove(&name) {
+                    let cost = {
+                        let mut st = lock(&block.state);
+                        st.evicted = true;
+                        st.cost
+                    };
+                    inner.used = inner.used.saturating_sub(cost);
+                    inner.evictions += 1;
+                    victims.push(block);
+                }
+            }
+        };
+        for block in victims {
+            // Serialised with metadata writes, so a late write cannot resurrect the block.
+            let _serial = lock(&block.meta_write);
+            let _ = fs::remove_file(&block.meta_path);
+            let _ = fs::remove_file(&block.data_path);
+            tracing::debug!(block = %block.name, "evicted");
+        }
+        fits
+    }
+
+    /// Reserves budget for filling `pages` of `block`, evicting other blocks as needed.
+    /// `None` when the fill cannot fit even in an empty cache (the caller then serves
+    /// the bytes without caching them).
+    pub fn reserve(self: &Arc<Self>, block: &Block, pages: Range<u32>) -> Option<Reservation> {
+        let mut bytes = self.page_cost(block, pages);
+        if !lock(&block.state).has_meta {
+            bytes += self.alloc_unit;
+        }
+        if bytes > self.capacity || !self.evict_until_fits(bytes) {
+            return None;
+        }
+        lock(&self.inner).reserved += bytes;
+        Some(Reservation {
+            store: self.clone(),
+            bytes,
+        })
+    }
+
+    /// Stores the bytes of `pages` (starting at the first page's offset), durably, and
+    /// marks them present. `data` must be exactly the pages' bytes.
+    ///
+    /// # Errors
+    /// I/O errors; a length mismatch (nothing is marked present then).
+    pub fn commit_fill(
+        &self,
+        block: &Block,
+        pages: Range<u32>,
+        data: &[u8],
+        reservation: Reservation,
+    ) -> Result<()> {
+        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
+        if data.len() as u64 != span.end - span.start {
+            return Err(WorkerError::InvalidRequest(format!(
+                "a fill of {} bytes for {} bytes of pages",
+                data.len(),
+                span.end - span.start
+            )));
+        }
+        if block.is_evicted() {
+            return Ok(());
+        }
+        // Present pages are never rewritten: only absent ones are written.
+        let absent: Vec<u32> = {
+            let st = lock(&block.state);
+            pages
+                .clone()
+                .filter(|&p| !st.present.is_present(p).unwrap_or(true))
+                .collect()
+        };
+        for &p in &absent {
+            let r = block.page_bytes(p);
+            let slice = &data[(r.start - span.start) as usize..(r.end - span.start) as usize];
+            block
+                .file
+                .write_all_at(slice, r.start)
+                .map_err(|e| WorkerError::io("writing a block", e))?;
+        }
+        block
+            .file
+            .sync_data()
+            .map_err(|e| WorkerError::io("syncing a block", e))?;
+        let checksums: Vec<u32> = pages
+            .clone()
+            .map(|p| {
+                let r = block.page_bytes(p);
+                page_checksum(&data[(r.start - span.start) as usize..(r.end - span.start) as usize])
+            })
+            .collect();
+        let added = {
+            let mut st = lock(&block.state);
+            if st.evicted {
+                return Ok(());
+            }
+            let mut added = 0;
+            for (i, p) in pages.clone().enumerate() {
+                if !st.present.is_present(p).unwrap_or(true) {
+                    let _ = st.present.set(p);
+                    let _ = st.verified.set(p);
+                    st.checksums[p as usize] = checksums[i];
+                    added += self.page_cost(block, p..p + 1);
+                }
+            }
+            if !st.has_meta {
+                st.has_meta = true;
+                added += self.alloc_unit;
+            }
+            st.cost += added;
+            st.identity = block.file.metadata().ok().map(|m| FileIdentity::of(&m));
+            added
+        };
+        {
+            let mut inner = lock(&self.inner);
+            inner.used += added;
+            inner.policy.resize(&block.name, lock(&block.state).cost);
+        }
+        drop(reservation);
+        block.persist_meta()
+    }
+
+    /// Makes sure the present pages in `pages` can be served: re-verifies their
+    /// checksums if this process has not yet (or the file changed behind its back), and
+    /// drops any that fail. Returns whether all of `pages` are still present.
+    ///
+    /// # Errors
+    /// I/O errors other than short reads (which count as corruption).
+    pub fn verify(&self, block: &Block, pages: Range<u32>) -> Result<bool> {
+        let current = block.file.metadata().map(|m| FileIdentity::of(&m)).ok();
+        let to_check: Vec<(u32, u32)> = {
+            let mut st = lock(&block.state);
+            if current.is_some() && st.identity != current {
+                if st.identity.is_some() {
+                    tracing::warn!(block = %block.name, "block file changed behind the worker; re-verifying");
+                }
+                st.verified = PresentBitmap::new(block.pages)?;
+                st.identity = current;
+            }
+            pages
+                .clone()
+                .filter(|&p| {
+                    st.present.is_present(p).unwrap_or(false)
+                        && !st.verified.is_present(p).unwrap_or(true)
+                })
+                .map(|p| (p, st.checksums[p as usize]))
+                .collect()
+        };
+        let mut bad = Vec::new();
+        let mut good = Vec::new();
+        let mut buf = Vec::new();
+        for (page, expected) in to_check {
+            let r = block.page_bytes(page);
+            buf.resize((r.end - r.start) as usize, 0);
+            let ok = match block.file.read_exact_at(&mut buf, r.start) {
+                Ok(()) => page_checksum(&buf) == expected,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
+                Err(e) => return Err(WorkerError::io("verifying a block", e)),
+            };
+            if ok { good.push(page) } else { bad.push(page) }
+        }
+        let freed = {
+            let mut st = lock(&block.state);
+            for p in good {
+                let _ = st.verified.set(p);
+            }
+            let mut freed = 0;
+            for &p in &bad {
+                if st.present.is_present(p).unwrap_or(false) {
+                    let _ = st.present.clear(p);
+                    st.checksums[p as usize] = 0;
+                    freed += self.page_cost(block, p..p + 1);
+                }
+            }
+            st.cost = st.cost.saturating_sub(freed);
+            freed
+        };
+        if !bad.is_empty() {
+            tracing::warn!(block = %block.name, pages = ?bad, "dropped pages that failed their checksum; they will be refetched");
+            let mut inner = lock(&self.inner);
+            inner.used = inner.used.saturating_sub(freed);
+            inner.policy.resize(&block.name, lock(&block.state).cost);
+            drop(inner);
+            block.persist_meta()?;
+        }
+        Ok(block.all_present(pages))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const PAGE: u64 = 4096;
+
+    fn block_id(key: &str) -> BlockId {
+        BlockId::new(
+            ObjectId::s3("b", key).unwrap(),
+            ObjectVersion::new("\"v1\"").unwrap(),
+            0,
+            4 * PAGE,
+        )
+        .unwrap()
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    fn fill(store: &Arc<BlockStore>, block: &Block, pages: Range<u32>, seed: u8) -> Vec<u8> {
+        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
+        let data = pattern((span.end - span.start) as usize, seed);
+        let res = store.reserve(block, pages.clone()).unwrap();
+        store.commit_fill(block, pages, &data, res).unwrap();
+        data
+    }
+
+    fn read(block: &Block, range: Range<u64>) -> Vec<u8> {
+        let mut buf = vec![0; (range.end - range.start) as usize];
+        block.file().read_exact_at(&mut buf, range.start).unwrap();
+        buf
+    }
+
+    #[test]
+    fn fills_persist_across_reopen_and_short_last_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = block_id("k");
+        let object_size = 3 * PAGE + 100; // last page is 100 bytes
+        let data = {
+            let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+            let block = store.get_or_create(&id, object_size).unwrap();
+            assert_eq!(block.pages, 4);
+            let data = fill(&store, &block, 2..4, 7);
+            assert_eq!(data.len() as u64, PAGE + 100);
+            assert!(block.all_present(2..4) && !block.all_present(0..4));
+            data
+        };
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+        let block = store.get(&id).unwrap();
+        assert!(block.all_present(2..4));
+        assert!(store.verify(&block, 2..4).unwrap());
+        assert_eq!(read(&block, 2 * PAGE..3 * PAGE + 100), data);
+        assert_eq!(store.stats().used_bytes, 2 * PAGE + store.alloc_unit);
+    }
+
+    #[test]
+    fn corrupted_and_truncated_pages_are_dropped_on_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = block_id("k");
+        {
+            let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+            let block = store.get_or_create(&id, 4 * PAGE).unwrap();
+            fill(&store, &block, 0..4, 1);
+        }
+        // Behind the worker's back: flip a byte in page 1, truncate page 3.
+        let path = dir
+            .path()
+            .join("blocks")
+            .join(format!("{}.blk", id.storage_name()));
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0xEE], PAGE + 5).unwrap();
+        f.set_len(3 * PAGE + 10).unwrap();
+        drop(f);
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+        let block = store.get(&id).unwrap();
+        assert!(!store.verify(&block, 0..4).unwrap());
+        let st = lock(&block.state);
+        assert!(st.present.is_present(0).unwrap() && st.present.is_present(2).unwrap());
+        assert!(!st.present.is_present(1).unwrap() && !st.present.is_present(3).unwrap());
+    }
+
+    #[test]
+    fn interrupted_fills_never_claim_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = block_id("k");
+        {
+            let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+            let block = store.get_or_create(&id, 4 * PAGE).unwrap();
+            fill(&store, &block, 0..1, 1);
+            // A crash after the data write but before the metadata: bytes land, no claim.
+            block
+                .file()
+                .write_all_at(&pattern(PAGE as usize, 9), PAGE)
+                .unwrap();
+            // And a leftover temporary metadata file.
+            fs::write(block.meta_path.with_extension("meta.tmp"), b"{garbage").unwrap();
+        }
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+        let block = store.get(&id).unwrap();
+        assert!(block.all_present(0..1));
+        assert!(!block.all_present(1..2));
+        assert!(
+            !dir.path()
+                .join("blocks")
+                .join(format!("{}.meta.tmp", id.storage_name()))
+                .exists()
+        );
+    }
+
+    #[test]
+    fn budget_evicts_whole_blocks_and_frees_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        // Room for two blocks of 4 pages (plus their metadata units).
+        let unit = fs::metadata(dir.path()).unwrap().blksize().max(512);
+        let capacity = 2 * (4 * PAGE + unit);
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, capacity).unwrap());
+        let mut blocks = Vec::new();
+        for k in 0..5 {
+            let block = store
+                .get_or_create(&block_id(&format!("k{k}")), 4 * PAGE)
+                .unwrap();
+            fill(&store, &block, 0..4, k as u8);
+            blocks.push(block);
+            assert!(store.stats().used_bytes <= capacity);
+        }
+        assert_eq!(store.stats().evictions, 3);
+        let files = fs::read_dir(dir.path().join("blocks")).unwrap().count();
+        assert_eq!(
+            files, 4,
+            "two blocks remain, each a data and a metadata file"
+        );
+        // An evicted block is still readable through a handle held before eviction.
+        assert_eq!(read(&blocks[0], 0..PAGE), pattern(PAGE as usize, 0));
+        assert!(blocks[0].is_evicted());
+        // A fill larger than the whole budget is refused.
+        let huge = BlockId::new(
+            ObjectId::s3("b", "huge").unwrap(),
+            ObjectVersion::new("v").unwrap(),
+            0,
+            64 * PAGE,
+        )
+        .unwrap();
+        let block = store.get_or_create(&huge, 64 * PAGE).unwrap();
+        assert!(store.reserve(&block, 0..64).is_none());
+    }
+
+    #[test]
+    fn plans_share_one_fill_and_wake_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+        let block = store.get_or_create(&block_id("k"), 4 * PAGE).unwrap();
+        let FillPlan::Fill { pages, done } = block.plan(0..1, 3, 16) else {
+            panic!("first reader fills")
+        };
+        assert_eq!(pages, 0..3, "readahead extends the fill");
+        let FillPlan::Wait(mut rx) = block.plan(1..2, 1, 16) else {
+            panic!("second reader waits")
+        };
+        let FillPlan::Fill {
+            pages: other,
+            done: other_done,
+        } = block.plan(3..4, 4, 16)
+        else {
+            panic!("a disjoint page gets its own fill")
+        };
+        assert_eq!(other, 3..4);
+        fill(&store, &block, pages.clone(), 1);
+        block.finish_fill(pages, done, Ok(()));
+        assert!(matches!(*rx.borrow_and_update(), Some(Ok(()))));
+        assert!(matches!(block.plan(0..3, 3, 16), FillPlan::Ready));
+        block.finish_fill(
+            other,
+            other_done,
+            Err(Arc::new(WorkerError::Unavailable("x".into()))),
+        );
+        assert!(
+            matches!(block.plan(3..4, 4, 16), FillPlan::Fill { .. }),
+            "a failed fill can be retried"
+        );
+    }
+}

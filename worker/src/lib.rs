@@ -1,0 +1,24 @@
+//! `talon-worker`: one cache worker.
+//!
+//! It owns the block store on local disk ([`block_store`]: sparse block files, present
+//! pages, checksums, one global byte budget with [`eviction`]), the miss path
+//! ([`loader`]: origin fetches pinned to a version, single-flight, readahead, bounded and
+//! retried), object metadata with a TTL ([`origins`]), the data plane ([`data_plane`]:
+//! Layer 1 on Tokio; Layer 2 zero-copy in [`zero_copy`]), and its [`metrics`].
+//!
+//! It does not own placement (the coordinator decides which worker owns a block and the
+//! cache client asks that worker), the object-store protocols (talon-protocols), or the
+//! wire format (talon-core).
+
+pub mod block_store;
+pub mod data_plane;
+pub mod error;
+pub mod eviction;
+pub mod loader;
+pub mod metrics;
+pub mod origins;
+pub mod service;
+pub mod zero_copy;
+
+pub use error::{Result, WorkerError};
+pub use service::{RunningWorker, WorkerConfig, start};

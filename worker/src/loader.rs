@@ -1,0 +1,289 @@
+//! The miss path: making the pages a read needs present, fetching absent ones from the
+//! origin.
+//!
+//! A read's pages are planned on the block ([`Block::plan`]): present pages are served,
+//! pages another request is already fetching are waited for (one origin fetch however
+//! many readers), and the rest are fetched here as one ranged GET pinned with `If-Match`
+//! on the block's version, extended by a little readahead. Origin requests are bounded
+//! by a semaphore and retried with backoff on throttling, 5xx, resets and cut bodies.
+//! Disk work runs on the blocking pool and origin work on the runtime, so the data plane
+//! never waits on either. When a fill cannot fit in the budget even after eviction, the
+//! requested bytes are served straight from the origin without being cached.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use talon_core::wire::ReadRangeRequest;
+use talon_protocols::ErrorKind;
+use talon_protocols::range::ByteRange;
+use tokio::sync::Semaphore;
+
+use crate::block_store::{Block, BlockStore, FillPlan};
+use crate::error::{Result, WorkerError};
+use crate::metrics::WorkerMetrics;
+use crate::origins::{Origins, StatCache};
+
+/// Tuning of the miss path.
+#[derive(Debug, Clone)]
+pub struct LoaderConfig {
+    /// Pages fetched beyond a read's last page (within its block).
+    pub readahead_pages: u32,
+    /// Most pages one origin fetch covers.
+    pub max_fill_pages: u32,
+    /// Most origin requests in flight at once.
+    pub max_origin_requests: usize,
+    /// Retries after the first attempt, for retryable failures.
+    pub origin_retries: u32,
+    /// First backoff; doubles with every retry (plus jitter).
+    pub retry_backoff: Duration,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        LoaderConfig {
+            readahead_pages: 1,
+            max_fill_pages: 16,
+            max_origin_requests: 64,
+            origin_retries: 3,
+            retry_backoff: Duration::from_millis(20),
+        }
+    }
+}
+
+/// How a read will be served.
+#[derive(Debug)]
+pub enum Prepared {
+    /// Every needed page is present in the block: send from its file.
+    Cached(Arc<Block>),
+    /// The bytes could not be cached (no room); here they are, from the origin.
+    PassThrough(Bytes),
+}
+
+/// The miss loader.
+#[derive(Debug)]
+pub struct Loader {
+    store: Arc<BlockStore>,
+    origins: Arc<Origins>,
+    stats: Arc<StatCache>,
+    origin_slots: Arc<Semaphore>,
+    config: LoaderConfig,
+    metrics: Arc<WorkerMetrics>,
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| WorkerError::Unavailable(format!("a disk task failed: {e}")))?
+}
+
+impl Loader {
+    /// A loader over `store`, fetching from `origins`.
+    pub fn new(
+        store: Arc<BlockStore>,
+        origins: Arc<Origins>,
+        stats: Arc<StatCache>,
+        config: LoaderConfig,
+        metrics: Arc<WorkerMetrics>,
+    ) -> Loader {
+        let origin_slots = Arc::new(Semaphore::new(config.max_origin_requests.max(1)));
+        Loader {
+            store,
+            origins,
+            stats,
+            origin_slots,
+            config,
+            metrics,
+        }
+    }
+
+    /// The block store.
+    pub fn store(&self) -> &Arc<BlockStore> {
+        &self.store
+    }
+
+    /// Makes the bytes of `req` servable: present (and verified) in the block, or in
+    /// memory when they cannot be cached.
+    ///
+    /// # Errors
+    /// The origin's error (not found, version mismatch, ...) after retries; disk errors.
+    pub async fn prepare(&self, req: &ReadRangeRequest) -> Result<Prepared> {
+        let store = self.store.clone();
+        let (id, size) = (req.block.clone(), req.object_size);
+        let mut block = blocking(move || store.get_or_create(&id, size)).await?;
+        let need = block.pages_for(req.offset, u64::from(req.len));
+        let mut missed = false;
+        loop {
+            if block.is_evicted() {
+                let store = self.store.clone();
+                let (id, size) = (req.block.clone(), req.object_size);
+                block = blocking(move || store.get_or_create(&id, size)).await?;
+            }
+            let readahead_end = need.end.saturating_add(self.config.readahead_pages);
+            match block.plan(need.clone(), readahead_end, self.config.max_fill_pages) {
+                FillPlan::Ready => {
+                    if block.is_evicted() {
+                        continue;
+                    }
+                    let store = self.store.clone();
+                    let (b, pages) = (block.clone(), need.clone());
+                    if blocking(move || store.verify(&b, pages)).await? {
+                        if missed {
+                            self.metrics.miss();
+                        } else {
+                            self.metrics.hit();
+                        }
+                        return Ok(Prepared::Cached(block));
+                    }
+                    // Pages failed their checksum and were dropped: fetch them again.
+                }
+                FillPlan::Wait(mut rx) => {
+                    missed = true;
+                    match rx.wait_for(Option::is_some).await.map(|v| v.clone()) {
+                        Ok(Some(Err(e))) => return Err(WorkerError::Shared(e)),
+                        _ => continue,
+                    }
+                }
+                FillPlan::Fill { pages, done } => {
+                    missed = true;
+                    self.metrics.fill_started();
+                    let result = self.fill(&block, pages.clone()).await;
+                    self.metrics.fill_ended();
+                    match result {
+                        Ok(true) => block.finish_fill(pages, done, Ok(())),
+                        Ok(false) => {
+                            block.finish_fill(pages, done, Ok(()));
+                            self.metrics.miss();
+                            return self.pass_through(req).await.map(Prepared::PassThrough);
+                        }
+                        Err(e) => {
+                            let e = Arc::new(e);
+                            block.finish_fill(pages, done, Err(e.clone()));
+                            return Err(WorkerError::Shared(e));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fetches `pages` of `block` and stores them; `Ok(false)` when they cannot fit.
+    async fn fill(&self, block: &Arc<Block>, pages: Range<u32>) -> Result<bool> {
+        let store = self.store.clone();
+        let (b, p) = (block.clone(), pages.clone());
+        let Some(reservation) = blocking(move || Ok(store.reserve(&b, p))).await? else {
+            return Ok(false);
+        };
+        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
+        let base = block.id.block_offset();
+        let range = ByteRange {
+            start: base + span.start,
+            end: base + span.end,
+        };
+        let data = self.fetch(block, range).await?;
+        let store = self.store.clone();
+        let b = block.clone();
+        blocking(move || store.commit_fill(&b, pages, &data, reservation)).await?;
+        Ok(true)
+    }
+
+    /// Serves a read that cannot be cached, straight from the origin.
+    async fn pass_through(&self, req: &ReadRangeRequest) -> Result<Bytes> {
+        let range = req.object_range();
+        let block = &req.block;
+        let len = range.end - range.start;
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        self.fetch_range(
+            block.object(),
+            block.version().as_str(),
+            ByteRange {
+                start: range.start,
+                end: range.end,
+            },
+        )
+        .await
+    }
+
+    async fn fetch(&self, block: &Block, range: ByteRange) -> Result<Bytes> {
+        self.fetch_range(block.id.object(), block.id.version().as_str(), range)
+            .await
+    }
+
+    /// One ranged GET pinned to `version`, retried with backoff on transient failures.
+    async fn fetch_range(
+        &self,
+        object: &talon_core::ObjectId,
+        version: &str,
+        range: ByteRange,
+    ) -> Result<Bytes> {
+        let mut attempt = 0;
+        loop {
+            let result = self.fetch_once(object, version, range).await;
+            match result {
+                Ok(bytes) => {
+                    self.metrics.bytes_from_origin(bytes.len() as u64);
+                    return Ok(bytes);
+                }
+                Err(e)
+                    if e.is_retryable_origin_failure() && attempt < self.config.origin_retries =>
+                {
+                    attempt += 1;
+                    self.metrics.origin_retry();
+                    let backoff = self.config.retry_backoff * 2u32.saturating_pow(attempt - 1);
+                    let jitter =
+                        Duration::from_millis(fastrand::u64(..=backoff.as_millis() as u64 / 2 + 1));
+                    tracing::debug!(%object, attempt, error = %e, "retrying an origin fetch");
+                    tokio::time::sleep(backoff + jitter).await;
+                }
+                Err(e) => {
+                    if e.frame_code() == talon_core::ErrorCode::VersionMismatch {
+                        self.stats.invalidate(object);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    async fn fetch_once(
+        &self,
+        object: &talon_core::ObjectId,
+        version: &str,
+        range: ByteRange,
+    ) -> Result<Bytes> {
+        let _slot = self
+            .origin_slots
+            .acquire()
+            .await
+            .map_err(|_| WorkerError::Unavailable("shutting down".into()))?;
+        let (client, bucket, key) = self.origins.route(object).map_err(WorkerError::Origin)?;
+        self.metrics.origin_request();
+        let resp = client
+            .get(&bucket, &key, Some(range), Some(version))
+            .await?;
+        if resp.range != Some(range)
+            && !(resp.range.is_none() && range.start == 0 && range.end == resp.info.size)
+        {
+            return Err(WorkerError::Origin(talon_protocols::Error::new(
+                ErrorKind::InternalError,
+                format!("the origin served {:?} for {range:?}", resp.range),
+            )));
+        }
+        let mut buf = BytesMut::with_capacity(range.len() as usize);
+        let mut body = resp.body;
+        while let Some(chunk) = body.next().await {
+            buf.extend_from_slice(&chunk?);
+        }
+        if buf.len() as u64 != range.len() {
+            return Err(WorkerError::Origin(talon_protocols::Error::new(
+                ErrorKind::IncompleteBody,
+                format!("the origin sent {} of {} bytes", buf.len(), range.len()),
+            )));
+        }
+        Ok(buf.freeze())
+    }
+}

@@ -1,0 +1,265 @@
+//! `talon-worker`: one cache worker of a Talon cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use talon_core::parse_byte_size;
+use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::origin::{OriginClient, OriginConfig};
+use talon_protocols::s3::sigv4::S3Credentials;
+use talon_worker::data_plane::DataPlaneConfig;
+use talon_worker::loader::LoaderConfig;
+use talon_worker::origins::Origins;
+use talon_worker::service::{MembershipConfig, WorkerConfig};
+
+/// A Talon cache worker: serves byte ranges of cached blocks from local disk with
+/// sendfile, fetching absent pages from the origin.
+#[derive(Debug, Parser)]
+#[command(name = "talon-worker", version)]
+struct Args {
+    /// Data-plane listen address (16-byte-frame protocol).
+    #[arg(long, env = "TALON_WORKER_LISTEN", default_value = "127.0.0.1:7101")]
+    listen: SocketAddr,
+    /// Admin listen address (/metrics, /healthz, /readyz); "off" to disable.
+    #[arg(
+        long,
+        env = "TALON_WORKER_ADMIN_LISTEN",
+        default_value = "127.0.0.1:7201"
+    )]
+    admin_listen: String,
+    /// Folder of the block store.
+    #[arg(long, env = "TALON_WORKER_CACHE_DIR", default_value = "talon-cache")]
+    cache_dir: PathBuf,
+    /// Byte budget of the block store (bytes on disk, as du counts them), e.g. 64GiB.
+    #[arg(long, env = "TALON_WORKER_CAPACITY", default_value = "64GiB", value_parser = parse_byte_size)]
+    capacity: u64,
+    /// Page size: the unit of presence and of origin fetches (power of two), e.g. 1MiB.
+    #[arg(long, env = "TALON_WORKER_PAGE_SIZE", default_value = "1MiB", value_parser = parse_byte_size)]
+    page_size: u64,
+
+    /// Coordinator URL (http://host:port); without it the worker runs standalone.
+    #[arg(long, env = "TALON_WORKER_COORDINATOR")]
+    coordinator: Option<String>,
+    /// Unique worker id (default: worker-<data-plane port>).
+    #[arg(long, env = "TALON_WORKER_ID")]
+    id: Option<String>,
+    /// Address readers use to reach the data plane (default: the bound address).
+    #[arg(long, env = "TALON_WORKER_ADVERTISE_ADDR")]
+    advertise_addr: Option<String>,
+    /// Placement weight, proportional to capacity.
+    #[arg(long, env = "TALON_WORKER_WEIGHT", default_value_t = 1)]
+    weight: u32,
+    /// Failure-domain label.
+    #[arg(long, env = "TALON_WORKER_ZONE", default_value = "")]
+    zone: String,
+    /// Heartbeat period, milliseconds.
+    #[arg(
+        long,
+        env = "TALON_WORKER_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 1000
+    )]
+    heartbeat_interval_ms: u64,
+
+    /// S3 origin endpoint, e.g. https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:9000.
+    #[arg(long, env = "TALON_WORKER_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    /// S3 signing region.
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    s3_region: String,
+    /// S3 access key (anonymous without).
+    #[arg(long, env = "AWS_ACCESS_KEY_ID")]
+    s3_access_key: Option<String>,
+    /// S3 secret key.
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    s3_secret_key: Option<String>,
+    /// Put the bucket in the host name (virtual-hosted addressing).
+    #[arg(long, env = "TALON_WORKER_S3_VIRTUAL_HOSTED")]
+    s3_virtual_hosted: bool,
+    /// Azure Blob account URL, e.g. https://acct.blob.core.windows.net or http://127.0.0.1:10000/devstoreaccount1.
+    #[arg(long, env = "TALON_WORKER_AZURE_ENDPOINT")]
+    azure_endpoint: Option<String>,
+    /// Azure storage account name.
+    #[arg(
+        long,
+        env = "AZURE_STORAGE_ACCOUNT",
+        default_value = "devstoreaccount1"
+    )]
+    azure_account: String,
+    /// Azure account key (base64); anonymous without.
+    #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
+    azure_key: Option<String>,
+
+    /// Object metadata TTL, milliseconds.
+    #[arg(long, env = "TALON_WORKER_STAT_TTL_MS", default_value_t = 5000)]
+    stat_ttl_ms: u64,
+    /// TTL of not-found answers, milliseconds.
+    #[arg(
+        long,
+        env = "TALON_WORKER_NEGATIVE_STAT_TTL_MS",
+        default_value_t = 1000
+    )]
+    negative_stat_ttl_ms: u64,
+    /// Pages fetched beyond a read's last page.
+    #[arg(long, env = "TALON_WORKER_READAHEAD_PAGES", default_value_t = 1)]
+    readahead_pages: u32,
+    /// Most pages one origin fetch covers.
+    #[arg(long, env = "TALON_WORKER_MAX_FILL_PAGES", default_value_t = 16)]
+    max_fill_pages: u32,
+    /// Most origin requests in flight.
+    #[arg(long, env = "TALON_WORKER_MAX_ORIGIN_REQUESTS", default_value_t = 64)]
+    max_origin_requests: usize,
+    /// Retries of a transient origin failure.
+    #[arg(long, env = "TALON_WORKER_ORIGIN_RETRIES", default_value_t = 3)]
+    origin_retries: u32,
+
+    /// Most open data-plane connections.
+    #[arg(long, env = "TALON_WORKER_MAX_CONNECTIONS", default_value_t = 4096)]
+    max_connections: usize,
+    /// Most pipelined requests in flight per connection.
+    #[arg(long, env = "TALON_WORKER_PIPELINE_DEPTH", default_value_t = 64)]
+    pipeline_depth: usize,
+    /// Once a frame starts, the rest must arrive within this many milliseconds.
+    #[arg(long, env = "TALON_WORKER_FRAME_TIMEOUT_MS", default_value_t = 10_000)]
+    frame_timeout_ms: u64,
+    /// Idle connections are closed after this many milliseconds.
+    #[arg(long, env = "TALON_WORKER_IDLE_TIMEOUT_MS", default_value_t = 300_000)]
+    idle_timeout_ms: u64,
+
+    /// Once listening, write {"addr": .., "admin": ..} to this file (atomically).
+    #[arg(long, env = "TALON_WORKER_READY_FILE")]
+    ready_file: Option<PathBuf>,
+}
+
+fn origins(args: &Args) -> anyhow::Result<Origins> {
+    let s3 = match &args.s3_endpoint {
+        Some(endpoint) => {
+            let credentials = match (&args.s3_access_key, &args.s3_secret_key) {
+                (Some(ak), Some(sk)) => Some(S3Credentials {
+                    access_key: ak.clone(),
+                    secret_key: sk.clone(),
+                    session_token: None,
+                }),
+                _ => None,
+            };
+            Some(OriginClient::new(OriginConfig::S3 {
+                endpoint: endpoint.clone(),
+                region: args.s3_region.clone(),
+                credentials,
+                virtual_hosted: args.s3_virtual_hosted,
+            })?)
+        }
+        None => None,
+    };
+    let azure = match &args.azure_endpoint {
+        Some(endpoint) => {
+            let key = match &args.azure_key {
+                Some(k) => Some(
+                    AccountKey::from_base64(k)
+                        .map_err(|e| anyhow::anyhow!("--azure-key: {}", e.message()))?,
+                ),
+                None => None,
+            };
+            let client = OriginClient::new(OriginConfig::Azure {
+                endpoint: endpoint.clone(),
+                account: args.azure_account.clone(),
+                key,
+                sas: None,
+            })?;
+            Some((args.azure_account.clone(), client))
+        }
+        None => None,
+    };
+    if s3.is_none() && azure.is_none() {
+        tracing::warn!(
+            "no origin configured (--s3-endpoint / --azure-endpoint): only cached pages can be served"
+        );
+    }
+    Ok(Origins { s3, azure })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TALON_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let admin_listen = match args.admin_listen.as_str() {
+        "off" => None,
+        a => Some(
+            a.parse::<SocketAddr>()
+                .with_context(|| format!("--admin-listen '{a}'"))?,
+        ),
+    };
+    let config = WorkerConfig {
+        listen: args.listen,
+        admin_listen,
+        cache_dir: args.cache_dir.clone(),
+        capacity_bytes: args.capacity,
+        page_size: args.page_size,
+        origins: origins(&args)?,
+        stat_ttl: Duration::from_millis(args.stat_ttl_ms),
+        negative_stat_ttl: Duration::from_millis(args.negative_stat_ttl_ms),
+        loader: LoaderConfig {
+            readahead_pages: args.readahead_pages,
+            max_fill_pages: args.max_fill_pages.max(1),
+            max_origin_requests: args.max_origin_requests.max(1),
+            origin_retries: args.origin_retries,
+            ..LoaderConfig::default()
+        },
+        data_plane: DataPlaneConfig {
+            max_connections: args.max_connections.max(1),
+            pipeline_depth: args.pipeline_depth.max(1),
+            frame_timeout: Duration::from_millis(args.frame_timeout_ms),
+            idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+            ..DataPlaneConfig::default()
+        },
+        membership: args.coordinator.as_ref().map(|url| MembershipConfig {
+            coordinator_url: url.clone(),
+            id: args
+                .id
+                .clone()
+                .unwrap_or_else(|| format!("worker-{}", args.listen.port())),
+            advertise_addr: args.advertise_addr.clone(),
+            weight: args.weight,
+            zone: args.zone.clone(),
+            heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms.max(10)),
+        }),
+    };
+    let worker = talon_worker::service::start(config).await?;
+    if let Some(path) = &args.ready_file {
+        let ready = serde_json::json!({
+            "addr": worker.addr.to_string(),
+            "admin": worker.admin_addr.map(|a| format!("http://{a}")),
+        });
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&ready)?)?;
+        std::fs::rename(&tmp, path)?;
+    }
+    shutdown_signal().await;
+    tracing::info!("draining");
+    worker.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! The worker's Prometheus metrics: hits, misses, bytes served from cache and from the
+//! origin, fills in flight, evictions, connections, and per-request latency histograms.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::block_store::StoreStats;
+
+/// Every metric of a worker.
+#[derive(Debug)]
+pub struct WorkerMetrics {
+    registry: Mutex<Registry>,
+    hits: Counter,
+    misses: Counter,
+    bytes_from_cache: Counter,
+    bytes_from_origin: Counter,
+    origin_requests: Counter,
+    origin_retries: Counter,
+    fills_in_flight: Gauge,
+    connections: Gauge,
+    evictions: Counter,
+    used_bytes: Gauge,
+    capacity_bytes: Gauge,
+    blocks: Gauge,
+    read_latency: Histogram,
+    stat_latency: Histogram,
+    errors: Counter,
+}
+
+impl Default for WorkerMetrics {
+    fn default() -> Self {
+        WorkerMetrics::new()
+    }
+}
+
+impl WorkerMetrics {
+    /// Registers every metric.
+    pub fn new() -> WorkerMetrics {
+        let m = WorkerMetrics {
+            registry: Mutex::new(Registry::with_prefix("talon_worker")),
+            hits: Counter::default(),
+            misses: Counter::default(),
+            bytes_from_cache: Counter::default(),
+            bytes_from_origin: Counter::default(),
+            origin_requests: Counter::default(),
+            origin_retries: Counter::default(),
+            fills_in_flight: Gauge::default(),
+            connections: Gauge::default(),
+            evictions: Counter::default(),
+            used_bytes: Gauge::default(),
+            capacity_bytes: Gauge::default(),
+            blocks: Gauge::default(),
+            // 20 µs .. ~10 s.
+            read_latency: Histogram::new(exponential_buckets(0.000_02, 2.0, 20)),
+            stat_latency: Histogram::new(exponential_buckets(0.000_02, 2.0, 20)),
+            errors: Counter::default(),
+        };
+        {
+            let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
+            r.register(
+                "hits",
+                "Reads served entirely from pages already present",
+                m.hits.clone(),
+            );
+            r.register(
+                "misses",
+                "Reads that needed an origin fetch",
+                m.misses.clone(),
+            );
+            r.register(
+                "cache_bytes_served",
+                "Payload bytes sent from the block store",
+                m.bytes_from_cache.clone(),
+            );
+            r.register(
+                "origin_bytes",
+                "Bytes fetched from the origin",
+                m.bytes_from_origin.clone(),
+            );
+            r.register(
+                "origin_requests",
+                "Ranged GETs sent to the origin",
+                m.origin_requests.clone(),
+            );
+            r.register(
+                "origin_retries",
+                "Origin fetches retried after a transient failure",
+                m.origin_retries.clone(),
+            );
+            r.register(
+                "fills_in_flight",
+                "Origin fills running now",
+                m.fills_in_flight.clone(),
+            );
+            r.register(
+                "connections",
+                "Open data-plane connections",
+                m.connections.clone(),
+            );
+            r.register(
+                "evictions",
+                "Blocks evicted to stay within the byte budget",
+                m.evictions.clone(),
+            );
+            r.register(
+                "cache_used_bytes",
+                "Bytes on disk counted against the budget",
+                m.used_bytes.clone(),
+            );
+            r.register(
+                "cache_capacity_bytes",
+                "The byte budget",
+                m.capacity_bytes.clone(),
+            );
+            r.register("cache_blocks", "Blocks held", m.blocks.clone());
+            r.register(
+                "read_duration_seconds",
+                "ReadRange requests, arrival to last byte",
+                m.read_latency.clone(),
+            );
+            r.register(
+                "stat_duration_seconds",
+                "Stat requests",
+                m.stat_latency.clone(),
+            );
+            r.register(
+                "error_frames",
+                "Requests answered with an error frame",
+                m.errors.clone(),
+            );
+        }
+        m
+    }
+
+    /// A read served without a fill.
+    pub fn hit(&self) {
+        self.hits.inc();
+    }
+
+    /// A read that needed a fill (or was passed through).
+    pub fn miss(&self) {
+        self.misses.inc();
+    }
+
+    /// Payload bytes sent from the store.
+    pub fn bytes_from_cache(&self, n: u64) {
+        self.bytes_from_cache.inc_by(n);
+    }
+
+    /// Bytes fetched from the origin.
+    pub fn bytes_from_origin(&self, n: u64) {
+        self.bytes_from_origin.inc_by(n);
+    }
+
+    /// An origin GET was sent.
+    pub fn origin_request(&self) {
+        self.origin_requests.inc();
+    }
+
+    /// An origin fetch is retried.
+    pub fn origin_retry(&self) {
+        self.origin_retries.inc();
+    }
+
+    /// A fill starts.
+    pub fn fill_started(&self) {
+        self.fills_in_flight.inc();
+    }
+
+    /// A fill ends.
+    pub fn fill_ended(&self) {
+        self.fills_in_flight.dec();
+    }
+
+    /// A connection opens (+1) or closes (-1).
+    pub fn connection(&self, delta: i64) {
+        self.connections.inc_by(delta);
+    }
+
+    /// A ReadRange finished after `d`.
+    pub fn read_done(&self, d: Duration) {
+        self.read_latency.observe(d.as_secs_f64());
+    }
+
+    /// A Stat finished after `d`.
+    pub fn stat_done(&self, d: Duration) {
+        self.stat_latency.observe(d.as_secs_f64());
+    }
+
+    /// A request was answered with an error frame.
+    pub fn error_frame(&self) {
+        self.errors.inc();
+    }
+
+    /// Totals for heartbeats: (hits, misses).
+    pub fn hit_miss(&self) -> (u64, u64) {
+        (self.hits.get(), self.misses.get())
+    }
+
+    /// Renders the Prometheus text format, refreshing the store gauges first.
+    pub fn render(&self, store: StoreStats) -> String {
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.used_bytes.set(i(store.used_bytes));
+        self.capacity_bytes.set(i(store.capacity_bytes));
+        self.blocks.set(i(store.blocks));
+        let seen = self.evictions.get();
+        if store.evictions > seen {
+            self.evictions.inc_by(store.evictions - seen);
+        }
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_store_gauges() {
+        let m = WorkerMetrics::new();
+        m.hit();
+        m.miss();
+        m.bytes_from_cache(4096);
+        m.read_done(Duration::from_micros(150));
+        let text = m.render(StoreStats {
+            used_bytes: 10,
+            capacity_bytes: 100,
+            blocks: 1,
+            evictions: 3,
+        });
+        assert!(text.contains("talon_worker_hits_total 1"), "{text}");
+        assert!(text.contains("talon_worker_cache_bytes_served_total 4096"));
+        assert!(text.contains("talon_worker_evictions_total 3"));
+        assert!(text.contains("talon_worker_cache_used_bytes 10"));
+        assert!(text.contains("talon_worker_read_duration_seconds_count 1"));
+    }
+}

@@ -1,0 +1,292 @@
+//! A running worker: its listeners, its membership agent and its shutdown.
+//!
+//! [`start`] opens the block store (rebuilding the index from disk), binds the data plane
+//! and the admin listener (`/metrics`, `/healthz`, `/readyz`), and, when a coordinator is
+//! configured, registers and heartbeats (bytes cached, hits, misses), registering again
+//! whenever the coordinator has forgotten it. [`RunningWorker::shutdown`] drains: it
+//! tells the coordinator to take the worker out of placement, stops accepting, finishes
+//! the answers in flight, then returns.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use talon_coordinator::api::{HeartbeatRequest, RegisterRequest};
+use talon_coordinator::client::CoordinatorClient;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::block_store::BlockStore;
+use crate::data_plane::{self, DataPlaneConfig, Services};
+use crate::error::{Result, WorkerError};
+use crate::loader::{Loader, LoaderConfig};
+use crate::metrics::WorkerMetrics;
+use crate::origins::{Origins, StatCache};
+
+/// How this worker announces itself to a coordinator.
+#[derive(Debug, Clone)]
+pub struct MembershipConfig {
+    /// The coordinator's base URL.
+    pub coordinator_url: String,
+    /// Unique worker id.
+    pub id: String,
+    /// Address readers connect to; default: the bound data-plane address.
+    pub advertise_addr: Option<String>,
+    /// Placement weight (relative share of blocks).
+    pub weight: u32,
+    /// Failure-domain label.
+    pub zone: String,
+    /// Heartbeat period.
+    pub heartbeat_interval: Duration,
+}
+
+/// Everything a worker needs to run.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Data-plane listen address (port 0 picks one).
+    pub listen: SocketAddr,
+    /// Admin listen address, if any.
+    pub admin_listen: Option<SocketAddr>,
+    /// Folder of the block store.
+    pub cache_dir: PathBuf,
+    /// Byte budget of the block store.
+    pub capacity_bytes: u64,
+    /// Page size, bytes (a power of two).
+    pub page_size: u64,
+    /// Origin clients.
+    pub origins: Origins,
+    /// Metadata TTL.
+    pub stat_ttl: Duration,
+    /// TTL of not-found answers.
+    pub negative_stat_ttl: Duration,
+    /// The miss path's tuning.
+    pub loader: LoaderConfig,
+    /// The data plane's limits.
+    pub data_plane: DataPlaneConfig,
+    /// Coordinator membership; `None` for a standalone worker.
+    pub membership: Option<MembershipConfig>,
+}
+
+/// A running worker.
+#[derive(Debug)]
+pub struct RunningWorker {
+    /// Where the data plane listens.
+    pub addr: SocketAddr,
+    /// Where the admin endpoints listen.
+    pub admin_addr: Option<SocketAddr>,
+    services: Arc<Services>,
+    membership: Option<(CoordinatorClient, String)>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningWorker {
+    /// The counters.
+    pub fn metrics(&self) -> &Arc<WorkerMetrics> {
+        &self.services.metrics
+    }
+
+    /// The block store.
+    pub fn store(&self) -> &Arc<BlockStore> {
+        self.services.loader.store()
+    }
+
+    /// Drains and stops: leaves placement, stops accepting, finishes in-flight answers.
+    pub async fn shutdown(self) {
+        if let Some((client, id)) = &self.membership
+            && let Err(e) = client.drain(id).await
+        {
+            tracing::warn!(error = %e, "could not tell the coordinator this worker is draining");
+        }
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// Stops at once without draining or telling the coordinator (a crash, for tests).
+    pub fn abort(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Starts a worker.
+///
+/// # Errors
+/// The store cannot be opened or a listener cannot bind.
+pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
+    let (dir, page, cap) = (
+        config.cache_dir.clone(),
+        config.page_size,
+        config.capacity_bytes,
+    );
+    let store = tokio::task::spawn_blocking(move || BlockStore::open(&dir, page, cap))
+        .await
+        .map_err(|e| WorkerError::Unavailable(format!("opening the store failed: {e}")))??;
+    let store = Arc::new(store);
+    let metrics = Arc::new(WorkerMetrics::new());
+    let origins = Arc::new(config.origins.clone());
+    let stats = Arc::new(StatCache::new(
+        origins.clone(),
+        config.stat_ttl,
+        config.negative_stat_ttl,
+    ));
+    let loader = Arc::new(Loader::new(
+        store,
+        origins,
+        stats.clone(),
+        config.loader.clone(),
+        metrics.clone(),
+    ));
+    let services = Arc::new(Services {
+        loader,
+        stats,
+        metrics,
+    });
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| WorkerError::io("binding the data plane", e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| WorkerError::io("reading the data-plane address", e))?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut tasks = vec![tokio::spawn(data_plane::serve(
+        listener,
+        services.clone(),
+        config.data_plane.clone(),
+        shutdown_rx.clone(),
+    ))];
+
+    let admin_addr = match config.admin_listen {
+        Some(a) => {
+            let l = TcpListener::bind(a)
+                .await
+                .map_err(|e| WorkerError::io("binding the admin listener", e))?;
+            let bound = l
+                .local_addr()
+                .map_err(|e| WorkerError::io("reading the admin address", e))?;
+            tasks.push(tokio::spawn(admin(
+                l,
+                services.clone(),
+                shutdown_rx.clone(),
+            )));
+            Some(bound)
+        }
+        None => None,
+    };
+
+    let membership = match &config.membership {
+        Some(m) => {
+            let client = CoordinatorClient::new(m.coordinator_url.clone())
+                .map_err(|e| WorkerError::InvalidRequest(format!("coordinator URL: {e}")))?;
+            let registration = RegisterRequest {
+                id: m.id.clone(),
+                addr: m.advertise_addr.clone().unwrap_or_else(|| addr.to_string()),
+                weight: m.weight.max(1),
+                zone: m.zone.clone(),
+                capacity_bytes: config.capacity_bytes,
+            };
+            tasks.push(tokio::spawn(agent(
+                client.clone(),
+                registration,
+                m.heartbeat_interval,
+                services.clone(),
+                shutdown_rx.clone(),
+            )));
+            Some((client, m.id.clone()))
+        }
+        None => None,
+    };
+    tracing::info!(%addr, ?admin_addr, "worker serving");
+    Ok(RunningWorker {
+        addr,
+        admin_addr,
+        services,
+        membership,
+        shutdown,
+        tasks,
+    })
+}
+
+/// Registers, then heartbeats every interval until shutdown; registers again when the
+/// coordinator has forgotten the worker (it restarted, or the worker was expired).
+async fn agent(
+    client: CoordinatorClient,
+    registration: RegisterRequest,
+    interval: Duration,
+    services: Arc<Services>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut registered = false;
+    loop {
+        if !registered {
+            match client.register(&registration).await {
+                Ok(r) => {
+                    registered = true;
+                    tracing::info!(epoch = r.epoch, "registered with the coordinator");
+                }
+                Err(e) => tracing::warn!(error = %e, "registration failed; retrying"),
+            }
+        } else {
+            let stats = services.loader.store().stats();
+            let (hits, misses) = services.metrics.hit_miss();
+            let beat = HeartbeatRequest {
+                bytes_cached: stats.used_bytes,
+                capacity_bytes: stats.capacity_bytes,
+                hits,
+                misses,
+                draining: false,
+            };
+            if let Err(e) = client.heartbeat_or_register(&registration, &beat).await {
+                tracing::warn!(error = %e, "heartbeat failed");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// `/metrics`, `/healthz`, `/readyz`.
+async fn admin(
+    listener: TcpListener,
+    services: Arc<Services>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use axum::routing::get;
+    let metrics_services = services.clone();
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let s = metrics_services.clone();
+                async move {
+                    let stats = s.loader.store().stats();
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4",
+                        )],
+                        s.metrics.render(stats),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(|| async { "ready\n" }));
+    let stop = async move {
+        let _ = shutdown.changed().await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        tracing::warn!(error = %e, "admin listener failed");
+    }
+}

@@ -1,0 +1,235 @@
+//! Layer 2 of the data plane: bulk movement between a block file and a socket without
+//! payload bytes entering user space. Runtime-free: plain functions over file
+//! descriptors, called from a blocking pool by whichever Layer 1 (Tokio now, io_uring
+//! rings later) owns the socket.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+/// Sends `len` bytes of `file` starting at `offset` to `socket` with `sendfile(2)`,
+/// all of them or an error.
+///
+/// The socket may be non-blocking (a Tokio socket's duplicate): when its buffer is full
+/// this waits for writability with `poll(2)`, at most `stall_timeout` at a time, on the
+/// calling thread — so call it from a blocking pool, never from a reactor or ring thread.
+///
+/// # Errors
+/// [`io::ErrorKind::UnexpectedEof`] when the file ends before `offset + len` (a block
+/// file shorter than its present pages); [`io::ErrorKind::TimedOut`] when the peer
+/// stops reading for `stall_timeout`; other socket or file errors. After an error the
+/// peer has received a prefix of the bytes, so the caller must close the connection.
+pub fn send_file_range(
+    socket: &impl AsFd,
+    file: &impl AsFd,
+    offset: u64,
+    len: u64,
+    stall_timeout: Duration,
+) -> io::Result<u64> {
+    let mut sent = 0u64;
+    let mut pos = offset;
+    while sent < len {
+        let want = usize::try_from(len - sent)
+            .unwrap_or(usize::MAX)
+            .min(1 << 30);
+        match rustix::fs::sendfile(socket.as_fd(), file.as_fd(), Some(&mut pos), want) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the block file ended after {sent} of {len} bytes"),
+                ));
+            }
+            Ok(n) => sent += n as u64,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::AGAIN) => wait_writable(socket, stall_timeout)?,
+            Err(e) => return Err(io::Error::from(e)),
+        }
+    }
+    Ok(sent)
+}
+
+/// Waits until `socket` can take more bytes, at most `timeout`.
+fn wait_writable(socket: &impl AsFd, timeout: Duration) -> io::Result<()> {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer stopped reading",
+            ));
+        }
+        let mut fds = [PollFd::new(socket, PollFlags::OUT)];
+        let ts = Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        match poll(&mut fds, Some(&ts)) {
+            Ok(0) => continue,
+            Ok(_) => {
+                let revents = fds[0].revents();
+                if revents.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::BrokenPipe,
+                        "the peer went away",
+                    ));
+                }
+                return Ok(());
+            }
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(io::Error::from(e)),
+        }
+    }
+}
+
+/// Moves `len` bytes from `socket` into `file` at `offset` with `splice(2)` through a
+/// pipe, for pushes of block data (ingest) that should not pass through user space.
+///
+/// The socket should be blocking (or the caller must handle a short count: the return
+/// is the bytes moved, possibly fewer than `len` when the socket would block).
+///
+/// # Errors
+/// [`io::ErrorKind::UnexpectedEof`] when the peer closes early; pipe, socket or file
+/// errors.
+pub fn splice_to_file(
+    socket: &impl AsFd,
+    file: &impl AsFd,
+    offset: u64,
+    len: u64,
+) -> io::Result<u64> {
+    use rustix::pipe::{SpliceFlags, pipe, splice};
+    let (pipe_rd, pipe_wr) = pipe().map_err(io::Error::from)?;
+    let mut moved = 0u64;
+    let mut file_pos = offset;
+    while moved < len {
+        let want = usize::try_from(len - moved)
+            .unwrap_or(usize::MAX)
+            .min(1 << 20);
+        let into_pipe = match splice(
+            socket.as_fd(),
+            None,
+            &pipe_wr,
+            None,
+            want,
+            SpliceFlags::MOVE,
+        ) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the peer closed after {moved} of {len} bytes"),
+                ));
+            }
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::AGAIN) if moved > 0 => return Ok(moved),
+            Err(e) => return Err(io::Error::from(e)),
+        };
+        let mut drained = 0;
+        while drained < into_pipe {
+            match splice(
+                &pipe_rd,
+                None,
+                file.as_fd(),
+                Some(&mut file_pos),
+                into_pipe - drained,
+                SpliceFlags::MOVE,
+            ) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "the file accepted no bytes",
+                    ));
+                }
+                Ok(n) => drained += n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(io::Error::from(e)),
+            }
+        }
+        moved += into_pipe as u64;
+    }
+    Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::fs::FileExt;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn sends_exactly_the_range() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        let (tx, mut rx) = pair();
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0; 200_000];
+            rx.read_exact(&mut got).unwrap();
+            got
+        });
+        assert_eq!(
+            send_file_range(&tx, &f, 50_000, 200_000, Duration::from_secs(5)).unwrap(),
+            200_000
+        );
+        assert_eq!(reader.join().unwrap(), data[50_000..250_000]);
+    }
+
+    #[test]
+    fn a_short_file_is_an_error_not_a_short_success() {
+        let f = tempfile::tempfile().unwrap();
+        f.write_all_at(&[1; 100], 0).unwrap();
+        let (tx, _rx) = pair();
+        let err = send_file_range(&tx, &f, 50, 100, Duration::from_secs(5)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn a_nonblocking_socket_that_fills_waits_then_completes_or_times_out() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data = vec![7u8; 8 << 20];
+        f.write_all(&data).unwrap();
+        let (tx, _idle_reader) = pair();
+        tx.set_nonblocking(true).unwrap();
+        // Nobody reads: the socket buffer fills and the call times out.
+        let err = send_file_range(&tx, &f, 0, 8 << 20, Duration::from_millis(200)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        // A reader that drains: everything arrives.
+        let (tx, mut rx) = pair();
+        tx.set_nonblocking(true).unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).unwrap();
+            got.len()
+        });
+        assert_eq!(
+            send_file_range(&tx, &f, 0, 8 << 20, Duration::from_secs(10)).unwrap(),
+            8 << 20
+        );
+        drop(tx);
+        assert_eq!(reader.join().unwrap(), 8 << 20);
+    }
+
+    #[test]
+    fn splices_socket_bytes_into_a_file() {
+        let f = tempfile::tempfile().unwrap();
+        let (mut tx, rx) = pair();
+        let data: Vec<u8> = (0..150_000u32).map(|i| (i % 13) as u8).collect();
+        let sent = data.clone();
+        let writer = std::thread::spawn(move || tx.write_all(&sent).unwrap());
+        assert_eq!(splice_to_file(&rx, &f, 4096, 150_000).unwrap(), 150_000);
+        writer.join().unwrap();
+        let mut back = vec![0; 150_000];
+        f.read_exact_at(&mut back, 4096).unwrap();
+        assert_eq!(back, data);
+    }
+}

@@ -1,0 +1,288 @@
+//! Pipelined connections to workers, and a small pool of them per worker.
+//!
+//! A connection writes requests as they come and reads the answers in the same order
+//! (the worker answers in order), so many requests can be in flight on one socket. Each
+//! answer is matched to its request by position and checked against the request id it
+//! echoes; a mismatch, a broken socket or a timeout poisons the connection, fails what
+//! was in flight on it, and the pool opens a fresh one for the next request.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use talon_core::Message;
+use talon_core::wire::{BulkKind, Event, FrameDecoder};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::error::{CacheClientError, Result};
+
+/// An answer from a worker.
+#[derive(Debug)]
+pub enum Answer {
+    /// A control message (StatReply, Pong, IngestAck, Error, ...).
+    Message(Message),
+    /// The payload of a ReadRangeReply.
+    Data(Bytes),
+}
+
+struct Job {
+    frame: Vec<u8>,
+    request_id: u32,
+    reply: oneshot::Sender<Result<Answer>>,
+}
+
+type Inflight = (u32, oneshot::Sender<Result<Answer>>);
+
+/// One pipelined connection.
+pub struct Connection {
+    jobs: mpsc::Sender<Job>,
+    next_id: AtomicU32,
+    alive: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn lost(what: &str) -> CacheClientError {
+    CacheClientError::Unavailable(format!("connection to the worker {what}"))
+}
+
+impl Connection {
+    /// Connects to a worker's data plane.
+    ///
+    /// # Errors
+    /// [`CacheClientError::Unavailable`] when the worker cannot be reached in time.
+    pub async fn connect(addr: &str, timeout: Duration) -> Result<Connection> {
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| CacheClientError::Unavailable(format!("connecting to {addr} timed out")))?
+            .map_err(|e| CacheClientError::Unavailable(format!("connecting to {addr}: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        let (rd, wr) = stream.into_split();
+        let alive = Arc::new(AtomicBool::new(true));
+        let (jobs, job_rx) = mpsc::channel::<Job>(256);
+        let (inflight_tx, inflight_rx) = mpsc::unbounded_channel::<Inflight>();
+        let writer = tokio::spawn(write_loop(wr, job_rx, inflight_tx, alive.clone()));
+        let reader = tokio::spawn(read_loop(rd, inflight_rx, alive.clone()));
+        Ok(Connection {
+            jobs,
+            next_id: AtomicU32::new(1),
+            alive,
+            tasks: vec![writer, reader],
+        })
+    }
+
+    /// Whether the connection can still be used.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// Marks the connection unusable (after a timeout) and closes it.
+    pub fn poison(&self) {
+        self.alive.store(false, Ordering::Relaxed);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+
+    /// Sends the request `message` and waits for its answer, at most `timeout`.
+    ///
+    /// # Errors
+    /// [`CacheClientError::Unavailable`] when the connection breaks or times out (it is
+    /// then poisoned); an error frame is returned as `Ok(Answer::Message(Error(..)))`.
+    pub async fn call(&self, message: &Message, timeout: Duration) -> Result<Answer> {
+        let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = message.encode(request_id).map_err(|e| {
+            CacheClientError::InvalidRequest(format!("cannot encode the request: {e}"))
+        })?;
+        let (tx, rx) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                frame,
+                request_id,
+                reply: tx,
+            })
+            .await
+            .map_err(|_| lost("is closed"))?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(lost("closed before answering")),
+            Err(_) => {
+                self.poison();
+                Err(CacheClientError::Unavailable(format!(
+                    "the worker did not answer within {timeout:?}"
+                )))
+            }
+        }
+    }
+}
+
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut jobs: mpsc::Receiver<Job>,
+    inflight: mpsc::UnboundedSender<Inflight>,
+    alive: Arc<AtomicBool>,
+) {
+    while let Some(job) = jobs.recv().await {
+        if !alive.load(Ordering::Relaxed) {
+            let _ = job.reply.send(Err(lost("is broken")));
+            continue;
+        }
+        // Register before writing so the reader never sees an answer it cannot place.
+        if inflight.send((job.request_id, job.reply)).is_err() {
+            break;
+        }
+        if let Err(e) = wr.write_all(&job.frame).await {
+            tracing::debug!(error = %e, "writing to a worker failed");
+            alive.store(false, Ordering::Relaxed);
+            break;
+        }
+    }
+    alive.store(false, Ordering::Relaxed);
+}
+
+async fn read_loop(
+    mut rd: OwnedReadHalf,
+    mut inflight: mpsc::UnboundedReceiver<Inflight>,
+    alive: Arc<AtomicBool>,
+) {
+    let mut decoder = FrameDecoder::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut current: Option<(Inflight, BytesMut)> = None;
+    let failure: CacheClientError = 'outer: loop {
+        let n = match rd.read(&mut buf).await {
+            Ok(0) => break lost("was closed by the worker"),
+            Ok(n) => n,
+            Err(e) => break CacheClientError::Unavailable(format!("reading from the worker: {e}")),
+        };
+        let mut input = &buf[..n];
+        loop {
+            let event = match decoder.decode(&mut input) {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(e) => {
+                    break 'outer CacheClientError::Unavailable(format!(
+                        "the worker sent a bad frame: {e}"
+                    ));
+                }
+            };
+            match event {
+                Event::Frame(frame) => {
+                    let Some((id, reply)) = inflight.recv().await else {
+                        break 'outer lost("answered nothing asked");
+                    };
+                    if frame.header.request_id() != id && frame.header.request_id() != 0 {
+                        let _ = reply.send(Err(lost("answered out of order")));
+                        break 'outer lost("answered out of order");
+                    }
+                    let _ = reply.send(Ok(Answer::Message(frame.message)));
+                }
+                Event::BulkStart(start) => {
+                    if !matches!(start.kind, BulkKind::ReadRangeReply) {
+                        break 'outer lost("sent an unexpected bulk frame");
+                    }
+                    let Some((id, reply)) = inflight.recv().await else {
+                        break 'outer lost("answered nothing asked");
+                    };
+                    if start.header.request_id() != id {
+                        let _ = reply.send(Err(lost("answered out of order")));
+                        break 'outer lost("answered out of order");
+                    }
+                    current = Some(((id, reply), BytesMut::with_capacity(start.len as usize)));
+                }
+                Event::BulkData(data) => {
+                    if let Some((_, buf)) = &mut current {
+                        buf.extend_from_slice(data);
+                    }
+                }
+                Event::BulkEnd => {
+                    if let Some(((_, reply), data)) = current.take() {
+                        let _ = reply.send(Ok(Answer::Data(data.freeze())));
+                    }
+                }
+            }
+        }
+    };
+    alive.store(false, Ordering::Relaxed);
+    // A reply cut mid-body, and everything queued behind it, fail: never a short success.
+    if let Some(((_, reply), _)) = current.take() {
+        let _ = reply.send(Err(failure.clone()));
+    }
+    inflight.close();
+    while let Some((_, reply)) = inflight.recv().await {
+        let _ = reply.send(Err(failure.clone()));
+    }
+}
+
+/// Connections to every worker, a few per worker, opened on demand.
+#[derive(Default)]
+pub struct Pool {
+    per_worker: usize,
+    connect_timeout: Duration,
+    conns: Mutex<HashMap<String, Vec<Arc<Connection>>>>,
+    round_robin: AtomicUsize,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("per_worker", &self.per_worker)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// A pool keeping up to `per_worker` connections to each worker.
+    pub fn new(per_worker: usize, connect_timeout: Duration) -> Pool {
+        Pool {
+            per_worker: per_worker.max(1),
+            connect_timeout,
+            conns: Mutex::default(),
+            round_robin: AtomicUsize::new(0),
+        }
+    }
+
+    /// A live connection to `addr`, opening one when there are fewer than the limit.
+    ///
+    /// # Errors
+    /// [`CacheClientError::Unavailable`] when a needed connection cannot be opened.
+    pub async fn get(&self, addr: &str) -> Result<Arc<Connection>> {
+        let existing = {
+            let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            let list = conns.entry(addr.to_owned()).or_default();
+            list.retain(|c| c.is_alive());
+            if list.len() >= self.per_worker {
+                let i = self.round_robin.fetch_add(1, Ordering::Relaxed) % list.len();
+                Some(list[i].clone())
+            } else {
+                None
+            }
+        };
+        if let Some(c) = existing {
+            return Ok(c);
+        }
+        let conn = Arc::new(Connection::connect(addr, self.connect_timeout).await?);
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.entry(addr.to_owned()).or_default().push(conn.clone());
+        Ok(conn)
+    }
+
+    /// Drops the connections to workers that are not in `keep`.
+    pub fn retain_workers(&self, keep: &[String]) {
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.retain(|addr, _| keep.contains(addr));
+    }
+}

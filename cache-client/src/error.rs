@@ -1,0 +1,71 @@
+//! The cache client's error type.
+
+use talon_core::ErrorCode;
+use talon_protocols::ErrorKind;
+
+/// Why a stat or a read failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CacheClientError {
+    /// A worker answered with an error frame that retrying elsewhere cannot change
+    /// (not found, version mismatch, range, invalid request).
+    #[error("worker refused: {code:?}: {message}")]
+    Refused {
+        /// The error frame's code.
+        code: ErrorCode,
+        /// Its message.
+        message: String,
+    },
+    /// Every worker tried failed (refused with a transient error, timed out, or cut the
+    /// connection) and no origin fallback was allowed or it failed too.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The origin answered (fallback path).
+    #[error("origin: {0}")]
+    Origin(String, ErrorKind),
+    /// The request is invalid before anything is sent (range past the end, bad sizes).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// No membership could be obtained from the coordinator and none was known.
+    #[error("no cluster membership: {0}")]
+    NoMembership(String),
+}
+
+impl CacheClientError {
+    /// The object-store error kind a gateway reports for this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CacheClientError::Refused { code, .. } => ErrorKind::from_frame_code(*code),
+            CacheClientError::Unavailable(_) | CacheClientError::NoMembership(_) => {
+                ErrorKind::ServiceUnavailable
+            }
+            CacheClientError::Origin(_, kind) => *kind,
+            CacheClientError::InvalidRequest(_) => ErrorKind::InvalidRange,
+        }
+    }
+
+    /// Whether another worker (or the origin) might succeed where this failed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CacheClientError::Refused { code, .. } => matches!(
+                code,
+                ErrorCode::Unavailable
+                    | ErrorCode::Timeout
+                    | ErrorCode::Internal
+                    | ErrorCode::OriginError
+                    | ErrorCode::Unknown(_)
+            ),
+            CacheClientError::Unavailable(_) | CacheClientError::NoMembership(_) => true,
+            CacheClientError::Origin(_, kind) => kind.is_retryable(),
+            CacheClientError::InvalidRequest(_) => false,
+        }
+    }
+}
+
+impl From<talon_protocols::Error> for CacheClientError {
+    fn from(e: talon_protocols::Error) -> Self {
+        CacheClientError::Origin(e.message().to_owned(), e.kind())
+    }
+}
+
+/// Shorthand.
+pub type Result<T, E = CacheClientError> = std::result::Result<T, E>;

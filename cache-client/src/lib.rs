@@ -1,0 +1,482 @@
+//! `talon-cache-client`: what a reader of a Talon cluster links.
+//!
+//! It keeps a membership snapshot from the coordinator (refreshed in the background,
+//! the last good one kept when the coordinator is unreachable), locates each block with
+//! the coordinator's `RendezvousPlacement`, and reads ranges from the owning workers over
+//! pooled, pipelined connections. [`CacheClient::read_range`] returns one ordered stream
+//! of bytes: the range is split at block boundaries (and into pieces of bounded size),
+//! a few pieces are in flight at once, and the stream holds at most that window in
+//! memory, so a slow consumer slows the reads instead of growing the buffer.
+//!
+//! A worker that refuses, times out or cuts a reply is retried for that piece on the next
+//! worker in rendezvous order, and, if configured, the piece is read from the origin as
+//! a last resort; the bytes a caller receives are exactly the object's bytes or an error,
+//! never a silent gap. Terminal answers (not found, version mismatch) are not retried.
+//!
+//! It does not own the wire format (talon-core), placement (talon-coordinator) or the
+//! object-store protocols (talon-protocols).
+
+pub mod connection;
+pub mod error;
+
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use sha2::{Digest, Sha256};
+use talon_coordinator::client::CoordinatorClient;
+use talon_coordinator::placement::RendezvousPlacement;
+use talon_core::wire::{ReadRangeRequest, StatRequest};
+use talon_core::{BlockGeometry, BlockId, ErrorCode, Message, ObjectId, ObjectVersion};
+use talon_protocols::origin::Origins;
+use talon_protocols::range::ByteRange;
+use tokio::task::JoinHandle;
+
+use crate::connection::{Answer, Pool};
+pub use crate::error::{CacheClientError, Result};
+
+/// How a cache client behaves.
+#[derive(Debug, Clone)]
+pub struct CacheClientConfig {
+    /// The coordinator's base URL.
+    pub coordinator_url: String,
+    /// Block geometry (block size must match the cluster's; the page size is the
+    /// workers').
+    pub geometry: BlockGeometry,
+    /// Connections kept per worker.
+    pub connections_per_worker: usize,
+    /// Connect timeout per worker.
+    pub connect_timeout: Duration,
+    /// Longest wait for one answer.
+    pub request_timeout: Duration,
+    /// Workers tried per piece (the owner, then the next in rendezvous order).
+    pub attempts: usize,
+    /// Largest piece one request asks for, in bytes.
+    pub max_request_bytes: u64,
+    /// Pieces in flight per read (the stream's memory bound is this times the piece
+    /// size).
+    pub read_window: usize,
+    /// How often the membership snapshot is refreshed.
+    pub membership_refresh: Duration,
+    /// Read from the origin when every worker failed; `None` to report the failure.
+    pub origin_fallback: Option<Origins>,
+}
+
+impl CacheClientConfig {
+    /// Defaults for a coordinator at `coordinator_url` and the given geometry.
+    pub fn new(coordinator_url: impl Into<String>, geometry: BlockGeometry) -> CacheClientConfig {
+        CacheClientConfig {
+            coordinator_url: coordinator_url.into(),
+            geometry,
+            connections_per_worker: 2,
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(30),
+            attempts: 3,
+            max_request_bytes: 4 << 20,
+            read_window: 4,
+            membership_refresh: Duration::from_secs(1),
+            origin_fallback: None,
+        }
+    }
+}
+
+/// An object's metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectStat {
+    /// Size in bytes.
+    pub size: u64,
+    /// The origin's version (ETag).
+    pub version: ObjectVersion,
+    /// Last modification, Unix milliseconds.
+    pub last_modified_ms: i64,
+    /// Content type (may be empty).
+    pub content_type: String,
+}
+
+/// A stream of the bytes of a range, in order.
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send + 'static>>;
+
+struct Inner {
+    config: CacheClientConfig,
+    coordinator: CoordinatorClient,
+    placement: RwLock<Arc<RendezvousPlacement>>,
+    pool: Pool,
+    refresher: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(t) = self
+            .refresher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            t.abort();
+        }
+    }
+}
+
+/// A client of a Talon cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct CacheClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for CacheClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheClient")
+            .field("epoch", &self.epoch())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The key that places an object's metadata (stat) on a worker.
+fn stat_key(object: &ObjectId) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"talon/stat/v1\0");
+    h.update(object.key_path().as_bytes());
+    h.finalize().into()
+}
+
+impl CacheClient {
+    /// Connects: fetches the membership, then keeps it fresh in the background.
+    ///
+    /// # Errors
+    /// [`CacheClientError::NoMembership`] when the coordinator cannot be reached for the
+    /// first snapshot.
+    pub async fn connect(config: CacheClientConfig) -> Result<CacheClient> {
+        let coordinator = CoordinatorClient::new(config.coordinator_url.clone())
+            .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
+        let members = coordinator
+            .members()
+            .await
+            .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
+        let inner = Arc::new(Inner {
+            pool: Pool::new(config.connections_per_worker, config.connect_timeout),
+            placement: RwLock::new(Arc::new(members.placement())),
+            coordinator,
+            config,
+            refresher: std::sync::Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&inner);
+        let period = inner.config.membership_refresh;
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(inner) = weak.upgrade() else { return };
+                refresh(&inner).await;
+            }
+        });
+        *inner.refresher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+        Ok(CacheClient { inner })
+    }
+
+    /// The epoch of the membership snapshot in use.
+    pub fn epoch(&self) -> u64 {
+        self.placement().epoch()
+    }
+
+    fn placement(&self) -> Arc<RendezvousPlacement> {
+        self.inner
+            .placement
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Fetches the membership now (after the coordinator reported a change, or a worker
+    /// failed). Keeps the old snapshot if the coordinator cannot be reached.
+    pub async fn refresh_membership(&self) {
+        refresh(&self.inner).await;
+    }
+
+    /// The object's metadata, from the worker that owns it, falling back to the next
+    /// workers and (if configured) a HEAD at the origin.
+    ///
+    /// # Errors
+    /// [`CacheClientError::Refused`] with `NotFound` for a missing object; transport
+    /// failures as [`CacheClientError::Unavailable`].
+    pub async fn stat(&self, object: &ObjectId) -> Result<ObjectStat> {
+        let placement = self.placement();
+        let key = stat_key(object);
+        let request = Message::Stat(StatRequest {
+            object: object.clone(),
+            expected_version: None,
+        });
+        let mut last = CacheClientError::Unavailable("no live worker".into());
+        for member in placement.locate_top_k_key(&key, self.inner.config.attempts.max(1)) {
+            match self.call(&member.addr, &request).await {
+                Ok(Answer::Message(Message::StatReply(r))) => {
+                    return Ok(ObjectStat {
+                        size: r.size,
+                        version: r.version,
+                        last_modified_ms: r.last_modified_ms,
+                        content_type: r.content_type,
+                    });
+                }
+                Ok(other) => match answer_error(other) {
+                    e if e.is_transient() => last = e,
+                    e => return Err(e),
+                },
+                Err(e) => last = e,
+            }
+        }
+        self.spawn_refresh();
+        let Some(origins) = &self.inner.config.origin_fallback else {
+            return Err(last);
+        };
+        let (client, bucket, key) = origins.route(object)?;
+        let info = client.head(&bucket, &key).await?;
+        let version = ObjectVersion::new(info.etag).map_err(|e| {
+            CacheClientError::Unavailable(format!("the origin's version is unusable: {e}"))
+        })?;
+        Ok(ObjectStat {
+            size: info.size,
+            version,
+            last_modified_ms: info
+                .last_modified
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+            content_type: info.content_type.unwrap_or_default(),
+        })
+    }
+
+    /// The bytes `range` of an object of `object_size` bytes at `version`, as an ordered
+    /// stream.
+    ///
+    /// # Errors
+    /// [`CacheClientError::InvalidRequest`] for a range outside the object; the stream
+    /// itself ends with an error (never early without one) when a piece cannot be read.
+    pub fn read_range(
+        &self,
+        object: &ObjectId,
+        version: &ObjectVersion,
+        object_size: u64,
+        range: Range<u64>,
+    ) -> Result<ByteStream> {
+        if range.start > range.end || range.end > object_size {
+            return Err(CacheClientError::InvalidRequest(format!(
+                "range {range:?} is outside an object of {object_size} bytes"
+            )));
+        }
+        let geometry = self.inner.config.geometry;
+        let spans = geometry
+            .split_range(range, object_size)
+            .map_err(|e| CacheClientError::InvalidRequest(e.to_string()))?;
+        let max = self.inner.config.max_request_bytes.max(1);
+        let mut pieces = Vec::new();
+        for span in spans {
+            let mut offset = span.offset_in_block;
+            let end = span.offset_in_block + span.len;
+            while offset < end {
+                let len = (end - offset)
+                    .min(max)
+                    .min(u64::from(talon_core::wire::MAX_READ_LEN));
+                pieces.push(Piece {
+                    block_offset: span.block_offset,
+                    offset,
+                    len,
+                });
+                offset += len;
+            }
+        }
+        let me = self.clone();
+        let (object, version) = (object.clone(), version.clone());
+        let stream = futures_util::stream::iter(pieces)
+            .map(move |piece| {
+                let me = me.clone();
+                let (object, version) = (object.clone(), version.clone());
+                async move { me.read_piece(&object, &version, object_size, piece).await }
+            })
+            .buffered(self.inner.config.read_window.max(1));
+        Ok(Box::pin(stream))
+    }
+
+    async fn call(&self, addr: &str, request: &Message) -> Result<Answer> {
+        let conn = self.inner.pool.get(addr).await?;
+        conn.call(request, self.inner.config.request_timeout).await
+    }
+
+    fn spawn_refresh(&self) {
+        let inner = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            if let Some(inner) = inner.upgrade() {
+                refresh(&inner).await;
+            }
+        });
+    }
+
+    async fn read_piece(
+        &self,
+        object: &ObjectId,
+        version: &ObjectVersion,
+        object_size: u64,
+        piece: Piece,
+    ) -> Result<Bytes> {
+        let block = BlockId::new(
+            object.clone(),
+            version.clone(),
+            piece.block_offset,
+            self.inner.config.geometry.block_size(),
+        )
+        .map_err(|e| CacheClientError::InvalidRequest(e.to_string()))?;
+        let len = u32::try_from(piece.len)
+            .map_err(|_| CacheClientError::InvalidRequest("piece too large".into()))?;
+        let request = Message::ReadRange(ReadRangeRequest {
+            block: block.clone(),
+            object_size,
+            offset: piece.offset,
+            len,
+        });
+        let placement = self.placement();
+        let mut last = CacheClientError::Unavailable("no live worker".into());
+        for member in placement.locate_top_k(&block, self.inner.config.attempts.max(1)) {
+            match self.call(&member.addr, &request).await {
+                Ok(Answer::Data(bytes)) if bytes.len() as u64 == piece.len => return Ok(bytes),
+                Ok(Answer::Data(bytes)) => {
+                    last = CacheClientError::Unavailable(format!(
+                        "worker {} sent {} of {} bytes",
+                        member.id,
+                        bytes.len(),
+                        piece.len
+                    ));
+                }
+                Ok(other) => match answer_error(other) {
+                    e if e.is_transient() => {
+                        tracing::debug!(worker = %member.id, error = %e, "retrying a piece on the next worker");
+                        last = e;
+                    }
+                    e => return Err(e),
+                },
+                Err(e) => {
+                    tracing::debug!(worker = %member.id, error = %e, "retrying a piece on the next worker");
+                    last = e;
+                }
+            }
+        }
+        self.spawn_refresh();
+        let Some(origins) = &self.inner.config.origin_fallback else {
+            return Err(last);
+        };
+        let start = piece.block_offset + piece.offset;
+        self.origin_range(
+            origins,
+            object,
+            version,
+            ByteRange {
+                start,
+                end: start + piece.len,
+            },
+        )
+        .await
+    }
+
+    async fn origin_range(
+        &self,
+        origins: &Origins,
+        object: &ObjectId,
+        version: &ObjectVersion,
+        range: ByteRange,
+    ) -> Result<Bytes> {
+        let (client, bucket, key) = origins.route(object)?;
+        let resp = client
+            .get(&bucket, &key, Some(range), Some(version.as_str()))
+            .await?;
+        if resp.range != Some(range)
+            && !(resp.range.is_none() && range.start == 0 && range.end == resp.info.size)
+        {
+            return Err(CacheClientError::Unavailable(
+                "the origin served another range".into(),
+            ));
+        }
+        let mut out = bytes::BytesMut::with_capacity(range.len() as usize);
+        let mut body = resp.body;
+        while let Some(chunk) = body.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        if out.len() as u64 != range.len() {
+            return Err(CacheClientError::Unavailable(
+                "the origin sent a short body".into(),
+            ));
+        }
+        Ok(out.freeze())
+    }
+}
+
+/// One request's worth of a read: `len` bytes at `offset` in the block at `block_offset`.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    block_offset: u64,
+    offset: u64,
+    len: u64,
+}
+
+fn answer_error(answer: Answer) -> CacheClientError {
+    match answer {
+        Answer::Message(Message::Error(e)) => CacheClientError::Refused {
+            code: e.code,
+            message: e.message,
+        },
+        Answer::Message(other) => {
+            CacheClientError::Unavailable(format!("unexpected answer {:?}", other.message_type()))
+        }
+        Answer::Data(_) => CacheClientError::Unavailable("unexpected data".into()),
+    }
+}
+
+async fn refresh(inner: &Inner) {
+    match inner.coordinator.members().await {
+        Ok(members) => {
+            let placement = Arc::new(members.placement());
+            if placement.is_empty()
+                && !inner
+                    .placement
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_empty()
+            {
+                // A coordinator that just restarted knows nobody until the next round of
+                // heartbeats: keep the last good snapshot rather than forget the cluster.
+                tracing::debug!("the coordinator lists no workers; keeping the last snapshot");
+                return;
+            }
+            let changed = placement.epoch()
+                != inner
+                    .placement
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .epoch();
+            if changed {
+                let addrs: Vec<String> =
+                    placement.members().iter().map(|m| m.addr.clone()).collect();
+                inner.pool.retain_workers(&addrs);
+                tracing::info!(
+                    epoch = placement.epoch(),
+                    workers = addrs.len(),
+                    "membership changed"
+                );
+                *inner.placement.write().unwrap_or_else(|p| p.into_inner()) = placement;
+            }
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "membership refresh failed; keeping the last snapshot")
+        }
+    }
+}
+
+/// Whether an error frame code means the object or its version is gone (a gateway maps
+/// these to the protocol's not-found or precondition errors).
+pub fn is_terminal(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::NotFound
+            | ErrorCode::VersionMismatch
+            | ErrorCode::RangeNotSatisfiable
+            | ErrorCode::InvalidRequest
+    )
+}

@@ -7,9 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, Method, Request, StatusCode};
 use hyper::body::Incoming;
+use talon_protocols::azure::auth::{self as azure_auth, Transport};
 use talon_protocols::azure::request::{AzureOperation, AzureRequest, validate_container_name};
-use talon_protocols::azure::sas::{self, SasRequest, SasToken};
-use talon_protocols::azure::shared_key::{self, SharedKeyParts};
+use talon_protocols::azure::shared_key::SharedKeyParts;
 use talon_protocols::azure::xml;
 use talon_protocols::conditional::Conditions;
 use talon_protocols::dates::format_http_date;
@@ -110,12 +110,12 @@ async fn route(state: &Arc<StubState>, req: Request<Incoming>, peer: SocketAddr)
     state
         .metrics
         .request(Protocol::Azure, request.operation.name());
-    if request.account != state.azure_account {
+    if request.account != state.azure_identity.account {
         return Err(Error::new(
             ErrorKind::InvalidRequest,
             format!(
                 "this server serves the account '{}' only",
-                state.azure_account
+                state.azure_identity.account
             ),
         )
         .into());
@@ -127,7 +127,17 @@ async fn route(state: &Arc<StubState>, req: Request<Incoming>, peer: SocketAddr)
         raw_query: &raw_query,
         headers: &parts.headers,
     };
-    authenticate(state, &request, &signed, peer)?;
+    let transport = Transport {
+        https: false,
+        client_ip: Some(peer.ip()),
+    };
+    azure_auth::authenticate(
+        &state.azure_identity,
+        &request,
+        &signed,
+        transport,
+        SystemTime::now(),
+    )?;
     let ctx = Ctx {
         state,
         headers: &parts.headers,
@@ -149,36 +159,6 @@ async fn route(state: &Arc<StubState>, req: Request<Incoming>, peer: SocketAddr)
         GetBlockList => get_block_list(&ctx).await,
         DeleteBlob => delete_blob(&ctx).await,
     }
-}
-
-/// Checks Shared Key or SAS when the stub has an account key; anonymous otherwise.
-fn authenticate(
-    state: &StubState,
-    request: &AzureRequest,
-    parts: &SharedKeyParts<'_>,
-    peer: SocketAddr,
-) -> Result<()> {
-    let Some(key) = &state.azure_key else {
-        return Ok(());
-    };
-    if let Some((account, signature)) = shared_key::parse_authorization(parts.headers)? {
-        return shared_key::verify(parts, &state.azure_account, key, &account, &signature);
-    }
-    if let Some(token) = SasToken::from_query(&request.query) {
-        let sas_request = SasRequest {
-            account: &state.azure_account,
-            container: request.container.as_deref(),
-            blob: request.blob.as_deref(),
-            operation: request.operation,
-            https: false,
-            client_ip: Some(peer.ip()),
-        };
-        return sas::verify(&token, key, &sas_request, SystemTime::now());
-    }
-    Err(Error::new(
-        ErrorKind::MissingCredentials,
-        "Server failed to authenticate the request. Please refer to the information in the www-authenticate header.",
-    ))
 }
 
 struct Ctx<'a> {

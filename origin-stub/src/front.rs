@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use talon_protocols::azure::auth::AzureIdentity;
 use talon_protocols::azure::request::AzureAddressing;
-use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::s3::auth::S3Identities;
 use talon_protocols::s3::request::S3Addressing;
 use talon_protocols::{Error, ErrorKind, Result};
 
@@ -43,12 +44,10 @@ pub struct StubState {
     pub s3_addressing: S3Addressing,
     /// How Azure requests name the account.
     pub azure_addressing: AzureAddressing,
-    /// S3 access key → secret; empty means anonymous access.
-    pub s3_credentials: BTreeMap<String, String>,
-    /// The Azure storage account served.
-    pub azure_account: String,
-    /// The Azure account key; `None` means anonymous access.
-    pub azure_key: Option<AccountKey>,
+    /// Who may call the S3 front (no secrets: anonymous, signatures unchecked).
+    pub s3_identities: S3Identities,
+    /// The Azure account served and its key (no key: anonymous).
+    pub azure_identity: AzureIdentity,
     /// The Azure account's base URL, written into listings.
     pub azure_endpoint: String,
 }

@@ -27,8 +27,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use talon_protocols::azure::auth::AzureIdentity;
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::s3::auth::S3Identities;
 use talon_protocols::s3::request::S3Addressing;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -146,7 +148,7 @@ impl RunningStub {
     /// The Azure account's base URL (`http://addr/<account>`).
     pub fn azure_url(&self) -> Option<String> {
         self.azure_addr
-            .map(|a| format!("http://{a}/{}", self.state.azure_account))
+            .map(|a| format!("http://{a}/{}", self.state.azure_identity.account))
     }
 
     /// `http://addr` of the admin endpoints.
@@ -229,9 +231,15 @@ pub async fn start(config: StubConfig) -> Result<RunningStub, StubError> {
         region: config.region.clone(),
         s3_addressing: config.s3_addressing.clone(),
         azure_addressing: config.azure_addressing.clone(),
-        s3_credentials: config.s3_credentials.clone(),
-        azure_account: config.azure_account.clone(),
-        azure_key: config.azure_key.clone(),
+        s3_identities: S3Identities {
+            secrets: config.s3_credentials.clone(),
+            allow_anonymous: config.s3_credentials.is_empty(),
+        },
+        azure_identity: AzureIdentity {
+            account: config.azure_account.clone(),
+            key: config.azure_key.clone(),
+            allow_anonymous: config.azure_key.is_none(),
+        },
         azure_endpoint: azure_addr
             .map(|a| format!("http://{a}/{}", config.azure_account))
             .unwrap_or_default(),

@@ -13,12 +13,12 @@ use talon_protocols::conditional::{Conditions, EtagList};
 use talon_protocols::dates::{format_http_date, parse_http_date};
 use talon_protocols::listing::{ListQuery, paginate};
 use talon_protocols::range::RangeSpec;
+use talon_protocols::s3::auth as s3_auth;
 use talon_protocols::s3::chunked::ChunkSigning;
 use talon_protocols::s3::request::{
     ListObjectsParams, ListVersion, S3Operation, S3Request, parse_copy_source, validate_bucket_name,
 };
-use talon_protocols::s3::sigv2;
-use talon_protocols::s3::sigv4::{self, PayloadMode, RequestParts, VerifiedSigV4};
+use talon_protocols::s3::sigv4::{PayloadMode, RequestParts, VerifiedSigV4};
 use talon_protocols::s3::xml;
 use talon_protocols::{Error, ErrorKind, Result};
 
@@ -131,7 +131,12 @@ async fn route(state: &Arc<StubState>, req: Request<Incoming>) -> Handled {
         raw_query: &raw_query,
         headers: &parts.headers,
     };
-    let auth = authenticate(state, &request, &request_parts)?;
+    let auth = s3_auth::authenticate(
+        &state.s3_identities,
+        &request,
+        &request_parts,
+        SystemTime::now(),
+    )?;
     let ctx = Ctx {
         state,
         headers: &parts.headers,
@@ -195,56 +200,6 @@ impl Ctx<'_> {
     fn query(&self, name: &str) -> Option<&str> {
         self.request.query.get(name)
     }
-}
-
-/// Verifies the request's signature (SigV4, or SigV2 which boto3 still uses for presigned
-/// URLs) when the stub has credentials; anonymous otherwise. Returns the SigV4 seed for
-/// chunk signatures.
-fn authenticate(
-    state: &StubState,
-    request: &S3Request,
-    parts: &RequestParts<'_>,
-) -> Result<Option<VerifiedSigV4>> {
-    if state.s3_credentials.is_empty() {
-        return Ok(None);
-    }
-    let unknown_key = || {
-        Error::new(
-            ErrorKind::InvalidAccessKeyId,
-            "The AWS Access Key Id you provided does not exist in our records.",
-        )
-    };
-    if let Some(v2) = sigv2::parse_authorization(parts.headers, parts.raw_query)? {
-        let secret = state
-            .s3_credentials
-            .get(&v2.access_key)
-            .ok_or_else(unknown_key)?;
-        let resource = match (&request.bucket, request.virtual_hosted) {
-            (Some(bucket), true) => format!("/{bucket}{}", parts.raw_path),
-            _ => parts.raw_path.to_owned(),
-        };
-        sigv2::verify(
-            parts.method,
-            parts.headers,
-            &resource,
-            parts.raw_query,
-            &v2,
-            secret,
-            SystemTime::now(),
-        )?;
-        return Ok(None);
-    }
-    let auth = sigv4::parse_authorization(parts.headers, parts.raw_query)?.ok_or_else(|| {
-        Error::new(
-            ErrorKind::MissingCredentials,
-            "Anonymous access is not allowed; sign the request.",
-        )
-    })?;
-    let secret = state
-        .s3_credentials
-        .get(&auth.access_key)
-        .ok_or_else(unknown_key)?;
-    sigv4::verify(parts, &auth, secret, SystemTime::now()).map(Some)
 }
 
 async fn list_buckets(ctx: &Ctx<'_>) -> Handled {

@@ -1,6 +1,7 @@
 //! The S3 REST protocol: requests, SigV4 (and SigV2 verification), `aws-chunked` bodies
 //! and XML.
 
+pub mod auth;
 pub mod chunked;
 pub mod request;
 pub mod sigv2;

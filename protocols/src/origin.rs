@@ -110,6 +110,82 @@ pub struct ListedEntry {
     pub size: u64,
     /// Quoted entity tag.
     pub etag: String,
+    /// Last modification, when the listing says.
+    pub last_modified: Option<SystemTime>,
+}
+
+/// A request body for the origin.
+#[derive(Debug)]
+pub enum OriginBody {
+    /// No body.
+    Empty,
+    /// A body in memory; S3 signs its SHA-256.
+    Bytes(Bytes),
+    /// A streamed body of known length; S3 signs it as `UNSIGNED-PAYLOAD`.
+    Stream {
+        /// The bytes.
+        body: reqwest::Body,
+        /// Their number (sent as `Content-Length`).
+        len: u64,
+    },
+}
+
+impl OriginBody {
+    /// Bytes in the body.
+    pub fn len(&self) -> u64 {
+        match self {
+            OriginBody::Empty => 0,
+            OriginBody::Bytes(b) => b.len() as u64,
+            OriginBody::Stream { len, .. } => *len,
+        }
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A request relayed to the origin as it is, re-signed with the client's own identity
+/// (the gateway's pass-through of operations it does not interpret).
+#[derive(Debug)]
+pub struct ForwardRequest<'a> {
+    /// Method.
+    pub method: Method,
+    /// Bucket or container; `None` for service-level requests.
+    pub bucket: Option<&'a str>,
+    /// Key or blob name.
+    pub key: Option<&'a str>,
+    /// The raw query string (percent-encoded, without authentication parameters).
+    pub query: &'a str,
+    /// Headers to send (lower-case names), without authentication headers.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: OriginBody,
+}
+
+/// Options of a listing page.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListOptions<'a> {
+    /// Only keys with this prefix.
+    pub prefix: &'a str,
+    /// Roll keys up at this delimiter.
+    pub delimiter: Option<&'a str>,
+    /// Continuation token (S3) or marker (Azure) of the page to fetch.
+    pub token: Option<&'a str>,
+    /// S3 only: start after this key.
+    pub start_after: Option<&'a str>,
+    /// Most entries.
+    pub max_keys: Option<usize>,
+}
+
+/// A bucket (container) of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketSummary {
+    /// Name.
+    pub name: String,
+    /// Creation time when the origin reports it.
+    pub created: Option<SystemTime>,
 }
 
 /// A client for one origin.
@@ -155,7 +231,14 @@ impl OriginClient {
     /// The origin's error as a kind ([`ErrorKind::NoSuchKey`], ...).
     pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
         let resp = self
-            .send(Method::HEAD, bucket, Some(key), "", &[], Bytes::new())
+            .send(
+                Method::HEAD,
+                Some(bucket),
+                Some(key),
+                "",
+                &[],
+                OriginBody::Empty,
+            )
             .await?;
         let resp = check(resp).await?;
         object_info(resp.headers(), None)
@@ -189,7 +272,14 @@ impl OriginClient {
             headers.push(("if-match", quote_etag(tag)));
         }
         let resp = self
-            .send(Method::GET, bucket, Some(key), "", &headers, Bytes::new())
+            .send(
+                Method::GET,
+                Some(bucket),
+                Some(key),
+                "",
+                &headers,
+                OriginBody::Empty,
+            )
             .await?;
         let resp = check(resp).await?;
         let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
@@ -227,6 +317,134 @@ impl OriginClient {
         })
     }
 
+    /// Relays a request and returns the origin's answer whatever its status (the caller
+    /// relays status, headers and body).
+    ///
+    /// # Errors
+    /// Transport failures only.
+    pub async fn forward(&self, req: ForwardRequest<'_>) -> Result<reqwest::Response> {
+        let headers: Vec<(&str, String)> = req
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        self.send(
+            req.method, req.bucket, req.key, req.query, &headers, req.body,
+        )
+        .await
+    }
+
+    /// Writes an object from a stream of known length and returns its entity tag.
+    ///
+    /// # Errors
+    /// The origin's error as a kind; a stream that fails makes the request fail and the
+    /// origin store nothing.
+    pub async fn put_stream(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: reqwest::Body,
+        len: u64,
+        extra_headers: &[(&str, String)],
+    ) -> Result<String> {
+        let mut headers: Vec<(&str, String)> = extra_headers.to_vec();
+        if matches!(self.config, OriginConfig::Azure { .. }) {
+            headers.push(("x-ms-blob-type", "BlockBlob".into()));
+        }
+        let resp = self
+            .send(
+                Method::PUT,
+                Some(bucket),
+                Some(key),
+                "",
+                &headers,
+                OriginBody::Stream { body, len },
+            )
+            .await?;
+        let resp = check(resp).await?;
+        resp.headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(quote_etag)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InternalError,
+                    "origin answered a put without an ETag",
+                )
+            })
+    }
+
+    /// The buckets (containers) of the account.
+    ///
+    /// # Errors
+    /// The origin's error as a kind.
+    pub async fn list_buckets(&self) -> Result<Vec<BucketSummary>> {
+        let query = match self.config {
+            OriginConfig::S3 { .. } => "",
+            OriginConfig::Azure { .. } => "comp=list",
+        };
+        let resp = self
+            .send(Method::GET, None, None, query, &[], OriginBody::Empty)
+            .await?;
+        let resp = check(resp).await?;
+        let body = resp.bytes().await.map_err(transport)?;
+        match self.config {
+            OriginConfig::S3 { .. } => {
+                let parsed: crate::s3::xml::ListAllMyBucketsResult =
+                    crate::s3::xml::parse_request(&body)?;
+                Ok(parsed
+                    .buckets
+                    .bucket
+                    .into_iter()
+                    .map(|b| BucketSummary {
+                        created: time::OffsetDateTime::parse(
+                            &b.creation_date,
+                            &time::format_description::well_known::Rfc3339,
+                        )
+                        .ok()
+                        .map(SystemTime::from),
+                        name: b.name,
+                    })
+                    .collect())
+            }
+            OriginConfig::Azure { .. } => {
+                let parsed: crate::azure::xml::ContainerEnumeration =
+                    crate::azure::xml::parse_request(&body)?;
+                Ok(parsed
+                    .containers
+                    .container
+                    .into_iter()
+                    .map(|c| BucketSummary {
+                        created: c.properties.and_then(|p| parse_http_date(&p.last_modified)),
+                        name: c.name,
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// Whether a bucket (container) exists.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`] when it does not; the origin's other errors.
+    pub async fn head_bucket(&self, bucket: &str) -> Result<()> {
+        let (method, query) = match self.config {
+            OriginConfig::S3 { .. } => (Method::HEAD, ""),
+            OriginConfig::Azure { .. } => (Method::HEAD, "restype=container"),
+        };
+        let resp = self
+            .send(method, Some(bucket), None, query, &[], OriginBody::Empty)
+            .await?;
+        match check(resp).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NoSuchKey => Err(Error::new(
+                ErrorKind::NoSuchBucket,
+                format!("the bucket '{bucket}' does not exist"),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Lists one page of keys under `prefix`.
     ///
     /// # Errors
@@ -239,6 +457,31 @@ impl OriginClient {
         token: Option<&str>,
         max_keys: Option<usize>,
     ) -> Result<ListResult> {
+        self.list_with(
+            bucket,
+            &ListOptions {
+                prefix,
+                delimiter,
+                token,
+                start_after: None,
+                max_keys,
+            },
+        )
+        .await
+    }
+
+    /// Lists one page with every option.
+    ///
+    /// # Errors
+    /// The origin's error as a kind ([`ErrorKind::NoSuchBucket`], ...).
+    pub async fn list_with(&self, bucket: &str, options: &ListOptions<'_>) -> Result<ListResult> {
+        let ListOptions {
+            prefix,
+            delimiter,
+            token,
+            start_after,
+            max_keys,
+        } = *options;
         let mut q: Vec<(&str, String)> = Vec::new();
         match self.config {
             OriginConfig::S3 { .. } => {
@@ -247,11 +490,15 @@ impl OriginClient {
                 if let Some(t) = token {
                     q.push(("continuation-token", t.into()));
                 }
+                if let Some(a) = start_after {
+                    q.push(("start-after", a.into()));
+                }
                 if let Some(m) = max_keys {
                     q.push(("max-keys", m.to_string()));
                 }
             }
             OriginConfig::Azure { .. } => {
+                let _ = start_after;
                 q.push(("restype", "container".into()));
                 q.push(("comp", "list".into()));
                 if let Some(t) = token {
@@ -274,7 +521,14 @@ impl OriginClient {
             .collect::<Vec<_>>()
             .join("&");
         let resp = self
-            .send(Method::GET, bucket, None, &query, &[], Bytes::new())
+            .send(
+                Method::GET,
+                Some(bucket),
+                None,
+                &query,
+                &[],
+                OriginBody::Empty,
+            )
             .await?;
         let resp = check(resp).await?;
         let body = resp.bytes().await.map_err(transport)?;
@@ -298,6 +552,12 @@ impl OriginClient {
                             key: dec(&o.key),
                             size: o.size,
                             etag: quote_etag(&o.etag),
+                            last_modified: time::OffsetDateTime::parse(
+                                &o.last_modified,
+                                &time::format_description::well_known::Rfc3339,
+                            )
+                            .ok()
+                            .map(SystemTime::from),
                         })
                         .collect(),
                     common_prefixes: parsed
@@ -323,6 +583,7 @@ impl OriginClient {
                             key: b.name,
                             size: b.properties.content_length,
                             etag: quote_etag(&b.properties.etag),
+                            last_modified: parse_http_date(&b.properties.last_modified),
                         }),
                         BlobItem::BlobPrefix(p) => out.common_prefixes.push(p.name),
                     }
@@ -351,7 +612,14 @@ impl OriginClient {
             headers.push(("x-ms-blob-type", "BlockBlob".into()));
         }
         let resp = self
-            .send(Method::PUT, bucket, Some(key), "", &headers, body)
+            .send(
+                Method::PUT,
+                Some(bucket),
+                Some(key),
+                "",
+                &headers,
+                OriginBody::Bytes(body),
+            )
             .await?;
         let resp = check(resp).await?;
         resp.headers()
@@ -373,7 +641,14 @@ impl OriginClient {
     /// The origin's error as a kind.
     pub async fn delete(&self, bucket: &str, key: &str) -> Result<()> {
         let resp = self
-            .send(Method::DELETE, bucket, Some(key), "", &[], Bytes::new())
+            .send(
+                Method::DELETE,
+                Some(bucket),
+                Some(key),
+                "",
+                &[],
+                OriginBody::Empty,
+            )
             .await?;
         check(resp).await.map(|_| ())
     }
@@ -382,11 +657,11 @@ impl OriginClient {
     async fn send(
         &self,
         method: Method,
-        bucket: &str,
+        bucket: Option<&str>,
         key: Option<&str>,
         query: &str,
         headers: &[(&str, String)],
-        body: Bytes,
+        body: OriginBody,
     ) -> Result<reqwest::Response> {
         if let Some(k) = key
             && (k.is_empty() || k.split('/').any(|s| s == "." || s == ".."))
@@ -411,10 +686,10 @@ impl OriginClient {
                 if let Some(creds) = credentials {
                     let mut to_sign: Vec<(&str, &str)> = vec![("host", host.as_str())];
                     to_sign.extend(all.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-                    let signed_body = if body.is_empty() && method != Method::PUT {
-                        SignedBody::Bytes(&[])
-                    } else {
-                        SignedBody::Bytes(&body)
+                    let signed_body = match &body {
+                        OriginBody::Empty => SignedBody::Bytes(&[]),
+                        OriginBody::Bytes(b) => SignedBody::Bytes(b),
+                        OriginBody::Stream { .. } => SignedBody::Unsigned,
                     };
                     let extra = sign_request(
                         method.as_str(),
@@ -444,7 +719,7 @@ impl OriginClient {
                             map.append(name, value);
                         }
                     }
-                    if !body.is_empty() {
+                    if body.len() > 0 {
                         map.insert(http::header::CONTENT_LENGTH, body.len().into());
                     }
                     let (raw_path, raw_query) = path_and_query(&url);
@@ -470,18 +745,31 @@ impl OriginClient {
         for (k, v) in &all {
             req = req.header(k.as_str(), v.as_str());
         }
-        req.body(body).send().await.map_err(transport)
+        let req = match body {
+            OriginBody::Empty => req,
+            OriginBody::Bytes(b) => req.body(b),
+            OriginBody::Stream { body, .. } => req.body(body),
+        };
+        req.send().await.map_err(transport)
     }
 
     /// The request URL and its `Host` value.
-    fn url(&self, bucket: &str, key: Option<&str>, query: &str) -> Result<(String, String)> {
+    fn url(
+        &self,
+        bucket: Option<&str>,
+        key: Option<&str>,
+        query: &str,
+    ) -> Result<(String, String)> {
         let key_path = key.map(encode_path).unwrap_or_default();
-        let (base, path) = match &self.config {
-            OriginConfig::S3 {
-                endpoint,
-                virtual_hosted: true,
-                ..
-            } => {
+        let (base, path) = match (&self.config, bucket) {
+            (
+                OriginConfig::S3 {
+                    endpoint,
+                    virtual_hosted: true,
+                    ..
+                },
+                Some(bucket),
+            ) => {
                 let (scheme, rest) = endpoint.split_once("://").ok_or_else(|| {
                     Error::new(ErrorKind::InvalidArgument, "endpoint needs a scheme")
                 })?;
@@ -490,17 +778,20 @@ impl OriginClient {
                     format!("/{key_path}"),
                 )
             }
-            OriginConfig::S3 { endpoint, .. } => {
-                let path = if key.is_some() {
-                    format!("/{bucket}/{key_path}")
-                } else {
-                    format!("/{bucket}")
+            (OriginConfig::S3 { endpoint, .. }, bucket) => {
+                let path = match (bucket, key) {
+                    (Some(b), Some(_)) => format!("/{b}/{key_path}"),
+                    (Some(b), None) => format!("/{b}"),
+                    (None, _) => "/".to_owned(),
                 };
                 (endpoint.trim_end_matches('/').to_owned(), path)
             }
-            OriginConfig::Azure { endpoint, .. } => {
+            (OriginConfig::Azure { endpoint, .. }, bucket) => {
                 let (base, base_path) = split_base(endpoint)?;
-                let mut path = format!("{base_path}/{bucket}");
+                let mut path = match bucket {
+                    Some(b) => format!("{base_path}/{b}"),
+                    None => format!("{base_path}/"),
+                };
                 if key.is_some() {
                     path.push('/');
                     path.push_str(&key_path);
@@ -729,7 +1020,7 @@ mod tests {
         })
         .expect("client");
         assert_eq!(
-            s3.url("b", Some("dir/a b+c"), "").expect("url"),
+            s3.url(Some("b"), Some("dir/a b+c"), "").expect("url"),
             (
                 "http://127.0.0.1:9000/b/dir/a%20b%2Bc".to_owned(),
                 "127.0.0.1:9000".to_owned()
@@ -743,7 +1034,7 @@ mod tests {
         })
         .expect("client");
         assert_eq!(
-            vh.url("b", Some("k"), "x=1").expect("url").0,
+            vh.url(Some("b"), Some("k"), "x=1").expect("url").0,
             "https://b.s3.eu-west-1.amazonaws.com/k?x=1"
         );
         let az = OriginClient::new(OriginConfig::Azure {
@@ -754,7 +1045,7 @@ mod tests {
         })
         .expect("client");
         assert_eq!(
-            az.url("c", Some("k"), "comp=list").expect("url").0,
+            az.url(Some("c"), Some("k"), "comp=list").expect("url").0,
             "http://127.0.0.1:10000/devstoreaccount1/c/k?comp=list&sv=1&sig=x"
         );
     }

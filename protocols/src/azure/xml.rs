@@ -254,6 +254,44 @@ pub fn parse_request<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
     })
 }
 
+/// A List Containers answer, as the origin client reads it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ContainerEnumeration {
+    /// The containers.
+    #[serde(rename = "Containers", default)]
+    pub containers: ListedContainers,
+    /// Marker of the next page, empty when complete.
+    #[serde(rename = "NextMarker", default)]
+    pub next_marker: Option<String>,
+}
+
+/// The `<Containers>` element.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ListedContainers {
+    /// Each container.
+    #[serde(rename = "Container", default)]
+    pub container: Vec<ListedContainer>,
+}
+
+/// One parsed `<Container>`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ListedContainer {
+    /// Name.
+    #[serde(rename = "Name")]
+    pub name: String,
+    /// Properties.
+    #[serde(rename = "Properties", default)]
+    pub properties: Option<ListedContainerProperties>,
+}
+
+/// A parsed container `<Properties>`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ListedContainerProperties {
+    /// RFC 1123 time.
+    #[serde(rename = "Last-Modified", default)]
+    pub last_modified: String,
+}
+
 /// A List Blobs answer, as the origin client reads it.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct EnumerationResults {

@@ -415,6 +415,33 @@ pub struct ListedPrefix {
     pub prefix: String,
 }
 
+/// A ListBuckets answer, as the origin client reads it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ListAllMyBucketsResult {
+    /// The buckets.
+    #[serde(rename = "Buckets", default)]
+    pub buckets: ListedBuckets,
+}
+
+/// The `<Buckets>` element.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ListedBuckets {
+    /// Each bucket.
+    #[serde(rename = "Bucket", default)]
+    pub bucket: Vec<ListedBucket>,
+}
+
+/// One parsed `<Bucket>`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ListedBucket {
+    /// Name.
+    #[serde(rename = "Name")]
+    pub name: String,
+    /// ISO 8601 creation time.
+    #[serde(rename = "CreationDate", default)]
+    pub creation_date: String,
+}
+
 /// An `<Error>` body, as a peer reads it.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ErrorBody {

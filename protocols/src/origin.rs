@@ -719,7 +719,7 @@ impl OriginClient {
                             map.append(name, value);
                         }
                     }
-                    if body.len() > 0 {
+                    if !body.is_empty() {
                         map.insert(http::header::CONTENT_LENGTH, body.len().into());
                     }
                     let (raw_path, raw_query) = path_and_query(&url);

@@ -94,6 +94,9 @@ struct BlockState {
     inflight: Vec<(Range<u32>, watch::Receiver<Option<FillOutcome>>)>,
     evicted: bool,
     identity: Option<FileIdentity>,
+    /// Fills writing into the file right now: while any is, a changed identity is
+    /// this worker's own doing, not an edit behind its back.
+    writers: u32,
     /// Bytes this block counts against the budget.
     cost: u64,
     has_meta: bool,
@@ -536,6 +539,7 @@ impl BlockStore {
                 inflight: Vec::new(),
                 evicted: false,
                 identity: None,
+                writers: 0,
                 cost: 0,
                 has_meta: false,
             }),
@@ -656,24 +660,31 @@ impl BlockStore {
         }
         // Present pages are never rewritten: only absent ones are written.
         let absent: Vec<u32> = {
-            let st = lock(&block.state);
+            let mut st = lock(&block.state);
+            st.writers += 1;
             pages
                 .clone()
                 .filter(|&p| !st.present.is_present(p).unwrap_or(true))
                 .collect()
         };
-        for &p in &absent {
-            let r = block.page_bytes(p);
-            let slice = &data[(r.start - span.start) as usize..(r.end - span.start) as usize];
+        let written = (|| -> Result<()> {
+            for &p in &absent {
+                let r = block.page_bytes(p);
+                let slice = &data[(r.start - span.start) as usize..(r.end - span.start) as usize];
+                block
+                    .file
+                    .write_all_at(slice, r.start)
+                    .map_err(|e| WorkerError::io("writing a block", e))?;
+            }
             block
                 .file
-                .write_all_at(slice, r.start)
-                .map_err(|e| WorkerError::io("writing a block", e))?;
+                .sync_data()
+                .map_err(|e| WorkerError::io("syncing a block", e))
+        })();
+        if let Err(e) = written {
+            lock(&block.state).writers -= 1;
+            return Err(e);
         }
-        block
-            .file
-            .sync_data()
-            .map_err(|e| WorkerError::io("syncing a block", e))?;
         let checksums: Vec<u32> = pages
             .clone()
             .map(|p| {
@@ -683,6 +694,7 @@ impl BlockStore {
             .collect();
         let added = {
             let mut st = lock(&block.state);
+            st.writers -= 1;
             if st.evicted {
                 return Ok(());
             }
@@ -722,7 +734,7 @@ impl BlockStore {
         let current = block.file.metadata().map(|m| FileIdentity::of(&m)).ok();
         let to_check: Vec<(u32, u32)> = {
             let mut st = lock(&block.state);
-            if current.is_some() && st.identity != current {
+            if st.writers == 0 && current.is_some() && st.identity != current {
                 if st.identity.is_some() {
                     tracing::warn!(block = %block.name, "block file changed behind the worker; re-verifying");
                 }

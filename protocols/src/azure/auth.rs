@@ -32,7 +32,7 @@ pub struct Transport {
 
 /// Verifies a request.
 ///
-/// With no key configured, every request is served as anonymous (a local stub).
+/// With no key configured, requests are served only when anonymous access is allowed.
 ///
 /// # Errors
 /// [`ErrorKind::MissingCredentials`] when neither Shared Key nor SAS is present and

@@ -5,3 +5,6 @@ pub mod request;
 pub mod sas;
 pub mod shared_key;
 pub mod xml;
+
+/// The account name of the Azure storage emulators (Azurite), used as a default.
+pub const EMULATOR_ACCOUNT: &str = "devstoreaccount1";

@@ -1,19 +1,30 @@
-//! `talon`: the one binary a newcomer runs. `talon up` starts a whole local deployment
-//! in one process on loopback.
-//!
-//! Today that deployment is the origin stub serving a local folder through S3 and Azure
-//! Blob endpoints; the coordinator, workers and gateway join it as their crates land, and
-//! the endpoints printed here then become the gateway's.
+//! `talon`: the one binary a newcomer runs. `talon up` starts a whole local deployment in
+//! one process on loopback: an origin (the origin stub over a local folder, or a real S3
+//! or Azure account), a coordinator, workers with their own cache folders, and the
+//! gateway with an S3 and an Azure Blob endpoint in front of them.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use talon_cache_client::{CacheClient, CacheClientConfig};
+use talon_coordinator::CoordinatorConfig;
+use talon_core::{BlockGeometry, parse_byte_size};
+use talon_gateway::config::{
+    AzureFront, Backend, Identities, IdentitiesFile, Limits, Route, S3Front, S3Key,
+};
 use talon_origin_stub::generated::GeneratedObject;
 use talon_origin_stub::{DEFAULT_AZURE_ACCOUNT, EMULATOR_AZURE_KEY, StubConfig};
 use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
+use talon_protocols::s3::request::S3Addressing;
+use talon_protocols::s3::sigv4::S3Credentials;
+use talon_worker::WorkerConfig;
+use talon_worker::data_plane::DataPlaneConfig;
+use talon_worker::loader::LoaderConfig;
+use talon_worker::service::MembershipConfig;
 
 /// Talon: a distributed read-through cache for object stores.
 #[derive(Debug, Parser)]
@@ -25,42 +36,60 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a whole local deployment on loopback, serving a folder through S3 and Azure Blob.
+    /// Run a whole local deployment on loopback: origin, coordinator, workers, gateway.
     Up(UpArgs),
 }
 
 #[derive(Debug, clap::Args)]
 struct UpArgs {
-    /// Folder to serve; its top-level folders are buckets (containers). Created with a
-    /// small sample when it does not exist.
+    /// Folder served by the local origin; its top-level folders are buckets
+    /// (containers). Created with a small sample when it does not exist.
     #[arg(long, env = "TALON_DATA_DIR", default_value = "talon-data")]
     data_dir: PathBuf,
-
-    /// Address to bind every endpoint on.
+    /// A real origin instead of the local folder: `s3` (AWS, region from AWS_REGION),
+    /// `s3://HOST[:PORT]` (https), `s3+http://HOST:PORT`, `az://ACCOUNT`
+    /// (ACCOUNT.blob.core.windows.net) or `az+http://HOST:PORT/ACCOUNT`. Credentials
+    /// come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AZURE_STORAGE_KEY.
+    #[arg(long, env = "TALON_ORIGIN")]
+    origin: Option<String>,
+    /// Number of workers.
+    #[arg(long, env = "TALON_WORKERS", default_value_t = 2)]
+    workers: usize,
+    /// Folder of the workers' caches (default: `.talon-cache` inside the data folder).
+    #[arg(long, env = "TALON_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Byte budget of each worker's cache.
+    #[arg(long, env = "TALON_CAPACITY", default_value = "1GiB", value_parser = parse_byte_size)]
+    capacity: u64,
+    /// Block size of the cluster.
+    #[arg(long, env = "TALON_BLOCK_SIZE", default_value = "64MiB", value_parser = parse_byte_size)]
+    block_size: u64,
+    /// Page size of the workers.
+    #[arg(long, env = "TALON_PAGE_SIZE", default_value = "1MiB", value_parser = parse_byte_size)]
+    page_size: u64,
+    /// Address every endpoint binds to.
     #[arg(long, env = "TALON_BIND", default_value = "127.0.0.1")]
     bind: IpAddr,
-
     /// S3 endpoint port.
     #[arg(long, env = "TALON_S3_PORT", default_value_t = 9000)]
     s3_port: u16,
-
     /// Azure Blob endpoint port.
     #[arg(long, env = "TALON_AZURE_PORT", default_value_t = 10000)]
     azure_port: u16,
-
-    /// Admin port (/metrics, /healthz, /admin/faults).
-    #[arg(long, env = "TALON_ADMIN_PORT", default_value_t = 9100)]
+    /// Gateway admin port (/metrics, /healthz, /readyz).
+    #[arg(long, env = "TALON_ADMIN_PORT", default_value_t = 9300)]
     admin_port: u16,
-
-    /// Require S3 requests signed with this ACCESS_KEY:SECRET (default: any credentials
-    /// are accepted and signatures are not checked).
+    /// Require S3 requests signed with ACCESS_KEY:SECRET (default: any credentials are
+    /// accepted and signatures are not checked).
     #[arg(long, env = "TALON_S3_CREDENTIALS")]
     s3_credentials: Option<String>,
-
     /// Require Azure Shared Key or SAS with the emulator's well-known account key
     /// (default: anonymous access).
     #[arg(long, env = "TALON_AZURE_REQUIRE_KEY")]
     azure_require_key: bool,
+    /// Write the endpoints as JSON to this file once everything is up (for scripts).
+    #[arg(long, env = "TALON_READY_FILE")]
+    ready_file: Option<PathBuf>,
 }
 
 /// Writes the sample data set into a new folder.
@@ -80,26 +109,98 @@ fn write_sample(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_banner(
-    stub: &talon_origin_stub::RunningStub,
-    args: &UpArgs,
-    credentials: Option<(&str, &str)>,
-) {
-    let s3 = stub.s3_url().unwrap_or_default();
-    let azure = stub.azure_url().unwrap_or_default();
-    let admin = stub.admin_url().unwrap_or_default();
+/// Parses `--origin` into origin clients.
+fn real_origin(spec: &str) -> anyhow::Result<Origins> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let region = env("AWS_REGION").unwrap_or_else(|| "us-east-1".into());
+    let s3 = |endpoint: String| -> anyhow::Result<Origins> {
+        let credentials = match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+            (Some(access_key), Some(secret_key)) => Some(S3Credentials {
+                access_key,
+                secret_key,
+                session_token: env("AWS_SESSION_TOKEN"),
+            }),
+            _ => None,
+        };
+        let client = OriginClient::new(OriginConfig::S3 {
+            endpoint,
+            region: region.clone(),
+            credentials,
+            virtual_hosted: false,
+        })?;
+        Ok(Origins {
+            s3: Some(client),
+            azure: None,
+        })
+    };
+    let azure = |endpoint: String, account: String| -> anyhow::Result<Origins> {
+        let key = match env("AZURE_STORAGE_KEY") {
+            Some(k) => Some(
+                AccountKey::from_base64(&k)
+                    .map_err(|e| anyhow::anyhow!("AZURE_STORAGE_KEY: {}", e.message()))?,
+            ),
+            None => None,
+        };
+        let client = OriginClient::new(OriginConfig::Azure {
+            endpoint,
+            account: account.clone(),
+            key,
+            sas: None,
+        })?;
+        Ok(Origins {
+            s3: None,
+            azure: Some((account, client)),
+        })
+    };
+    if spec == "s3" {
+        return s3(format!("https://s3.{region}.amazonaws.com"));
+    }
+    if let Some(host) = spec.strip_prefix("s3://") {
+        return s3(format!("https://{host}"));
+    }
+    if let Some(host) = spec.strip_prefix("s3+http://") {
+        return s3(format!("http://{host}"));
+    }
+    if let Some(account) = spec.strip_prefix("az://") {
+        return azure(
+            format!("https://{account}.blob.core.windows.net"),
+            account.to_owned(),
+        );
+    }
+    if let Some(rest) = spec.strip_prefix("az+http://") {
+        let account = rest
+            .rsplit('/')
+            .next()
+            .unwrap_or(DEFAULT_AZURE_ACCOUNT)
+            .to_owned();
+        return azure(format!("http://{rest}"), account);
+    }
+    anyhow::bail!(
+        "--origin '{spec}' is not s3, s3://HOST, s3+http://HOST:PORT, az://ACCOUNT or az+http://HOST:PORT/ACCOUNT"
+    )
+}
+
+struct Endpoints {
+    s3: String,
+    azure: String,
+    admin: String,
+    coordinator: String,
+    origin: String,
+}
+
+fn print_banner(e: &Endpoints, args: &UpArgs, credentials: Option<(&str, &str)>) {
     let (ak, sk) = credentials.unwrap_or(("talon", "talon"));
     let azure_key = EMULATOR_AZURE_KEY;
+    let (s3, azure, admin) = (&e.s3, &e.azure, &e.admin);
     println!(
         r#"
-Talon is up (origin stub: the cache cluster and gateway join this command as they land).
+Talon is up: {workers} workers behind a gateway, reading {origin}.
 
   S3          {s3}   region us-east-1, path-style
               credentials: {creds}
   Azure Blob  {azure}
               account {DEFAULT_AZURE_ACCOUNT}, key {azure_key}{azure_auth}
-  Admin       {admin}/metrics   {admin}/admin/faults
-  Data        {data}  (buckets are its top-level folders; 'demo/random-64MiB.bin' is generated)
+  Metrics     {admin}/metrics   (coordinator: {coordinator}/v1/cluster)
 
 Try it:
   curl -s {s3}/demo/hello.txt
@@ -111,6 +212,9 @@ Try it:
 
 Ctrl-C stops it.
 "#,
+        workers = args.workers,
+        origin = e.origin,
+        coordinator = e.coordinator,
         creds = if credentials.is_some() {
             format!("access key {ak}, secret {sk} (required)")
         } else {
@@ -121,15 +225,10 @@ Ctrl-C stops it.
         } else {
             " (optional: anonymous access allowed)"
         },
-        data = args.data_dir.display(),
     );
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<()> {
-    if !args.data_dir.exists() {
-        write_sample(&args.data_dir)?;
-        tracing::info!(dir = %args.data_dir.display(), "created the data folder with a sample");
-    }
     let credentials = match &args.s3_credentials {
         Some(c) => Some(
             c.split_once(':')
@@ -138,40 +237,204 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let mut s3_credentials = BTreeMap::new();
-    if let Some((ak, sk)) = credentials {
-        s3_credentials.insert(ak.to_owned(), sk.to_owned());
+    let loopback = |port| SocketAddr::new(args.bind, port);
+    let any_port = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), 0);
+
+    // The origin: a real account, or the stub over the data folder.
+    let (origins, origin_name, stub) = match &args.origin {
+        Some(spec) => (real_origin(spec)?, spec.clone(), None),
+        None => {
+            if !args.data_dir.exists() {
+                write_sample(&args.data_dir)?;
+                tracing::info!(dir = %args.data_dir.display(), "created the data folder with a sample");
+            }
+            let stub = talon_origin_stub::start(StubConfig {
+                data_dir: Some(args.data_dir.clone()),
+                generated: vec![GeneratedObject::new(
+                    "demo",
+                    "random-64MiB.bin",
+                    64 << 20,
+                    0,
+                )],
+                s3_listen: Some(any_port),
+                azure_listen: Some(any_port),
+                admin_listen: None,
+                ..StubConfig::default()
+            })
+            .await
+            .context("starting the origin stub")?;
+            let s3 = OriginClient::new(OriginConfig::S3 {
+                endpoint: stub.s3_url().unwrap_or_default(),
+                region: "us-east-1".into(),
+                credentials: None,
+                virtual_hosted: false,
+            })?;
+            let azure = OriginClient::new(OriginConfig::Azure {
+                endpoint: stub.azure_url().unwrap_or_default(),
+                account: DEFAULT_AZURE_ACCOUNT.into(),
+                key: None,
+                sas: None,
+            })?;
+            let origins = Origins {
+                s3: Some(s3),
+                azure: Some((DEFAULT_AZURE_ACCOUNT.into(), azure)),
+            };
+            (
+                origins,
+                format!("the folder {}", args.data_dir.display()),
+                Some(stub),
+            )
+        }
+    };
+
+    let coordinator = talon_coordinator::start(CoordinatorConfig {
+        listen: any_port,
+        heartbeat_interval: Duration::from_millis(500),
+        expiry: Duration::from_secs(3),
+    })
+    .await
+    .context("starting the coordinator")?;
+    let geometry = BlockGeometry::new(args.block_size, args.page_size).context(
+        "--block-size and --page-size must be powers of two, the page no larger than the block",
+    )?;
+    let cache_root = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join(".talon-cache"));
+    let mut workers = Vec::new();
+    for i in 0..args.workers.max(1) {
+        let worker = talon_worker::start(WorkerConfig {
+            listen: any_port,
+            admin_listen: None,
+            cache_dir: cache_root.join(format!("w{i}")),
+            capacity_bytes: args.capacity,
+            page_size: args.page_size,
+            origins: origins.clone(),
+            stat_ttl: Duration::from_secs(2),
+            negative_stat_ttl: Duration::from_millis(500),
+            loader: LoaderConfig::default(),
+            data_plane: DataPlaneConfig::default(),
+            membership: Some(MembershipConfig {
+                coordinator_url: coordinator.url(),
+                id: format!("w{i}"),
+                advertise_addr: None,
+                weight: 1,
+                zone: String::new(),
+                heartbeat_interval: Duration::from_millis(500),
+            }),
+        })
+        .await
+        .with_context(|| format!("starting worker {i}"))?;
+        workers.push(worker);
     }
-    let azure_key = if args.azure_require_key {
-        Some(
+    // Wait until the coordinator places blocks on every worker before taking requests.
+    let coordinator_client = talon_coordinator::client::CoordinatorClient::new(coordinator.url())?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let live = coordinator_client
+            .members()
+            .await
+            .map(|m| m.placement().len())
+            .unwrap_or(0);
+        if live == workers.len() {
+            break;
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "workers did not join the coordinator"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut cache_config = CacheClientConfig::new(coordinator.url(), geometry);
+    cache_config.origin_fallback = Some(origins.clone());
+    let cache = CacheClient::connect(cache_config)
+        .await
+        .context("connecting the gateway to the cluster")?;
+
+    let mut identities_file = IdentitiesFile {
+        anonymous: true,
+        ..IdentitiesFile::default()
+    };
+    if let Some((ak, sk)) = credentials {
+        identities_file.s3.push(S3Key {
+            access_key: ak.into(),
+            secret_key: sk.into(),
+        });
+        identities_file.anonymous = false;
+    }
+    let mut identities = Identities::from_parts(identities_file)?;
+    if args.azure_require_key {
+        identities.azure.key = Some(
             AccountKey::from_base64(EMULATOR_AZURE_KEY)
                 .map_err(|e| anyhow::anyhow!("the emulator key: {}", e.message()))?,
-        )
+        );
+        identities.azure.allow_anonymous = false;
     } else {
-        None
+        identities.azure.allow_anonymous = true;
+    }
+    let (s3_backend, azure_backend) = match (&origins.s3, &origins.azure) {
+        (Some(_), Some(_)) => (Backend::S3, Backend::Azure),
+        (Some(_), None) => (Backend::S3, Backend::S3),
+        _ => (Backend::Azure, Backend::Azure),
     };
-    let config = StubConfig {
-        data_dir: Some(args.data_dir.clone()),
-        generated: vec![GeneratedObject::new(
-            "demo",
-            "random-64MiB.bin",
-            64 << 20,
-            0,
-        )],
-        s3_listen: Some(SocketAddr::new(args.bind, args.s3_port)),
-        azure_listen: Some(SocketAddr::new(args.bind, args.azure_port)),
-        admin_listen: Some(SocketAddr::new(args.bind, args.admin_port)),
-        s3_credentials,
-        azure_key,
-        ..StubConfig::default()
+    let gateway = talon_gateway::start(talon_gateway::GatewayConfig {
+        s3: Some(S3Front {
+            listen: loopback(args.s3_port),
+            route: Route::Cache,
+            backend: s3_backend,
+            addressing: S3Addressing::PathStyle,
+            region: "us-east-1".into(),
+        }),
+        azure: Some(AzureFront {
+            listen: loopback(args.azure_port),
+            route: Route::Cache,
+            backend: azure_backend,
+            addressing: Default::default(),
+        }),
+        admin_listen: Some(loopback(args.admin_port)),
+        origins,
+        cache: Some(cache),
+        identities,
+        metadata_ttl: Duration::from_secs(1),
+        limits: Limits::default(),
+    })
+    .await
+    .context("starting the gateway")?;
+    let endpoints = Endpoints {
+        s3: gateway.s3_url().unwrap_or_default(),
+        azure: gateway.azure_url().unwrap_or_default(),
+        admin: gateway
+            .admin_addr
+            .map(|a| format!("http://{a}"))
+            .unwrap_or_default(),
+        coordinator: coordinator.url(),
+        origin: origin_name,
     };
-    let stub = talon_origin_stub::start(config)
-        .await
-        .context("starting the origin stub")?;
-    print_banner(&stub, &args, credentials);
+    if let Some(path) = &args.ready_file {
+        let ready = serde_json::json!({
+            "s3": endpoints.s3,
+            "azure": endpoints.azure,
+            "azure_account": DEFAULT_AZURE_ACCOUNT,
+            "admin": endpoints.admin,
+            "coordinator": endpoints.coordinator,
+            "origin_s3": stub.as_ref().and_then(|s| s.s3_url()),
+            "origin_azure": stub.as_ref().and_then(|s| s.azure_url()),
+        });
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&ready)?)?;
+        std::fs::rename(&tmp, path)?;
+    }
+    print_banner(&endpoints, &args, credentials);
     talon_origin_stub::server::shutdown_signal().await;
     tracing::info!("shutting down");
-    stub.shutdown().await;
+    gateway.shutdown().await;
+    for w in workers {
+        w.shutdown().await;
+    }
+    coordinator.shutdown().await;
+    if let Some(stub) = stub {
+        stub.shutdown().await;
+    }
     Ok(())
 }
 

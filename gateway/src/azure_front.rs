@@ -1,0 +1,688 @@
+//! The Azure Blob front: unmodified Azure SDK clients (azure-storage-blob with an
+//! endpoint override, rclone) talk to it as to a storage account.
+//!
+//! Reads (Get Blob, Get Blob Properties) go through the front's route; listings and
+//! container checks are answered from the origin; Put Blob and Delete Blob go to the
+//! origin exactly once, re-signed with the gateway's identity. Against an Azure origin,
+//! block uploads and container creation are relayed as they are; against an S3 origin
+//! they are not implemented.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use axum::body::Body;
+use axum::response::Response;
+use http::{HeaderMap, Method, Request, StatusCode};
+use talon_protocols::azure::auth::{self as azure_auth, Transport};
+use talon_protocols::azure::request::{AzureOperation, AzureRequest};
+use talon_protocols::azure::shared_key::SharedKeyParts;
+use talon_protocols::azure::xml;
+use talon_protocols::conditional::Conditions;
+use talon_protocols::listing::{ListQuery, paginate};
+use talon_protocols::origin::{AZURE_API_VERSION, ForwardRequest, ListOptions, OriginBody};
+use talon_protocols::range::RangeSpec;
+use talon_protocols::{Error, ErrorKind};
+
+use crate::Gateway;
+use crate::config::Backend;
+use crate::metrics::Outcome;
+use crate::objects::ReadRequest;
+use crate::reply::{Failure, answer, header, relay, set_header};
+use crate::upload::{Claims, VerifyingBody, take_outcome};
+
+const PROTOCOL: &str = "azure";
+const MAX_RESULTS: usize = 5000;
+
+/// Handles one Azure Blob request.
+pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Response {
+    let request_id = format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        fastrand::u32(..),
+        fastrand::u16(..),
+        fastrand::u16(..),
+        fastrand::u16(..),
+        fastrand::u64(..) & 0xffff_ffff_ffff
+    );
+    let started = Instant::now();
+    let is_head = req.method() == Method::HEAD;
+    let version = header(req.headers(), "x-ms-version")
+        .unwrap_or(AZURE_API_VERSION)
+        .to_owned();
+    let has_body = req.headers().contains_key("transfer-encoding")
+        || header(req.headers(), "content-length").is_some_and(|v| v.trim() != "0");
+    let span = tracing::info_span!("azure", request_id = %request_id);
+    let deadline = gw.limits.request_deadline;
+    let result = tokio::time::timeout(
+        deadline,
+        tracing::Instrument::instrument(route(&gw, peer, req), span),
+    )
+    .await;
+    let (operation, outcome, result) = match result {
+        Ok(r) => r,
+        Err(_) => (
+            "Unknown",
+            Outcome::Failed,
+            Err(Error::new(ErrorKind::Timeout, "the request took too long").into()),
+        ),
+    };
+    let route_name = gw
+        .azure
+        .as_ref()
+        .map(|f| f.route.name())
+        .unwrap_or("origin");
+    let mut resp = match result {
+        Ok(resp) => {
+            gw.metrics.request(PROTOCOL, operation, route_name, outcome);
+            resp
+        }
+        Err(f) => {
+            gw.metrics
+                .request(PROTOCOL, operation, route_name, Outcome::Failed);
+            error_response(f, is_head, &request_id, has_body)
+        }
+    };
+    gw.metrics.latency(PROTOCOL, operation, started.elapsed());
+    let h = resp.headers_mut();
+    set_header(h, "x-ms-request-id", &request_id);
+    set_header(h, "x-ms-version", &version);
+    set_header(h, "server", "talon-gateway");
+    resp
+}
+
+fn error_response(f: Failure, is_head: bool, request_id: &str, has_body: bool) -> Response {
+    let kind = f.error.kind();
+    let with_body = !is_head && kind != ErrorKind::NotModified;
+    let body = if with_body {
+        Body::from(xml::error_xml(&f.error, request_id, SystemTime::now()))
+    } else {
+        Body::empty()
+    };
+    let mut resp = answer(kind.azure_status(), body);
+    let h = resp.headers_mut();
+    set_header(h, "x-ms-error-code", kind.azure_code());
+    if with_body {
+        set_header(h, "content-type", "application/xml");
+    }
+    if has_body {
+        set_header(h, "connection", "close");
+    }
+    for (name, value) in f.headers {
+        set_header(h, name, &value);
+    }
+    if kind != ErrorKind::NotModified {
+        tracing::info!(
+            code = kind.azure_code(),
+            message = f.error.message(),
+            "azure request failed"
+        );
+    }
+    resp
+}
+
+type Routed = (&'static str, Outcome, Result<Response, Failure>);
+
+async fn route(gw: &Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Routed {
+    let Some(front) = gw.azure.clone() else {
+        return (
+            "Unknown",
+            Outcome::Failed,
+            Err(Error::new(ErrorKind::NotImplemented, "no Azure front").into()),
+        );
+    };
+    let (parts, body) = req.into_parts();
+    let header_bytes: usize = parts
+        .headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if header_bytes > gw.limits.max_header_bytes {
+        let e = Error::new(
+            ErrorKind::HeadersTooLarge,
+            format!(
+                "The request headers exceed the maximum allowed size of {} bytes.",
+                gw.limits.max_header_bytes
+            ),
+        );
+        return ("Unknown", Outcome::Failed, Err(e.into()));
+    }
+    let raw_path = parts.uri.path().to_owned();
+    let raw_query = parts.uri.query().unwrap_or("").to_owned();
+    let request = match AzureRequest::classify(
+        &parts.method,
+        &front.addressing,
+        &parts.headers,
+        &raw_path,
+        &raw_query,
+    ) {
+        Ok(r) => r,
+        Err(e) => return ("Unknown", Outcome::Failed, Err(e.into())),
+    };
+    let operation = request.operation.name();
+    if request.account != gw.identities.azure.account {
+        let e = Error::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "this gateway serves the account '{}'",
+                gw.identities.azure.account
+            ),
+        );
+        return (operation, Outcome::Failed, Err(e.into()));
+    }
+    let signed = SharedKeyParts {
+        method: parts.method.as_str(),
+        raw_path: &raw_path,
+        raw_query: &raw_query,
+        headers: &parts.headers,
+    };
+    let transport = Transport {
+        https: false,
+        client_ip: Some(peer.ip()),
+    };
+    if let Err(e) = azure_auth::authenticate(
+        &gw.identities.azure,
+        &request,
+        &signed,
+        transport,
+        SystemTime::now(),
+    ) {
+        return (operation, Outcome::Failed, Err(e.into()));
+    }
+    let ctx = Ctx {
+        gw,
+        front: &front,
+        headers: &parts.headers,
+        request: &request,
+    };
+    let (outcome, result) = dispatch(&ctx, body).await;
+    (operation, outcome, result)
+}
+
+struct Ctx<'a> {
+    gw: &'a Arc<Gateway>,
+    front: &'a crate::config::AzureFront,
+    headers: &'a HeaderMap,
+    request: &'a AzureRequest,
+}
+
+impl Ctx<'_> {
+    fn container(&self) -> Result<&str, Error> {
+        self.request
+            .container
+            .as_deref()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidRequest, "the request names no container"))
+    }
+
+    fn blob(&self) -> Result<&str, Error> {
+        self.request
+            .blob
+            .as_deref()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidRequest, "the request names no blob"))
+    }
+
+    fn backend(&self) -> Backend {
+        self.front.backend
+    }
+
+    fn query(&self, name: &str) -> Option<&str> {
+        self.request.query.get(name)
+    }
+}
+
+fn container_errors(e: Error) -> Error {
+    if e.kind() == ErrorKind::NoSuchBucket {
+        Error::new(
+            ErrorKind::NoSuchBucket,
+            "The specified container does not exist.",
+        )
+    } else {
+        e
+    }
+}
+
+fn blob_errors(e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::NoSuchKey => {
+            Error::new(ErrorKind::NoSuchKey, "The specified blob does not exist.")
+        }
+        _ => container_errors(e),
+    }
+}
+
+async fn dispatch(ctx: &Ctx<'_>, body: Body) -> (Outcome, Result<Response, Failure>) {
+    use AzureOperation::*;
+    let op = ctx.request.operation;
+    let result = match op {
+        GetBlob | GetBlobProperties => {
+            return match get_blob(ctx, op == GetBlob).await {
+                Ok((outcome, resp)) => (outcome, Ok(resp)),
+                Err(f) => (Outcome::Failed, Err(f)),
+            };
+        }
+        ListContainers => list_containers(ctx).await,
+        GetContainerProperties => container_properties(ctx).await,
+        ListBlobs => list_blobs(ctx).await,
+        PutBlob => put_blob(ctx, body).await,
+        DeleteBlob => delete_blob(ctx).await,
+        PutBlock | PutBlockList | GetBlockList | CreateContainer | DeleteContainer => {
+            relay_to_azure_origin(ctx, body).await
+        }
+    };
+    let outcome = if result.is_ok() {
+        Outcome::Origin
+    } else {
+        Outcome::Failed
+    };
+    (outcome, result)
+}
+
+fn xml_answer(doc: String) -> Response {
+    let mut resp = answer(StatusCode::OK, Body::from(doc));
+    set_header(resp.headers_mut(), "content-type", "application/xml");
+    resp
+}
+
+async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response), Failure> {
+    let (container, blob) = (ctx.container()?, ctx.blob()?);
+    let conditions = Conditions::from_headers(ctx.headers);
+    // x-ms-range wins over Range; Azure defines no suffix ranges.
+    let range = match header(ctx.headers, "x-ms-range") {
+        Some(v) => Some(RangeSpec::parse(v).filter(|s| !s.is_suffix()).ok_or_else(|| {
+            Error::new(ErrorKind::InvalidHeaderValue, "The value for one of the HTTP headers is not in the correct format: x-ms-range")
+        })?),
+        None => header(ctx.headers, "range").and_then(RangeSpec::parse).filter(|s| !s.is_suffix()),
+    };
+    let read = ctx
+        .gw
+        .objects
+        .read(ReadRequest {
+            route: ctx.front.route,
+            backend: ctx.backend(),
+            bucket: container,
+            key: blob,
+            conditions: &conditions,
+            range,
+            with_body,
+        })
+        .await
+        .map_err(|mut f| {
+            f.error = blob_errors(f.error);
+            f
+        })?;
+    let (status, len) = match read.range {
+        Some(r) => (StatusCode::PARTIAL_CONTENT, r.len()),
+        None => (StatusCode::OK, read.meta.size),
+    };
+    let body = match read.body {
+        Some(stream) => {
+            let metrics = ctx.gw.metrics.clone();
+            Body::from_stream(futures_util::StreamExt::inspect(stream, move |c| {
+                if let Ok(b) = c {
+                    metrics.bytes_out(PROTOCOL, b.len() as u64);
+                }
+            }))
+        }
+        None => Body::empty(),
+    };
+    let mut resp = answer(status, body);
+    let h = resp.headers_mut();
+    set_header(h, "content-length", &len.to_string());
+    set_header(h, "etag", &read.meta.etag);
+    set_header(h, "accept-ranges", "bytes");
+    set_header(
+        h,
+        "content-type",
+        read.meta
+            .content_type
+            .as_deref()
+            .unwrap_or("application/octet-stream"),
+    );
+    set_header(h, "x-ms-blob-type", "BlockBlob");
+    set_header(h, "x-ms-lease-status", "unlocked");
+    set_header(h, "x-ms-lease-state", "available");
+    set_header(h, "x-ms-server-encrypted", "true");
+    if let Some(t) = read.meta.last_modified {
+        let date = talon_protocols::dates::format_http_date(t);
+        set_header(h, "last-modified", &date);
+        set_header(h, "x-ms-creation-time", &date);
+    }
+    if let Some(r) = read.range {
+        set_header(h, "content-range", &r.content_range(read.meta.size));
+    }
+    Ok((read.outcome, resp))
+}
+
+fn max_results(ctx: &Ctx<'_>) -> Result<Option<usize>, Error> {
+    match ctx.query("maxresults") {
+        None => Ok(None),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(|n| Some(n.min(MAX_RESULTS)))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    "maxresults must be a positive integer",
+                )
+            }),
+    }
+}
+
+fn service_endpoint(ctx: &Ctx<'_>) -> String {
+    let host = header(ctx.headers, "host").unwrap_or("localhost");
+    format!("http://{host}/{}/", ctx.request.account)
+}
+
+async fn list_containers(ctx: &Ctx<'_>) -> Result<Response, Failure> {
+    let buckets = ctx.gw.objects.origin(ctx.backend())?.list_buckets().await?;
+    let max = max_results(ctx)?;
+    let query = ListQuery {
+        prefix: ctx.query("prefix").unwrap_or(""),
+        delimiter: None,
+        marker: ctx.query("marker").filter(|m| !m.is_empty()),
+        max_keys: max.unwrap_or(MAX_RESULTS),
+    };
+    let page = paginate(buckets, |b| b.name.as_str(), &query).map_entries(|b| {
+        let created = b.created.unwrap_or(std::time::UNIX_EPOCH);
+        let nanos = created
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        xml::ContainerEntry {
+            name: b.name,
+            last_modified: created,
+            etag: format!("\"0x{nanos:X}\""),
+        }
+    });
+    let echo = xml::ListEcho {
+        prefix: ctx.query("prefix"),
+        marker: ctx.query("marker"),
+        max_results: max,
+        delimiter: None,
+    };
+    Ok(xml_answer(xml::list_containers_xml(
+        &service_endpoint(ctx),
+        &echo,
+        &page,
+    )))
+}
+
+async fn container_properties(ctx: &Ctx<'_>) -> Result<Response, Failure> {
+    ctx.gw
+        .objects
+        .origin(ctx.backend())?
+        .head_bucket(ctx.container()?)
+        .await
+        .map_err(container_errors)?;
+    let mut resp = answer(StatusCode::OK, Body::empty());
+    let h = resp.headers_mut();
+    set_header(h, "etag", "\"0x0\"");
+    set_header(
+        h,
+        "last-modified",
+        &talon_protocols::dates::format_http_date(std::time::UNIX_EPOCH),
+    );
+    set_header(h, "x-ms-lease-status", "unlocked");
+    set_header(h, "x-ms-lease-state", "available");
+    set_header(h, "x-ms-has-immutability-policy", "false");
+    set_header(h, "x-ms-has-legal-hold", "false");
+    Ok(resp)
+}
+
+async fn list_blobs(ctx: &Ctx<'_>) -> Result<Response, Failure> {
+    let container = ctx.container()?;
+    let max = max_results(ctx)?;
+    let delimiter = ctx.query("delimiter").filter(|d| !d.is_empty());
+    let page = ctx
+        .gw
+        .objects
+        .origin(ctx.backend())?
+        .list_with(
+            container,
+            &ListOptions {
+                prefix: ctx.query("prefix").unwrap_or(""),
+                delimiter,
+                token: ctx.query("marker").filter(|m| !m.is_empty()),
+                start_after: None,
+                max_keys: Some(max.unwrap_or(MAX_RESULTS)),
+            },
+        )
+        .await
+        .map_err(container_errors)?;
+    let list_page = talon_protocols::listing::ListPage {
+        entries: page
+            .objects
+            .into_iter()
+            .map(|o| xml::BlobEntry {
+                name: o.key,
+                last_modified: o.last_modified.unwrap_or(std::time::UNIX_EPOCH),
+                etag: o.etag,
+                size: o.size,
+                content_type: "application/octet-stream".into(),
+            })
+            .collect(),
+        common_prefixes: page.common_prefixes,
+        is_truncated: page.next_token.is_some(),
+        next_marker: page.next_token,
+    };
+    let echo = xml::ListEcho {
+        prefix: ctx.query("prefix"),
+        marker: ctx.query("marker"),
+        max_results: max,
+        delimiter,
+    };
+    Ok(xml_answer(xml::list_blobs_xml(
+        &service_endpoint(ctx),
+        container,
+        &echo,
+        &list_page,
+    )))
+}
+
+fn write_headers(ctx: &Ctx<'_>) -> Vec<(String, String)> {
+    let h = ctx.headers;
+    let content_type = header(h, "x-ms-blob-content-type").or_else(|| header(h, "content-type"));
+    let mut out = Vec::new();
+    match ctx.backend() {
+        Backend::Azure => {
+            if let Some(ct) = content_type {
+                out.push(("x-ms-blob-content-type".into(), ct.to_owned()));
+            }
+            for (name, value) in h {
+                if let (true, Ok(v)) = (name.as_str().starts_with("x-ms-meta-"), value.to_str()) {
+                    out.push((name.as_str().to_owned(), v.to_owned()));
+                }
+            }
+        }
+        Backend::S3 => {
+            if let Some(ct) = content_type {
+                out.push(("content-type".into(), ct.to_owned()));
+            }
+            for (name, value) in h {
+                if let (Some(meta), Ok(v)) =
+                    (name.as_str().strip_prefix("x-ms-meta-"), value.to_str())
+                {
+                    out.push((format!("x-amz-meta-{meta}"), v.to_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn content_length(ctx: &Ctx<'_>) -> Result<u64, Error> {
+    header(ctx.headers, "content-length")
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::MissingContentLength,
+                "Content-Length is required.",
+            )
+        })
+}
+
+async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
+    let (container, blob) = (ctx.container()?, ctx.blob()?);
+    let len = content_length(ctx)?;
+    if len > ctx.gw.limits.max_upload_bytes {
+        return Err(Error::new(ErrorKind::EntityTooLarge, "The request body is too large.").into());
+    }
+    let claims = Claims {
+        content_md5: header(ctx.headers, "content-md5").map(str::to_owned),
+        ..Claims::default()
+    };
+    let (stream, outcome) = VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
+    let headers = write_headers(ctx);
+    let header_refs: Vec<(&str, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let origin = ctx.gw.objects.origin(ctx.backend())?;
+    let result = origin
+        .put_stream(
+            container,
+            blob,
+            reqwest::Body::wrap_stream(stream),
+            len,
+            &header_refs,
+        )
+        .await;
+    let verified = match take_outcome(&outcome) {
+        Some(Err(e)) => return Err(e.into()),
+        Some(Ok(v)) => Some(v),
+        None => None,
+    };
+    let etag = result.map_err(container_errors)?;
+    ctx.gw.objects.invalidate(ctx.backend(), container, blob);
+    ctx.gw.metrics.bytes_in(PROTOCOL, len);
+    let mut resp = answer(StatusCode::CREATED, Body::empty());
+    let h = resp.headers_mut();
+    set_header(h, "etag", &etag);
+    set_header(
+        h,
+        "last-modified",
+        &talon_protocols::dates::format_http_date(SystemTime::now()),
+    );
+    set_header(h, "x-ms-request-server-encrypted", "true");
+    if let Some(v) = verified {
+        use base64::Engine;
+        if let Ok(md5) = hex::decode(&v.md5_hex) {
+            set_header(
+                h,
+                "content-md5",
+                &base64::engine::general_purpose::STANDARD.encode(md5),
+            );
+        }
+    }
+    Ok(resp)
+}
+
+async fn delete_blob(ctx: &Ctx<'_>) -> Result<Response, Failure> {
+    let (container, blob) = (ctx.container()?, ctx.blob()?);
+    let origin = ctx.gw.objects.origin(ctx.backend())?;
+    if ctx.backend() == Backend::S3 {
+        // S3 deletes a missing key without complaint; Azure answers 404.
+        origin.head(container, blob).await.map_err(blob_errors)?;
+    }
+    origin.delete(container, blob).await.map_err(blob_errors)?;
+    ctx.gw.objects.invalidate(ctx.backend(), container, blob);
+    Ok(answer(StatusCode::ACCEPTED, Body::empty()))
+}
+
+fn is_auth_param(name: &str) -> bool {
+    matches!(
+        name,
+        "sv" | "ss"
+            | "srt"
+            | "sp"
+            | "se"
+            | "st"
+            | "sip"
+            | "spr"
+            | "sig"
+            | "sr"
+            | "si"
+            | "ses"
+            | "skoid"
+            | "sktid"
+    )
+}
+
+/// Relays block uploads and container operations to an Azure origin.
+async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
+    if ctx.backend() != Backend::Azure {
+        return Err(Error::new(
+            ErrorKind::NotImplemented,
+            format!(
+                "{} is not implemented over an S3 origin",
+                ctx.request.operation.name()
+            ),
+        )
+        .into());
+    }
+    let origin = ctx.gw.objects.origin(Backend::Azure)?;
+    let raw = ctx.request.query.0.iter();
+    let query = raw
+        .filter(|(k, _)| !is_auth_param(k))
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                talon_protocols::uri_encoding::encode_strict(k),
+                talon_protocols::uri_encoding::encode_strict(v)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("&");
+    let mut headers = write_headers(ctx);
+    if let Some(v) = header(ctx.headers, "content-md5") {
+        headers.push(("content-md5".into(), v.to_owned()));
+    }
+    let op = ctx.request.operation;
+    let (origin_body, outcome) = match op {
+        AzureOperation::PutBlock | AzureOperation::PutBlockList => {
+            let len = content_length(ctx)?;
+            let claims = Claims {
+                content_md5: header(ctx.headers, "content-md5").map(str::to_owned),
+                ..Claims::default()
+            };
+            let (stream, outcome) =
+                VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
+            (
+                OriginBody::Stream {
+                    body: reqwest::Body::wrap_stream(stream),
+                    len,
+                },
+                Some(outcome),
+            )
+        }
+        _ => (OriginBody::Empty, None),
+    };
+    let method = match op {
+        AzureOperation::GetBlockList => Method::GET,
+        AzureOperation::DeleteContainer => Method::DELETE,
+        _ => Method::PUT,
+    };
+    let result = origin
+        .forward(ForwardRequest {
+            method,
+            bucket: ctx.request.container.as_deref(),
+            key: ctx.request.blob.as_deref(),
+            query: &query,
+            headers,
+            body: origin_body,
+        })
+        .await;
+    if let Some(outcome) = outcome
+        && let Some(Err(e)) = take_outcome(&outcome)
+    {
+        return Err(e.into());
+    }
+    let resp = result?;
+    if resp.status().is_success()
+        && let (Some(c), Some(b)) = (&ctx.request.container, &ctx.request.blob)
+    {
+        ctx.gw.objects.invalidate(Backend::Azure, c, b);
+    }
+    Ok(relay(resp))
+}

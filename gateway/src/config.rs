@@ -1,0 +1,240 @@
+//! What a gateway serves and how: fronts, routes, which origin each front reads,
+//! client identities, limits.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use talon_protocols::azure::auth::AzureIdentity;
+use talon_protocols::azure::request::AzureAddressing;
+use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::s3::auth::S3Identities;
+use talon_protocols::s3::request::S3Addressing;
+
+use crate::error::GatewayError;
+
+/// How a front serves reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// Read through the cache; fall back to a conditional origin read only when the
+    /// cache infrastructure fails.
+    Cache,
+    /// Read through the cache only; a failure of the cache is an error.
+    CacheOnly,
+    /// Straight to the origin; no cache.
+    Origin,
+}
+
+impl Route {
+    /// The name used in flags and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Cache => "cache",
+            Route::CacheOnly => "cache-only",
+            Route::Origin => "origin",
+        }
+    }
+}
+
+impl std::str::FromStr for Route {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cache" => Ok(Route::Cache),
+            "cache-only" => Ok(Route::CacheOnly),
+            "origin" => Ok(Route::Origin),
+            other => Err(format!(
+                "unknown route '{other}' (cache, cache-only, origin)"
+            )),
+        }
+    }
+}
+
+/// Which origin protocol a front reads and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The S3 origin.
+    S3,
+    /// The Azure Blob origin.
+    Azure,
+}
+
+impl Backend {
+    /// The name used in flags.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::S3 => "s3",
+            Backend::Azure => "azure",
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "s3" => Ok(Backend::S3),
+            "azure" => Ok(Backend::Azure),
+            other => Err(format!("unknown origin '{other}' (s3, azure)")),
+        }
+    }
+}
+
+/// The S3 front.
+#[derive(Debug, Clone)]
+pub struct S3Front {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Read route.
+    pub route: Route,
+    /// The origin this front reads and writes.
+    pub backend: Backend,
+    /// Path-style, or virtual-hosted under a domain (path-style always works).
+    pub addressing: S3Addressing,
+    /// The region reported by GetBucketLocation and HeadBucket.
+    pub region: String,
+}
+
+/// The Azure Blob front.
+#[derive(Debug, Clone)]
+pub struct AzureFront {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Read route.
+    pub route: Route,
+    /// The origin this front reads and writes.
+    pub backend: Backend,
+    /// Emulator path-style, or account host names under a domain.
+    pub addressing: AzureAddressing,
+}
+
+/// Protective limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Time until a response has started (bodies may stream for longer).
+    pub request_deadline: Duration,
+    /// Total request header bytes accepted.
+    pub max_header_bytes: usize,
+    /// Largest upload accepted.
+    pub max_upload_bytes: u64,
+    /// Largest XML request body accepted.
+    pub max_xml_bytes: usize,
+    /// Most open connections per listener.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            request_deadline: Duration::from_secs(60),
+            max_header_bytes: 16 * 1024,
+            max_upload_bytes: 5 << 30,
+            max_xml_bytes: 2 << 20,
+            max_connections: 4096,
+        }
+    }
+}
+
+/// The identities clients authenticate with, as read from a JSON file:
+///
+/// ```json
+/// {
+///   "s3": [{"access_key": "AKIA...", "secret_key": "..."}],
+///   "azure": {"account": "devstoreaccount1", "key": "base64..."},
+///   "anonymous": false
+/// }
+/// ```
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentitiesFile {
+    /// S3 access keys.
+    #[serde(default)]
+    pub s3: Vec<S3Key>,
+    /// The Azure account clients address, and its key.
+    #[serde(default)]
+    pub azure: Option<AzureAccount>,
+    /// Whether unauthenticated requests are served.
+    #[serde(default)]
+    pub anonymous: bool,
+}
+
+/// One S3 access key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Key {
+    /// Access key id.
+    pub access_key: String,
+    /// Secret.
+    pub secret_key: String,
+}
+
+/// The Azure account clients see.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AzureAccount {
+    /// Account name.
+    pub account: String,
+    /// Account key, base64.
+    pub key: Option<String>,
+}
+
+/// Both fronts' identities.
+#[derive(Debug, Clone)]
+pub struct Identities {
+    /// S3.
+    pub s3: S3Identities,
+    /// Azure.
+    pub azure: AzureIdentity,
+}
+
+impl Identities {
+    /// Reads an identities file.
+    ///
+    /// # Errors
+    /// [`GatewayError::Config`] when it cannot be read or parsed, or a key is not base64.
+    pub fn from_file(path: &Path) -> Result<Identities, GatewayError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| GatewayError::Config(format!("reading {}: {e}", path.display())))?;
+        let file: IdentitiesFile = serde_json::from_str(&text)
+            .map_err(|e| GatewayError::Config(format!("parsing {}: {e}", path.display())))?;
+        Identities::from_parts(file)
+    }
+
+    /// Builds identities from their parts.
+    ///
+    /// # Errors
+    /// [`GatewayError::Config`] for a key that is not base64.
+    pub fn from_parts(file: IdentitiesFile) -> Result<Identities, GatewayError> {
+        let s3 = S3Identities {
+            secrets: file
+                .s3
+                .into_iter()
+                .map(|k| (k.access_key, k.secret_key))
+                .collect(),
+            allow_anonymous: file.anonymous,
+        };
+        let (account, key) = match file.azure {
+            Some(a) => (a.account, a.key),
+            None => (talon_protocols::azure::EMULATOR_ACCOUNT.to_owned(), None),
+        };
+        let key = match key {
+            Some(k) => Some(
+                AccountKey::from_base64(&k)
+                    .map_err(|e| GatewayError::Config(format!("azure key: {}", e.message())))?,
+            ),
+            None => None,
+        };
+        let allow_anonymous = file.anonymous;
+        Ok(Identities {
+            s3,
+            azure: AzureIdentity {
+                account,
+                key,
+                allow_anonymous,
+            },
+        })
+    }
+}

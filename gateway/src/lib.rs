@@ -1,0 +1,330 @@
+//! `talon-gateway`: the S3 and Azure Blob front ends of Talon, for unmodified SDK
+//! clients.
+//!
+//! It owns the HTTP fronts (an S3 listener and an Azure Blob listener, each optional,
+//! each with a route: through the cache, cache only, or straight to the origin), client
+//! authentication against configured identities, translation between the fronts and the
+//! origin (an S3 client can read an Azure origin and the other way round), streaming
+//! with bounded memory, and the gateway's metrics. It does not own caching (the cluster,
+//! reached through `talon-cache-client`), the protocols' formats (`talon-protocols`), or
+//! the origin.
+
+pub mod azure_front;
+pub mod config;
+pub mod error;
+pub mod metrics;
+pub mod objects;
+pub mod reply;
+pub mod s3_front;
+pub mod upload;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Request, State};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::{AzureFront, Identities, Limits, S3Front};
+pub use crate::error::GatewayError;
+use crate::metrics::GatewayMetrics;
+use crate::objects::Objects;
+
+/// Everything a gateway serves.
+pub struct GatewayConfig {
+    /// The S3 front, if any.
+    pub s3: Option<S3Front>,
+    /// The Azure Blob front, if any.
+    pub azure: Option<AzureFront>,
+    /// Admin listener (`/metrics`, `/healthz`, `/readyz`).
+    pub admin_listen: Option<SocketAddr>,
+    /// The origins.
+    pub origins: talon_protocols::origin::Origins,
+    /// The cache cluster; required unless every front routes to the origin.
+    pub cache: Option<talon_cache_client::CacheClient>,
+    /// Who may call.
+    pub identities: Identities,
+    /// How long object metadata is trusted before it is asked again.
+    pub metadata_ttl: Duration,
+    /// Protective limits.
+    pub limits: Limits,
+}
+
+/// The shared state of a gateway's handlers.
+pub struct Gateway {
+    s3: Option<S3Front>,
+    azure: Option<AzureFront>,
+    identities: Identities,
+    objects: Objects,
+    limits: Limits,
+    metrics: Arc<GatewayMetrics>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("objects", &self.objects)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct RunningGateway {
+    /// Where the S3 front listens.
+    pub s3_addr: Option<SocketAddr>,
+    /// Where the Azure front listens.
+    pub azure_addr: Option<SocketAddr>,
+    /// Where the admin endpoints listen.
+    pub admin_addr: Option<SocketAddr>,
+    state: Arc<Gateway>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningGateway {
+    /// `http://addr` of the S3 front.
+    pub fn s3_url(&self) -> Option<String> {
+        self.s3_addr.map(|a| format!("http://{a}"))
+    }
+
+    /// The Azure account URL (`http://addr/<account>`).
+    pub fn azure_url(&self) -> Option<String> {
+        self.azure_addr
+            .map(|a| format!("http://{a}/{}", self.state.identities.azure.account))
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &GatewayMetrics {
+        &self.state.metrics
+    }
+
+    /// Stops accepting and finishes the responses in flight (bounded), then returns.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// A TCP listener that holds a permit per open connection, so at most a fixed number are
+/// served at once (the rest wait in the kernel's accept queue).
+pub struct LimitedListener {
+    inner: TcpListener,
+    permits: Arc<Semaphore>,
+}
+
+/// A connection and its permit.
+pub struct LimitedStream {
+    stream: TcpStream,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for LimitedStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for LimitedStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+impl axum::serve::Listener for LimitedListener {
+    type Io = LimitedStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok(permit) = self.permits.clone().acquire_owned().await else {
+                // The semaphore is never closed; wait forever rather than spin.
+                std::future::pending::<()>().await;
+                continue;
+            };
+            match self.inner.accept().await {
+                Ok((stream, addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    return (
+                        LimitedStream {
+                            stream,
+                            _permit: permit,
+                        },
+                        addr,
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// The client's address, as the fronts see it (for SAS address restrictions and logs).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, LimitedListener>>
+    for PeerAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, LimitedListener>) -> Self {
+        PeerAddr(*stream.remote_addr())
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| GatewayError::Bind { addr, source })
+}
+
+fn spawn_front(
+    listener: TcpListener,
+    router: axum::Router,
+    max_connections: usize,
+    mut shutdown: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let listener = LimitedListener {
+        inner: listener,
+        permits: Arc::new(Semaphore::new(max_connections.max(1))),
+    };
+    tokio::spawn(async move {
+        let stop = async move {
+            let _ = shutdown.changed().await;
+        };
+        let service = router.into_make_service_with_connect_info::<PeerAddr>();
+        if let Err(e) = axum::serve(listener, service)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            tracing::warn!(error = %e, "a front stopped");
+        }
+    })
+}
+
+/// Starts a gateway.
+///
+/// # Errors
+/// [`GatewayError::Config`] when a front routes through the cache without a cache
+/// client; [`GatewayError::Bind`].
+pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError> {
+    let needs_cache = [
+        config.s3.as_ref().map(|f| f.route),
+        config.azure.as_ref().map(|f| f.route),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|r| r != config::Route::Origin);
+    if needs_cache && config.cache.is_none() {
+        return Err(GatewayError::Config(
+            "a front routes through the cache but no cache cluster is configured".into(),
+        ));
+    }
+    let state = Arc::new(Gateway {
+        s3: config.s3.clone(),
+        azure: config.azure.clone(),
+        identities: config.identities,
+        objects: Objects::new(config.origins, config.cache, config.metadata_ttl),
+        limits: config.limits.clone(),
+        metrics: Arc::new(GatewayMetrics::new()),
+    });
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let mut s3_addr = None;
+    if let Some(front) = &config.s3 {
+        let listener = bind(front.listen).await?;
+        s3_addr = listener.local_addr().ok();
+        let router = axum::Router::new()
+            .fallback(|State(gw): State<Arc<Gateway>>, req: Request| async move {
+                s3_front::handle(gw, req).await
+            })
+            .with_state(state.clone());
+        tasks.push(spawn_front(
+            listener,
+            router,
+            config.limits.max_connections,
+            shutdown_rx.clone(),
+        ));
+    }
+    let mut azure_addr = None;
+    if let Some(front) = &config.azure {
+        let listener = bind(front.listen).await?;
+        azure_addr = listener.local_addr().ok();
+        let router = axum::Router::new()
+            .fallback(
+                |State(gw): State<Arc<Gateway>>,
+                 ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+                 req: Request| async move { azure_front::handle(gw, peer, req).await },
+            )
+            .with_state(state.clone());
+        tasks.push(spawn_front(
+            listener,
+            router,
+            config.limits.max_connections,
+            shutdown_rx.clone(),
+        ));
+    }
+    let mut admin_addr = None;
+    if let Some(addr) = config.admin_listen {
+        let listener = bind(addr).await?;
+        admin_addr = listener.local_addr().ok();
+        let metrics = state.metrics.clone();
+        let router = axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let m = metrics.clone();
+                    async move {
+                        (
+                            [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                            m.render(),
+                        )
+                    }
+                }),
+            )
+            .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+            .route("/readyz", axum::routing::get(|| async { "ready\n" }));
+        tasks.push(spawn_front(listener, router, 64, shutdown_rx.clone()));
+    }
+    tracing::info!(?s3_addr, ?azure_addr, ?admin_addr, "gateway serving");
+    Ok(RunningGateway {
+        s3_addr,
+        azure_addr,
+        admin_addr,
+        state,
+        shutdown,
+        tasks,
+    })
+}

@@ -1,0 +1,300 @@
+//! `talon-gateway`: S3 and Azure Blob endpoints in front of a Talon cache cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use talon_cache_client::{CacheClient, CacheClientConfig};
+use talon_core::{BlockGeometry, parse_byte_size};
+use talon_gateway::config::{
+    AzureFront, Backend, Identities, IdentitiesFile, Limits, Route, S3Front, S3Key,
+};
+use talon_gateway::{GatewayConfig, start};
+use talon_protocols::azure::request::AzureAddressing;
+use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
+use talon_protocols::s3::request::S3Addressing;
+use talon_protocols::s3::sigv4::S3Credentials;
+
+/// Talon's gateway: unmodified S3 and Azure Blob clients read through the cache by
+/// changing only their endpoint.
+#[derive(Debug, Parser)]
+#[command(name = "talon-gateway", version)]
+struct Args {
+    /// S3 listener ("off" to disable).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_S3_LISTEN",
+        default_value = "127.0.0.1:9000"
+    )]
+    s3_listen: String,
+    /// Azure Blob listener ("off" to disable).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_AZURE_LISTEN",
+        default_value = "127.0.0.1:10000"
+    )]
+    azure_listen: String,
+    /// Admin listener (/metrics, /healthz, /readyz; "off" to disable).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_ADMIN_LISTEN",
+        default_value = "127.0.0.1:9300"
+    )]
+    admin_listen: String,
+    /// How the S3 front reads: cache, cache-only, origin.
+    #[arg(long, env = "TALON_GATEWAY_S3_ROUTE", default_value = "cache")]
+    s3_route: Route,
+    /// How the Azure front reads: cache, cache-only, origin.
+    #[arg(long, env = "TALON_GATEWAY_AZURE_ROUTE", default_value = "cache")]
+    azure_route: Route,
+    /// Which origin the S3 front serves (s3 or azure; default: the S3 origin if set).
+    #[arg(long, env = "TALON_GATEWAY_S3_FRONT_ORIGIN")]
+    s3_front_origin: Option<Backend>,
+    /// Which origin the Azure front serves (s3 or azure; default: the Azure origin if set).
+    #[arg(long, env = "TALON_GATEWAY_AZURE_FRONT_ORIGIN")]
+    azure_front_origin: Option<Backend>,
+    /// Serve S3 virtual-hosted requests for BUCKET.DOMAIN too.
+    #[arg(long, env = "TALON_GATEWAY_S3_DOMAIN")]
+    s3_domain: Option<String>,
+    /// Serve Azure requests for ACCOUNT.blob.DOMAIN host names too.
+    #[arg(long, env = "TALON_GATEWAY_AZURE_DOMAIN")]
+    azure_domain: Option<String>,
+    /// The region the S3 front reports.
+    #[arg(long, env = "TALON_GATEWAY_REGION", default_value = "us-east-1")]
+    region: String,
+
+    /// S3 origin endpoint (e.g. https://s3.eu-west-1.amazonaws.com).
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN_S3_ENDPOINT")]
+    origin_s3_endpoint: Option<String>,
+    /// S3 origin signing region.
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    origin_s3_region: String,
+    /// The gateway's own S3 access key for the origin.
+    #[arg(long, env = "AWS_ACCESS_KEY_ID")]
+    origin_s3_access_key: Option<String>,
+    /// The gateway's own S3 secret for the origin.
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    origin_s3_secret_key: Option<String>,
+    /// Azure origin account URL (e.g. https://acct.blob.core.windows.net).
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN_AZURE_ENDPOINT")]
+    origin_azure_endpoint: Option<String>,
+    /// Azure origin account name.
+    #[arg(
+        long,
+        env = "AZURE_STORAGE_ACCOUNT",
+        default_value = "devstoreaccount1"
+    )]
+    origin_azure_account: String,
+    /// The Azure origin's account key.
+    #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
+    origin_azure_key: Option<String>,
+
+    /// Coordinator of the cache cluster (http://host:port).
+    #[arg(long, env = "TALON_GATEWAY_COORDINATOR")]
+    coordinator: Option<String>,
+    /// The cluster's block size.
+    #[arg(long, env = "TALON_GATEWAY_BLOCK_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
+    block_size: u64,
+    /// Fall back to the origin when the cache fails mid-body (route cache only).
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN_FALLBACK", default_value_t = true)]
+    origin_fallback: bool,
+
+    /// Client identities (JSON: {"s3": [{"access_key", "secret_key"}], "azure": {"account", "key"}, "anonymous": bool}).
+    #[arg(long, env = "TALON_GATEWAY_IDENTITIES")]
+    identities: Option<PathBuf>,
+    /// An S3 client identity ACCESS_KEY:SECRET (repeatable); adds to the file's.
+    #[arg(
+        long = "s3-credentials",
+        env = "TALON_GATEWAY_S3_CREDENTIALS",
+        value_delimiter = ','
+    )]
+    s3_credentials: Vec<String>,
+    /// Serve unauthenticated requests.
+    #[arg(long, env = "TALON_GATEWAY_ANONYMOUS")]
+    anonymous: bool,
+
+    /// How long object metadata is trusted, milliseconds.
+    #[arg(long, env = "TALON_GATEWAY_METADATA_TTL_MS", default_value_t = 1000)]
+    metadata_ttl_ms: u64,
+    /// Time until a response starts, milliseconds.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_REQUEST_DEADLINE_MS",
+        default_value_t = 60_000
+    )]
+    request_deadline_ms: u64,
+    /// Most open connections per listener.
+    #[arg(long, env = "TALON_GATEWAY_MAX_CONNECTIONS", default_value_t = 4096)]
+    max_connections: usize,
+}
+
+fn listen(value: &str, flag: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if value == "off" {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .with_context(|| format!("{flag} '{value}' is not an address"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TALON_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let s3_origin = match &args.origin_s3_endpoint {
+        Some(endpoint) => Some(OriginClient::new(OriginConfig::S3 {
+            endpoint: endpoint.clone(),
+            region: args.origin_s3_region.clone(),
+            credentials: match (&args.origin_s3_access_key, &args.origin_s3_secret_key) {
+                (Some(a), Some(s)) => Some(S3Credentials {
+                    access_key: a.clone(),
+                    secret_key: s.clone(),
+                    session_token: None,
+                }),
+                _ => None,
+            },
+            virtual_hosted: false,
+        })?),
+        None => None,
+    };
+    let azure_origin = match &args.origin_azure_endpoint {
+        Some(endpoint) => {
+            let key = match &args.origin_azure_key {
+                Some(k) => Some(
+                    AccountKey::from_base64(k)
+                        .map_err(|e| anyhow::anyhow!("azure key: {}", e.message()))?,
+                ),
+                None => None,
+            };
+            Some((
+                args.origin_azure_account.clone(),
+                OriginClient::new(OriginConfig::Azure {
+                    endpoint: endpoint.clone(),
+                    account: args.origin_azure_account.clone(),
+                    key,
+                    sas: None,
+                })?,
+            ))
+        }
+        None => None,
+    };
+    anyhow::ensure!(
+        s3_origin.is_some() || azure_origin.is_some(),
+        "configure an origin: --origin-s3-endpoint and/or --origin-azure-endpoint"
+    );
+    let (has_s3, has_azure) = (s3_origin.is_some(), azure_origin.is_some());
+    let default_backend = move |preferred: Backend| match (preferred, has_s3, has_azure) {
+        (Backend::S3, true, _) | (Backend::Azure, false, true) => preferred,
+        (Backend::S3, false, _) => Backend::Azure,
+        (Backend::Azure, _, false) => Backend::S3,
+        (Backend::Azure, _, true) => Backend::Azure,
+    };
+    let mut file = match &args.identities {
+        Some(path) => serde_json::from_str::<IdentitiesFile>(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))?,
+        None => IdentitiesFile::default(),
+    };
+    for c in &args.s3_credentials {
+        let (a, s) = c
+            .split_once(':')
+            .with_context(|| format!("--s3-credentials '{c}' is not KEY:SECRET"))?;
+        file.s3.push(S3Key {
+            access_key: a.into(),
+            secret_key: s.into(),
+        });
+    }
+    file.anonymous |= args.anonymous;
+    let identities = Identities::from_parts(file)?;
+    let origins = Origins {
+        s3: s3_origin,
+        azure: azure_origin,
+    };
+    let geometry = BlockGeometry::new(args.block_size, args.block_size)
+        .context("--block-size must be a power of two")?;
+    let cache = match &args.coordinator {
+        Some(url) => {
+            let mut config = CacheClientConfig::new(url.clone(), geometry);
+            if args.origin_fallback {
+                config.origin_fallback = Some(origins.clone());
+            }
+            Some(
+                CacheClient::connect(config)
+                    .await
+                    .context("connecting to the cache cluster")?,
+            )
+        }
+        None => None,
+    };
+    let config = GatewayConfig {
+        s3: listen(&args.s3_listen, "--s3-listen")?.map(|listen| S3Front {
+            listen,
+            route: args.s3_route,
+            backend: args
+                .s3_front_origin
+                .unwrap_or_else(|| default_backend(Backend::S3)),
+            addressing: match &args.s3_domain {
+                Some(d) => S3Addressing::VirtualHosted {
+                    domain: d.to_ascii_lowercase(),
+                },
+                None => S3Addressing::PathStyle,
+            },
+            region: args.region.clone(),
+        }),
+        azure: listen(&args.azure_listen, "--azure-listen")?.map(|listen| AzureFront {
+            listen,
+            route: args.azure_route,
+            backend: args
+                .azure_front_origin
+                .unwrap_or_else(|| default_backend(Backend::Azure)),
+            addressing: match &args.azure_domain {
+                Some(d) => AzureAddressing::HostStyle {
+                    domain: d.to_ascii_lowercase(),
+                },
+                None => AzureAddressing::PathStyle,
+            },
+        }),
+        admin_listen: listen(&args.admin_listen, "--admin-listen")?,
+        origins,
+        cache,
+        identities,
+        metadata_ttl: Duration::from_millis(args.metadata_ttl_ms),
+        limits: Limits {
+            request_deadline: Duration::from_millis(args.request_deadline_ms),
+            max_connections: args.max_connections,
+            ..Limits::default()
+        },
+    };
+    let gateway = start(config).await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    gateway.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The gateway's Prometheus metrics: requests by protocol, operation, route and outcome,
+//! bytes in and out, and latency to the start of the response.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// How a request was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Read through the cache.
+    Cache,
+    /// Sent to the origin by route or because the key cannot be cached.
+    Bypass,
+    /// The cache failed and the origin served it.
+    Fallback,
+    /// A write, listing or other origin operation.
+    Origin,
+    /// Answered with an error.
+    Failed,
+}
+
+impl Outcome {
+    fn name(self) -> &'static str {
+        match self {
+            Outcome::Cache => "cache",
+            Outcome::Bypass => "bypass",
+            Outcome::Fallback => "fallback",
+            Outcome::Origin => "origin",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+type RequestLabels = [(&'static str, &'static str); 4];
+type OpLabels = [(&'static str, &'static str); 2];
+
+/// Every metric of a gateway.
+#[derive(Debug)]
+pub struct GatewayMetrics {
+    registry: Mutex<Registry>,
+    requests: Family<RequestLabels, Counter>,
+    bytes_out: Family<[(&'static str, &'static str); 1], Counter>,
+    bytes_in: Family<[(&'static str, &'static str); 1], Counter>,
+    latency: Family<OpLabels, Histogram>,
+}
+
+impl Default for GatewayMetrics {
+    fn default() -> Self {
+        GatewayMetrics::new()
+    }
+}
+
+impl GatewayMetrics {
+    /// Registers every metric.
+    pub fn new() -> GatewayMetrics {
+        let latency: Family<OpLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_05, 2.0, 20)));
+        let m = GatewayMetrics {
+            registry: Mutex::new(Registry::with_prefix("talon_gateway")),
+            requests: Family::default(),
+            bytes_out: Family::default(),
+            bytes_in: Family::default(),
+            latency,
+        };
+        {
+            let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
+            r.register(
+                "requests",
+                "Requests by protocol, operation, route and outcome",
+                m.requests.clone(),
+            );
+            r.register(
+                "response_bytes",
+                "Object bytes sent to clients",
+                m.bytes_out.clone(),
+            );
+            r.register(
+                "upload_bytes",
+                "Object bytes received from clients",
+                m.bytes_in.clone(),
+            );
+            r.register(
+                "response_start_seconds",
+                "Time from request to the start of the response",
+                m.latency.clone(),
+            );
+        }
+        m
+    }
+
+    /// Counts a request.
+    pub fn request(
+        &self,
+        protocol: &'static str,
+        operation: &'static str,
+        route: &'static str,
+        outcome: Outcome,
+    ) {
+        self.requests
+            .get_or_create(&[
+                ("protocol", protocol),
+                ("operation", operation),
+                ("route", route),
+                ("outcome", outcome.name()),
+            ])
+            .inc();
+    }
+
+    /// Records time to the response's start.
+    pub fn latency(&self, protocol: &'static str, operation: &'static str, d: Duration) {
+        self.latency
+            .get_or_create(&[("protocol", protocol), ("operation", operation)])
+            .observe(d.as_secs_f64());
+    }
+
+    /// Object bytes sent.
+    pub fn bytes_out(&self, protocol: &'static str, n: u64) {
+        self.bytes_out
+            .get_or_create(&[("protocol", protocol)])
+            .inc_by(n);
+    }
+
+    /// Object bytes received.
+    pub fn bytes_in(&self, protocol: &'static str, n: u64) {
+        self.bytes_in
+            .get_or_create(&[("protocol", protocol)])
+            .inc_by(n);
+    }
+
+    /// Renders the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

@@ -1,0 +1,342 @@
+//! Reading objects for either front: metadata (through the cache, or the origin), the
+//! client's conditions and range, and the bytes as a stream, by the front's route.
+//!
+//! The metadata of an object is cached here for a short TTL and pinned for the whole
+//! response: the version (ETag) it names is part of every block the cache reads, so a
+//! response is always one version's bytes. A write through the gateway drops the
+//! object's entry, so the next read sees the new version.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use talon_cache_client::CacheClient;
+use talon_core::{ObjectId, ObjectVersion};
+use talon_protocols::conditional::Conditions;
+use talon_protocols::origin::{OriginClient, Origins};
+use talon_protocols::range::{ByteRange, RangeSpec};
+use talon_protocols::{Error, ErrorKind};
+
+use crate::config::{Backend, Route};
+use crate::metrics::Outcome;
+use crate::reply::Failure;
+
+/// An object's metadata as a front reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// Quoted entity tag (the origin's ETag), identical on HEAD and GET.
+    pub etag: String,
+    /// Last modification, when known.
+    pub last_modified: Option<SystemTime>,
+    /// Content type, when known.
+    pub content_type: Option<String>,
+}
+
+/// A stream of object bytes for an HTTP body.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static>>;
+
+/// An answered read.
+pub struct Read {
+    /// Metadata of the version served.
+    pub meta: ObjectMeta,
+    /// The range served, `None` for the whole object.
+    pub range: Option<ByteRange>,
+    /// The bytes (GET), `None` for HEAD or an empty answer.
+    pub body: Option<BodyStream>,
+    /// How it was served.
+    pub outcome: Outcome,
+}
+
+/// Object metadata by (backend, bucket, key), with the time it was learned.
+type MetaCache = HashMap<(Backend, String, String), (Instant, ObjectMeta)>;
+
+/// What a front asks of a read.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadRequest<'a> {
+    /// The front's route.
+    pub route: Route,
+    /// The origin the front serves.
+    pub backend: Backend,
+    /// Bucket (container).
+    pub bucket: &'a str,
+    /// Key (blob).
+    pub key: &'a str,
+    /// The client's conditional headers.
+    pub conditions: &'a Conditions,
+    /// The client's range, if any.
+    pub range: Option<RangeSpec>,
+    /// GET (true) or HEAD (false).
+    pub with_body: bool,
+}
+
+/// The objects behind the fronts: origins, the cache, and the metadata cache.
+pub struct Objects {
+    origins: Origins,
+    cache: Option<CacheClient>,
+    azure_account: String,
+    meta_ttl: Duration,
+    meta: Mutex<MetaCache>,
+}
+
+impl std::fmt::Debug for Objects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Objects")
+            .field("cache", &self.cache.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+fn cache_error(e: talon_cache_client::CacheClientError) -> Error {
+    Error::new(e.kind(), e.to_string())
+}
+
+impl Objects {
+    /// Objects read from `origins`, through `cache` when given.
+    pub fn new(origins: Origins, cache: Option<CacheClient>, meta_ttl: Duration) -> Objects {
+        let azure_account = origins
+            .azure
+            .as_ref()
+            .map(|(a, _)| a.clone())
+            .unwrap_or_default();
+        Objects {
+            origins,
+            cache,
+            azure_account,
+            meta_ttl,
+            meta: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The origin client of a backend.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NotImplemented`] when that origin is not configured.
+    pub fn origin(&self, backend: Backend) -> Result<&OriginClient, Error> {
+        match backend {
+            Backend::S3 => self.origins.s3.as_ref(),
+            Backend::Azure => self.origins.azure.as_ref().map(|(_, c)| c),
+        }
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotImplemented,
+                format!("no {} origin is configured", backend.name()),
+            )
+        })
+    }
+
+    /// The cache's identity of an object, or `None` when the key cannot be a block
+    /// identity (empty, `.` or `..` segments, a trailing `/`): such keys bypass the cache.
+    pub fn object_id(&self, backend: Backend, bucket: &str, key: &str) -> Option<ObjectId> {
+        match backend {
+            Backend::S3 => ObjectId::s3(bucket, key).ok(),
+            Backend::Azure => ObjectId::azure(&self.azure_account, bucket, key).ok(),
+        }
+    }
+
+    /// Drops the cached metadata of an object (after a write through the gateway).
+    pub fn invalidate(&self, backend: Backend, bucket: &str, key: &str) {
+        self.meta
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(backend, bucket.to_owned(), key.to_owned()));
+    }
+
+    fn cached_meta(&self, backend: Backend, bucket: &str, key: &str) -> Option<ObjectMeta> {
+        let meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
+        meta.get(&(backend, bucket.to_owned(), key.to_owned()))
+            .filter(|(at, _)| at.elapsed() < self.meta_ttl)
+            .map(|(_, m)| m.clone())
+    }
+
+    fn remember(&self, backend: Backend, bucket: &str, key: &str, meta: &ObjectMeta) {
+        let mut all = self.meta.lock().unwrap_or_else(|p| p.into_inner());
+        if all.len() > 100_000 {
+            all.clear();
+        }
+        all.insert(
+            (backend, bucket.to_owned(), key.to_owned()),
+            (Instant::now(), meta.clone()),
+        );
+    }
+
+    async fn origin_meta(
+        &self,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+    ) -> Result<ObjectMeta, Error> {
+        let info = self.origin(backend)?.head(bucket, key).await?;
+        Ok(ObjectMeta {
+            size: info.size,
+            etag: info.etag,
+            last_modified: info.last_modified,
+            content_type: info.content_type,
+        })
+    }
+
+    /// Metadata through the route: the cache (with fallback for `Cache`), or the origin.
+    async fn meta(
+        &self,
+        route: Route,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(ObjectMeta, Outcome), Error> {
+        let id = self.object_id(backend, bucket, key);
+        let (cache, id) = match (route, &self.cache, id) {
+            (Route::Origin, _, _) | (_, None, _) | (_, _, None) => {
+                return Ok((
+                    self.origin_meta(backend, bucket, key).await?,
+                    Outcome::Bypass,
+                ));
+            }
+            (_, Some(cache), Some(id)) => (cache, id),
+        };
+        if let Some(m) = self.cached_meta(backend, bucket, key) {
+            return Ok((m, Outcome::Cache));
+        }
+        match cache.stat(&id).await {
+            Ok(s) => {
+                let meta = ObjectMeta {
+                    size: s.size,
+                    etag: talon_protocols::conditional::quote_etag(s.version.as_str()),
+                    last_modified: u64::try_from(s.last_modified_ms)
+                        .ok()
+                        .filter(|ms| *ms > 0)
+                        .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms)),
+                    content_type: Some(s.content_type).filter(|c| !c.is_empty()),
+                };
+                self.remember(backend, bucket, key, &meta);
+                Ok((meta, Outcome::Cache))
+            }
+            Err(e) if !e.is_transient() => Err(cache_error(e)),
+            Err(e) if route == Route::Cache => {
+                tracing::warn!(error = %e, "the cache failed; reading metadata from the origin");
+                Ok((
+                    self.origin_meta(backend, bucket, key).await?,
+                    Outcome::Fallback,
+                ))
+            }
+            Err(e) => Err(Error::new(
+                ErrorKind::ServiceUnavailable,
+                format!("the cache is unavailable: {e}"),
+            )),
+        }
+    }
+
+    /// Serves a read: metadata, conditions, range, and (for a GET) the bytes.
+    ///
+    /// # Errors
+    /// A [`Failure`] in the client's terms: not found, 304/412 with the entity headers,
+    /// 416 with `Content-Range`, or the cache's or origin's failure.
+    pub async fn read(&self, req: ReadRequest<'_>) -> Result<Read, Failure> {
+        let ReadRequest {
+            route,
+            backend,
+            bucket,
+            key,
+            conditions,
+            range,
+            with_body,
+        } = req;
+        let mut retried = false;
+        loop {
+            let (meta, outcome) = self.meta(route, backend, bucket, key).await?;
+            let modified = meta.last_modified.unwrap_or_else(SystemTime::now);
+            if let Err(kind) = conditions.check_read(&meta.etag, modified) {
+                let message = match kind {
+                    ErrorKind::NotModified => "Not Modified",
+                    _ => "At least one of the pre-conditions you specified did not hold",
+                };
+                return Err(Failure::with_headers(
+                    Error::new(kind, message),
+                    entity_headers(&meta),
+                ));
+            }
+            let resolved = match range.map(|r| r.resolve(meta.size)) {
+                None => None,
+                Some(Ok(r)) => Some(r),
+                Some(Err(u)) => {
+                    return Err(Failure::with_headers(
+                        Error::new(
+                            ErrorKind::InvalidRange,
+                            "The requested range is not satisfiable",
+                        ),
+                        vec![("content-range", u.content_range())],
+                    ));
+                }
+            };
+            let (start, end) = resolved.map(|r| (r.start, r.end)).unwrap_or((0, meta.size));
+            if !with_body || end == start {
+                return Ok(Read {
+                    meta,
+                    range: resolved,
+                    body: None,
+                    outcome,
+                });
+            }
+            let body = match outcome {
+                Outcome::Cache => {
+                    let (Some(cache), Some(id)) =
+                        (&self.cache, self.object_id(backend, bucket, key))
+                    else {
+                        return Err(
+                            Error::new(ErrorKind::InternalError, "the cache vanished").into()
+                        );
+                    };
+                    let version = ObjectVersion::new(talon_protocols::conditional::normalize_etag(
+                        &meta.etag,
+                    ))
+                    .map_err(|e| Error::new(ErrorKind::InternalError, e.to_string()))?;
+                    let stream = cache
+                        .read_range(&id, &version, meta.size, start..end)
+                        .map_err(cache_error)?;
+                    let stream: BodyStream = Box::pin(
+                        stream.map(|r| r.map_err(|e| std::io::Error::other(e.to_string()))),
+                    );
+                    stream
+                }
+                _ => {
+                    let origin = self.origin(backend)?;
+                    let pinned =
+                        talon_protocols::conditional::normalize_etag(&meta.etag).to_owned();
+                    match origin.get(bucket, key, resolved, Some(&pinned)).await {
+                        Ok(resp) => {
+                            let stream: BodyStream = Box::pin(resp.body.map(|r| {
+                                r.map_err(|e| std::io::Error::other(e.message().to_owned()))
+                            }));
+                            stream
+                        }
+                        Err(e) if e.kind() == ErrorKind::PreconditionFailed && !retried => {
+                            // The object changed between its metadata and its bytes.
+                            self.invalidate(backend, bucket, key);
+                            retried = true;
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            };
+            return Ok(Read {
+                meta,
+                range: resolved,
+                body: Some(body),
+                outcome,
+            });
+        }
+    }
+}
+
+/// `ETag` and `Last-Modified` of an object, for 304 and 412 answers.
+pub fn entity_headers(meta: &ObjectMeta) -> Vec<(&'static str, String)> {
+    let mut h = vec![("etag", meta.etag.clone())];
+    if let Some(t) = meta.last_modified {
+        h.push(("last-modified", talon_protocols::dates::format_http_date(t)));
+    }
+    h
+}

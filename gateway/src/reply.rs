@@ -1,0 +1,96 @@
+//! Building answers: failures with their extra headers, small response helpers, and
+//! relaying an origin's answer to a client.
+
+use axum::body::Body;
+use axum::response::Response;
+use futures_util::StreamExt;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use talon_protocols::Error;
+
+/// A failed request: the error, and headers its answer carries (`Content-Range` on a
+/// 416, `ETag` on a 304).
+#[derive(Debug)]
+pub struct Failure {
+    /// The error.
+    pub error: Error,
+    /// Extra headers.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Failure {
+    /// A failure with extra headers.
+    pub fn with_headers(error: Error, headers: Vec<(&'static str, String)>) -> Failure {
+        Failure { error, headers }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure {
+            error,
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// Sets a header, skipping values that are not valid header text.
+pub fn set_header(headers: &mut HeaderMap, name: &str, value: &str) {
+    if let (Ok(n), Ok(v)) = (
+        HeaderName::from_bytes(name.as_bytes()),
+        HeaderValue::from_str(value),
+    ) {
+        headers.insert(n, v);
+    }
+}
+
+/// A response with a status and body.
+pub fn answer(status: StatusCode, body: Body) -> Response {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    resp
+}
+
+/// A header's text value.
+pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Headers of an origin answer that a client may see; everything else (its request ids,
+/// its server, connection management) is the gateway's own.
+const RELAYED_HEADERS: &[&str] = &[
+    "content-type",
+    "content-length",
+    "content-range",
+    "content-md5",
+    "etag",
+    "last-modified",
+    "location",
+    "x-ms-error-code",
+    "x-ms-blob-type",
+    "x-ms-request-server-encrypted",
+    "x-ms-blob-content-md5",
+];
+
+fn relayed(name: &str) -> bool {
+    RELAYED_HEADERS.contains(&name)
+        || (name.starts_with("x-amz-") && name != "x-amz-request-id" && name != "x-amz-id-2")
+        || (name.starts_with("x-ms-meta-"))
+}
+
+/// Relays an origin's answer (status, the headers a client may see, the body streamed).
+pub fn relay(resp: reqwest::Response) -> Response {
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut headers = HeaderMap::new();
+    for (name, value) in resp.headers() {
+        if relayed(name.as_str()) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    let body = Body::from_stream(
+        resp.bytes_stream()
+            .map(|r| r.map_err(std::io::Error::other)),
+    );
+    let mut out = answer(status, body);
+    *out.headers_mut() = headers;
+    out
+}

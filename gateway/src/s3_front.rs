@@ -1,0 +1,797 @@
+//! The S3 front: unmodified S3 clients (boto3, the aws CLI, aws-sdk-rust, rclone,
+//! DuckDB) talk to it as to S3.
+//!
+//! Reads (GetObject, HeadObject) go through the front's route. Listings and bucket
+//! operations are answered from the origin. Writes go to the origin exactly once,
+//! re-signed with the gateway's identity (client credentials are never forwarded); on
+//! success the gateway drops its metadata for the object, and since the version is part
+//! of every cached block, the old bytes can no longer be served. Against an S3 origin,
+//! operations the gateway does not interpret (multipart uploads, copies, bucket
+//! creation) are relayed as they are; against an Azure origin they are not implemented.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use talon_protocols::checksum::ChecksumAlgorithm;
+use talon_protocols::conditional::Conditions;
+use talon_protocols::listing::ListPage;
+use talon_protocols::origin::{ForwardRequest, ListOptions, OriginBody};
+use talon_protocols::range::RangeSpec;
+use talon_protocols::s3::auth as s3_auth;
+use talon_protocols::s3::chunked::ChunkSigning;
+use talon_protocols::s3::request::{
+    ListObjectsParams, ListVersion, S3Operation, S3Request, resolve_address,
+};
+use talon_protocols::s3::sigv4::{PayloadMode, RequestParts, VerifiedSigV4};
+use talon_protocols::s3::xml;
+use talon_protocols::{Error, ErrorKind};
+
+use crate::Gateway;
+use crate::config::Backend;
+use crate::metrics::Outcome;
+use crate::objects::ReadRequest;
+use crate::reply::{Failure, answer, header, relay, set_header};
+use crate::upload::{Claims, VerifyingBody, take_outcome};
+
+const OWNER_ID: &str = "talon-gateway";
+const PROTOCOL: &str = "s3";
+
+/// Handles one S3 request.
+pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
+    let request_id = format!("{:016X}", fastrand::u64(..));
+    let started = Instant::now();
+    let is_head = req.method() == Method::HEAD;
+    let resource = req.uri().path().to_owned();
+    let host = header(req.headers(), "host").map(str::to_owned);
+    let has_body = req.headers().contains_key("transfer-encoding")
+        || header(req.headers(), "content-length").is_some_and(|v| v.trim() != "0");
+    let span = tracing::info_span!("s3", request_id = %request_id);
+    let deadline = gw.limits.request_deadline;
+    let result = tokio::time::timeout(
+        deadline,
+        tracing::Instrument::instrument(route(&gw, req), span),
+    )
+    .await;
+    let (operation, outcome, result) = match result {
+        Ok(r) => r,
+        Err(_) => (
+            "Unknown",
+            Outcome::Failed,
+            Err(Error::new(ErrorKind::Timeout, "the request took too long").into()),
+        ),
+    };
+    let front = gw.s3.as_ref();
+    let route = front.map(|f| f.route.name()).unwrap_or("origin");
+    let mut resp = match result {
+        Ok(resp) => {
+            gw.metrics.request(PROTOCOL, operation, route, outcome);
+            resp
+        }
+        Err(f) => {
+            gw.metrics
+                .request(PROTOCOL, operation, route, Outcome::Failed);
+            let addressing = front.map(|f| f.addressing.clone()).unwrap_or_default();
+            let (bucket, key, _) = resolve_address(&addressing, host.as_deref(), &resource);
+            let subject = xml::ErrorSubject {
+                bucket: bucket.as_deref(),
+                key: key.as_deref(),
+            };
+            error_response(f, is_head, &resource, &request_id, subject, has_body)
+        }
+    };
+    gw.metrics.latency(PROTOCOL, operation, started.elapsed());
+    let h = resp.headers_mut();
+    set_header(h, "x-amz-request-id", &request_id);
+    set_header(h, "x-amz-id-2", &request_id);
+    set_header(h, "server", "talon-gateway");
+    resp
+}
+
+fn error_response(
+    f: Failure,
+    is_head: bool,
+    resource: &str,
+    request_id: &str,
+    subject: xml::ErrorSubject<'_>,
+    has_body: bool,
+) -> Response {
+    let kind = f.error.kind();
+    let with_body = !is_head && kind != ErrorKind::NotModified;
+    let body = if with_body {
+        Body::from(xml::error_xml(&f.error, resource, request_id, subject))
+    } else {
+        Body::empty()
+    };
+    let mut resp = answer(kind.s3_status(), body);
+    if with_body {
+        set_header(resp.headers_mut(), "content-type", "application/xml");
+    }
+    if has_body {
+        // The body may not have been read: the client must not reuse this connection.
+        set_header(resp.headers_mut(), "connection", "close");
+    }
+    for (name, value) in f.headers {
+        set_header(resp.headers_mut(), name, &value);
+    }
+    if kind != ErrorKind::NotModified {
+        tracing::info!(
+            code = kind.s3_code(),
+            message = f.error.message(),
+            "s3 request failed"
+        );
+    }
+    resp
+}
+
+type Routed = (&'static str, Outcome, Result<Response, Failure>);
+
+async fn route(gw: &Arc<Gateway>, req: Request<Body>) -> Routed {
+    let Some(front) = gw.s3.clone() else {
+        return (
+            "Unknown",
+            Outcome::Failed,
+            Err(Error::new(ErrorKind::NotImplemented, "no S3 front").into()),
+        );
+    };
+    let (parts, body) = req.into_parts();
+    let header_bytes: usize = parts
+        .headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if header_bytes > gw.limits.max_header_bytes {
+        let e = Error::new(
+            ErrorKind::HeadersTooLarge,
+            format!(
+                "Your request header section exceeds the maximum allowed size of {} bytes.",
+                gw.limits.max_header_bytes
+            ),
+        );
+        return ("Unknown", Outcome::Failed, Err(e.into()));
+    }
+    let raw_path = parts.uri.path().to_owned();
+    let raw_query = parts.uri.query().unwrap_or("").to_owned();
+    let request = match S3Request::classify(
+        &parts.method,
+        &front.addressing,
+        &parts.headers,
+        &raw_path,
+        &raw_query,
+    ) {
+        Ok(r) => r,
+        Err(e) => return ("Unknown", Outcome::Failed, Err(e.into())),
+    };
+    let operation = request.operation.name();
+    let request_parts = RequestParts {
+        method: parts.method.as_str(),
+        raw_path: &raw_path,
+        raw_query: &raw_query,
+        headers: &parts.headers,
+    };
+    let auth = match s3_auth::authenticate(
+        &gw.identities.s3,
+        &request,
+        &request_parts,
+        SystemTime::now(),
+    ) {
+        Ok(a) => a,
+        Err(e) => return (operation, Outcome::Failed, Err(e.into())),
+    };
+    let ctx = Ctx {
+        gw,
+        front: &front,
+        headers: &parts.headers,
+        request: &request,
+        auth,
+        raw_query: &raw_query,
+    };
+    let (outcome, result) = dispatch(&ctx, body).await;
+    (operation, outcome, result)
+}
+
+struct Ctx<'a> {
+    gw: &'a Arc<Gateway>,
+    front: &'a crate::config::S3Front,
+    headers: &'a HeaderMap,
+    request: &'a S3Request,
+    auth: Option<VerifiedSigV4>,
+    raw_query: &'a str,
+}
+
+impl Ctx<'_> {
+    fn bucket(&self) -> Result<&str, Error> {
+        self.request
+            .bucket
+            .as_deref()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidRequest, "the request names no bucket"))
+    }
+
+    fn key(&self) -> Result<&str, Error> {
+        self.request
+            .key
+            .as_deref()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidRequest, "the request names no key"))
+    }
+
+    fn backend(&self) -> Backend {
+        self.front.backend
+    }
+}
+
+async fn dispatch(ctx: &Ctx<'_>, body: Body) -> (Outcome, Result<Response, Failure>) {
+    use S3Operation::*;
+    let op = ctx.request.operation;
+    let result = match op {
+        GetObject | HeadObject => return get_object(ctx, op == GetObject).await,
+        ListBuckets => list_buckets(ctx).await,
+        HeadBucket => head_bucket(ctx).await,
+        GetBucketLocation => bucket_location(ctx).await,
+        ListObjects => list_objects(ctx, ListVersion::V1).await,
+        ListObjectsV2 => list_objects(ctx, ListVersion::V2).await,
+        PutObject => put_object(ctx, body).await,
+        DeleteObject => delete_object(ctx).await,
+        DeleteObjects => delete_objects(ctx, body).await,
+        CopyObject
+        | CreateMultipartUpload
+        | UploadPart
+        | UploadPartCopy
+        | CompleteMultipartUpload
+        | AbortMultipartUpload
+        | ListParts
+        | ListMultipartUploads
+        | CreateBucket
+        | DeleteBucket => relay_to_s3_origin(ctx, body).await,
+    };
+    let outcome = if result.is_ok() {
+        Outcome::Origin
+    } else {
+        Outcome::Failed
+    };
+    (outcome, result)
+}
+
+fn xml_answer(doc: String) -> Response {
+    let mut resp = answer(StatusCode::OK, Body::from(doc));
+    set_header(resp.headers_mut(), "content-type", "application/xml");
+    resp
+}
+
+async fn get_object(ctx: &Ctx<'_>, with_body: bool) -> (Outcome, Result<Response, Failure>) {
+    let result = get_object_inner(ctx, with_body).await;
+    match result {
+        Ok((outcome, resp)) => (outcome, Ok(resp)),
+        Err(f) => (Outcome::Failed, Err(f)),
+    }
+}
+
+async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response), Failure> {
+    let (bucket, key) = (ctx.bucket()?, ctx.key()?);
+    if let Some(v) = ctx.request.query.get("versionId").filter(|v| *v != "null") {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("Invalid version id specified: {v}"),
+        )
+        .into());
+    }
+    let conditions = Conditions::from_headers(ctx.headers);
+    let mut range = header(ctx.headers, "range").and_then(RangeSpec::parse);
+    let mut part_number = None;
+    if let Some(pn) = ctx.request.query.get("partNumber") {
+        if ctx.headers.contains_key("range") {
+            return Err(Error::new(
+                ErrorKind::InvalidRequest,
+                "Cannot specify both Range header and partNumber query parameter",
+            )
+            .into());
+        }
+        // Part boundaries are the origin's; through a cache, part 1 is the whole object.
+        if pn != "1" {
+            return Err(Error::new(
+                ErrorKind::InvalidRange,
+                "The requested partnumber is not satisfiable",
+            )
+            .into());
+        }
+        part_number = Some(1);
+        range = None;
+    }
+    let read = ctx
+        .gw
+        .objects
+        .read(ReadRequest {
+            route: ctx.front.route,
+            backend: ctx.backend(),
+            bucket,
+            key,
+            conditions: &conditions,
+            range,
+            with_body,
+        })
+        .await?;
+    let (status, len) = match read.range {
+        Some(r) => (StatusCode::PARTIAL_CONTENT, r.len()),
+        None => (StatusCode::OK, read.meta.size),
+    };
+    let body = match read.body {
+        Some(stream) => {
+            let metrics = ctx.gw.metrics.clone();
+            Body::from_stream(futures_util::StreamExt::inspect(stream, move |c| {
+                if let Ok(b) = c {
+                    metrics.bytes_out(PROTOCOL, b.len() as u64);
+                }
+            }))
+        }
+        None => Body::empty(),
+    };
+    let mut resp = answer(status, body);
+    let h = resp.headers_mut();
+    set_header(h, "content-length", &len.to_string());
+    set_header(h, "etag", &read.meta.etag);
+    set_header(h, "accept-ranges", "bytes");
+    set_header(
+        h,
+        "content-type",
+        read.meta
+            .content_type
+            .as_deref()
+            .unwrap_or("application/octet-stream"),
+    );
+    if let Some(t) = read.meta.last_modified {
+        set_header(
+            h,
+            "last-modified",
+            &talon_protocols::dates::format_http_date(t),
+        );
+    }
+    if let Some(r) = read.range {
+        set_header(h, "content-range", &r.content_range(read.meta.size));
+    }
+    if part_number.is_some() {
+        set_header(h, "x-amz-mp-parts-count", "1");
+    }
+    for (param, name) in [
+        ("response-content-type", "content-type"),
+        ("response-content-language", "content-language"),
+        ("response-expires", "expires"),
+        ("response-cache-control", "cache-control"),
+        ("response-content-disposition", "content-disposition"),
+        ("response-content-encoding", "content-encoding"),
+    ] {
+        if let Some(v) = ctx.request.query.get(param) {
+            set_header(h, name, v);
+        }
+    }
+    Ok((read.outcome, resp))
+}
+
+async fn list_buckets(ctx: &Ctx<'_>) -> Result<Response, Failure> {
+    let buckets = ctx.gw.objects.origin(ctx.backend())?.list_buckets().await?;
+    let entries: Vec<xml::BucketEntry> = buckets
+        .into_iter()
+        .map(|b| xml::BucketEntry {
+            name: b.name,
+            created: b.created.unwrap_or(std::time::UNIX_EPOCH),
+        })
+        .collect();
+    Ok(xml_answer(xml::list_buckets_xml(OWNER_ID, &entries)))
+}
+
+async fn head_bucket(ctx: &Ctx<'_>) -> Result<Response, Failure> {
+    ctx.gw
+        .objects
+        .origin(ctx.backend())?
+        .head_bucket(ctx.bucket()?)
+        .await?;
+    let mut resp = answer(StatusCode::OK, Body::empty());
+    set_header(resp.headers_mut(), "x-amz-bucket-region", &ctx.front.region);
+    Ok(resp)
+}
+
+async fn bucket_location(ctx: &Ctx<'_>) -> Result<Response, Failure> {
+    ctx.gw
+        .objects
+        .origin(ctx.backend())?
+        .head_bucket(ctx.bucket()?)
+        .await?;
+    Ok(xml_answer(xml::location_xml(&ctx.front.region)))
+}
+
+async fn list_objects(ctx: &Ctx<'_>, version: ListVersion) -> Result<Response, Failure> {
+    let bucket = ctx.bucket()?;
+    let params = ListObjectsParams::from_query(&ctx.request.query, version)?;
+    let origin = ctx.gw.objects.origin(ctx.backend())?;
+    // S3 origins resume V1 listings with start-after on the last key; Azure origins
+    // with their own marker, which the gateway hands out as NextMarker.
+    let (token, start_after) = match (version, ctx.backend()) {
+        (ListVersion::V2, _) => (
+            params.continuation_token.as_deref(),
+            params.start_after.as_deref(),
+        ),
+        (ListVersion::V1, Backend::S3) => (None, params.marker.as_deref()),
+        (ListVersion::V1, Backend::Azure) => (params.marker.as_deref(), None),
+    };
+    if params.max_keys == 0 {
+        let empty = ListPage {
+            entries: Vec::new(),
+            common_prefixes: Vec::new(),
+            is_truncated: false,
+            next_marker: None,
+        };
+        return Ok(xml_answer(xml::list_objects_xml(
+            bucket, &params, &empty, None, OWNER_ID,
+        )));
+    }
+    let page = origin
+        .list_with(
+            bucket,
+            &ListOptions {
+                prefix: &params.prefix,
+                delimiter: params.delimiter.as_deref(),
+                token,
+                start_after,
+                max_keys: Some(params.max_keys),
+            },
+        )
+        .await?;
+    let is_truncated = page.next_token.is_some();
+    let last_key = page.objects.last().map(|o| o.key.clone());
+    let last_prefix = page.common_prefixes.last().cloned();
+    let next_marker = match (version, ctx.backend()) {
+        (ListVersion::V1, Backend::S3) => last_key.max(last_prefix),
+        _ => page.next_token.clone(),
+    };
+    let list_page = ListPage {
+        entries: page
+            .objects
+            .into_iter()
+            .map(|o| xml::ObjectEntry {
+                key: o.key,
+                last_modified: o.last_modified.unwrap_or(std::time::UNIX_EPOCH),
+                etag: o.etag,
+                size: o.size,
+            })
+            .collect(),
+        common_prefixes: page.common_prefixes,
+        is_truncated,
+        next_marker: next_marker.filter(|_| is_truncated),
+    };
+    let next_token = page
+        .next_token
+        .as_deref()
+        .filter(|_| version == ListVersion::V2);
+    Ok(xml_answer(xml::list_objects_xml(
+        bucket, &params, &list_page, next_token, OWNER_ID,
+    )))
+}
+
+/// What the client's body claims, and how its framing is read.
+fn upload_claims(ctx: &Ctx<'_>) -> Result<(Claims, u64), Error> {
+    let h = ctx.headers;
+    let mode = match header(h, "x-amz-content-sha256") {
+        Some(v) => PayloadMode::parse(v)?,
+        None => PayloadMode::Unsigned,
+    };
+    let chunked = mode.is_chunked()
+        || header(h, "content-encoding")
+            .is_some_and(|v| v.split(',').any(|p| p.trim() == "aws-chunked"));
+    let trailer = match header(h, "x-amz-trailer") {
+        Some(t) => Some(ChecksumAlgorithm::parse(t).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("unsupported trailer '{t}'"),
+            )
+        })?),
+        None => None,
+    };
+    let number = |name: &str| -> Result<Option<u64>, Error> {
+        header(h, name)
+            .map(|v| {
+                v.trim().parse::<u64>().map_err(|_| {
+                    Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!("{name} is not a number"),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let decoded_len = number("x-amz-decoded-content-length")?;
+    let content_len = number("content-length")?;
+    let len = if chunked { decoded_len } else { content_len }.ok_or_else(|| {
+        Error::new(
+            ErrorKind::MissingContentLength,
+            "You must provide the Content-Length HTTP header.",
+        )
+    })?;
+    let signing = match (&ctx.auth, &mode) {
+        (Some(seed), PayloadMode::StreamingSigned) => ChunkSigning::Signed {
+            seed: seed.clone(),
+            trailer: false,
+        },
+        (Some(seed), PayloadMode::StreamingSignedTrailer) => ChunkSigning::Signed {
+            seed: seed.clone(),
+            trailer: true,
+        },
+        (_, PayloadMode::StreamingUnsignedTrailer) => ChunkSigning::Unsigned,
+        _ => ChunkSigning::Unverified,
+    };
+    let claims = Claims {
+        chunked: chunked.then_some((signing, trailer, decoded_len)),
+        sha256: match (&ctx.auth, mode) {
+            (Some(_), PayloadMode::Sha256(hash)) => Some(hash),
+            _ => None,
+        },
+        checksum: ChecksumAlgorithm::ALL
+            .into_iter()
+            .find_map(|alg| header(h, alg.header_name()).map(|v| (alg, v.trim().to_owned()))),
+        content_md5: header(h, "content-md5").map(str::to_owned),
+    };
+    Ok((claims, len))
+}
+
+/// Headers an object write carries to the origin, in the origin's dialect.
+fn write_headers(ctx: &Ctx<'_>) -> Vec<(String, String)> {
+    let h = ctx.headers;
+    let mut out = Vec::new();
+    let content_type = header(h, "content-type");
+    match ctx.backend() {
+        Backend::S3 => {
+            if let Some(ct) = content_type {
+                out.push(("content-type".into(), ct.to_owned()));
+            }
+            for (name, value) in h {
+                let n = name.as_str();
+                if (n.starts_with("x-amz-meta-")
+                    || matches!(
+                        n,
+                        "cache-control" | "content-disposition" | "content-language" | "expires"
+                    ))
+                    && let Ok(v) = value.to_str()
+                {
+                    out.push((n.to_owned(), v.to_owned()));
+                }
+            }
+        }
+        Backend::Azure => {
+            if let Some(ct) = content_type {
+                out.push(("x-ms-blob-content-type".into(), ct.to_owned()));
+            }
+            for (name, value) in h {
+                if let (Some(meta), Ok(v)) =
+                    (name.as_str().strip_prefix("x-amz-meta-"), value.to_str())
+                {
+                    out.push((format!("x-ms-meta-{meta}"), v.to_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
+    let (bucket, key) = (ctx.bucket()?, ctx.key()?);
+    let (claims, len) = upload_claims(ctx)?;
+    if len > ctx.gw.limits.max_upload_bytes {
+        return Err(Error::new(
+            ErrorKind::EntityTooLarge,
+            "Your proposed upload exceeds the maximum allowed size",
+        )
+        .into());
+    }
+    let (stream, outcome) = VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
+    let mut headers = write_headers(ctx);
+    for cond in ["if-match", "if-none-match"] {
+        if let Some(v) = header(ctx.headers, cond) {
+            headers.push((cond.to_owned(), v.to_owned()));
+        }
+    }
+    let origin = ctx.gw.objects.origin(ctx.backend())?;
+    let header_refs: Vec<(&str, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let result = origin
+        .put_stream(
+            bucket,
+            key,
+            reqwest::Body::wrap_stream(stream),
+            len,
+            &header_refs,
+        )
+        .await;
+    // The client's checks decide first: a tampered body is the client's error even though
+    // the origin saw it as a broken upload.
+    let verified = match take_outcome(&outcome) {
+        Some(Err(e)) => return Err(e.into()),
+        Some(Ok(v)) => Some(v),
+        None => None,
+    };
+    let etag = result?;
+    ctx.gw.objects.invalidate(ctx.backend(), bucket, key);
+    ctx.gw.metrics.bytes_in(PROTOCOL, len);
+    let mut resp = answer(StatusCode::OK, Body::empty());
+    set_header(resp.headers_mut(), "etag", &etag);
+    if let Some((alg, value)) = verified.and_then(|v| v.checksum) {
+        set_header(resp.headers_mut(), alg.header_name(), &value);
+    }
+    Ok(resp)
+}
+
+async fn delete_object(ctx: &Ctx<'_>) -> Result<Response, Failure> {
+    let (bucket, key) = (ctx.bucket()?, ctx.key()?);
+    match ctx
+        .gw
+        .objects
+        .origin(ctx.backend())?
+        .delete(bucket, key)
+        .await
+    {
+        // S3 answers 204 whether or not the key existed.
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NoSuchKey => {}
+        Err(e) => return Err(e.into()),
+    }
+    ctx.gw.objects.invalidate(ctx.backend(), bucket, key);
+    Ok(answer(StatusCode::NO_CONTENT, Body::empty()))
+}
+
+async fn read_xml_body(ctx: &Ctx<'_>, body: Body) -> Result<Bytes, Error> {
+    let limited = http_body_util::Limited::new(body, ctx.gw.limits.max_xml_bytes);
+    limited.collect().await.map(|c| c.to_bytes()).map_err(|e| {
+        Error::new(
+            ErrorKind::EntityTooLarge,
+            format!("the request body is too large or broke off: {e}"),
+        )
+    })
+}
+
+async fn delete_objects(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
+    let bucket = ctx.bucket()?;
+    let bytes = read_xml_body(ctx, body).await?;
+    let (claims, _) = upload_claims(ctx)?;
+    // Verify the small body's digests the same way as any upload.
+    let (mut check, outcome) =
+        VerifyingBody::new(Body::from(bytes.clone()), claims, bytes.len() as u64);
+    while let Some(r) = futures_util::StreamExt::next(&mut check).await {
+        if r.is_err() {
+            break;
+        }
+    }
+    if let Some(Err(e)) = take_outcome(&outcome) {
+        return Err(e.into());
+    }
+    let request: xml::DeleteRequest = xml::parse_request(&bytes)?;
+    if request.objects.len() > 1000 {
+        return Err(Error::new(
+            ErrorKind::MalformedXml,
+            "A DeleteObjects request may name at most 1000 keys",
+        )
+        .into());
+    }
+    let origin = ctx.gw.objects.origin(ctx.backend())?;
+    let mut outcomes = Vec::with_capacity(request.objects.len());
+    for o in request.objects {
+        let result = origin.delete(bucket, &o.key).await;
+        ctx.gw.objects.invalidate(ctx.backend(), bucket, &o.key);
+        outcomes.push(match result {
+            Ok(()) => xml::DeleteOutcome::Deleted(o.key),
+            Err(e) if e.kind() == ErrorKind::NoSuchKey => xml::DeleteOutcome::Deleted(o.key),
+            Err(e) => xml::DeleteOutcome::Failed {
+                key: o.key,
+                kind: e.kind(),
+                message: e.message().to_owned(),
+            },
+        });
+    }
+    Ok(xml_answer(xml::delete_result_xml(&outcomes, request.quiet)))
+}
+
+/// Query parameters that authenticate the client; never relayed.
+fn is_auth_param(name: &str) -> bool {
+    name.starts_with("X-Amz-")
+        || matches!(name, "AWSAccessKeyId" | "Signature" | "Expires" | "x-id")
+}
+
+/// Relays an operation the gateway does not interpret to an S3 origin, re-signed with
+/// the gateway's identity; the client's body is decoded and verified on the way.
+async fn relay_to_s3_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
+    if ctx.backend() != Backend::S3 {
+        return Err(Error::new(
+            ErrorKind::NotImplemented,
+            format!(
+                "{} is not implemented over an Azure origin",
+                ctx.request.operation.name()
+            ),
+        )
+        .into());
+    }
+    let origin = ctx.gw.objects.origin(Backend::S3)?;
+    let query: Vec<&str> = ctx
+        .raw_query
+        .split('&')
+        .filter(|p| !p.is_empty() && !is_auth_param(p.split('=').next().unwrap_or("")))
+        .collect();
+    let query = query.join("&");
+    let mut headers = write_headers(ctx);
+    for name in [
+        "x-amz-copy-source",
+        "x-amz-copy-source-range",
+        "x-amz-copy-source-if-match",
+        "x-amz-copy-source-if-none-match",
+        "x-amz-copy-source-if-modified-since",
+        "x-amz-copy-source-if-unmodified-since",
+        "x-amz-metadata-directive",
+        "x-amz-tagging",
+        "x-amz-storage-class",
+        "content-md5",
+    ] {
+        if let Some(v) = header(ctx.headers, name) {
+            headers.push((name.to_owned(), v.to_owned()));
+        }
+    }
+    let op = ctx.request.operation;
+    let (origin_body, outcome) = match op {
+        S3Operation::UploadPart => {
+            let (claims, len) = upload_claims(ctx)?;
+            if let Some((alg, value)) = &claims.checksum {
+                headers.push((alg.header_name().to_owned(), value.clone()));
+            }
+            let (stream, outcome) =
+                VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
+            (
+                OriginBody::Stream {
+                    body: reqwest::Body::wrap_stream(stream),
+                    len,
+                },
+                Some(outcome),
+            )
+        }
+        S3Operation::CompleteMultipartUpload | S3Operation::CreateBucket => {
+            let bytes = read_xml_body(ctx, body).await?;
+            if bytes.is_empty() {
+                (OriginBody::Empty, None)
+            } else {
+                (OriginBody::Bytes(bytes), None)
+            }
+        }
+        _ => (OriginBody::Empty, None),
+    };
+    let result = origin
+        .forward(ForwardRequest {
+            method: method_of(op),
+            bucket: ctx.request.bucket.as_deref(),
+            key: ctx.request.key.as_deref(),
+            query: &query,
+            headers,
+            body: origin_body,
+        })
+        .await;
+    if let Some(outcome) = outcome
+        && let Some(Err(e)) = take_outcome(&outcome)
+    {
+        return Err(e.into());
+    }
+    let resp = result?;
+    if resp.status().is_success()
+        && let (Some(bucket), Some(key)) = (&ctx.request.bucket, &ctx.request.key)
+    {
+        ctx.gw.objects.invalidate(Backend::S3, bucket, key);
+    }
+    Ok(relay(resp))
+}
+
+fn method_of(op: S3Operation) -> Method {
+    use S3Operation::*;
+    match op {
+        CopyObject | UploadPart | UploadPartCopy | CreateBucket | PutObject => Method::PUT,
+        CreateMultipartUpload | CompleteMultipartUpload | DeleteObjects => Method::POST,
+        AbortMultipartUpload | DeleteBucket | DeleteObject => Method::DELETE,
+        HeadBucket | HeadObject => Method::HEAD,
+        _ => Method::GET,
+    }
+}

@@ -1,0 +1,229 @@
+//! Client uploads on their way to the origin: decoded, verified, and streamed.
+//!
+//! An upload is read from the client as a stream and relayed to the origin as a stream
+//! of known length, so a large object never sits in the gateway's memory. Everything the
+//! client claims about the body is checked on the way: `aws-chunked` framing with its
+//! chunk and trailer signatures, `x-amz-content-sha256`, `Content-MD5`, flexible
+//! checksums. The last piece of the body is held back until every check has passed; if
+//! one fails, the stream ends with an error instead, the origin receives fewer bytes
+//! than announced and stores nothing, and the client gets the protocol's error. So a
+//! tampered body changes nothing.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use hyper::body::Body as _;
+use md5::{Digest as _, Md5};
+use sha2::Sha256;
+use talon_protocols::checksum::{ChecksumAlgorithm, Checksummer};
+use talon_protocols::s3::chunked::{AwsChunkedDecoder, ChunkSigning};
+use talon_protocols::{Error, ErrorKind};
+
+/// What the client claims about its body.
+#[derive(Default)]
+pub struct Claims {
+    /// `aws-chunked` framing: how chunks are signed, the trailer checksum announced,
+    /// and the decoded length announced (`x-amz-decoded-content-length`).
+    pub chunked: Option<(ChunkSigning, Option<ChecksumAlgorithm>, Option<u64>)>,
+    /// The hex SHA-256 the signature covers (`x-amz-content-sha256`).
+    pub sha256: Option<String>,
+    /// A flexible checksum from a header.
+    pub checksum: Option<(ChecksumAlgorithm, String)>,
+    /// `Content-MD5` (base64).
+    pub content_md5: Option<String>,
+}
+
+/// What a verified upload turned out to be, read once the stream has ended.
+#[derive(Debug, Default, Clone)]
+pub struct Verified {
+    /// Decoded bytes.
+    pub len: u64,
+    /// MD5 of the decoded bytes, hex.
+    pub md5_hex: String,
+    /// The verified flexible checksum, from a header or trailer.
+    pub checksum: Option<(ChecksumAlgorithm, String)>,
+}
+
+/// The shared outcome of a verifying stream: set when the stream ends.
+pub type Outcome = Arc<Mutex<Option<Result<Verified, Error>>>>;
+
+/// Decodes and verifies a client body while yielding its decoded bytes.
+pub struct VerifyingBody {
+    body: axum::body::Body,
+    decoder: Option<AwsChunkedDecoder>,
+    sha256: Option<(Sha256, String)>,
+    checksum: Option<(Checksummer, String)>,
+    content_md5: Option<String>,
+    md5: Md5,
+    len: u64,
+    limit: u64,
+    held: Option<Bytes>,
+    done: bool,
+    outcome: Outcome,
+}
+
+impl VerifyingBody {
+    /// Wraps a client body. `limit` caps the decoded bytes.
+    pub fn new(body: axum::body::Body, claims: Claims, limit: u64) -> (VerifyingBody, Outcome) {
+        let outcome: Outcome = Arc::new(Mutex::new(None));
+        let decoder = claims
+            .chunked
+            .map(|(signing, trailer, len)| AwsChunkedDecoder::new(signing, trailer, len));
+        let v = VerifyingBody {
+            body,
+            decoder,
+            sha256: claims.sha256.map(|h| (Sha256::new(), h)),
+            checksum: claims.checksum.map(|(alg, v)| (Checksummer::new(alg), v)),
+            content_md5: claims.content_md5,
+            md5: Md5::new(),
+            len: 0,
+            limit,
+            held: None,
+            done: false,
+            outcome: outcome.clone(),
+        };
+        (v, outcome)
+    }
+
+    fn fail(&mut self, e: Error) -> Poll<Option<Result<Bytes, std::io::Error>>> {
+        self.done = true;
+        let message = e.message().to_owned();
+        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(Err(e));
+        Poll::Ready(Some(Err(std::io::Error::other(message))))
+    }
+
+    /// Every check after the last byte; the held-back piece is released only if they pass.
+    fn finish(&mut self) -> Result<Verified, Error> {
+        let mut checksum_out = None;
+        if let Some(decoder) = self.decoder.take() {
+            checksum_out = decoder.finish()?.checksum;
+        }
+        if let Some((hasher, expected)) = self.sha256.take()
+            && hex::encode(hasher.finalize()) != expected
+        {
+            return Err(Error::new(
+                ErrorKind::ContentSha256Mismatch,
+                "The provided 'x-amz-content-sha256' header does not match what was computed.",
+            ));
+        }
+        let md5 = std::mem::take(&mut self.md5).finalize();
+        if let Some(expected) = &self.content_md5 {
+            use base64::Engine;
+            let sent = base64::engine::general_purpose::STANDARD
+                .decode(expected.trim())
+                .map_err(|_| {
+                    Error::new(
+                        ErrorKind::InvalidDigest,
+                        "The Content-MD5 you specified was invalid.",
+                    )
+                })?;
+            if sent != md5.as_slice() {
+                return Err(Error::new(
+                    ErrorKind::BadDigest,
+                    "The Content-MD5 you specified did not match what we received.",
+                ));
+            }
+        }
+        if let Some((hasher, expected)) = self.checksum.take() {
+            let alg = hasher.algorithm();
+            let computed = hasher.finalize();
+            if computed != expected {
+                return Err(Error::new(
+                    ErrorKind::BadDigest,
+                    format!(
+                        "The {} you specified did not match the calculated checksum.",
+                        alg.name()
+                    ),
+                ));
+            }
+            checksum_out = Some((alg, computed));
+        }
+        Ok(Verified {
+            len: self.len,
+            md5_hex: hex::encode(md5),
+            checksum: checksum_out,
+        })
+    }
+
+    fn absorb(&mut self, data: Bytes) -> Result<Bytes, Error> {
+        if let Some((h, _)) = &mut self.sha256 {
+            h.update(&data);
+        }
+        let decoded = match &mut self.decoder {
+            Some(d) => {
+                let mut out = Vec::new();
+                d.feed(&data, &mut out)?;
+                Bytes::from(out)
+            }
+            None => data,
+        };
+        self.len += decoded.len() as u64;
+        if self.len > self.limit {
+            return Err(Error::new(
+                ErrorKind::EntityTooLarge,
+                "Your proposed upload exceeds the maximum allowed size",
+            ));
+        }
+        self.md5.update(&decoded);
+        if let Some((c, _)) = &mut self.checksum {
+            c.update(&decoded);
+        }
+        Ok(decoded)
+    }
+}
+
+impl Stream for VerifyingBody {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        loop {
+            match Pin::new(&mut this.body).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Err(e))) => {
+                    return this.fail(Error::new(
+                        ErrorKind::IncompleteBody,
+                        format!("the request body broke off: {e}"),
+                    ));
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    let decoded = match this.absorb(data) {
+                        Ok(d) => d,
+                        Err(e) => return this.fail(e),
+                    };
+                    if decoded.is_empty() {
+                        continue;
+                    }
+                    // Release the previous piece, hold this one back.
+                    if let Some(prev) = this.held.replace(decoded) {
+                        return Poll::Ready(Some(Ok(prev)));
+                    }
+                }
+                Poll::Ready(None) => {
+                    return match this.finish() {
+                        Ok(v) => {
+                            this.done = true;
+                            *this.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(Ok(v));
+                            Poll::Ready(this.held.take().map(Ok))
+                        }
+                        Err(e) => this.fail(e),
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// The outcome of a verifying stream once the origin call has returned.
+pub fn take_outcome(outcome: &Outcome) -> Option<Result<Verified, Error>> {
+    outcome.lock().unwrap_or_else(|p| p.into_inner()).take()
+}

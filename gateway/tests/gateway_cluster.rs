@@ -1,0 +1,199 @@
+//! The gateway in front of a whole sandbox cluster: reads through each front equal the
+//! origin's bytes, the second read is a hit at the origin's counters, and each route
+//! does what it says.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, SystemTime};
+
+use talon_gateway::config::{
+    AzureFront, Backend, Identities, IdentitiesFile, Limits, Route, S3Front, S3Key,
+};
+use talon_gateway::{GatewayConfig, RunningGateway};
+use talon_origin_stub::generated::GeneratedObject;
+use talon_protocols::s3::request::S3Addressing;
+use talon_protocols::s3::sigv4::{S3Credentials, SignedBody, sign_request};
+use talon_testkit::{Cluster, ClusterConfig};
+
+const AK: &str = "GATEWAYCLIENT";
+const SK: &str = "gateway-client-secret";
+
+async fn gateway(
+    cluster: &Cluster,
+    route: Route,
+    s3_backend: Backend,
+    azure_backend: Backend,
+) -> RunningGateway {
+    let identities = Identities::from_parts(IdentitiesFile {
+        s3: vec![S3Key {
+            access_key: AK.into(),
+            secret_key: SK.into(),
+        }],
+        azure: None,
+        anonymous: true,
+    })
+    .unwrap();
+    talon_gateway::start(GatewayConfig {
+        s3: Some(S3Front {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            route,
+            backend: s3_backend,
+            addressing: S3Addressing::PathStyle,
+            region: "us-east-1".into(),
+        }),
+        azure: Some(AzureFront {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            route,
+            backend: azure_backend,
+            addressing: Default::default(),
+        }),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        origins: cluster.origins(),
+        cache: Some(cluster.client().await),
+        identities,
+        metadata_ttl: Duration::from_millis(200),
+        limits: Limits::default(),
+    })
+    .await
+    .unwrap()
+}
+
+async fn s3_get(gw: &RunningGateway, path: &str, range: Option<&str>) -> reqwest::Response {
+    let url = format!("{}{path}", gw.s3_url().unwrap());
+    let host = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut headers = vec![("host", host.clone())];
+    if let Some(r) = range {
+        headers.push(("range", r.to_owned()));
+    }
+    let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let creds = S3Credentials {
+        access_key: AK.into(),
+        secret_key: SK.into(),
+        session_token: None,
+    };
+    let signed = sign_request(
+        "GET",
+        &url,
+        &refs,
+        SignedBody::Bytes(&[]),
+        &creds,
+        "us-east-1",
+        SystemTime::now(),
+    )
+    .unwrap();
+    let mut req = reqwest::Client::new().get(&url);
+    for (k, v) in headers.iter().filter(|(k, _)| *k != "host") {
+        req = req.header(*k, v);
+    }
+    for (k, v) in signed {
+        req = req.header(k, v);
+    }
+    req.send().await.unwrap()
+}
+
+fn expected(object: &GeneratedObject, start: u64, end: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; (end - start) as usize];
+    object.fill(start, &mut buf);
+    buf
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_front_reads_through_the_cache_and_hits_the_second_time() {
+    let object = GeneratedObject::new("data", "big.bin", 1_000_000, 3);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::Azure).await;
+    let resp = s3_get(&gw, "/data/big.bin", Some("bytes=100-300099")).await;
+    assert_eq!(resp.status(), 206);
+    assert_eq!(resp.headers()["content-range"], "bytes 100-300099/1000000");
+    assert_eq!(resp.headers()["etag"].to_str().unwrap(), object.etag());
+    assert_eq!(resp.bytes().await.unwrap(), expected(&object, 100, 300_100));
+    let gets = cluster.origin_gets();
+    let resp = s3_get(&gw, "/data/big.bin", Some("bytes=100-300099")).await;
+    assert_eq!(resp.bytes().await.unwrap(), expected(&object, 100, 300_100));
+    assert_eq!(
+        cluster.origin_gets(),
+        gets,
+        "the second read is served by the cache"
+    );
+    let whole = s3_get(&gw, "/data/big.bin", None).await;
+    assert_eq!(whole.status(), 200);
+    assert_eq!(
+        whole.bytes().await.unwrap(),
+        expected(&object, 0, 1_000_000)
+    );
+    let missing = s3_get(&gw, "/data/nope.bin", None).await;
+    assert_eq!(missing.status(), 404);
+    assert!(
+        missing
+            .text()
+            .await
+            .unwrap()
+            .contains("<Code>NoSuchKey</Code>")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_front_reads_an_s3_origin_and_s3_front_an_azure_origin() {
+    let object = GeneratedObject::new("data", "cross.bin", 700_000, 9);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Cache, Backend::Azure, Backend::S3).await;
+    // Azure client, S3 origin (anonymous Azure access is allowed by this gateway).
+    let url = format!("{}/data/cross.bin", gw.azure_url().unwrap());
+    let resp = reqwest::Client::new()
+        .get(&url)
+        .header("x-ms-version", "2025-01-05")
+        .header("x-ms-range", "bytes=10-1009")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 206);
+    assert!(resp.headers().contains_key("x-ms-request-id"));
+    assert_eq!(resp.bytes().await.unwrap(), expected(&object, 10, 1010));
+    // S3 client, Azure origin.
+    let resp = s3_get(&gw, "/data/cross.bin", Some("bytes=-1000")).await;
+    assert_eq!(resp.status(), 206);
+    assert_eq!(
+        resp.bytes().await.unwrap(),
+        expected(&object, 699_000, 700_000)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_origin_route_never_touches_the_cache() {
+    let object = GeneratedObject::new("data", "direct.bin", 100_000, 1);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Origin, Backend::S3, Backend::Azure).await;
+    for _ in 0..2 {
+        let before = cluster.origin_gets();
+        let resp = s3_get(&gw, "/data/direct.bin", None).await;
+        assert_eq!(resp.bytes().await.unwrap(), expected(&object, 0, 100_000));
+        assert_eq!(
+            cluster.origin_gets(),
+            before + 1,
+            "every read goes to the origin"
+        );
+    }
+    let used: u64 = cluster
+        .workers
+        .iter()
+        .filter_map(|w| w.running.as_ref())
+        .map(|w| w.store().stats().used_bytes)
+        .sum();
+    assert_eq!(used, 0, "nothing was cached");
+}

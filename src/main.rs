@@ -258,7 +258,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
                 )],
                 s3_listen: Some(any_port),
                 azure_listen: Some(any_port),
-                admin_listen: None,
+                admin_listen: Some(any_port),
                 ..StubConfig::default()
             })
             .await
@@ -419,6 +419,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             "coordinator": endpoints.coordinator,
             "origin_s3": stub.as_ref().and_then(|s| s.s3_url()),
             "origin_azure": stub.as_ref().and_then(|s| s.azure_url()),
+            "origin_admin": stub.as_ref().and_then(|s| s.admin_url()),
         });
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(&ready)?)?;

@@ -9,13 +9,29 @@
 //! gateway's, uses it.
 //!
 //! It owns nothing of production; it is a dev-dependency only.
+//!
+//! Besides the sandbox it holds the small helpers the acceptance tests share: reading a
+//! range through the cache and checking it against a [`GeneratedObject`]
+//! ([`read_through`], [`ReadOutcome::check`], [`expected`]), the allocated size of a
+//! cache folder ([`allocated_bytes`]), a raw data-plane connection for hostile and
+//! pipelined frames ([`raw::RawConnection`]), and the `talon-worker` binary run as a real
+//! process against the sandbox ([`WorkerProcess`]).
 
-use std::path::PathBuf;
+pub mod raw;
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use talon_cache_client::{CacheClient, CacheClientConfig};
+use futures_util::StreamExt;
+use talon_cache_client::{CacheClient, CacheClientConfig, CacheClientError};
+use talon_coordinator::client::CoordinatorClient;
+use talon_coordinator::placement::RendezvousPlacement;
 use talon_coordinator::{CoordinatorConfig, RunningCoordinator};
-use talon_core::BlockGeometry;
+use talon_core::{BlockGeometry, BlockId, ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
 use talon_origin_stub::metrics::Protocol;
 use talon_origin_stub::{EMULATOR_AZURE_KEY, RunningStub, StubConfig};
@@ -230,6 +246,11 @@ impl Cluster {
 
     /// Kills worker `i` at once: no drain, no goodbye to the coordinator, open
     /// connections cut (what a crash looks like to everyone else).
+    ///
+    /// Unlike a real crash, work the worker had already spawned (a request's origin
+    /// fetch and its write to the cache folder) may still finish in the background:
+    /// restart a worker on its folder only once no read was in flight on it, or use
+    /// [`WorkerProcess`] for a real crash.
     pub fn kill_worker(&mut self, i: usize) {
         if let Some(w) = self.workers[i].running.take() {
             w.abort();
@@ -297,5 +318,568 @@ impl Cluster {
     /// The sandbox's configuration.
     pub fn config(&self) -> &ClusterConfig {
         &self.config
+    }
+}
+
+impl Cluster {
+    /// The running worker `i`.
+    ///
+    /// # Panics
+    /// When worker `i` is stopped.
+    pub fn worker(&self, i: usize) -> &RunningWorker {
+        self.workers[i]
+            .running
+            .as_ref()
+            .unwrap_or_else(|| panic!("worker {i} is not running"))
+    }
+
+    /// The index of the worker slot whose membership id is `id`.
+    ///
+    /// # Panics
+    /// When no slot has that id.
+    pub fn worker_index(&self, id: &str) -> usize {
+        self.workers
+            .iter()
+            .position(|w| w.id == id)
+            .unwrap_or_else(|| panic!("no worker slot has the id {id}"))
+    }
+
+    /// The coordinator's placement now (live members only), as a cache client builds it.
+    ///
+    /// # Panics
+    /// When the coordinator cannot be reached.
+    pub async fn placement(&self) -> RendezvousPlacement {
+        CoordinatorClient::new(self.coordinator.url())
+            .unwrap_or_else(|e| panic!("coordinator client: {e}"))
+            .members()
+            .await
+            .unwrap_or_else(|e| panic!("members: {e}"))
+            .placement()
+    }
+
+    /// Refreshes `client`'s membership until its epoch is the coordinator's (after a
+    /// worker was dropped or came back), so its next reads go to the current owners.
+    ///
+    /// # Panics
+    /// After 10 s.
+    pub async fn sync_client(&self, client: &CacheClient) {
+        wait_for(
+            "the client's membership to reach the coordinator's epoch",
+            Duration::from_secs(10),
+            || async {
+                let epoch = self.placement().await.epoch();
+                client.refresh_membership().await;
+                (client.epoch() == epoch).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// The id of block `block_offset` of `object` at `version`, in this cluster's
+    /// geometry.
+    ///
+    /// # Panics
+    /// When the offset is not a block boundary.
+    pub fn block_id(
+        &self,
+        object: &ObjectId,
+        version: &ObjectVersion,
+        block_offset: u64,
+    ) -> BlockId {
+        BlockId::new(
+            object.clone(),
+            version.clone(),
+            block_offset,
+            self.config.geometry.block_size(),
+        )
+        .unwrap_or_else(|e| panic!("block id: {e}"))
+    }
+
+    /// Where worker `i` keeps the bytes of `block`
+    /// (`<cache_dir>/blocks/<storage name>.blk`).
+    pub fn block_file(&self, i: usize, block: &BlockId) -> PathBuf {
+        self.workers[i]
+            .cache_dir
+            .join("blocks")
+            .join(format!("{}.blk", block.storage_name()))
+    }
+
+    /// The value of the Prometheus metric `name` (e.g. `talon_worker_fills_in_flight`)
+    /// of the running worker `i`.
+    ///
+    /// # Panics
+    /// When the worker is stopped or has no such metric.
+    pub fn worker_metric(&self, i: usize, name: &str) -> f64 {
+        let w = self.worker(i);
+        let text = w.metrics().render(w.store().stats());
+        metric(&text, name).unwrap_or_else(|| panic!("worker {i} has no metric {name}"))
+    }
+
+    /// Body bytes the origin has sent in GET answers (S3 and Azure), from its metrics.
+    pub fn origin_get_bytes(&self) -> u64 {
+        self.origin
+            .metrics()
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("talon_origin_get_bytes_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
+/// The value of the unlabelled sample `name` in a Prometheus text exposition.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The body of a plain HTTP/1.1 GET of `url` (`http://host:port/path`), for admin
+/// endpoints.
+///
+/// # Panics
+/// On any failure, or after 5 s.
+pub async fn http_get(url: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url
+        .strip_prefix("http://")
+        .unwrap_or_else(|| panic!("not an http URL: {url}"));
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let fetch = async {
+        let mut s = tokio::net::TcpStream::connect(host).await?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await?;
+        std::io::Result::Ok(out)
+    };
+    let raw = tokio::time::timeout(Duration::from_secs(5), fetch)
+        .await
+        .unwrap_or_else(|_| panic!("GET {url} timed out"))
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "GET {url}: {}",
+        text.lines().next().unwrap_or_default()
+    );
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+/// The bytes `range` of a generated object, as the origin serves them.
+pub fn expected(object: &GeneratedObject, range: Range<u64>) -> Vec<u8> {
+    let len = usize::try_from(range.end - range.start).unwrap_or_else(|e| panic!("{e}"));
+    let mut buf = vec![0u8; len];
+    object.fill(range.start, &mut buf);
+    buf
+}
+
+/// What one read through the cache delivered: the bytes received, in order, and the
+/// error that ended the stream, if one did.
+#[derive(Debug)]
+pub struct ReadOutcome {
+    /// Every byte the stream yielded before it ended.
+    pub bytes: Vec<u8>,
+    /// The error that ended it (`None`: the stream ended cleanly).
+    pub error: Option<CacheClientError>,
+}
+
+impl ReadOutcome {
+    /// Checks the property every read must have: the bytes received are a prefix of
+    /// `expected`, and a stream that ended without an error delivered all of it (never
+    /// wrong bytes, never short bytes reported as success). Returns whether the read
+    /// succeeded.
+    ///
+    /// # Panics
+    /// When the property does not hold.
+    pub fn check(&self, expected: &[u8], what: &str) -> bool {
+        assert!(
+            self.bytes.len() <= expected.len(),
+            "{what}: {} bytes received for a range of {}",
+            self.bytes.len(),
+            expected.len()
+        );
+        if let Some(at) = first_difference(&self.bytes, expected) {
+            panic!(
+                "{what}: wrong byte at offset {at} of the range ({} bytes received, error: {:?})",
+                self.bytes.len(),
+                self.error
+            );
+        }
+        if self.error.is_none() {
+            assert_eq!(
+                self.bytes.len(),
+                expected.len(),
+                "{what}: the stream ended without an error after {} of {} bytes",
+                self.bytes.len(),
+                expected.len()
+            );
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The bytes, asserting the read succeeded.
+    ///
+    /// # Panics
+    /// When it failed.
+    pub fn unwrap(self, what: &str) -> Vec<u8> {
+        if let Some(e) = &self.error {
+            panic!("{what}: read failed after {} bytes: {e}", self.bytes.len());
+        }
+        self.bytes
+    }
+}
+
+fn first_difference(got: &[u8], expected: &[u8]) -> Option<usize> {
+    got.iter().zip(expected).position(|(a, b)| a != b)
+}
+
+/// Reads `range` of an object of `size` bytes at `version` through `client`, collecting
+/// the stream; a request refused before streaming counts as an error with no bytes.
+pub async fn read_through(
+    client: &CacheClient,
+    object: &ObjectId,
+    version: &ObjectVersion,
+    size: u64,
+    range: Range<u64>,
+) -> ReadOutcome {
+    let mut stream = match client.read_range(object, version, size, range) {
+        Ok(s) => s,
+        Err(e) => {
+            return ReadOutcome {
+                bytes: Vec::new(),
+                error: Some(e),
+            };
+        }
+    };
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(c) => bytes.extend_from_slice(&c),
+            Err(e) => {
+                return ReadOutcome {
+                    bytes,
+                    error: Some(e),
+                };
+            }
+        }
+    }
+    ReadOutcome { bytes, error: None }
+}
+
+/// Shared by the readers of a crash test: counts the bytes they received and the reads
+/// that finished, and holds the readers told to pause (after some bytes) until
+/// [`Gate::open`], so a test can act while they are certainly mid-stream.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    received: Arc<AtomicU64>,
+    waiting: Arc<AtomicUsize>,
+    finished: Arc<AtomicUsize>,
+    open: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate::new()
+    }
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate {
+            received: Arc::default(),
+            waiting: Arc::default(),
+            finished: Arc::default(),
+            open: Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
+
+    /// Bytes received by every reader so far.
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::SeqCst)
+    }
+
+    /// Readers waiting at the gate now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    /// Reads that have ended (successfully or not).
+    pub fn finished(&self) -> usize {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// Lets the waiting readers (and any that reach their pause later) go on.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+/// [`read_through`], counting into `gate`, and, with `pause_after`, stopping once at
+/// least that many bytes were received until the gate opens.
+pub async fn read_through_gated(
+    client: &CacheClient,
+    object: &ObjectId,
+    version: &ObjectVersion,
+    size: u64,
+    range: Range<u64>,
+    gate: &Gate,
+    pause_after: Option<u64>,
+) -> ReadOutcome {
+    let outcome = async {
+        let mut stream = match client.read_range(object, version, size, range) {
+            Ok(s) => s,
+            Err(e) => {
+                return ReadOutcome {
+                    bytes: Vec::new(),
+                    error: Some(e),
+                };
+            }
+        };
+        let mut bytes = Vec::new();
+        let mut pause_after = pause_after;
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(c) => {
+                    bytes.extend_from_slice(&c);
+                    gate.received.fetch_add(c.len() as u64, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    return ReadOutcome {
+                        bytes,
+                        error: Some(e),
+                    };
+                }
+            }
+            if pause_after.is_some_and(|p| bytes.len() as u64 >= p) {
+                pause_after = None;
+                let mut open = gate.open.subscribe();
+                gate.waiting.fetch_add(1, Ordering::SeqCst);
+                let _ = open.wait_for(|o| *o).await;
+                gate.waiting.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        ReadOutcome { bytes, error: None }
+    }
+    .await;
+    gate.finished.fetch_add(1, Ordering::SeqCst);
+    outcome
+}
+
+/// Reads `range` of the generated `object` (at its generated version) through `client`
+/// and asserts every byte equals the origin's.
+///
+/// # Panics
+/// When the read fails or any byte differs.
+pub async fn assert_reads_back(
+    client: &CacheClient,
+    id: &ObjectId,
+    object: &GeneratedObject,
+    range: Range<u64>,
+) {
+    let version = ObjectVersion::new(object.etag()).unwrap_or_else(|e| panic!("{e}"));
+    let what = format!("{id} bytes {range:?}");
+    let outcome = read_through(client, id, &version, object.size, range.clone()).await;
+    assert!(
+        outcome.check(&expected(object, range), &what),
+        "{what}: read failed: {:?}",
+        outcome.error
+    );
+}
+
+/// The bytes allocated on disk (`st_blocks * 512`, what `du` counts) by the files under
+/// `dir`, recursively; 0 for a missing folder. Files that vanish while it walks (an
+/// eviction, a metadata rename) are skipped.
+pub fn allocated_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut total = 0;
+    for entry in entries.flatten() {
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        if meta.is_dir() {
+            total += allocated_bytes(&entry.path());
+        } else {
+            total += meta.blocks() * 512;
+        }
+    }
+    total
+}
+
+/// The `talon-worker` binary of this build: next to the test executable's folder
+/// (`target/<profile>/`), else under the workspace's `target/debug/`.
+///
+/// # Panics
+/// When it has not been built, saying how to build it.
+pub fn worker_binary() -> PathBuf {
+    let mut candidates = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(profile_dir) = exe.parent().and_then(Path::parent)
+    {
+        candidates.push(profile_dir.join("talon-worker"));
+    }
+    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/talon-worker"));
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "the talon-worker binary is not built (looked at {candidates:?}); \
+                 build it first with `cargo build -p talon-worker` \
+                 (scripts/test.sh builds every binary)"
+            )
+        })
+}
+
+/// A `talon-worker` process started from the binary against a sandbox. Dropping it
+/// kills the process.
+#[derive(Debug)]
+pub struct WorkerProcess {
+    /// The worker's id in the membership.
+    pub id: String,
+    /// Its data-plane address, from its ready file.
+    pub addr: String,
+    /// Its cache folder.
+    pub cache_dir: PathBuf,
+    /// Its admin base URL (`http://addr`), from its ready file.
+    pub admin_url: String,
+    child: Child,
+}
+
+impl WorkerProcess {
+    /// Starts the binary as worker `id` of `cluster` (same geometry, budget, heartbeat
+    /// and TTLs as the in-process workers; both origins; data plane on a free loopback
+    /// port; admin on another) with its cache under `cache_dir`, and waits for its
+    /// ready file. Does not wait for the coordinator to list it.
+    ///
+    /// # Panics
+    /// When the binary is missing or the process does not become ready in 20 s.
+    pub async fn start(cluster: &Cluster, id: &str, cache_dir: &Path) -> WorkerProcess {
+        let binary = worker_binary();
+        let config = cluster.config();
+        std::fs::create_dir_all(cache_dir).unwrap_or_else(|e| panic!("cache folder: {e}"));
+        let ready = cache_dir.with_extension("ready.json");
+        let _ = std::fs::remove_file(&ready);
+        let mut cmd = Command::new(&binary);
+        cmd.env_clear()
+            .env("TALON_LOG", "warn")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .args(["--admin-listen", "127.0.0.1:0"])
+            .arg("--cache-dir")
+            .arg(cache_dir)
+            .arg("--capacity")
+            .arg(config.capacity_bytes.to_string())
+            .arg("--page-size")
+            .arg(config.geometry.page_size().to_string())
+            .arg("--coordinator")
+            .arg(cluster.coordinator.url())
+            .args(["--id", id])
+            .arg("--heartbeat-interval-ms")
+            .arg(config.heartbeat_interval.as_millis().to_string())
+            .arg("--s3-endpoint")
+            .arg(cluster.origin.s3_url().unwrap_or_default())
+            .args(["--s3-access-key", ACCESS_KEY, "--s3-secret-key", SECRET_KEY])
+            .arg("--azure-endpoint")
+            .arg(cluster.origin.azure_url().unwrap_or_default())
+            .args(["--azure-account", talon_origin_stub::DEFAULT_AZURE_ACCOUNT])
+            .args(["--azure-key", EMULATOR_AZURE_KEY])
+            .arg("--stat-ttl-ms")
+            .arg(config.stat_ttl.as_millis().to_string())
+            .arg("--negative-stat-ttl-ms")
+            .arg(config.stat_ttl.as_millis().to_string())
+            .arg("--readahead-pages")
+            .arg(config.loader.readahead_pages.to_string())
+            .arg("--max-fill-pages")
+            .arg(config.loader.max_fill_pages.to_string())
+            .args(["--frame-timeout-ms", "2000"])
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        let mut process = WorkerProcess {
+            id: id.to_owned(),
+            addr: String::new(),
+            cache_dir: cache_dir.to_owned(),
+            admin_url: String::new(),
+            child,
+        };
+        let (addr, admin) = wait_for(
+            "the talon-worker process's ready file",
+            Duration::from_secs(20),
+            || {
+                let exited = process.child.try_wait().ok().flatten();
+                let ready = ready.clone();
+                async move {
+                    if let Some(status) = exited {
+                        panic!("talon-worker exited before it was ready: {status}");
+                    }
+                    let text = std::fs::read(&ready).ok()?;
+                    let json: serde_json::Value = serde_json::from_slice(&text).ok()?;
+                    let addr = json.get("addr")?.as_str()?.to_owned();
+                    let admin = json.get("admin")?.as_str()?.to_owned();
+                    Some((addr, admin))
+                }
+            },
+        )
+        .await;
+        process.addr = addr;
+        process.admin_url = admin;
+        process
+    }
+
+    /// The value of the Prometheus metric `name` on the process's `/metrics`.
+    ///
+    /// # Panics
+    /// When the endpoint cannot be read or does not carry the metric.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = http_get(&format!("{}/metrics", self.admin_url)).await;
+        metric(&text, name).unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills the process with SIGKILL (no drain, no goodbye) and reaps it.
+    ///
+    /// # Panics
+    /// When it cannot be killed.
+    pub fn kill(&mut self) {
+        self.child
+            .kill()
+            .unwrap_or_else(|e| panic!("SIGKILL talon-worker: {e}"));
+        let _ = self.child.wait();
+    }
+
+    /// Whether the process has exited.
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if !self.has_exited() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }

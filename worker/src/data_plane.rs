@@ -166,20 +166,31 @@ async fn connection(
     let bulk_fd: Arc<OwnedFd> = Arc::new(stream.as_fd().try_clone_to_owned()?);
     let (rd, wr) = stream.into_split();
     let (queue, pending) = mpsc::channel::<oneshot::Receiver<Reply>>(config.pipeline_depth.max(1));
-    let writer = tokio::spawn(write_loop(
+    // The writer dies with its connection: when this task is aborted (the worker is
+    // aborted, or the drain timed out), the connection is cut, not answered to the end.
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop(
         wr,
         bulk_fd,
         pending,
         services.metrics.clone(),
         config.write_stall_timeout,
-    ));
+    )));
     let read_result = read_loop(rd, queue, services, config, shutdown).await;
-    match writer.await {
+    match (&mut writer.0).await {
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "writer stopped"),
         Err(e) => tracing::warn!(%peer, error = %e, "writer task failed"),
         Ok(Ok(())) => {}
     }
     read_result
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Queues a reply that is already known.

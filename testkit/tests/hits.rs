@@ -1,0 +1,130 @@
+//! The cache saves origin traffic: a second read of the same ranges makes no origin GET,
+//! and many concurrent readers of one cold page share one origin fetch.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use talon_core::{ObjectId, ObjectVersion};
+use talon_origin_stub::DEFAULT_AZURE_ACCOUNT;
+use talon_origin_stub::faults::FaultConfig;
+use talon_origin_stub::generated::GeneratedObject;
+use talon_testkit::{Cluster, ClusterConfig, expected, read_through};
+use tokio::sync::Barrier;
+
+const PAGE: u64 = 16 << 10;
+const BLOCK: u64 = 256 << 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_read_of_the_same_ranges_makes_no_origin_get() {
+    let size = 9 * BLOCK + 5 * PAGE + 777;
+    let s3 = GeneratedObject::new("data", "hot.bin", size, 21);
+    let azure = GeneratedObject::new("azhot", "hot.bin", size, 22);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![s3.clone(), azure.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let client = cluster.client().await;
+    let ranges = [
+        0..1,
+        PAGE - 3..PAGE + 3,
+        BLOCK - PAGE / 2..3 * BLOCK + PAGE / 2,
+        4 * BLOCK + 123..4 * BLOCK + 5 * PAGE,
+        7 * BLOCK - 1..size,
+        size - 777..size,
+    ];
+    for (id, object) in [
+        (ObjectId::s3("data", "hot.bin").unwrap(), &s3),
+        (
+            ObjectId::azure(DEFAULT_AZURE_ACCOUNT, "azhot", "hot.bin").unwrap(),
+            &azure,
+        ),
+    ] {
+        let version = ObjectVersion::new(object.etag()).unwrap();
+        let before = cluster.origin_gets();
+        for range in &ranges {
+            let got = read_through(&client, &id, &version, size, range.clone())
+                .await
+                .unwrap(&format!("cold {id} {range:?}"));
+            assert!(
+                got == expected(object, range.clone()),
+                "cold {id} {range:?}"
+            );
+        }
+        let cold = cluster.origin_gets();
+        assert!(
+            cold > before,
+            "{id}: the cold reads fetched from the origin"
+        );
+        for range in &ranges {
+            let got = read_through(&client, &id, &version, size, range.clone())
+                .await
+                .unwrap(&format!("warm {id} {range:?}"));
+            assert!(
+                got == expected(object, range.clone()),
+                "warm {id} {range:?}"
+            );
+        }
+        assert_eq!(
+            cluster.origin_gets(),
+            cold,
+            "{id}: the second read of the same ranges made origin GETs"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_readers_of_one_cold_page_cause_one_origin_fetch() {
+    let size = 4 * BLOCK + 100;
+    let object = GeneratedObject::new("data", "crowd.bin", size, 23);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let id = ObjectId::s3("data", "crowd.bin").unwrap();
+    let version = ObjectVersion::new(object.etag()).unwrap();
+    // Several clients, so the readers arrive over many connections.
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(cluster.client().await);
+    }
+    // A slow origin, so the first fetch is still in flight when the others arrive.
+    cluster
+        .origin
+        .faults()
+        .set(FaultConfig {
+            latency_ms: 300,
+            ..FaultConfig::default()
+        })
+        .unwrap();
+    // Page 5 of block 2: every reader asks for a different slice of it.
+    let page_start = 2 * BLOCK + 5 * PAGE;
+    let before = cluster.origin_gets();
+    let barrier = Arc::new(Barrier::new(64));
+    let mut readers = Vec::new();
+    for i in 0..64u64 {
+        let (client, id, version, barrier) = (
+            clients[i as usize % clients.len()].clone(),
+            id.clone(),
+            version.clone(),
+            barrier.clone(),
+        );
+        let range = page_start + i * 97..page_start + PAGE - i * 13;
+        readers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let outcome = read_through(&client, &id, &version, size, range.clone()).await;
+            (range, outcome)
+        }));
+    }
+    for reader in readers {
+        let (range, outcome) = reader.await.unwrap();
+        let got = outcome.unwrap(&format!("reader of {range:?}"));
+        assert!(got == expected(&object, range.clone()), "{range:?}");
+    }
+    assert_eq!(
+        cluster.origin_gets() - before,
+        1,
+        "64 concurrent readers of one cold page made one origin fetch"
+    );
+}

@@ -8,11 +8,12 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Binaries first: integration tests and the SDK suite start them as real processes.
+step "build the binaries"
+cargo build --workspace --bins
+
 step "cargo test --workspace"
 cargo test --workspace
-
-step "build the binaries the SDK suite drives"
-cargo build --workspace --bins
 
 VENV=target/sdk-venv
 if [ ! -x "$VENV/bin/python" ]; then

@@ -232,8 +232,16 @@ async fn read_loop(
 pub struct Pool {
     per_worker: usize,
     connect_timeout: Duration,
-    conns: Mutex<HashMap<String, Vec<Arc<Connection>>>>,
+    conns: Mutex<HashMap<String, Slot>>,
     round_robin: AtomicUsize,
+    changed: tokio::sync::Notify,
+}
+
+/// The connections to one worker, and how many are being opened.
+#[derive(Default)]
+struct Slot {
+    conns: Vec<Arc<Connection>>,
+    connecting: usize,
 }
 
 impl std::fmt::Debug for Pool {
@@ -252,32 +260,50 @@ impl Pool {
             connect_timeout,
             conns: Mutex::default(),
             round_robin: AtomicUsize::new(0),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
     /// A live connection to `addr`, opening one when there are fewer than the limit.
+    /// A burst of first requests opens at most the limit: the others wait for those
+    /// connections and then pipeline on them.
     ///
     /// # Errors
     /// [`CacheClientError::Unavailable`] when a needed connection cannot be opened.
     pub async fn get(&self, addr: &str) -> Result<Arc<Connection>> {
-        let existing = {
-            let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-            let list = conns.entry(addr.to_owned()).or_default();
-            list.retain(|c| c.is_alive());
-            if list.len() >= self.per_worker {
-                let i = self.round_robin.fetch_add(1, Ordering::Relaxed) % list.len();
-                Some(list[i].clone())
-            } else {
-                None
+        loop {
+            let waiting = self.changed.notified();
+            {
+                let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+                let slot = conns.entry(addr.to_owned()).or_default();
+                slot.conns.retain(|c| c.is_alive());
+                let open = slot.conns.len();
+                if open > 0 && open + slot.connecting >= self.per_worker {
+                    let i = self.round_robin.fetch_add(1, Ordering::Relaxed) % open;
+                    return Ok(slot.conns[i].clone());
+                }
+                if open + slot.connecting < self.per_worker {
+                    slot.connecting += 1;
+                    break;
+                }
             }
-        };
-        if let Some(c) = existing {
-            return Ok(c);
+            // Every allowed connection is being opened: wait for one (bounded, so a
+            // wake-up missed between the check and the wait costs little).
+            let _ = tokio::time::timeout(Duration::from_millis(20), waiting).await;
         }
-        let conn = Arc::new(Connection::connect(addr, self.connect_timeout).await?);
-        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        conns.entry(addr.to_owned()).or_default().push(conn.clone());
-        Ok(conn)
+        let result = Connection::connect(addr, self.connect_timeout)
+            .await
+            .map(Arc::new);
+        {
+            let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = conns.entry(addr.to_owned()).or_default();
+            slot.connecting = slot.connecting.saturating_sub(1);
+            if let Ok(conn) = &result {
+                slot.conns.push(conn.clone());
+            }
+        }
+        self.changed.notify_waiters();
+        result
     }
 
     /// Drops the connections to workers that are not in `keep`.

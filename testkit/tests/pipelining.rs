@@ -156,12 +156,6 @@ async fn pipelined_requests_are_all_answered_in_order_with_their_ids() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: cache-client's Pool::get checks `list.len() >= per_worker` under its lock \
-            but connects outside it and pushes without checking again, so a burst of \
-            concurrent first requests to a worker each open a connection: 64 concurrent \
-            reads through a client configured for 2 connections per worker leave 64 open \
-            connections on the worker (they are all kept in the pool), instead of \
-            pipelining on 2"]
 async fn a_burst_of_reads_is_pipelined_on_the_clients_few_connections() {
     let object = GeneratedObject::new("data", "burst.bin", 4 * BLOCK, 82);
     let cluster = Cluster::start(ClusterConfig {

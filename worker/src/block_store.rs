@@ -392,6 +392,16 @@ impl BlockStore {
         }
     }
 
+    /// What a block costs beyond its pages: its metadata file (twice: the file, and its
+    /// replacement while it is rewritten) and the filesystem's extent tree of a sparse
+    /// file (ext4 keeps four extents in the inode and needs one more block per 340
+    /// extents; a block with holes between single pages has up to half its pages as
+    /// extents).
+    pub fn block_overhead(&self, pages: u32) -> u64 {
+        let max_extents = u64::from(pages).div_ceil(2) + 1;
+        self.alloc_unit * (2 + max_extents.div_ceil(340))
+    }
+
     fn page_cost(&self, block: &Block, pages: Range<u32>) -> u64 {
         pages
             .map(|p| {
@@ -489,7 +499,7 @@ impl BlockStore {
             let st = block.state.get_mut().unwrap_or_else(|p| p.into_inner());
             st.present = present;
             st.checksums = meta.checksums;
-            st.cost = present_cost + self.alloc_unit;
+            st.cost = present_cost + self.block_overhead(block.pages);
             st.has_meta = true;
         }
         block.meta_path = meta_path;
@@ -623,7 +633,7 @@ impl BlockStore {
     pub fn reserve(self: &Arc<Self>, block: &Block, pages: Range<u32>) -> Option<Reservation> {
         let mut bytes = self.page_cost(block, pages);
         if !lock(&block.state).has_meta {
-            bytes += self.alloc_unit;
+            bytes += self.block_overhead(block.pages);
         }
         if bytes > self.capacity || !self.evict_until_fits(bytes) {
             return None;
@@ -709,7 +719,7 @@ impl BlockStore {
             }
             if !st.has_meta {
                 st.has_meta = true;
-                added += self.alloc_unit;
+                added += self.block_overhead(block.pages);
             }
             st.cost += added;
             st.identity = block.file.metadata().ok().map(|m| FileIdentity::of(&m));
@@ -779,6 +789,16 @@ impl BlockStore {
             st.cost = st.cost.saturating_sub(freed);
             freed
         };
+        for &p in &bad {
+            // Give the space back: the bytes were counted out of the budget above.
+            let r = block.page_bytes(p);
+            let _ = rustix::fs::fallocate(
+                &block.file,
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                r.start,
+                r.end - r.start,
+            );
+        }
         if !bad.is_empty() {
             tracing::warn!(block = %block.name, pages = ?bad, "dropped pages that failed their checksum; they will be refetched");
             let mut inner = lock(&self.inner);
@@ -847,7 +867,7 @@ mod tests {
         assert!(block.all_present(2..4));
         assert!(store.verify(&block, 2..4).unwrap());
         assert_eq!(read(&block, 2 * PAGE..3 * PAGE + 100), data);
-        assert_eq!(store.stats().used_bytes, 2 * PAGE + store.alloc_unit);
+        assert_eq!(store.stats().used_bytes, 2 * PAGE + store.block_overhead(4));
     }
 
     #[test]
@@ -907,9 +927,10 @@ mod tests {
     #[test]
     fn budget_evicts_whole_blocks_and_frees_disk() {
         let dir = tempfile::tempdir().unwrap();
-        // Room for two blocks of 4 pages (plus their metadata units).
+        // Room for two blocks of 4 pages (plus their overhead).
         let unit = fs::metadata(dir.path()).unwrap().blksize().max(512);
-        let capacity = 2 * (4 * PAGE + unit);
+        let overhead = unit * (2 + 1);
+        let capacity = 2 * (4 * PAGE + overhead);
         let store = Arc::new(BlockStore::open(dir.path(), PAGE, capacity).unwrap());
         let mut blocks = Vec::new();
         for k in 0..5 {

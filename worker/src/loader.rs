@@ -53,6 +53,31 @@ impl Default for LoaderConfig {
     }
 }
 
+/// Reports the end of a fill to its waiters exactly once, also when the fill is
+/// abandoned (the request's task dropped or panicked): they are then told it failed,
+/// instead of waiting on a fill nobody will finish.
+struct FillGuard {
+    block: Arc<Block>,
+    pages: std::ops::Range<u32>,
+    done: Option<tokio::sync::watch::Sender<Option<crate::block_store::FillOutcome>>>,
+}
+
+impl FillGuard {
+    fn finish(&mut self, outcome: crate::block_store::FillOutcome) {
+        if let Some(done) = self.done.take() {
+            self.block.finish_fill(self.pages.clone(), done, outcome);
+        }
+    }
+}
+
+impl Drop for FillGuard {
+    fn drop(&mut self) {
+        self.finish(Err(Arc::new(WorkerError::Unavailable(
+            "the fill was abandoned".into(),
+        ))));
+    }
+}
+
 /// How a read will be served.
 #[derive(Debug)]
 pub enum Prepared {
@@ -148,19 +173,26 @@ impl Loader {
                 }
                 FillPlan::Fill { pages, done } => {
                     missed = true;
+                    // Whatever happens to this request (an error, a panic, the task
+                    // dropped), the readers waiting on this fill are told.
+                    let mut fill = FillGuard {
+                        block: block.clone(),
+                        pages: pages.clone(),
+                        done: Some(done),
+                    };
                     self.metrics.fill_started();
-                    let result = self.fill(&block, pages.clone()).await;
+                    let result = self.fill(&block, pages).await;
                     self.metrics.fill_ended();
                     match result {
-                        Ok(true) => block.finish_fill(pages, done, Ok(())),
+                        Ok(true) => fill.finish(Ok(())),
                         Ok(false) => {
-                            block.finish_fill(pages, done, Ok(()));
+                            fill.finish(Ok(()));
                             self.metrics.miss();
                             return self.pass_through(req).await.map(Prepared::PassThrough);
                         }
                         Err(e) => {
                             let e = Arc::new(e);
-                            block.finish_fill(pages, done, Err(e.clone()));
+                            fill.finish(Err(e.clone()));
                             return Err(WorkerError::Shared(e));
                         }
                     }
@@ -285,5 +317,45 @@ impl Loader {
             )));
         }
         Ok(buf.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use talon_core::{ObjectId, ObjectVersion};
+
+    #[test]
+    fn an_abandoned_fill_tells_its_waiters_and_can_be_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlockStore::open(dir.path(), 4096, 1 << 20).unwrap();
+        let id = talon_core::BlockId::new(
+            ObjectId::s3("b", "k").unwrap(),
+            ObjectVersion::new("v").unwrap(),
+            0,
+            16384,
+        )
+        .unwrap();
+        let block = store.get_or_create(&id, 16384).unwrap();
+        let FillPlan::Fill { pages, done } = block.plan(0..1, 1, 4) else {
+            panic!("fills")
+        };
+        let FillPlan::Wait(mut waiter) = block.plan(0..1, 1, 4) else {
+            panic!("waits")
+        };
+        drop(FillGuard {
+            block: block.clone(),
+            pages,
+            done: Some(done),
+        });
+        assert!(
+            matches!(&*waiter.borrow_and_update(), Some(Err(_))),
+            "the waiter learns the fill failed"
+        );
+        assert!(
+            matches!(block.plan(0..1, 1, 4), FillPlan::Fill { .. }),
+            "the pages can be fetched again"
+        );
     }
 }

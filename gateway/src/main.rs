@@ -129,6 +129,10 @@ struct Args {
     /// Most open connections per listener.
     #[arg(long, env = "TALON_GATEWAY_MAX_CONNECTIONS", default_value_t = 4096)]
     max_connections: usize,
+    /// Once listening, write {"s3", "azure", "admin"} URLs (null when off) to this file,
+    /// atomically, so a script that used port 0 can find the gateway.
+    #[arg(long, env = "TALON_GATEWAY_READY_FILE")]
+    ready_file: Option<PathBuf>,
 }
 
 fn listen(value: &str, flag: &str) -> anyhow::Result<Option<SocketAddr>> {
@@ -278,6 +282,18 @@ async fn main() -> anyhow::Result<()> {
         },
     };
     let gateway = start(config).await?;
+    if let Some(path) = &args.ready_file {
+        let ready = serde_json::json!({
+            "s3": gateway.s3_url(),
+            "azure": gateway.azure_url(),
+            "admin": gateway.admin_addr.map(|a| format!("http://{a}")),
+        });
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&ready)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    }
     shutdown_signal().await;
     tracing::info!("shutting down");
     gateway.shutdown().await;

@@ -25,3 +25,23 @@ run *ARGS:
 # What CI runs.
 ci:
     ./.ci/run
+
+# ---- measurement (docs/BENCHMARKS.md) ----
+
+# Criterion benches into bench/results/latest.json; `just bench -p talon-core` scopes.
+bench *ARGS:
+    python3 scripts/bench.py run {{ARGS}}
+
+# Promote bench/results/latest.json to bench/baselines/NAME.json (commit it).
+bench-save NAME:
+    python3 scripts/bench.py save {{NAME}}
+
+# Run the benches and diff against bench/baselines/main.json; exit 1 on a regression.
+# Flags: --soft, --threshold PCT, -p CRATE, --baseline NAME, --no-run, --smoke.
+bench-check *ARGS:
+    python3 scripts/bench.py check {{ARGS}}
+
+# Re-render docs/assets/bench/*.svg and the generated tables from bench/data/*.json;
+# `--check` only compares (exit 1 if stale). Needs uv (`pip install uv`).
+bench-charts *ARGS:
+    uv run scripts/bench_charts.py {{ARGS}}

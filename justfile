@@ -45,3 +45,9 @@ bench-check *ARGS:
 # `--check` only compares (exit 1 if stale). Needs uv (`pip install uv`).
 bench-charts *ARGS:
     uv run scripts/bench_charts.py {{ARGS}}
+
+# Memory footprint: bytes per cached block and page (counting allocator), per open
+# connection and idle RSS of each process; writes bench/data/memory.json.
+# Flags: --conns K, --blocks N, --rounds R, --no-build, --output PATH.
+memory-footprint *ARGS:
+    python3 scripts/memory_footprint.py {{ARGS}}

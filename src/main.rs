@@ -448,6 +448,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // The workers run in this process: they need a descriptor per cached block.
+    talon_worker::service::raise_open_files_limit();
     match Cli::parse().command {
         Command::Up(args) => up(args).await,
     }

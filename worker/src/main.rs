@@ -190,6 +190,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    talon_worker::service::raise_open_files_limit();
     let admin_listen = match args.admin_listen.as_str() {
         "off" => None,
         a => Some(

@@ -6,7 +6,9 @@
 //! [`StatCache`] answers "what
 //! is this object's size and version" from memory for a configurable TTL (and caches
 //! "not found" for a shorter one), so a hot object's metadata reaches the origin at
-//! most once per TTL; concurrent misses for one object share one HEAD.
+//! most once per TTL; concurrent misses for one object share one HEAD. Expired entries
+//! are swept whenever the table has doubled since the last sweep, so its size stays
+//! within about twice the objects looked up within one TTL.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,7 +36,36 @@ pub struct StatCache {
     origins: Arc<Origins>,
     ttl: Duration,
     negative_ttl: Duration,
-    entries: Mutex<HashMap<ObjectId, Entry>>,
+    entries: Mutex<Entries>,
+}
+
+/// The table and the size at which it is next swept.
+#[derive(Debug)]
+struct Entries {
+    map: HashMap<ObjectId, Entry>,
+    sweep_at: usize,
+}
+
+/// The table is never swept below this many entries.
+const MIN_SWEEP_AT: usize = 1024;
+
+/// Removes the `Pending` entry a fetch put in place if the fetch never finished (its
+/// future was dropped), so later callers fetch again instead of waiting on nobody.
+struct PendingGuard<'a> {
+    cache: &'a StatCache,
+    object: &'a ObjectId,
+    armed: bool,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut entries = self.cache.lock_entries();
+            if matches!(entries.map.get(self.object), Some(Entry::Pending(_))) {
+                entries.map.remove(self.object);
+            }
+        }
+    }
 }
 
 impl StatCache {
@@ -44,8 +75,45 @@ impl StatCache {
             origins,
             ttl,
             negative_ttl,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries {
+                map: HashMap::new(),
+                sweep_at: MIN_SWEEP_AT,
+            }),
         }
+    }
+
+    fn lock_entries(&self) -> std::sync::MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ttl_of(&self, outcome: &StatOutcome) -> Duration {
+        if outcome.is_ok() {
+            self.ttl
+        } else {
+            self.negative_ttl
+        }
+    }
+
+    /// Entries in the table (fresh, expired but not yet swept, and pending).
+    pub fn len(&self) -> usize {
+        self.lock_entries().map.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Inserts, sweeping expired entries first when the table has doubled.
+    fn insert(&self, entries: &mut Entries, object: ObjectId, entry: Entry) {
+        if entries.map.len() >= entries.sweep_at {
+            entries.map.retain(|_, e| match e {
+                Entry::Ready { at, outcome } => at.elapsed() < self.ttl_of(outcome),
+                Entry::Pending(_) => true,
+            });
+            entries.sweep_at = (entries.map.len() * 2).max(MIN_SWEEP_AT);
+        }
+        entries.map.insert(object, entry);
     }
 
     /// The object's metadata: cached, or fetched with one HEAD shared by every caller
@@ -57,15 +125,10 @@ impl StatCache {
     pub async fn stat(&self, object: &ObjectId) -> Result<ObjectInfo> {
         loop {
             let action = {
-                let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-                match entries.get(object) {
+                let mut entries = self.lock_entries();
+                match entries.map.get(object) {
                     Some(Entry::Ready { at, outcome }) => {
-                        let ttl = if outcome.is_ok() {
-                            self.ttl
-                        } else {
-                            self.negative_ttl
-                        };
-                        if at.elapsed() < ttl {
+                        if at.elapsed() < self.ttl_of(outcome) {
                             return outcome.clone().map_err(WorkerError::Shared);
                         }
                         None
@@ -76,7 +139,7 @@ impl StatCache {
                 .map(Err)
                 .unwrap_or_else(|| {
                     let (tx, rx) = watch::channel(None);
-                    entries.insert(object.clone(), Entry::Pending(rx));
+                    self.insert(&mut entries, object.clone(), Entry::Pending(rx));
                     Ok(tx)
                 })
             };
@@ -90,24 +153,28 @@ impl StatCache {
                     }
                 }
                 Ok(tx) => {
+                    let mut guard = PendingGuard {
+                        cache: self,
+                        object,
+                        armed: true,
+                    };
                     let outcome = self.fetch(object).await;
+                    guard.armed = false;
                     let shared: StatOutcome = outcome.map_err(Arc::new);
                     {
-                        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut entries = self.lock_entries();
                         let cacheable = match &shared {
                             Ok(_) => true,
                             Err(e) => e.frame_code() == talon_core::ErrorCode::NotFound,
                         };
                         if cacheable {
-                            entries.insert(
-                                object.clone(),
-                                Entry::Ready {
-                                    at: Instant::now(),
-                                    outcome: shared.clone(),
-                                },
-                            );
+                            let entry = Entry::Ready {
+                                at: Instant::now(),
+                                outcome: shared.clone(),
+                            };
+                            self.insert(&mut entries, object.clone(), entry);
                         } else {
-                            entries.remove(object);
+                            entries.map.remove(object);
                         }
                     }
                     let _ = tx.send(Some(shared.clone()));
@@ -133,9 +200,105 @@ impl StatCache {
 
     /// Forgets an object's metadata (its version changed at the origin).
     pub fn invalidate(&self, object: &ObjectId) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(entries.get(object), Some(Entry::Ready { .. })) {
-            entries.remove(object);
+        let mut entries = self.lock_entries();
+        if matches!(entries.map.get(object), Some(Entry::Ready { .. })) {
+            entries.map.remove(object);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use talon_origin_stub::faults::FaultConfig;
+    use talon_origin_stub::generated::GeneratedObject;
+    use talon_origin_stub::{RunningStub, StubConfig};
+    use talon_protocols::origin::{OriginClient, OriginConfig};
+
+    use super::*;
+
+    async fn stub(faults: FaultConfig) -> (RunningStub, Arc<Origins>) {
+        let stub = talon_origin_stub::start(StubConfig {
+            generated: vec![GeneratedObject::new("b", "present", 1000, 1)],
+            azure_listen: None,
+            admin_listen: None,
+            faults,
+            ..StubConfig::default()
+        })
+        .await
+        .unwrap();
+        let client = OriginClient::new(OriginConfig::S3 {
+            endpoint: stub.s3_url().unwrap(),
+            region: "us-east-1".into(),
+            credentials: None,
+            virtual_hosted: false,
+        })
+        .unwrap();
+        let origins = Arc::new(Origins {
+            s3: Some(client),
+            azure: None,
+        });
+        (stub, origins)
+    }
+
+    fn s3(key: &str) -> ObjectId {
+        ObjectId::from_key_path(&format!("s3/b/{key}")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_fetch_dropped_midway_does_not_wedge_later_callers() {
+        let slow = FaultConfig {
+            latency_ms: 60_000,
+            ..FaultConfig::default()
+        };
+        let (stub, origins) = stub(slow).await;
+        let cache = StatCache::new(origins, Duration::from_secs(60), Duration::from_secs(1));
+        let object = s3("present");
+        // The first caller starts the HEAD (its Pending entry is in the table) and then
+        // gives up: the future is dropped mid-fetch.
+        {
+            let first = cache.stat(&object);
+            tokio::pin!(first);
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(first.as_mut().poll(&mut cx).is_pending());
+            assert_eq!(cache.len(), 1, "the fetch registered itself");
+        }
+        assert!(
+            cache.is_empty(),
+            "the abandoned fetch left no Pending entry"
+        );
+        stub.faults().set(FaultConfig::default()).unwrap();
+        let info = tokio::time::timeout(Duration::from_secs(30), cache.stat(&object))
+            .await
+            .expect("a later caller fetches again instead of waiting on nobody")
+            .unwrap();
+        assert_eq!(info.size, 1000);
+    }
+
+    #[tokio::test]
+    async fn expired_entries_are_swept_so_the_table_stays_bounded() {
+        let (_stub, origins) = stub(FaultConfig::default()).await;
+        // A zero TTL: every entry is expired as soon as it is written.
+        let cache = StatCache::new(origins, Duration::ZERO, Duration::ZERO);
+        let n = 3 * MIN_SWEEP_AT;
+        for i in 0..n {
+            let missing = cache.stat(&s3(&format!("missing-{i}"))).await;
+            assert!(missing.is_err());
+        }
+        assert!(
+            cache.len() <= MIN_SWEEP_AT + 1,
+            "{} entries kept for {n} distinct objects, all expired",
+            cache.len()
+        );
+        // Fresh entries survive a sweep.
+        let fresh = StatCache::new(
+            cache.origins.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        );
+        for i in 0..MIN_SWEEP_AT + 10 {
+            let _ = fresh.stat(&s3(&format!("missing-{i}"))).await;
+        }
+        assert_eq!(fresh.len(), MIN_SWEEP_AT + 10);
     }
 }

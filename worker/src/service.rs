@@ -290,3 +290,42 @@ async fn admin(
         tracing::warn!(error = %e, "admin listener failed");
     }
 }
+
+/// Raises this process's open-files soft limit to its hard limit and returns the limit
+/// now in force (`None` when unlimited or unknown). A worker keeps one descriptor open
+/// per cached block and two per connection, so a default soft limit of 1,024 would cap
+/// it far below its byte budget. Failure is logged, not fatal.
+pub fn raise_open_files_limit() -> Option<u64> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(maximum)) = (limit.current, limit.maximum)
+        && current < maximum
+    {
+        let raised = Rlimit {
+            current: Some(maximum),
+            maximum: Some(maximum),
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => {
+                tracing::debug!(from = current, to = maximum, "raised the open-files limit");
+                return Some(maximum);
+            }
+            Err(e) => {
+                tracing::warn!(current, maximum, error = %e, "cannot raise the open-files limit");
+                return Some(current);
+            }
+        }
+    }
+    limit.current
+}
+
+#[cfg(test)]
+mod open_files_tests {
+    #[test]
+    fn the_soft_limit_ends_at_the_hard_limit() {
+        let raised = super::raise_open_files_limit();
+        let now = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        assert_eq!(raised, now.current);
+        assert_eq!(now.current, now.maximum);
+    }
+}

@@ -51,3 +51,7 @@ bench-charts *ARGS:
 # Flags: --conns K, --blocks N, --rounds R, --no-build, --output PATH.
 memory-footprint *ARGS:
     python3 scripts/memory_footprint.py {{ARGS}}
+
+# The data-plane load test: worker(s) and nginx under talon-loadgen; CONNS=, DEPTHS=, SECONDS_PER= tune it.
+dataplane-loadtest:
+    ./scripts/dataplane_loadtest.sh

@@ -77,6 +77,18 @@ pub mod schedule;
 pub mod stats;
 mod wire;
 
+// The gateway benches (`talon-gateway-bench`, `talon-gateway-proxy-bench`).
+pub mod delay_line;
+pub mod deployment;
+pub mod harness_error;
+pub mod host;
+pub mod http_load;
+pub mod nginx;
+pub mod results;
+pub mod rounds;
+pub mod summary;
+pub mod verify;
+
 pub use config::{LoadConfig, Target};
 pub use error::{BenchError, Result};
 pub use run::run;

@@ -1,0 +1,698 @@
+//! Real Talon processes for the gateway benches: the origin stub, a
+//! coordinator, workers and gateways, started from the release binaries on
+//! loopback (every listener on port 0, found through the processes' ready
+//! files), waited on by condition (ready file, membership), and killed when
+//! their handle drops — on success, on error, on a panic, and when the bench
+//! is interrupted (the binaries drop everything on Ctrl-C and SIGTERM).
+//!
+//! Every process runs with a cleared environment (so the caller's
+//! `AWS_ACCESS_KEY_ID` and friends cannot leak into a gateway) plus
+//! `TALON_LOG=warn`, and logs to a file in the bench's temporary folder;
+//! when one dies early, the error carries the end of its log.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http::{Method, StatusCode};
+use talon_origin_stub::faults::FaultConfig;
+use talon_origin_stub::generated::GeneratedObject;
+use talon_origin_stub::{DEFAULT_AZURE_ACCOUNT, EMULATOR_AZURE_KEY};
+use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::s3::sigv4::S3Credentials;
+
+use crate::harness_error::{HarnessError, HarnessResult};
+use crate::http_load::{Auth, Protocol, control_request};
+
+/// The access key clients sign with (the gateways require it).
+pub const CLIENT_ACCESS_KEY: &str = "TALONBENCHCLIENT";
+/// Its secret.
+pub const CLIENT_SECRET_KEY: &str = "talon-bench-client-secret";
+/// The access key gateways and workers sign origin requests with. The
+/// stub runs without credentials, so it accepts any signature unchecked.
+pub const ORIGIN_ACCESS_KEY: &str = "TALONBENCHORIGIN";
+/// Its secret.
+pub const ORIGIN_SECRET_KEY: &str = "talon-bench-origin-secret";
+
+/// How long a process may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often a condition is re-checked while waiting.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Where the Talon binaries are.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    dir: PathBuf,
+}
+
+impl Binaries {
+    /// The folder `dir`, or by default the folder of the running executable
+    /// (`target/release/` when the bench itself was built there).
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] when the running executable cannot be found.
+    pub fn locate(dir: Option<&Path>) -> HarnessResult<Binaries> {
+        let dir = match dir {
+            Some(d) => d.to_owned(),
+            None => std::env::current_exe()
+                .map_err(|e| HarnessError::io("finding the running executable", e))?
+                .parent()
+                .map(Path::to_owned)
+                .unwrap_or_default(),
+        };
+        Ok(Binaries { dir })
+    }
+
+    /// The path of binary `name`.
+    ///
+    /// # Errors
+    /// [`HarnessError::MissingBinary`] when it is not there.
+    pub fn path(&self, name: &str) -> HarnessResult<PathBuf> {
+        let path = self.dir.join(name);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(HarnessError::MissingBinary {
+                name: name.to_owned(),
+                path,
+            })
+        }
+    }
+
+    /// Checks that every binary in `names` is there.
+    ///
+    /// # Errors
+    /// [`HarnessError::MissingBinary`] for the first that is not.
+    pub fn require(&self, names: &[&str]) -> HarnessResult<()> {
+        names.iter().try_for_each(|n| self.path(n).map(|_| ()))
+    }
+}
+
+/// A child process that is killed (SIGKILL) and reaped when dropped.
+#[derive(Debug)]
+pub struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `program` with `args`, an empty environment plus `env`, and
+    /// stdout and stderr appended to `log`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] when the log cannot be created,
+    /// [`HarnessError::Spawn`] when the program cannot be started.
+    pub fn spawn(
+        name: &str,
+        program: &Path,
+        args: &[OsString],
+        env: &[(&str, &str)],
+        log: PathBuf,
+    ) -> HarnessResult<Process> {
+        let out = File::create(&log)
+            .map_err(|e| HarnessError::io(format!("creating {}", log.display()), e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| HarnessError::io(format!("opening {}", log.display()), e))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .env_clear()
+            .env("TALON_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().map_err(|source| HarnessError::Spawn {
+            name: name.to_owned(),
+            source,
+        })?;
+        Ok(Process {
+            name: name.to_owned(),
+            child,
+            log,
+        })
+    }
+
+    /// The process's name in the harness.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last `lines` lines of its log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Errors when the process has exited.
+    ///
+    /// # Errors
+    /// [`HarnessError::Exited`] with its status and the end of its log.
+    pub fn ensure_running(&mut self, when: &str) -> HarnessResult<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(HarnessError::Exited {
+                name: self.name.clone(),
+                status: status.to_string(),
+                when: when.to_owned(),
+                log: self.log_tail(30),
+            }),
+            Err(e) => Err(HarnessError::io(format!("checking on {}", self.name), e)),
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `check` returns `Some`, re-checking every few milliseconds,
+/// while every process in `watch` stays alive.
+///
+/// # Errors
+/// [`HarnessError::Exited`] when one of them exits, [`HarnessError::Timeout`]
+/// after `timeout`.
+pub async fn wait_until<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    watch: &mut [&mut Process],
+    mut check: F,
+) -> HarnessResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        for p in watch.iter_mut() {
+            p.ensure_running(&format!("while the bench waited for {what}"))?;
+        }
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            return Err(HarnessError::Timeout {
+                what: what.to_owned(),
+                after: timeout,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits for `process`'s ready file and returns its JSON.
+async fn ready_file(process: &mut Process, path: &Path) -> HarnessResult<serde_json::Value> {
+    let what = format!("{}'s ready file {}", process.name(), path.display());
+    wait_until(&what, READY_TIMEOUT, &mut [process], || async {
+        let text = std::fs::read(path).ok()?;
+        serde_json::from_slice::<serde_json::Value>(&text).ok()
+    })
+    .await
+}
+
+fn field(json: &serde_json::Value, name: &str, of: &str) -> HarnessResult<String> {
+    json.get(name)
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| HarnessError::Control(format!("{of}'s ready file has no '{name}': {json}")))
+}
+
+fn os(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+/// The origin stub: S3 and Azure over generated objects, with no
+/// credentials configured (it accepts any signature, or none, on both
+/// protocols, so every client of it pays the same).
+#[derive(Debug)]
+pub struct Stub {
+    /// The process.
+    pub process: Process,
+    /// `http://addr` of the S3 API.
+    pub s3_url: String,
+    /// `http://addr/ACCOUNT` of the Azure API.
+    pub azure_url: String,
+    /// `http://addr` of the admin API.
+    pub admin_url: String,
+}
+
+impl Stub {
+    /// Starts a stub serving `objects`, with its data folder in `dir`.
+    ///
+    /// # Errors
+    /// As [`Process::spawn`]; a stub that dies or never becomes ready.
+    pub async fn start(
+        binaries: &Binaries,
+        dir: &Path,
+        objects: &[GeneratedObject],
+    ) -> HarnessResult<Stub> {
+        let data = dir.join("origin-data");
+        std::fs::create_dir_all(&data)
+            .map_err(|e| HarnessError::io(format!("creating {}", data.display()), e))?;
+        let ready = dir.join("stub.ready.json");
+        let mut args = os(&[
+            "--s3-listen",
+            "127.0.0.1:0",
+            "--azure-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ]);
+        args.push("--data-dir".into());
+        args.push(data.into());
+        for o in objects {
+            args.push("--generate".into());
+            args.push(format!("{}/{}={},{}", o.bucket, o.key, o.size, o.seed).into());
+        }
+        args.push("--ready-file".into());
+        args.push(ready.clone().into());
+        let mut process = Process::spawn(
+            "talon-origin-stub",
+            &binaries.path("talon-origin-stub")?,
+            &args,
+            &[],
+            dir.join("stub.log"),
+        )?;
+        let json = ready_file(&mut process, &ready).await?;
+        let s3_url = field(&json, "s3", "talon-origin-stub")?;
+        let azure = field(&json, "azure", "talon-origin-stub")?;
+        let account = field(&json, "azure_account", "talon-origin-stub")?;
+        let admin_url = field(&json, "admin", "talon-origin-stub")?;
+        Ok(Stub {
+            process,
+            s3_url,
+            azure_url: format!("{azure}/{account}"),
+            admin_url,
+        })
+    }
+
+    /// Replaces the stub's fault settings (latency, bandwidth cap).
+    ///
+    /// # Errors
+    /// [`HarnessError::Control`] when the stub refuses them.
+    pub async fn set_faults(&self, faults: &FaultConfig) -> HarnessResult<()> {
+        let body = serde_json::to_string(faults)
+            .map_err(|e| HarnessError::Control(format!("encoding the faults: {e}")))?;
+        let url = format!("{}/admin/faults", self.admin_url);
+        let (status, text) = control_request(Method::PUT, &url, Some(body)).await?;
+        if status != StatusCode::OK {
+            return Err(HarnessError::Control(format!(
+                "PUT {url} answered {status}: {text}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A coordinator.
+#[derive(Debug)]
+pub struct Coordinator {
+    /// The process.
+    pub process: Process,
+    /// Its base URL.
+    pub url: String,
+}
+
+impl Coordinator {
+    /// Starts a coordinator (heartbeats every 200 ms, expiry after 2 s).
+    ///
+    /// # Errors
+    /// As [`Process::spawn`]; one that dies or never becomes ready.
+    pub async fn start(binaries: &Binaries, dir: &Path, name: &str) -> HarnessResult<Coordinator> {
+        let ready = dir.join(format!("{name}.ready.json"));
+        let mut args = os(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--heartbeat-interval-ms",
+            "200",
+            "--expiry-ms",
+            "2000",
+        ]);
+        args.push("--ready-file".into());
+        args.push(ready.clone().into());
+        let mut process = Process::spawn(
+            name,
+            &binaries.path("talon-coordinator")?,
+            &args,
+            &[],
+            dir.join(format!("{name}.log")),
+        )?;
+        let json = ready_file(&mut process, &ready).await?;
+        let url = field(&json, "url", name)?;
+        Ok(Coordinator { process, url })
+    }
+
+    /// Waits until the member `id` is live with the data-plane address
+    /// `addr`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Timeout`], or [`HarnessError::Exited`] when the
+    /// coordinator or `worker` dies meanwhile.
+    pub async fn wait_for_member(
+        &mut self,
+        worker: &mut Process,
+        id: &str,
+        addr: &str,
+    ) -> HarnessResult<()> {
+        let url = format!("{}/v1/members", self.url);
+        let what = format!("worker {id} to be live at {addr} in {}", self.url);
+        wait_until(
+            &what,
+            READY_TIMEOUT,
+            &mut [&mut self.process, worker],
+            || async {
+                let (status, text) = control_request(Method::GET, &url, None).await.ok()?;
+                if status != StatusCode::OK {
+                    return None;
+                }
+                let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+                json.get("members")?
+                    .as_array()?
+                    .iter()
+                    .any(|m| {
+                        m.get("id").and_then(|v| v.as_str()) == Some(id)
+                            && m.get("addr").and_then(|v| v.as_str()) == Some(addr)
+                            && m.get("state").and_then(|v| v.as_str()) == Some("live")
+                    })
+                    .then_some(())
+            },
+        )
+        .await
+    }
+}
+
+/// A worker.
+#[derive(Debug)]
+pub struct Worker {
+    /// The process.
+    pub process: Process,
+    /// Its id in the membership.
+    pub id: String,
+    /// Where its data plane listens.
+    pub addr: String,
+    /// The address it advertises (its own, or a relay's).
+    pub advertised: String,
+}
+
+/// What a worker is started with.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec<'a> {
+    /// Its id (also names its log and cache folder).
+    pub id: &'a str,
+    /// The coordinator's URL.
+    pub coordinator: &'a str,
+    /// The address to advertise instead of its own (a delay line's).
+    pub advertise: Option<String>,
+    /// Byte budget of its cache.
+    pub capacity: u64,
+    /// Its page size.
+    pub page_size: u64,
+}
+
+impl Worker {
+    /// Starts a worker reading both of `stub`'s protocols and waits until
+    /// the coordinator lists it as live.
+    ///
+    /// # Errors
+    /// As [`Process::spawn`]; one that dies, or never joins.
+    pub async fn start(
+        binaries: &Binaries,
+        dir: &Path,
+        stub: &Stub,
+        coordinator: &mut Coordinator,
+        spec: WorkerSpec<'_>,
+    ) -> HarnessResult<Worker> {
+        let ready = dir.join(format!("{}.ready.json", spec.id));
+        let cache = dir.join(format!("{}-cache", spec.id));
+        std::fs::create_dir_all(&cache)
+            .map_err(|e| HarnessError::io(format!("creating {}", cache.display()), e))?;
+        let mut args = os(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "off",
+            "--heartbeat-interval-ms",
+            "200",
+            "--azure-account",
+            DEFAULT_AZURE_ACCOUNT,
+            "--azure-key",
+            EMULATOR_AZURE_KEY,
+            "--s3-access-key",
+            ORIGIN_ACCESS_KEY,
+            "--s3-secret-key",
+            ORIGIN_SECRET_KEY,
+        ]);
+        for (flag, value) in [
+            ("--id", spec.id.to_owned()),
+            ("--coordinator", spec.coordinator.to_owned()),
+            ("--s3-endpoint", stub.s3_url.clone()),
+            ("--azure-endpoint", stub.azure_url.clone()),
+            ("--capacity", spec.capacity.to_string()),
+            ("--page-size", spec.page_size.to_string()),
+        ] {
+            args.push(flag.into());
+            args.push(value.into());
+        }
+        if let Some(a) = &spec.advertise {
+            args.push("--advertise-addr".into());
+            args.push(a.into());
+        }
+        args.push("--cache-dir".into());
+        args.push(cache.into());
+        args.push("--ready-file".into());
+        args.push(ready.clone().into());
+        let mut process = Process::spawn(
+            spec.id,
+            &binaries.path("talon-worker")?,
+            &args,
+            &[],
+            dir.join(format!("{}.log", spec.id)),
+        )?;
+        let json = ready_file(&mut process, &ready).await?;
+        let addr = field(&json, "addr", spec.id)?;
+        let advertised = spec.advertise.clone().unwrap_or_else(|| addr.clone());
+        coordinator
+            .wait_for_member(&mut process, spec.id, &advertised)
+            .await?;
+        Ok(Worker {
+            process,
+            id: spec.id.to_owned(),
+            addr,
+            advertised,
+        })
+    }
+}
+
+/// A gateway's read route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    /// Through the cache.
+    Cache,
+    /// Straight to the origin.
+    Origin,
+}
+
+impl Route {
+    /// `cache` or `origin`, as the gateway's flags spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Cache => "cache",
+            Route::Origin => "origin",
+        }
+    }
+}
+
+/// What a gateway is started with.
+#[derive(Debug, Clone)]
+pub struct GatewaySpec<'a> {
+    /// Its name in the harness (and its log's).
+    pub name: &'a str,
+    /// The one front it serves (the other is off).
+    pub front: Protocol,
+    /// That front's route.
+    pub route: Route,
+    /// The coordinator of its cache cluster (the cache route needs one).
+    pub coordinator: Option<&'a str>,
+    /// The cluster's block size.
+    pub block_size: u64,
+}
+
+/// A gateway with one front.
+#[derive(Debug)]
+pub struct Gateway {
+    /// The process.
+    pub process: Process,
+    /// The front's base URL: `http://addr` (S3) or `http://addr/ACCOUNT`
+    /// (Azure).
+    pub url: String,
+    /// `http://addr` of its admin endpoints.
+    pub admin_url: String,
+}
+
+impl Gateway {
+    /// Starts a gateway in front of `stub` (both origins, signed with the
+    /// origin identity) that requires clients to sign: SigV4 with
+    /// [`CLIENT_ACCESS_KEY`], or Azure Shared Key with the emulator's account
+    /// key. Returns once it has written its ready file and answers
+    /// `/readyz`.
+    ///
+    /// # Errors
+    /// As [`Process::spawn`]; one that dies or never becomes ready.
+    pub async fn start(
+        binaries: &Binaries,
+        dir: &Path,
+        stub: &Stub,
+        spec: GatewaySpec<'_>,
+    ) -> HarnessResult<Gateway> {
+        let identities = dir.join(format!("{}.identities.json", spec.name));
+        let doc = serde_json::json!({
+            "s3": [{"access_key": CLIENT_ACCESS_KEY, "secret_key": CLIENT_SECRET_KEY}],
+            "azure": {"account": DEFAULT_AZURE_ACCOUNT, "key": EMULATOR_AZURE_KEY},
+            "anonymous": false,
+        });
+        std::fs::write(&identities, doc.to_string())
+            .map_err(|e| HarnessError::io(format!("writing {}", identities.display()), e))?;
+        let ready = dir.join(format!("{}.ready.json", spec.name));
+        let (s3, azure) = match spec.front {
+            Protocol::S3 => ("127.0.0.1:0", "off"),
+            Protocol::Azure => ("off", "127.0.0.1:0"),
+        };
+        let mut args = os(&[
+            "--s3-listen",
+            s3,
+            "--azure-listen",
+            azure,
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--s3-route",
+            spec.route.name(),
+            "--azure-route",
+            spec.route.name(),
+            "--origin-s3-access-key",
+            ORIGIN_ACCESS_KEY,
+            "--origin-s3-secret-key",
+            ORIGIN_SECRET_KEY,
+            "--origin-azure-account",
+            DEFAULT_AZURE_ACCOUNT,
+            "--origin-azure-key",
+            EMULATOR_AZURE_KEY,
+        ]);
+        for (flag, value) in [
+            ("--origin-s3-endpoint", stub.s3_url.clone()),
+            ("--origin-azure-endpoint", stub.azure_url.clone()),
+            ("--block-size", spec.block_size.to_string()),
+        ] {
+            args.push(flag.into());
+            args.push(value.into());
+        }
+        if let Some(c) = spec.coordinator {
+            args.push("--coordinator".into());
+            args.push(c.into());
+        }
+        args.push("--identities".into());
+        args.push(identities.into());
+        args.push("--ready-file".into());
+        args.push(ready.clone().into());
+        let mut process = Process::spawn(
+            spec.name,
+            &binaries.path("talon-gateway")?,
+            &args,
+            &[],
+            dir.join(format!("{}.log", spec.name)),
+        )?;
+        let json = ready_file(&mut process, &ready).await?;
+        let url = match spec.front {
+            Protocol::S3 => field(&json, "s3", spec.name)?,
+            Protocol::Azure => field(&json, "azure", spec.name)?,
+        };
+        let admin_url = field(&json, "admin", spec.name)?;
+        let readyz = format!("{admin_url}/readyz");
+        let what = format!("{} to answer {readyz}", spec.name);
+        wait_until(&what, READY_TIMEOUT, &mut [&mut process], || async {
+            let (status, _) = control_request(Method::GET, &readyz, None).await.ok()?;
+            (status == StatusCode::OK).then_some(())
+        })
+        .await?;
+        Ok(Gateway {
+            process,
+            url,
+            admin_url,
+        })
+    }
+}
+
+/// How clients of a gateway's front sign: SigV4 with [`CLIENT_ACCESS_KEY`]
+/// for S3, Shared Key with the emulator account key for Azure.
+///
+/// # Errors
+/// [`HarnessError::Config`] if the built-in key does not decode.
+pub fn client_auth(protocol: Protocol) -> HarnessResult<Auth> {
+    Ok(match protocol {
+        Protocol::S3 => Auth::SigV4 {
+            credentials: S3Credentials {
+                access_key: CLIENT_ACCESS_KEY.into(),
+                secret_key: CLIENT_SECRET_KEY.into(),
+                session_token: None,
+            },
+            region: "us-east-1".into(),
+        },
+        Protocol::Azure => Auth::SharedKey {
+            account: DEFAULT_AZURE_ACCOUNT.into(),
+            key: AccountKey::from_base64(EMULATOR_AZURE_KEY)
+                .map_err(|e| HarnessError::Config(format!("the emulator key: {}", e.message())))?,
+        },
+    })
+}
+
+/// A free loopback port, found by binding port 0 (for servers that cannot
+/// report the port they bound, such as nginx). Another process could take
+/// it before the server binds; the server then fails to start and says so.
+///
+/// # Errors
+/// [`HarnessError::Io`] when nothing can be bound.
+pub fn free_port() -> HarnessResult<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| HarnessError::io("finding a free port", e))
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM; a bench `select!`s its run
+/// against it, so an interrupted run drops (and kills) its processes.
+pub async fn interrupted() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

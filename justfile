@@ -55,3 +55,9 @@ memory-footprint *ARGS:
 # The data-plane load test: worker(s) and nginx under talon-loadgen; CONNS=, DEPTHS=, SECONDS_PER= tune it.
 dataplane-loadtest:
     ./scripts/dataplane_loadtest.sh
+
+# Gateway bench: the HTTP runtime around controlled worker/origin delays, then a slow
+# consumer with the gateway's RSS sampled; bench/results/gateway-bench.jsonl. `--help` for flags.
+gateway-bench *ARGS:
+    cargo build --release --workspace --bins
+    ./target/release/talon-gateway-bench {{ARGS}}

@@ -61,3 +61,10 @@ dataplane-loadtest:
 gateway-bench *ARGS:
     cargo build --release --workspace --bins
     ./target/release/talon-gateway-bench {{ARGS}}
+
+# S3 × Azure × cache/origin through real deployments, plus a control arm and an nginx
+# slice-cache peer (installed with apt-get when running as root; skipped if it cannot be).
+gateway-proxy-bench *ARGS:
+    cargo build --release --workspace --bins
+    command -v nginx >/dev/null 2>&1 || [ "$(id -u)" != 0 ] || apt-get install -y nginx >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y nginx >/dev/null 2>&1) || echo "nginx could not be installed: the peer arm will be skipped"
+    ./target/release/talon-gateway-proxy-bench {{ARGS}}

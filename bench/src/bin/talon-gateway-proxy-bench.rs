@@ -1,0 +1,854 @@
+//! `talon-gateway-proxy-bench`: the gateway's S3 and Azure adapters end to
+//! end, on the cache route and the origin route, against one origin.
+//!
+//! Four deployments run at once against ONE dual-protocol origin stub:
+//! S3 × Azure fronts × cache and origin routes. Each cache deployment is
+//! its own coordinator, worker and gateway (route `cache`); each origin
+//! deployment is a gateway with route `origin`. Two more arms frame them:
+//!
+//! * **control**: the same client straight to the stub's S3 API, no
+//!   gateway: the origin's own ceiling under the origin model;
+//! * **peer**: nginx as a caching reverse proxy (`proxy_cache` + `slice`,
+//!   slices the size of the ranges) in front of the stub's S3 API, warmed
+//!   like the cache arms. Skipped, with a line saying so, when nginx is not
+//!   installed.
+//!
+//! The origin model is the stub's fault injection: a first-byte latency on
+//! every request and a bandwidth cap on every response body (defaults 2 ms
+//! and 256 MiB/s), so the origin is slower than loopback but a run stays
+//! short. The stub runs without credentials, so it checks no signature on
+//! either protocol and both adapters face an identical backend; the
+//! gateways still sign their origin requests.
+//!
+//! The client is this crate's own, on hyper's HTTP/1.1 connection API
+//! ([`talon_bench::http_load`]): a fixed number of workers, one keep-alive
+//! connection each, GETs of aligned ranges (default 1 MiB) at random
+//! offsets of a 64 MiB generated object. Gateway arms authenticate like the
+//! SDKs (SigV4 for S3, Shared Key for Azure) and the gateways verify every
+//! signature; the control arm signs too (the stub does not check); the
+//! nginx arm is anonymous (nginx cannot verify either). Every response is
+//! verified: status 206, length, `Content-Range`, SHA-256 against the
+//! generator's bytes. A wrong one stops the run, is printed verbatim, and
+//! the run exits 1.
+//!
+//! Rounds are paired and order-swapped: every round runs every arm for the
+//! same number of requests, in the listed order in even rounds and reversed
+//! in odd ones, so drift on the machine lands on all arms alike. Every arm
+//! is warmed (each range read once) before round 1; the warmup is not
+//! measured. CPU is `utime + stime` from `/proc/PID/stat` of the arm's own
+//! processes (gateway, worker, coordinator; nginx's master and workers)
+//! across the arm's measured time; the stub's CPU is reported separately.
+//! Percentiles are over every measured request of every round, pooled.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use talon_bench::deployment::{
+    Binaries, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
+    interrupted,
+};
+use talon_bench::host::{HostInfo, load_average};
+use talon_bench::http_load::{
+    Auth, Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, run_load,
+};
+use talon_bench::nginx::{Nginx, find_nginx};
+use talon_bench::procfs::ProcessSet;
+use talon_bench::results::{JsonLines, repo_root};
+use talon_bench::rounds::round_order;
+use talon_bench::summary::{LatencySummary, fmt_latency, median, mib, spread, thousands};
+use talon_bench::verify::ExpectedRanges;
+use talon_core::parse_byte_size;
+use talon_origin_stub::faults::FaultConfig;
+use talon_origin_stub::generated::GeneratedObject;
+
+/// What the client is, for the output.
+const CLIENT: &str = "talon-bench's own HTTP/1.1 client on hyper (conn::http1), one keep-alive connection per worker, no pipelining";
+
+/// S3 × Azure fronts × cache and origin routes of the gateway, against one
+/// origin stub, with a control arm (no gateway) and an nginx peer arm.
+///
+/// Starts every process from the release binaries (build them with `cargo
+/// build --release --bins`), warms every arm, runs --rounds paired,
+/// order-swapped rounds of --requests verified 1 MiB range GETs per arm,
+/// and prints a markdown table; JSON Lines go to --out. Exits 1 on any
+/// wrong response.
+#[derive(Debug, Parser)]
+#[command(name = "talon-gateway-proxy-bench", version)]
+struct Args {
+    /// Requests in flight per arm, one per keep-alive connection.
+    #[arg(long, env = "TALON_PROXY_BENCH_CONCURRENCY", default_value_t = 8)]
+    concurrency: usize,
+
+    /// Measured requests per arm per round.
+    #[arg(long, env = "TALON_PROXY_BENCH_REQUESTS", default_value_t = 2000)]
+    requests: u64,
+
+    /// Rounds (arm order reversed every other round; use an even number).
+    #[arg(long, env = "TALON_PROXY_BENCH_ROUNDS", default_value_t = 4)]
+    rounds: usize,
+
+    /// Bytes per ranged GET; offsets are multiples of it.
+    #[arg(long, env = "TALON_PROXY_BENCH_RANGE_SIZE", default_value = "1MiB", value_parser = parse_byte_size)]
+    range_size: u64,
+
+    /// Size of the generated object.
+    #[arg(long, env = "TALON_PROXY_BENCH_OBJECT_SIZE", default_value = "64MiB", value_parser = parse_byte_size)]
+    object_size: u64,
+
+    /// Origin model: latency the stub adds before answering each request,
+    /// milliseconds.
+    #[arg(long, env = "TALON_PROXY_BENCH_ORIGIN_LATENCY_MS", default_value_t = 2)]
+    origin_latency_ms: u64,
+
+    /// Origin model: cap on each response body's rate, bytes per second
+    /// (KiB/MiB/GiB suffixes); "off" for none.
+    #[arg(long, env = "TALON_PROXY_BENCH_ORIGIN_BANDWIDTH", default_value = "256MiB", value_parser = parse_bandwidth)]
+    origin_bandwidth: Bandwidth,
+
+    /// Block size of the cache clusters.
+    #[arg(long, env = "TALON_PROXY_BENCH_BLOCK_SIZE", default_value = "64MiB", value_parser = parse_byte_size)]
+    block_size: u64,
+
+    /// Skip the nginx peer arm.
+    #[arg(long, env = "TALON_PROXY_BENCH_NO_NGINX")]
+    no_nginx: bool,
+
+    /// nginx worker processes (default: one per core).
+    #[arg(long, env = "TALON_PROXY_BENCH_NGINX_WORKERS")]
+    nginx_workers: Option<usize>,
+
+    /// Seed of the range picker.
+    #[arg(long, env = "TALON_PROXY_BENCH_SEED", default_value_t = 1)]
+    seed: u64,
+
+    /// JSON Lines file (default: bench/results/gateway-proxy-bench.jsonl in
+    /// the repository).
+    #[arg(long, env = "TALON_PROXY_BENCH_OUT")]
+    out: Option<PathBuf>,
+
+    /// Also print the JSON Lines on stdout (the table then goes to stderr).
+    #[arg(long, env = "TALON_PROXY_BENCH_JSON")]
+    json: bool,
+
+    /// Keep the temporary folder (every process's log, configs, caches)
+    /// instead of removing it at exit; its path is printed.
+    #[arg(long, env = "TALON_PROXY_BENCH_KEEP_DIR")]
+    keep_dir: bool,
+
+    /// Folder of the Talon binaries (default: this binary's folder).
+    #[arg(long, env = "TALON_PROXY_BENCH_BIN_DIR")]
+    bin_dir: Option<PathBuf>,
+}
+
+/// A bandwidth cap in bytes per second; `None` is no cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bandwidth(Option<u64>);
+
+fn parse_bandwidth(s: &str) -> Result<Bandwidth, String> {
+    if s.trim() == "off" {
+        return Ok(Bandwidth(None));
+    }
+    match parse_byte_size(s)? {
+        0 => Err("the bandwidth must be positive (or \"off\")".into()),
+        n => Ok(Bandwidth(Some(n))),
+    }
+}
+
+fn progress(message: &str) {
+    eprintln!("[gateway-proxy-bench] {message}");
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// One arm: what it talks to and whose CPU it is charged.
+struct Arm {
+    /// For tables: `S3, cache`.
+    name: String,
+    /// For JSON: `s3-cache`.
+    key: String,
+    protocol: Protocol,
+    /// `cache`, `origin`, `direct` (control), `nginx`.
+    path: &'static str,
+    target: Arc<ObjectTarget>,
+    /// The arm's own processes, by role (`gateway`, `worker`, …).
+    processes: Vec<(String, ProcessSet)>,
+    /// The per-round outcomes, in round order.
+    rounds: Vec<LoadOutcome>,
+}
+
+/// An arm before its warmup: name, key, protocol, path, target, pids.
+struct PendingArm {
+    name: String,
+    key: String,
+    protocol: Protocol,
+    path: &'static str,
+    target: ObjectTarget,
+    pids: Vec<(&'static str, u32)>,
+}
+
+/// The deployments, kept alive until the run ends (dropping them kills
+/// every process).
+struct Deployments {
+    stub: Stub,
+    _clusters: Vec<(Coordinator, Worker)>,
+    _gateways: Vec<Gateway>,
+    _nginx: Option<Nginx>,
+}
+
+fn validate(args: &Args) -> anyhow::Result<()> {
+    if args.concurrency == 0 || args.requests == 0 || args.rounds == 0 {
+        bail!("--concurrency, --requests and --rounds must be at least 1");
+    }
+    if args.range_size == 0 || args.range_size > args.object_size {
+        bail!("--range-size must be between 1 byte and --object-size");
+    }
+    if !args.block_size.is_power_of_two() {
+        bail!("--block-size must be a power of two");
+    }
+    Ok(())
+}
+
+fn origin_model(args: &Args) -> serde_json::Value {
+    serde_json::json!({
+        "latency_ms_per_request": args.origin_latency_ms,
+        "bandwidth_bytes_per_sec_per_response": args.origin_bandwidth.0,
+        "credentials_checked": false,
+    })
+}
+
+fn origin_model_line(args: &Args) -> String {
+    format!(
+        "Origin model: the stub adds {} ms before every request and caps every response body at {}; \
+         it checks no signature (both protocols alike).",
+        args.origin_latency_ms,
+        args.origin_bandwidth
+            .0
+            .map_or_else(|| "no limit".to_owned(), |b| format!("{:.0} MiB/s", mib(b)))
+    )
+}
+
+async fn run(args: Args) -> anyhow::Result<bool> {
+    validate(&args)?;
+    let began = Instant::now();
+    let load_at_start = load_average();
+    let binaries = Binaries::locate(args.bin_dir.as_deref())?;
+    binaries.require(&[
+        "talon-origin-stub",
+        "talon-coordinator",
+        "talon-worker",
+        "talon-gateway",
+    ])?;
+    let host = HostInfo::detect(&repo_root());
+    let out_path = args
+        .out
+        .clone()
+        .unwrap_or_else(|| repo_root().join("bench/results/gateway-proxy-bench.jsonl"));
+    let mut lines = JsonLines::create(&out_path, args.json)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix("talon-gateway-proxy-bench-")
+        .tempdir()
+        .context("creating a temporary folder")?;
+    if args.keep_dir {
+        tmp.disable_cleanup(true);
+        progress(&format!("keeping {}", tmp.path().display()));
+    }
+    let dir = tmp.path();
+    progress(&format!("host: {}", host.describe()));
+
+    let object = GeneratedObject::new("bench", "proxy.bin", args.object_size, 3);
+    progress("starting the origin stub");
+    let stub = Stub::start(&binaries, dir, std::slice::from_ref(&object)).await?;
+    stub.set_faults(&FaultConfig {
+        latency_ms: args.origin_latency_ms,
+        bandwidth_bytes_per_sec: args.origin_bandwidth.0,
+        ..FaultConfig::default()
+    })
+    .await?;
+    progress(&origin_model_line(&args));
+
+    let mut clusters = Vec::new();
+    let mut gateways = Vec::new();
+    let mut arms: Vec<PendingArm> = Vec::new();
+    for protocol in [Protocol::S3, Protocol::Azure] {
+        let p = protocol.label().to_ascii_lowercase();
+        progress(&format!(
+            "starting the {} cache deployment (coordinator, worker, gateway)",
+            protocol.label()
+        ));
+        let mut coordinator =
+            Coordinator::start(&binaries, dir, &format!("coordinator-{p}")).await?;
+        let coordinator_url = coordinator.url.clone();
+        let worker = Worker::start(
+            &binaries,
+            dir,
+            &stub,
+            &mut coordinator,
+            WorkerSpec {
+                id: &format!("worker-{p}"),
+                coordinator: &coordinator_url,
+                advertise: None,
+                capacity: args.object_size * 2 + (64 << 20),
+                page_size: 1 << 20,
+            },
+        )
+        .await?;
+        let gateway = Gateway::start(
+            &binaries,
+            dir,
+            &stub,
+            GatewaySpec {
+                name: &format!("gateway-{p}-cache"),
+                front: protocol,
+                route: Route::Cache,
+                coordinator: Some(&coordinator_url),
+                block_size: args.block_size,
+            },
+        )
+        .await?;
+        arms.push(PendingArm {
+            name: format!("{}, cache", protocol.label()),
+            key: format!("{p}-cache"),
+            protocol,
+            path: "cache",
+            target: target(protocol, &gateway.url, &object, client_auth(protocol)?)?,
+            pids: vec![
+                ("gateway", gateway.process.pid()),
+                ("worker", worker.process.pid()),
+                ("coordinator", coordinator.process.pid()),
+            ],
+        });
+        gateways.push(gateway);
+        clusters.push((coordinator, worker));
+    }
+    for protocol in [Protocol::S3, Protocol::Azure] {
+        let p = protocol.label().to_ascii_lowercase();
+        progress(&format!(
+            "starting the {} origin deployment (gateway)",
+            protocol.label()
+        ));
+        let gateway = Gateway::start(
+            &binaries,
+            dir,
+            &stub,
+            GatewaySpec {
+                name: &format!("gateway-{p}-origin"),
+                front: protocol,
+                route: Route::Origin,
+                coordinator: None,
+                block_size: args.block_size,
+            },
+        )
+        .await?;
+        arms.push(PendingArm {
+            name: format!("{}, origin", protocol.label()),
+            key: format!("{p}-origin"),
+            protocol,
+            path: "origin",
+            target: target(protocol, &gateway.url, &object, client_auth(protocol)?)?,
+            pids: vec![("gateway", gateway.process.pid())],
+        });
+        gateways.push(gateway);
+    }
+    arms.push(PendingArm {
+        name: "control: S3 straight to the stub".into(),
+        key: "control-s3-direct".into(),
+        protocol: Protocol::S3,
+        path: "direct",
+        target: target(
+            Protocol::S3,
+            &stub.s3_url,
+            &object,
+            client_auth(Protocol::S3)?,
+        )?,
+        pids: Vec::new(),
+    });
+    let mut nginx = None;
+    if args.no_nginx {
+        progress("nginx arm: skipped (--no-nginx)");
+    } else {
+        match find_nginx() {
+            None => progress(
+                "nginx arm: SKIPPED, nginx is not installed (as root: apt-get install -y nginx; \
+                 `just gateway-proxy-bench` installs it)",
+            ),
+            Some(binary) => {
+                progress(&format!("starting nginx ({})", binary.display()));
+                let upstream = stub.s3_url.trim_start_matches("http://").to_owned();
+                let workers = args
+                    .nginx_workers
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+                let n = Nginx::start(
+                    &binary,
+                    &dir.join("nginx"),
+                    &upstream,
+                    args.range_size,
+                    workers,
+                )
+                .await?;
+                arms.push(PendingArm {
+                    name: "peer: nginx slice cache (S3, anonymous)".into(),
+                    key: "nginx-slice-cache".into(),
+                    protocol: Protocol::S3,
+                    path: "nginx",
+                    target: target(Protocol::S3, &n.url, &object, Auth::Anonymous)?,
+                    pids: vec![("nginx", n.process.pid())],
+                });
+                nginx = Some(n);
+            }
+        }
+    }
+    let deployments = Deployments {
+        stub,
+        _clusters: clusters,
+        _gateways: gateways,
+        _nginx: nginx,
+    };
+
+    progress(&format!(
+        "computing the SHA-256 of every {} range of the {} MiB object",
+        human_bytes(args.range_size),
+        args.object_size >> 20
+    ));
+    let expected = Arc::new(ExpectedRanges::new(object.clone(), args.range_size));
+    let stub_set = ProcessSet::resolve(&[deployments.stub.process.pid()], false)?;
+
+    // Warm every arm: each range once (fills the caches; opens the
+    // gateways' origin connections). Not measured.
+    let mut ready_arms = Vec::new();
+    for PendingArm {
+        name,
+        key,
+        protocol,
+        path,
+        target,
+        pids,
+    } in arms
+    {
+        progress(&format!(
+            "warming {name}: each of {} ranges once",
+            expected.len()
+        ));
+        let target = Arc::new(target);
+        let warm = run_load(LoadSpec {
+            target: target.clone(),
+            expected: expected.clone(),
+            concurrency: args.concurrency,
+            pick: Pick::EachOnce,
+            length: Length::Requests(expected.len() as u64),
+            watch: Vec::new(),
+        })
+        .await;
+        if let Some(e) = warm.first_error {
+            eprintln!("\nFAILED while warming {name}; the failure, verbatim:\n{e}");
+            return Ok(false);
+        }
+        // nginx's workers exist by now; its set includes them.
+        let processes = pids
+            .iter()
+            .map(|&(role, pid)| {
+                ProcessSet::resolve(&[pid], path == "nginx").map(|set| (role.to_owned(), set))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        ready_arms.push(Arm {
+            name,
+            key,
+            protocol,
+            path,
+            target,
+            processes,
+            rounds: Vec::new(),
+        });
+    }
+    let mut arms = ready_arms;
+
+    progress(&format!(
+        "{} rounds × {} arms × {} requests, concurrency {}, arm order reversed every other round",
+        args.rounds,
+        arms.len(),
+        args.requests,
+        args.concurrency
+    ));
+    for round in 0..args.rounds {
+        for (position, i) in round_order(arms.len(), round).into_iter().enumerate() {
+            let arm = &mut arms[i];
+            let outcome = run_load(LoadSpec {
+                target: arm.target.clone(),
+                expected: expected.clone(),
+                concurrency: args.concurrency,
+                pick: Pick::Random {
+                    seed: args
+                        .seed
+                        .wrapping_add((round as u64) << 32)
+                        .wrapping_add((i as u64) << 16),
+                },
+                length: Length::Requests(args.requests),
+                watch: arm
+                    .processes
+                    .iter()
+                    .cloned()
+                    .chain([(STUB.to_owned(), stub_set.clone())])
+                    .collect(),
+            })
+            .await;
+            let latency = LatencySummary::of(&outcome.latencies);
+            progress(&format!(
+                "round {}/{} #{}: {:<40} {:>6} rps, p50 {}, p99 {}, arm CPU/req {}{}",
+                round + 1,
+                args.rounds,
+                position + 1,
+                arm.name,
+                thousands(outcome.rps()),
+                latency
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |l| fmt_latency(l.p50_us)),
+                latency
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |l| fmt_latency(l.p99_us)),
+                arm_cpu_s(&outcome)
+                    .filter(|_| outcome.requests > 0)
+                    .map(|s| s * 1e6 / outcome.requests as f64)
+                    .map_or_else(|| "-".into(), |us| format!("{us:.0} µs")),
+                if outcome.errors > 0 { ", FAILED" } else { "" }
+            ));
+            lines.emit(&round_json(
+                &args, &host, arm, round, position, &outcome, &latency,
+            ))?;
+            let failure = outcome.first_error.clone();
+            arm.rounds.push(outcome);
+            if let Some(e) = failure {
+                eprintln!(
+                    "\nFAILED: a response of {} (round {}) went wrong; the run stopped. Verbatim:\n{e}",
+                    arms[i].name,
+                    round + 1
+                );
+                return Ok(false);
+            }
+        }
+    }
+    drop(deployments);
+
+    let mut rows = Vec::new();
+    for arm in &arms {
+        let s = ArmSummary::of(arm);
+        lines.emit(&summary_json(&args, &host, arm, &s))?;
+        rows.push((arm.name.clone(), s));
+    }
+    let table = render(
+        &args,
+        &host,
+        &rows,
+        began.elapsed(),
+        (load_at_start, load_average()),
+    );
+    if args.json {
+        eprintln!("{table}");
+    } else {
+        println!("{table}");
+    }
+    eprintln!("JSON Lines: {}", lines.path().display());
+    Ok(true)
+}
+
+fn target(
+    protocol: Protocol,
+    url: &str,
+    object: &GeneratedObject,
+    auth: Auth,
+) -> anyhow::Result<ObjectTarget> {
+    Ok(match protocol {
+        Protocol::S3 => ObjectTarget::s3(url, &object.bucket, &object.key, auth)?,
+        Protocol::Azure => ObjectTarget::azure(url, &object.bucket, &object.key, auth)?,
+    })
+}
+
+fn human_bytes(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// The name the stub's CPU is recorded under.
+const STUB: &str = "stub";
+
+/// CPU of the arm's own processes (everything watched but the stub);
+/// `None` for an arm without processes (the control) or a failed sample.
+fn arm_cpu_s(o: &LoadOutcome) -> Option<f64> {
+    let own: Vec<f64> = o
+        .cpu
+        .iter()
+        .filter(|c| c.name != STUB)
+        .map(|c| c.total_s())
+        .collect();
+    (!own.is_empty()).then(|| own.iter().sum())
+}
+
+fn cpu_s(o: &LoadOutcome, name: &str) -> Option<f64> {
+    o.cpu.iter().find(|c| c.name == name).map(|c| c.total_s())
+}
+
+fn cpu_per_request_us(o: &LoadOutcome, name: &str) -> Option<f64> {
+    let s = cpu_s(o, name)?;
+    (o.requests > 0).then(|| s * 1e6 / o.requests as f64)
+}
+
+fn round_json(
+    args: &Args,
+    host: &HostInfo,
+    arm: &Arm,
+    round: usize,
+    position: usize,
+    o: &LoadOutcome,
+    latency: &Option<LatencySummary>,
+) -> serde_json::Value {
+    let secs = o.elapsed.as_secs_f64().max(1e-9);
+    serde_json::json!({
+        "bench": "gateway-proxy-bench",
+        "kind": "round",
+        "arm": arm.name,
+        "arm_key": arm.key,
+        "protocol": arm.protocol,
+        "path": arm.path,
+        "auth": arm.target.auth.name(),
+        "client": CLIENT,
+        "round": round,
+        "position_in_round": position,
+        "concurrency": args.concurrency,
+        "range_bytes": args.range_size,
+        "object_bytes": args.object_size,
+        "requests": o.requests,
+        "elapsed_s": o.elapsed.as_secs_f64(),
+        "rps": o.rps(),
+        "mib_per_s": o.mib_per_s(),
+        "latency_us": latency,
+        "errors": o.errors,
+        "first_error": o.first_error,
+        "arm_processes": arm
+            .processes
+            .iter()
+            .map(|(role, set)| serde_json::json!({"role": role, "pids": set.pids()}))
+            .collect::<Vec<_>>(),
+        "arm_cpu_s": arm_cpu_s(o),
+        "arm_cpu_s_by_process": o
+            .cpu
+            .iter()
+            .filter(|c| c.name != STUB)
+            .map(|c| (c.name.clone(), c.total_s()))
+            .collect::<std::collections::BTreeMap<_, _>>(),
+        "arm_cores_busy": arm_cpu_s(o).map(|c| c / secs),
+        "arm_cpu_per_request_us": arm_cpu_s(o)
+            .filter(|_| o.requests > 0)
+            .map(|c| c * 1e6 / o.requests as f64),
+        "stub_cpu_s": cpu_s(o, STUB),
+        "stub_cores_busy": cpu_s(o, STUB).map(|c| c / secs),
+        "stub_cpu_per_request_us": cpu_per_request_us(o, STUB),
+        "client_cores_busy": o.client_cpu.as_ref().map(|c| c.total_s() / secs),
+        "origin_model": origin_model(args),
+        "loadavg_1m": load_average(),
+        "host": host,
+        "unix_time_s": unix_now(),
+    })
+}
+
+/// An arm over all its rounds.
+struct ArmSummary {
+    rps: Vec<f64>,
+    mib_per_s: Vec<f64>,
+    pooled: Option<LatencySummary>,
+    requests: u64,
+    elapsed_s: f64,
+    arm_cpu_s: Option<f64>,
+    stub_cpu_s: Option<f64>,
+    client_cpu_s: Option<f64>,
+}
+
+impl ArmSummary {
+    fn of(arm: &Arm) -> ArmSummary {
+        let all: Vec<Duration> = arm
+            .rounds
+            .iter()
+            .flat_map(|o| o.latencies.iter().copied())
+            .collect();
+        let sum = |name: &str| -> Option<f64> {
+            arm.rounds
+                .iter()
+                .map(|o| cpu_s(o, name))
+                .sum::<Option<f64>>()
+        };
+        ArmSummary {
+            rps: arm.rounds.iter().map(LoadOutcome::rps).collect(),
+            mib_per_s: arm.rounds.iter().map(LoadOutcome::mib_per_s).collect(),
+            pooled: LatencySummary::of(&all),
+            requests: arm.rounds.iter().map(|o| o.requests).sum(),
+            elapsed_s: arm.rounds.iter().map(|o| o.elapsed.as_secs_f64()).sum(),
+            arm_cpu_s: arm.rounds.iter().map(arm_cpu_s).sum::<Option<f64>>(),
+            stub_cpu_s: sum(STUB),
+            client_cpu_s: arm
+                .rounds
+                .iter()
+                .map(|o| o.client_cpu.as_ref().map(|c| c.total_s()))
+                .sum::<Option<f64>>(),
+        }
+    }
+
+    fn per_request_us(&self, cpu: Option<f64>) -> Option<f64> {
+        cpu.filter(|_| self.requests > 0)
+            .map(|c| c * 1e6 / self.requests as f64)
+    }
+
+    fn busy(&self, cpu: Option<f64>) -> Option<f64> {
+        cpu.filter(|_| self.elapsed_s > 0.0)
+            .map(|c| c / self.elapsed_s)
+    }
+}
+
+fn summary_json(args: &Args, host: &HostInfo, arm: &Arm, s: &ArmSummary) -> serde_json::Value {
+    let (lo, hi) = spread(&s.rps).unwrap_or((0.0, 0.0));
+    serde_json::json!({
+        "bench": "gateway-proxy-bench",
+        "kind": "summary",
+        "arm": arm.name,
+        "arm_key": arm.key,
+        "protocol": arm.protocol,
+        "path": arm.path,
+        "auth": arm.target.auth.name(),
+        "client": CLIENT,
+        "rounds": arm.rounds.len(),
+        "requests_per_round": args.requests,
+        "concurrency": args.concurrency,
+        "range_bytes": args.range_size,
+        "object_bytes": args.object_size,
+        "rps_median": median(&s.rps),
+        "rps_min": lo,
+        "rps_max": hi,
+        "rps_per_round": s.rps,
+        "mib_per_s_median": median(&s.mib_per_s),
+        "latency_us_pooled": s.pooled,
+        "percentiles": "pooled over every measured request of every round",
+        "arm_cpu_per_request_us": s.per_request_us(s.arm_cpu_s),
+        "arm_cores_busy": s.busy(s.arm_cpu_s),
+        "stub_cpu_per_request_us": s.per_request_us(s.stub_cpu_s),
+        "stub_cores_busy": s.busy(s.stub_cpu_s),
+        "client_cores_busy": s.busy(s.client_cpu_s),
+        "origin_model": origin_model(args),
+        "loadavg_1m": load_average(),
+        "host": host,
+        "unix_time_s": unix_now(),
+    })
+}
+
+fn render(
+    args: &Args,
+    host: &HostInfo,
+    rows: &[(String, ArmSummary)],
+    took: Duration,
+    loads: (Option<f64>, Option<f64>),
+) -> String {
+    let mut out = format!(
+        "\n## Gateway proxy bench: S3 and Azure, cache and origin routes\n\n\
+         {} ranges at random aligned offsets of a {} MiB object, concurrency {}, {} measured requests per arm per round, {} paired order-swapped rounds.\n\n",
+        human_bytes(args.range_size),
+        args.object_size >> 20,
+        args.concurrency,
+        thousands(args.requests as f64),
+        args.rounds
+    );
+    out.push_str(&format!(
+        "| arm | rps median [min–max] of {} | MiB/s | p50 | p99 | CPU/req | cores busy | stub CPU/req | client cores |\n",
+        args.rounds
+    ));
+    out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+    let dash = || "-".to_owned();
+    for (name, s) in rows {
+        let (lo, hi) = spread(&s.rps).unwrap_or((0.0, 0.0));
+        out.push_str(&format!(
+            "| {} | {} [{}–{}] | {:.0} | {} | {} | {} | {} | {} | {} |\n",
+            name,
+            thousands(median(&s.rps).unwrap_or(0.0)),
+            thousands(lo),
+            thousands(hi),
+            median(&s.mib_per_s).unwrap_or(0.0),
+            s.pooled
+                .as_ref()
+                .map_or_else(dash, |l| fmt_latency(l.p50_us)),
+            s.pooled
+                .as_ref()
+                .map_or_else(dash, |l| fmt_latency(l.p99_us)),
+            s.per_request_us(s.arm_cpu_s)
+                .map_or_else(dash, |us| format!("{us:.0} µs")),
+            s.busy(s.arm_cpu_s).map_or_else(dash, |c| format!("{c:.2}")),
+            s.per_request_us(s.stub_cpu_s)
+                .map_or_else(dash, |us| format!("{us:.0} µs")),
+            s.busy(s.client_cpu_s)
+                .map_or_else(dash, |c| format!("{c:.2}")),
+        ));
+    }
+    out.push_str(&format!(
+        "\n{}\n\
+         Client: {CLIENT}. Gateway arms sign (SigV4 / Shared Key) and the gateways verify; the control arm signs (unchecked); nginx is anonymous.\n\
+         p50/p99: pooled over every measured request of every round. CPU/req and cores busy: utime+stime of the arm's processes \
+         (cache: gateway + worker + coordinator; origin: gateway; nginx: master + workers) over the arm's measured time; the stub separately; \
+         client = this bench's own process.\n\
+         Host: {}. Total time {:.0} s. {} Loopback, one shared host, synthetic origin: relative numbers, not a capacity claim.\n",
+        origin_model_line(args),
+        host.describe(),
+        took.as_secs_f64(),
+        load_line(loads)
+    ));
+    out
+}
+
+fn load_line((start, end): (Option<f64>, Option<f64>)) -> String {
+    let f = |l: Option<f64>| l.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"));
+    format!(
+        "1-minute load average {} at the start, {} at the end (other work on the host competes for its cores).",
+        f(start),
+        f(end)
+    )
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let outcome = tokio::select! {
+        r = run(args) => r,
+        () = interrupted() => Err(anyhow::anyhow!("interrupted; every process the bench started has been stopped")),
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("talon-gateway-proxy-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_flags_parse_with_their_defaults() {
+        Args::command().debug_assert();
+        let args =
+            Args::try_parse_from(["talon-gateway-proxy-bench"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(args.origin_bandwidth, Bandwidth(Some(256 << 20)));
+        let args = Args::try_parse_from(["x", "--origin-bandwidth", "off", "--rounds", "2"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((args.origin_bandwidth, args.rounds), (Bandwidth(None), 2));
+        assert!(Args::try_parse_from(["x", "--origin-bandwidth", "0"]).is_err());
+    }
+}

@@ -294,3 +294,37 @@ async fn a_stalled_or_hostile_connection_does_not_stop_the_others() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_hold_up_no_one_else() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let addr = cluster.worker(0).addr;
+    let client = cluster.client().await;
+    assert_reads_back(&client, &id(), &object(), 0..object().size).await;
+    // Eight connections ask for 64 whole blocks each (16 MiB of answers apiece, far
+    // more than loopback's socket buffers hold) and never read a byte: their writers
+    // sit on full sockets. The worker runs on this test's two runtime threads, so a
+    // writer that blocked a thread while waiting would starve everyone else.
+    let mut sleepers = Vec::new();
+    for c in 0..8u32 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut requests = Vec::new();
+        for i in 0..64u32 {
+            let request = Message::ReadRange(read_request(&cluster, 0, BLOCK as u32));
+            requests.extend_from_slice(&request.encode(c * 100 + i + 1).unwrap());
+        }
+        tokio::io::AsyncWriteExt::write_all(&mut stream, &requests)
+            .await
+            .unwrap();
+        sleepers.push(stream);
+    }
+    assert_reads_back(&client, &id(), &object(), 1..object().size - 1).await;
+    still_serves(&cluster, addr).await;
+    drop(sleepers);
+    still_serves(&cluster, addr).await;
+}

@@ -7,8 +7,12 @@
 //! requests in flight per connection, which is the backpressure on a client that sends
 //! faster than it reads.
 //!
-//! A ReadRange answer is the 16-byte header followed by exactly `len` bytes that Layer 2
-//! ([`send_file_range`]) moves from the block file to the socket on the blocking pool.
+//! A ReadRange answer is the 16-byte header (sent with `MSG_MORE`, so it shares a
+//! segment with the payload) followed by exactly `len` bytes that Layer 2
+//! ([`sendfile_once`]) moves from the block file to the socket, driven from the
+//! writer's own readiness loop: no hand-off to a blocking pool and no copy. A
+//! page-cache miss makes that `sendfile` wait for the local disk on the runtime thread;
+//! an io_uring plane would not.
 //! Errors are error frames; a failure after a success header has gone out closes the
 //! connection, so a client never mistakes a short body for success. A connection limit,
 //! a per-frame read timeout (the rest of a frame must arrive in time once its first byte
@@ -17,7 +21,6 @@
 //! other connections carry on.
 
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +32,7 @@ use talon_core::wire::{
 };
 use talon_core::wire::{FrameHeader, HEADER_LEN};
 use talon_core::{ErrorCode, Message};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -39,7 +42,7 @@ use crate::error::{Result, WorkerError};
 use crate::loader::{Loader, Prepared};
 use crate::metrics::WorkerMetrics;
 use crate::origins::StatCache;
-use crate::zero_copy::send_file_range;
+use crate::zero_copy::{send_more, sendfile_once};
 
 /// Limits of the data plane.
 #[derive(Debug, Clone)]
@@ -162,15 +165,12 @@ async fn connection(
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
-    // A duplicate of the socket for Layer 2, which runs on the blocking pool.
-    let bulk_fd: Arc<OwnedFd> = Arc::new(stream.as_fd().try_clone_to_owned()?);
     let (rd, wr) = stream.into_split();
     let (queue, pending) = mpsc::channel::<oneshot::Receiver<Reply>>(config.pipeline_depth.max(1));
     // The writer dies with its connection: when this task is aborted (the worker is
     // aborted, or the drain timed out), the connection is cut, not answered to the end.
     let mut writer = AbortOnDrop(tokio::spawn(write_loop(
         wr,
-        bulk_fd,
         pending,
         services.metrics.clone(),
         config.write_stall_timeout,
@@ -313,9 +313,71 @@ async fn read_loop(
     }
 }
 
+/// Waits until the socket can take bytes again, at most `stall_timeout`.
+async fn writable(stream: &TcpStream, stall_timeout: Duration) -> std::io::Result<()> {
+    match tokio::time::timeout(stall_timeout, stream.writable()).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the peer stopped reading",
+        )),
+    }
+}
+
+/// Sends a reply header with `MSG_MORE` (it will share a segment with the payload).
+async fn send_header(
+    stream: &TcpStream,
+    header: &[u8],
+    stall_timeout: Duration,
+) -> std::io::Result<()> {
+    let mut sent = 0;
+    while sent < header.len() {
+        match stream.try_io(Interest::WRITABLE, || send_more(stream, &header[sent..])) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                writable(stream, stall_timeout).await?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Sends `len` bytes of `file` from `offset` with `sendfile`, waiting for writability
+/// on the runtime (never on a blocked thread) when the socket buffer is full.
+async fn send_file(
+    stream: &TcpStream,
+    file: &std::fs::File,
+    offset: u64,
+    len: u64,
+    stall_timeout: Duration,
+) -> std::io::Result<()> {
+    let (mut pos, end) = (offset, offset + len);
+    while pos < end {
+        let want = end - pos;
+        match stream.try_io(Interest::WRITABLE, || {
+            sendfile_once(stream, file, &mut pos, want)
+        }) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the block file ended after {} of {len} bytes", pos - offset),
+                ));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                writable(stream, stall_timeout).await?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 async fn write_loop(
     mut wr: OwnedWriteHalf,
-    bulk_fd: Arc<OwnedFd>,
     mut pending: mpsc::Receiver<oneshot::Receiver<Reply>>,
     metrics: Arc<WorkerMetrics>,
     stall_timeout: Duration,
@@ -343,16 +405,15 @@ async fn write_loop(
                 len,
                 started,
             } => {
-                wr.write_all(&header).await?;
-                let fd = bulk_fd.clone();
-                let sent = tokio::task::spawn_blocking(move || {
-                    send_file_range(&*fd, block.file(), offset, len, stall_timeout)
-                })
-                .await
-                .map_err(std::io::Error::other)?;
                 // After the header, any failure must close the connection: the client
                 // would otherwise read the next frame as payload.
-                sent?;
+                if len == 0 {
+                    // Nothing would follow to release a held-back header.
+                    wr.write_all(&header).await?;
+                } else {
+                    send_header(wr.as_ref(), &header, stall_timeout).await?;
+                    send_file(wr.as_ref(), block.file(), offset, len, stall_timeout).await?;
+                }
                 metrics.bytes_from_cache(len);
                 metrics.read_done(started.elapsed());
             }

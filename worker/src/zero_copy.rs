@@ -1,11 +1,39 @@
 //! Layer 2 of the data plane: bulk movement between a block file and a socket without
 //! payload bytes entering user space. Runtime-free: plain functions over file
-//! descriptors, called from a blocking pool by whichever Layer 1 (Tokio now, io_uring
-//! rings later) owns the socket.
+//! descriptors. [`sendfile_once`] and [`send_more`] are single non-blocking attempts
+//! that a Layer 1 drives from its own readiness loop (Tokio's, in `data_plane`);
+//! [`send_file_range`] is the whole transfer on a thread that may block.
 
 use std::io;
 use std::os::fd::AsFd;
 use std::time::Duration;
+
+/// One `sendfile(2)` of at most `want` bytes of `file` from `*pos` to `socket`,
+/// advancing `*pos`. On a non-blocking socket with a full buffer it fails with
+/// [`io::ErrorKind::WouldBlock`] and moves nothing; `Ok(0)` means the file ended at
+/// `*pos`. A page-cache miss makes the call wait for the disk.
+///
+/// # Errors
+/// `WouldBlock`, `Interrupted`, and socket or file errors, as `io::Error`.
+pub fn sendfile_once(
+    socket: &impl AsFd,
+    file: &impl AsFd,
+    pos: &mut u64,
+    want: u64,
+) -> io::Result<usize> {
+    let want = usize::try_from(want).unwrap_or(usize::MAX).min(1 << 30);
+    rustix::fs::sendfile(socket.as_fd(), file.as_fd(), Some(pos), want).map_err(io::Error::from)
+}
+
+/// One `send(2)` of `bytes` with `MSG_MORE`: the kernel holds them back to share a
+/// segment with what follows (a reply header with its `sendfile` payload), instead of
+/// pushing a 16-byte packet of its own. Returns the bytes accepted.
+///
+/// # Errors
+/// `WouldBlock` on a full non-blocking socket; `Interrupted`; socket errors.
+pub fn send_more(socket: &impl AsFd, bytes: &[u8]) -> io::Result<usize> {
+    rustix::net::send(socket.as_fd(), bytes, rustix::net::SendFlags::MORE).map_err(io::Error::from)
+}
 
 /// Sends `len` bytes of `file` starting at `offset` to `socket` with `sendfile(2)`,
 /// all of them or an error.

@@ -39,8 +39,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::harness_error::{HarnessError, HarnessResult};
-use crate::procfs::{ProcSample, ProcessSet};
+use crate::procfs::ProcSample;
 use crate::verify::{ExpectedRanges, Received, StreamCheck, StreamVerdict, check_response};
+use crate::watch::{Reading, Watched};
 
 /// The Azure REST version the client announces (what current SDKs send).
 pub const AZURE_VERSION: &str = "2025-01-05";
@@ -419,7 +420,7 @@ pub struct LoadSpec {
     /// How long.
     pub length: Length,
     /// Processes whose CPU is read at the edges of the measured window.
-    pub watch: Vec<(String, ProcessSet)>,
+    pub watch: Vec<(String, Watched)>,
 }
 
 /// CPU of one watched set across the measured window.
@@ -457,7 +458,7 @@ pub struct LoadOutcome {
     pub errors: u64,
     /// The first failure, verbatim.
     pub first_error: Option<String>,
-    /// CPU of the watched sets in the window (empty when a sample failed).
+    /// CPU of the watched sets in the window.
     pub cpu: Vec<CpuFigures>,
     /// This process's CPU in the window.
     pub client_cpu: Option<CpuFigures>,
@@ -566,18 +567,15 @@ async fn one_request(
     Ok((latency, fetched.bytes))
 }
 
-fn sample_all(watch: &[(String, ProcessSet)]) -> Option<Vec<ProcSample>> {
-    watch.iter().map(|(_, set)| set.sample().ok()).collect()
+fn sample_all(watch: &[(String, Watched)]) -> Vec<Reading> {
+    watch.iter().map(|(_, w)| w.read()).collect()
 }
 
 fn cpu_between(
-    watch: &[(String, ProcessSet)],
-    before: Option<Vec<ProcSample>>,
-    after: Option<Vec<ProcSample>>,
+    watch: &[(String, Watched)],
+    before: Vec<Reading>,
+    after: Vec<Reading>,
 ) -> Vec<CpuFigures> {
-    let (Some(before), Some(after)) = (before, after) else {
-        return Vec::new();
-    };
     watch
         .iter()
         .zip(before.iter().zip(&after))
@@ -587,7 +585,7 @@ fn cpu_between(
                 name: name.clone(),
                 user_s: user.as_secs_f64(),
                 kernel_s: kernel.as_secs_f64(),
-                rss_bytes: a.rss_bytes,
+                rss_bytes: a.rss_bytes(),
             }
         })
         .collect()

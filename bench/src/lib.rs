@@ -88,6 +88,7 @@ pub mod results;
 pub mod rounds;
 pub mod summary;
 pub mod verify;
+pub mod watch;
 
 pub use config::{LoadConfig, Target};
 pub use error::{BenchError, Result};

@@ -53,10 +53,10 @@ use talon_bench::host::{HostInfo, load_average};
 use talon_bench::http_load::{
     Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, paced_read, run_load,
 };
-use talon_bench::procfs::ProcessSet;
 use talon_bench::results::{JsonLines, repo_root};
 use talon_bench::summary::{LatencySummary, fmt_latency, little_ceiling, mib, thousands};
 use talon_bench::verify::ExpectedRanges;
+use talon_bench::watch::Watched;
 use talon_core::parse_byte_size;
 use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedObject;
@@ -384,10 +384,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             pids.push(("worker".to_owned(), vec![c.worker.process.pid()]));
         }
         pids.push(("stub".to_owned(), vec![stub.process.pid()]));
-        let watch = pids
+        let watch: Vec<(String, Watched)> = pids
             .into_iter()
-            .map(|(n, p)| ProcessSet::resolve(&p, false).map(|s| (n, s)))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|(n, p)| (n, Watched::new(p, false)))
+            .collect();
         if route == Route::Cache {
             progress(&format!(
                 "warming the cache: every one of {} ranges once",
@@ -523,8 +523,8 @@ async fn slow_consumer(
     auth: &talon_bench::http_load::Auth,
 ) -> anyhow::Result<Result<SlowRow, String>> {
     let target = ObjectTarget::s3(&gateway.url, &object.bucket, &object.key, auth.clone())?;
-    let set = ProcessSet::resolve(&[gateway.process.pid()], false)?;
-    let rss_start = set.sample()?.rss_bytes;
+    let set = Watched::new(vec![gateway.process.pid()], false);
+    let rss_start = set.read().rss_bytes();
     progress(&format!(
         "slow consumer, {} route: reading {} at {}/s for up to {:.0} s; gateway RSS {:.1} MiB",
         route.name(),
@@ -544,9 +544,8 @@ async fn slow_consumer(
             loop {
                 tokio::select! {
                     _ = tick.tick() => {
-                        if let Ok(s) = set.sample() {
-                            samples.lock().unwrap_or_else(|p| p.into_inner()).push(s.rss_bytes);
-                        }
+                        let rss = set.read().rss_bytes();
+                        samples.lock().unwrap_or_else(|p| p.into_inner()).push(rss);
                     }
                     _ = stopped.changed() => break,
                 }

@@ -56,11 +56,11 @@ use talon_bench::http_load::{
     Auth, Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, run_load,
 };
 use talon_bench::nginx::{Nginx, find_nginx};
-use talon_bench::procfs::ProcessSet;
 use talon_bench::results::{JsonLines, repo_root};
 use talon_bench::rounds::round_order;
 use talon_bench::summary::{LatencySummary, fmt_latency, median, mib, spread, thousands};
 use talon_bench::verify::ExpectedRanges;
+use talon_bench::watch::Watched;
 use talon_core::parse_byte_size;
 use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedObject;
@@ -179,7 +179,7 @@ struct Arm {
     path: &'static str,
     target: Arc<ObjectTarget>,
     /// The arm's own processes, by role (`gateway`, `worker`, …).
-    processes: Vec<(String, ProcessSet)>,
+    processes: Vec<(String, Watched)>,
     /// The per-round outcomes, in round order.
     rounds: Vec<LoadOutcome>,
 }
@@ -418,7 +418,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         args.object_size >> 20
     ));
     let expected = Arc::new(ExpectedRanges::new(object.clone(), args.range_size));
-    let stub_set = ProcessSet::resolve(&[deployments.stub.process.pid()], false)?;
+    let stub_set = Watched::new(vec![deployments.stub.process.pid()], false);
 
     // Warm every arm: each range once (fills the caches; opens the
     // gateways' origin connections). Not measured.
@@ -450,13 +450,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             eprintln!("\nFAILED while warming {name}; the failure, verbatim:\n{e}");
             return Ok(false);
         }
-        // nginx's workers exist by now; its set includes them.
+        // nginx's set is its master and whatever children it has at each
+        // reading (workers, cache manager, the short-lived cache loader).
         let processes = pids
             .iter()
-            .map(|&(role, pid)| {
-                ProcessSet::resolve(&[pid], path == "nginx").map(|set| (role.to_owned(), set))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|&(role, pid)| (role.to_owned(), Watched::new(vec![pid], path == "nginx")))
+            .collect();
         ready_arms.push(Arm {
             name,
             key,

@@ -396,6 +396,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         cache: Some(cache),
         identities,
         metadata_ttl: Duration::from_secs(1),
+        // Longer than the workers' stat TTLs below.
+        read_your_writes: Duration::from_secs(10),
         limits: Limits::default(),
     })
     .await

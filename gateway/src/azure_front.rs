@@ -554,7 +554,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         None => None,
     };
     let etag = result.map_err(container_errors)?;
-    ctx.gw.objects.invalidate(ctx.backend(), container, blob);
+    ctx.gw.objects.wrote(ctx.backend(), container, blob);
     ctx.gw.metrics.bytes_in(PROTOCOL, len);
     let mut resp = answer(StatusCode::CREATED, Body::empty());
     let h = resp.headers_mut();
@@ -586,7 +586,7 @@ async fn delete_blob(ctx: &Ctx<'_>) -> Result<Response, Failure> {
         origin.head(container, blob).await.map_err(blob_errors)?;
     }
     origin.delete(container, blob).await.map_err(blob_errors)?;
-    ctx.gw.objects.invalidate(ctx.backend(), container, blob);
+    ctx.gw.objects.wrote(ctx.backend(), container, blob);
     Ok(answer(StatusCode::ACCEPTED, Body::empty()))
 }
 
@@ -682,7 +682,7 @@ async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Fa
     if resp.status().is_success()
         && let (Some(c), Some(b)) = (&ctx.request.container, &ctx.request.blob)
     {
-        ctx.gw.objects.invalidate(Backend::Azure, c, b);
+        ctx.gw.objects.wrote(Backend::Azure, c, b);
     }
     Ok(relay(resp))
 }

@@ -48,6 +48,10 @@ pub struct GatewayConfig {
     pub identities: Identities,
     /// How long object metadata is trusted before it is asked again.
     pub metadata_ttl: Duration,
+    /// After a write through this gateway, how long that object's metadata is taken
+    /// from the origin rather than the cache; must exceed the workers' metadata TTLs
+    /// (`talon-worker --stat-ttl-ms`, default 5 s) for reads to see the write.
+    pub read_your_writes: Duration,
     /// Protective limits.
     pub limits: Limits,
 }
@@ -256,7 +260,12 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         s3: config.s3.clone(),
         azure: config.azure.clone(),
         identities: config.identities,
-        objects: Objects::new(config.origins, config.cache, config.metadata_ttl),
+        objects: Objects::new(
+            config.origins,
+            config.cache,
+            config.metadata_ttl,
+            config.read_your_writes,
+        ),
         limits: config.limits.clone(),
         metrics: Arc::new(GatewayMetrics::new()),
     });
@@ -268,7 +277,8 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         s3_addr = listener.local_addr().ok();
         let router = axum::Router::new()
             .fallback(|State(gw): State<Arc<Gateway>>, req: Request| async move {
-                s3_front::handle(gw, req).await
+                let risk = continue_risk(&req);
+                close_if(risk, s3_front::handle(gw, req).await)
             })
             .with_state(state.clone());
         tasks.push(spawn_front(
@@ -286,7 +296,10 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             .fallback(
                 |State(gw): State<Arc<Gateway>>,
                  ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
-                 req: Request| async move { azure_front::handle(gw, peer, req).await },
+                 req: Request| async move {
+                    let risk = continue_risk(&req);
+                    close_if(risk, azure_front::handle(gw, peer, req).await)
+                },
             )
             .with_state(state.clone());
         tasks.push(spawn_front(
@@ -327,4 +340,55 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         shutdown,
         tasks,
     })
+}
+
+/// Whether a `100 Continue` may go unsent for this request, and on which answers.
+///
+/// hyper sends `100 Continue` only when a handler reads the body. A request that said
+/// `Expect: 100-continue` but whose body is never read (a zero-length upload, or one
+/// refused before its body is read) is answered without one, and the client cannot
+/// tell whether it still owes a body: botocore then misreads the next response on that
+/// connection. Such connections are closed after the answer.
+#[derive(Debug, Clone, Copy)]
+enum ContinueRisk {
+    /// No `Expect: 100-continue`.
+    None,
+    /// Expected, with a body that a successful answer has read.
+    OnError,
+    /// Expected, with an empty body: never read.
+    Always,
+}
+
+fn continue_risk(req: &Request) -> ContinueRisk {
+    let expects = req
+        .headers()
+        .get(http::header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    let empty = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() == "0");
+    match (expects, empty) {
+        (false, _) => ContinueRisk::None,
+        (true, true) => ContinueRisk::Always,
+        (true, false) => ContinueRisk::OnError,
+    }
+}
+
+/// Adds `Connection: close` where [`ContinueRisk`] says the body may be unread.
+fn close_if(risk: ContinueRisk, mut resp: axum::response::Response) -> axum::response::Response {
+    let close = match risk {
+        ContinueRisk::None => false,
+        ContinueRisk::Always => true,
+        ContinueRisk::OnError => !resp.status().is_success(),
+    };
+    if close {
+        resp.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
 }

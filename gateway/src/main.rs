@@ -119,6 +119,15 @@ struct Args {
     /// How long object metadata is trusted, milliseconds.
     #[arg(long, env = "TALON_GATEWAY_METADATA_TTL_MS", default_value_t = 1000)]
     metadata_ttl_ms: u64,
+    /// After a write through the gateway, how long that object's metadata comes from
+    /// the origin instead of the cache, milliseconds; keep it above the workers'
+    /// --stat-ttl-ms.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_READ_YOUR_WRITES_MS",
+        default_value_t = 15_000
+    )]
+    read_your_writes_ms: u64,
     /// Time until a response starts, milliseconds.
     #[arg(
         long,
@@ -275,6 +284,7 @@ async fn main() -> anyhow::Result<()> {
         cache,
         identities,
         metadata_ttl: Duration::from_millis(args.metadata_ttl_ms),
+        read_your_writes: Duration::from_millis(args.read_your_writes_ms),
         limits: Limits {
             request_deadline: Duration::from_millis(args.request_deadline_ms),
             max_connections: args.max_connections,

@@ -3,8 +3,16 @@
 //!
 //! The metadata of an object is cached here for a short TTL and pinned for the whole
 //! response: the version (ETag) it names is part of every block the cache reads, so a
-//! response is always one version's bytes. A write through the gateway drops the
-//! object's entry, so the next read sees the new version.
+//! response is always one version's bytes.
+//!
+//! Read-your-writes: the workers keep object metadata for their own TTL, so after a
+//! write through this gateway (put, copy, multipart completion, delete) the gateway
+//! takes that object's metadata from the origin, not the cache, for
+//! [`GatewayConfig::read_your_writes`](crate::GatewayConfig) — longer than the workers'
+//! metadata TTLs. The bytes still come through the cache: the version the origin names
+//! is part of every block, so a worker that still remembers the old version fetches the
+//! new one's blocks instead of serving the old ones. Writes made elsewhere (directly at
+//! the origin, or through another gateway) are seen within the TTLs.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -52,8 +60,21 @@ pub struct Read {
     pub outcome: Outcome,
 }
 
-/// Object metadata by (backend, bucket, key), with the time it was learned.
-type MetaCache = HashMap<(Backend, String, String), (Instant, ObjectMeta)>;
+/// An object as the gateway names it: (backend, bucket, key).
+type ObjectKey = (Backend, String, String);
+
+/// Object metadata by object, with the time it was learned.
+type MetaCache = HashMap<ObjectKey, (Instant, ObjectMeta)>;
+
+/// Objects written through this gateway, with when; swept when the table doubles.
+#[derive(Debug, Default)]
+struct RecentWrites {
+    at: HashMap<ObjectKey, Instant>,
+    sweep_at: usize,
+}
+
+/// [`RecentWrites`] is never swept below this many entries.
+const MIN_WRITES_SWEEP_AT: usize = 1024;
 
 /// What a front asks of a read.
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +102,8 @@ pub struct Objects {
     azure_account: String,
     meta_ttl: Duration,
     meta: Mutex<MetaCache>,
+    read_your_writes: Duration,
+    written: Mutex<RecentWrites>,
 }
 
 impl std::fmt::Debug for Objects {
@@ -96,8 +119,14 @@ fn cache_error(e: talon_cache_client::CacheClientError) -> Error {
 }
 
 impl Objects {
-    /// Objects read from `origins`, through `cache` when given.
-    pub fn new(origins: Origins, cache: Option<CacheClient>, meta_ttl: Duration) -> Objects {
+    /// Objects read from `origins`, through `cache` when given; metadata is trusted for
+    /// `meta_ttl`, and taken from the origin for `read_your_writes` after a write.
+    pub fn new(
+        origins: Origins,
+        cache: Option<CacheClient>,
+        meta_ttl: Duration,
+        read_your_writes: Duration,
+    ) -> Objects {
         let azure_account = origins
             .azure
             .as_ref()
@@ -109,6 +138,11 @@ impl Objects {
             azure_account,
             meta_ttl,
             meta: Mutex::new(HashMap::new()),
+            read_your_writes,
+            written: Mutex::new(RecentWrites {
+                at: HashMap::new(),
+                sweep_at: MIN_WRITES_SWEEP_AT,
+            }),
         }
     }
 
@@ -138,7 +172,32 @@ impl Objects {
         }
     }
 
-    /// Drops the cached metadata of an object (after a write through the gateway).
+    /// Records a write through the gateway (put, copy, multipart completion, delete):
+    /// the object's metadata comes from the origin for the read-your-writes window.
+    /// Call it once the origin has acknowledged the write.
+    pub fn wrote(&self, backend: Backend, bucket: &str, key: &str) {
+        self.invalidate(backend, bucket, key);
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if written.at.len() >= written.sweep_at {
+            let window = self.read_your_writes;
+            written.at.retain(|_, at| at.elapsed() < window);
+            written.sweep_at = (written.at.len() * 2).max(MIN_WRITES_SWEEP_AT);
+        }
+        written
+            .at
+            .insert((backend, bucket.to_owned(), key.to_owned()), Instant::now());
+    }
+
+    /// Whether the object was written through this gateway within the window.
+    fn recently_written(&self, backend: Backend, bucket: &str, key: &str) -> bool {
+        let written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        written
+            .at
+            .get(&(backend, bucket.to_owned(), key.to_owned()))
+            .is_some_and(|at| at.elapsed() < self.read_your_writes)
+    }
+
+    /// Drops the cached metadata of an object (it changed under a read).
     pub fn invalidate(&self, backend: Backend, bucket: &str, key: &str) {
         self.meta
             .lock()
@@ -199,6 +258,12 @@ impl Objects {
         };
         if let Some(m) = self.cached_meta(backend, bucket, key) {
             return Ok((m, Outcome::Cache));
+        }
+        if self.recently_written(backend, bucket, key) {
+            // The workers may still hold the previous version's metadata.
+            let meta = self.origin_meta(backend, bucket, key).await?;
+            self.remember(backend, bucket, key, &meta);
+            return Ok((meta, Outcome::Cache));
         }
         match cache.stat(&id).await {
             Ok(s) => {

@@ -280,7 +280,7 @@ async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Re
     }
     let conditions = Conditions::from_headers(ctx.headers);
     let mut range = header(ctx.headers, "range").and_then(RangeSpec::parse);
-    let mut part_number = None;
+    let mut part = None;
     if let Some(pn) = ctx.request.query.get("partNumber") {
         if ctx.headers.contains_key("range") {
             return Err(Error::new(
@@ -289,16 +289,12 @@ async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Re
             )
             .into());
         }
-        // Part boundaries are the origin's; through a cache, part 1 is the whole object.
-        if pn != "1" {
-            return Err(Error::new(
-                ErrorKind::InvalidRange,
-                "The requested partnumber is not satisfiable",
-            )
-            .into());
-        }
-        part_number = Some(1);
-        range = None;
+        let found = part_bounds(ctx, bucket, key, pn).await?;
+        range = found.range.map(|r| RangeSpec::Bounded {
+            first: r.start,
+            last: r.last(),
+        });
+        part = Some(found);
     }
     let read = ctx
         .gw
@@ -351,8 +347,21 @@ async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Re
     if let Some(r) = read.range {
         set_header(h, "content-range", &r.content_range(read.meta.size));
     }
-    if part_number.is_some() {
-        set_header(h, "x-amz-mp-parts-count", "1");
+    if let Some(part) = &part {
+        if part.etag.as_deref().is_some_and(|e| {
+            talon_protocols::conditional::normalize_etag(e)
+                != talon_protocols::conditional::normalize_etag(&read.meta.etag)
+        }) {
+            // The object changed between the part lookup and the read.
+            return Err(Error::new(
+                ErrorKind::SlowDown,
+                "The object changed while its part was read; retry",
+            )
+            .into());
+        }
+        if let Some(count) = part.count {
+            set_header(h, "x-amz-mp-parts-count", &count.to_string());
+        }
     }
     for (param, name) in [
         ("response-content-type", "content-type"),
@@ -367,6 +376,99 @@ async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Re
         }
     }
     Ok((read.outcome, resp))
+}
+
+/// Where part `n` of an object lies, as its origin says.
+struct PartBounds {
+    /// The part's bytes; `None` when the origin answers with the whole object.
+    range: Option<talon_protocols::range::ByteRange>,
+    /// `x-amz-mp-parts-count`, when the origin gives it.
+    count: Option<u32>,
+    /// The version the bounds belong to.
+    etag: Option<String>,
+}
+
+/// Asks the origin where part `pn` (1..=10000) lies: `HEAD ?partNumber=pn` for an S3
+/// origin, whose multipart boundaries only it knows. An Azure origin has no parts, so
+/// there part 1 is the whole blob and any other is unsatisfiable. The part's bytes are
+/// then read through the route like any range.
+async fn part_bounds(
+    ctx: &Ctx<'_>,
+    bucket: &str,
+    key: &str,
+    pn: &str,
+) -> Result<PartBounds, Error> {
+    let n: u32 = pn
+        .parse()
+        .ok()
+        .filter(|n| (1..=10_000).contains(n))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive",
+            )
+        })?;
+    let unsatisfiable = || {
+        Error::new(
+            ErrorKind::InvalidRange,
+            "The requested partnumber is not satisfiable",
+        )
+    };
+    if ctx.backend() == Backend::Azure {
+        return if n == 1 {
+            Ok(PartBounds {
+                range: None,
+                count: Some(1),
+                etag: None,
+            })
+        } else {
+            Err(unsatisfiable())
+        };
+    }
+    let query = format!("partNumber={n}");
+    let resp = ctx
+        .gw
+        .objects
+        .origin(Backend::S3)?
+        .forward(ForwardRequest {
+            method: Method::HEAD,
+            bucket: Some(bucket),
+            key: Some(key),
+            query: &query,
+            headers: Vec::new(),
+            body: OriginBody::Empty,
+        })
+        .await?;
+    let status = resp.status();
+    if status == StatusCode::RANGE_NOT_SATISFIABLE {
+        return Err(unsatisfiable());
+    }
+    if !status.is_success() {
+        return Err(Error::new(
+            ErrorKind::from_status(status),
+            format!("the origin answered {status} for part {n}"),
+        ));
+    }
+    let headers = resp.headers();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let range = match text("content-range") {
+        Some(v) => Some(
+            talon_protocols::range::parse_content_range(v)
+                .map(|(r, _)| r)
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InternalError,
+                        format!("the origin's Content-Range '{v}' for part {n} is not valid"),
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    Ok(PartBounds {
+        range,
+        count: text("x-amz-mp-parts-count").and_then(|c| c.parse().ok()),
+        etag: text("etag").map(str::to_owned),
+    })
 }
 
 async fn list_buckets(ctx: &Ctx<'_>) -> Result<Response, Failure> {
@@ -612,7 +714,7 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         None => None,
     };
     let etag = result?;
-    ctx.gw.objects.invalidate(ctx.backend(), bucket, key);
+    ctx.gw.objects.wrote(ctx.backend(), bucket, key);
     ctx.gw.metrics.bytes_in(PROTOCOL, len);
     let mut resp = answer(StatusCode::OK, Body::empty());
     set_header(resp.headers_mut(), "etag", &etag);
@@ -636,7 +738,7 @@ async fn delete_object(ctx: &Ctx<'_>) -> Result<Response, Failure> {
         Err(e) if e.kind() == ErrorKind::NoSuchKey => {}
         Err(e) => return Err(e.into()),
     }
-    ctx.gw.objects.invalidate(ctx.backend(), bucket, key);
+    ctx.gw.objects.wrote(ctx.backend(), bucket, key);
     Ok(answer(StatusCode::NO_CONTENT, Body::empty()))
 }
 
@@ -677,7 +779,7 @@ async fn delete_objects(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> 
     let mut outcomes = Vec::with_capacity(request.objects.len());
     for o in request.objects {
         let result = origin.delete(bucket, &o.key).await;
-        ctx.gw.objects.invalidate(ctx.backend(), bucket, &o.key);
+        ctx.gw.objects.wrote(ctx.backend(), bucket, &o.key);
         outcomes.push(match result {
             Ok(()) => xml::DeleteOutcome::Deleted(o.key),
             Err(e) if e.kind() == ErrorKind::NoSuchKey => xml::DeleteOutcome::Deleted(o.key),
@@ -780,7 +882,7 @@ async fn relay_to_s3_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failu
     if resp.status().is_success()
         && let (Some(bucket), Some(key)) = (&ctx.request.bucket, &ctx.request.key)
     {
-        ctx.gw.objects.invalidate(Backend::S3, bucket, key);
+        ctx.gw.objects.wrote(Backend::S3, bucket, key);
     }
     Ok(relay(resp))
 }

@@ -51,6 +51,7 @@ async fn gateway(
         cache: Some(cluster.client().await),
         identities,
         metadata_ttl: Duration::from_millis(200),
+        read_your_writes: Duration::from_secs(10),
         limits: Limits::default(),
     })
     .await
@@ -196,4 +197,91 @@ async fn the_origin_route_never_touches_the_cache() {
         .map(|w| w.store().stats().used_bytes)
         .sum();
     assert_eq!(used, 0, "nothing was cached");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reads_its_own_writes_through_the_cache() {
+    let seed = GeneratedObject::new("data", "seed.bin", 1000, 1);
+    // Workers that trust object metadata for a minute: without read-your-writes the
+    // reads below would see the versions they remember.
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![seed],
+        stat_ttl: Duration::from_secs(60),
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::Azure).await;
+    let url = format!("{}/data/rw.bin", gw.s3_url().unwrap());
+    let http = reqwest::Client::new();
+    let head = |http: reqwest::Client, url: String| async move {
+        http.head(&url).send().await.unwrap().status().as_u16()
+    };
+
+    // Missing, then written: the worker's remembered "not found" does not hide it.
+    assert_eq!(head(http.clone(), url.clone()).await, 404);
+    let v1 = vec![1u8; 300_000];
+    let put = http.put(&url).body(v1.clone()).send().await.unwrap();
+    assert_eq!(put.status(), 200);
+    assert_eq!(head(http.clone(), url.clone()).await, 200);
+    let got = http.get(&url).send().await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap(), v1);
+
+    // Overwritten: the next read is the new version, bytes and ETag.
+    let v2 = vec![2u8; 200_000];
+    let put = http.put(&url).body(v2.clone()).send().await.unwrap();
+    assert_eq!(put.status(), 200);
+    let new_etag = put.headers()["etag"].clone();
+    let got = http.get(&url).send().await.unwrap();
+    assert_eq!(got.headers()["etag"], new_etag);
+    assert_eq!(got.bytes().await.unwrap(), v2);
+
+    // Deleted: gone.
+    let deleted = http.delete(&url).send().await.unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(head(http.clone(), url.clone()).await, 404);
+    assert_eq!(http.get(&url).send().await.unwrap().status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_upload_that_expected_100_continue_ends_its_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![GeneratedObject::new("data", "seed.bin", 10, 1)],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::Azure).await;
+    let addr = gw.s3_addr.unwrap();
+    // An empty PUT that asks for 100-continue: hyper never sends the 100 (the body is
+    // never read), so the gateway must not leave the client guessing on a reused
+    // connection.
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(
+        format!(
+            "PUT /data/empty.txt HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\nexpect: 100-continue\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut answer))
+        .await
+        .expect("the gateway closes the connection after answering")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(text.contains("connection: close"), "{text}");
+    // A plain empty PUT keeps its connection.
+    let plain = reqwest::Client::new()
+        .put(format!("{}/data/empty2.txt", gw.s3_url().unwrap()))
+        .header("content-length", "0")
+        .body(Vec::<u8>::new())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 200);
+    assert!(plain.headers().get("connection").is_none());
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Talon test on a fresh machine: the Rust workspace (unit, property,
 # conformance and integration tests), then the SDK acceptance suite, which drives a
-# real origin-stub process with unmodified boto3, aws CLI and azure-storage-blob.
+# real origin-stub process and real Talon deployments (talon up, a multi-process cluster)
+# with unmodified boto3, aws CLI, azure-storage-blob and rclone.
 # Python packages go into a venv under target/ (pinned in tests/sdk/requirements.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,16 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 step "install the SDKs (pinned)"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt
+
+step "rclone (the gateway suite drives the Debian package)"
+if ! command -v rclone >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq rclone
+  else
+    echo "rclone is required: apt-get install rclone" >&2
+    exit 1
+  fi
+fi
 
 step "SDK acceptance suite (tests/sdk)"
 "$VENV/bin/python" -m pytest tests/sdk -q -p no:cacheprovider

@@ -1,0 +1,398 @@
+"""Start and stop the processes behind a Talon gateway for the gateway SDK suite.
+
+Two deployments:
+
+* :func:`start_talon_up` — ``talon up`` (one process: origin stub over a data folder,
+  coordinator, workers, gateway); endpoints come from its ``--ready-file``.
+* :func:`start_cluster` — separate processes: ``talon-origin-stub`` (authenticated,
+  generated objects), ``talon-coordinator``, three ``talon-worker``s and two
+  ``talon-gateway``s (one serving each front from its own protocol's origin, one serving
+  each front from the *other* protocol's origin). The gateway has no ready file, so its
+  ports are picked here and the test waits until they accept connections.
+
+Every process writes its output to a log file; a process that dies, hangs on SIGTERM or
+exits badly fails the run with the tail of that log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+
+import pytest
+import requests
+
+from conftest import _GENERATE_ARGS, AZURE_ACCOUNT, AZURE_KEY, GENERATED, REGION, wait_until
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+TARGET = REPO / "target" / "debug"
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+
+# Client identities (what SDKs sign with) differ from the origin's identity (what the
+# gateway and the workers sign with): the gateway must re-sign, never forward.
+CLIENT_S3 = ("AKIATALONGWCLIENT001", "talon-gateway-client-secret")
+ORIGIN_S3 = ("AKIATALONORIGIN00001", "talon-origin-only-secret")
+# The Azure client key is the emulator's well-known key (what `talon up --azure-require-key`
+# accepts); the cluster's origin has a key of its own.
+CLIENT_AZURE_KEY = AZURE_KEY
+ORIGIN_AZURE_KEY = "b3JpZ2luLW9ubHkta2V5LW9yaWdpbi1vbmx5LWtleS1vcmlnaW4tb25seS1rZXktb3JpZ2luLW9ubHkh"
+
+MiB = 1 << 20
+BLOCK_SIZE = "1MiB"
+PAGE_SIZE = "64KiB"
+
+# `talon up` creates demo/random-64MiB.bin (generated, seed 0) in a new data folder.
+UP_GENERATED = {"big": ("demo", "random-64MiB.bin", 64 * MiB, 0)}
+CLUSTER_GENERATED = {
+    "big": GENERATED["m24"],
+    "small": GENERATED["small"],
+    "odd": GENERATED["odd"],
+    "empty": GENERATED["empty"],
+    "huge": GENERATED["huge"],
+}
+
+
+def binary(name: str) -> pathlib.Path:
+    path = TARGET / name
+    if not path.is_file():
+        pytest.fail(f"{path} not found: run `cargo build --workspace --bins` first", pytrace=False)
+    return path
+
+
+def clean_env(**extra) -> dict:
+    """The caller's environment without AWS_/AZURE_/TALON_ settings, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "TALON_"))}
+    env.setdefault("RUST_BACKTRACE", "1")
+    env.setdefault("RUST_LOG", "info")
+    env.setdefault("NO_COLOR", "1")  # plain logs in failure reports
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ processes
+
+
+@dataclasses.dataclass
+class Proc:
+    name: str
+    argv: list
+    popen: subprocess.Popen
+    log: pathlib.Path
+
+    def tail(self, limit: int = 20000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-limit:]
+        except OSError as exc:
+            return f"<cannot read {self.log}: {exc}>"
+
+    def fail(self, why: str):
+        pytest.fail(f"{self.name}: {why}\nargv={self.argv}\n--- {self.name} output ---\n{self.tail()}", pytrace=False)
+
+    def check_alive(self) -> None:
+        rc = self.popen.poll()
+        if rc is not None:
+            self.fail(f"died (exit status {rc})")
+
+
+LIVE: list = []  # every Proc started and not yet stopped
+
+
+def spawn(name: str, argv: list, workdir: pathlib.Path, env: dict) -> Proc:
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / f"{name}.log"
+    out = open(log, "ab")
+    try:
+        popen = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
+    finally:
+        out.close()
+    proc = Proc(name=name, argv=[str(a) for a in argv], popen=popen, log=log)
+    LIVE.append(proc)
+    return proc
+
+
+def wait_for(proc: Proc, predicate, what: str, timeout: float = READY_TIMEOUT_S):
+    """Poll ``predicate`` until truthy; fail with the process's log if it exits or the deadline passes."""
+
+    def check():
+        if proc.popen.poll() is not None:
+            return "exited"
+        return predicate()
+
+    try:
+        value = wait_until(check, timeout, what=f"{proc.name}: {what}")
+    except TimeoutError:
+        stop(proc, check=False)
+        proc.fail(f"no {what} within {timeout}s")
+    if value == "exited":
+        LIVE.remove(proc)
+        proc.fail(f"exited during startup with status {proc.popen.returncode}")
+    return value
+
+
+def read_json(path: pathlib.Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def stop(proc: Proc, check: bool = True) -> None:
+    """SIGTERM, wait; with ``check``, fail if it had died, hung or exited badly."""
+    if proc in LIVE:
+        LIVE.remove(proc)
+    rc = proc.popen.poll()
+    if rc is not None:
+        if check:
+            proc.fail(f"had already exited (status {rc}) before teardown")
+        return
+    proc.popen.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.popen.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.popen.kill()
+        proc.popen.wait()
+        if check:
+            proc.fail(f"ignored SIGTERM for {STOP_TIMEOUT_S}s")
+        return
+    if check and rc not in (0, -signal.SIGTERM):
+        proc.fail(f"exited with status {rc} after SIGTERM")
+
+
+def stop_all(procs: list) -> None:
+    """Stop in reverse start order; report the first failure after stopping everything."""
+    errors = []
+    for proc in reversed(procs):
+        try:
+            stop(proc)
+        except BaseException as exc:  # pytest.fail raises a BaseException subclass
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+# ------------------------------------------------------------------ fronts
+
+
+@dataclasses.dataclass
+class Front:
+    """One gateway's endpoints, shaped like conftest's ``Stub`` so its S3/Azure helpers take it."""
+
+    name: str
+    s3: str
+    blob_endpoint: str  # the Azure account URL
+    admin: str  # the gateway's /metrics
+    origin_admin: str  # the origin stub's /metrics
+    data_dir: pathlib.Path  # the origin's data folder
+    s3_credentials: list  # [(access_key, secret_key)]; empty: any credentials are accepted
+    azure_key: str | None  # None: anonymous Azure access
+    generated: dict  # name -> (bucket, key, size, seed) served by the origin
+    procs: list  # processes of this deployment (for logs on failure)
+    azure_account: str = AZURE_ACCOUNT
+    region: str = REGION
+
+    @property
+    def authenticated(self) -> bool:
+        return bool(self.s3_credentials)
+
+    @property
+    def access_key(self) -> str:
+        return self.s3_credentials[0][0] if self.s3_credentials else "AKIAANYCLIENTKEY0001"
+
+    @property
+    def secret_key(self) -> str:
+        return self.s3_credentials[0][1] if self.s3_credentials else "any-client-secret"
+
+    def connection_string(self, key: str | None = None) -> str:
+        return (
+            "DefaultEndpointsProtocol=http;"
+            f"AccountName={self.azure_account};"
+            f"AccountKey={key or self.azure_key or CLIENT_AZURE_KEY};"
+            f"BlobEndpoint={self.blob_endpoint};"
+        )
+
+    def logs(self, limit: int = 4000) -> str:
+        return "\n".join(f"--- {p.name} output (last {limit} chars) ---\n{p.tail(limit)}" for p in self.procs)
+
+
+# ------------------------------------------------------------------ talon up
+
+
+def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int = 2) -> Front:
+    data_dir = workdir / "data"  # must not exist: `talon up` creates it with the sample
+    ready = workdir / "ready.json"
+    argv = [
+        binary("talon"), "up",
+        "--s3-port", "0", "--azure-port", "0", "--admin-port", "0",
+        "--data-dir", data_dir, "--ready-file", ready,
+        "--workers", str(workers), "--block-size", BLOCK_SIZE, "--page-size", PAGE_SIZE,
+        "--capacity", "256MiB",
+    ]
+    if auth:
+        argv += ["--s3-credentials", f"{CLIENT_S3[0]}:{CLIENT_S3[1]}", "--azure-require-key"]
+    proc = spawn(f"talon-up-{name}", argv, workdir, clean_env())
+    info = wait_for(proc, lambda: read_json(ready), f"ready file {ready}")
+    for field in ("s3", "azure", "admin", "azure_account", "origin_admin", "coordinator"):
+        assert field in info, f"talon up ready file lacks {field!r}: {info}"
+    assert info["azure"].endswith("/" + info["azure_account"]), info
+    return Front(
+        name=f"up-{name}",
+        s3=info["s3"],
+        blob_endpoint=info["azure"],
+        admin=info["admin"],
+        origin_admin=info["origin_admin"],
+        data_dir=data_dir,
+        s3_credentials=[CLIENT_S3] if auth else [],
+        azure_key=CLIENT_AZURE_KEY if auth else None,
+        generated=dict(UP_GENERATED),
+        procs=[proc],
+        azure_account=info["azure_account"],
+    )
+
+
+# ------------------------------------------------------------------ cluster
+
+
+@dataclasses.dataclass
+class Cluster:
+    main: Front  # S3 front over the S3 origin, Azure front over the Azure origin
+    cross: Front  # S3 front over the Azure origin, Azure front over the S3 origin
+    origin_s3: str
+    origin_azure: str  # account URL
+    coordinator: str
+    procs: list
+
+
+def _live_members(coordinator: str) -> list:
+    try:
+        resp = requests.get(coordinator + "/v1/members", timeout=5)
+    except requests.RequestException:
+        return []
+    if resp.status_code != 200:
+        return []
+    return [m for m in resp.json().get("members", []) if m.get("state") == "live"]
+
+
+def start_gateway(name: str, workdir: pathlib.Path, *, origin_s3: str, origin_azure: str, coordinator: str,
+                  identities: pathlib.Path, extra: list) -> tuple:
+    s3_port, az_port, admin_port = free_port(), free_port(), free_port()
+    argv = [
+        binary("talon-gateway"),
+        "--s3-listen", f"127.0.0.1:{s3_port}",
+        "--azure-listen", f"127.0.0.1:{az_port}",
+        "--admin-listen", f"127.0.0.1:{admin_port}",
+        "--origin-s3-endpoint", origin_s3,
+        "--origin-azure-endpoint", origin_azure,
+        "--origin-azure-account", AZURE_ACCOUNT,
+        "--coordinator", coordinator,
+        "--block-size", BLOCK_SIZE,
+        "--identities", identities,
+        *extra,
+    ]
+    env = clean_env(AWS_ACCESS_KEY_ID=ORIGIN_S3[0], AWS_SECRET_ACCESS_KEY=ORIGIN_S3[1],
+                    AZURE_STORAGE_KEY=ORIGIN_AZURE_KEY)
+    proc = spawn(name, argv, workdir, env)
+    for port in (s3_port, az_port, admin_port):
+        wait_for(proc, lambda p=port: accepts(p), f"a listener on port {port}")
+    return proc, s3_port, az_port, admin_port
+
+
+def start_cluster(workdir: pathlib.Path) -> Cluster:
+    procs = []
+    try:
+        # The origin: authenticated with the origin identity only.
+        stub_dir = workdir / "origin"
+        data_dir = stub_dir / "data"
+        data_dir.mkdir(parents=True)
+        ready = stub_dir / "ready.json"
+        argv = [
+            binary("talon-origin-stub"), "--data-dir", data_dir,
+            "--s3-listen", "127.0.0.1:0", "--azure-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+            "--ready-file", ready, "--region", REGION, "--azure-account", AZURE_ACCOUNT,
+            "--s3-credentials", f"{ORIGIN_S3[0]}:{ORIGIN_S3[1]}", "--azure-key", ORIGIN_AZURE_KEY,
+        ]
+        for spec in _GENERATE_ARGS:
+            argv += ["--generate", spec]
+        stub = spawn("origin-stub", argv, stub_dir, clean_env())
+        procs.append(stub)
+        info = wait_for(stub, lambda: read_json(ready), f"ready file {ready}")
+        origin_s3 = info["s3"]
+        origin_azure = f"{info['azure']}/{info['azure_account']}"
+
+        coord_dir = workdir / "coordinator"
+        ready = coord_dir / "ready.json"
+        coord = spawn("coordinator", [
+            binary("talon-coordinator"), "--listen", "127.0.0.1:0", "--ready-file", ready,
+            "--heartbeat-interval-ms", "200", "--expiry-ms", "1500",
+        ], coord_dir, clean_env())
+        procs.append(coord)
+        coordinator = wait_for(coord, lambda: (read_json(ready) or {}).get("url"), f"ready file {ready}")
+
+        worker_env = clean_env(AWS_ACCESS_KEY_ID=ORIGIN_S3[0], AWS_SECRET_ACCESS_KEY=ORIGIN_S3[1],
+                               AZURE_STORAGE_KEY=ORIGIN_AZURE_KEY)
+        for n in range(3):
+            wdir = workdir / f"worker-{n}"
+            ready = wdir / "ready.json"
+            w = spawn(f"worker-w{n}", [
+                binary("talon-worker"), "--listen", "127.0.0.1:0", "--admin-listen", "off",
+                "--cache-dir", wdir / "cache", "--capacity", "256MiB", "--page-size", PAGE_SIZE,
+                "--coordinator", coordinator, "--id", f"w{n}", "--heartbeat-interval-ms", "200",
+                "--s3-endpoint", origin_s3, "--azure-endpoint", origin_azure, "--azure-account", AZURE_ACCOUNT,
+                "--ready-file", ready,
+            ], wdir, worker_env)
+            procs.append(w)
+            wait_for(w, lambda r=ready: read_json(r), f"ready file {ready}")
+        wait_for(coord, lambda: len(_live_members(coordinator)) == 3, "3 live members in /v1/members")
+
+        identities = workdir / "identities.json"
+        identities.write_text(json.dumps({
+            "s3": [{"access_key": CLIENT_S3[0], "secret_key": CLIENT_S3[1]}],
+            "azure": {"account": AZURE_ACCOUNT, "key": CLIENT_AZURE_KEY},
+            "anonymous": False,
+        }))
+        fronts = {}
+        for name, extra in (("gateway-main", []),
+                            ("gateway-cross", ["--s3-front-origin", "azure", "--azure-front-origin", "s3"])):
+            gw, s3_port, az_port, admin_port = start_gateway(
+                name, workdir / name, origin_s3=origin_s3, origin_azure=origin_azure, coordinator=coordinator,
+                identities=identities, extra=extra)
+            procs.append(gw)
+            fronts[name] = Front(
+                name=f"cluster-{name}",
+                s3=f"http://127.0.0.1:{s3_port}",
+                blob_endpoint=f"http://127.0.0.1:{az_port}/{AZURE_ACCOUNT}",
+                admin=f"http://127.0.0.1:{admin_port}",
+                origin_admin=info["admin"],
+                data_dir=data_dir,
+                s3_credentials=[CLIENT_S3],
+                azure_key=CLIENT_AZURE_KEY,
+                generated=dict(CLUSTER_GENERATED),
+                procs=procs,
+            )
+        return Cluster(main=fronts["gateway-main"], cross=fronts["gateway-cross"], origin_s3=origin_s3,
+                       origin_azure=origin_azure, coordinator=coordinator, procs=procs)
+    except BaseException:
+        for p in reversed(procs):
+            stop(p, check=False)
+        raise
+

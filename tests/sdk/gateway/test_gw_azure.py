@@ -1,0 +1,292 @@
+"""azure-storage-blob through the gateway's Azure Blob front (talon up and the cluster)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import urllib.parse
+
+import numpy as np
+import pytest
+import requests
+from azure.core import MatchConditions
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.storage.blob import (
+    AccountSasPermissions,
+    BlobClient,
+    BlobSasPermissions,
+    BlobServiceClient,
+    ContainerClient,
+    ContainerSasPermissions,
+    ContentSettings,
+    ResourceTypes,
+    generate_account_sas,
+    generate_blob_sas,
+    generate_container_sas,
+)
+
+import generated
+from conftest import MiB, blob_service, sha256
+
+ODD_NAMES = [
+    "a.txt",
+    "dir/b.txt",
+    "dir/sub/c.txt",
+    "dir with space/d e.txt",
+    "plus+sign.txt",
+    "percent%20literal.txt",
+    "amp&lt<gt>.txt",
+    "ünïcødé/ключ.txt",
+    "z/😀 emoji.bin",
+]
+BLOCK = 1 * MiB
+
+
+def payload(n: int, seed: int) -> bytes:
+    return np.random.default_rng(6000 + seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def gen_sha(gw, which="big") -> str:
+    b, k, size, seed = gw.generated[which]
+    return generated.sha256_of_generated(b, k, size, seed)
+
+
+# -------------------------------------------------------------- listing
+
+
+def test_list_containers_and_blobs(gw, gw_azure, gw_container):
+    names = [c.name for c in gw_azure.list_containers()]
+    assert gw_container in names and gw.generated["big"][0] in names
+    assert names == sorted(names)
+    assert not [n for n in names if n.startswith(".")], f"internal folders listed as containers: {names}"
+    assert [c.name for c in gw_azure.list_containers(name_starts_with=gw_container)] == [gw_container]
+    props = gw_azure.get_container_client(gw_container).get_container_properties()
+    assert props.name == gw_container and props.etag
+
+    cc = gw_azure.get_container_client(gw_container)
+    for i, name in enumerate(ODD_NAMES):
+        cc.upload_blob(name, f"blob {name} #{i}".encode())
+    expected = sorted(ODD_NAMES, key=lambda n: n.encode())
+    blobs = list(cc.list_blobs())
+    assert [b.name for b in blobs] == expected
+    for b in blobs:
+        assert b.size == len(f"blob {b.name} #{ODD_NAMES.index(b.name)}".encode())
+    assert [b.name for b in cc.list_blobs(name_starts_with="dir/")] == ["dir/b.txt", "dir/sub/c.txt"]
+    pages = [[b.name for b in page] for page in cc.list_blobs(results_per_page=2).by_page()]
+    assert [n for p in pages for n in p] == expected
+    assert [len(p) for p in pages] == [2, 2, 2, 2, 1]
+    top = sorted(item.name for item in cc.walk_blobs(delimiter="/"))
+    assert top == sorted(["a.txt", "plus+sign.txt", "percent%20literal.txt", "amp&lt<gt>.txt",
+                          "dir/", "dir with space/", "ünïcødé/", "z/"])
+    # Each odd name downloads through the cache with its own bytes and ETag.
+    for i, name in enumerate(ODD_NAMES):
+        bc = cc.get_blob_client(name)
+        d = bc.download_blob()
+        assert d.readall() == f"blob {name} #{i}".encode(), name
+        assert d.properties.etag == bc.get_blob_properties().etag == next(b.etag for b in blobs if b.name == name)
+
+
+# -------------------------------------------------------------- downloads
+
+
+def test_download_full_and_offset_length(gw, gw_azure):
+    b, k, size, seed = gw.generated["big"]
+    bc = gw_azure.get_blob_client(b, k)
+    props = bc.get_blob_properties()
+    assert props.size == size
+    assert props.etag == generated.generated_etag(b, k, size, seed)
+    assert props.blob_type == "BlockBlob"
+    assert props.content_settings.content_type == "application/octet-stream"
+    full = bc.download_blob().readall()
+    assert len(full) == size and sha256(full) == gen_sha(gw)
+    for offset, length in ((0, 1), (7, 100), (BLOCK - 3, 10), (BLOCK - 65536, 3 * BLOCK), (size - 10, 10),
+                           (size - 4096, None)):
+        got = bc.download_blob(offset=offset, length=length).readall()
+        end = size if length is None else offset + length
+        assert sha256(got) == sha256(generated.generated_bytes(b, k, seed, offset, end)), (offset, length)
+
+
+def test_download_parallel_small_chunks(gw):
+    svc = blob_service(gw, max_single_get_size=1 * MiB, max_chunk_get_size=512 * 1024)
+    b, k, size, _ = gw.generated["big"]
+    downloader = svc.get_blob_client(b, k).download_blob(max_concurrency=4)
+    assert downloader.size == size
+    data = downloader.readall()
+    assert len(data) == size and sha256(data) == gen_sha(gw)
+    # A window of the blob, chunked and parallel too.
+    got = svc.get_blob_client(b, k).download_blob(offset=BLOCK + 5, length=3 * MiB, max_concurrency=4).readall()
+    assert got == data[BLOCK + 5: BLOCK + 5 + 3 * MiB]
+    h = hashlib.sha256()
+    for chunk in svc.get_blob_client(b, k).download_blob().chunks():
+        h.update(chunk)
+    assert h.hexdigest() == gen_sha(gw)
+
+
+def test_conditional_download(gw_azure, gw_container):
+    bc = gw_azure.get_blob_client(gw_container, "cond")
+    etag = bc.upload_blob(b"conditional")["etag"]
+    assert bc.download_blob(etag=etag, match_condition=MatchConditions.IfNotModified).readall() == b"conditional"
+    with pytest.raises(HttpResponseError) as ei:
+        bc.download_blob(etag='"0x8D000000BADBAD"', match_condition=MatchConditions.IfNotModified)
+    assert ei.value.status_code == 412 and ei.value.error_code == "ConditionNotMet"
+    with pytest.raises(HttpResponseError) as ei:
+        bc.get_blob_properties(etag=etag, match_condition=MatchConditions.IfModified)
+    assert ei.value.status_code == 304
+
+
+# -------------------------------------------------------------- uploads
+
+
+def test_upload_small_and_blocked(gw, gw_container, gw_s3):
+    svc = blob_service(gw)
+    body = payload(200_000, 1)
+    bc = svc.get_blob_client(gw_container, "small/blob.bin")
+    r = bc.upload_blob(body, content_settings=ContentSettings(content_type="application/x-az"))
+    props = bc.get_blob_properties()
+    assert props.size == len(body) and props.etag == r["etag"]
+    assert props.content_settings.content_type == "application/x-az"
+    d = bc.download_blob()
+    assert d.properties.etag == r["etag"] and sha256(d.readall()) == sha256(body)
+    # The same object through the gateway's S3 front (same origin folder): same bytes, same ETag.
+    got = gw_s3.get_object(Bucket=gw_container, Key="small/blob.bin")
+    assert sha256(got["Body"].read()) == sha256(body) and got["ETag"] == r["etag"]
+
+    blocked = blob_service(gw, max_single_put_size=1 * MiB, max_block_size=256 * 1024)
+    body = payload(3 * MiB + 1234, 2)
+    bc = blocked.get_blob_client(gw_container, "large/blocked.bin")
+    r = bc.upload_blob(body, max_concurrency=2)
+    committed, uncommitted = bc.get_block_list("all")
+    assert len(committed) == -(-len(body) // (256 * 1024)) and uncommitted == []
+    props = bc.get_blob_properties()
+    assert props.size == len(body) and props.etag == r["etag"]
+    chunked = blob_service(gw, max_single_get_size=1 * MiB, max_chunk_get_size=512 * 1024)
+    got = chunked.get_blob_client(gw_container, "large/blocked.bin").download_blob(max_concurrency=4).readall()
+    assert sha256(got) == sha256(body)
+    assert sorted(b.name for b in svc.get_container_client(gw_container).list_blobs()) == [
+        "large/blocked.bin", "small/blob.bin"]
+
+
+def test_delete_blob(gw_azure, gw_container):
+    cc = gw_azure.get_container_client(gw_container)
+    cc.upload_blob("doomed", b"bye")
+    cc.upload_blob("keep", b"stay")
+    cc.get_blob_client("doomed").delete_blob()
+    with pytest.raises(ResourceNotFoundError) as ei:
+        cc.get_blob_client("doomed").delete_blob()
+    assert ei.value.error_code == "BlobNotFound"
+    assert [b.name for b in cc.list_blobs()] == ["keep"]
+    assert cc.download_blob("keep").readall() == b"stay"
+
+
+def test_download_after_delete_is_404(gw_azure, gw_container):
+    bc = gw_azure.get_blob_client(gw_container, "gone")
+    bc.upload_blob(payload(70_000, 3))
+    bc.download_blob().readall()  # cached now
+    bc.delete_blob()
+    with pytest.raises(ResourceNotFoundError) as ei:
+        bc.download_blob()
+    assert ei.value.error_code == "BlobNotFound"
+
+
+def test_download_after_overwrite(gw_azure, gw_container):
+    bc = gw_azure.get_blob_client(gw_container, "over")
+    v1, v2 = payload(90_000, 4), payload(120_000, 5)
+    bc.upload_blob(v1)
+    assert sha256(bc.download_blob().readall()) == sha256(v1)  # cached now
+    e2 = bc.upload_blob(v2, overwrite=True)["etag"]
+    d = bc.download_blob()
+    assert d.properties.etag == e2 and sha256(d.readall()) == sha256(v2)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: Content-MD5 of a Put Blob upload is missing from Get Blob Properties "
+                                       "through the cache and from List Blobs (the origin stub's listing lacks it "
+                                       "too); Azure returns it in both, and `rclone check` needs it to compare hashes")
+def test_content_md5_of_put_blob(gw_azure, gw_container):
+    body = payload(10_000, 6)
+    md5 = hashlib.md5(body).digest()
+    bc = gw_azure.get_blob_client(gw_container, "md5.bin")
+    assert bytes(bc.upload_blob(body)["content_md5"]) == md5
+    listed = list(gw_azure.get_container_client(gw_container).list_blobs())
+    assert [bytes(b.content_settings.content_md5 or b"") for b in listed] == [md5]
+    assert bytes(bc.get_blob_properties().content_settings.content_md5 or b"") == md5
+
+
+# -------------------------------------------------------------- SAS and keys
+
+
+def test_sas_url_download(gw):
+    """generate_blob_sas with the emulator key against a gateway that requires a key."""
+    b, k, size, seed = gw.generated["big"]
+    assert gw.azure_key, "this deployment must require Azure authentication"
+    sas = generate_blob_sas(
+        gw.azure_account, b, k, account_key=gw.azure_key, permission=BlobSasPermissions(read=True),
+        start=utcnow() - dt.timedelta(minutes=5), expiry=utcnow() + dt.timedelta(hours=1),
+    )
+    url = f"{gw.blob_endpoint}/{b}/{urllib.parse.quote(k)}?{sas}"
+    bc = BlobClient.from_blob_url(url, retry_total=0, max_single_get_size=1 * MiB, max_chunk_get_size=1 * MiB)
+    assert bc.get_blob_properties().size == size
+    assert sha256(bc.download_blob(max_concurrency=3).readall()) == gen_sha(gw)
+    resp = requests.get(url, headers={"x-ms-range": f"bytes={BLOCK - 1}-{BLOCK + 1}"}, timeout=30)
+    assert resp.status_code == 206, resp.text
+    assert resp.content == generated.generated_bytes(b, k, seed, BLOCK - 1, BLOCK + 2)
+    # Without the SAS the same URL is refused: the gateway requires a key.
+    resp = requests.get(url.split("?")[0], timeout=30)
+    assert resp.status_code in (401, 403) and resp.headers.get("x-ms-error-code"), resp.status_code
+
+
+def test_container_and_account_sas(gw, gw_azure, gw_container):
+    gw_azure.get_blob_client(gw_container, "pre-existing").upload_blob(b"already here")
+    sas = generate_container_sas(
+        gw.azure_account, gw_container, account_key=gw.azure_key,
+        permission=ContainerSasPermissions(read=True, list=True, write=True, create=True),
+        expiry=utcnow() + dt.timedelta(hours=1),
+    )
+    cc = ContainerClient.from_container_url(f"{gw.blob_endpoint}/{gw_container}?{sas}", retry_total=0)
+    cc.upload_blob("via-sas", b"written with a container SAS")
+    assert sorted(b.name for b in cc.list_blobs()) == ["pre-existing", "via-sas"]
+    assert cc.download_blob("pre-existing").readall() == b"already here"
+    sas = generate_account_sas(
+        gw.azure_account, gw.azure_key, resource_types=ResourceTypes(service=True, container=True, object=True),
+        permission=AccountSasPermissions(read=True, list=True), expiry=utcnow() + dt.timedelta(hours=1),
+    )
+    svc = BlobServiceClient(account_url=gw.blob_endpoint, credential=sas, retry_total=0)
+    assert gw_container in [c.name for c in svc.list_containers()]
+    assert svc.get_blob_client(gw_container, "via-sas").download_blob().readall() == b"written with a container SAS"
+
+
+def test_raw_ranges_version_and_request_id(gw):
+    b, k, size, seed = gw.generated["big"]
+    sas = generate_blob_sas(gw.azure_account, b, k, account_key=gw.azure_key,
+                            permission=BlobSasPermissions(read=True), expiry=utcnow() + dt.timedelta(hours=1))
+    url = f"{gw.blob_endpoint}/{b}/{urllib.parse.quote(k)}?{sas}"
+    for headers, (first, last) in (
+        ({"x-ms-range": "bytes=10-29"}, (10, 29)),
+        ({"Range": "bytes=10-29"}, (10, 29)),
+        ({"x-ms-range": "bytes=100-199", "Range": "bytes=0-9"}, (100, 199)),  # x-ms-range wins
+        ({"x-ms-range": f"bytes={size - 5}-"}, (size - 5, size - 1)),
+    ):
+        resp = requests.get(url, headers={**headers, "x-ms-version": "2021-08-06"}, timeout=30)
+        assert resp.status_code == 206, (headers, resp.text)
+        assert resp.headers["Content-Range"] == f"bytes {first}-{last}/{size}", headers
+        assert resp.content == generated.generated_bytes(b, k, seed, first, last + 1), headers
+        assert resp.headers.get("x-ms-version") == "2021-08-06"
+        assert resp.headers.get("x-ms-request-id")
+        assert resp.headers.get("ETag") == generated.generated_etag(b, k, size, seed)
+    resp = requests.head(url, headers={"x-ms-version": "2025-11-05"}, timeout=30)
+    assert resp.status_code == 200 and int(resp.headers["Content-Length"]) == size
+    assert resp.headers.get("x-ms-version") == "2025-11-05"
+    assert resp.headers.get("x-ms-blob-type") == "BlockBlob"
+    resp = requests.get(url, headers={"x-ms-range": f"bytes={size}-{size + 10}"}, timeout=30)
+    assert resp.status_code == 416 and resp.headers.get("x-ms-error-code") == "InvalidRange", resp.text
+
+
+def test_anonymous_azure_on_open_talon_up(up_open):
+    svc = BlobServiceClient(account_url=up_open.blob_endpoint, retry_total=0)
+    assert "demo" in [c.name for c in svc.list_containers()]
+    b, k, size, seed = up_open.generated["big"]
+    got = svc.get_blob_client(b, k).download_blob(offset=BLOCK - 10, length=20).readall()
+    assert got == generated.generated_bytes(b, k, seed, BLOCK - 10, BLOCK + 10)

@@ -1,0 +1,123 @@
+"""Any front over any origin: an S3 client reading an Azure origin and an Azure client an S3 origin.
+
+The cluster's ``cross`` gateway serves its S3 front from the origin's Azure API and its
+Azure front from the origin's S3 API (one origin stub speaks both over the same objects,
+so the expected bytes and ETags are known).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from azure.core.exceptions import ResourceNotFoundError
+from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ClientError
+
+import generated
+from conftest import MiB, blob_service, client_error, s3_client, sha256, unique
+
+BLOCK = 1 * MiB
+
+
+def payload(n: int, seed: int) -> bytes:
+    return np.random.default_rng(8000 + seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def test_s3_client_reads_azure_origin(cluster, tmp_path):
+    s3 = s3_client(cluster.cross)
+    b, k, size, seed = cluster.cross.generated["big"]
+    etag = generated.generated_etag(b, k, size, seed)
+    head = s3.head_object(Bucket=b, Key=k)
+    assert head["ContentLength"] == size and head["ETag"] == etag
+    resp = s3.get_object(Bucket=b, Key=k)
+    assert resp["ETag"] == etag
+    assert sha256(resp["Body"].read()) == generated.sha256_of_generated(b, k, size, seed)
+    for rng, first, last in (("bytes=0-99", 0, 99), (f"bytes={BLOCK - 9}-{BLOCK + 9}", BLOCK - 9, BLOCK + 9),
+                             ("bytes=-1000", size - 1000, size - 1), (f"bytes={size - 10}-", size - 10, size - 1)):
+        resp = s3.get_object(Bucket=b, Key=k, Range=rng)
+        assert resp["ContentRange"] == f"bytes {first}-{last}/{size}", rng
+        assert resp["Body"].read() == generated.generated_bytes(b, k, seed, first, last + 1), rng
+    dest = tmp_path / "big.bin"
+    s3.download_file(b, k, str(dest), Config=TransferConfig(multipart_threshold=2 * MiB,
+                                                            multipart_chunksize=2 * MiB, max_concurrency=4))
+    h = hashlib.sha256(dest.read_bytes()).hexdigest()
+    assert h == generated.sha256_of_generated(b, k, size, seed)
+    # Listings translated from Azure's.
+    assert b in [x["Name"] for x in s3.list_buckets()["Buckets"]]
+    listed = {o["Key"]: (o["Size"], o["ETag"]) for o in s3.list_objects_v2(Bucket=b)["Contents"]}
+    for gb, gk, gsize, gseed in cluster.cross.generated.values():
+        assert listed[gk] == (gsize, generated.generated_etag(gb, gk, gsize, gseed)), gk
+    resp = s3.list_objects_v2(Bucket=b, Delimiter="/", Prefix="")
+    assert {p["Prefix"] for p in resp["CommonPrefixes"]} >= {"big/", "dir/"}
+    # Errors in S3's words.
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=b, Key="no/such/blob")
+    assert client_error(ei) == (404, "NoSuchKey")
+    with pytest.raises(ClientError) as ei:
+        s3.list_objects_v2(Bucket=unique("nocontainer"))
+    assert client_error(ei) == (404, "NoSuchBucket")
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=b, Key=k, Range=f"bytes={size}-")
+    assert client_error(ei) == (416, "InvalidRange")
+
+
+def test_azure_client_reads_s3_origin(cluster):
+    b, k, size, seed = cluster.cross.generated["big"]
+    etag = generated.generated_etag(b, k, size, seed)
+    svc = blob_service(cluster.cross, max_single_get_size=1 * MiB, max_chunk_get_size=512 * 1024)
+    bc = svc.get_blob_client(b, k)
+    props = bc.get_blob_properties()
+    assert props.size == size and props.etag == etag
+    data = bc.download_blob(max_concurrency=4).readall()
+    assert sha256(data) == generated.sha256_of_generated(b, k, size, seed)
+    for offset, length in ((0, 1), (BLOCK - 3, 7), (5 * BLOCK + 11, 2 * MiB), (size - 100, 100)):
+        assert bc.download_blob(offset=offset, length=length).readall() == data[offset:offset + length]
+    assert b in [c.name for c in svc.list_containers()]
+    listed = {x.name: (x.size, x.etag) for x in svc.get_container_client(b).list_blobs()}
+    for gb, gk, gsize, gseed in cluster.cross.generated.values():
+        assert listed[gk] == (gsize, generated.generated_etag(gb, gk, gsize, gseed)), gk
+    walked = {x.name for x in svc.get_container_client(b).walk_blobs(delimiter="/")}
+    assert {"big/", "dir/"} <= walked
+    with pytest.raises(ResourceNotFoundError) as ei:
+        svc.get_blob_client(b, "no/such/key").download_blob()
+    assert ei.value.error_code == "BlobNotFound"
+    with pytest.raises(ResourceNotFoundError) as ei:
+        list(svc.get_container_client(unique("nobucket")).list_blobs())
+    assert ei.value.error_code == "ContainerNotFound"
+
+
+def test_writes_cross_protocols(cluster):
+    """Write through one protocol, read through the other protocol's front over the other origin."""
+    main_s3, main_az = s3_client(cluster.main), blob_service(cluster.main)
+    cross_s3, cross_az = s3_client(cluster.cross), blob_service(cluster.cross)
+    bucket = unique("xw")
+    main_s3.create_bucket(Bucket=bucket)
+
+    # Azure client → Azure origin; S3 client reads it from the Azure origin.
+    body = payload(2 * MiB + 3, 1)
+    r = main_az.get_blob_client(bucket, "from azure/blob+1.bin").upload_blob(body)
+    got = cross_s3.get_object(Bucket=bucket, Key="from azure/blob+1.bin")
+    assert sha256(got["Body"].read()) == sha256(body)
+    assert got["ETag"] == r["etag"] == cross_s3.head_object(Bucket=bucket, Key="from azure/blob+1.bin")["ETag"]
+
+    # S3 client → S3 origin; Azure client reads it from the S3 origin.
+    body = payload(1_500_000, 2)
+    put = main_s3.put_object(Bucket=bucket, Key="from s3/obj%1.bin", Body=body)
+    bc = cross_az.get_blob_client(bucket, "from s3/obj%1.bin")
+    d = bc.download_blob()
+    assert sha256(d.readall()) == sha256(body)
+    assert d.properties.etag == put["ETag"] == bc.get_blob_properties().etag
+
+    # Writes through the cross fronts land at the other origin.
+    body = payload(300_000, 3)
+    cross_s3.put_object(Bucket=bucket, Key="s3 front to azure.bin", Body=body)
+    assert sha256(main_az.get_blob_client(bucket, "s3 front to azure.bin").download_blob().readall()) == sha256(body)
+    body = payload(400_000, 4)
+    cross_az.get_blob_client(bucket, "azure front to s3.bin").upload_blob(body)
+    assert sha256(main_s3.get_object(Bucket=bucket, Key="azure front to s3.bin")["Body"].read()) == sha256(body)
+    names = sorted(o["Key"] for o in cross_s3.list_objects_v2(Bucket=bucket)["Contents"])
+    assert names == sorted(["from azure/blob+1.bin", "from s3/obj%1.bin", "s3 front to azure.bin",
+                            "azure front to s3.bin"])
+    assert sorted(x.name for x in cross_az.get_container_client(bucket).list_blobs()) == names

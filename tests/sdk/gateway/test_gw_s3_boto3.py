@@ -1,0 +1,443 @@
+"""boto3 through the gateway's S3 front (talon up and the multi-process cluster).
+
+Every body is checked by SHA-256 against what was uploaded or against generated.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import urllib.parse
+import xml.etree.ElementTree as ET
+
+import boto3
+import numpy as np
+import pytest
+import requests
+from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ClientError
+
+import generated
+from conftest import MiB, client_error, s3_client, sha256, signed_request
+
+ODD_KEYS = [
+    "a.txt",
+    "dir/b.txt",
+    "dir/sub/c.txt",
+    "dir with space/d e.txt",
+    "plus+sign.txt",
+    "percent%20literal.txt",
+    "100% done.txt",
+    "amp&lt<gt>.txt",
+    "q?mark#hash.txt",
+    "ünïcødé/ключ.txt",
+    "z/😀 emoji.bin",
+]
+TOP_LEVEL = sorted(k for k in ODD_KEYS if "/" not in k)
+PREFIXES = sorted({k.split("/")[0] + "/" for k in ODD_KEYS if "/" in k})
+BLOCK = 1 * MiB  # the deployments' block size
+PAGE = 64 * 1024  # the workers' page size
+
+
+def payload(n: int, seed: int) -> bytes:
+    return np.random.default_rng(4000 + seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def get_body(s3, bucket, key, **kw):
+    resp = s3.get_object(Bucket=bucket, Key=key, **kw)
+    return resp, resp["Body"].read()
+
+
+def file_sha(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(8 * MiB), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def utf8(k: str) -> bytes:
+    return k.encode()
+
+
+# ------------------------------------------------------------------ listing
+
+
+def test_list_odd_keys_delimiter_and_pagination(gw_s3, gw_bucket):
+    s3, bucket = gw_s3, gw_bucket
+    etags = {}
+    for i, key in enumerate(ODD_KEYS):
+        etags[key] = s3.put_object(Bucket=bucket, Key=key, Body=f"body of {key} #{i}".encode())["ETag"]
+    expected = sorted(ODD_KEYS, key=utf8)
+
+    resp = s3.list_objects_v2(Bucket=bucket)  # botocore asks for encoding-type=url and decodes
+    assert [o["Key"] for o in resp["Contents"]] == expected
+    assert resp["KeyCount"] == len(ODD_KEYS) and resp["IsTruncated"] is False
+    for o in resp["Contents"]:
+        assert o["ETag"] == etags[o["Key"]]
+        assert o["Size"] == len(f"body of {o['Key']} #{ODD_KEYS.index(o['Key'])}".encode())
+
+    resp = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert sorted(o["Key"] for o in resp["Contents"]) == TOP_LEVEL
+    assert sorted(p["Prefix"] for p in resp["CommonPrefixes"]) == PREFIXES
+    resp = s3.list_objects_v2(Bucket=bucket, Prefix="dir/", Delimiter="/")
+    assert [o["Key"] for o in resp["Contents"]] == ["dir/b.txt"]
+    assert [p["Prefix"] for p in resp["CommonPrefixes"]] == ["dir/sub/"]
+    resp = s3.list_objects_v2(Bucket=bucket, Prefix="ünïcødé/")
+    assert [o["Key"] for o in resp["Contents"]] == ["ünïcødé/ключ.txt"]
+
+    pages = list(s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, PaginationConfig={"PageSize": 3}))
+    assert [o["Key"] for p in pages for o in p.get("Contents", [])] == expected
+    assert len(pages) == -(-len(ODD_KEYS) // 3)
+    for p in pages[:-1]:
+        assert p["IsTruncated"] is True and p["NextContinuationToken"] and p["KeyCount"] == 3
+
+    pages = list(s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Delimiter="/", PaginationConfig={"PageSize": 2}))
+    assert sorted(o["Key"] for p in pages for o in p.get("Contents", [])) == TOP_LEVEL
+    assert sorted(c["Prefix"] for p in pages for c in p.get("CommonPrefixes", [])) == PREFIXES
+    assert all(len(p.get("Contents", [])) + len(p.get("CommonPrefixes", [])) <= 2 for p in pages)
+
+    pages = list(s3.get_paginator("list_objects").paginate(Bucket=bucket, PaginationConfig={"PageSize": 4}))
+    assert [o["Key"] for p in pages for o in p.get("Contents", [])] == expected
+
+    # Every odd key reads back through the cache with its own bytes and ETag.
+    for i, key in enumerate(ODD_KEYS):
+        resp, body = get_body(s3, bucket, key)
+        assert body == f"body of {key} #{i}".encode(), key
+        assert resp["ETag"] == etags[key] == s3.head_object(Bucket=bucket, Key=key)["ETag"], key
+
+
+def test_list_url_encoding_echoed_raw(gw, gw_s3, gw_bucket):
+    """encoding-type=url is honoured and echoed (the raw XML, not botocore's decoding of it)."""
+    key = "sp ace+plus%/ü.txt"
+    gw_s3.put_object(Bucket=gw_bucket, Key=key, Body=b"x")
+    resp = signed_request(gw, "GET", f"/{gw_bucket}", params={"list-type": "2", "encoding-type": "url"})
+    assert resp.status_code == 200, resp.text
+    root = ET.fromstring(resp.content)
+    ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+    assert root.findtext(f"{ns}EncodingType") == "url", resp.text
+    listed = root.findtext(f"{ns}Contents/{ns}Key")
+    assert listed is not None and " " not in listed and "ü" not in listed and "+plus" not in listed, listed
+    assert urllib.parse.unquote_plus(listed) == key
+
+
+def test_list_buckets_and_head_bucket(gw_s3, gw_bucket):
+    names = [b["Name"] for b in gw_s3.list_buckets()["Buckets"]]
+    assert gw_bucket in names
+    assert not [n for n in names if n.startswith(".")], f"internal folders listed as buckets: {names}"
+    assert gw_s3.head_bucket(Bucket=gw_bucket)["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert gw_s3.get_bucket_location(Bucket=gw_bucket).get("LocationConstraint") in (None, "", "us-east-1")
+    with pytest.raises(ClientError) as ei:
+        gw_s3.head_bucket(Bucket=gw_bucket + "-missing")
+    assert client_error(ei)[0] == 404
+
+
+# ------------------------------------------------------------------ head and get
+
+
+def test_head_and_get_generated(gw, gw_s3):
+    b, k, size, seed = gw.generated["big"]
+    etag = generated.generated_etag(b, k, size, seed)
+    head = gw_s3.head_object(Bucket=b, Key=k)
+    assert head["ContentLength"] == size
+    assert head["ETag"] == etag
+    assert head["ResponseMetadata"]["HTTPHeaders"].get("accept-ranges") == "bytes"
+    resp, body = get_body(gw_s3, b, k)
+    assert resp["ETag"] == head["ETag"]
+    assert resp["ContentLength"] == size and len(body) == size
+    assert sha256(body) == generated.sha256_of_generated(b, k, size, seed)
+    assert resp["LastModified"] == head["LastModified"]
+
+
+def test_ranged_gets(gw, gw_s3):
+    b, k, size, seed = gw.generated["big"]
+    etag = generated.generated_etag(b, k, size, seed)
+    cases = [
+        ("bytes=0-0", 0, 0),
+        ("bytes=10-19", 10, 19),
+        (f"bytes={PAGE - 5}-{PAGE + 5}", PAGE - 5, PAGE + 5),  # crosses a page
+        (f"bytes={BLOCK - 100}-{BLOCK + 99}", BLOCK - 100, BLOCK + 99),  # crosses a block
+        (f"bytes={BLOCK - 1}-{3 * BLOCK}", BLOCK - 1, 3 * BLOCK),  # spans whole blocks
+        (f"bytes={size - 5000}-", size - 5000, size - 1),  # open-ended
+        ("bytes=-777", size - 777, size - 1),  # suffix
+        (f"bytes=-{size + 10}", 0, size - 1),  # suffix longer than the object
+        (f"bytes={size - 3}-{size + 1000}", size - 3, size - 1),  # end clamped
+        (f"bytes={size - 1}-", size - 1, size - 1),
+    ]
+    for rng, first, last in cases:
+        resp, got = get_body(gw_s3, b, k, Range=rng)
+        assert resp["ResponseMetadata"]["HTTPStatusCode"] == 206, rng
+        assert resp["ContentRange"] == f"bytes {first}-{last}/{size}", rng
+        assert resp["ContentLength"] == last - first + 1 == len(got), rng
+        assert sha256(got) == sha256(generated.generated_bytes(b, k, seed, first, last + 1)), rng
+        assert resp["ETag"] == etag, rng
+
+
+def test_ranged_get_with_checksum_mode_has_no_full_object_checksum(gw, gw_s3, gw_bucket):
+    body = payload(3 * MiB + 17, 1)
+    gw_s3.put_object(Bucket=gw_bucket, Key="ck.bin", Body=body, ChecksumAlgorithm="CRC32")
+    for rng, first, last in (("bytes=100-200099", 100, 200099), ("bytes=-5", len(body) - 5, len(body) - 1)):
+        resp, got = get_body(gw_s3, gw_bucket, "ck.bin", Range=rng, ChecksumMode="ENABLED")
+        assert got == body[first:last + 1], rng
+        headers = resp["ResponseMetadata"]["HTTPHeaders"]
+        assert not [h for h in headers if h.startswith("x-amz-checksum-") and h != "x-amz-checksum-type"], headers
+    head = gw_s3.head_object(Bucket=gw_bucket, Key="ck.bin", ChecksumMode="ENABLED")
+    assert not [h for h in head["ResponseMetadata"]["HTTPHeaders"] if h.startswith("x-amz-checksum-crc")]
+    resp, got = get_body(gw_s3, gw_bucket, "ck.bin", ChecksumMode="ENABLED")
+    assert sha256(got) == sha256(body)
+
+
+def test_range_past_the_end_is_416(gw, gw_s3, gw_bucket):
+    b, k, size, _ = gw.generated["big"]
+    for rng in (f"bytes={size}-", f"bytes={size + 10}-{size + 20}"):
+        with pytest.raises(ClientError) as ei:
+            gw_s3.get_object(Bucket=b, Key=k, Range=rng)
+        assert client_error(ei) == (416, "InvalidRange"), rng
+    gw_s3.put_object(Bucket=gw_bucket, Key="empty", Body=b"")
+    for rng in ("bytes=0-0", "bytes=0-", "bytes=-1"):
+        with pytest.raises(ClientError) as ei:
+            gw_s3.get_object(Bucket=gw_bucket, Key="empty", Range=rng)
+        assert client_error(ei) == (416, "InvalidRange"), rng
+    resp, got = get_body(gw_s3, gw_bucket, "empty")
+    assert resp["ResponseMetadata"]["HTTPStatusCode"] == 200 and got == b""
+    assert gw_s3.head_object(Bucket=gw_bucket, Key="empty")["ContentLength"] == 0
+
+
+def test_conditional_get(gw_s3, gw_bucket):
+    s3, bucket = gw_s3, gw_bucket
+    body = payload(200_000, 2)
+    etag = s3.put_object(Bucket=bucket, Key="c", Body=body)["ETag"]
+    other = '"0123456789abcdef0123456789abcdef"'
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bucket, Key="c", IfNoneMatch=etag)
+    assert client_error(ei)[0] == 304
+    assert ei.value.response["ResponseMetadata"]["HTTPHeaders"].get("etag") == etag
+    with pytest.raises(ClientError) as ei:
+        s3.head_object(Bucket=bucket, Key="c", IfNoneMatch=etag)
+    assert client_error(ei)[0] == 304
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bucket, Key="c", IfMatch=other)
+    assert client_error(ei) == (412, "PreconditionFailed")
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bucket, Key="c", IfMatch=other, Range="bytes=0-9")
+    assert client_error(ei) == (412, "PreconditionFailed")
+    with pytest.raises(ClientError) as ei:
+        s3.head_object(Bucket=bucket, Key="c", IfMatch=other)
+    assert client_error(ei)[0] == 412
+    _, got = get_body(s3, bucket, "c", IfMatch=etag)
+    assert sha256(got) == sha256(body)
+    _, got = get_body(s3, bucket, "c", IfNoneMatch=other, Range="bytes=5-9")
+    assert got == body[5:10]
+    # S3 precedence: If-Match true wins over If-Unmodified-Since false,
+    # If-None-Match false wins over If-Modified-Since true.
+    lm = s3.head_object(Bucket=bucket, Key="c")["LastModified"]
+    past = lm - dt.timedelta(days=1)
+    _, got = get_body(s3, bucket, "c", IfMatch=etag, IfUnmodifiedSince=past)
+    assert sha256(got) == sha256(body)
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bucket, Key="c", IfNoneMatch=etag, IfModifiedSince=past)
+    assert client_error(ei)[0] == 304
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bucket, Key="c", IfModifiedSince=lm + dt.timedelta(days=1))
+    assert client_error(ei)[0] == 304
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bucket, Key="c", IfUnmodifiedSince=past)
+    assert client_error(ei) == (412, "PreconditionFailed")
+
+
+def test_response_overrides(gw_s3, gw_bucket):
+    gw_s3.put_object(Bucket=gw_bucket, Key="ov", Body=b"{}", ContentType="application/octet-stream")
+    resp = gw_s3.get_object(Bucket=gw_bucket, Key="ov", ResponseContentType="application/json",
+                            ResponseContentDisposition="inline", ResponseCacheControl="no-cache")
+    assert resp["Body"].read() == b"{}"
+    assert resp["ContentType"] == "application/json"
+    assert resp["ContentDisposition"] == "inline" and resp["CacheControl"] == "no-cache"
+    assert gw_s3.head_object(Bucket=gw_bucket, Key="ov")["ContentType"] == "application/octet-stream"
+
+
+# ------------------------------------------------------------------ presigned
+
+
+def test_presigned_get_default_and_sigv4(gw, gw_s3, gw_bucket):
+    body = payload(300_000, 3)
+    key = "pre signed/obj+1%.bin"
+    gw_s3.put_object(Bucket=gw_bucket, Key=key, Body=body)
+    # boto3's default client: presigns with its default (SigV2 query auth for s3).
+    default = boto3.session.Session(
+        aws_access_key_id=gw.access_key, aws_secret_access_key=gw.secret_key, region_name=gw.region,
+    ).client("s3", endpoint_url=gw.s3)
+    urls = {
+        "default": default.generate_presigned_url("get_object", Params={"Bucket": gw_bucket, "Key": key},
+                                                  ExpiresIn=300),
+        "s3v4": gw_s3.generate_presigned_url("get_object", Params={"Bucket": gw_bucket, "Key": key}, ExpiresIn=300),
+    }
+    assert "X-Amz-Signature=" in urls["s3v4"]
+    assert "AWSAccessKeyId=" in urls["default"] and "&Signature=" in urls["default"]  # SigV2 query auth
+    for name, url in urls.items():
+        resp = requests.get(url, timeout=30)
+        assert resp.status_code == 200, (name, resp.status_code, resp.text[:500])
+        assert sha256(resp.content) == sha256(body), name
+        resp = requests.get(url, headers={"Range": "bytes=1000-1999"}, timeout=30)
+        assert resp.status_code == 206 and resp.content == body[1000:2000], name
+        # A presigned URL for one key does not open another.
+        resp = requests.get(url.replace("obj%2B1", "obj%2B2").replace("obj+1", "obj+2"), timeout=30)
+        assert resp.status_code == 403, (name, resp.status_code)
+    # Presigned GET of the generated object through the cache.
+    b, k, size, seed = gw.generated["big"]
+    url = gw_s3.generate_presigned_url("get_object", Params={"Bucket": b, "Key": k}, ExpiresIn=300)
+    resp = requests.get(url, headers={"Range": f"bytes={BLOCK - 10}-{BLOCK + 10}"}, timeout=30)
+    assert resp.status_code == 206
+    assert resp.content == generated.generated_bytes(b, k, seed, BLOCK - 10, BLOCK + 11)
+
+
+# ------------------------------------------------------------------ transfers
+
+
+def test_download_file_parallel_small_chunks(gw, gw_s3, tmp_path):
+    b, k, size, seed = gw.generated["big"]
+    dest = tmp_path / "big.bin"
+    cfg = TransferConfig(multipart_threshold=1 * MiB, multipart_chunksize=1 * MiB, max_concurrency=4)
+    gw_s3.download_file(b, k, str(dest), Config=cfg)
+    assert dest.stat().st_size == size
+    assert file_sha(dest) == generated.sha256_of_generated(b, k, size, seed)
+
+
+def test_upload_file_multipart_and_download(gw_s3, gw_bucket, tmp_path):
+    body = payload(12 * MiB + 333, 4)
+    src = tmp_path / "twelve.bin"
+    src.write_bytes(body)
+    cfg = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, max_concurrency=2)
+    gw_s3.upload_file(str(src), gw_bucket, "multi/twelve.bin", Config=cfg)
+    head = gw_s3.head_object(Bucket=gw_bucket, Key="multi/twelve.bin")
+    assert head["ContentLength"] == len(body)
+    parts = [body[i:i + 5 * MiB] for i in range(0, len(body), 5 * MiB)]
+    md5s = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest()
+    assert head["ETag"] == f'"{md5s}-3"'
+    resp, got = get_body(gw_s3, gw_bucket, "multi/twelve.bin")
+    assert resp["ETag"] == head["ETag"]
+    assert sha256(got) == sha256(body)
+    dest = tmp_path / "back.bin"
+    gw_s3.download_file(gw_bucket, "multi/twelve.bin", str(dest),
+                        Config=TransferConfig(multipart_threshold=1 * MiB, multipart_chunksize=1 * MiB,
+                                              max_concurrency=4))
+    assert file_sha(dest) == sha256(body)
+    listed = gw_s3.list_objects_v2(Bucket=gw_bucket)["Contents"]
+    assert [(o["Key"], o["Size"], o["ETag"]) for o in listed] == [("multi/twelve.bin", len(body), head["ETag"])]
+
+
+def test_put_with_default_sdk_checksums(gw, gw_bucket):
+    """A client with nothing but endpoint and keys: botocore's default flexible checksums."""
+    s3 = boto3.session.Session(
+        aws_access_key_id=gw.access_key, aws_secret_access_key=gw.secret_key, region_name=gw.region,
+    ).client("s3", endpoint_url=gw.s3)
+    bodies = {"bytes.bin": payload(300_000, 5), "empty.bin": b"", "one.bin": b"x"}
+    for key, body in bodies.items():
+        put = s3.put_object(Bucket=gw_bucket, Key=key, Body=body)
+        assert put["ETag"] == '"' + hashlib.md5(body).hexdigest() + '"', key
+        resp, got = get_body(s3, gw_bucket, key)
+        assert sha256(got) == sha256(body), key
+        assert resp["ETag"] == put["ETag"] == s3.head_object(Bucket=gw_bucket, Key=key)["ETag"], key
+    body = payload(1_500_000, 6)
+    s3.put_object(Bucket=gw_bucket, Key="fileobj.bin", Body=io.BytesIO(body))
+    assert sha256(get_body(s3, gw_bucket, "fileobj.bin")[1]) == sha256(body)
+    s3.upload_fileobj(io.BytesIO(body), gw_bucket, "upload_fileobj.bin")
+    assert sha256(get_body(s3, gw_bucket, "upload_fileobj.bin")[1]) == sha256(body)
+
+
+def test_delete_and_delete_objects(gw_s3, gw_bucket):
+    s3, bucket = gw_s3, gw_bucket
+    for key in ("d1", "d2", "d3", "keep", "sub/d4"):
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    assert s3.delete_object(Bucket=bucket, Key="d1")["ResponseMetadata"]["HTTPStatusCode"] == 204
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "d2"}, {"Key": "d3"}, {"Key": "sub/d4"},
+                                                             {"Key": "never-existed"}]})
+    assert sorted(d["Key"] for d in r["Deleted"]) == ["d2", "d3", "never-existed", "sub/d4"]
+    assert not r.get("Errors")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["keep"]
+    assert get_body(s3, bucket, "keep")[1] == b"keep"
+
+
+# ------------------------------------------------------------ read after write
+
+
+def test_get_after_delete_is_404(gw_s3, gw_bucket):
+    """Once DeleteObject succeeded, the key is gone for readers (S3 is strongly consistent)."""
+    s3, bucket = gw_s3, gw_bucket
+    body = payload(150_000, 7)
+    s3.put_object(Bucket=bucket, Key="gone", Body=body)
+    assert sha256(get_body(s3, bucket, "gone")[1]) == sha256(body)  # cached now
+    s3.delete_object(Bucket=bucket, Key="gone")
+    with pytest.raises(ClientError) as ei:
+        s3.head_object(Bucket=bucket, Key="gone")
+    assert client_error(ei)[0] == 404
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bucket, Key="gone")
+    assert client_error(ei) == (404, "NoSuchKey")
+
+
+def test_get_after_overwrite_serves_the_new_version(gw_s3, gw_bucket):
+    s3, bucket = gw_s3, gw_bucket
+    v1, v2 = payload(100_000, 8), payload(130_000, 9)
+    e1 = s3.put_object(Bucket=bucket, Key="over", Body=v1)["ETag"]
+    assert sha256(get_body(s3, bucket, "over")[1]) == sha256(v1)  # v1 is cached now
+    e2 = s3.put_object(Bucket=bucket, Key="over", Body=v2)["ETag"]
+    assert e1 != e2
+    head = s3.head_object(Bucket=bucket, Key="over")
+    assert (head["ETag"], head["ContentLength"]) == (e2, len(v2))
+    resp, got = get_body(s3, bucket, "over")
+    assert resp["ETag"] == e2 and sha256(got) == sha256(v2)
+
+
+def test_head_after_put_of_a_key_seen_missing(gw_s3, gw_bucket):
+    s3, bucket = gw_s3, gw_bucket
+    with pytest.raises(ClientError) as ei:
+        s3.head_object(Bucket=bucket, Key="late")
+    assert client_error(ei)[0] == 404
+    body = payload(20_000, 10)
+    etag = s3.put_object(Bucket=bucket, Key="late", Body=body)["ETag"]
+    assert s3.head_object(Bucket=bucket, Key="late")["ETag"] == etag
+    assert sha256(get_body(s3, bucket, "late")[1]) == sha256(body)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (documented limit): user metadata (x-amz-meta-*) is not returned by "
+                                       "HEAD or GET through the cache (docs/gateway.md); S3 returns it")
+def test_user_metadata_on_head_and_get(gw_s3, gw_bucket):
+    s3, bucket = gw_s3, gw_bucket
+    meta = {"colour": "blue", "owner": "talon"}
+    s3.put_object(Bucket=bucket, Key="with-meta", Body=b"metadata", Metadata=meta)
+    assert s3.head_object(Bucket=bucket, Key="with-meta")["Metadata"] == meta
+    resp, got = get_body(s3, bucket, "with-meta")
+    assert got == b"metadata" and resp["Metadata"] == meta
+
+
+def test_part_number_reads(gw_s3, gw_bucket):
+    body = payload(11 * MiB, 11)
+    cfg = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, max_concurrency=2)
+    gw_s3.upload_fileobj(io.BytesIO(body), gw_bucket, "parts.bin", Config=cfg)
+    resp, got = get_body(gw_s3, gw_bucket, "parts.bin", PartNumber=1)
+    assert resp["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert sha256(got) == sha256(body[: 5 * MiB])
+    assert resp["ContentRange"] == f"bytes 0-{5 * MiB - 1}/{len(body)}"
+    resp, got = get_body(gw_s3, gw_bucket, "parts.bin", PartNumber=2)
+    assert sha256(got) == sha256(body[5 * MiB: 10 * MiB])
+    assert resp["ContentRange"] == f"bytes {5 * MiB}-{10 * MiB - 1}/{len(body)}"
+    assert resp.get("PartsCount") == 3
+
+
+def test_copy_object(gw, gw_s3, gw_bucket):
+    body = payload(600_000, 12)
+    src = gw_s3.put_object(Bucket=gw_bucket, Key="src", Body=body, ContentType="text/x-src")
+    r = gw_s3.copy_object(Bucket=gw_bucket, Key="dst/copy", CopySource={"Bucket": gw_bucket, "Key": "src"})
+    assert r["CopyObjectResult"]["ETag"] == src["ETag"]
+    resp, got = get_body(gw_s3, gw_bucket, "dst/copy")
+    assert sha256(got) == sha256(body) and resp["ETag"] == src["ETag"] and resp["ContentType"] == "text/x-src"
+    # From the generated object (read by the origin itself, not through the cache).
+    b, k, size, seed = gw.generated["big"]
+    gw_s3.copy_object(Bucket=gw_bucket, Key="gen copy+%", CopySource={"Bucket": b, "Key": k})
+    resp, got = get_body(gw_s3, gw_bucket, "gen copy+%", Range=f"bytes={size - 100}-")
+    assert got == generated.generated_bytes(b, k, seed, size - 100, size)
+    with pytest.raises(ClientError) as ei:
+        gw_s3.copy_object(Bucket=gw_bucket, Key="x", CopySource={"Bucket": gw_bucket, "Key": "no-such-source"})
+    assert client_error(ei) == (404, "NoSuchKey")

@@ -68,3 +68,8 @@ gateway-proxy-bench *ARGS:
     cargo build --release --workspace --bins
     command -v nginx >/dev/null 2>&1 || [ "$(id -u)" != 0 ] || apt-get install -y nginx >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y nginx >/dev/null 2>&1) || echo "nginx could not be installed: the peer arm will be skipped"
     ./target/release/talon-gateway-proxy-bench {{ARGS}}
+
+# A/B under load: the worker and gateway at REV (A) against the working tree (B),
+# alternated with the order flipped every round; `--load gateway`, `--rounds N`, `--help`.
+bench-ab REV *ARGS:
+    python3 scripts/bench_ab.py {{REV}} {{ARGS}}

@@ -31,7 +31,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,13 +74,18 @@ def bench_targets(meta: dict, package: str | None) -> list[tuple[str, str]]:
     return sorted(found)
 
 
-def collect(criterion_dir: Path, since: float, bench: str) -> dict[str, dict]:
-    """Every estimate criterion wrote under `criterion_dir` after `since`, keyed by id."""
-    found: dict[str, dict] = {}
+def snapshot(criterion_dir: Path) -> dict[Path, int]:
+    """Every estimate file criterion has written, with its modification time (ns)."""
     if not criterion_dir.is_dir():
-        return found
-    for est in criterion_dir.glob("**/new/estimates.json"):
-        if est.stat().st_mtime < since:
+        return {}
+    return {p: p.stat().st_mtime_ns for p in criterion_dir.glob("**/new/estimates.json")}
+
+
+def collect(criterion_dir: Path, before: dict[Path, int], bench: str) -> dict[str, dict]:
+    """Every estimate written or rewritten since `before` was taken, keyed by id."""
+    found: dict[str, dict] = {}
+    for est, mtime in snapshot(criterion_dir).items():
+        if before.get(est) == mtime:
             continue
         try:
             info = json.loads((est.parent / "benchmark.json").read_text())
@@ -147,12 +151,12 @@ def run(package: str | None, smoke: bool, extra: list[str]) -> dict[str, float]:
         if smoke:
             cmd += ["--profile", "dev"]
         cmd += ["--"] + (SMOKE_ARGS if smoke else []) + extra
-        # Criterion's mtime check: anything it writes from now on belongs to this run.
-        started = time.time() - 1.0
+        # What criterion writes or rewrites from now on belongs to this target.
+        before = snapshot(criterion_dir)
         proc = subprocess.run(cmd, cwd=ROOT)
         if proc.returncode != 0:
             die(f"{' '.join(cmd)} failed with exit code {proc.returncode}")
-        got = collect(criterion_dir, started, bench)
+        got = collect(criterion_dir, before, bench)
         if not got:
             die(f"{bench} ran but wrote no criterion estimates under {criterion_dir}")
         details.update(got)

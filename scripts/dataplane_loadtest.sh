@@ -64,8 +64,8 @@ bytes() {
   esac
 }
 
-log "building (release): talon-bench talon-worker talon-origin-stub"
-cargo build --release -q -p talon-bench -p talon-worker -p talon-origin-stub
+log "building (release): talon-bench talon-worker talon-origin-stub talon-coordinator"
+cargo build --release -q -p talon-bench -p talon-worker -p talon-origin-stub -p talon-coordinator
 
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 conns_max=$(tr ',' '\n' <<<"$CONNS" | sort -n | tail -1)
@@ -114,8 +114,26 @@ wait_ready "$TMP/origin.json" "$!" origin
 S3=$(json_field "$TMP/origin.json" s3)
 log "origin stub at $S3 serving bench/block.bin ($object_bytes bytes)"
 
-# One worker per data plane, standalone (no coordinator: the load generator talks to
-# it directly), each with its own cache folder.
+# The coordinator each worker registers with, as in a deployment (the load generator
+# still talks to the worker directly, as a cache client would once it has located it).
+$BIN/talon-coordinator --listen 127.0.0.1:0 --ready-file "$TMP/coordinator.json" \
+  >"$TMP/coordinator.log" 2>&1 &
+PIDS+=($!)
+wait_ready "$TMP/coordinator.json" "$!" coordinator
+COORDINATOR=$(sed -n 's/.*"url": *"\([^"]*\)".*/\1/p' "$TMP/coordinator.json")
+log "coordinator at $COORDINATOR"
+
+# Waits until the coordinator lists worker $1 as a member.
+wait_member() {
+  local id=$1 i
+  for ((i = 0; i < 300; i++)); do
+    curl -sf "$COORDINATOR/v1/members/$id" >/dev/null && return 0
+    sleep 0.1
+  done
+  die "worker $id never joined the coordinator's membership"
+}
+
+# One worker per data plane, each with its own cache folder.
 declare -A WORKER_ADDR WORKER_PID
 for plane in ${PLANES//,/ }; do
   [[ -n ${PLANE_ENV[$plane]+x} ]] || die "unknown data plane '$plane' (known: ${!PLANE_ENV[*]})"
@@ -123,12 +141,14 @@ for plane in ${PLANES//,/ }; do
     --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     --cache-dir "$TMP/cache-$plane" --capacity 1GiB --page-size 1MiB \
     --s3-endpoint "$S3" --ready-file "$TMP/worker-$plane.json" \
+    --coordinator "$COORDINATOR" --id "loadtest-$plane" \
     >"$TMP/worker-$plane.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
   wait_ready "$TMP/worker-$plane.json" "$pid" "worker-$plane"
   WORKER_ADDR[$plane]=$(json_field "$TMP/worker-$plane.json" addr)
   WORKER_PID[$plane]=$pid
+  wait_member "loadtest-$plane"
   # Warm: read the blocks end to end once so every point measures the hit path.
   $LOADGEN --addr "${WORKER_ADDR[$plane]}" --object s3/bench/block.bin \
     --block-size "$BLOCK_SIZE" --blocks "$BLOCKS" --range-size "$RANGE_SIZE" \

@@ -170,10 +170,14 @@ def dataplane_chart(data: dict, out: Path) -> None:
         xs = [p["conns"] for p in points]
         ax1.plot(xs, [p["rps"] for p in points], marker="o", label=label)
         ax2.plot(xs, [p["p99_us"] / 1000 for p in points], marker="o", label=label)
+    ticks = sorted({r["conns"] for r in data["rows"]})
     for ax, ylabel in ((ax1, "requests/s"), (ax2, "p99 latency (ms)")):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("connections")
         ax.set_ylabel(ylabel)
+    ax1.set_ylim(bottom=0)
     ax2.set_yscale("log")
     ax1.legend(fontsize=8)
     range_kib = data.get("workload", {}).get("range_bytes", 65536) // 1024
@@ -208,18 +212,18 @@ def gateway_table(data: dict) -> str:
             [
                 r["path"],
                 f"{r['consumer_mib_s']:g} MiB/s",
-                f"{r['seconds']:g} s",
-                f_bytes(r["rss_start_bytes"]),
-                f_bytes(r["rss_max_bytes"]),
-                f_bytes(r["rss_end_bytes"]),
-                f_bytes(max(0, r["rss_max_bytes"] - r["rss_start_bytes"])),
+                f"{f_bytes(r['bytes_read'])} in {r['seconds']:g} s",
+                f"{r['rss_start_mib']:.1f} MiB",
+                f"{r['rss_max_mib']:.1f} MiB",
+                f"{r['rss_end_mib']:.1f} MiB",
+                f"{r['rss_growth_mib']:.1f} MiB (bound {r['rss_bound_mib']:g})",
             ]
             for r in rss
         ]
         out += "\n\n" + table(
-            ["slow consumer", "pace", "streamed for", "RSS start", "RSS max", "RSS end", "growth"],
+            ["slow consumer", "pace", "streamed", "RSS start", "RSS max", "RSS end", "growth"],
             srows,
-            "ll" + "r" * 5,
+            "lll" + "r" * 4,
         )
     return out + "\n\n" + provenance(data)
 
@@ -228,7 +232,7 @@ def gateway_chart(data: dict, out: Path) -> None:
     fig, ax = plt.subplots()
     paths: dict[str, list[dict]] = {}
     for r in data["rows"]:
-        paths.setdefault(r["path"], []).append(r)
+        paths.setdefault(r.get("route", r["path"]) + " route", []).append(r)
     for i, (path, points) in enumerate(paths.items()):
         points.sort(key=lambda r: r["delay_ms"])
         xs = [p["delay_ms"] for p in points]
@@ -237,7 +241,7 @@ def gateway_chart(data: dict, out: Path) -> None:
         ax.plot(xs, [p["ceiling_rps"] for p in points], ls="--", color=color, label=f"{path}: ceiling")
     ax.set_xlabel("added delay (ms)")
     ax.set_ylabel("requests/s")
-    ax.set_yscale("log")
+    ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     conc = data.get("workload", {}).get("concurrency", "?")
     ax.set_title(f"Gateway throughput follows the delay (concurrency {conc})")
@@ -285,7 +289,7 @@ def proxy_chart(data: dict, out: Path) -> None:
     hi = [a["rps_max"] - a["rps_median"] for a in arms][::-1]
     ax.barh(names, med, xerr=[lo, hi], color="C0", ecolor="black", capsize=3)
     ax.set_xlabel("requests/s (median of rounds; bars show min–max)")
-    ax.set_title("Gateway arms, control and peer against one origin stub")
+    ax.set_title("Arms against one origin stub")
     fig.tight_layout()
     save(fig, out)
 

@@ -566,8 +566,8 @@ def rows(ix: dict, dep: dict, k: int) -> list[dict]:
             "how": (
                 f"VmRSS with {k:,} idle connections minus before, / {k:,}, each after one {READ_LEN // 1024} KiB "
                 f"ReadRange; median of {rounds} deployments ({f_range(dep['worker_conn'])}); allocated: "
-                f"{dep['worker_conn_touched']:,.0f} B (every allocation touched, glibc.malloc.perturb), mostly the "
-                "connection's 64 KiB read buffer, resident only as far as reads and calloc touched it"
+                f"{dep['worker_conn_touched']:,.0f} B (every allocation touched, glibc.malloc.perturb): the "
+                "connection's 8 KiB read buffer, its reader and writer tasks and the reply queue"
             ),
         },
         {

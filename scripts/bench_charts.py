@@ -285,8 +285,8 @@ def proxy_chart(data: dict, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(7.0, 0.45 * len(arms) + 1.2))
     names = [a["arm"] for a in arms][::-1]
     med = [a["rps_median"] for a in arms][::-1]
-    lo = [a["rps_median"] - a["rps_min"] for a in arms][::-1]
-    hi = [a["rps_max"] - a["rps_median"] for a in arms][::-1]
+    lo = [max(0.0, a["rps_median"] - a["rps_min"]) for a in arms][::-1]
+    hi = [max(0.0, a["rps_max"] - a["rps_median"]) for a in arms][::-1]
     ax.barh(names, med, xerr=[lo, hi], color="C0", ecolor="black", capsize=3)
     ax.set_xlabel("requests/s (median of rounds; bars show min–max)")
     ax.set_title("Arms against one origin stub")

@@ -675,6 +675,28 @@ pub fn free_port() -> HarnessResult<u16> {
         .map_err(|e| HarnessError::io("finding a free port", e))
 }
 
+/// Runs a bench binary's body until it finishes or the process is interrupted
+/// (either way the processes it started are dropped, hence killed), as the
+/// process's exit code: success only for `Ok(true)`; an error is printed as
+/// `NAME: error` with its causes.
+pub async fn run_bench<E: std::fmt::Display>(
+    name: &str,
+    bench: impl std::future::Future<Output = Result<bool, E>>,
+) -> std::process::ExitCode {
+    let outcome = tokio::select! {
+        r = bench => r.map_err(|e| format!("{e:#}")),
+        () = interrupted() => Err("interrupted; every process the bench started has been stopped".to_owned()),
+    };
+    match outcome {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM; a bench `select!`s its run
 /// against it, so an interrupted run drops (and kills) its processes.
 pub async fn interrupted() {

@@ -99,6 +99,17 @@ pub fn load_average() -> Option<f64> {
     parse_load_average(&std::fs::read_to_string("/proc/loadavg").ok()?)
 }
 
+/// The sentence a report ends with about the host's load: the 1-minute load
+/// average at the start and at the end of the run.
+pub fn load_line((start, end): (Option<f64>, Option<f64>)) -> String {
+    let f = |l: Option<f64>| l.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"));
+    format!(
+        "1-minute load average {} at the start, {} at the end (other work on the host competes for its cores).",
+        f(start),
+        f(end)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,21 +93,7 @@ pub fn little_ceiling(concurrency: usize, base: Duration, added: Duration) -> Op
 }
 
 /// `1234567.8` → `1,234,568`.
-pub fn thousands(x: f64) -> String {
-    if !x.is_finite() {
-        return "-".into();
-    }
-    let n = x.round() as i128;
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 { format!("-{out}") } else { out }
-}
+pub use crate::stats::thousands;
 
 /// A latency in µs as a table cell: `842 µs` below 10 ms, `12.3 ms` above.
 pub fn fmt_latency(us: f64) -> String {

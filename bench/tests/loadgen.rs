@@ -294,7 +294,7 @@ async fn fake_worker(mode: Fake) -> SocketAddr {
                             out.extend(e.encode(id).unwrap_or_default());
                             continue;
                         }
-                        let header = encode_read_range_reply_header(reply_id, reply_len)
+                        let header = encode_read_range_reply_header(reply_id, reply_len, false)
                             .unwrap_or_else(|e| panic!("{e}"));
                         out.extend_from_slice(&header);
                         out.resize(out.len() + reply_len as usize, 0xAB);

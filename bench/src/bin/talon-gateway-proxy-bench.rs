@@ -49,9 +49,9 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use talon_bench::deployment::{
     Binaries, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
-    interrupted,
+    run_bench,
 };
-use talon_bench::host::{HostInfo, load_average};
+use talon_bench::host::{HostInfo, load_average, load_line};
 use talon_bench::http_load::{
     Auth, Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, run_load,
 };
@@ -808,30 +808,9 @@ fn render(
     out
 }
 
-fn load_line((start, end): (Option<f64>, Option<f64>)) -> String {
-    let f = |l: Option<f64>| l.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"));
-    format!(
-        "1-minute load average {} at the start, {} at the end (other work on the host competes for its cores).",
-        f(start),
-        f(end)
-    )
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    let outcome = tokio::select! {
-        r = run(args) => r,
-        () = interrupted() => Err(anyhow::anyhow!("interrupted; every process the bench started has been stopped")),
-    };
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("talon-gateway-proxy-bench: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    run_bench("talon-gateway-proxy-bench", run(Args::parse())).await
 }
 
 #[cfg(test)]

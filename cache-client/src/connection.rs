@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use talon_core::Message;
-use talon_core::wire::{BulkKind, Event, FrameDecoder};
+use talon_core::wire::{BulkKind, Event, Flags, FrameDecoder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -28,8 +28,13 @@ use crate::error::{CacheClientError, Result};
 pub enum Answer {
     /// A control message (StatReply, Pong, IngestAck, Error, ...).
     Message(Message),
-    /// The payload of a ReadRangeReply.
-    Data(Bytes),
+    /// A ReadRangeReply.
+    Data {
+        /// Its payload.
+        bytes: Bytes,
+        /// Whether the worker fetched bytes from the origin to answer (a fill).
+        from_origin: bool,
+    },
 }
 
 struct Job {
@@ -161,7 +166,7 @@ async fn read_loop(
 ) {
     let mut decoder = FrameDecoder::new();
     let mut buf = vec![0u8; 256 * 1024];
-    let mut current: Option<(Inflight, BytesMut)> = None;
+    let mut current: Option<(Inflight, BytesMut, bool)> = None;
     let failure: CacheClientError = 'outer: loop {
         let n = match rd.read(&mut buf).await {
             Ok(0) => break lost("was closed by the worker"),
@@ -201,16 +206,24 @@ async fn read_loop(
                         let _ = reply.send(Err(lost("answered out of order")));
                         break 'outer lost("answered out of order");
                     }
-                    current = Some(((id, reply), BytesMut::with_capacity(start.len as usize)));
+                    let from_origin = start.header.flags().contains(Flags::FROM_ORIGIN);
+                    current = Some((
+                        (id, reply),
+                        BytesMut::with_capacity(start.len as usize),
+                        from_origin,
+                    ));
                 }
                 Event::BulkData(data) => {
-                    if let Some((_, buf)) = &mut current {
+                    if let Some((_, buf, _)) = &mut current {
                         buf.extend_from_slice(data);
                     }
                 }
                 Event::BulkEnd => {
-                    if let Some(((_, reply), data)) = current.take() {
-                        let _ = reply.send(Ok(Answer::Data(data.freeze())));
+                    if let Some(((_, reply), data, from_origin)) = current.take() {
+                        let _ = reply.send(Ok(Answer::Data {
+                            bytes: data.freeze(),
+                            from_origin,
+                        }));
                     }
                 }
             }
@@ -218,7 +231,7 @@ async fn read_loop(
     };
     alive.store(false, Ordering::Relaxed);
     // A reply cut mid-body, and everything queued behind it, fail: never a short success.
-    if let Some(((_, reply), _)) = current.take() {
+    if let Some(((_, reply), _, _)) = current.take() {
         let _ = reply.send(Err(failure.clone()));
     }
     inflight.close();

@@ -99,6 +99,51 @@ pub struct ObjectStat {
 /// A stream of the bytes of a range, in order.
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send + 'static>>;
 
+/// Where one piece of a read came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PieceSource {
+    /// Every byte was already cached on the worker.
+    Hit,
+    /// The worker fetched bytes from the origin to answer.
+    Fill,
+    /// The cache failed and the origin answered directly.
+    Fallback,
+}
+
+/// A running tally of the pieces a read has delivered, by [`PieceSource`].
+#[derive(Debug, Default)]
+pub struct PieceSources {
+    hits: std::sync::atomic::AtomicU64,
+    fills: std::sync::atomic::AtomicU64,
+    fallbacks: std::sync::atomic::AtomicU64,
+}
+
+impl PieceSources {
+    fn count(&self, source: PieceSource) {
+        let counter = match source {
+            PieceSource::Hit => &self.hits,
+            PieceSource::Fill => &self.fills,
+            PieceSource::Fallback => &self.fallbacks,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Pieces delivered from cached pages.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Pieces the workers filled from the origin.
+    pub fn fills(&self) -> u64 {
+        self.fills.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Pieces read from the origin after the cache failed.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 struct Inner {
     config: CacheClientConfig,
     coordinator: CoordinatorClient,
@@ -259,6 +304,23 @@ impl CacheClient {
         object_size: u64,
         range: Range<u64>,
     ) -> Result<ByteStream> {
+        self.read_range_tracked(object, version, object_size, range)
+            .map(|(stream, _)| stream)
+    }
+
+    /// [`read_range`](Self::read_range), plus a tally of where the pieces delivered so
+    /// far came from: cache hits, fills (the worker fetched from the origin), or the
+    /// origin directly after the cache failed. A reader uses it to label the read.
+    ///
+    /// # Errors
+    /// As [`read_range`](Self::read_range).
+    pub fn read_range_tracked(
+        &self,
+        object: &ObjectId,
+        version: &ObjectVersion,
+        object_size: u64,
+        range: Range<u64>,
+    ) -> Result<(ByteStream, Arc<PieceSources>)> {
         if range.start > range.end || range.end > object_size {
             return Err(CacheClientError::InvalidRequest(format!(
                 "range {range:?} is outside an object of {object_size} bytes"
@@ -287,14 +349,21 @@ impl CacheClient {
         }
         let me = self.clone();
         let (object, version) = (object.clone(), version.clone());
+        let sources = Arc::new(PieceSources::default());
+        let tally = sources.clone();
         let stream = futures_util::stream::iter(pieces)
             .map(move |piece| {
                 let me = me.clone();
-                let (object, version) = (object.clone(), version.clone());
-                async move { me.read_piece(&object, &version, object_size, piece).await }
+                let (object, version, tally) = (object.clone(), version.clone(), tally.clone());
+                async move {
+                    let (bytes, source) =
+                        me.read_piece(&object, &version, object_size, piece).await?;
+                    tally.count(source);
+                    Ok(bytes)
+                }
             })
             .buffered(self.inner.config.read_window.max(1));
-        Ok(Box::pin(stream))
+        Ok((Box::pin(stream), sources))
     }
 
     async fn call(&self, addr: &str, request: &Message) -> Result<Answer> {
@@ -317,7 +386,7 @@ impl CacheClient {
         version: &ObjectVersion,
         object_size: u64,
         piece: Piece,
-    ) -> Result<Bytes> {
+    ) -> Result<(Bytes, PieceSource)> {
         let block = BlockId::new(
             object.clone(),
             version.clone(),
@@ -337,8 +406,15 @@ impl CacheClient {
         let mut last = CacheClientError::Unavailable("no live worker".into());
         for member in placement.locate_top_k(&block, self.inner.config.attempts.max(1)) {
             match self.call(&member.addr, &request).await {
-                Ok(Answer::Data(bytes)) if bytes.len() as u64 == piece.len => return Ok(bytes),
-                Ok(Answer::Data(bytes)) => {
+                Ok(Answer::Data { bytes, from_origin }) if bytes.len() as u64 == piece.len => {
+                    let source = if from_origin {
+                        PieceSource::Fill
+                    } else {
+                        PieceSource::Hit
+                    };
+                    return Ok((bytes, source));
+                }
+                Ok(Answer::Data { bytes, .. }) => {
                     last = CacheClientError::Unavailable(format!(
                         "worker {} sent {} of {} bytes",
                         member.id,
@@ -374,6 +450,7 @@ impl CacheClient {
             },
         )
         .await
+        .map(|bytes| (bytes, PieceSource::Fallback))
     }
 
     async fn origin_range(
@@ -425,7 +502,7 @@ fn answer_error(answer: Answer) -> CacheClientError {
         Answer::Message(other) => {
             CacheClientError::Unavailable(format!("unexpected answer {:?}", other.message_type()))
         }
-        Answer::Data(_) => CacheClientError::Unavailable("unexpected data".into()),
+        Answer::Data { .. } => CacheClientError::Unavailable("unexpected data".into()),
     }
 }
 

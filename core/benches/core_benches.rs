@@ -88,7 +88,7 @@ fn geometry(c: &mut Criterion) {
 }
 
 fn wire(c: &mut Criterion) {
-    let header = talon_core::wire::encode_read_range_reply_header(7, 65536).unwrap();
+    let header = talon_core::wire::encode_read_range_reply_header(7, 65536, false).unwrap();
     c.bench_function("wire/header_decode", |b| {
         b.iter(|| FrameHeader::decode(black_box(&header)).unwrap())
     });

@@ -334,7 +334,12 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
     v.push(Vector::Header {
         name: "read_range_reply_header",
         description: "ReadRangeReply header alone, request id 5, 65536 payload bytes to follow (sendfile)",
-        header: FrameHeader::decode(&encode_read_range_reply_header(5, 64 << 10)?)?,
+        header: FrameHeader::decode(&encode_read_range_reply_header(5, 64 << 10, false)?)?,
+    });
+    v.push(Vector::Header {
+        name: "read_range_reply_header_from_origin",
+        description: "ReadRangeReply header with FROM_ORIGIN (the worker fetched bytes from the origin to answer), request id 6, 4096 payload bytes to follow",
+        header: FrameHeader::decode(&encode_read_range_reply_header(6, 4096, true)?)?,
     });
     Ok(())
 }
@@ -385,9 +390,16 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
     reject(
         v,
         "unknown_flag",
-        "flag bit 2 set",
+        "flag bit 2 (FROM_ORIGIN) on a Ping: only a ReadRangeReply may carry it",
         with(4, &[0, 4]),
         Error::UnknownFlags(4),
+    );
+    reject(
+        v,
+        "undefined_flag",
+        "flag bit 3 set: not defined in v1",
+        with(4, &[0, 8]),
+        Error::UnknownFlags(8),
     );
     reject(
         v,
@@ -416,7 +428,7 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
             max: 8,
         },
     );
-    let mut huge = encode_read_range_reply_header(1, 1)?.to_vec();
+    let mut huge = encode_read_range_reply_header(1, 1, false)?.to_vec();
     huge[12..16].copy_from_slice(&u32::MAX.to_be_bytes());
     reject(
         v,

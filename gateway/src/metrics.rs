@@ -12,8 +12,12 @@ use prometheus_client::registry::Registry;
 /// How a request was served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// Read through the cache.
-    Cache,
+    /// Read through the cache, every byte from pages already cached (HEAD and empty
+    /// answers through the cache count here too: no object bytes were fetched).
+    Hit,
+    /// Read through the cache; a worker fetched some of the bytes from the origin to
+    /// answer (decided by the pieces that had arrived when the response started).
+    Fill,
     /// Sent to the origin by route or because the key cannot be cached.
     Bypass,
     /// The cache failed and the origin served it.
@@ -27,7 +31,8 @@ pub enum Outcome {
 impl Outcome {
     fn name(self) -> &'static str {
         match self {
-            Outcome::Cache => "cache",
+            Outcome::Hit => "hit",
+            Outcome::Fill => "fill",
             Outcome::Bypass => "bypass",
             Outcome::Fallback => "fallback",
             Outcome::Origin => "origin",

@@ -257,13 +257,13 @@ impl Objects {
             (_, Some(cache), Some(id)) => (cache, id),
         };
         if let Some(m) = self.cached_meta(backend, bucket, key) {
-            return Ok((m, Outcome::Cache));
+            return Ok((m, Outcome::Hit));
         }
         if self.recently_written(backend, bucket, key) {
             // The workers may still hold the previous version's metadata.
             let meta = self.origin_meta(backend, bucket, key).await?;
             self.remember(backend, bucket, key, &meta);
-            return Ok((meta, Outcome::Cache));
+            return Ok((meta, Outcome::Hit));
         }
         match cache.stat(&id).await {
             Ok(s) => {
@@ -277,7 +277,7 @@ impl Objects {
                     content_type: Some(s.content_type).filter(|c| !c.is_empty()),
                 };
                 self.remember(backend, bucket, key, &meta);
-                Ok((meta, Outcome::Cache))
+                Ok((meta, Outcome::Hit))
             }
             Err(e) if !e.is_transient() => Err(cache_error(e)),
             Err(e) if route == Route::Cache => {
@@ -345,8 +345,8 @@ impl Objects {
                     outcome,
                 });
             }
-            let body = match outcome {
-                Outcome::Cache => {
+            let (body, outcome) = match outcome {
+                Outcome::Hit => {
                     let (Some(cache), Some(id)) =
                         (&self.cache, self.object_id(backend, bucket, key))
                     else {
@@ -358,13 +358,29 @@ impl Objects {
                         &meta.etag,
                     ))
                     .map_err(|e| Error::new(ErrorKind::InternalError, e.to_string()))?;
-                    let stream = cache
-                        .read_range(&id, &version, meta.size, start..end)
+                    let (mut stream, sources) = cache
+                        .read_range_tracked(&id, &version, meta.size, start..end)
                         .map_err(cache_error)?;
+                    // The first piece arrives before the response starts: a failure
+                    // there is a clean error answer rather than a cut body, and the
+                    // pieces in by then say whether this read was a hit or a fill.
+                    let first = match stream.next().await {
+                        Some(Ok(bytes)) => bytes,
+                        Some(Err(e)) => return Err(cache_error(e).into()),
+                        None => Bytes::new(),
+                    };
+                    let outcome = if sources.fallbacks() > 0 {
+                        Outcome::Fallback
+                    } else if sources.fills() > 0 {
+                        Outcome::Fill
+                    } else {
+                        Outcome::Hit
+                    };
+                    let stream = futures_util::stream::once(async move { Ok(first) }).chain(stream);
                     let stream: BodyStream = Box::pin(
                         stream.map(|r| r.map_err(|e| std::io::Error::other(e.to_string()))),
                     );
-                    stream
+                    (stream, outcome)
                 }
                 _ => {
                     let origin = self.origin(backend)?;
@@ -375,7 +391,7 @@ impl Objects {
                             let stream: BodyStream = Box::pin(resp.body.map(|r| {
                                 r.map_err(|e| std::io::Error::other(e.message().to_owned()))
                             }));
-                            stream
+                            (stream, outcome)
                         }
                         Err(e) if e.kind() == ErrorKind::PreconditionFailed && !retried => {
                             // The object changed between its metadata and its bytes.

@@ -128,3 +128,40 @@ async fn sixty_four_concurrent_readers_of_one_cold_page_cause_one_origin_fetch()
         "64 concurrent readers of one cold page made one origin fetch"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_say_whether_the_worker_fetched_from_the_origin() {
+    let size = 3 * BLOCK;
+    let object = GeneratedObject::new("data", "flags.bin", size, 24);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let client = cluster.client().await;
+    let id = ObjectId::s3("data", "flags.bin").unwrap();
+    let version = ObjectVersion::new(object.etag()).unwrap();
+    let range = BLOCK - PAGE..2 * BLOCK + PAGE;
+    let read = |client: talon_cache_client::CacheClient| {
+        let (id, version, range) = (id.clone(), version.clone(), range.clone());
+        async move {
+            let (stream, sources) = client
+                .read_range_tracked(&id, &version, size, range)
+                .unwrap();
+            let chunks: Vec<_> = futures_util::StreamExt::collect(stream).await;
+            let bytes: Vec<u8> = chunks
+                .into_iter()
+                .flat_map(|c| c.unwrap().to_vec())
+                .collect();
+            (bytes, sources.hits(), sources.fills(), sources.fallbacks())
+        }
+    };
+    // Cold: every piece (one per block touched) was filled from the origin.
+    let (bytes, hits, fills, fallbacks) = read(client.clone()).await;
+    assert!(bytes == expected(&object, range.clone()));
+    assert_eq!((hits, fills, fallbacks), (0, 3, 0));
+    // Warm: every piece was a hit.
+    let (bytes, hits, fills, fallbacks) = read(client).await;
+    assert!(bytes == expected(&object, range.clone()));
+    assert_eq!((hits, fills, fallbacks), (3, 0, 0));
+}

@@ -490,24 +490,23 @@ async fn read_range(
     started: Instant,
 ) -> Result<Reply> {
     req.validate()?;
-    let header = encode_read_range_reply_header(id, req.len)?;
     if req.len == 0 {
         return Ok(Reply::Bytes {
-            header,
+            header: encode_read_range_reply_header(id, 0, false)?,
             data: Bytes::new(),
             started,
         });
     }
     match services.loader.prepare(req).await? {
-        Prepared::Cached(block) => Ok(Reply::File {
-            header,
+        Prepared::Cached { block, from_origin } => Ok(Reply::File {
+            header: encode_read_range_reply_header(id, req.len, from_origin)?,
             block,
             offset: req.offset,
             len: u64::from(req.len),
             started,
         }),
         Prepared::PassThrough(data) => Ok(Reply::Bytes {
-            header,
+            header: encode_read_range_reply_header(id, req.len, true)?,
             data,
             started,
         }),

@@ -82,7 +82,13 @@ impl Drop for FillGuard {
 #[derive(Debug)]
 pub enum Prepared {
     /// Every needed page is present in the block: send from its file.
-    Cached(Arc<Block>),
+    Cached {
+        /// The block.
+        block: Arc<Block>,
+        /// Whether this request fetched (or waited for another's fetch of) any of
+        /// its pages from the origin: a fill rather than a hit.
+        from_origin: bool,
+    },
     /// The bytes could not be cached (no room); here they are, from the origin.
     PassThrough(Bytes),
 }
@@ -160,7 +166,10 @@ impl Loader {
                         } else {
                             self.metrics.hit();
                         }
-                        return Ok(Prepared::Cached(block));
+                        return Ok(Prepared::Cached {
+                            block,
+                            from_origin: missed,
+                        });
                     }
                     // Pages failed their checksum and were dropped: fetch them again.
                 }

@@ -448,8 +448,14 @@ impl Message {
 pub fn encode_read_range_reply_header(
     request_id: u32,
     len: u32,
+    from_origin: bool,
 ) -> Result<[u8; HEADER_LEN], Error> {
-    FrameHeader::new(MessageType::ReadRangeReply, Flags::NONE, request_id, len).map(|h| h.encode())
+    let flags = if from_origin {
+        Flags::FROM_ORIGIN
+    } else {
+        Flags::NONE
+    };
+    FrameHeader::new(MessageType::ReadRangeReply, flags, request_id, len).map(|h| h.encode())
 }
 
 /// Appends the start of an Ingest frame to `out`: the header, the metadata
@@ -931,7 +937,7 @@ mod tests {
 
     #[test]
     fn read_range_reply_header_is_header_only() {
-        let h = encode_read_range_reply_header(7, 65536).unwrap();
+        let h = encode_read_range_reply_header(7, 65536, false).unwrap();
         let decoded = FrameHeader::decode(&h).unwrap();
         assert_eq!(decoded.message_type(), MessageType::ReadRangeReply);
         assert_eq!(decoded.request_id(), 7);
@@ -942,7 +948,7 @@ mod tests {
             full,
             Message::ReadRangeReply(vec![5; 65536]).encode(7).unwrap()
         );
-        assert!(encode_read_range_reply_header(7, MAX_READ_LEN + 1).is_err());
+        assert!(encode_read_range_reply_header(7, MAX_READ_LEN + 1, false).is_err());
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! | 0 | 2 | magic | `0x544C` (`"TL"`) |
 //! | 2 | 1 | version | `1` |
 //! | 3 | 1 | message type | see [`MessageType`] |
-//! | 4 | 2 | flags | bit 0 [`Flags::END_OF_STREAM`], bit 1 [`Flags::ERROR`]; other bits rejected |
+//! | 4 | 2 | flags | bit 0 [`Flags::END_OF_STREAM`], bit 1 [`Flags::ERROR`], bit 2 [`Flags::FROM_ORIGIN`] (ReadRangeReply only); other bits rejected |
 //! | 6 | 2 | reserved | must be `0` |
 //! | 8 | 4 | request id | chosen by the requester, echoed in the reply |
 //! | 12 | 4 | payload length | bytes after the header, at most the type's cap |
@@ -197,8 +197,9 @@ impl MessageType {
     }
 }
 
-/// Frame flags. Only [`END_OF_STREAM`](Self::END_OF_STREAM) and
-/// [`ERROR`](Self::ERROR) exist in version 1; other bits are rejected.
+/// Frame flags. [`END_OF_STREAM`](Self::END_OF_STREAM), [`ERROR`](Self::ERROR)
+/// and [`FROM_ORIGIN`](Self::FROM_ORIGIN) exist in version 1; other bits are
+/// rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Flags(u16);
 
@@ -209,7 +210,12 @@ impl Flags {
     pub const END_OF_STREAM: Self = Self(1);
     /// Bit 1: the frame is an Error reply (set exactly on those).
     pub const ERROR: Self = Self(2);
-    const KNOWN: u16 = Self::END_OF_STREAM.0 | Self::ERROR.0;
+    /// Bit 2, ReadRangeReply only: answering this request fetched bytes from
+    /// the origin (a fill, or a pass-through the cache had no room for).
+    /// Without it every byte came from pages already cached: a hit. Readers
+    /// use it to count hits and fills; it never changes the payload.
+    pub const FROM_ORIGIN: Self = Self(4);
+    const KNOWN: u16 = Self::END_OF_STREAM.0 | Self::ERROR.0 | Self::FROM_ORIGIN.0;
 
     /// Flags from their wire value. Errors with [`Error::UnknownFlags`] if
     /// any undefined bit is set.
@@ -269,6 +275,9 @@ impl FrameHeader {
     ) -> Result<Self, Error> {
         if flags.contains(Flags::ERROR) != (message_type == MessageType::Error) {
             return Err(Error::ErrorFlagMismatch(message_type));
+        }
+        if flags.contains(Flags::FROM_ORIGIN) && message_type != MessageType::ReadRangeReply {
+            return Err(Error::UnknownFlags(flags.bits()));
         }
         let max = message_type.max_payload_len();
         if payload_len > max {

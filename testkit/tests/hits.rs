@@ -165,3 +165,43 @@ async fn replies_say_whether_the_worker_fetched_from_the_origin() {
     assert!(bytes == expected(&object, range.clone()));
     assert_eq!((hits, fills, fallbacks), (3, 0, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_block_out_of_the_page_cache_is_sent_from_the_blocking_pool() {
+    let size = 2 * BLOCK;
+    let object = GeneratedObject::new("data", "cold-pages.bin", size, 25);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let client = cluster.client().await;
+    let id = ObjectId::s3("data", "cold-pages.bin").unwrap();
+    let version = ObjectVersion::new(object.etag()).unwrap();
+    let whole = read_through(&client, &id, &version, size, 0..size)
+        .await
+        .unwrap("fill");
+    assert!(whole == expected(&object, 0..size));
+    // Push both block files out of the page cache (their pages are durable, so clean).
+    let mut cold = true;
+    for offset in [0, BLOCK] {
+        let path = cluster.block_file(0, &cluster.block_id(&id, &version, offset));
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        cold &= !talon_worker::zero_copy::is_resident(&file, 0, BLOCK);
+    }
+    let gets = cluster.origin_gets();
+    let before = cluster.worker_metric(0, "talon_worker_sends_from_disk_total");
+    let again = read_through(&client, &id, &version, size, PAGE..size - PAGE)
+        .await
+        .unwrap("warm but not in the page cache");
+    assert!(again == expected(&object, PAGE..size - PAGE));
+    assert_eq!(cluster.origin_gets(), gets, "still a hit: no origin GET");
+    if cold {
+        // The kernel could tell (cachestat) that the pages were gone: the sends went
+        // through the blocking pool, not the reactor.
+        assert!(cluster.worker_metric(0, "talon_worker_sends_from_disk_total") > before);
+    }
+}

@@ -8,11 +8,13 @@
 //! faster than it reads.
 //!
 //! A ReadRange answer is the 16-byte header (sent with `MSG_MORE`, so it shares a
-//! segment with the payload) followed by exactly `len` bytes that Layer 2
-//! ([`sendfile_once`]) moves from the block file to the socket, driven from the
-//! writer's own readiness loop: no hand-off to a blocking pool and no copy. A
-//! page-cache miss makes that `sendfile` wait for the local disk on the runtime thread;
-//! an io_uring plane would not.
+//! segment with the payload) followed by exactly `len` bytes that Layer 2 moves from
+//! the block file to the socket without a copy. When the bytes are all in the page
+//! cache ([`is_resident`], the usual case for a hit), the writer drives non-blocking
+//! [`sendfile_once`] calls from its own readiness loop, awaiting writability on Tokio
+//! when the socket is full: no hand-off, no thread held by a slow reader. Otherwise
+//! ([`send_file_range`]) the transfer runs on the blocking pool, on a duplicate of the
+//! socket, because `sendfile` would wait for the disk: the reactor never does.
 //! Errors are error frames; a failure after a success header has gone out closes the
 //! connection, so a client never mistakes a short body for success. A connection limit,
 //! a per-frame read timeout (the rest of a frame must arrive in time once its first byte
@@ -21,6 +23,7 @@
 //! other connections carry on.
 
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +45,7 @@ use crate::error::{Result, WorkerError};
 use crate::loader::{Loader, Prepared};
 use crate::metrics::WorkerMetrics;
 use crate::origins::StatCache;
-use crate::zero_copy::{send_more, sendfile_once};
+use crate::zero_copy::{is_resident, send_file_range, send_more, sendfile_once};
 
 /// Limits of the data plane.
 #[derive(Debug, Clone)]
@@ -165,12 +168,16 @@ async fn connection(
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
+    // A duplicate of the socket for sends on the blocking pool: it stays open while
+    // such a transfer runs even if this connection's tasks are aborted meanwhile.
+    let bulk_fd: Arc<OwnedFd> = Arc::new(stream.as_fd().try_clone_to_owned()?);
     let (rd, wr) = stream.into_split();
     let (queue, pending) = mpsc::channel::<oneshot::Receiver<Reply>>(config.pipeline_depth.max(1));
     // The writer dies with its connection: when this task is aborted (the worker is
     // aborted, or the drain timed out), the connection is cut, not answered to the end.
     let mut writer = AbortOnDrop(tokio::spawn(write_loop(
         wr,
+        bulk_fd,
         pending,
         services.metrics.clone(),
         config.write_stall_timeout,
@@ -345,7 +352,8 @@ async fn send_header(
 }
 
 /// Sends `len` bytes of `file` from `offset` with `sendfile`, waiting for writability
-/// on the runtime (never on a blocked thread) when the socket buffer is full.
+/// on the runtime (never on a blocked thread) when the socket buffer is full. Only for
+/// bytes [`is_resident`] found in the page cache.
 async fn send_file(
     stream: &TcpStream,
     file: &std::fs::File,
@@ -378,6 +386,7 @@ async fn send_file(
 
 async fn write_loop(
     mut wr: OwnedWriteHalf,
+    bulk_fd: Arc<OwnedFd>,
     mut pending: mpsc::Receiver<oneshot::Receiver<Reply>>,
     metrics: Arc<WorkerMetrics>,
     stall_timeout: Duration,
@@ -412,7 +421,18 @@ async fn write_loop(
                     wr.write_all(&header).await?;
                 } else {
                     send_header(wr.as_ref(), &header, stall_timeout).await?;
-                    send_file(wr.as_ref(), block.file(), offset, len, stall_timeout).await?;
+                    if is_resident(block.file(), offset, len) {
+                        send_file(wr.as_ref(), block.file(), offset, len, stall_timeout).await?;
+                    } else {
+                        // sendfile would wait for the disk: not on this thread.
+                        metrics.send_from_disk();
+                        let fd = bulk_fd.clone();
+                        tokio::task::spawn_blocking(move || {
+                            send_file_range(&*fd, block.file(), offset, len, stall_timeout)
+                        })
+                        .await
+                        .map_err(std::io::Error::other)??;
+                    }
                 }
                 metrics.bytes_from_cache(len);
                 metrics.read_done(started.elapsed());

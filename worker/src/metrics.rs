@@ -18,6 +18,7 @@ pub struct WorkerMetrics {
     hits: Counter,
     misses: Counter,
     bytes_from_cache: Counter,
+    sends_from_disk: Counter,
     bytes_from_origin: Counter,
     origin_requests: Counter,
     origin_retries: Counter,
@@ -46,6 +47,7 @@ impl WorkerMetrics {
             hits: Counter::default(),
             misses: Counter::default(),
             bytes_from_cache: Counter::default(),
+            sends_from_disk: Counter::default(),
             bytes_from_origin: Counter::default(),
             origin_requests: Counter::default(),
             origin_retries: Counter::default(),
@@ -76,6 +78,11 @@ impl WorkerMetrics {
                 "cache_bytes_served",
                 "Payload bytes sent from the block store",
                 m.bytes_from_cache.clone(),
+            );
+            r.register(
+                "sends_from_disk",
+                "Cached replies not all in the page cache, sent from the blocking pool",
+                m.sends_from_disk.clone(),
             );
             r.register(
                 "origin_bytes",
@@ -150,6 +157,12 @@ impl WorkerMetrics {
     /// Payload bytes sent from the store.
     pub fn bytes_from_cache(&self, n: u64) {
         self.bytes_from_cache.inc_by(n);
+    }
+
+    /// A cached reply whose bytes were not all in the page cache: its `sendfile` ran on
+    /// the blocking pool.
+    pub fn send_from_disk(&self) {
+        self.sends_from_disk.inc();
     }
 
     /// Bytes fetched from the origin.

@@ -1,12 +1,94 @@
 //! Layer 2 of the data plane: bulk movement between a block file and a socket without
 //! payload bytes entering user space. Runtime-free: plain functions over file
-//! descriptors. [`sendfile_once`] and [`send_more`] are single non-blocking attempts
-//! that a Layer 1 drives from its own readiness loop (Tokio's, in `data_plane`);
-//! [`send_file_range`] is the whole transfer on a thread that may block.
+//! descriptors.
+//!
+//! `sendfile` can wait on two things: a full socket (a slow reader) and the disk (a
+//! page-cache miss). A Layer 1 must never wait on either on its reactor thread, so
+//! there are two ways to send: when [`is_resident`] says every byte is in the page
+//! cache, Layer 1 drives [`sendfile_once`] (non-blocking on its socket) from its own
+//! readiness loop, with no hand-off; otherwise [`send_file_range`] does the whole
+//! transfer on a thread that may block (a blocking pool). [`send_more`] sends the
+//! small reply header that precedes a payload.
 
 use std::io;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Set once the kernel has said it has no `cachestat(2)` (before Linux 6.5).
+static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
+
+/// Whether every byte of `file` in `offset..offset + len` is in the page cache now,
+/// so that a `sendfile` of it will not wait for the disk. Uses `cachestat(2)` (Linux
+/// 6.5 and later; one system call, no data touched). `false` whenever it cannot tell
+/// (an older kernel, an error, an empty range): the caller then takes the path that may
+/// block, which is always correct. A page evicted between this check and the send
+/// makes that one send wait for the disk.
+pub fn is_resident(file: &impl AsFd, offset: u64, len: u64) -> bool {
+    if len == 0 || NO_CACHESTAT.load(Ordering::Relaxed) {
+        return false;
+    }
+    let page = rustix::param::page_size() as u64;
+    let (first, last) = (offset / page, (offset + len - 1) / page);
+    match cachestat(file, offset, len) {
+        Ok(cached) => cached > last - first,
+        Err(e) => {
+            if e.raw_os_error() == Some(libc::ENOSYS) {
+                NO_CACHESTAT.store(true, Ordering::Relaxed);
+            }
+            false
+        }
+    }
+}
+
+/// `cachestat(2)`: how many pages of `file` in the range are in the page cache.
+#[cfg(target_os = "linux")]
+fn cachestat(file: &impl AsFd, offset: u64, len: u64) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    /// `struct cachestat_range` of the kernel's UAPI.
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    /// `struct cachestat` of the kernel's UAPI.
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    /// The same number on every architecture (syscalls added since 5.1 share one table).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let range = Range { off: offset, len };
+    let mut stat = Stat::default();
+    // SAFETY: the descriptor is open for the duration of the call (borrowed from
+    // `file`); `range` and `stat` are live, correctly laid out (repr(C), the kernel's
+    // field order) and exclusively borrowed; flags must be 0. The kernel writes only
+    // within `stat`.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_fd().as_raw_fd(),
+            &range as *const Range,
+            &mut stat as *mut Stat,
+            0u32,
+        )
+    };
+    if rc == 0 {
+        Ok(stat.nr_cache)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cachestat(_file: &impl AsFd, _offset: u64, _len: u64) -> io::Result<u64> {
+    Err(io::Error::from_raw_os_error(libc::ENOSYS))
+}
 
 /// One `sendfile(2)` of at most `want` bytes of `file` from `*pos` to `socket`,
 /// advancing `*pos`. On a non-blocking socket with a full buffer it fails with
@@ -192,6 +274,23 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, b)
+    }
+
+    #[test]
+    fn residency_is_known_only_for_bytes_in_the_page_cache() {
+        let f = tempfile::tempfile().unwrap();
+        // A hole never read or written has no pages in the cache.
+        f.set_len(1 << 20).unwrap();
+        assert!(!is_resident(&f, 512 << 10, 64 << 10));
+        assert!(!is_resident(&f, 0, 0));
+        f.write_all_at(&[3; 64 << 10], 0).unwrap();
+        if NO_CACHESTAT.load(Ordering::Relaxed) {
+            return; // a kernel before 6.5: every answer is "unknown", which is safe
+        }
+        assert!(is_resident(&f, 0, 64 << 10));
+        assert!(is_resident(&f, 100, 1000));
+        // Straddling written and never-touched bytes: not all resident.
+        assert!(!is_resident(&f, 60 << 10, 8 << 10));
     }
 
     #[test]

@@ -675,6 +675,61 @@ pub fn free_port() -> HarnessResult<u16> {
         .map_err(|e| HarnessError::io("finding a free port", e))
 }
 
+/// What every gateway bench sets up before it starts a process: the Talon binaries
+/// (all four checked), the host's description, the JSON Lines sink and a scratch
+/// folder (kept on request, for the processes' logs).
+#[derive(Debug)]
+pub struct BenchSetup {
+    /// Where the release binaries are.
+    pub binaries: Binaries,
+    /// Cores, CPU, kernel, commit.
+    pub host: crate::host::HostInfo,
+    /// The results file (`bench/results/NAME.jsonl` unless `out` says otherwise).
+    pub lines: crate::results::JsonLines,
+    /// The scratch folder; removed on drop unless kept.
+    pub tmp: tempfile::TempDir,
+}
+
+impl BenchSetup {
+    /// Sets up bench `name` (`gateway-bench`, `gateway-proxy-bench`).
+    ///
+    /// # Errors
+    /// A missing binary, an unwritable results file, no scratch folder.
+    pub fn new(
+        name: &str,
+        bin_dir: Option<&Path>,
+        out: Option<PathBuf>,
+        json: bool,
+        keep_dir: bool,
+    ) -> HarnessResult<BenchSetup> {
+        let binaries = Binaries::locate(bin_dir)?;
+        binaries.require(&[
+            "talon-origin-stub",
+            "talon-coordinator",
+            "talon-worker",
+            "talon-gateway",
+        ])?;
+        let root = crate::results::repo_root();
+        let host = crate::host::HostInfo::detect(&root);
+        let out = out.unwrap_or_else(|| root.join(format!("bench/results/{name}.jsonl")));
+        let lines = crate::results::JsonLines::create(&out, json)?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(&format!("talon-{name}-"))
+            .tempdir()
+            .map_err(|e| HarnessError::io("creating a temporary folder", e))?;
+        if keep_dir {
+            tmp.disable_cleanup(true);
+            eprintln!("[{name}] keeping {}", tmp.path().display());
+        }
+        Ok(BenchSetup {
+            binaries,
+            host,
+            lines,
+            tmp,
+        })
+    }
+}
+
 /// Runs a bench binary's body until it finishes or the process is interrupted
 /// (either way the processes it started are dropped, hence killed), as the
 /// process's exit code: success only for `Ok(true)`; an error is printed as

@@ -46,14 +46,14 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use talon_bench::delay_line::DelayLine;
 use talon_bench::deployment::{
-    Binaries, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
+    BenchSetup, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
     run_bench,
 };
 use talon_bench::host::{HostInfo, load_average, load_line};
 use talon_bench::http_load::{
     Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, paced_read, run_load,
 };
-use talon_bench::results::{JsonLines, repo_root};
+use talon_bench::results::JsonLines;
 use talon_bench::summary::{LatencySummary, fmt_latency, little_ceiling, mib, thousands};
 use talon_bench::verify::ExpectedRanges;
 use talon_bench::watch::Watched;
@@ -261,27 +261,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     validate(&args)?;
     let began = Instant::now();
     let load_at_start = load_average();
-    let binaries = Binaries::locate(args.bin_dir.as_deref())?;
-    binaries.require(&[
-        "talon-origin-stub",
-        "talon-coordinator",
-        "talon-worker",
-        "talon-gateway",
-    ])?;
-    let host = HostInfo::detect(&repo_root());
-    let out_path = args
-        .out
-        .clone()
-        .unwrap_or_else(|| repo_root().join("bench/results/gateway-bench.jsonl"));
-    let mut lines = JsonLines::create(&out_path, args.json)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix("talon-gateway-bench-")
-        .tempdir()
-        .context("creating a temporary folder")?;
-    if args.keep_dir {
-        tmp.disable_cleanup(true);
-        progress(&format!("keeping {}", tmp.path().display()));
-    }
+    let BenchSetup {
+        binaries,
+        host,
+        mut lines,
+        tmp,
+    } = BenchSetup::new(
+        "gateway-bench",
+        args.bin_dir.as_deref(),
+        args.out.clone(),
+        args.json,
+        args.keep_dir,
+    )?;
     let dir = tmp.path();
 
     let ranged = GeneratedObject::new("bench", "ranges.bin", args.object_size, 1);

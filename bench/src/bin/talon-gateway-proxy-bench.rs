@@ -45,10 +45,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Parser;
 use talon_bench::deployment::{
-    Binaries, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
+    BenchSetup, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
     run_bench,
 };
 use talon_bench::host::{HostInfo, load_average, load_line};
@@ -56,7 +56,6 @@ use talon_bench::http_load::{
     Auth, Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, run_load,
 };
 use talon_bench::nginx::{Nginx, find_nginx};
-use talon_bench::results::{JsonLines, repo_root};
 use talon_bench::rounds::round_order;
 use talon_bench::summary::{LatencySummary, fmt_latency, median, mib, spread, thousands};
 use talon_bench::verify::ExpectedRanges;
@@ -239,27 +238,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     validate(&args)?;
     let began = Instant::now();
     let load_at_start = load_average();
-    let binaries = Binaries::locate(args.bin_dir.as_deref())?;
-    binaries.require(&[
-        "talon-origin-stub",
-        "talon-coordinator",
-        "talon-worker",
-        "talon-gateway",
-    ])?;
-    let host = HostInfo::detect(&repo_root());
-    let out_path = args
-        .out
-        .clone()
-        .unwrap_or_else(|| repo_root().join("bench/results/gateway-proxy-bench.jsonl"));
-    let mut lines = JsonLines::create(&out_path, args.json)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix("talon-gateway-proxy-bench-")
-        .tempdir()
-        .context("creating a temporary folder")?;
-    if args.keep_dir {
-        tmp.disable_cleanup(true);
-        progress(&format!("keeping {}", tmp.path().display()));
-    }
+    let BenchSetup {
+        binaries,
+        host,
+        mut lines,
+        tmp,
+    } = BenchSetup::new(
+        "gateway-proxy-bench",
+        args.bin_dir.as_deref(),
+        args.out.clone(),
+        args.json,
+        args.keep_dir,
+    )?;
     let dir = tmp.path();
     progress(&format!("host: {}", host.describe()));
 

@@ -27,6 +27,12 @@ pub enum NameField {
     ContentType,
     /// The message of an error reply.
     ErrorMessage,
+    /// The `Content-MD5` of a Stat reply.
+    ContentMd5,
+    /// A user metadata name of a Stat reply.
+    MetadataName,
+    /// A user metadata value of a Stat reply.
+    MetadataValue,
 }
 
 impl fmt::Display for NameField {
@@ -39,6 +45,9 @@ impl fmt::Display for NameField {
             Self::Version => "object version",
             Self::ContentType => "content type",
             Self::ErrorMessage => "error message",
+            Self::ContentMd5 => "content MD5",
+            Self::MetadataName => "metadata name",
+            Self::MetadataValue => "metadata value",
         })
     }
 }
@@ -66,6 +75,14 @@ pub enum NameProblem {
     EmptySegment,
     /// A path has a `.` or `..` segment.
     DotSegment,
+    /// A content MD5 has characters outside base64.
+    NotBase64,
+    /// A metadata name is not a lower-case HTTP token.
+    NotAToken,
+    /// Metadata names are not sorted and unique.
+    NotSorted,
+    /// More metadata pairs than a frame can count (65,535).
+    TooMany,
 }
 
 impl fmt::Display for NameProblem {
@@ -80,6 +97,10 @@ impl fmt::Display for NameProblem {
                 f.write_str("has an empty segment (leading, trailing or double `/`)")
             }
             Self::DotSegment => f.write_str("has a `.` or `..` segment"),
+            Self::NotBase64 => f.write_str("has characters outside base64"),
+            Self::NotAToken => f.write_str("is not a lower-case HTTP token"),
+            Self::NotSorted => f.write_str("is out of order or repeated"),
+            Self::TooMany => f.write_str("has more than 65,535 entries"),
         }
     }
 }

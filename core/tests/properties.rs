@@ -9,6 +9,7 @@ use talon_core::bitmap::{MAX_PAGES, encoded_len};
 use talon_core::wire::{
     BulkKind, ErrorReply, Event, Flags, FrameDecoder, FrameHeader, HEADER_LEN, IngestAck,
     IngestMeta, IngestRequest, MAX_READ_LEN, MessageType, ReadRangeRequest, StatReply, StatRequest,
+    UserMetadata,
 };
 use talon_core::{
     BlockGeometry, BlockId, ErrorCode, Message, ObjectId, ObjectVersion, PresentBitmap,
@@ -106,16 +107,29 @@ fn message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             version(),
             any::<i64>(),
-            "[ -~\t]{0,40}|\\PC{0,20}"
+            "[ -~\t]{0,40}|\\PC{0,20}",
+            "[A-Za-z0-9+/=]{0,24}",
+            prop::option::of(prop::collection::btree_map(
+                "[a-z0-9_.-]{1,12}",
+                "[ -~\t]{0,20}|\\PC{0,8}",
+                0..5
+            )),
         )
-            .prop_map(|(size, version, last_modified_ms, content_type)| {
-                Message::StatReply(StatReply {
-                    size,
-                    version,
-                    last_modified_ms,
-                    content_type,
-                })
-            }),
+            .prop_map(
+                |(size, version, last_modified_ms, content_type, content_md5, metadata)| {
+                    Message::StatReply(StatReply {
+                        size,
+                        version,
+                        last_modified_ms,
+                        content_type,
+                        content_md5,
+                        user_metadata: match metadata {
+                            Some(m) => UserMetadata::Listed(m.into_iter().collect()),
+                            None => UserMetadata::AskOrigin,
+                        },
+                    })
+                }
+            ),
         read_range().prop_map(Message::ReadRange),
         prop::collection::vec(any::<u8>(), 0..300).prop_map(Message::ReadRangeReply),
         ingest().prop_map(Message::Ingest),

@@ -346,6 +346,21 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
         set_header(h, "last-modified", &date);
         set_header(h, "x-ms-creation-time", &date);
     }
+    if let Some(md5) = &read.meta.content_md5 {
+        // On a range, Content-MD5 would claim to be the digest of the range.
+        let name = match read.range {
+            Some(_) => "x-ms-blob-content-md5",
+            None => "content-md5",
+        };
+        set_header(h, name, md5);
+    }
+    for (name, value) in &read.meta.user_metadata {
+        set_header(
+            h,
+            &format!("{}{name}", talon_protocols::origin::AZURE_META_PREFIX),
+            value,
+        );
+    }
     if let Some(r) = read.range {
         set_header(h, "content-range", &r.content_range(read.meta.size));
     }
@@ -459,7 +474,10 @@ async fn list_blobs(ctx: &Ctx<'_>) -> Result<Response, Failure> {
                 last_modified: o.last_modified.unwrap_or(std::time::UNIX_EPOCH),
                 etag: o.etag,
                 size: o.size,
-                content_type: "application/octet-stream".into(),
+                content_type: o
+                    .content_type
+                    .unwrap_or_else(|| "application/octet-stream".into()),
+                content_md5: o.content_md5,
             })
             .collect(),
         common_prefixes: page.common_prefixes,

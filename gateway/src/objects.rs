@@ -14,14 +14,14 @@
 //! new one's blocks instead of serving the old ones. Writes made elsewhere (directly at
 //! the origin, or through another gateway) are seen within the TTLs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use talon_cache_client::CacheClient;
+use talon_cache_client::{CacheClient, UserMetadata};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_protocols::conditional::Conditions;
 use talon_protocols::origin::{OriginClient, Origins};
@@ -43,6 +43,11 @@ pub struct ObjectMeta {
     pub last_modified: Option<SystemTime>,
     /// Content type, when known.
     pub content_type: Option<String>,
+    /// Base64 MD5 of the whole content, when the origin recorded one.
+    pub content_md5: Option<String>,
+    /// User metadata: names lower-case without the protocol's prefix, so either front
+    /// can give it back under its own (`x-amz-meta-`, `x-ms-meta-`).
+    pub user_metadata: BTreeMap<String, String>,
 }
 
 /// A stream of object bytes for an HTTP body.
@@ -235,6 +240,8 @@ impl Objects {
             etag: info.etag,
             last_modified: info.last_modified,
             content_type: info.content_type,
+            content_md5: info.content_md5,
+            user_metadata: info.user_metadata,
         })
     }
 
@@ -267,6 +274,13 @@ impl Objects {
         }
         match cache.stat(&id).await {
             Ok(s) => {
+                let UserMetadata::Listed(user_metadata) = s.user_metadata else {
+                    // The metadata cannot travel through the cache: take it all from
+                    // the origin (its version then names the blocks read).
+                    let meta = self.origin_meta(backend, bucket, key).await?;
+                    self.remember(backend, bucket, key, &meta);
+                    return Ok((meta, Outcome::Hit));
+                };
                 let meta = ObjectMeta {
                     size: s.size,
                     etag: talon_protocols::conditional::quote_etag(s.version.as_str()),
@@ -275,6 +289,8 @@ impl Objects {
                         .filter(|ms| *ms > 0)
                         .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms)),
                     content_type: Some(s.content_type).filter(|c| !c.is_empty()),
+                    content_md5: Some(s.content_md5).filter(|m| !m.is_empty()),
+                    user_metadata: user_metadata.into_iter().collect(),
                 };
                 self.remember(backend, bucket, key, &meta);
                 Ok((meta, Outcome::Hit))

@@ -344,6 +344,13 @@ async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Re
             &talon_protocols::dates::format_http_date(t),
         );
     }
+    for (name, value) in &read.meta.user_metadata {
+        set_header(
+            h,
+            &format!("{}{name}", talon_protocols::origin::S3_META_PREFIX),
+            value,
+        );
+    }
     if let Some(r) = read.range {
         set_header(h, "content-range", &r.content_range(read.meta.size));
     }

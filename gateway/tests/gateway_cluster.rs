@@ -172,6 +172,77 @@ async fn azure_front_reads_an_s3_origin_and_s3_front_an_azure_origin() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_written_at_the_origin_comes_back_through_the_cache_on_both_fronts() {
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![GeneratedObject::new("data", "other.bin", 10, 1)],
+        ..ClusterConfig::default()
+    })
+    .await;
+    // Written straight at the origin (Azure side), not through the gateway, so the
+    // gateway's read-your-writes rule does not apply: the metadata the fronts return
+    // below travelled in the workers' stat replies.
+    let origins = cluster.origins();
+    let (_, azure) = origins.azure.as_ref().unwrap();
+    let body = bytes::Bytes::from_static(b"hello");
+    azure
+        .put_stream(
+            "data",
+            "meta.txt",
+            body.clone().into(),
+            body.len() as u64,
+            &[
+                ("x-ms-meta-colour", "blue".into()),
+                ("x-ms-meta-owner", "talon".into()),
+                ("content-md5", "XUFAKrxLKna5cZ2REBfFkg==".into()),
+            ],
+        )
+        .await
+        .unwrap();
+    let gw = gateway(&cluster, Route::Cache, Backend::Azure, Backend::Azure).await;
+    let heads_before = cluster.origin_heads();
+
+    let url = format!("{}/data/meta.txt", gw.azure_url().unwrap());
+    let http = reqwest::Client::new();
+    let props = http
+        .head(&url)
+        .header("x-ms-version", "2025-01-05")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(props.status(), 200);
+    assert_eq!(props.headers()["x-ms-meta-colour"], "blue");
+    assert_eq!(props.headers()["x-ms-meta-owner"], "talon");
+    assert_eq!(props.headers()["content-md5"], "XUFAKrxLKna5cZ2REBfFkg==");
+    let ranged = http
+        .get(&url)
+        .header("x-ms-version", "2025-01-05")
+        .header("x-ms-range", "bytes=1-2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ranged.status(), 206);
+    assert_eq!(
+        ranged.headers()["x-ms-blob-content-md5"],
+        "XUFAKrxLKna5cZ2REBfFkg==",
+        "a range carries the blob's MD5 under its own name"
+    );
+    assert!(!ranged.headers().contains_key("content-md5"));
+    assert_eq!(ranged.bytes().await.unwrap(), &b"el"[..]);
+
+    // The S3 front gives the same metadata under its own prefix.
+    let got = s3_get(&gw, "/data/meta.txt", None).await;
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.headers()["x-amz-meta-colour"], "blue");
+    assert_eq!(got.headers()["x-amz-meta-owner"], "talon");
+    assert_eq!(got.bytes().await.unwrap(), &b"hello"[..]);
+    assert_eq!(
+        cluster.origin_heads(),
+        heads_before + 1,
+        "one HEAD by the owning worker; the gateway asked the cache"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_origin_route_never_touches_the_cache() {
     let object = GeneratedObject::new("data", "direct.bin", 100_000, 1);
     let cluster = Cluster::start(ClusterConfig {

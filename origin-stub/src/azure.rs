@@ -337,6 +337,7 @@ async fn list_blobs(ctx: &Ctx<'_>) -> Handled {
         etag: o.etag,
         size: o.size,
         content_type: o.content_type,
+        content_md5: o.content_md5,
     });
     let echo = xml::ListEcho {
         prefix: ctx.query("prefix"),

@@ -7,6 +7,7 @@
 //! (a 412 on a pinned GET is [`ErrorKind::PreconditionFailed`]: the object changed).
 //! Retries and backoff belong to the caller, which knows its budget.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
@@ -66,6 +67,12 @@ pub struct ObjectInfo {
     pub last_modified: Option<SystemTime>,
     /// Content type, when the origin gave one.
     pub content_type: Option<String>,
+    /// Base64 MD5 of the whole content (`Content-MD5`, or Azure's
+    /// `x-ms-blob-content-md5` on a ranged read), when the origin gave one.
+    pub content_md5: Option<String>,
+    /// User metadata: names lower-case, without the protocol's prefix
+    /// (`x-amz-meta-`, `x-ms-meta-`).
+    pub user_metadata: BTreeMap<String, String>,
 }
 
 /// A stream of body bytes.
@@ -112,6 +119,10 @@ pub struct ListedEntry {
     pub etag: String,
     /// Last modification, when the listing says.
     pub last_modified: Option<SystemTime>,
+    /// Content type, when the listing says (Azure does, S3 does not).
+    pub content_type: Option<String>,
+    /// Base64 MD5 of the content, when the listing says (Azure does, S3 does not).
+    pub content_md5: Option<String>,
 }
 
 /// A request body for the origin.
@@ -558,6 +569,8 @@ impl OriginClient {
                             )
                             .ok()
                             .map(SystemTime::from),
+                            content_type: None,
+                            content_md5: None,
                         })
                         .collect(),
                     common_prefixes: parsed
@@ -584,6 +597,8 @@ impl OriginClient {
                             size: b.properties.content_length,
                             etag: quote_etag(&b.properties.etag),
                             last_modified: parse_http_date(&b.properties.last_modified),
+                            content_type: Some(b.properties.content_type).filter(|t| !t.is_empty()),
+                            content_md5: Some(b.properties.content_md5).filter(|m| !m.is_empty()),
                         }),
                         BlobItem::BlobPrefix(p) => out.common_prefixes.push(p.name),
                     }
@@ -930,6 +945,12 @@ async fn check(resp: reqwest::Response) -> Result<reqwest::Response> {
     ))
 }
 
+/// Header prefix of S3 user metadata.
+pub const S3_META_PREFIX: &str = "x-amz-meta-";
+
+/// Header prefix of Azure user metadata.
+pub const AZURE_META_PREFIX: &str = "x-ms-meta-";
+
 fn object_info(
     headers: &reqwest::header::HeaderMap,
     total_from_range: Option<u64>,
@@ -949,11 +970,31 @@ fn object_info(
     let etag = text("etag")
         .map(quote_etag)
         .ok_or_else(|| Error::new(ErrorKind::InternalError, "origin answer has no ETag"))?;
+    let user_metadata = headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let name = name.as_str();
+            let short = name
+                .strip_prefix(S3_META_PREFIX)
+                .or_else(|| name.strip_prefix(AZURE_META_PREFIX))?;
+            // A value that is not UTF-8 cannot be carried as text; S3 and Azure
+            // only accept ASCII metadata values anyway.
+            let value = std::str::from_utf8(value.as_bytes()).ok()?;
+            Some((short.to_owned(), value.to_owned()))
+        })
+        .collect();
     Ok(ObjectInfo {
         size,
         etag,
         last_modified: text("last-modified").and_then(parse_http_date),
         content_type: text("content-type").map(str::to_owned),
+        // On a ranged answer `Content-MD5` may be the digest of the range alone.
+        content_md5: match total_from_range {
+            Some(_) => text("x-ms-blob-content-md5"),
+            None => text("content-md5").or_else(|| text("x-ms-blob-content-md5")),
+        }
+        .map(str::to_owned),
+        user_metadata,
     })
 }
 

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use talon_core::wire::{BulkKind, Event, FrameDecoder};
 use talon_core::wire::{
-    ErrorReply, IngestAck, IngestMeta, ReadRangeRequest, StatReply, StatRequest,
-    encode_read_range_reply_header,
+    ErrorReply, IngestAck, IngestMeta, ReadRangeRequest, StatReply, StatRequest, UserMetadata,
+    carried_content_md5, encode_read_range_reply_header,
 };
 use talon_core::wire::{FrameHeader, HEADER_LEN};
 use talon_core::{ErrorCode, Message};
@@ -495,12 +495,21 @@ async fn stat(services: &Services, req: &StatRequest) -> Result<StatReply> {
     {
         content_type.clear();
     }
+    let content_md5 = carried_content_md5(info.content_md5.as_deref());
+    let user_metadata = UserMetadata::from_origin(
+        info.user_metadata
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str())),
+    );
     Ok(StatReply {
         size: info.size,
         version,
         last_modified_ms,
         content_type,
-    })
+        content_md5,
+        user_metadata,
+    }
+    .fitted_to_frame())
 }
 
 async fn read_range(

@@ -34,6 +34,99 @@ pub struct StatReply {
     /// MIME type, at most [`MAX_CONTENT_TYPE_LEN`] bytes, no control
     /// characters (it becomes an HTTP header value); may be empty.
     pub content_type: String,
+    /// Base64 MD5 of the whole content as the origin reported it
+    /// (`Content-MD5`), at most [`MAX_CONTENT_MD5_LEN`] bytes; empty when
+    /// the origin gave none.
+    pub content_md5: String,
+    /// The object's user metadata (`x-amz-meta-*`, `x-ms-meta-*`).
+    pub user_metadata: UserMetadata,
+}
+
+/// Longest `content_md5` a [`StatReply`] carries, in bytes (an MD5 in
+/// base64 is 24).
+pub const MAX_CONTENT_MD5_LEN: usize = 64;
+
+/// An object's user metadata, as a [`StatReply`] carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserMetadata {
+    /// Every (name, value) pair: names lower-case HTTP tokens without the
+    /// protocol's prefix (`x-amz-meta-`, `x-ms-meta-`), sorted and unique;
+    /// values without control characters but tab (they become HTTP header
+    /// values).
+    Listed(Vec<(String, String)>),
+    /// The origin's metadata cannot travel in a frame (too large for one,
+    /// or values that are not header-safe text): whoever needs it asks the
+    /// origin. Metadata is carried whole or not at all, never in part.
+    AskOrigin,
+}
+
+/// The origin's `Content-MD5` as a [`StatReply`] carries it: unchanged when
+/// it is base64 of at most [`MAX_CONTENT_MD5_LEN`] bytes, otherwise empty
+/// (unknown), so one odd header cannot fail a whole stat.
+pub fn carried_content_md5(md5: Option<&str>) -> String {
+    match md5 {
+        Some(m) if validate_content_md5(m).is_ok() => m.to_owned(),
+        _ => String::new(),
+    }
+}
+
+impl UserMetadata {
+    /// The origin's `(name, value)` pairs as a frame carries them: names
+    /// lower-cased and sorted; [`AskOrigin`](Self::AskOrigin) if a name is
+    /// not an HTTP token, two names differ only in case, or a value holds a
+    /// control character.
+    pub fn from_origin<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut listed: Vec<(String, String)> = pairs
+            .into_iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.to_owned()))
+            .collect();
+        listed.sort();
+        match validate_user_metadata(&listed) {
+            Ok(()) => Self::Listed(listed),
+            Err(_) => Self::AskOrigin,
+        }
+    }
+}
+
+impl Default for UserMetadata {
+    fn default() -> Self {
+        Self::Listed(Vec::new())
+    }
+}
+
+impl StatReply {
+    /// Payload bytes this reply encodes to.
+    pub fn encoded_len(&self) -> usize {
+        let metadata = match &self.user_metadata {
+            UserMetadata::AskOrigin => 0,
+            UserMetadata::Listed(pairs) => {
+                2 + pairs
+                    .iter()
+                    .map(|(n, v)| 4 + n.len() + v.len())
+                    .sum::<usize>()
+            }
+        };
+        8 + 2
+            + self.version.as_str().len()
+            + 8
+            + 2
+            + self.content_type.len()
+            + 2
+            + self.content_md5.len()
+            + 1
+            + metadata
+    }
+
+    /// This reply, with its user metadata replaced by
+    /// [`UserMetadata::AskOrigin`] when the whole would not fit the
+    /// [`MAX_CONTROL_PAYLOAD`] of a StatReply frame. Never drops part of
+    /// the metadata: a reader sees all of it or is told to ask the origin.
+    pub fn fitted_to_frame(mut self) -> Self {
+        if self.encoded_len() > MAX_CONTROL_PAYLOAD as usize {
+            self.user_metadata = UserMetadata::AskOrigin;
+        }
+        self
+    }
 }
 
 /// ReadRange request: `len` bytes at `offset` within `block`, i.e. object
@@ -318,10 +411,26 @@ impl Message {
             }
             Self::StatReply(reply) => {
                 validate_content_type(&reply.content_type)?;
+                validate_content_md5(&reply.content_md5)?;
                 w.u64(reply.size);
                 w.str(reply.version.as_str(), ty)?;
                 w.i64(reply.last_modified_ms);
                 w.str(&reply.content_type, ty)?;
+                w.str(&reply.content_md5, ty)?;
+                match &reply.user_metadata {
+                    UserMetadata::AskOrigin => w.u8(1),
+                    UserMetadata::Listed(pairs) => {
+                        validate_user_metadata(pairs)?;
+                        let count = u16::try_from(pairs.len())
+                            .map_err(|_| invalid(NameField::MetadataName, NameProblem::TooMany))?;
+                        w.u8(0);
+                        w.u16(count);
+                        for (name, value) in pairs {
+                            w.str(name, ty)?;
+                            w.str(value, ty)?;
+                        }
+                    }
+                }
             }
             Self::ReadRange(req) => {
                 req.validate()?;
@@ -392,11 +501,30 @@ impl Message {
                 let last_modified_ms = r.i64()?;
                 let content_type = r.string()?;
                 validate_content_type(&content_type)?;
+                let content_md5 = r.string()?;
+                validate_content_md5(&content_md5)?;
+                let user_metadata = match r.u8()? {
+                    0 => {
+                        let count = r.u16()?;
+                        // No capacity from the count: each pair takes at least
+                        // four payload bytes, so the vector stays within them.
+                        let mut pairs = Vec::new();
+                        for _ in 0..count {
+                            pairs.push((r.string()?, r.string()?));
+                        }
+                        validate_user_metadata(&pairs)?;
+                        UserMetadata::Listed(pairs)
+                    }
+                    1 => UserMetadata::AskOrigin,
+                    _ => return Err(r.malformed("metadata flag must be 0 or 1")),
+                };
                 Self::StatReply(StatReply {
                     size,
                     version,
                     last_modified_ms,
                     content_type,
+                    content_md5,
+                    user_metadata,
                 })
             }
             MessageType::ReadRange => {
@@ -554,6 +682,75 @@ fn validate_content_type(content_type: &str) -> Result<(), Error> {
     Ok(())
 }
 
+fn invalid(field: NameField, problem: NameProblem) -> Error {
+    Error::InvalidName { field, problem }
+}
+
+fn validate_content_md5(md5: &str) -> Result<(), Error> {
+    let field = NameField::ContentMd5;
+    if md5.len() > MAX_CONTENT_MD5_LEN {
+        let problem = NameProblem::TooLong {
+            len: md5.len(),
+            max: MAX_CONTENT_MD5_LEN,
+        };
+        return Err(invalid(field, problem));
+    }
+    if !md5
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    {
+        return Err(invalid(field, NameProblem::NotBase64));
+    }
+    Ok(())
+}
+
+/// Whether `b` may appear in an HTTP header name (RFC 9110 `tchar`), lower case.
+fn is_lower_token_byte(b: u8) -> bool {
+    b.is_ascii_lowercase()
+        || b.is_ascii_digit()
+        || matches!(
+            b,
+            b'!' | b'#'
+                | b'$'
+                | b'%'
+                | b'&'
+                | b'\''
+                | b'*'
+                | b'+'
+                | b'-'
+                | b'.'
+                | b'^'
+                | b'_'
+                | b'`'
+                | b'|'
+                | b'~'
+        )
+}
+
+fn validate_user_metadata(pairs: &[(String, String)]) -> Result<(), Error> {
+    let mut previous: Option<&str> = None;
+    for (name, value) in pairs {
+        let field = NameField::MetadataName;
+        if name.is_empty() {
+            return Err(invalid(field, NameProblem::Empty));
+        }
+        if !name.bytes().all(is_lower_token_byte) {
+            return Err(invalid(field, NameProblem::NotAToken));
+        }
+        if previous.is_some_and(|p| p >= name.as_str()) {
+            return Err(invalid(field, NameProblem::NotSorted));
+        }
+        previous = Some(name);
+        if value.chars().any(|c| c.is_control() && c != '\t') {
+            return Err(invalid(
+                NameField::MetadataValue,
+                NameProblem::ContainsControl,
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn write_object(w: &mut Writer<'_>, object: &ObjectId, ty: MessageType) -> Result<(), Error> {
     w.u8(object.backend().tag());
     for name in object.names() {
@@ -673,6 +870,19 @@ mod tests {
                 version: ObjectVersion::new("v").unwrap(),
                 last_modified_ms: -1,
                 content_type: String::new(),
+                content_md5: String::new(),
+                user_metadata: UserMetadata::AskOrigin,
+            }),
+            Message::StatReply(StatReply {
+                size: 3,
+                version: ObjectVersion::new("v").unwrap(),
+                last_modified_ms: 1,
+                content_type: "text/plain".into(),
+                content_md5: "rL0Y20zC+Fzt72VPzMSk2A==".into(),
+                user_metadata: UserMetadata::Listed(vec![
+                    ("colour".into(), "blue \tgreen".into()),
+                    ("owner".into(), "tālon".into()),
+                ]),
             }),
             Message::ReadRangeReply(vec![9; 100]),
             Message::ReadRangeReply(Vec::new()),
@@ -721,6 +931,8 @@ mod tests {
                 version,
                 last_modified_ms: i64::MIN,
                 content_type: "t".repeat(MAX_CONTENT_TYPE_LEN),
+                content_md5: "m".repeat(MAX_CONTENT_MD5_LEN),
+                user_metadata: UserMetadata::AskOrigin,
             }),
             Message::Error(ErrorReply::new(ErrorCode::Internal, "é".repeat(5000))),
         ];
@@ -784,6 +996,163 @@ mod tests {
         assert_eq!(header.flags(), Flags::NONE);
     }
 
+    fn stat_with(user_metadata: UserMetadata) -> StatReply {
+        StatReply {
+            size: 10,
+            version: ObjectVersion::new("\"e\"").unwrap(),
+            last_modified_ms: 5,
+            content_type: "text/plain".into(),
+            content_md5: "XUFAKrxLKna5cZ2REBfFkg==".into(),
+            user_metadata,
+        }
+    }
+
+    #[test]
+    fn stat_reply_encoded_len_is_exact() {
+        for meta in [
+            UserMetadata::AskOrigin,
+            UserMetadata::default(),
+            UserMetadata::Listed(vec![("a".into(), "1".into()), ("b".into(), "xyz".into())]),
+        ] {
+            let reply = stat_with(meta);
+            let bytes = round_trip(&Message::StatReply(reply.clone()));
+            assert_eq!(bytes.len() - HEADER_LEN, reply.encoded_len());
+        }
+    }
+
+    #[test]
+    fn metadata_too_large_for_a_frame_is_flagged_never_cut() {
+        let big = UserMetadata::Listed(
+            (0..100)
+                .map(|i| (format!("k{i:03}"), "v".repeat(100)))
+                .collect(),
+        );
+        let reply = stat_with(big.clone());
+        assert!(reply.encoded_len() > MAX_CONTROL_PAYLOAD as usize);
+        assert!(matches!(
+            Message::StatReply(reply.clone()).encode(1),
+            Err(Error::PayloadTooLarge { .. })
+        ));
+        let fitted = reply.fitted_to_frame();
+        assert_eq!(fitted.user_metadata, UserMetadata::AskOrigin);
+        round_trip(&Message::StatReply(fitted));
+
+        let small = UserMetadata::Listed(vec![("k".into(), "v".into())]);
+        assert_eq!(
+            stat_with(small.clone()).fitted_to_frame().user_metadata,
+            small
+        );
+    }
+
+    #[test]
+    fn bad_metadata_is_neither_encoded_nor_decoded() {
+        let cases = [
+            (
+                vec![("Upper", "v")],
+                NameField::MetadataName,
+                NameProblem::NotAToken,
+            ),
+            (
+                vec![("a b", "v")],
+                NameField::MetadataName,
+                NameProblem::NotAToken,
+            ),
+            (vec![("", "v")], NameField::MetadataName, NameProblem::Empty),
+            (
+                vec![("b", "v"), ("a", "v")],
+                NameField::MetadataName,
+                NameProblem::NotSorted,
+            ),
+            (
+                vec![("a", "v"), ("a", "w")],
+                NameField::MetadataName,
+                NameProblem::NotSorted,
+            ),
+            (
+                vec![("a", "x\r\ny")],
+                NameField::MetadataValue,
+                NameProblem::ContainsControl,
+            ),
+        ];
+        for (pairs, field, problem) in cases {
+            let pairs: Vec<(String, String)> = pairs
+                .into_iter()
+                .map(|(n, v)| (n.into(), v.into()))
+                .collect();
+            let msg = Message::StatReply(stat_with(UserMetadata::Listed(pairs.clone())));
+            assert_eq!(
+                msg.encode(1),
+                Err(Error::InvalidName { field, problem }),
+                "{pairs:?}"
+            );
+            // The same pairs forged by hand are refused by the decoder.
+            let mut payload = Vec::new();
+            let mut w = Writer::new(&mut payload);
+            let ty = MessageType::StatReply;
+            w.u64(10);
+            w.str("\"e\"", ty).unwrap();
+            w.i64(5);
+            w.str("", ty).unwrap();
+            w.str("", ty).unwrap();
+            w.u8(0);
+            w.u16(pairs.len() as u16);
+            for (n, v) in &pairs {
+                w.str(n, ty).unwrap();
+                w.str(v, ty).unwrap();
+            }
+            let header = FrameHeader::new(ty, Flags::NONE, 1, payload.len() as u32).unwrap();
+            assert_eq!(
+                Message::decode(&header, &payload),
+                Err(Error::InvalidName { field, problem })
+            );
+        }
+        let bad_md5 = StatReply {
+            content_md5: "not base64!".into(),
+            ..stat_with(UserMetadata::default())
+        };
+        assert_eq!(
+            Message::StatReply(bad_md5).encode(1),
+            Err(Error::InvalidName {
+                field: NameField::ContentMd5,
+                problem: NameProblem::NotBase64
+            })
+        );
+    }
+
+    #[test]
+    fn origin_metadata_is_carried_whole_or_not_at_all() {
+        assert_eq!(
+            UserMetadata::from_origin([("Owner", "talon"), ("colour", "blue")]),
+            UserMetadata::Listed(vec![
+                ("colour".into(), "blue".into()),
+                ("owner".into(), "talon".into())
+            ])
+        );
+        assert_eq!(
+            UserMetadata::from_origin([("a", "ok"), ("b", "bell\u{7}")]),
+            UserMetadata::AskOrigin
+        );
+        assert_eq!(
+            UserMetadata::from_origin([("a", "1"), ("A", "2")]),
+            UserMetadata::AskOrigin
+        );
+        assert_eq!(UserMetadata::from_origin([]), UserMetadata::default());
+    }
+
+    #[test]
+    fn unknown_metadata_flag_is_malformed() {
+        let mut bytes = Message::StatReply(stat_with(UserMetadata::AskOrigin))
+            .encode(1)
+            .unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] = 2;
+        let header = FrameHeader::decode(bytes[..HEADER_LEN].try_into().unwrap()).unwrap();
+        assert!(matches!(
+            Message::decode(&header, &bytes[HEADER_LEN..]),
+            Err(Error::Malformed { .. })
+        ));
+    }
+
     #[test]
     fn invalid_messages_are_not_encoded() {
         let mut out = vec![1, 2, 3];
@@ -792,6 +1161,8 @@ mod tests {
             version: ObjectVersion::new("v").unwrap(),
             last_modified_ms: 0,
             content_type: "text/html\r\nSet-Cookie: x".to_owned(),
+            content_md5: String::new(),
+            user_metadata: UserMetadata::default(),
         });
         assert!(matches!(
             bad_ct.encode_into(1, Flags::NONE, &mut out),

@@ -67,8 +67,9 @@ use std::ops::BitOr;
 
 pub use decoder::{BulkKind, BulkStart, Event, Frame, FrameDecoder};
 pub use message::{
-    ErrorReply, IngestAck, IngestMeta, IngestRequest, Message, ReadRangeRequest, StatReply,
-    StatRequest, encode_ingest_prefix, encode_read_range_reply_header,
+    ErrorReply, IngestAck, IngestMeta, IngestRequest, MAX_CONTENT_MD5_LEN, Message,
+    ReadRangeRequest, StatReply, StatRequest, UserMetadata, carried_content_md5,
+    encode_ingest_prefix, encode_read_range_reply_header,
 };
 
 use crate::error::Error;

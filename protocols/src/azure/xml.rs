@@ -114,6 +114,8 @@ pub struct BlobEntry {
     pub size: u64,
     /// Content type.
     pub content_type: String,
+    /// Base64 MD5 of the content, when known.
+    pub content_md5: Option<String>,
 }
 
 /// The List Blobs answer.
@@ -145,6 +147,14 @@ pub fn list_blobs_xml(
         };
         if take_blob {
             let Some(b) = entries.next() else { break };
+            let md5 = |w: &mut XmlWriter| match &b.content_md5 {
+                Some(m) => {
+                    w.text("Content-MD5", m);
+                }
+                None => {
+                    w.empty("Content-MD5");
+                }
+            };
             w.open("Blob", None)
                 .text("Name", &b.name)
                 .open("Properties", None)
@@ -154,9 +164,9 @@ pub fn list_blobs_xml(
                 .text("Content-Length", &b.size.to_string())
                 .text("Content-Type", &b.content_type)
                 .empty("Content-Encoding")
-                .empty("Content-Language")
-                .empty("Content-MD5")
-                .empty("Cache-Control")
+                .empty("Content-Language");
+            md5(&mut w);
+            w.empty("Cache-Control")
                 .text("BlobType", "BlockBlob")
                 .text("AccessTier", "Hot")
                 .text("AccessTierInferred", "true")
@@ -343,6 +353,12 @@ pub struct ListedBlobProperties {
     /// Size.
     #[serde(rename = "Content-Length", default)]
     pub content_length: u64,
+    /// Content type; empty when the service has none.
+    #[serde(rename = "Content-Type", default)]
+    pub content_type: String,
+    /// Base64 MD5 of the content; empty when the service has none.
+    #[serde(rename = "Content-MD5", default)]
+    pub content_md5: String,
 }
 
 /// A parsed `<BlobPrefix>`.
@@ -380,6 +396,7 @@ mod tests {
             etag: "\"0x1\"".into(),
             size: 5,
             content_type: "text/plain".into(),
+            content_md5: (n == "c").then(|| "XUFAKrxLKna5cZ2REBfFkg==".into()),
         };
         let page = ListPage {
             entries: vec![blob("a"), blob("c")],
@@ -408,6 +425,16 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["a", "b/", "c"]);
+        let md5s: Vec<&str> = parsed
+            .blobs
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                BlobItem::Blob(b) => Some(b.properties.content_md5.as_str()),
+                BlobItem::BlobPrefix(_) => None,
+            })
+            .collect();
+        assert_eq!(md5s, ["", "XUFAKrxLKna5cZ2REBfFkg=="]);
         assert_eq!(parsed.next_marker.as_deref(), Some("c"));
     }
 

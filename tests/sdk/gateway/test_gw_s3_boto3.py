@@ -401,8 +401,6 @@ def test_head_after_put_of_a_key_seen_missing(gw_s3, gw_bucket):
     assert sha256(get_body(s3, bucket, "late")[1]) == sha256(body)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (documented limit): user metadata (x-amz-meta-*) is not returned by "
-                                       "HEAD or GET through the cache (docs/gateway.md); S3 returns it")
 def test_user_metadata_on_head_and_get(gw_s3, gw_bucket):
     s3, bucket = gw_s3, gw_bucket
     meta = {"colour": "blue", "owner": "talon"}

@@ -263,8 +263,7 @@ async fn fake_worker(mode: Fake) -> SocketAddr {
                                         .unwrap_or_else(|e| panic!("{e}")),
                                     last_modified_ms: 0,
                                     content_type: String::new(),
-                                    content_md5: String::new(),
-                                    user_metadata: Default::default(),
+                                    headers: Default::default(),
                                 });
                                 out.extend(reply.encode(id).unwrap_or_default());
                             }

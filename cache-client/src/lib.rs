@@ -29,8 +29,8 @@ use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 use talon_coordinator::client::CoordinatorClient;
 use talon_coordinator::placement::RendezvousPlacement;
-pub use talon_core::wire::UserMetadata;
-use talon_core::wire::{ReadRangeRequest, StatRequest, carried_content_md5};
+pub use talon_core::wire::{HeaderSet, ObjectHeaders};
+use talon_core::wire::{ReadRangeRequest, StatRequest};
 use talon_core::{BlockGeometry, BlockId, ErrorCode, Message, ObjectId, ObjectVersion};
 use talon_protocols::origin::Origins;
 use talon_protocols::range::ByteRange;
@@ -95,10 +95,9 @@ pub struct ObjectStat {
     pub last_modified_ms: i64,
     /// Content type (may be empty).
     pub content_type: String,
-    /// Base64 MD5 of the whole content (may be empty: unknown).
-    pub content_md5: String,
-    /// User metadata, or word that the origin must be asked for it.
-    pub user_metadata: UserMetadata,
+    /// Content-MD5, content headers and user metadata, or word that the origin
+    /// must be asked for them.
+    pub headers: ObjectHeaders,
 }
 
 /// A stream of the bytes of a range, in order.
@@ -266,8 +265,7 @@ impl CacheClient {
                         version: r.version,
                         last_modified_ms: r.last_modified_ms,
                         content_type: r.content_type,
-                        content_md5: r.content_md5,
-                        user_metadata: r.user_metadata,
+                        headers: r.headers,
                     });
                 }
                 Ok(other) => match answer_error(other) {
@@ -295,12 +293,7 @@ impl CacheClient {
                 .map(|d| d.as_millis() as i64)
                 .unwrap_or(0),
             content_type: info.content_type.unwrap_or_default(),
-            content_md5: carried_content_md5(info.content_md5.as_deref()),
-            user_metadata: UserMetadata::from_origin(
-                info.user_metadata
-                    .iter()
-                    .map(|(n, v)| (n.as_str(), v.as_str())),
-            ),
+            headers: ObjectHeaders::from_origin(info.headers),
         })
     }
 

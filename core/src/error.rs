@@ -29,6 +29,9 @@ pub enum NameField {
     ErrorMessage,
     /// The `Content-MD5` of a Stat reply.
     ContentMd5,
+    /// A content header (`Content-Encoding`, `Content-Language`,
+    /// `Content-Disposition`, `Cache-Control`) of a Stat reply.
+    ContentHeader,
     /// A user metadata name of a Stat reply.
     MetadataName,
     /// A user metadata value of a Stat reply.
@@ -46,6 +49,7 @@ impl fmt::Display for NameField {
             Self::ContentType => "content type",
             Self::ErrorMessage => "error message",
             Self::ContentMd5 => "content MD5",
+            Self::ContentHeader => "content header",
             Self::MetadataName => "metadata name",
             Self::MetadataValue => "metadata value",
         })

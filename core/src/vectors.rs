@@ -14,8 +14,8 @@ use crate::bitmap::PresentBitmap;
 use crate::error::Error;
 use crate::identity::{BlockId, ObjectId, ObjectVersion};
 use crate::wire::{
-    ErrorCode, ErrorReply, Flags, FrameHeader, HEADER_LEN, IngestAck, IngestMeta, IngestRequest,
-    MessageType, ReadRangeRequest, StatReply, StatRequest, UserMetadata,
+    ErrorCode, ErrorReply, Flags, FrameHeader, HEADER_LEN, HeaderSet, IngestAck, IngestMeta,
+    IngestRequest, MessageType, ObjectHeaders, ReadRangeRequest, StatReply, StatRequest,
     encode_read_range_reply_header,
 };
 use crate::{Message, Namespace};
@@ -256,14 +256,13 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
             version: ObjectVersion::new("\"9b2cf535f27731c974343645a3985328\"")?,
             last_modified_ms: 1_714_564_800_250,
             content_type: "application/vnd.apache.parquet".to_owned(),
-            content_md5: String::new(),
-            user_metadata: UserMetadata::default(),
+            headers: ObjectHeaders::default(),
         }),
     )?;
     frame(
         v,
-        "stat_reply_with_metadata",
-        "StatReply: 5 bytes, Content-MD5 of \"hello\", user metadata colour=blue and owner=talon",
+        "stat_reply_with_headers",
+        "StatReply: 5 bytes, Content-MD5 of \"hello\", gzip, en, attachment, max-age=60, user metadata colour=blue and owner=talon",
         3,
         none,
         Message::StatReply(StatReply {
@@ -271,17 +270,23 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
             version: ObjectVersion::new("\"5d41402abc4b2a76b9719d911017c592\"")?,
             last_modified_ms: 1_714_564_800_000,
             content_type: "text/plain".to_owned(),
-            content_md5: "XUFAKrxLKna5cZ2REBfFkg==".to_owned(),
-            user_metadata: UserMetadata::Listed(vec![
-                ("colour".to_owned(), "blue".to_owned()),
-                ("owner".to_owned(), "talon".to_owned()),
-            ]),
+            headers: ObjectHeaders::Carried(HeaderSet {
+                content_md5: "XUFAKrxLKna5cZ2REBfFkg==".to_owned(),
+                content_encoding: "gzip".to_owned(),
+                content_language: "en".to_owned(),
+                content_disposition: "attachment; filename=\"hello.txt\"".to_owned(),
+                cache_control: "max-age=60".to_owned(),
+                user_metadata: vec![
+                    ("colour".to_owned(), "blue".to_owned()),
+                    ("owner".to_owned(), "talon".to_owned()),
+                ],
+            }),
         }),
     )?;
     frame(
         v,
-        "stat_reply_metadata_too_large",
-        "StatReply whose user metadata did not fit a frame: ask the origin",
+        "stat_reply_headers_ask_origin",
+        "StatReply whose headers could not travel in a frame: ask the origin",
         3,
         none,
         Message::StatReply(StatReply {
@@ -289,8 +294,7 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
             version: ObjectVersion::new("v1")?,
             last_modified_ms: 0,
             content_type: String::new(),
-            content_md5: String::new(),
-            user_metadata: UserMetadata::AskOrigin,
+            headers: ObjectHeaders::AskOrigin,
         }),
     )?;
     frame(

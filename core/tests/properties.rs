@@ -7,9 +7,9 @@
 use proptest::prelude::*;
 use talon_core::bitmap::{MAX_PAGES, encoded_len};
 use talon_core::wire::{
-    BulkKind, ErrorReply, Event, Flags, FrameDecoder, FrameHeader, HEADER_LEN, IngestAck,
-    IngestMeta, IngestRequest, MAX_READ_LEN, MessageType, ReadRangeRequest, StatReply, StatRequest,
-    UserMetadata,
+    BulkKind, ErrorReply, Event, Flags, FrameDecoder, FrameHeader, HEADER_LEN, HeaderSet,
+    IngestAck, IngestMeta, IngestRequest, MAX_READ_LEN, MessageType, ObjectHeaders,
+    ReadRangeRequest, StatReply, StatRequest,
 };
 use talon_core::{
     BlockGeometry, BlockId, ErrorCode, Message, ObjectId, ObjectVersion, PresentBitmap,
@@ -108,28 +108,33 @@ fn message() -> impl Strategy<Value = Message> {
             version(),
             any::<i64>(),
             "[ -~\t]{0,40}|\\PC{0,20}",
-            "[A-Za-z0-9+/=]{0,24}",
-            prop::option::of(prop::collection::btree_map(
-                "[a-z0-9_.-]{1,12}",
-                "[ -~\t]{0,20}|\\PC{0,8}",
-                0..5
+            prop::option::of((
+                "[A-Za-z0-9+/=]{0,24}",
+                prop::collection::vec("[ -~\t]{0,12}|\\PC{0,6}", 4),
+                prop::collection::btree_map("[a-z0-9_.-]{1,12}", "[ -~\t]{0,20}|\\PC{0,8}", 0..5),
             )),
         )
-            .prop_map(
-                |(size, version, last_modified_ms, content_type, content_md5, metadata)| {
-                    Message::StatReply(StatReply {
-                        size,
-                        version,
-                        last_modified_ms,
-                        content_type,
-                        content_md5,
-                        user_metadata: match metadata {
-                            Some(m) => UserMetadata::Listed(m.into_iter().collect()),
-                            None => UserMetadata::AskOrigin,
-                        },
-                    })
-                }
-            ),
+            .prop_map(|(size, version, last_modified_ms, content_type, headers)| {
+                Message::StatReply(StatReply {
+                    size,
+                    version,
+                    last_modified_ms,
+                    content_type,
+                    headers: match headers {
+                        Some((content_md5, content, metadata)) => {
+                            ObjectHeaders::Carried(HeaderSet {
+                                content_md5,
+                                content_encoding: content[0].clone(),
+                                content_language: content[1].clone(),
+                                content_disposition: content[2].clone(),
+                                cache_control: content[3].clone(),
+                                user_metadata: metadata.into_iter().collect(),
+                            })
+                        }
+                        None => ObjectHeaders::AskOrigin,
+                    },
+                })
+            }),
         read_range().prop_map(Message::ReadRange),
         prop::collection::vec(any::<u8>(), 0..300).prop_map(Message::ReadRangeReply),
         ingest().prop_map(Message::Ingest),

@@ -346,7 +346,8 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
         set_header(h, "last-modified", &date);
         set_header(h, "x-ms-creation-time", &date);
     }
-    if let Some(md5) = &read.meta.content_md5 {
+    let md5 = &read.meta.headers.content_md5;
+    if !md5.is_empty() {
         // On a range, Content-MD5 would claim to be the digest of the range.
         let name = match read.range {
             Some(_) => "x-ms-blob-content-md5",
@@ -354,13 +355,11 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
         };
         set_header(h, name, md5);
     }
-    for (name, value) in &read.meta.user_metadata {
-        set_header(
-            h,
-            &format!("{}{name}", talon_protocols::origin::AZURE_META_PREFIX),
-            value,
-        );
-    }
+    crate::objects::set_object_headers(
+        h,
+        &read.meta.headers,
+        talon_protocols::origin::AZURE_META_PREFIX,
+    );
     if let Some(r) = read.range {
         set_header(h, "content-range", &r.content_range(read.meta.size));
     }
@@ -502,6 +501,9 @@ fn write_headers(ctx: &Ctx<'_>) -> Vec<(String, String)> {
     let h = ctx.headers;
     let content_type = header(h, "x-ms-blob-content-type").or_else(|| header(h, "content-type"));
     let mut out = Vec::new();
+    crate::objects::write_content_headers(&mut out, ctx.backend(), |name| {
+        header(h, &format!("x-ms-blob-{name}")).map(str::to_owned)
+    });
     match ctx.backend() {
         Backend::Azure => {
             if let Some(ct) = content_type {

@@ -14,14 +14,14 @@
 //! new one's blocks instead of serving the old ones. Writes made elsewhere (directly at
 //! the origin, or through another gateway) are seen within the TTLs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use talon_cache_client::{CacheClient, UserMetadata};
+use talon_cache_client::{CacheClient, HeaderSet, ObjectHeaders};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_protocols::conditional::Conditions;
 use talon_protocols::origin::{OriginClient, Origins};
@@ -43,11 +43,10 @@ pub struct ObjectMeta {
     pub last_modified: Option<SystemTime>,
     /// Content type, when known.
     pub content_type: Option<String>,
-    /// Base64 MD5 of the whole content, when the origin recorded one.
-    pub content_md5: Option<String>,
-    /// User metadata: names lower-case without the protocol's prefix, so either front
-    /// can give it back under its own (`x-amz-meta-`, `x-ms-meta-`).
-    pub user_metadata: BTreeMap<String, String>,
+    /// Content-MD5, content headers (empty when absent) and user metadata (names
+    /// lower-case without the protocol's prefix, so either front gives it back under its
+    /// own: `x-amz-meta-`, `x-ms-meta-`).
+    pub headers: HeaderSet,
 }
 
 /// A stream of object bytes for an HTTP body.
@@ -240,8 +239,7 @@ impl Objects {
             etag: info.etag,
             last_modified: info.last_modified,
             content_type: info.content_type,
-            content_md5: info.content_md5,
-            user_metadata: info.user_metadata,
+            headers: info.headers,
         })
     }
 
@@ -274,9 +272,9 @@ impl Objects {
         }
         match cache.stat(&id).await {
             Ok(s) => {
-                let UserMetadata::Listed(user_metadata) = s.user_metadata else {
-                    // The metadata cannot travel through the cache: take it all from
-                    // the origin (its version then names the blocks read).
+                let ObjectHeaders::Carried(headers) = s.headers else {
+                    // The headers cannot travel through the cache: take the metadata
+                    // from the origin (its version then names the blocks read).
                     let meta = self.origin_meta(backend, bucket, key).await?;
                     self.remember(backend, bucket, key, &meta);
                     return Ok((meta, Outcome::Hit));
@@ -289,8 +287,7 @@ impl Objects {
                         .filter(|ms| *ms > 0)
                         .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms)),
                     content_type: Some(s.content_type).filter(|c| !c.is_empty()),
-                    content_md5: Some(s.content_md5).filter(|m| !m.is_empty()),
-                    user_metadata: user_metadata.into_iter().collect(),
+                    headers,
                 };
                 self.remember(backend, bucket, key, &meta);
                 Ok((meta, Outcome::Hit))
@@ -426,6 +423,67 @@ impl Objects {
                 outcome,
             });
         }
+    }
+}
+
+/// Sets an object's content headers (`Content-Encoding`, `Content-Language`,
+/// `Content-Disposition`, `Cache-Control`) and its user metadata under `meta_prefix`
+/// (`x-amz-meta-` or `x-ms-meta-`) on a read's answer. `Content-MD5` is the front's
+/// business: S3 never returns it, Azure names it by whether the answer is a range.
+pub fn set_object_headers(h: &mut http::HeaderMap, set: &HeaderSet, meta_prefix: &str) {
+    for (name, value) in [
+        ("content-encoding", &set.content_encoding),
+        ("content-language", &set.content_language),
+        ("content-disposition", &set.content_disposition),
+        ("cache-control", &set.cache_control),
+    ] {
+        if !value.is_empty() {
+            crate::reply::set_header(h, name, value);
+        }
+    }
+    for (name, value) in &set.user_metadata {
+        crate::reply::set_header(h, &format!("{meta_prefix}{name}"), value);
+    }
+}
+
+/// The content headers a write carries, by their standard lower-case names (S3 takes
+/// these on a write; Azure takes `x-ms-blob-<name>`).
+const CONTENT_HEADERS: [&str; 4] = [
+    "content-encoding",
+    "content-language",
+    "content-disposition",
+    "cache-control",
+];
+
+/// Appends the content headers of a client's write to the headers for the origin, in
+/// the origin's dialect. `client` gives the client's value for a standard name (each
+/// front reads its own dialect); `aws-chunked`, a transfer detail of S3 uploads that the
+/// gateway decodes, is never passed on.
+pub fn write_content_headers(
+    out: &mut Vec<(String, String)>,
+    origin: Backend,
+    client: impl Fn(&str) -> Option<String>,
+) {
+    for name in CONTENT_HEADERS {
+        let Some(mut value) = client(name) else {
+            continue;
+        };
+        if name == "content-encoding" {
+            value = value
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+                .collect::<Vec<_>>()
+                .join(",");
+        }
+        if value.is_empty() {
+            continue;
+        }
+        let name = match origin {
+            Backend::S3 => name.to_owned(),
+            Backend::Azure => format!("x-ms-blob-{name}"),
+        };
+        out.push((name, value));
     }
 }
 

@@ -344,13 +344,11 @@ async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Re
             &talon_protocols::dates::format_http_date(t),
         );
     }
-    for (name, value) in &read.meta.user_metadata {
-        set_header(
-            h,
-            &format!("{}{name}", talon_protocols::origin::S3_META_PREFIX),
-            value,
-        );
-    }
+    crate::objects::set_object_headers(
+        h,
+        &read.meta.headers,
+        talon_protocols::origin::S3_META_PREFIX,
+    );
     if let Some(r) = read.range {
         set_header(h, "content-range", &r.content_range(read.meta.size));
     }
@@ -648,6 +646,9 @@ fn write_headers(ctx: &Ctx<'_>) -> Vec<(String, String)> {
     let h = ctx.headers;
     let mut out = Vec::new();
     let content_type = header(h, "content-type");
+    crate::objects::write_content_headers(&mut out, ctx.backend(), |name| {
+        header(h, name).map(str::to_owned)
+    });
     match ctx.backend() {
         Backend::S3 => {
             if let Some(ct) = content_type {
@@ -655,11 +656,7 @@ fn write_headers(ctx: &Ctx<'_>) -> Vec<(String, String)> {
             }
             for (name, value) in h {
                 let n = name.as_str();
-                if (n.starts_with("x-amz-meta-")
-                    || matches!(
-                        n,
-                        "cache-control" | "content-disposition" | "content-language" | "expires"
-                    ))
+                if (n.starts_with("x-amz-meta-") || n == "expires")
                     && let Ok(v) = value.to_str()
                 {
                     out.push((n.to_owned(), v.to_owned()));

@@ -172,7 +172,7 @@ async fn azure_front_reads_an_s3_origin_and_s3_front_an_azure_origin() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metadata_written_at_the_origin_comes_back_through_the_cache_on_both_fronts() {
+async fn headers_written_at_the_origin_come_back_through_the_cache_on_both_fronts() {
     let cluster = Cluster::start(ClusterConfig {
         generated: vec![GeneratedObject::new("data", "other.bin", 10, 1)],
         ..ClusterConfig::default()
@@ -194,6 +194,13 @@ async fn metadata_written_at_the_origin_comes_back_through_the_cache_on_both_fro
                 ("x-ms-meta-colour", "blue".into()),
                 ("x-ms-meta-owner", "talon".into()),
                 ("content-md5", "XUFAKrxLKna5cZ2REBfFkg==".into()),
+                ("x-ms-blob-content-encoding", "gzip".into()),
+                ("x-ms-blob-content-language", "en".into()),
+                (
+                    "x-ms-blob-content-disposition",
+                    "attachment; filename=\"hi.txt\"".into(),
+                ),
+                ("x-ms-blob-cache-control", "max-age=60".into()),
             ],
         )
         .await
@@ -213,6 +220,13 @@ async fn metadata_written_at_the_origin_comes_back_through_the_cache_on_both_fro
     assert_eq!(props.headers()["x-ms-meta-colour"], "blue");
     assert_eq!(props.headers()["x-ms-meta-owner"], "talon");
     assert_eq!(props.headers()["content-md5"], "XUFAKrxLKna5cZ2REBfFkg==");
+    assert_eq!(props.headers()["content-encoding"], "gzip");
+    assert_eq!(props.headers()["content-language"], "en");
+    assert_eq!(
+        props.headers()["content-disposition"],
+        "attachment; filename=\"hi.txt\""
+    );
+    assert_eq!(props.headers()["cache-control"], "max-age=60");
     let ranged = http
         .get(&url)
         .header("x-ms-version", "2025-01-05")
@@ -234,6 +248,12 @@ async fn metadata_written_at_the_origin_comes_back_through_the_cache_on_both_fro
     assert_eq!(got.status(), 200);
     assert_eq!(got.headers()["x-amz-meta-colour"], "blue");
     assert_eq!(got.headers()["x-amz-meta-owner"], "talon");
+    assert_eq!(got.headers()["cache-control"], "max-age=60");
+    assert_eq!(got.headers()["content-encoding"], "gzip");
+    assert!(
+        !got.headers().contains_key("content-md5"),
+        "S3 does not return Content-MD5"
+    );
     assert_eq!(got.bytes().await.unwrap(), &b"hello"[..]);
     assert_eq!(
         cluster.origin_heads(),

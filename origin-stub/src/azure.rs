@@ -21,8 +21,8 @@ use talon_protocols::{Error, ErrorKind, Result};
 use crate::body::{self, Expectations, ResponseBody};
 use crate::front::{
     Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
-    answer, apply_faults, blocking, close_if_body_unread, header, path_and_query, request_has_body,
-    set_header, user_metadata,
+    answer, apply_faults, blocking, close_if_body_unread, content_headers, header, path_and_query,
+    request_has_body, set_content_headers, set_header, user_metadata,
 };
 use crate::front::{ReadAnswer, object_answer};
 use crate::metrics::Protocol;
@@ -373,6 +373,7 @@ fn blob_headers(h: &mut HeaderMap, meta: &ObjectMeta) {
     for (k, v) in &meta.user_metadata {
         set_header(h, &format!("x-ms-meta-{k}"), v);
     }
+    set_content_headers(h, &meta.content_headers);
 }
 
 async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Handled {
@@ -453,6 +454,7 @@ fn write_options(ctx: &Ctx<'_>) -> Result<WriteOptions> {
             .or_else(|| header(ctx.headers, "content-type"))
             .map(str::to_owned),
         user_metadata: user_metadata(ctx.headers, "x-ms-meta-")?,
+        content_headers: content_headers(ctx.headers, "x-ms-blob-"),
         checksum: None,
     })
 }

@@ -20,6 +20,49 @@ use crate::metrics::Protocol;
 use crate::store::ObjectBody;
 use crate::store::ObjectStore;
 
+/// The standard content headers an object keeps from its write and gives back on
+/// reads, by their lower-case names on a read (S3 takes the same names on a write;
+/// Azure takes `x-ms-blob-<name>`).
+pub const CONTENT_HEADERS: [&str; 4] = [
+    "content-encoding",
+    "content-language",
+    "content-disposition",
+    "cache-control",
+];
+
+/// The content headers of a write: `CONTENT_HEADERS` read from `prefix<name>`.
+/// `aws-chunked`, a transfer detail of S3 uploads, is not part of the stored
+/// `Content-Encoding`.
+pub fn content_headers(headers: &HeaderMap, prefix: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for name in CONTENT_HEADERS {
+        let Some(value) = header(headers, &format!("{prefix}{name}")) else {
+            continue;
+        };
+        let value = if name == "content-encoding" {
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+                .collect::<Vec<_>>()
+                .join(",")
+        } else {
+            value.to_owned()
+        };
+        if !value.is_empty() {
+            out.insert(name.to_owned(), value);
+        }
+    }
+    out
+}
+
+/// Sets an object's stored content headers on a read's answer.
+pub fn set_content_headers(h: &mut HeaderMap, stored: &BTreeMap<String, String>) {
+    for (name, value) in stored {
+        set_header(h, name, value);
+    }
+}
+
 /// Total request header bytes accepted (S3 documents 8 KiB).
 pub const MAX_HEADER_BYTES: usize = 8 * 1024;
 /// User metadata bytes accepted (S3 documents 2 KiB).

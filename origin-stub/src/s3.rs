@@ -27,8 +27,8 @@ use talon_protocols::s3::request::resolve_address;
 
 use crate::front::{
     Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
-    answer, apply_faults, blocking, close_if_body_unread, header, path_and_query, request_has_body,
-    set_header, user_metadata,
+    answer, apply_faults, blocking, close_if_body_unread, content_headers, header, path_and_query,
+    request_has_body, set_content_headers, set_header, user_metadata,
 };
 use crate::front::{ReadAnswer, object_answer};
 use crate::metrics::Protocol;
@@ -343,6 +343,7 @@ fn object_headers(h: &mut HeaderMap, meta: &ObjectMeta) {
     for (k, v) in &meta.user_metadata {
         set_header(h, &format!("x-amz-meta-{k}"), v);
     }
+    set_content_headers(h, &meta.content_headers);
 }
 
 fn not_modified_headers(meta: &ObjectMeta) -> Vec<(&'static str, String)> {
@@ -543,6 +544,7 @@ fn write_options(ctx: &Ctx<'_>) -> Result<WriteOptions> {
     Ok(WriteOptions {
         content_type: header(ctx.headers, "content-type").map(str::to_owned),
         user_metadata: user_metadata(ctx.headers, "x-amz-meta-")?,
+        content_headers: content_headers(ctx.headers, ""),
         checksum: None,
     })
 }
@@ -662,6 +664,7 @@ async fn copy_object(ctx: &Ctx<'_>) -> Handled {
         let options = replacement.unwrap_or(WriteOptions {
             content_type: Some(src.meta.content_type.clone()),
             user_metadata: src.meta.user_metadata.clone(),
+            content_headers: src.meta.content_headers.clone(),
             checksum: src.meta.checksum.clone(),
         });
         let record = NewObject {

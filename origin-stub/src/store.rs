@@ -56,6 +56,9 @@ pub struct ObjectMeta {
     pub content_type: String,
     /// User metadata, lower-case names without the protocol prefix.
     pub user_metadata: BTreeMap<String, String>,
+    /// Content headers recorded at write, by lower-case standard name (one of
+    /// [`CONTENT_HEADERS`](crate::front::CONTENT_HEADERS)).
+    pub content_headers: BTreeMap<String, String>,
     /// Full-object flexible checksum recorded at upload.
     pub checksum: Option<(ChecksumAlgorithm, String)>,
     /// Base64 MD5 of the content, when known (single uploads).
@@ -91,6 +94,9 @@ pub struct WriteOptions {
     pub content_type: Option<String>,
     /// User metadata.
     pub user_metadata: BTreeMap<String, String>,
+    /// Content headers, by lower-case standard name.
+    #[serde(default)]
+    pub content_headers: BTreeMap<String, String>,
     /// Full-object checksum, when the client sent (and the stub verified) one.
     pub checksum: Option<(ChecksumAlgorithm, String)>,
 }
@@ -116,6 +122,8 @@ struct Sidecar {
     etag: String,
     content_type: Option<String>,
     user_metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    content_headers: BTreeMap<String, String>,
     checksum: Option<(ChecksumAlgorithm, String)>,
     content_md5: Option<String>,
     #[serde(default)]
@@ -493,6 +501,7 @@ impl ObjectStore {
             last_modified: g.last_modified(),
             content_type: "application/octet-stream".to_owned(),
             user_metadata: BTreeMap::new(),
+            content_headers: BTreeMap::new(),
             checksum: None,
             content_md5: None,
             parts: Vec::new(),
@@ -642,6 +651,7 @@ impl ObjectStore {
             etag: record.etag,
             content_type: record.options.content_type,
             user_metadata: record.options.user_metadata,
+            content_headers: record.options.content_headers,
             checksum: record.options.checksum,
             content_md5: record.content_md5,
             parts: record.parts,
@@ -1139,6 +1149,7 @@ fn meta_from(key: &str, meta: &fs::Metadata, sidecar: Option<Sidecar>) -> Object
             last_modified: system_time(meta),
             content_type: s.content_type.unwrap_or_else(guessed),
             user_metadata: s.user_metadata,
+            content_headers: s.content_headers,
             checksum: s.checksum,
             content_md5: s.content_md5,
             parts: s.parts,
@@ -1154,6 +1165,7 @@ fn meta_from(key: &str, meta: &fs::Metadata, sidecar: Option<Sidecar>) -> Object
                 last_modified: system_time(meta),
                 content_type: guessed(),
                 user_metadata: BTreeMap::new(),
+                content_headers: BTreeMap::new(),
                 checksum: None,
                 content_md5: None,
                 parts: Vec::new(),

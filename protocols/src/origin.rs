@@ -7,7 +7,6 @@
 //! (a 412 on a pinned GET is [`ErrorKind::PreconditionFailed`]: the object changed).
 //! Retries and backoff belong to the caller, which knows its budget.
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
@@ -22,6 +21,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::range::{ByteRange, parse_content_range};
 use crate::s3::sigv4::{S3Credentials, SignedBody, sign_request};
 use crate::uri_encoding::{decode, encode_path, encode_strict};
+use talon_core::wire::HeaderSet;
 use talon_core::{Namespace, ObjectId};
 
 /// The Azure REST version this client speaks.
@@ -67,12 +67,12 @@ pub struct ObjectInfo {
     pub last_modified: Option<SystemTime>,
     /// Content type, when the origin gave one.
     pub content_type: Option<String>,
-    /// Base64 MD5 of the whole content (`Content-MD5`, or Azure's
-    /// `x-ms-blob-content-md5` on a ranged read), when the origin gave one.
-    pub content_md5: Option<String>,
-    /// User metadata: names lower-case, without the protocol's prefix
-    /// (`x-amz-meta-`, `x-ms-meta-`).
-    pub user_metadata: BTreeMap<String, String>,
+    /// The other headers a reader gives back: `Content-MD5` (or Azure's
+    /// `x-ms-blob-content-md5` on a ranged read), `Content-Encoding`,
+    /// `Content-Language`, `Content-Disposition`, `Cache-Control` (empty when
+    /// absent), and user metadata with names lower-case, without the
+    /// protocol's prefix (`x-amz-meta-`, `x-ms-meta-`), sorted.
+    pub headers: HeaderSet,
 }
 
 /// A stream of body bytes.
@@ -970,7 +970,7 @@ fn object_info(
     let etag = text("etag")
         .map(quote_etag)
         .ok_or_else(|| Error::new(ErrorKind::InternalError, "origin answer has no ETag"))?;
-    let user_metadata = headers
+    let mut user_metadata: Vec<(String, String)> = headers
         .iter()
         .filter_map(|(name, value)| {
             let name = name.as_str();
@@ -983,18 +983,27 @@ fn object_info(
             Some((short.to_owned(), value.to_owned()))
         })
         .collect();
+    user_metadata.sort();
+    let owned = |name: &str| text(name).unwrap_or_default().to_owned();
     Ok(ObjectInfo {
         size,
         etag,
         last_modified: text("last-modified").and_then(parse_http_date),
         content_type: text("content-type").map(str::to_owned),
-        // On a ranged answer `Content-MD5` may be the digest of the range alone.
-        content_md5: match total_from_range {
-            Some(_) => text("x-ms-blob-content-md5"),
-            None => text("content-md5").or_else(|| text("x-ms-blob-content-md5")),
-        }
-        .map(str::to_owned),
-        user_metadata,
+        headers: HeaderSet {
+            // On a ranged answer `Content-MD5` may be the digest of the range alone.
+            content_md5: match total_from_range {
+                Some(_) => text("x-ms-blob-content-md5"),
+                None => text("content-md5").or_else(|| text("x-ms-blob-content-md5")),
+            }
+            .unwrap_or_default()
+            .to_owned(),
+            content_encoding: owned("content-encoding"),
+            content_language: owned("content-language"),
+            content_disposition: owned("content-disposition"),
+            cache_control: owned("cache-control"),
+            user_metadata,
+        },
     })
 }
 

@@ -199,6 +199,20 @@ def test_list_generated_bucket(s3):
 # ------------------------------------------------------------ head and get
 
 
+def test_content_headers_are_kept(s3, bucket):
+    """The stub keeps Content-Encoding (without aws-chunked), Content-Language,
+    Content-Disposition and Cache-Control, as S3 does."""
+    s3.put_object(
+        Bucket=bucket, Key="obj/headers.bin", Body=b"x" * 1000, ContentEncoding="gzip",
+        ContentLanguage="de", ContentDisposition="inline", CacheControl="no-cache",
+    )
+    head = s3.head_object(Bucket=bucket, Key="obj/headers.bin")
+    assert (head.get("ContentEncoding"), head.get("ContentLanguage"),
+            head.get("ContentDisposition"), head.get("CacheControl")) == ("gzip", "de", "inline", "no-cache")
+    plain = s3.put_object(Bucket=bucket, Key="obj/plain.bin", Body=b"y")
+    assert "ContentEncoding" not in s3.head_object(Bucket=bucket, Key="obj/plain.bin"), plain
+
+
 def test_put_head_get_with_metadata(s3, bucket, stub):
     body = payload(100_000, 1)
     put = s3.put_object(

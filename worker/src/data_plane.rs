@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use talon_core::wire::{BulkKind, Event, FrameDecoder};
 use talon_core::wire::{
-    ErrorReply, IngestAck, IngestMeta, ReadRangeRequest, StatReply, StatRequest, UserMetadata,
-    carried_content_md5, encode_read_range_reply_header,
+    ErrorReply, IngestAck, IngestMeta, ObjectHeaders, ReadRangeRequest, StatReply, StatRequest,
+    encode_read_range_reply_header,
 };
 use talon_core::wire::{FrameHeader, HEADER_LEN};
 use talon_core::{ErrorCode, Message};
@@ -489,25 +489,18 @@ async fn stat(services: &Services, req: &StatRequest) -> Result<StatReply> {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0);
-    let mut content_type = info.content_type.unwrap_or_default();
+    let mut content_type = info.content_type.clone().unwrap_or_default();
     if content_type.len() > talon_core::wire::MAX_CONTENT_TYPE_LEN
         || content_type.chars().any(char::is_control)
     {
         content_type.clear();
     }
-    let content_md5 = carried_content_md5(info.content_md5.as_deref());
-    let user_metadata = UserMetadata::from_origin(
-        info.user_metadata
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str())),
-    );
     Ok(StatReply {
         size: info.size,
         version,
         last_modified_ms,
         content_type,
-        content_md5,
-        user_metadata,
+        headers: ObjectHeaders::from_origin(info.headers.clone()),
     }
     .fitted_to_frame())
 }

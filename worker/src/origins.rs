@@ -22,7 +22,8 @@ use tokio::sync::watch;
 
 use crate::error::{Result, WorkerError};
 
-type StatOutcome = std::result::Result<ObjectInfo, Arc<WorkerError>>;
+/// Shared by every caller: an entry is cloned out on each hit.
+type StatOutcome = std::result::Result<Arc<ObjectInfo>, Arc<WorkerError>>;
 
 #[derive(Debug)]
 enum Entry {
@@ -122,7 +123,7 @@ impl StatCache {
     /// # Errors
     /// The origin's error (not-found is cached for the negative TTL; other failures are
     /// not cached).
-    pub async fn stat(&self, object: &ObjectId) -> Result<ObjectInfo> {
+    pub async fn stat(&self, object: &ObjectId) -> Result<Arc<ObjectInfo>> {
         loop {
             let action = {
                 let mut entries = self.lock_entries();
@@ -160,7 +161,7 @@ impl StatCache {
                     };
                     let outcome = self.fetch(object).await;
                     guard.armed = false;
-                    let shared: StatOutcome = outcome.map_err(Arc::new);
+                    let shared: StatOutcome = outcome.map(Arc::new).map_err(Arc::new);
                     {
                         let mut entries = self.lock_entries();
                         let cacheable = match &shared {

@@ -34,99 +34,119 @@ pub struct StatReply {
     /// MIME type, at most [`MAX_CONTENT_TYPE_LEN`] bytes, no control
     /// characters (it becomes an HTTP header value); may be empty.
     pub content_type: String,
-    /// Base64 MD5 of the whole content as the origin reported it
-    /// (`Content-MD5`), at most [`MAX_CONTENT_MD5_LEN`] bytes; empty when
-    /// the origin gave none.
-    pub content_md5: String,
-    /// The object's user metadata (`x-amz-meta-*`, `x-ms-meta-*`).
-    pub user_metadata: UserMetadata,
+    /// The object's other headers, or word that they must be asked of the
+    /// origin.
+    pub headers: ObjectHeaders,
 }
 
 /// Longest `content_md5` a [`StatReply`] carries, in bytes (an MD5 in
 /// base64 is 24).
 pub const MAX_CONTENT_MD5_LEN: usize = 64;
 
-/// An object's user metadata, as a [`StatReply`] carries it.
+/// Longest content header value (`Content-Encoding`, ...) a [`StatReply`]
+/// carries, in bytes.
+pub const MAX_CONTENT_HEADER_LEN: usize = 1024;
+
+/// The headers of an object a reader must give back besides its size,
+/// version, time and type. Every string is empty when the origin gave none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderSet {
+    /// Base64 MD5 of the whole content (`Content-MD5`), at most
+    /// [`MAX_CONTENT_MD5_LEN`] bytes.
+    pub content_md5: String,
+    /// `Content-Encoding` (S3 `Content-Encoding`, Azure
+    /// `x-ms-blob-content-encoding` on writes).
+    pub content_encoding: String,
+    /// `Content-Language`.
+    pub content_language: String,
+    /// `Content-Disposition`.
+    pub content_disposition: String,
+    /// `Cache-Control`.
+    pub cache_control: String,
+    /// User metadata (`x-amz-meta-*`, `x-ms-meta-*`): names lower-case HTTP
+    /// tokens without the protocol's prefix, sorted and unique.
+    pub user_metadata: Vec<(String, String)>,
+}
+
+/// An object's [`HeaderSet`], as a [`StatReply`] carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UserMetadata {
-    /// Every (name, value) pair: names lower-case HTTP tokens without the
-    /// protocol's prefix (`x-amz-meta-`, `x-ms-meta-`), sorted and unique;
-    /// values without control characters but tab (they become HTTP header
-    /// values).
-    Listed(Vec<(String, String)>),
-    /// The origin's metadata cannot travel in a frame (too large for one,
-    /// or values that are not header-safe text): whoever needs it asks the
-    /// origin. Metadata is carried whole or not at all, never in part.
+pub enum ObjectHeaders {
+    /// All of them. Values have no control characters but tab (they become
+    /// HTTP header values); content headers are at most
+    /// [`MAX_CONTENT_HEADER_LEN`] bytes.
+    Carried(HeaderSet),
+    /// They cannot travel in a frame (too large for one, or values that are
+    /// not header-safe text): whoever needs them asks the origin. Headers are
+    /// carried whole or not at all, never in part.
     AskOrigin,
 }
 
-/// The origin's `Content-MD5` as a [`StatReply`] carries it: unchanged when
-/// it is base64 of at most [`MAX_CONTENT_MD5_LEN`] bytes, otherwise empty
-/// (unknown), so one odd header cannot fail a whole stat.
-pub fn carried_content_md5(md5: Option<&str>) -> String {
-    match md5 {
-        Some(m) if validate_content_md5(m).is_ok() => m.to_owned(),
-        _ => String::new(),
+impl Default for ObjectHeaders {
+    fn default() -> Self {
+        Self::Carried(HeaderSet::default())
     }
 }
 
-impl UserMetadata {
-    /// The origin's `(name, value)` pairs as a frame carries them: names
-    /// lower-cased and sorted; [`AskOrigin`](Self::AskOrigin) if a name is
-    /// not an HTTP token, two names differ only in case, or a value holds a
-    /// control character.
-    pub fn from_origin<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        let mut listed: Vec<(String, String)> = pairs
-            .into_iter()
-            .map(|(n, v)| (n.to_ascii_lowercase(), v.to_owned()))
-            .collect();
-        listed.sort();
-        match validate_user_metadata(&listed) {
-            Ok(()) => Self::Listed(listed),
+impl ObjectHeaders {
+    /// The origin's headers as a frame carries them: metadata names
+    /// lower-cased and sorted; [`AskOrigin`](Self::AskOrigin) if any would
+    /// be refused by the codec (a metadata name that is not an HTTP token,
+    /// two names that differ only in case, a control character, an
+    /// over-long value, an MD5 that is not base64).
+    pub fn from_origin(mut set: HeaderSet) -> Self {
+        for (name, _) in &mut set.user_metadata {
+            name.make_ascii_lowercase();
+        }
+        set.user_metadata.sort();
+        match validate_header_set(&set) {
+            Ok(()) => Self::Carried(set),
             Err(_) => Self::AskOrigin,
         }
-    }
-}
-
-impl Default for UserMetadata {
-    fn default() -> Self {
-        Self::Listed(Vec::new())
     }
 }
 
 impl StatReply {
     /// Payload bytes this reply encodes to.
     pub fn encoded_len(&self) -> usize {
-        let metadata = match &self.user_metadata {
-            UserMetadata::AskOrigin => 0,
-            UserMetadata::Listed(pairs) => {
-                2 + pairs
+        let headers = match &self.headers {
+            ObjectHeaders::AskOrigin => 0,
+            ObjectHeaders::Carried(set) => {
+                content_headers(set)
                     .iter()
-                    .map(|(n, v)| 4 + n.len() + v.len())
+                    .map(|(_, v)| 2 + v.len())
                     .sum::<usize>()
+                    + 2
+                    + set
+                        .user_metadata
+                        .iter()
+                        .map(|(n, v)| 4 + n.len() + v.len())
+                        .sum::<usize>()
             }
         };
-        8 + 2
-            + self.version.as_str().len()
-            + 8
-            + 2
-            + self.content_type.len()
-            + 2
-            + self.content_md5.len()
-            + 1
-            + metadata
+        8 + 2 + self.version.as_str().len() + 8 + 2 + self.content_type.len() + 1 + headers
     }
 
-    /// This reply, with its user metadata replaced by
-    /// [`UserMetadata::AskOrigin`] when the whole would not fit the
-    /// [`MAX_CONTROL_PAYLOAD`] of a StatReply frame. Never drops part of
-    /// the metadata: a reader sees all of it or is told to ask the origin.
+    /// This reply, with its headers replaced by [`ObjectHeaders::AskOrigin`]
+    /// when the whole would not fit the [`MAX_CONTROL_PAYLOAD`] of a
+    /// StatReply frame. Never drops part of them: a reader sees all or is
+    /// told to ask the origin.
     pub fn fitted_to_frame(mut self) -> Self {
         if self.encoded_len() > MAX_CONTROL_PAYLOAD as usize {
-            self.user_metadata = UserMetadata::AskOrigin;
+            self.headers = ObjectHeaders::AskOrigin;
         }
         self
     }
+}
+
+/// The content headers of a set, in wire order, with their field names.
+fn content_headers(set: &HeaderSet) -> [(NameField, &str); 5] {
+    [
+        (NameField::ContentMd5, set.content_md5.as_str()),
+        (NameField::ContentHeader, set.content_encoding.as_str()),
+        (NameField::ContentHeader, set.content_language.as_str()),
+        (NameField::ContentHeader, set.content_disposition.as_str()),
+        (NameField::ContentHeader, set.cache_control.as_str()),
+    ]
 }
 
 /// ReadRange request: `len` bytes at `offset` within `block`, i.e. object
@@ -411,21 +431,22 @@ impl Message {
             }
             Self::StatReply(reply) => {
                 validate_content_type(&reply.content_type)?;
-                validate_content_md5(&reply.content_md5)?;
                 w.u64(reply.size);
                 w.str(reply.version.as_str(), ty)?;
                 w.i64(reply.last_modified_ms);
                 w.str(&reply.content_type, ty)?;
-                w.str(&reply.content_md5, ty)?;
-                match &reply.user_metadata {
-                    UserMetadata::AskOrigin => w.u8(1),
-                    UserMetadata::Listed(pairs) => {
-                        validate_user_metadata(pairs)?;
-                        let count = u16::try_from(pairs.len())
+                match &reply.headers {
+                    ObjectHeaders::AskOrigin => w.u8(1),
+                    ObjectHeaders::Carried(set) => {
+                        validate_header_set(set)?;
+                        let count = u16::try_from(set.user_metadata.len())
                             .map_err(|_| invalid(NameField::MetadataName, NameProblem::TooMany))?;
                         w.u8(0);
+                        for (_, value) in content_headers(set) {
+                            w.str(value, ty)?;
+                        }
                         w.u16(count);
-                        for (name, value) in pairs {
+                        for (name, value) in &set.user_metadata {
                             w.str(name, ty)?;
                             w.str(value, ty)?;
                         }
@@ -501,30 +522,33 @@ impl Message {
                 let last_modified_ms = r.i64()?;
                 let content_type = r.string()?;
                 validate_content_type(&content_type)?;
-                let content_md5 = r.string()?;
-                validate_content_md5(&content_md5)?;
-                let user_metadata = match r.u8()? {
+                let headers = match r.u8()? {
                     0 => {
-                        let count = r.u16()?;
+                        let mut set = HeaderSet {
+                            content_md5: r.string()?,
+                            content_encoding: r.string()?,
+                            content_language: r.string()?,
+                            content_disposition: r.string()?,
+                            cache_control: r.string()?,
+                            user_metadata: Vec::new(),
+                        };
                         // No capacity from the count: each pair takes at least
                         // four payload bytes, so the vector stays within them.
-                        let mut pairs = Vec::new();
-                        for _ in 0..count {
-                            pairs.push((r.string()?, r.string()?));
+                        for _ in 0..r.u16()? {
+                            set.user_metadata.push((r.string()?, r.string()?));
                         }
-                        validate_user_metadata(&pairs)?;
-                        UserMetadata::Listed(pairs)
+                        validate_header_set(&set)?;
+                        ObjectHeaders::Carried(set)
                     }
-                    1 => UserMetadata::AskOrigin,
-                    _ => return Err(r.malformed("metadata flag must be 0 or 1")),
+                    1 => ObjectHeaders::AskOrigin,
+                    _ => return Err(r.malformed("headers flag must be 0 or 1")),
                 };
                 Self::StatReply(StatReply {
                     size,
                     version,
                     last_modified_ms,
                     content_type,
-                    content_md5,
-                    user_metadata,
+                    headers,
                 })
             }
             MessageType::ReadRange => {
@@ -667,19 +691,32 @@ fn check_block_range(
 }
 
 fn validate_content_type(content_type: &str) -> Result<(), Error> {
-    let field = NameField::ContentType;
-    if content_type.len() > MAX_CONTENT_TYPE_LEN {
+    validate_header_value(NameField::ContentType, content_type, MAX_CONTENT_TYPE_LEN)
+}
+
+/// A value that becomes an HTTP header: at most `max` bytes, no control
+/// characters but tab.
+fn validate_header_value(field: NameField, value: &str, max: usize) -> Result<(), Error> {
+    if value.len() > max {
         let problem = NameProblem::TooLong {
-            len: content_type.len(),
-            max: MAX_CONTENT_TYPE_LEN,
+            len: value.len(),
+            max,
         };
         return Err(Error::InvalidName { field, problem });
     }
-    if content_type.chars().any(|c| c.is_control() && c != '\t') {
+    if value.chars().any(|c| c.is_control() && c != '\t') {
         let problem = NameProblem::ContainsControl;
         return Err(Error::InvalidName { field, problem });
     }
     Ok(())
+}
+
+fn validate_header_set(set: &HeaderSet) -> Result<(), Error> {
+    validate_content_md5(&set.content_md5)?;
+    for (field, value) in content_headers(set).into_iter().skip(1) {
+        validate_header_value(field, value, MAX_CONTENT_HEADER_LEN)?;
+    }
+    validate_user_metadata(&set.user_metadata)
 }
 
 fn invalid(field: NameField, problem: NameProblem) -> Error {
@@ -741,12 +778,7 @@ fn validate_user_metadata(pairs: &[(String, String)]) -> Result<(), Error> {
             return Err(invalid(field, NameProblem::NotSorted));
         }
         previous = Some(name);
-        if value.chars().any(|c| c.is_control() && c != '\t') {
-            return Err(invalid(
-                NameField::MetadataValue,
-                NameProblem::ContainsControl,
-            ));
-        }
+        validate_header_value(NameField::MetadataValue, value, usize::MAX)?;
     }
     Ok(())
 }
@@ -870,19 +902,24 @@ mod tests {
                 version: ObjectVersion::new("v").unwrap(),
                 last_modified_ms: -1,
                 content_type: String::new(),
-                content_md5: String::new(),
-                user_metadata: UserMetadata::AskOrigin,
+                headers: ObjectHeaders::AskOrigin,
             }),
             Message::StatReply(StatReply {
                 size: 3,
                 version: ObjectVersion::new("v").unwrap(),
                 last_modified_ms: 1,
                 content_type: "text/plain".into(),
-                content_md5: "rL0Y20zC+Fzt72VPzMSk2A==".into(),
-                user_metadata: UserMetadata::Listed(vec![
-                    ("colour".into(), "blue \tgreen".into()),
-                    ("owner".into(), "tālon".into()),
-                ]),
+                headers: ObjectHeaders::Carried(HeaderSet {
+                    content_md5: "rL0Y20zC+Fzt72VPzMSk2A==".into(),
+                    content_encoding: "br".into(),
+                    content_language: "sk".into(),
+                    content_disposition: "inline; filename=\"späť.txt\"".into(),
+                    cache_control: "no-cache".into(),
+                    user_metadata: vec![
+                        ("colour".into(), "blue \tgreen".into()),
+                        ("owner".into(), "tālon".into()),
+                    ],
+                }),
             }),
             Message::ReadRangeReply(vec![9; 100]),
             Message::ReadRangeReply(Vec::new()),
@@ -931,8 +968,14 @@ mod tests {
                 version,
                 last_modified_ms: i64::MIN,
                 content_type: "t".repeat(MAX_CONTENT_TYPE_LEN),
-                content_md5: "m".repeat(MAX_CONTENT_MD5_LEN),
-                user_metadata: UserMetadata::AskOrigin,
+                headers: ObjectHeaders::Carried(HeaderSet {
+                    content_md5: "m".repeat(MAX_CONTENT_MD5_LEN),
+                    content_encoding: "e".repeat(MAX_CONTENT_HEADER_LEN),
+                    content_language: "l".repeat(MAX_CONTENT_HEADER_LEN),
+                    content_disposition: "d".repeat(MAX_CONTENT_HEADER_LEN),
+                    cache_control: "c".repeat(MAX_CONTENT_HEADER_LEN),
+                    user_metadata: Vec::new(),
+                }),
             }),
             Message::Error(ErrorReply::new(ErrorCode::Internal, "é".repeat(5000))),
         ];
@@ -996,159 +1039,182 @@ mod tests {
         assert_eq!(header.flags(), Flags::NONE);
     }
 
-    fn stat_with(user_metadata: UserMetadata) -> StatReply {
+    fn stat_with(user_metadata: Vec<(String, String)>) -> StatReply {
         StatReply {
             size: 10,
             version: ObjectVersion::new("\"e\"").unwrap(),
             last_modified_ms: 5,
             content_type: "text/plain".into(),
-            content_md5: "XUFAKrxLKna5cZ2REBfFkg==".into(),
-            user_metadata,
+            headers: ObjectHeaders::Carried(HeaderSet {
+                content_md5: "XUFAKrxLKna5cZ2REBfFkg==".into(),
+                content_encoding: "gzip".into(),
+                user_metadata,
+                ..HeaderSet::default()
+            }),
         }
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     #[test]
     fn stat_reply_encoded_len_is_exact() {
-        for meta in [
-            UserMetadata::AskOrigin,
-            UserMetadata::default(),
-            UserMetadata::Listed(vec![("a".into(), "1".into()), ("b".into(), "xyz".into())]),
+        let ask = StatReply {
+            headers: ObjectHeaders::AskOrigin,
+            ..stat_with(Vec::new())
+        };
+        for reply in [
+            ask,
+            stat_with(Vec::new()),
+            stat_with(pairs(&[("a", "1"), ("b", "xyz")])),
         ] {
-            let reply = stat_with(meta);
             let bytes = round_trip(&Message::StatReply(reply.clone()));
             assert_eq!(bytes.len() - HEADER_LEN, reply.encoded_len());
         }
     }
 
     #[test]
-    fn metadata_too_large_for_a_frame_is_flagged_never_cut() {
-        let big = UserMetadata::Listed(
-            (0..100)
-                .map(|i| (format!("k{i:03}"), "v".repeat(100)))
-                .collect(),
-        );
-        let reply = stat_with(big.clone());
+    fn headers_too_large_for_a_frame_are_flagged_never_cut() {
+        let big: Vec<(String, String)> = (0..100)
+            .map(|i| (format!("k{i:03}"), "v".repeat(100)))
+            .collect();
+        let reply = stat_with(big);
         assert!(reply.encoded_len() > MAX_CONTROL_PAYLOAD as usize);
         assert!(matches!(
             Message::StatReply(reply.clone()).encode(1),
             Err(Error::PayloadTooLarge { .. })
         ));
         let fitted = reply.fitted_to_frame();
-        assert_eq!(fitted.user_metadata, UserMetadata::AskOrigin);
+        assert_eq!(fitted.headers, ObjectHeaders::AskOrigin);
         round_trip(&Message::StatReply(fitted));
 
-        let small = UserMetadata::Listed(vec![("k".into(), "v".into())]);
-        assert_eq!(
-            stat_with(small.clone()).fitted_to_frame().user_metadata,
-            small
-        );
+        let small = stat_with(pairs(&[("k", "v")]));
+        assert_eq!(small.clone().fitted_to_frame(), small);
+    }
+
+    /// A StatReply payload written field by field, bypassing the encoder's checks.
+    fn forged_stat(md5: &str, encoding: &str, metadata: &[(String, String)]) -> Vec<u8> {
+        let mut payload = Vec::new();
+        let mut w = Writer::new(&mut payload);
+        let ty = MessageType::StatReply;
+        w.u64(10);
+        w.str("\"e\"", ty).unwrap();
+        w.i64(5);
+        w.str("", ty).unwrap();
+        w.u8(0);
+        for value in [md5, encoding, "", "", ""] {
+            w.str(value, ty).unwrap();
+        }
+        w.u16(metadata.len() as u16);
+        for (n, v) in metadata {
+            w.str(n, ty).unwrap();
+            w.str(v, ty).unwrap();
+        }
+        payload
+    }
+
+    fn decode_stat(payload: &[u8]) -> Result<Message, Error> {
+        let header =
+            FrameHeader::new(MessageType::StatReply, Flags::NONE, 1, payload.len() as u32).unwrap();
+        Message::decode(&header, payload)
     }
 
     #[test]
-    fn bad_metadata_is_neither_encoded_nor_decoded() {
-        let cases = [
+    fn bad_headers_are_neither_encoded_nor_decoded() {
+        use NameField::{ContentHeader, ContentMd5, MetadataName, MetadataValue};
+        use NameProblem::{ContainsControl, Empty, NotAToken, NotBase64, NotSorted};
+        /// Content-MD5, Content-Encoding, metadata, and the error they earn.
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            &'a [(&'a str, &'a str)],
+            NameField,
+            NameProblem,
+        );
+        let cases: [Case<'_>; 8] = [
+            ("", "", &[("Upper", "v")], MetadataName, NotAToken),
+            ("", "", &[("a b", "v")], MetadataName, NotAToken),
+            ("", "", &[("", "v")], MetadataName, Empty),
+            ("", "", &[("b", "v"), ("a", "v")], MetadataName, NotSorted),
+            ("", "", &[("a", "v"), ("a", "w")], MetadataName, NotSorted),
+            ("", "", &[("a", "x\r\ny")], MetadataValue, ContainsControl),
+            ("not base64!", "", &[], ContentMd5, NotBase64),
             (
-                vec![("Upper", "v")],
-                NameField::MetadataName,
-                NameProblem::NotAToken,
-            ),
-            (
-                vec![("a b", "v")],
-                NameField::MetadataName,
-                NameProblem::NotAToken,
-            ),
-            (vec![("", "v")], NameField::MetadataName, NameProblem::Empty),
-            (
-                vec![("b", "v"), ("a", "v")],
-                NameField::MetadataName,
-                NameProblem::NotSorted,
-            ),
-            (
-                vec![("a", "v"), ("a", "w")],
-                NameField::MetadataName,
-                NameProblem::NotSorted,
-            ),
-            (
-                vec![("a", "x\r\ny")],
-                NameField::MetadataValue,
-                NameProblem::ContainsControl,
+                "",
+                "gzip\r\nSet-Cookie: x",
+                &[],
+                ContentHeader,
+                ContainsControl,
             ),
         ];
-        for (pairs, field, problem) in cases {
-            let pairs: Vec<(String, String)> = pairs
-                .into_iter()
-                .map(|(n, v)| (n.into(), v.into()))
-                .collect();
-            let msg = Message::StatReply(stat_with(UserMetadata::Listed(pairs.clone())));
+        for (md5, encoding, metadata, field, problem) in cases {
+            let metadata = pairs(metadata);
+            let reply = StatReply {
+                headers: ObjectHeaders::Carried(HeaderSet {
+                    content_md5: md5.into(),
+                    content_encoding: encoding.into(),
+                    user_metadata: metadata.clone(),
+                    ..HeaderSet::default()
+                }),
+                ..stat_with(Vec::new())
+            };
+            let expected = Error::InvalidName { field, problem };
             assert_eq!(
-                msg.encode(1),
-                Err(Error::InvalidName { field, problem }),
-                "{pairs:?}"
+                Message::StatReply(reply).encode(1),
+                Err(expected.clone()),
+                "{metadata:?}"
             );
-            // The same pairs forged by hand are refused by the decoder.
-            let mut payload = Vec::new();
-            let mut w = Writer::new(&mut payload);
-            let ty = MessageType::StatReply;
-            w.u64(10);
-            w.str("\"e\"", ty).unwrap();
-            w.i64(5);
-            w.str("", ty).unwrap();
-            w.str("", ty).unwrap();
-            w.u8(0);
-            w.u16(pairs.len() as u16);
-            for (n, v) in &pairs {
-                w.str(n, ty).unwrap();
-                w.str(v, ty).unwrap();
-            }
-            let header = FrameHeader::new(ty, Flags::NONE, 1, payload.len() as u32).unwrap();
             assert_eq!(
-                Message::decode(&header, &payload),
-                Err(Error::InvalidName { field, problem })
+                decode_stat(&forged_stat(md5, encoding, &metadata)),
+                Err(expected),
+                "the decoder refuses the same fields"
             );
         }
-        let bad_md5 = StatReply {
-            content_md5: "not base64!".into(),
-            ..stat_with(UserMetadata::default())
+    }
+
+    #[test]
+    fn origin_headers_are_carried_whole_or_not_at_all() {
+        let from = |encoding: &str, metadata: &[(&str, &str)]| {
+            ObjectHeaders::from_origin(HeaderSet {
+                content_encoding: encoding.into(),
+                user_metadata: pairs(metadata),
+                ..HeaderSet::default()
+            })
         };
         assert_eq!(
-            Message::StatReply(bad_md5).encode(1),
-            Err(Error::InvalidName {
-                field: NameField::ContentMd5,
-                problem: NameProblem::NotBase64
+            from("gzip", &[("Owner", "talon"), ("colour", "blue")]),
+            ObjectHeaders::Carried(HeaderSet {
+                content_encoding: "gzip".into(),
+                user_metadata: pairs(&[("colour", "blue"), ("owner", "talon")]),
+                ..HeaderSet::default()
             })
         );
+        assert_eq!(
+            from("", &[("a", "ok"), ("b", "bell\u{7}")]),
+            ObjectHeaders::AskOrigin
+        );
+        assert_eq!(
+            from("", &[("a", "1"), ("A", "2")]),
+            ObjectHeaders::AskOrigin
+        );
+        assert_eq!(
+            from(&"x".repeat(MAX_CONTENT_HEADER_LEN + 1), &[]),
+            ObjectHeaders::AskOrigin
+        );
+        assert_eq!(from("", &[]), ObjectHeaders::default());
     }
 
     #[test]
-    fn origin_metadata_is_carried_whole_or_not_at_all() {
-        assert_eq!(
-            UserMetadata::from_origin([("Owner", "talon"), ("colour", "blue")]),
-            UserMetadata::Listed(vec![
-                ("colour".into(), "blue".into()),
-                ("owner".into(), "talon".into())
-            ])
-        );
-        assert_eq!(
-            UserMetadata::from_origin([("a", "ok"), ("b", "bell\u{7}")]),
-            UserMetadata::AskOrigin
-        );
-        assert_eq!(
-            UserMetadata::from_origin([("a", "1"), ("A", "2")]),
-            UserMetadata::AskOrigin
-        );
-        assert_eq!(UserMetadata::from_origin([]), UserMetadata::default());
-    }
-
-    #[test]
-    fn unknown_metadata_flag_is_malformed() {
-        let mut bytes = Message::StatReply(stat_with(UserMetadata::AskOrigin))
-            .encode(1)
-            .unwrap();
-        let last = bytes.len() - 1;
-        bytes[last] = 2;
-        let header = FrameHeader::decode(bytes[..HEADER_LEN].try_into().unwrap()).unwrap();
+    fn unknown_headers_flag_is_malformed() {
+        let mut payload = forged_stat("", "", &[]);
+        let flag_at = 8 + 2 + 3 + 8 + 2;
+        assert_eq!(payload[flag_at], 0);
+        payload[flag_at] = 2;
         assert!(matches!(
-            Message::decode(&header, &bytes[HEADER_LEN..]),
+            decode_stat(&payload),
             Err(Error::Malformed { .. })
         ));
     }
@@ -1161,8 +1227,7 @@ mod tests {
             version: ObjectVersion::new("v").unwrap(),
             last_modified_ms: 0,
             content_type: "text/html\r\nSet-Cookie: x".to_owned(),
-            content_md5: String::new(),
-            user_metadata: UserMetadata::default(),
+            headers: ObjectHeaders::default(),
         });
         assert!(matches!(
             bad_ct.encode_into(1, Flags::NONE, &mut out),

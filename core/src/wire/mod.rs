@@ -67,8 +67,8 @@ use std::ops::BitOr;
 
 pub use decoder::{BulkKind, BulkStart, Event, Frame, FrameDecoder};
 pub use message::{
-    ErrorReply, IngestAck, IngestMeta, IngestRequest, MAX_CONTENT_MD5_LEN, Message,
-    ReadRangeRequest, StatReply, StatRequest, UserMetadata, carried_content_md5,
+    ErrorReply, HeaderSet, IngestAck, IngestMeta, IngestRequest, MAX_CONTENT_HEADER_LEN,
+    MAX_CONTENT_MD5_LEN, Message, ObjectHeaders, ReadRangeRequest, StatReply, StatRequest,
     encode_ingest_prefix, encode_read_range_reply_header,
 };
 

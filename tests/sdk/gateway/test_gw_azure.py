@@ -212,6 +212,20 @@ def test_content_md5_of_put_blob(gw_azure, gw_container):
     assert bytes(bc.get_blob_properties().content_settings.content_md5 or b"") == md5
 
 
+def test_content_settings_round_trip(gw_azure, gw_container):
+    """Content settings set at upload come back in the blob's properties and listing."""
+    bc = gw_azure.get_blob_client(gw_container, "settings.bin")
+    settings = ContentSettings(
+        content_type="text/csv", content_encoding="gzip", content_language="en",
+        content_disposition='attachment; filename="t.csv"', cache_control="max-age=60",
+    )
+    bc.upload_blob(payload(2_000, 3), content_settings=settings)
+    got = bc.get_blob_properties().content_settings
+    for field in ("content_type", "content_encoding", "content_language",
+                  "content_disposition", "cache_control"):
+        assert getattr(got, field) == getattr(settings, field), field
+
+
 # -------------------------------------------------------------- SAS and keys
 
 

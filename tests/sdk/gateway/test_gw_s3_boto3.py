@@ -6,6 +6,7 @@ Every body is checked by SHA-256 against what was uploaded or against generated.
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import hashlib
 import io
 import urllib.parse
@@ -408,6 +409,30 @@ def test_user_metadata_on_head_and_get(gw_s3, gw_bucket):
     assert s3.head_object(Bucket=bucket, Key="with-meta")["Metadata"] == meta
     resp, got = get_body(s3, bucket, "with-meta")
     assert got == b"metadata" and resp["Metadata"] == meta
+
+
+def test_content_headers_on_head_and_get(gw_s3, gw_bucket):
+    """Content-Encoding (sent as "gzip,aws-chunked" when botocore streams a checksum
+    trailer), Content-Language, Content-Disposition and Cache-Control come back as put."""
+    s3, bucket = gw_s3, gw_bucket
+    body = gzip.compress(b"talon " * 1000)
+    s3.put_object(
+        Bucket=bucket, Key="page.html.gz", Body=body, ContentType="text/html",
+        ContentEncoding="gzip", ContentLanguage="en", CacheControl="max-age=60",
+        ContentDisposition='attachment; filename="page.html"',
+    )
+    want = {
+        "ContentEncoding": "gzip", "ContentLanguage": "en", "CacheControl": "max-age=60",
+        "ContentDisposition": 'attachment; filename="page.html"', "ContentType": "text/html",
+    }
+    head = s3.head_object(Bucket=bucket, Key="page.html.gz")
+    assert {k: head.get(k) for k in want} == want
+    resp, got = get_body(s3, bucket, "page.html.gz")
+    assert {k: resp.get(k) for k in want} == want
+    assert sha256(got) == sha256(body), "the stored bytes, not decoded"
+    # response-* overrides still win over what is stored.
+    resp, _ = get_body(s3, bucket, "page.html.gz", ResponseCacheControl="no-store")
+    assert resp["CacheControl"] == "no-store"
 
 
 def test_part_number_reads(gw_s3, gw_bucket):

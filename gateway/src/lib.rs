@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
+use talon_protocols::expect_continue::ContinueRisk;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
@@ -277,7 +278,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         s3_addr = listener.local_addr().ok();
         let router = axum::Router::new()
             .fallback(|State(gw): State<Arc<Gateway>>, req: Request| async move {
-                let risk = continue_risk(&req);
+                let risk = ContinueRisk::of(req.headers());
                 close_if(risk, s3_front::handle(gw, req).await)
             })
             .with_state(state.clone());
@@ -297,7 +298,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                 |State(gw): State<Arc<Gateway>>,
                  ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
                  req: Request| async move {
-                    let risk = continue_risk(&req);
+                    let risk = ContinueRisk::of(req.headers());
                     close_if(risk, azure_front::handle(gw, peer, req).await)
                 },
             )
@@ -342,53 +343,10 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
     })
 }
 
-/// Whether a `100 Continue` may go unsent for this request, and on which answers.
-///
-/// hyper sends `100 Continue` only when a handler reads the body. A request that said
-/// `Expect: 100-continue` but whose body is never read (a zero-length upload, or one
-/// refused before its body is read) is answered without one, and the client cannot
-/// tell whether it still owes a body: botocore then misreads the next response on that
-/// connection. Such connections are closed after the answer.
-#[derive(Debug, Clone, Copy)]
-enum ContinueRisk {
-    /// No `Expect: 100-continue`.
-    None,
-    /// Expected, with a body that a successful answer has read.
-    OnError,
-    /// Expected, with an empty body: never read.
-    Always,
-}
-
-fn continue_risk(req: &Request) -> ContinueRisk {
-    let expects = req
-        .headers()
-        .get(http::header::EXPECT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
-    let empty = req
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim() == "0");
-    match (expects, empty) {
-        (false, _) => ContinueRisk::None,
-        (true, true) => ContinueRisk::Always,
-        (true, false) => ContinueRisk::OnError,
-    }
-}
-
-/// Adds `Connection: close` where [`ContinueRisk`] says the body may be unread.
+/// Adds `Connection: close` where the request's [`ContinueRisk`] says the body may be
+/// unread.
 fn close_if(risk: ContinueRisk, mut resp: axum::response::Response) -> axum::response::Response {
-    let close = match risk {
-        ContinueRisk::None => false,
-        ContinueRisk::Always => true,
-        ContinueRisk::OnError => !resp.status().is_success(),
-    };
-    if close {
-        resp.headers_mut().insert(
-            http::header::CONNECTION,
-            http::HeaderValue::from_static("close"),
-        );
-    }
+    let status = resp.status();
+    risk.apply(status, resp.headers_mut());
     resp
 }

@@ -15,6 +15,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use talon_protocols::expect_continue::ContinueRisk;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
@@ -83,9 +84,17 @@ pub async fn serve<H, F>(
         };
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
-        let service = service_fn(move |req| {
+        let service = service_fn(move |req: Request<Incoming>| {
             let handler = handler.clone();
-            async move { handler(req, peer).await }
+            async move {
+                // An answer that leaves an expected body unread closes the connection
+                // (see `talon_protocols::expect_continue`).
+                let risk = ContinueRisk::of(req.headers());
+                let mut resp = handler(req, peer).await?;
+                let status = resp.status();
+                risk.apply(status, resp.headers_mut());
+                Ok::<_, ConnectionReset>(resp)
+            }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())

@@ -684,3 +684,39 @@ async fn admin_faults_reject_bad_documents_and_keep_the_settings() {
     env.put("after.txt", b"ok").await;
     env.stub.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_empty_upload_that_expected_100_continue_ends_its_connection() {
+    let env = env().await;
+    // An empty PUT that asks for 100-continue: hyper never sends the 100 (there is no
+    // body to read), so the client is left guessing whether to send one; the stub
+    // closes the connection after answering instead of keeping it for reuse.
+    let host = env.addr().to_string();
+    let url = format!("http://{host}/{BUCKET}/empty.txt");
+    let signed = sign_request(
+        "PUT",
+        &url,
+        &[("host", host.as_str())],
+        SignedBody::Bytes(b""),
+        &creds(SECRET_KEY),
+        REGION,
+        SystemTime::now(),
+    )
+    .unwrap();
+    let mut head = format!("PUT /{BUCKET}/empty.txt HTTP/1.1\r\nhost: {host}\r\n");
+    for (k, v) in signed {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("content-length: 0\r\nexpect: 100-continue\r\n\r\n");
+    let mut conn = tokio::net::TcpStream::connect(env.addr()).await.unwrap();
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut answer))
+        .await
+        .expect("the stub closes the connection after answering")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(text.contains("connection: close"), "{text}");
+    env.stub.shutdown().await;
+}

@@ -16,6 +16,7 @@ pub mod checksum;
 pub mod conditional;
 pub mod dates;
 pub mod error;
+pub mod expect_continue;
 pub mod listing;
 pub mod origin;
 pub mod range;

@@ -4,6 +4,7 @@ tree (B), measured alternately with the order flipped every round.
 
     scripts/bench_ab.py REV [--load worker|gateway] [--rounds 6] [--seconds 5]
                             [--warmup 2] [--conns 16] [--depth 4] [--range-size 65536]
+                            [--route cache|origin]
 
 A is built from REV in a git worktree under target/bench-ab/ (with its own target
 folder, so the tree's target/release keeps HEAD's binaries); B is the working tree,
@@ -15,8 +16,8 @@ shared machine lands on both arms.
 
 --load worker drives each worker's data plane with talon-loadgen over the wire protocol
 (--conns connections, --depth pipelined requests each); --load gateway drives each
-gateway's S3 front over HTTP/1.1 (cache route, anonymous; --conns connections, one
-request in flight each).
+gateway's S3 front over HTTP/1.1 (anonymous; --route cache or origin; --conns
+connections, one request in flight each).
 
 The report gives each figure for A and B as median [min–max] over the rounds, the change
 of the medians, and a verdict: "outside the noise" only when the two arms' ranges do not
@@ -153,7 +154,7 @@ def wait_members(coordinator: str, n: int, timeout: float = 30.0) -> None:
     die(f"{coordinator} never listed {n} live worker(s)")
 
 
-def start(dep: Deployment, a_bin: Path, b_bin: Path, load: str) -> dict[str, dict]:
+def start(dep: Deployment, a_bin: Path, b_bin: Path, load: str, route: str = "cache") -> dict[str, dict]:
     tmp = dep.tmp
     (tmp / "origin").mkdir(exist_ok=True)
     stub = dep.spawn(
@@ -197,6 +198,7 @@ def start(dep: Deployment, a_bin: Path, b_bin: Path, load: str) -> dict[str, dic
                     "--s3-listen", "127.0.0.1:0", "--azure-listen", "off", "--admin-listen", "off",
                     "--origin-s3-endpoint", stub["s3"], "--coordinator", coord,
                     "--block-size", str(BLOCK_SIZE), "--anonymous", "--ready-file", str(gw_ready),
+                    "--s3-route", route,
                 ],
                 gw_ready,
             )
@@ -251,6 +253,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("rev", help="the A side: a commit, tag or branch (B is the working tree)")
     p.add_argument("--load", choices=["worker", "gateway"], default="worker")
+    p.add_argument("--route", choices=["cache", "origin"], default="cache",
+                   help="the gateway's S3 route (gateway load)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seconds", type=float, default=5.0, help="measured window per arm per round")
     p.add_argument("--warmup", type=float, default=2.0, help="warmup per arm per round (not sampled)")
@@ -266,14 +270,14 @@ def main() -> None:
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     a_label = f"A = {args.rev} ({rev_sha[:12]})"
     b_label = f"B = working tree ({head[:12]}{', with uncommitted changes' if dirty else ''})"
-    print(f"bench-ab: {a_label}; {b_label}; load {args.load}", flush=True)
+    print(f"bench-ab: {a_label}; {b_label}; load {args.load}, route {args.route}", flush=True)
 
     a_bin, b_bin = build(rev_sha)
     tmp = Path(tempfile.mkdtemp(prefix="talon-bench-ab-"))
     dep = Deployment(tmp)
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     try:
-        arms = start(dep, a_bin, b_bin, args.load)
+        arms = start(dep, a_bin, b_bin, args.load, args.route)
         # Warm each cache once (a long warmup the first time fills the block).
         for arm in ("A", "B"):
             print(f"warming {arm}", flush=True)
@@ -322,6 +326,7 @@ def main() -> None:
         "a": {"rev": args.rev, "commit": rev_sha},
         "b": {"commit": head, "dirty": dirty},
         "load": args.load,
+        "route": args.route,
         "settings": {k: v for k, v in vars(args).items() if k != "rev"},
         "hardware": {"cores": os.cpu_count(), "kernel": platform.release()},
         "figures": summary,

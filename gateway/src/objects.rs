@@ -234,13 +234,61 @@ impl Objects {
         key: &str,
     ) -> Result<ObjectMeta, Error> {
         let info = self.origin(backend)?.head(bucket, key).await?;
-        Ok(ObjectMeta {
-            size: info.size,
-            etag: info.etag,
-            last_modified: info.last_modified,
-            content_type: info.content_type,
-            headers: info.headers,
-        })
+        Ok(meta_of(info))
+    }
+
+    /// Whether reads of this object go straight to the origin.
+    fn bypasses_cache(&self, route: Route, backend: Backend, bucket: &str, key: &str) -> bool {
+        route == Route::Origin
+            || self.cache.is_none()
+            || self.object_id(backend, bucket, key).is_none()
+    }
+
+    /// A GET that bypasses the cache, in one origin request: the metadata comes from the
+    /// answer's own headers, so it and the bytes are one version's. `Ok(None)` when that
+    /// answer cannot stand on its own and the caller must take the two-step path (HEAD,
+    /// then a GET pinned with `If-Match`): a 416, whose `Content-Range` needs the size; a
+    /// range the origin ignored; a suffix range at an Azure origin, which has none.
+    async fn read_origin_once(
+        &self,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+        range: Option<RangeSpec>,
+    ) -> Result<Option<Read>, Failure> {
+        if backend == Backend::Azure && range.is_some_and(RangeSpec::is_suffix) {
+            return Ok(None);
+        }
+        let resp = match self.origin(backend)?.get_spec(bucket, key, range).await {
+            Ok(resp) => resp,
+            Err(e) if e.kind() == ErrorKind::InvalidRange => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let meta = meta_of(resp.info);
+        let served = match (range, resp.range) {
+            (None, None) => None,
+            (Some(spec), Some(got)) if spec.resolve(meta.size) == Ok(got) => Some(got),
+            (Some(_), None) => return Ok(None),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::InternalError,
+                    "origin served a different range than asked",
+                )
+                .into());
+            }
+        };
+        let body: Option<BodyStream> = (meta.size > 0).then(|| {
+            Box::pin(
+                resp.body
+                    .map(|r| r.map_err(|e| std::io::Error::other(e.message().to_owned()))),
+            ) as BodyStream
+        });
+        Ok(Some(Read {
+            meta,
+            range: served,
+            body,
+            outcome: Outcome::Bypass,
+        }))
     }
 
     /// Metadata through the route: the cache (with fallback for `Cache`), or the origin.
@@ -322,6 +370,13 @@ impl Objects {
             range,
             with_body,
         } = req;
+        if with_body
+            && conditions.is_empty()
+            && self.bypasses_cache(route, backend, bucket, key)
+            && let Some(read) = self.read_origin_once(backend, bucket, key, range).await?
+        {
+            return Ok(read);
+        }
         let mut retried = false;
         loop {
             let (meta, outcome) = self.meta(route, backend, bucket, key).await?;
@@ -484,6 +539,17 @@ pub fn write_content_headers(
             Backend::Azure => format!("x-ms-blob-{name}"),
         };
         out.push((name, value));
+    }
+}
+
+/// An object's metadata as the origin's answer gives it.
+fn meta_of(info: talon_protocols::origin::ObjectInfo) -> ObjectMeta {
+    ObjectMeta {
+        size: info.size,
+        etag: info.etag,
+        last_modified: info.last_modified,
+        content_type: info.content_type,
+        headers: info.headers,
     }
 }
 

@@ -271,16 +271,53 @@ async fn the_origin_route_never_touches_the_cache() {
     })
     .await;
     let gw = gateway(&cluster, Route::Origin, Backend::S3, Backend::Azure).await;
-    for _ in 0..2 {
+    let heads = cluster.origin_heads();
+    for range in [
+        None,
+        Some("bytes=-1000"),
+        Some("bytes=99000-"),
+        Some("bytes=5-9"),
+    ] {
         let before = cluster.origin_gets();
-        let resp = s3_get(&gw, "/data/direct.bin", None).await;
-        assert_eq!(resp.bytes().await.unwrap(), expected(&object, 0, 100_000));
+        let resp = s3_get(&gw, "/data/direct.bin", range).await;
+        let (start, end) = match range {
+            None => (0, 100_000),
+            Some("bytes=5-9") => (5, 10),
+            Some(_) => (99_000, 100_000),
+        };
+        assert_eq!(resp.status(), if range.is_some() { 206 } else { 200 });
+        if range.is_some() {
+            assert_eq!(
+                resp.headers()["content-range"],
+                format!("bytes {start}-{}/100000", end - 1)
+            );
+        }
+        assert_eq!(resp.bytes().await.unwrap(), expected(&object, start, end));
         assert_eq!(
             cluster.origin_gets(),
             before + 1,
             "every read goes to the origin"
         );
     }
+    assert_eq!(
+        cluster.origin_heads(),
+        heads,
+        "a GET is one origin request: its metadata comes from the answer"
+    );
+    // Past the end: the origin's 416 is answered with the size, as S3 does.
+    let resp = s3_get(&gw, "/data/direct.bin", Some("bytes=100000-")).await;
+    assert_eq!(resp.status(), 416);
+    assert_eq!(resp.headers()["content-range"], "bytes */100000");
+    // A suffix range at an Azure origin (which has none) still works, in two steps.
+    let over_azure = gateway(&cluster, Route::Origin, Backend::Azure, Backend::Azure).await;
+    let heads = cluster.origin_heads();
+    let resp = s3_get(&over_azure, "/data/direct.bin", Some("bytes=-10")).await;
+    assert_eq!(resp.status(), 206);
+    assert_eq!(
+        resp.bytes().await.unwrap(),
+        expected(&object, 99_990, 100_000)
+    );
+    assert_eq!(cluster.origin_heads(), heads + 1);
     let used: u64 = cluster
         .workers
         .iter()

@@ -18,7 +18,7 @@ use crate::azure::shared_key::{self, AccountKey, SharedKeyParts};
 use crate::conditional::quote_etag;
 use crate::dates::{format_http_date, parse_http_date};
 use crate::error::{Error, ErrorKind, Result};
-use crate::range::{ByteRange, parse_content_range};
+use crate::range::{ByteRange, RangeSpec, parse_content_range};
 use crate::s3::sigv4::{S3Credentials, SignedBody, sign_request};
 use crate::uri_encoding::{decode, encode_path, encode_strict};
 use talon_core::wire::HeaderSet;
@@ -271,13 +271,61 @@ impl OriginClient {
         range: Option<ByteRange>,
         if_match: Option<&str>,
     ) -> Result<GetResponse> {
+        let resp = self
+            .get_with_range_header(bucket, key, range.map(|r| r.to_header_value()), if_match)
+            .await?;
+        if let (Some(asked), Some(got)) = (range, resp.range)
+            && (asked.start != got.start || got.end > asked.end)
+        {
+            return Err(Error::new(
+                ErrorKind::InternalError,
+                "origin served a different range than asked",
+            ));
+        }
+        Ok(resp)
+    }
+
+    /// Reads an object, or the range a client wrote (which may be open-ended or, for an
+    /// S3 origin, a suffix), in one request: the answer's metadata and bytes are one
+    /// version's. The caller checks the range served against the spec resolved with the
+    /// size in the answer; `range` in the answer is `None` when the origin served the
+    /// whole object.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get); [`ErrorKind::NotImplemented`] for a suffix range at an
+    /// Azure origin, which has none.
+    pub async fn get_spec(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<RangeSpec>,
+    ) -> Result<GetResponse> {
+        if matches!(self.config, OriginConfig::Azure { .. })
+            && range.is_some_and(RangeSpec::is_suffix)
+        {
+            return Err(Error::new(
+                ErrorKind::NotImplemented,
+                "Azure has no suffix ranges",
+            ));
+        }
+        self.get_with_range_header(bucket, key, range.map(RangeSpec::to_header_value), None)
+            .await
+    }
+
+    async fn get_with_range_header(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<String>,
+        if_match: Option<&str>,
+    ) -> Result<GetResponse> {
         let mut headers: Vec<(&str, String)> = Vec::new();
-        if let Some(r) = range {
+        if let Some(value) = range {
             let name = match self.config {
                 OriginConfig::S3 { .. } => "range",
                 OriginConfig::Azure { .. } => "x-ms-range",
             };
-            headers.push((name, r.to_header_value()));
+            headers.push((name, value));
         }
         if let Some(tag) = if_match {
             headers.push(("if-match", quote_etag(tag)));
@@ -310,14 +358,6 @@ impl OriginClient {
             }
             _ => (None, None),
         };
-        if let (Some(asked), Some(got)) = (range, served)
-            && (asked.start != got.start || got.end > asked.end)
-        {
-            return Err(Error::new(
-                ErrorKind::InternalError,
-                "origin served a different range than asked",
-            ));
-        }
         let info = object_info(resp.headers(), total)?;
         let expected = served.map(|r| r.len()).unwrap_or(info.size);
         let body = length_checked(resp.bytes_stream(), expected);

@@ -47,6 +47,16 @@ pub struct Unsatisfiable {
 }
 
 impl RangeSpec {
+    /// The request header value that asks for this range as written: `bytes=a-b`,
+    /// `bytes=a-` or `bytes=-n` (S3 only: Azure has no suffix ranges).
+    pub fn to_header_value(self) -> String {
+        match self {
+            RangeSpec::Bounded { first, last } => format!("bytes={first}-{last}"),
+            RangeSpec::From { first } => format!("bytes={first}-"),
+            RangeSpec::Suffix { len } => format!("bytes=-{len}"),
+        }
+    }
+
     /// Parses one range header value. `None` means "malformed": S3 ignores such a header.
     ///
     /// Whitespace around the numbers is tolerated; several ranges (`a-b,c-d`) are treated
@@ -199,6 +209,18 @@ pub fn parse_content_range(value: &str) -> Option<(ByteRange, Option<u64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn specs_write_back_as_parsed() {
+        for text in ["bytes=0-9", "bytes=5-", "bytes=-20"] {
+            assert_eq!(
+                RangeSpec::parse(text)
+                    .map(RangeSpec::to_header_value)
+                    .as_deref(),
+                Some(text)
+            );
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -17,8 +17,8 @@
 //!    Each point reports rps, MiB/s, p50, p99, max, errors, and the ceiling
 //!    Little's law allows, `concurrency / (trips × D + L0)`, where `L0` is
 //!    the route's mean latency at `D = 0` and `trips` is how many delayed
-//!    round trips one request makes (1 on the cache route; 2 on the origin
-//!    route, whose gateway sends the origin a HEAD and then the GET). The
+//!    round trips one request makes (1 on either route: the worker's answer,
+//!    or the origin's answer to the gateway's one GET). The
 //!    achieved fraction of that ceiling is the evidence that throughput
 //!    follows the delay instead of collapsing under it.
 //! 2. **Slow consumer.** A large generated object (default 1 GiB) is
@@ -361,7 +361,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     'routes: for &route in &args.routes {
         let (gateway, trips, injected) = match (route, &cache_side, &origin_gateway) {
             (Route::Cache, Some(c), _) => (&c.gateway, 1u32, "worker (delay line)"),
-            (Route::Origin, _, Some(g)) => (g, 2u32, "origin (stub latency)"),
+            (Route::Origin, _, Some(g)) => (g, 1u32, "origin (stub latency)"),
             _ => continue,
         };
         let target = Arc::new(ObjectTarget::s3(
@@ -772,7 +772,7 @@ fn render(
     }
     out.push_str(
         "\nLittle ceiling = concurrency / (trips × D + L0), L0 = the route's mean latency at D = 0. \
-         trips: delayed round trips per request (cache: the worker's answer; origin: the gateway's HEAD, then its GET). \
+         trips: delayed round trips per request (cache: the worker's answer; origin: the answer to the gateway's one GET). \
          Achieved above 100%: at D = 0 the host was CPU-bound, so L0 holds queueing that time spent in the delay displaces. \
          What shows the runtime follows the delay is that throughput stays near or above the ceiling: \
          a runtime that serialised on the delay would fall far below it.\n",

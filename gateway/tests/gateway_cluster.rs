@@ -263,6 +263,60 @@ async fn headers_written_at_the_origin_come_back_through_the_cache_on_both_front
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_ranges_carry_their_own_md5_when_asked() {
+    use base64::Engine as _;
+    use md5::Digest as _;
+    let object = GeneratedObject::new("data", "md5.bin", 6 << 20, 4);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::S3).await;
+    let url = format!("{}/data/md5.bin", gw.azure_url().unwrap());
+    let get = |range: Option<&'static str>| {
+        let mut req = reqwest::Client::new()
+            .get(&url)
+            .header("x-ms-version", "2025-01-05")
+            .header("x-ms-range-get-content-md5", "true");
+        if let Some(r) = range {
+            req = req.header("x-ms-range", r);
+        }
+        req.send()
+    };
+    let size = 6u64 << 20;
+    for (range, start, end) in [
+        ("bytes=100-1099", 100, 1100),
+        ("bytes=0-4194303", 0, 4 << 20),
+        ("bytes=6291000-", 6_291_000, size),
+    ] {
+        let resp = get(Some(range)).await.unwrap();
+        assert_eq!(resp.status(), 206, "{range}");
+        let digest = resp.headers()["content-md5"].to_str().unwrap().to_owned();
+        let body = resp.bytes().await.unwrap();
+        let want = expected(&object, start, end);
+        assert_eq!(body, want, "{range}");
+        assert_eq!(
+            digest,
+            base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&want)),
+            "{range}"
+        );
+    }
+    // Azure refuses the header without a range, or with one over 4 MiB.
+    for range in [None, Some("bytes=0-4194304"), Some("bytes=1000-")] {
+        let resp = get(range).await.unwrap();
+        assert_eq!(resp.status(), 400, "{range:?}");
+        assert!(
+            resp.text()
+                .await
+                .unwrap()
+                .contains("<Code>InvalidHeaderValue</Code>"),
+            "{range:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_origin_route_never_touches_the_cache() {
     let object = GeneratedObject::new("data", "direct.bin", 100_000, 1);
     let cluster = Cluster::start(ClusterConfig {

@@ -401,6 +401,9 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
     Ok((read.outcome, resp))
 }
 
+/// Origin HEADs in flight while an Azure listing over an S3 origin gathers metadata.
+const LISTING_HEADS_IN_FLIGHT: usize = 8;
+
 /// The largest range whose MD5 Azure returns (`x-ms-range-get-content-md5`).
 const MAX_RANGE_MD5_BYTES: u64 = 4 << 20;
 
@@ -518,10 +521,10 @@ async fn list_blobs(ctx: &Ctx<'_>) -> Result<Response, Failure> {
     let container = ctx.container()?;
     let max = max_results(ctx)?;
     let delimiter = ctx.query("delimiter").filter(|d| !d.is_empty());
-    let page = ctx
-        .gw
-        .objects
-        .origin(ctx.backend())?
+    let with_metadata =
+        talon_protocols::azure::request::include_lists_metadata(ctx.query("include"));
+    let origin = ctx.gw.objects.origin(ctx.backend())?;
+    let mut page = origin
         .list_with(
             container,
             &ListOptions {
@@ -530,10 +533,29 @@ async fn list_blobs(ctx: &Ctx<'_>) -> Result<Response, Failure> {
                 token: ctx.query("marker").filter(|m| !m.is_empty()),
                 start_after: None,
                 max_keys: Some(max.unwrap_or(MAX_RESULTS)),
+                include_metadata: with_metadata,
             },
         )
         .await
         .map_err(container_errors)?;
+    if with_metadata && ctx.backend() == Backend::S3 {
+        // An S3 listing carries no metadata: ask for each object's, a few at a time.
+        use futures_util::StreamExt as _;
+        let keys: Vec<String> = page.objects.iter().map(|o| o.key.clone()).collect();
+        let heads: Vec<_> = futures_util::stream::iter(keys)
+            .map(|key| async move { origin.head(container, &key).await })
+            .buffered(LISTING_HEADS_IN_FLIGHT)
+            .collect()
+            .await;
+        for (object, head) in page.objects.iter_mut().zip(heads) {
+            object.user_metadata = match head {
+                Ok(info) => Some(info.headers.user_metadata.into_iter().collect()),
+                // Deleted since the listing: listed without metadata, as it was then.
+                Err(e) if e.kind() == ErrorKind::NoSuchKey => Some(Default::default()),
+                Err(e) => return Err(e.into()),
+            };
+        }
+    }
     let list_page = talon_protocols::listing::ListPage {
         entries: page
             .objects
@@ -547,6 +569,7 @@ async fn list_blobs(ctx: &Ctx<'_>) -> Result<Response, Failure> {
                     .content_type
                     .unwrap_or_else(|| "application/octet-stream".into()),
                 content_md5: o.content_md5,
+                metadata: with_metadata.then(|| o.user_metadata.unwrap_or_default()),
             })
             .collect(),
         common_prefixes: page.common_prefixes,

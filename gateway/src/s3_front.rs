@@ -542,6 +542,7 @@ async fn list_objects(ctx: &Ctx<'_>, version: ListVersion) -> Result<Response, F
                 token,
                 start_after,
                 max_keys: Some(params.max_keys),
+                include_metadata: false,
             },
         )
         .await?;

@@ -260,6 +260,39 @@ async fn headers_written_at_the_origin_come_back_through_the_cache_on_both_front
         heads_before + 1,
         "one HEAD by the owning worker; the gateway asked the cache"
     );
+
+    // List Blobs with include=metadata, over an Azure origin (its listing carries the
+    // metadata) and over an S3 origin (the gateway asks each object's with a HEAD).
+    let over_s3 = gateway(&cluster, Route::Cache, Backend::S3, Backend::S3).await;
+    for gw in [&gw, &over_s3] {
+        let list = format!(
+            "{}/data?restype=container&comp=list&include=metadata&prefix=meta",
+            gw.azure_url().unwrap()
+        );
+        let xml = http
+            .get(&list)
+            .header("x-ms-version", "2025-01-05")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            xml.contains("<Metadata><colour>blue</colour><owner>talon</owner></Metadata>"),
+            "{xml}"
+        );
+        let plain = http
+            .get(list.replace("&include=metadata", ""))
+            .header("x-ms-version", "2025-01-05")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(!plain.contains("<Metadata>"), "{plain}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

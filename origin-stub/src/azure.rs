@@ -331,7 +331,10 @@ async fn list_blobs(ctx: &Ctx<'_>) -> Handled {
         max_keys: max.unwrap_or(MAX_RESULTS),
     };
     let page = paginate(objects, |o| o.key.as_str(), &query);
+    let with_metadata =
+        talon_protocols::azure::request::include_lists_metadata(ctx.query("include"));
     let page = page.map_entries(|o| xml::BlobEntry {
+        metadata: with_metadata.then(|| o.user_metadata.clone()),
         name: o.key,
         last_modified: o.last_modified,
         etag: o.etag,

@@ -7,6 +7,7 @@
 //! (a 412 on a pinned GET is [`ErrorKind::PreconditionFailed`]: the object changed).
 //! Retries and backoff belong to the caller, which knows its budget.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
@@ -123,6 +124,9 @@ pub struct ListedEntry {
     pub content_type: Option<String>,
     /// Base64 MD5 of the content, when the listing says (Azure does, S3 does not).
     pub content_md5: Option<String>,
+    /// User metadata (names lower-case, without prefix), when it was asked for and the
+    /// listing carries it (Azure with `include=metadata`; never S3).
+    pub user_metadata: Option<BTreeMap<String, String>>,
 }
 
 /// A request body for the origin.
@@ -188,6 +192,9 @@ pub struct ListOptions<'a> {
     pub start_after: Option<&'a str>,
     /// Most entries.
     pub max_keys: Option<usize>,
+    /// Azure only: ask for each blob's user metadata (`include=metadata`). An S3
+    /// listing never carries metadata.
+    pub include_metadata: bool,
 }
 
 /// A bucket (container) of a listing.
@@ -516,6 +523,7 @@ impl OriginClient {
                 token,
                 start_after: None,
                 max_keys,
+                include_metadata: false,
             },
         )
         .await
@@ -532,6 +540,7 @@ impl OriginClient {
             token,
             start_after,
             max_keys,
+            include_metadata,
         } = *options;
         let mut q: Vec<(&str, String)> = Vec::new();
         match self.config {
@@ -557,6 +566,9 @@ impl OriginClient {
                 }
                 if let Some(m) = max_keys {
                     q.push(("maxresults", m.to_string()));
+                }
+                if include_metadata {
+                    q.push(("include", "metadata".into()));
                 }
             }
         }
@@ -611,6 +623,7 @@ impl OriginClient {
                             .map(SystemTime::from),
                             content_type: None,
                             content_md5: None,
+                            user_metadata: None,
                         })
                         .collect(),
                     common_prefixes: parsed
@@ -639,6 +652,12 @@ impl OriginClient {
                             last_modified: parse_http_date(&b.properties.last_modified),
                             content_type: Some(b.properties.content_type).filter(|t| !t.is_empty()),
                             content_md5: Some(b.properties.content_md5).filter(|m| !m.is_empty()),
+                            user_metadata: include_metadata.then(|| {
+                                b.metadata
+                                    .into_iter()
+                                    .map(|(k, v)| (k.to_ascii_lowercase(), v))
+                                    .collect()
+                            }),
                         }),
                         BlobItem::BlobPrefix(p) => out.common_prefixes.push(p.name),
                     }

@@ -243,6 +243,15 @@ impl AzureRequest {
     }
 }
 
+/// Whether a List Blobs `include` parameter (a comma-separated list such as
+/// `metadata,snapshots`) asks for each blob's user metadata.
+pub fn include_lists_metadata(include: Option<&str>) -> bool {
+    include.is_some_and(|v| {
+        v.split(',')
+            .any(|part| part.trim().eq_ignore_ascii_case("metadata"))
+    })
+}
+
 /// Checks a container name: 3–63 characters of lower-case letters, digits and single
 /// hyphens, starting and ending with a letter or digit (or the special `$root`).
 ///

@@ -1,5 +1,6 @@
 //! Azure Blob XML bodies: errors, container and blob listings, block lists.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use serde::Deserialize;
@@ -116,6 +117,9 @@ pub struct BlobEntry {
     pub content_type: String,
     /// Base64 MD5 of the content, when known.
     pub content_md5: Option<String>,
+    /// User metadata, written as `<Metadata>` when the request asked for it
+    /// (`include=metadata`).
+    pub metadata: Option<BTreeMap<String, String>>,
 }
 
 /// The List Blobs answer.
@@ -173,8 +177,15 @@ pub fn list_blobs_xml(
                 .text("LeaseStatus", "unlocked")
                 .text("LeaseState", "available")
                 .text("ServerEncrypted", "true")
-                .close()
                 .close();
+            if let Some(metadata) = &b.metadata {
+                w.open("Metadata", None);
+                for (name, value) in metadata {
+                    w.text(name, value);
+                }
+                w.close();
+            }
+            w.close();
         } else {
             let Some(p) = prefixes.next() else { break };
             w.open("BlobPrefix", None).text("Name", p).close();
@@ -339,6 +350,9 @@ pub struct ListedBlob {
     /// Properties.
     #[serde(rename = "Properties")]
     pub properties: ListedBlobProperties,
+    /// User metadata (`include=metadata`), by element name.
+    #[serde(rename = "Metadata", default)]
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// A parsed `<Properties>` of a blob.
@@ -397,6 +411,8 @@ mod tests {
             size: 5,
             content_type: "text/plain".into(),
             content_md5: (n == "c").then(|| "XUFAKrxLKna5cZ2REBfFkg==".into()),
+            metadata: (n == "c")
+                .then(|| BTreeMap::from([("colour".to_owned(), "blue & <green>".to_owned())])),
         };
         let page = ListPage {
             entries: vec![blob("a"), blob("c")],
@@ -435,6 +451,22 @@ mod tests {
             })
             .collect();
         assert_eq!(md5s, ["", "XUFAKrxLKna5cZ2REBfFkg=="]);
+        let metadata: Vec<BTreeMap<String, String>> = parsed
+            .blobs
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                BlobItem::Blob(b) => Some(b.metadata.clone()),
+                BlobItem::BlobPrefix(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            metadata,
+            [
+                BTreeMap::new(),
+                BTreeMap::from([("colour".to_owned(), "blue & <green>".to_owned())])
+            ]
+        );
         assert_eq!(parsed.next_marker.as_deref(), Some("c"));
     }
 

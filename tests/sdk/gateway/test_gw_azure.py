@@ -240,6 +240,14 @@ def test_content_settings_round_trip(gw_azure, gw_container):
         assert getattr(got, field) == getattr(settings, field), field
 
 
+def test_list_blobs_with_metadata(gw_azure, gw_container):
+    cc = gw_azure.get_container_client(gw_container)
+    cc.upload_blob("tagged.bin", b"x" * 10, metadata={"colour": "blue", "owner": "talon"})
+    cc.upload_blob("plain.bin", b"y")
+    listed = {b.name: b.metadata or {} for b in cc.list_blobs(include=["metadata"])}
+    assert listed == {"plain.bin": {}, "tagged.bin": {"colour": "blue", "owner": "talon"}}
+
+
 # -------------------------------------------------------------- SAS and keys
 
 

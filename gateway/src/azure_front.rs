@@ -28,7 +28,7 @@ use crate::Gateway;
 use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
-use crate::reply::{Failure, answer, header, relay, set_header};
+use crate::reply::{Failure, answer, header, header_text, relay, set_header};
 use crate::upload::{Claims, VerifyingBody, take_outcome};
 
 const PROTOCOL: &str = "azure";
@@ -309,6 +309,30 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
                 if last.saturating_sub(first) >= MAX_RANGE_MD5_BYTES =>
             {
                 return Err(too_large_for_md5().into());
+            }
+            Some(RangeSpec::From { first }) => {
+                // Its length needs the size: refuse before any byte is read or filled.
+                let meta = ctx
+                    .gw
+                    .objects
+                    .read(ReadRequest {
+                        route: ctx.front.route,
+                        backend: ctx.backend(),
+                        bucket: container,
+                        key: blob,
+                        conditions: &conditions,
+                        range,
+                        with_body: false,
+                    })
+                    .await
+                    .map_err(|mut f| {
+                        f.error = blob_errors(f.error);
+                        f
+                    })?
+                    .meta;
+                if meta.size.saturating_sub(first) > MAX_RANGE_MD5_BYTES {
+                    return Err(too_large_for_md5().into());
+                }
             }
             Some(_) => {}
         }
@@ -594,8 +618,14 @@ fn write_headers(ctx: &Ctx<'_>) -> Vec<(String, String)> {
     let h = ctx.headers;
     let content_type = header(h, "x-ms-blob-content-type").or_else(|| header(h, "content-type"));
     let mut out = Vec::new();
+    // Put Blob takes the plain content headers too (`x-ms-blob-*` wins), but not a plain
+    // Content-Disposition.
     crate::objects::write_content_headers(&mut out, ctx.backend(), |name| {
-        header(h, &format!("x-ms-blob-{name}")).map(str::to_owned)
+        header_text(h, &format!("x-ms-blob-{name}")).or_else(|| {
+            (name != "content-disposition")
+                .then(|| header_text(h, name))
+                .flatten()
+        })
     });
     match ctx.backend() {
         Backend::Azure => {

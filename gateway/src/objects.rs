@@ -264,18 +264,15 @@ impl Objects {
             Err(e) if e.kind() == ErrorKind::InvalidRange => return Ok(None),
             Err(e) => return Err(e.into()),
         };
+        if !resp.size_stated {
+            // `bytes a-b/*`: the answer cannot say the object's size.
+            return Ok(None);
+        }
         let meta = meta_of(resp.info);
         let served = match (range, resp.range) {
             (None, None) => None,
             (Some(spec), Some(got)) if spec.resolve(meta.size) == Ok(got) => Some(got),
-            (Some(_), None) => return Ok(None),
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::InternalError,
-                    "origin served a different range than asked",
-                )
-                .into());
-            }
+            (asked, got) => return Err(range_mismatch(asked.map(|_| "a range"), got).into()),
         };
         let body: Option<BodyStream> = (meta.size > 0).then(|| {
             Box::pin(
@@ -455,6 +452,13 @@ impl Objects {
                     let pinned =
                         talon_protocols::conditional::normalize_etag(&meta.etag).to_owned();
                     match origin.get(bucket, key, resolved, Some(&pinned)).await {
+                        Ok(resp) if resp.range != resolved => {
+                            // An origin that ignored the range, or served another one:
+                            // its bytes are not the ones this answer announces.
+                            return Err(
+                                range_mismatch(resolved.map(|_| "a range"), resp.range).into()
+                            );
+                        }
                         Ok(resp) => {
                             let stream: BodyStream = Box::pin(resp.body.map(|r| {
                                 r.map_err(|e| std::io::Error::other(e.message().to_owned()))
@@ -523,7 +527,11 @@ pub fn write_content_headers(
         let Some(mut value) = client(name) else {
             continue;
         };
-        if name == "content-encoding" {
+        if name == "content-encoding"
+            && value
+                .split(',')
+                .any(|c| c.trim().eq_ignore_ascii_case("aws-chunked"))
+        {
             value = value
                 .split(',')
                 .map(str::trim)
@@ -540,6 +548,22 @@ pub fn write_content_headers(
         };
         out.push((name, value));
     }
+}
+
+/// The origin answered a GET with other bytes than asked: a range it ignored (the whole
+/// object), or another range. Never relayed as if it were the bytes asked for.
+fn range_mismatch(asked: Option<&str>, got: Option<ByteRange>) -> Error {
+    let got = match got {
+        Some(r) => format!("bytes {}-{}", r.start, r.last()),
+        None => "the whole object".to_owned(),
+    };
+    Error::new(
+        ErrorKind::InternalError,
+        format!(
+            "the origin answered {} with {got}",
+            asked.unwrap_or("a whole-object read")
+        ),
+    )
 }
 
 /// An object's metadata as the origin's answer gives it.

@@ -35,9 +35,11 @@ impl From<Error> for Failure {
 
 /// Sets a header, skipping values that are not valid header text.
 pub fn set_header(headers: &mut HeaderMap, name: &str, value: &str) {
+    // from_bytes, not from_str: a UTF-8 value (a Content-Disposition file name) is valid
+    // header text; control characters are still refused.
     if let (Ok(n), Ok(v)) = (
         HeaderName::from_bytes(name.as_bytes()),
-        HeaderValue::from_str(value),
+        HeaderValue::from_bytes(value.as_bytes()),
     ) {
         headers.insert(n, v);
     }
@@ -50,9 +52,18 @@ pub fn answer(status: StatusCode, body: Body) -> Response {
     resp
 }
 
-/// A header's text value.
+/// A header's text value (visible ASCII only).
 pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A header's value as UTF-8 text, for values that are passed on rather than parsed
+/// (a Content-Disposition may carry a UTF-8 file name).
+pub fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+        .map(str::to_owned)
 }
 
 /// Headers of an origin answer that a client may see; everything else (its request ids,

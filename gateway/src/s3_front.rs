@@ -35,7 +35,7 @@ use crate::Gateway;
 use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
-use crate::reply::{Failure, answer, header, relay, set_header};
+use crate::reply::{Failure, answer, header, header_text, relay, set_header};
 use crate::upload::{Claims, VerifyingBody, take_outcome};
 
 const OWNER_ID: &str = "talon-gateway";
@@ -647,9 +647,7 @@ fn write_headers(ctx: &Ctx<'_>) -> Vec<(String, String)> {
     let h = ctx.headers;
     let mut out = Vec::new();
     let content_type = header(h, "content-type");
-    crate::objects::write_content_headers(&mut out, ctx.backend(), |name| {
-        header(h, name).map(str::to_owned)
-    });
+    crate::objects::write_content_headers(&mut out, ctx.backend(), |name| header_text(h, name));
     match ctx.backend() {
         Backend::S3 => {
             if let Some(ct) = content_type {

@@ -299,7 +299,7 @@ async fn headers_written_at_the_origin_come_back_through_the_cache_on_both_front
 async fn azure_ranges_carry_their_own_md5_when_asked() {
     use base64::Engine as _;
     use md5::Digest as _;
-    let object = GeneratedObject::new("data", "md5.bin", 6 << 20, 4);
+    let object = GeneratedObject::new("data", "md5.bin", 12 << 20, 4);
     let cluster = Cluster::start(ClusterConfig {
         generated: vec![object.clone()],
         ..ClusterConfig::default()
@@ -317,11 +317,11 @@ async fn azure_ranges_carry_their_own_md5_when_asked() {
         }
         req.send()
     };
-    let size = 6u64 << 20;
+    let size = 12u64 << 20;
     for (range, start, end) in [
         ("bytes=100-1099", 100, 1100),
         ("bytes=0-4194303", 0, 4 << 20),
-        ("bytes=6291000-", 6_291_000, size),
+        ("bytes=12582000-", 12_582_000, size),
     ] {
         let resp = get(Some(range)).await.unwrap();
         assert_eq!(resp.status(), 206, "{range}");
@@ -335,8 +335,10 @@ async fn azure_ranges_carry_their_own_md5_when_asked() {
             "{range}"
         );
     }
-    // Azure refuses the header without a range, or with one over 4 MiB.
-    for range in [None, Some("bytes=0-4194304"), Some("bytes=1000-")] {
+    // Azure refuses the header without a range, or with one over 4 MiB, before reading
+    // (or filling) anything.
+    let gets = cluster.origin_gets();
+    for range in [None, Some("bytes=0-4194304"), Some("bytes=5000000-")] {
         let resp = get(range).await.unwrap();
         assert_eq!(resp.status(), 400, "{range:?}");
         assert!(
@@ -347,6 +349,55 @@ async fn azure_ranges_carry_their_own_md5_when_asked() {
             "{range:?}"
         );
     }
+    assert_eq!(
+        cluster.origin_gets(),
+        gets,
+        "nothing was read for a refusal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_blob_keeps_plain_and_x_ms_blob_content_headers() {
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![GeneratedObject::new("data", "other.bin", 10, 1)],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::Azure).await;
+    let url = format!("{}/data/report.csv", gw.azure_url().unwrap());
+    let http = reqwest::Client::new();
+    // Put Blob takes Content-Language and Cache-Control plainly or as x-ms-blob-*
+    // (which wins); Content-Disposition only as x-ms-blob-*, here with a UTF-8 name.
+    let disposition = "attachment; filename=\"späť.csv\"";
+    let put = http
+        .put(&url)
+        .header("x-ms-version", "2025-01-05")
+        .header("x-ms-blob-type", "BlockBlob")
+        .header("content-language", "fr")
+        .header("cache-control", "no-cache")
+        .header("x-ms-blob-cache-control", "max-age=5")
+        .header(
+            "x-ms-blob-content-disposition",
+            reqwest::header::HeaderValue::from_bytes(disposition.as_bytes()).unwrap(),
+        )
+        .body("a,b\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201, "{}", put.text().await.unwrap());
+    let props = http
+        .head(&url)
+        .header("x-ms-version", "2025-01-05")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(props.status(), 200);
+    assert_eq!(props.headers()["content-language"], "fr");
+    assert_eq!(props.headers()["cache-control"], "max-age=5");
+    assert_eq!(
+        props.headers()["content-disposition"].as_bytes(),
+        disposition.as_bytes()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -451,13 +451,25 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Handled {
     Ok(resp)
 }
 
-fn write_options(ctx: &Ctx<'_>) -> Result<WriteOptions> {
+/// What a write records. `put_blob`: Put Blob also takes the plain content headers
+/// (`x-ms-blob-*` wins); in Put Block List they describe the request's own body.
+fn write_options(ctx: &Ctx<'_>, put_blob: bool) -> Result<WriteOptions> {
     Ok(WriteOptions {
         content_type: header(ctx.headers, "x-ms-blob-content-type")
             .or_else(|| header(ctx.headers, "content-type"))
             .map(str::to_owned),
         user_metadata: user_metadata(ctx.headers, "x-ms-meta-")?,
-        content_headers: content_headers(ctx.headers, "x-ms-blob-"),
+        content_headers: {
+            let mut stored = content_headers(ctx.headers, "x-ms-blob-");
+            if put_blob {
+                for (name, value) in content_headers(ctx.headers, "") {
+                    if name != "content-disposition" {
+                        stored.entry(name).or_insert(value);
+                    }
+                }
+            }
+            stored
+        },
         checksum: None,
     })
 }
@@ -517,7 +529,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Incoming) -> Handled {
     let blob = ctx.blob()?;
     crate::store::check_key(&blob)?;
     let exp = body_expectations(ctx)?;
-    let options = write_options(ctx)?;
+    let options = write_options(ctx, true)?;
     {
         let store = ctx.state.store.clone();
         let c = container.clone();
@@ -572,7 +584,7 @@ async fn put_block(ctx: &Ctx<'_>, body: Incoming) -> Handled {
 async fn put_block_list(ctx: &Ctx<'_>, body: Incoming) -> Handled {
     let container = ctx.container()?;
     let blob = ctx.blob()?;
-    let options = write_options(ctx)?;
+    let options = write_options(ctx, false)?;
     let bytes = body::read_small(body, MAX_XML_BYTES).await?;
     let request: xml::BlockListRequest = xml::parse_request(&bytes)?;
     let items: Vec<BlockChoice> = request

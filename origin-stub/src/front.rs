@@ -36,10 +36,18 @@ pub const CONTENT_HEADERS: [&str; 4] = [
 pub fn content_headers(headers: &HeaderMap, prefix: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for name in CONTENT_HEADERS {
-        let Some(value) = header(headers, &format!("{prefix}{name}")) else {
+        // UTF-8 is kept (a Content-Disposition file name), as S3 and Azure keep it.
+        let Some(value) = headers
+            .get(format!("{prefix}{name}"))
+            .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+        else {
             continue;
         };
-        let value = if name == "content-encoding" {
+        let value = if name == "content-encoding"
+            && value
+                .split(',')
+                .any(|c| c.trim().eq_ignore_ascii_case("aws-chunked"))
+        {
             value
                 .split(',')
                 .map(str::trim)
@@ -146,9 +154,11 @@ pub async fn blocking<T: Send + 'static>(
 
 /// Sets a header, skipping values that are not valid header text.
 pub fn set_header(headers: &mut HeaderMap, name: &str, value: &str) {
+    // from_bytes, not from_str: UTF-8 values are valid header text; control characters
+    // are still refused.
     if let (Ok(n), Ok(v)) = (
         HeaderName::from_bytes(name.as_bytes()),
-        HeaderValue::from_str(value),
+        HeaderValue::from_bytes(value.as_bytes()),
     ) {
         headers.insert(n, v);
     }

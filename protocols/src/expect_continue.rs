@@ -29,7 +29,8 @@ impl ContinueRisk {
         };
         let expects =
             text(http::header::EXPECT).is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
-        let empty = text(http::header::CONTENT_LENGTH).is_some_and(|v| v.trim() == "0");
+        let empty =
+            text(http::header::CONTENT_LENGTH).is_some_and(|v| v.trim().parse() == Ok(0u64));
         match (expects, empty) {
             (false, _) => ContinueRisk::None,
             (true, true) => ContinueRisk::Always,
@@ -76,7 +77,7 @@ mod tests {
         ]));
         let empty = ContinueRisk::of(&headers(&[
             ("expect", "100-continue"),
-            ("content-length", "0"),
+            ("content-length", "00"),
         ]));
         assert_eq!(
             (plain, upload, empty),

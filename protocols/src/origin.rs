@@ -85,6 +85,10 @@ pub struct GetResponse {
     pub info: ObjectInfo,
     /// The range the body covers; `None` for the whole object.
     pub range: Option<ByteRange>,
+    /// Whether the answer states the object's size (`info.size`): a 200's
+    /// Content-Length, or the total of a 206's Content-Range. A 206 with an unknown total
+    /// (`bytes a-b/*`) does not, and `info.size` is then only the range's length.
+    pub size_stated: bool,
     /// The body, streamed.
     pub body: ByteStream,
 }
@@ -371,6 +375,7 @@ impl OriginClient {
         Ok(GetResponse {
             info,
             range: served,
+            size_stated: !partial || total.is_some(),
             body,
         })
     }
@@ -1043,7 +1048,14 @@ fn object_info(
         })
         .collect();
     user_metadata.sort();
-    let owned = |name: &str| text(name).unwrap_or_default().to_owned();
+    // Passed on, not parsed: UTF-8 (a Content-Disposition file name) is kept.
+    let owned = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
     Ok(ObjectInfo {
         size,
         etag,

@@ -115,6 +115,11 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Everything not read yet.
     pub(crate) fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.buf)

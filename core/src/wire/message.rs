@@ -491,7 +491,8 @@ impl Message {
     /// [`Error::Malformed`] if `payload` is not exactly
     /// `header.payload_len()` bytes, a field is truncated or trailing bytes
     /// remain, and with the validation errors of the ids and ranges inside.
-    /// Never panics; allocates at most `payload.len()` bytes.
+    /// Never panics; allocates in proportion to `payload.len()` (every value it builds
+    /// consumes payload bytes: at most a few dozen bytes of memory per byte read).
     pub fn decode(header: &FrameHeader, payload: &[u8]) -> Result<Self, Error> {
         let ty = header.message_type();
         if payload.len() != header.payload_len() as usize {
@@ -522,26 +523,36 @@ impl Message {
                 let last_modified_ms = r.i64()?;
                 let content_type = r.string()?;
                 validate_content_type(&content_type)?;
-                let headers = match r.u8()? {
-                    0 => {
-                        let mut set = HeaderSet {
-                            content_md5: r.string()?,
-                            content_encoding: r.string()?,
-                            content_language: r.string()?,
-                            content_disposition: r.string()?,
-                            cache_control: r.string()?,
-                            user_metadata: Vec::new(),
-                        };
-                        // No capacity from the count: each pair takes at least
-                        // four payload bytes, so the vector stays within them.
-                        for _ in 0..r.u16()? {
-                            set.user_metadata.push((r.string()?, r.string()?));
+                // A worker from before the headers section ends its reply here: it
+                // carried no headers, so the reader must ask the origin for them.
+                let headers = if r.remaining() == 0 {
+                    ObjectHeaders::AskOrigin
+                } else {
+                    match r.u8()? {
+                        0 => {
+                            let mut set = HeaderSet {
+                                content_md5: r.string()?,
+                                content_encoding: r.string()?,
+                                content_language: r.string()?,
+                                content_disposition: r.string()?,
+                                cache_control: r.string()?,
+                                user_metadata: Vec::new(),
+                            };
+                            // No capacity from the count: each pair takes at least
+                            // four payload bytes, so the vector stays within them.
+                            let count = r.u16()?;
+                            if usize::from(count) * 4 > r.remaining() {
+                                return Err(r.malformed("more metadata pairs than bytes"));
+                            }
+                            for _ in 0..count {
+                                set.user_metadata.push((r.string()?, r.string()?));
+                            }
+                            validate_header_set(&set)?;
+                            ObjectHeaders::Carried(set)
                         }
-                        validate_header_set(&set)?;
-                        ObjectHeaders::Carried(set)
+                        1 => ObjectHeaders::AskOrigin,
+                        _ => return Err(r.malformed("headers flag must be 0 or 1")),
                     }
-                    1 => ObjectHeaders::AskOrigin,
-                    _ => return Err(r.malformed("headers flag must be 0 or 1")),
                 };
                 Self::StatReply(StatReply {
                     size,
@@ -1205,6 +1216,36 @@ mod tests {
             ObjectHeaders::AskOrigin
         );
         assert_eq!(from("", &[]), ObjectHeaders::default());
+    }
+
+    #[test]
+    fn a_reply_from_before_the_headers_section_asks_the_origin() {
+        // The shape workers sent before headers travelled: content type, then the end.
+        let mut payload = Vec::new();
+        let mut w = Writer::new(&mut payload);
+        let ty = MessageType::StatReply;
+        w.u64(10);
+        w.str("\"e\"", ty).unwrap();
+        w.i64(5);
+        w.str("text/plain", ty).unwrap();
+        match decode_stat(&payload).unwrap() {
+            Message::StatReply(reply) => {
+                assert_eq!(reply.headers, ObjectHeaders::AskOrigin);
+                assert_eq!(reply.content_type, "text/plain");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn more_metadata_pairs_than_bytes_is_malformed() {
+        let mut payload = forged_stat("", "", &[]);
+        let count_at = payload.len() - 2;
+        payload[count_at..].copy_from_slice(&u16::MAX.to_be_bytes());
+        assert!(matches!(
+            decode_stat(&payload),
+            Err(Error::Malformed { .. })
+        ));
     }
 
     #[test]

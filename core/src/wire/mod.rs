@@ -30,7 +30,7 @@
 //! | `0x01` | Ping | nonce `u64` | 8 |
 //! | `0x81` | Pong | nonce `u64` (the ping's) | 8 |
 //! | `0x02` | Stat | object id, has-version `u8` (0/1), \[expected version string\] | 8 KiB |
-//! | `0x82` | StatReply | size `u64`, version string, last modified `i64` (Unix ms), content type string | 8 KiB |
+//! | `0x82` | StatReply | size `u64`, version string, last modified `i64` (Unix ms), content type string, headers (below) | 8 KiB |
 //! | `0x03` | ReadRange | block id, object size `u64`, offset in block `u64`, len `u32` | 8 KiB |
 //! | `0x83` | ReadRangeReply | exactly `len` raw bytes | 1 GiB |
 //! | `0x04` | Ingest | meta length `u16`, meta (block id, object size `u64`, offset in block `u64`), raw bytes to the end | 64 MiB + 8 KiB |
@@ -41,6 +41,14 @@
 //! names as strings (S3: bucket, path; Azure: account, container, path), each
 //! validated as in [`ObjectId`](crate::ObjectId). A *block id* is an object
 //! id, the version string, block offset `u64` and block size `u64`.
+//!
+//! A StatReply's *headers* are a flag `u8`: 1 = ask the origin (they did not
+//! fit, or are not header-safe), nothing follows; 0 = carried, followed by
+//! five strings (Content-MD5, Content-Encoding, Content-Language,
+//! Content-Disposition, Cache-Control; empty when absent), a `u16` count and
+//! that many (name, value) string pairs of user metadata, names sorted. A
+//! reply that ends after the content type (from a worker that predates the
+//! headers) decodes as "ask the origin".
 //!
 //! # Conversation
 //!

@@ -70,6 +70,6 @@ gateway-proxy-bench *ARGS:
     ./target/release/talon-gateway-proxy-bench {{ARGS}}
 
 # A/B under load: the worker and gateway at REV (A) against the working tree (B),
-# alternated with the order flipped every round; `--load gateway`, `--rounds N`, `--help`.
+# alternated with the order flipped every round; `--load gateway [--route origin]`, `--rounds N`, `--help`.
 bench-ab REV *ARGS:
     python3 scripts/bench_ab.py {{REV}} {{ARGS}}

@@ -29,6 +29,8 @@ pub enum NameField {
     ErrorMessage,
     /// The `Content-MD5` of a Stat reply.
     ContentMd5,
+    /// The flexible checksum (`<algorithm>:<base64>`) of a Stat reply.
+    Checksum,
     /// A content header (`Content-Encoding`, `Content-Language`,
     /// `Content-Disposition`, `Cache-Control`) of a Stat reply.
     ContentHeader,
@@ -49,6 +51,7 @@ impl fmt::Display for NameField {
             Self::ContentType => "content type",
             Self::ErrorMessage => "error message",
             Self::ContentMd5 => "content MD5",
+            Self::Checksum => "checksum",
             Self::ContentHeader => "content header",
             Self::MetadataName => "metadata name",
             Self::MetadataValue => "metadata value",

@@ -262,7 +262,7 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
     frame(
         v,
         "stat_reply_with_headers",
-        "StatReply: 5 bytes, Content-MD5 of \"hello\", gzip, en, attachment, max-age=60, user metadata colour=blue and owner=talon",
+        "StatReply: 5 bytes, Content-MD5 and SHA-256 checksum of \"hello\", gzip, en, attachment, max-age=60, user metadata colour=blue and owner=talon",
         3,
         none,
         Message::StatReply(StatReply {
@@ -270,8 +270,9 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
             version: ObjectVersion::new("\"5d41402abc4b2a76b9719d911017c592\"")?,
             last_modified_ms: 1_714_564_800_000,
             content_type: "text/plain".to_owned(),
-            headers: ObjectHeaders::Carried(HeaderSet {
+            headers: ObjectHeaders::from(HeaderSet {
                 content_md5: "XUFAKrxLKna5cZ2REBfFkg==".to_owned(),
+                checksum: "sha256:LPJNul+wow4m6DsqxbninhsWHlwfp0JecwQzYpOLmCQ=".to_owned(),
                 content_encoding: "gzip".to_owned(),
                 content_language: "en".to_owned(),
                 content_disposition: "attachment; filename=\"hello.txt\"".to_owned(),

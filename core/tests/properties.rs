@@ -110,6 +110,7 @@ fn message() -> impl Strategy<Value = Message> {
             "[ -~\t]{0,40}|\\PC{0,20}",
             prop::option::of((
                 "[A-Za-z0-9+/=]{0,24}",
+                "|(crc32|sha256):[A-Za-z0-9+/=]{1,44}",
                 prop::collection::vec("[ -~\t]{0,12}|\\PC{0,6}", 4),
                 prop::collection::btree_map("[a-z0-9_.-]{1,12}", "[ -~\t]{0,20}|\\PC{0,8}", 0..5),
             )),
@@ -121,9 +122,10 @@ fn message() -> impl Strategy<Value = Message> {
                     last_modified_ms,
                     content_type,
                     headers: match headers {
-                        Some((content_md5, content, metadata)) => {
-                            ObjectHeaders::Carried(HeaderSet {
+                        Some((content_md5, checksum, content, metadata)) => {
+                            ObjectHeaders::from(HeaderSet {
                                 content_md5,
+                                checksum,
                                 content_encoding: content[0].clone(),
                                 content_language: content[1].clone(),
                                 content_disposition: content[2].clone(),

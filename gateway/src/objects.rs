@@ -332,7 +332,7 @@ impl Objects {
                         .filter(|ms| *ms > 0)
                         .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms)),
                     content_type: Some(s.content_type).filter(|c| !c.is_empty()),
-                    headers,
+                    headers: *headers,
                 };
                 self.remember(backend, bucket, key, &meta);
                 Ok((meta, Outcome::Hit))

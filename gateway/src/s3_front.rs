@@ -349,6 +349,17 @@ async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Re
         &read.meta.headers,
         talon_protocols::origin::S3_META_PREFIX,
     );
+    // The full-object checksum, when asked for and the answer is the whole object: the
+    // SDK then verifies every byte it got from the cache against the origin's checksum.
+    if read.range.is_none()
+        && part.is_none()
+        && header(ctx.headers, "x-amz-checksum-mode")
+            .is_some_and(|v| v.eq_ignore_ascii_case("ENABLED"))
+        && let Some((alg, value)) = read.meta.headers.checksum.split_once(':')
+    {
+        set_header(h, &format!("x-amz-checksum-{alg}"), value);
+        set_header(h, "x-amz-checksum-type", "FULL_OBJECT");
+    }
     if let Some(r) = read.range {
         set_header(h, "content-range", &r.content_range(read.meta.size));
     }
@@ -688,8 +699,14 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         )
         .into());
     }
-    let (stream, outcome) = VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
     let mut headers = write_headers(ctx);
+    // A checksum the client sent as a header is known before the body: the origin keeps
+    // it (and verifies it again). One sent as a trailer arrives after the body has
+    // streamed on, so only the gateway verifies it and the origin records none.
+    if let Some((alg, value)) = &claims.checksum {
+        headers.push((alg.header_name().to_owned(), value.clone()));
+    }
+    let (stream, outcome) = VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
     for cond in ["if-match", "if-none-match"] {
         if let Some(v) = header(ctx.headers, cond) {
             headers.push((cond.to_owned(), v.to_owned()));

@@ -401,6 +401,67 @@ async fn put_blob_keeps_plain_and_x_ms_blob_content_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_object_checksum_comes_through_the_cache_when_asked() {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![GeneratedObject::new("data", "other.bin", 10, 1)],
+        ..ClusterConfig::default()
+    })
+    .await;
+    // Written at the origin with a SHA-256 checksum it verifies and keeps.
+    let body = bytes::Bytes::from(vec![7u8; 300_000]);
+    let sha = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(&body));
+    let origins = cluster.origins();
+    origins
+        .s3
+        .as_ref()
+        .unwrap()
+        .put_stream(
+            "data",
+            "summed.bin",
+            body.clone().into(),
+            body.len() as u64,
+            &[("x-amz-checksum-sha256", sha.clone())],
+        )
+        .await
+        .unwrap();
+    let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::Azure).await;
+    let url = format!("{}/data/summed.bin", gw.s3_url().unwrap());
+    let http = reqwest::Client::new();
+    for method in [reqwest::Method::HEAD, reqwest::Method::GET] {
+        let resp = http
+            .request(method.clone(), &url)
+            .header("x-amz-checksum-mode", "ENABLED")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.headers()["x-amz-checksum-sha256"],
+            sha.as_str(),
+            "{method}"
+        );
+        assert_eq!(resp.headers()["x-amz-checksum-type"], "FULL_OBJECT");
+        if method == reqwest::Method::GET {
+            assert_eq!(resp.bytes().await.unwrap(), body);
+        }
+    }
+    // Not asked for, or a range: no checksum (it would not describe the bytes).
+    let plain = http.get(&url).send().await.unwrap();
+    assert!(!plain.headers().contains_key("x-amz-checksum-sha256"));
+    let ranged = http
+        .get(&url)
+        .header("x-amz-checksum-mode", "ENABLED")
+        .header("range", "bytes=0-99")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ranged.status(), 206);
+    assert!(!ranged.headers().contains_key("x-amz-checksum-sha256"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_origin_route_never_touches_the_cache() {
     let object = GeneratedObject::new("data", "direct.bin", 100_000, 1);
     let cluster = Cluster::start(ClusterConfig {

@@ -16,6 +16,7 @@ use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, Method, StatusCode};
 
 use crate::azure::shared_key::{self, AccountKey, SharedKeyParts};
+use crate::checksum::ChecksumAlgorithm;
 use crate::conditional::quote_etag;
 use crate::dates::{format_http_date, parse_http_date};
 use crate::error::{Error, ErrorKind, Result};
@@ -258,12 +259,21 @@ impl OriginClient {
                 Some(bucket),
                 Some(key),
                 "",
-                &[],
+                &self.checksum_mode(),
                 OriginBody::Empty,
             )
             .await?;
         let resp = check(resp).await?;
         object_info(resp.headers(), None)
+    }
+
+    /// `x-amz-checksum-mode: ENABLED` for an S3 origin, so whole-object answers carry the
+    /// object's flexible checksum; nothing for Azure, which has none.
+    fn checksum_mode(&self) -> Vec<(&'static str, String)> {
+        match self.config {
+            OriginConfig::S3 { .. } => vec![("x-amz-checksum-mode", "ENABLED".to_owned())],
+            OriginConfig::Azure { .. } => Vec::new(),
+        }
     }
 
     /// Reads an object, or a range of it, optionally pinned to a version with `If-Match`.
@@ -331,6 +341,9 @@ impl OriginClient {
         if_match: Option<&str>,
     ) -> Result<GetResponse> {
         let mut headers: Vec<(&str, String)> = Vec::new();
+        if range.is_none() {
+            headers.extend(self.checksum_mode());
+        }
         if let Some(value) = range {
             let name = match self.config {
                 OriginConfig::S3 { .. } => "range",
@@ -1015,6 +1028,24 @@ pub const S3_META_PREFIX: &str = "x-amz-meta-";
 /// Header prefix of Azure user metadata.
 pub const AZURE_META_PREFIX: &str = "x-ms-meta-";
 
+/// An answer's full-object flexible checksum as `<algorithm>:<base64>`, or empty: none,
+/// or a composite one (multipart objects: `...-N`, `x-amz-checksum-type: COMPOSITE`),
+/// which describes parts rather than the bytes a reader gets.
+fn full_object_checksum(headers: &reqwest::header::HeaderMap) -> String {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if text("x-amz-checksum-type").is_some_and(|t| !t.eq_ignore_ascii_case("FULL_OBJECT")) {
+        return String::new();
+    }
+    ChecksumAlgorithm::ALL
+        .into_iter()
+        .find_map(|alg| {
+            let value = text(alg.header_name())?.trim();
+            let name = alg.header_name().strip_prefix("x-amz-checksum-")?;
+            (!value.is_empty() && !value.contains('-')).then(|| format!("{name}:{value}"))
+        })
+        .unwrap_or_default()
+}
+
 fn object_info(
     headers: &reqwest::header::HeaderMap,
     total_from_range: Option<u64>,
@@ -1069,6 +1100,7 @@ fn object_info(
             }
             .unwrap_or_default()
             .to_owned(),
+            checksum: full_object_checksum(headers),
             content_encoding: owned("content-encoding"),
             content_language: owned("content-language"),
             content_disposition: owned("content-disposition"),

@@ -54,6 +54,11 @@ pub struct HeaderSet {
     /// Base64 MD5 of the whole content (`Content-MD5`), at most
     /// [`MAX_CONTENT_MD5_LEN`] bytes.
     pub content_md5: String,
+    /// The whole content's S3 flexible checksum as `<algorithm>:<base64>`, the
+    /// algorithm as in its header name (`x-amz-checksum-<algorithm>`: `crc32`,
+    /// `crc32c`, `crc64nvme`, `sha1`, `sha256`), at most
+    /// [`MAX_CONTENT_MD5_LEN`] bytes; full-object checksums only.
+    pub checksum: String,
     /// `Content-Encoding` (S3 `Content-Encoding`, Azure
     /// `x-ms-blob-content-encoding` on writes).
     pub content_encoding: String,
@@ -74,7 +79,8 @@ pub enum ObjectHeaders {
     /// All of them. Values have no control characters but tab (they become
     /// HTTP header values); content headers are at most
     /// [`MAX_CONTENT_HEADER_LEN`] bytes.
-    Carried(HeaderSet),
+    /// (Boxed: a [`Message`] stays small for the frames that carry no headers.)
+    Carried(Box<HeaderSet>),
     /// They cannot travel in a frame (too large for one, or values that are
     /// not header-safe text): whoever needs them asks the origin. Headers are
     /// carried whole or not at all, never in part.
@@ -83,7 +89,13 @@ pub enum ObjectHeaders {
 
 impl Default for ObjectHeaders {
     fn default() -> Self {
-        Self::Carried(HeaderSet::default())
+        Self::from(HeaderSet::default())
+    }
+}
+
+impl From<HeaderSet> for ObjectHeaders {
+    fn from(set: HeaderSet) -> Self {
+        Self::Carried(Box::new(set))
     }
 }
 
@@ -99,7 +111,7 @@ impl ObjectHeaders {
         }
         set.user_metadata.sort();
         match validate_header_set(&set) {
-            Ok(()) => Self::Carried(set),
+            Ok(()) => Self::from(set),
             Err(_) => Self::AskOrigin,
         }
     }
@@ -139,9 +151,10 @@ impl StatReply {
 }
 
 /// The content headers of a set, in wire order, with their field names.
-fn content_headers(set: &HeaderSet) -> [(NameField, &str); 5] {
+fn content_headers(set: &HeaderSet) -> [(NameField, &str); 6] {
     [
         (NameField::ContentMd5, set.content_md5.as_str()),
+        (NameField::Checksum, set.checksum.as_str()),
         (NameField::ContentHeader, set.content_encoding.as_str()),
         (NameField::ContentHeader, set.content_language.as_str()),
         (NameField::ContentHeader, set.content_disposition.as_str()),
@@ -532,6 +545,7 @@ impl Message {
                         0 => {
                             let mut set = HeaderSet {
                                 content_md5: r.string()?,
+                                checksum: r.string()?,
                                 content_encoding: r.string()?,
                                 content_language: r.string()?,
                                 content_disposition: r.string()?,
@@ -548,7 +562,7 @@ impl Message {
                                 set.user_metadata.push((r.string()?, r.string()?));
                             }
                             validate_header_set(&set)?;
-                            ObjectHeaders::Carried(set)
+                            ObjectHeaders::from(set)
                         }
                         1 => ObjectHeaders::AskOrigin,
                         _ => return Err(r.malformed("headers flag must be 0 or 1")),
@@ -724,7 +738,8 @@ fn validate_header_value(field: NameField, value: &str, max: usize) -> Result<()
 
 fn validate_header_set(set: &HeaderSet) -> Result<(), Error> {
     validate_content_md5(&set.content_md5)?;
-    for (field, value) in content_headers(set).into_iter().skip(1) {
+    validate_checksum(&set.checksum)?;
+    for (field, value) in content_headers(set).into_iter().skip(2) {
         validate_header_value(field, value, MAX_CONTENT_HEADER_LEN)?;
     }
     validate_user_metadata(&set.user_metadata)
@@ -750,6 +765,35 @@ fn validate_content_md5(md5: &str) -> Result<(), Error> {
         return Err(invalid(field, NameProblem::NotBase64));
     }
     Ok(())
+}
+
+fn validate_checksum(checksum: &str) -> Result<(), Error> {
+    if checksum.is_empty() {
+        return Ok(());
+    }
+    let field = NameField::Checksum;
+    if checksum.len() > MAX_CONTENT_MD5_LEN {
+        let problem = NameProblem::TooLong {
+            len: checksum.len(),
+            max: MAX_CONTENT_MD5_LEN,
+        };
+        return Err(invalid(field, problem));
+    }
+    let well_formed = checksum.split_once(':').is_some_and(|(alg, value)| {
+        !alg.is_empty()
+            && alg
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && !value.is_empty()
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    });
+    if well_formed {
+        Ok(())
+    } else {
+        Err(invalid(field, NameProblem::NotBase64))
+    }
 }
 
 /// Whether `b` may appear in an HTTP header name (RFC 9110 `tchar`), lower case.
@@ -920,8 +964,9 @@ mod tests {
                 version: ObjectVersion::new("v").unwrap(),
                 last_modified_ms: 1,
                 content_type: "text/plain".into(),
-                headers: ObjectHeaders::Carried(HeaderSet {
+                headers: ObjectHeaders::from(HeaderSet {
                     content_md5: "rL0Y20zC+Fzt72VPzMSk2A==".into(),
+                    checksum: "crc32:NhCmhg==".into(),
                     content_encoding: "br".into(),
                     content_language: "sk".into(),
                     content_disposition: "inline; filename=\"späť.txt\"".into(),
@@ -979,8 +1024,9 @@ mod tests {
                 version,
                 last_modified_ms: i64::MIN,
                 content_type: "t".repeat(MAX_CONTENT_TYPE_LEN),
-                headers: ObjectHeaders::Carried(HeaderSet {
+                headers: ObjectHeaders::from(HeaderSet {
                     content_md5: "m".repeat(MAX_CONTENT_MD5_LEN),
+                    checksum: format!("sha256:{}", "c".repeat(MAX_CONTENT_MD5_LEN - 7)),
                     content_encoding: "e".repeat(MAX_CONTENT_HEADER_LEN),
                     content_language: "l".repeat(MAX_CONTENT_HEADER_LEN),
                     content_disposition: "d".repeat(MAX_CONTENT_HEADER_LEN),
@@ -1056,7 +1102,7 @@ mod tests {
             version: ObjectVersion::new("\"e\"").unwrap(),
             last_modified_ms: 5,
             content_type: "text/plain".into(),
-            headers: ObjectHeaders::Carried(HeaderSet {
+            headers: ObjectHeaders::from(HeaderSet {
                 content_md5: "XUFAKrxLKna5cZ2REBfFkg==".into(),
                 content_encoding: "gzip".into(),
                 user_metadata,
@@ -1116,7 +1162,7 @@ mod tests {
         w.i64(5);
         w.str("", ty).unwrap();
         w.u8(0);
-        for value in [md5, encoding, "", "", ""] {
+        for value in [md5, "", encoding, "", "", ""] {
             w.str(value, ty).unwrap();
         }
         w.u16(metadata.len() as u16);
@@ -1164,7 +1210,7 @@ mod tests {
         for (md5, encoding, metadata, field, problem) in cases {
             let metadata = pairs(metadata);
             let reply = StatReply {
-                headers: ObjectHeaders::Carried(HeaderSet {
+                headers: ObjectHeaders::from(HeaderSet {
                     content_md5: md5.into(),
                     content_encoding: encoding.into(),
                     user_metadata: metadata.clone(),
@@ -1197,7 +1243,7 @@ mod tests {
         };
         assert_eq!(
             from("gzip", &[("Owner", "talon"), ("colour", "blue")]),
-            ObjectHeaders::Carried(HeaderSet {
+            ObjectHeaders::from(HeaderSet {
                 content_encoding: "gzip".into(),
                 user_metadata: pairs(&[("colour", "blue"), ("owner", "talon")]),
                 ..HeaderSet::default()

@@ -44,7 +44,8 @@
 //!
 //! A StatReply's *headers* are a flag `u8`: 1 = ask the origin (they did not
 //! fit, or are not header-safe), nothing follows; 0 = carried, followed by
-//! five strings (Content-MD5, Content-Encoding, Content-Language,
+//! six strings (Content-MD5, the flexible checksum as `<algorithm>:<base64>`,
+//! Content-Encoding, Content-Language,
 //! Content-Disposition, Cache-Control; empty when absent), a `u16` count and
 //! that many (name, value) string pairs of user metadata, names sorted. A
 //! reply that ends after the content type (from a worker that predates the

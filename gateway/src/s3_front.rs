@@ -701,11 +701,15 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
     }
     let mut headers = write_headers(ctx);
     // A checksum the client sent as a header is known before the body: the origin keeps
-    // it (and verifies it again). One sent as a trailer arrives after the body has
-    // streamed on, so only the gateway verifies it and the origin records none.
+    // it (and verifies it again). One announced as a trailer is known only at the end:
+    // the body goes on to an S3 origin with a trailer of its own carrying that checksum.
     if let Some((alg, value)) = &claims.checksum {
         headers.push((alg.header_name().to_owned(), value.clone()));
     }
+    let trailer = match (&claims.chunked, &claims.checksum) {
+        (Some((_, Some(alg), _)), None) => Some(*alg),
+        _ => None,
+    };
     let (stream, outcome) = VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
     for cond in ["if-match", "if-none-match"] {
         if let Some(v) = header(ctx.headers, cond) {
@@ -717,15 +721,24 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         .iter()
         .map(|(k, v)| (k.as_str(), v.clone()))
         .collect();
-    let result = origin
-        .put_stream(
-            bucket,
-            key,
-            reqwest::Body::wrap_stream(stream),
-            len,
-            &header_refs,
-        )
-        .await;
+    let result = match trailer {
+        Some(alg) => {
+            origin
+                .put_stream_with_checksum(bucket, key, stream, len, alg, &header_refs)
+                .await
+        }
+        None => {
+            origin
+                .put_stream(
+                    bucket,
+                    key,
+                    reqwest::Body::wrap_stream(stream),
+                    len,
+                    &header_refs,
+                )
+                .await
+        }
+    };
     // The client's checks decide first: a tampered body is the client's error even though
     // the origin saw it as a broken upload.
     let verified = match take_outcome(&outcome) {

@@ -231,3 +231,61 @@ async fn forwarded_requests_are_signed_and_answered_as_they_are() {
     assert_eq!(resp.status(), 404);
     assert_eq!(resp.headers()["x-ms-error-code"], "BlobNotFound");
 }
+
+#[tokio::test]
+async fn a_checksum_known_only_at_the_end_travels_in_a_trailer_and_is_kept() {
+    use talon_protocols::checksum::{ChecksumAlgorithm, checksum};
+    let stub = stub().await;
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    for (name, client) in clients(&stub) {
+        let pieces: Vec<Result<Bytes, std::io::Error>> = body
+            .chunks(7_001)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        client
+            .put_stream_with_checksum(
+                "alpha",
+                "trailed.bin",
+                futures_util::stream::iter(pieces),
+                body.len() as u64,
+                ChecksumAlgorithm::Crc32c,
+                &[],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let got = client
+            .get("alpha", "trailed.bin", None, None)
+            .await
+            .unwrap();
+        assert_eq!(drain(got.body).await, body, "{name}");
+        let info = client.head("alpha", "trailed.bin").await.unwrap();
+        let want = match name {
+            // The S3 side verified the trailer and keeps the checksum.
+            "s3" => format!("crc32c:{}", checksum(ChecksumAlgorithm::Crc32c, &body)),
+            // Azure has no flexible checksums: a plain upload.
+            _ => String::new(),
+        };
+        assert_eq!(info.headers.checksum, want, "{name}");
+    }
+    // A stream shorter than announced fails the upload and stores nothing new.
+    let [(_, s3), _] = clients(&stub);
+    let short =
+        futures_util::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from_static(b"abc"))]);
+    assert!(
+        s3.put_stream_with_checksum(
+            "alpha",
+            "short.bin",
+            short,
+            10,
+            ChecksumAlgorithm::Crc32,
+            &[]
+        )
+        .await
+        .is_err()
+    );
+    assert_eq!(
+        s3.head("alpha", "short.bin").await.unwrap_err().kind(),
+        ErrorKind::NoSuchKey
+    );
+    stub.shutdown().await;
+}

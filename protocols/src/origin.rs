@@ -21,6 +21,7 @@ use crate::conditional::quote_etag;
 use crate::dates::{format_http_date, parse_http_date};
 use crate::error::{Error, ErrorKind, Result};
 use crate::range::{ByteRange, RangeSpec, parse_content_range};
+use crate::s3::chunked::AwsChunkedTrailerEncoder;
 use crate::s3::sigv4::{S3Credentials, SignedBody, sign_request};
 use crate::uri_encoding::{decode, encode_path, encode_strict};
 use talon_core::wire::HeaderSet;
@@ -148,6 +149,14 @@ pub enum OriginBody {
         /// Their number (sent as `Content-Length`).
         len: u64,
     },
+    /// An `aws-chunked` body with a checksum trailer (S3 only), signed as
+    /// `STREAMING-UNSIGNED-PAYLOAD-TRAILER`.
+    ChunkedWithTrailer {
+        /// The encoded bytes.
+        body: reqwest::Body,
+        /// Their number, framing included (sent as `Content-Length`).
+        len: u64,
+    },
 }
 
 impl OriginBody {
@@ -156,7 +165,7 @@ impl OriginBody {
         match self {
             OriginBody::Empty => 0,
             OriginBody::Bytes(b) => b.len() as u64,
-            OriginBody::Stream { len, .. } => *len,
+            OriginBody::Stream { len, .. } | OriginBody::ChunkedWithTrailer { len, .. } => *len,
         }
     }
 
@@ -435,6 +444,87 @@ impl OriginClient {
                 "",
                 &headers,
                 OriginBody::Stream { body, len },
+            )
+            .await?;
+        let resp = check(resp).await?;
+        resp.headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(quote_etag)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InternalError,
+                    "origin answered a put without an ETag",
+                )
+            })
+    }
+
+    /// Stores an object from a stream whose flexible checksum is only known at its end
+    /// (a client sent it as a trailer). At an S3 origin the body goes on as `aws-chunked`
+    /// with an unsigned trailer carrying `algorithm`'s checksum of the bytes, so the
+    /// origin verifies and keeps it; an Azure origin, which has no flexible checksums,
+    /// gets a plain [`put_stream`](Self::put_stream).
+    ///
+    /// # Errors
+    /// As [`put_stream`](Self::put_stream); a body longer or shorter than `len` fails the
+    /// upload.
+    pub async fn put_stream_with_checksum<S>(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: S,
+        len: u64,
+        algorithm: ChecksumAlgorithm,
+        extra_headers: &[(&str, String)],
+    ) -> Result<String>
+    where
+        S: Stream<Item = std::result::Result<Bytes, std::io::Error>> + Send + 'static,
+    {
+        if matches!(self.config, OriginConfig::Azure { .. }) {
+            return self
+                .put_stream(
+                    bucket,
+                    key,
+                    reqwest::Body::wrap_stream(body),
+                    len,
+                    extra_headers,
+                )
+                .await;
+        }
+        let mut encoder = Some(AwsChunkedTrailerEncoder::new(algorithm, len));
+        let encoded = body
+            .map(Some)
+            .chain(futures_util::stream::once(async { None }))
+            .map(move |item| -> std::result::Result<Bytes, std::io::Error> {
+                let mut out = Vec::new();
+                let framing = |e: Error| std::io::Error::other(e.message().to_owned());
+                match (item, encoder.as_mut()) {
+                    (Some(Ok(bytes)), Some(enc)) => enc.feed(&bytes, &mut out).map_err(framing)?,
+                    (Some(Err(e)), _) => return Err(e),
+                    (None, _) => {
+                        if let Some(enc) = encoder.take() {
+                            enc.finish(&mut out).map_err(framing)?;
+                        }
+                    }
+                    (Some(Ok(_)), None) => {}
+                }
+                Ok(Bytes::from(out))
+            });
+        let mut headers: Vec<(&str, String)> = extra_headers.to_vec();
+        headers.push(("content-encoding", "aws-chunked".into()));
+        headers.push(("x-amz-decoded-content-length", len.to_string()));
+        headers.push(("x-amz-trailer", algorithm.header_name().into()));
+        let resp = self
+            .send(
+                Method::PUT,
+                Some(bucket),
+                Some(key),
+                "",
+                &headers,
+                OriginBody::ChunkedWithTrailer {
+                    body: reqwest::Body::wrap_stream(encoded),
+                    len: AwsChunkedTrailerEncoder::encoded_len(algorithm, len),
+                },
             )
             .await?;
         let resp = check(resp).await?;
@@ -782,6 +872,7 @@ impl OriginClient {
                         OriginBody::Empty => SignedBody::Bytes(&[]),
                         OriginBody::Bytes(b) => SignedBody::Bytes(b),
                         OriginBody::Stream { .. } => SignedBody::Unsigned,
+                        OriginBody::ChunkedWithTrailer { .. } => SignedBody::UnsignedTrailer,
                     };
                     let extra = sign_request(
                         method.as_str(),
@@ -793,6 +884,11 @@ impl OriginClient {
                         now,
                     )?;
                     all.extend(extra);
+                } else if matches!(body, OriginBody::ChunkedWithTrailer { .. }) {
+                    all.push((
+                        "x-amz-content-sha256".into(),
+                        "STREAMING-UNSIGNED-PAYLOAD-TRAILER".into(),
+                    ));
                 }
             }
             OriginConfig::Azure {
@@ -840,7 +936,9 @@ impl OriginClient {
         let req = match body {
             OriginBody::Empty => req,
             OriginBody::Bytes(b) => req.body(b),
-            OriginBody::Stream { body, .. } => req.body(body),
+            OriginBody::Stream { body, .. } | OriginBody::ChunkedWithTrailer { body, .. } => {
+                req.body(body)
+            }
         };
         req.send().await.map_err(transport)
     }

@@ -1,4 +1,5 @@
-//! Decoding of `aws-chunked` request bodies (`Content-Encoding: aws-chunked`), sans-IO.
+//! `aws-chunked` request bodies (`Content-Encoding: aws-chunked`), sans-IO: decoding
+//! what clients send, and encoding the unsigned-trailer form for an origin.
 //!
 //! ```text
 //! <hex size>[;chunk-signature=<sig>]\r\n<data>\r\n   ... repeated ...
@@ -18,7 +19,7 @@ use aws_sigv4::sign::v4::calculate_signature;
 use sha2::{Digest, Sha256};
 
 use super::sigv4::{EMPTY_SHA256, VerifiedSigV4, constant_time_eq};
-use crate::checksum::{ChecksumAlgorithm, Checksummer};
+use crate::checksum::{ChecksumAlgorithm, Checksummer, checksum};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Longest chunk header or trailer line accepted, in bytes.
@@ -366,9 +367,134 @@ impl AwsChunkedDecoder {
     }
 }
 
+/// Data bytes per chunk an [`AwsChunkedTrailerEncoder`] writes.
+pub const ENCODER_CHUNK: usize = 64 * 1024;
+
+/// Frames a body as `aws-chunked` with an unsigned checksum trailer
+/// (`STREAMING-UNSIGNED-PAYLOAD-TRAILER`), sans-IO: the way to hand an origin a body whose
+/// checksum is only known once the body has streamed through. Chunks are
+/// [`ENCODER_CHUNK`] bytes (the last may be short), so the encoded length is known
+/// before the first byte ([`encoded_len`](Self::encoded_len)).
+pub struct AwsChunkedTrailerEncoder {
+    checksum: Checksummer,
+    pending: Vec<u8>,
+    fed: u64,
+    decoded_len: u64,
+}
+
+impl AwsChunkedTrailerEncoder {
+    /// Starts a body of `decoded_len` bytes whose trailer carries `algorithm`.
+    pub fn new(algorithm: ChecksumAlgorithm, decoded_len: u64) -> Self {
+        AwsChunkedTrailerEncoder {
+            checksum: Checksummer::new(algorithm),
+            pending: Vec::with_capacity(ENCODER_CHUNK),
+            fed: 0,
+            decoded_len,
+        }
+    }
+
+    /// The encoded size of a `decoded_len`-byte body with `algorithm` in its trailer:
+    /// the `Content-Length` to send.
+    pub fn encoded_len(algorithm: ChecksumAlgorithm, decoded_len: u64) -> u64 {
+        let frame = |n: u64| format!("{n:x}").len() as u64 + 2 + n + 2;
+        let chunk = ENCODER_CHUNK as u64;
+        let full = decoded_len / chunk;
+        let rest = decoded_len % chunk;
+        let trailer = algorithm.header_name().len() + 1 + checksum(algorithm, b"").len() + 2;
+        full * frame(chunk) + if rest > 0 { frame(rest) } else { 0 } + 3 + trailer as u64 + 2
+    }
+
+    /// Feeds body bytes; appends every chunk that filled up to `out`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::IncompleteBody`] when more bytes arrive than announced.
+    pub fn feed(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        self.fed += data.len() as u64;
+        if self.fed > self.decoded_len {
+            return Err(incomplete("the body is longer than announced"));
+        }
+        self.checksum.update(data);
+        while !data.is_empty() {
+            let take = (ENCODER_CHUNK - self.pending.len()).min(data.len());
+            self.pending.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.pending.len() == ENCODER_CHUNK {
+                self.flush(out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the body: the last short chunk, the final chunk and the trailer.
+    ///
+    /// # Errors
+    /// [`ErrorKind::IncompleteBody`] when fewer bytes arrived than announced.
+    pub fn finish(mut self, out: &mut Vec<u8>) -> Result<()> {
+        if self.fed != self.decoded_len {
+            return Err(incomplete(format!(
+                "the body ended after {} of {} bytes",
+                self.fed, self.decoded_len
+            )));
+        }
+        if !self.pending.is_empty() {
+            self.flush(out);
+        }
+        let name = self.checksum.algorithm().header_name();
+        let value = self.checksum.finalize();
+        out.extend_from_slice(format!("0\r\n{name}:{value}\r\n\r\n").as_bytes());
+        Ok(())
+    }
+
+    fn flush(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(format!("{:x}\r\n", self.pending.len()).as_bytes());
+        out.extend_from_slice(&self.pending);
+        out.extend_from_slice(b"\r\n");
+        self.pending.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn trailer_encoding_decodes_back_with_its_checksum_and_announced_length() {
+        for len in [
+            0usize,
+            1,
+            ENCODER_CHUNK - 1,
+            ENCODER_CHUNK,
+            3 * ENCODER_CHUNK + 17,
+        ] {
+            let body: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let alg = ChecksumAlgorithm::Crc32;
+            let mut enc = AwsChunkedTrailerEncoder::new(alg, len as u64);
+            let mut wire = Vec::new();
+            // Uneven pieces, as a network would deliver them.
+            for piece in body.chunks(10_007) {
+                enc.feed(piece, &mut wire).unwrap();
+            }
+            enc.finish(&mut wire).unwrap();
+            assert_eq!(
+                wire.len() as u64,
+                AwsChunkedTrailerEncoder::encoded_len(alg, len as u64),
+                "{len}"
+            );
+            let mut dec =
+                AwsChunkedDecoder::new(ChunkSigning::Unsigned, Some(alg), Some(len as u64));
+            let mut decoded = Vec::new();
+            dec.feed(&wire, &mut decoded).unwrap();
+            let summary = dec.finish().unwrap();
+            assert_eq!(decoded, body);
+            assert_eq!(summary.checksum, Some((alg, checksum(alg, &body))));
+        }
+        let mut short = AwsChunkedTrailerEncoder::new(ChecksumAlgorithm::Sha256, 10);
+        short.feed(b"abc", &mut Vec::new()).unwrap();
+        assert!(short.finish(&mut Vec::new()).is_err());
+        let mut long = AwsChunkedTrailerEncoder::new(ChecksumAlgorithm::Sha256, 2);
+        assert!(long.feed(b"abc", &mut Vec::new()).is_err());
+    }
     use crate::checksum::checksum;
     use crate::dates::parse_amz_date;
     use crate::s3::sigv4::{RequestParts, parse_authorization, verify};

@@ -547,6 +547,9 @@ pub enum SignedBody<'a> {
     Bytes(&'a [u8]),
     /// `UNSIGNED-PAYLOAD`.
     Unsigned,
+    /// `STREAMING-UNSIGNED-PAYLOAD-TRAILER`: an `aws-chunked` body whose trailer carries
+    /// its checksum.
+    UnsignedTrailer,
 }
 
 /// Signs an outgoing S3 request with aws-sigv4 and returns the headers to add
@@ -596,6 +599,7 @@ pub fn sign_request(
     let body = match body {
         SignedBody::Bytes(b) => SignableBody::Bytes(b),
         SignedBody::Unsigned => SignableBody::UnsignedPayload,
+        SignedBody::UnsignedTrailer => SignableBody::StreamingUnsignedPayloadTrailer,
     };
     let signable =
         SignableRequest::new(method, url, headers.iter().copied(), body).map_err(|e| {

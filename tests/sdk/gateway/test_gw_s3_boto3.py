@@ -183,9 +183,9 @@ def test_checksum_mode_full_object_only(gw, gw_s3, gw_bucket):
     the object was uploaded with (botocore then verifies the body against it)."""
     body = payload(3 * MiB + 17, 1)
     crc = base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode()
-    # Given up front, the checksum travels as a header, which the origin keeps (one sent
-    # as a trailer is verified by the gateway but reaches the origin too late to keep).
-    gw_s3.put_object(Bucket=gw_bucket, Key="ck.bin", Body=body, ChecksumCRC32=crc)
+    # botocore sends the checksum as an aws-chunked trailer; the gateway passes it on in a
+    # trailer of its own, so the origin keeps it.
+    gw_s3.put_object(Bucket=gw_bucket, Key="ck.bin", Body=body, ChecksumAlgorithm="CRC32")
     for rng, first, last in (("bytes=100-200099", 100, 200099), ("bytes=-5", len(body) - 5, len(body) - 1)):
         resp, got = get_body(gw_s3, gw_bucket, "ck.bin", Range=rng, ChecksumMode="ENABLED")
         assert got == body[first:last + 1], rng
@@ -198,6 +198,11 @@ def test_checksum_mode_full_object_only(gw, gw_s3, gw_bucket):
     assert sha256(got) == sha256(body)
     plain = gw_s3.head_object(Bucket=gw_bucket, Key="ck.bin")
     assert "ChecksumCRC32" not in plain
+    # Given up front, it travels as a header, which the origin keeps too.
+    sha = base64.b64encode(hashlib.sha256(body).digest()).decode()
+    gw_s3.put_object(Bucket=gw_bucket, Key="ck2.bin", Body=body, ChecksumSHA256=sha)
+    head = gw_s3.head_object(Bucket=gw_bucket, Key="ck2.bin", ChecksumMode="ENABLED")
+    assert head.get("ChecksumSHA256") == sha
 
 
 def test_range_past_the_end_is_416(gw, gw_s3, gw_bucket):

@@ -292,6 +292,15 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
         })?),
         None => header(ctx.headers, "range").and_then(RangeSpec::parse).filter(|s| !s.is_suffix()),
     };
+    let request = ReadRequest {
+        route: ctx.front.route,
+        backend: ctx.backend(),
+        bucket: container,
+        key: blob,
+        conditions: &conditions,
+        range,
+        with_body,
+    };
     // The MD5 of the range itself, which Azure computes for ranges of at most 4 MiB.
     let range_md5 = with_body
         && header(ctx.headers, "x-ms-range-get-content-md5")
@@ -312,24 +321,11 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
             }
             Some(RangeSpec::From { first }) => {
                 // Its length needs the size: refuse before any byte is read or filled.
-                let meta = ctx
-                    .gw
-                    .objects
-                    .read(ReadRequest {
-                        route: ctx.front.route,
-                        backend: ctx.backend(),
-                        bucket: container,
-                        key: blob,
-                        conditions: &conditions,
-                        range,
-                        with_body: false,
-                    })
-                    .await
-                    .map_err(|mut f| {
-                        f.error = blob_errors(f.error);
-                        f
-                    })?
-                    .meta;
+                let head = ReadRequest {
+                    with_body: false,
+                    ..request
+                };
+                let meta = read_blob(ctx, head).await?.meta;
                 if meta.size.saturating_sub(first) > MAX_RANGE_MD5_BYTES {
                     return Err(too_large_for_md5().into());
                 }
@@ -337,23 +333,7 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
             Some(_) => {}
         }
     }
-    let read = ctx
-        .gw
-        .objects
-        .read(ReadRequest {
-            route: ctx.front.route,
-            backend: ctx.backend(),
-            bucket: container,
-            key: blob,
-            conditions: &conditions,
-            range,
-            with_body,
-        })
-        .await
-        .map_err(|mut f| {
-            f.error = blob_errors(f.error);
-            f
-        })?;
+    let read = read_blob(ctx, request).await?;
     let (status, len) = match read.range {
         Some(r) => (StatusCode::PARTIAL_CONTENT, r.len()),
         None => (StatusCode::OK, read.meta.size),
@@ -427,6 +407,17 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
 
 /// Origin HEADs in flight while an Azure listing over an S3 origin gathers metadata.
 const LISTING_HEADS_IN_FLIGHT: usize = 8;
+
+/// A blob read, with failures named as Azure names them.
+async fn read_blob(
+    ctx: &Ctx<'_>,
+    request: ReadRequest<'_>,
+) -> Result<crate::objects::Read, Failure> {
+    ctx.gw.objects.read(request).await.map_err(|mut f| {
+        f.error = blob_errors(f.error);
+        f
+    })
+}
 
 /// The largest range whose MD5 Azure returns (`x-ms-range-get-content-md5`).
 const MAX_RANGE_MD5_BYTES: u64 = 4 << 20;

@@ -31,6 +31,7 @@ use talon_protocols::{Error, ErrorKind};
 use crate::config::{Backend, Route};
 use crate::metrics::Outcome;
 use crate::reply::Failure;
+use talon_protocols::content_headers::{CONTENT_HEADERS, stored_value};
 
 /// An object's metadata as a front reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -505,15 +506,6 @@ pub fn set_object_headers(h: &mut http::HeaderMap, set: &HeaderSet, meta_prefix:
     }
 }
 
-/// The content headers a write carries, by their standard lower-case names (S3 takes
-/// these on a write; Azure takes `x-ms-blob-<name>`).
-const CONTENT_HEADERS: [&str; 4] = [
-    "content-encoding",
-    "content-language",
-    "content-disposition",
-    "cache-control",
-];
-
 /// Appends the content headers of a client's write to the headers for the origin, in
 /// the origin's dialect. `client` gives the client's value for a standard name (each
 /// front reads its own dialect); `aws-chunked`, a transfer detail of S3 uploads that the
@@ -524,24 +516,9 @@ pub fn write_content_headers(
     client: impl Fn(&str) -> Option<String>,
 ) {
     for name in CONTENT_HEADERS {
-        let Some(mut value) = client(name) else {
+        let Some(value) = client(name).and_then(|v| stored_value(name, &v)) else {
             continue;
         };
-        if name == "content-encoding"
-            && value
-                .split(',')
-                .any(|c| c.trim().eq_ignore_ascii_case("aws-chunked"))
-        {
-            value = value
-                .split(',')
-                .map(str::trim)
-                .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
-                .collect::<Vec<_>>()
-                .join(",");
-        }
-        if value.is_empty() {
-            continue;
-        }
         let name = match origin {
             Backend::S3 => name.to_owned(),
             Backend::Azure => format!("x-ms-blob-{name}"),

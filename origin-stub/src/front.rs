@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use talon_protocols::azure::auth::AzureIdentity;
 use talon_protocols::azure::request::AzureAddressing;
+use talon_protocols::content_headers::{CONTENT_HEADERS, stored_value};
 use talon_protocols::s3::auth::S3Identities;
 use talon_protocols::s3::request::S3Addressing;
 use talon_protocols::{Error, ErrorKind, Result};
@@ -20,19 +21,8 @@ use crate::metrics::Protocol;
 use crate::store::ObjectBody;
 use crate::store::ObjectStore;
 
-/// The standard content headers an object keeps from its write and gives back on
-/// reads, by their lower-case names on a read (S3 takes the same names on a write;
-/// Azure takes `x-ms-blob-<name>`).
-pub const CONTENT_HEADERS: [&str; 4] = [
-    "content-encoding",
-    "content-language",
-    "content-disposition",
-    "cache-control",
-];
-
-/// The content headers of a write: `CONTENT_HEADERS` read from `prefix<name>`.
-/// `aws-chunked`, a transfer detail of S3 uploads, is not part of the stored
-/// `Content-Encoding`.
+/// The content headers of a write: [`CONTENT_HEADERS`] read from `prefix<name>`, as
+/// [`stored_value`] keeps them.
 pub fn content_headers(headers: &HeaderMap, prefix: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for name in CONTENT_HEADERS {
@@ -43,21 +33,7 @@ pub fn content_headers(headers: &HeaderMap, prefix: &str) -> BTreeMap<String, St
         else {
             continue;
         };
-        let value = if name == "content-encoding"
-            && value
-                .split(',')
-                .any(|c| c.trim().eq_ignore_ascii_case("aws-chunked"))
-        {
-            value
-                .split(',')
-                .map(str::trim)
-                .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
-                .collect::<Vec<_>>()
-                .join(",")
-        } else {
-            value.to_owned()
-        };
-        if !value.is_empty() {
+        if let Some(value) = stored_value(name, value) {
             out.insert(name.to_owned(), value);
         }
     }

@@ -57,7 +57,7 @@ pub struct ObjectMeta {
     /// User metadata, lower-case names without the protocol prefix.
     pub user_metadata: BTreeMap<String, String>,
     /// Content headers recorded at write, by lower-case standard name (one of
-    /// [`CONTENT_HEADERS`](crate::front::CONTENT_HEADERS)).
+    /// [`CONTENT_HEADERS`](talon_protocols::content_headers::CONTENT_HEADERS)).
     pub content_headers: BTreeMap<String, String>,
     /// Full-object flexible checksum recorded at upload.
     pub checksum: Option<(ChecksumAlgorithm, String)>,

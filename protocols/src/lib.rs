@@ -14,6 +14,7 @@
 pub mod azure;
 pub mod checksum;
 pub mod conditional;
+pub mod content_headers;
 pub mod dates;
 pub mod error;
 pub mod expect_continue;

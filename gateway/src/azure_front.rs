@@ -29,7 +29,7 @@ use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header};
-use crate::upload::{Claims, VerifyingBody, take_outcome};
+use crate::upload::{Claims, VerifyingBody, settle};
 
 const PROTOCOL: &str = "azure";
 const MAX_RESULTS: usize = 5000;
@@ -666,7 +666,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         content_md5: header(ctx.headers, "content-md5").map(str::to_owned),
         ..Claims::default()
     };
-    let (stream, outcome) = VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
+    let (stream, outcome) = VerifyingBody::new(body, claims, len);
     let headers = write_headers(ctx);
     let header_refs: Vec<(&str, String)> = headers
         .iter()
@@ -682,12 +682,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
             &header_refs,
         )
         .await;
-    let verified = match take_outcome(&outcome) {
-        Some(Err(e)) => return Err(e.into()),
-        Some(Ok(v)) => Some(v),
-        None => None,
-    };
-    let etag = result.map_err(container_errors)?;
+    let (etag, verified) = settle(&outcome, result.map_err(container_errors))?;
     ctx.gw.objects.wrote(ctx.backend(), container, blob);
     ctx.gw.metrics.bytes_in(PROTOCOL, len);
     let mut resp = answer(StatusCode::CREATED, Body::empty());
@@ -699,15 +694,13 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         &talon_protocols::dates::format_http_date(SystemTime::now()),
     );
     set_header(h, "x-ms-request-server-encrypted", "true");
-    if let Some(v) = verified {
-        use base64::Engine;
-        if let Ok(md5) = hex::decode(&v.md5_hex) {
-            set_header(
-                h,
-                "content-md5",
-                &base64::engine::general_purpose::STANDARD.encode(md5),
-            );
-        }
+    use base64::Engine;
+    if let Ok(md5) = hex::decode(&verified.md5_hex) {
+        set_header(
+            h,
+            "content-md5",
+            &base64::engine::general_purpose::STANDARD.encode(md5),
+        );
     }
     Ok(resp)
 }
@@ -780,8 +773,14 @@ async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Fa
                 content_md5: header(ctx.headers, "content-md5").map(str::to_owned),
                 ..Claims::default()
             };
-            let (stream, outcome) =
-                VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
+            if len > ctx.gw.limits.max_upload_bytes {
+                return Err(Error::new(
+                    ErrorKind::EntityTooLarge,
+                    "The request body is too large.",
+                )
+                .into());
+            }
+            let (stream, outcome) = VerifyingBody::new(body, claims, len);
             (
                 OriginBody::Stream {
                     body: reqwest::Body::wrap_stream(stream),
@@ -807,12 +806,10 @@ async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Fa
             body: origin_body,
         })
         .await;
-    if let Some(outcome) = outcome
-        && let Some(Err(e)) = take_outcome(&outcome)
-    {
-        return Err(e.into());
-    }
-    let resp = result?;
+    let resp = match outcome {
+        Some(outcome) => settle(&outcome, result)?.0,
+        None => result?,
+    };
     if resp.status().is_success()
         && let (Some(c), Some(b)) = (&ctx.request.container, &ctx.request.blob)
     {

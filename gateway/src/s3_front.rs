@@ -36,7 +36,7 @@ use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header};
-use crate::upload::{Claims, VerifyingBody, take_outcome};
+use crate::upload::{Claims, VerifyingBody, settle};
 
 const OWNER_ID: &str = "talon-gateway";
 const PROTOCOL: &str = "s3";
@@ -710,7 +710,7 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         (Some((_, Some(alg), _)), None) => Some(*alg),
         _ => None,
     };
-    let (stream, outcome) = VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
+    let (stream, outcome) = VerifyingBody::new(body, claims, len);
     for cond in ["if-match", "if-none-match"] {
         if let Some(v) = header(ctx.headers, cond) {
             headers.push((cond.to_owned(), v.to_owned()));
@@ -739,19 +739,12 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
                 .await
         }
     };
-    // The client's checks decide first: a tampered body is the client's error even though
-    // the origin saw it as a broken upload.
-    let verified = match take_outcome(&outcome) {
-        Some(Err(e)) => return Err(e.into()),
-        Some(Ok(v)) => Some(v),
-        None => None,
-    };
-    let etag = result?;
+    let (etag, verified) = settle(&outcome, result)?;
     ctx.gw.objects.wrote(ctx.backend(), bucket, key);
     ctx.gw.metrics.bytes_in(PROTOCOL, len);
     let mut resp = answer(StatusCode::OK, Body::empty());
     set_header(resp.headers_mut(), "etag", &etag);
-    if let Some((alg, value)) = verified.and_then(|v| v.checksum) {
+    if let Some((alg, value)) = verified.checksum {
         set_header(resp.headers_mut(), alg.header_name(), &value);
     }
     Ok(resp)
@@ -797,9 +790,7 @@ async fn delete_objects(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> 
             break;
         }
     }
-    if let Some(Err(e)) = take_outcome(&outcome) {
-        return Err(e.into());
-    }
+    settle(&outcome, Ok(()))?;
     let request: xml::DeleteRequest = xml::parse_request(&bytes)?;
     if request.objects.len() > 1000 {
         return Err(Error::new(
@@ -876,8 +867,14 @@ async fn relay_to_s3_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failu
             if let Some((alg, value)) = &claims.checksum {
                 headers.push((alg.header_name().to_owned(), value.clone()));
             }
-            let (stream, outcome) =
-                VerifyingBody::new(body, claims, ctx.gw.limits.max_upload_bytes);
+            if len > ctx.gw.limits.max_upload_bytes {
+                return Err(Error::new(
+                    ErrorKind::EntityTooLarge,
+                    "Your proposed upload exceeds the maximum allowed size",
+                )
+                .into());
+            }
+            let (stream, outcome) = VerifyingBody::new(body, claims, len);
             (
                 OriginBody::Stream {
                     body: reqwest::Body::wrap_stream(stream),
@@ -906,12 +903,10 @@ async fn relay_to_s3_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failu
             body: origin_body,
         })
         .await;
-    if let Some(outcome) = outcome
-        && let Some(Err(e)) = take_outcome(&outcome)
-    {
-        return Err(e.into());
-    }
-    let resp = result?;
+    let resp = match outcome {
+        Some(outcome) => settle(&outcome, result)?.0,
+        None => result?,
+    };
     if resp.status().is_success()
         && let (Some(bucket), Some(key)) = (&ctx.request.bucket, &ctx.request.key)
     {

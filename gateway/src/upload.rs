@@ -4,10 +4,21 @@
 //! of known length, so a large object never sits in the gateway's memory. Everything the
 //! client claims about the body is checked on the way: `aws-chunked` framing with its
 //! chunk and trailer signatures, `x-amz-content-sha256`, `Content-MD5`, flexible
-//! checksums. The last piece of the body is held back until every check has passed; if
-//! one fails, the stream ends with an error instead, the origin receives fewer bytes
-//! than announced and stores nothing, and the client gets the protocol's error. So a
-//! tampered body changes nothing.
+//! checksums.
+//!
+//! The origin is told the decoded length up front, so it commits the object the moment
+//! that many bytes have arrived. Hence two invariants, which together mean a tampered,
+//! longer, shorter or cut-off body changes nothing at the origin:
+//! - never more than the announced length leaves: a body that decodes to more is
+//!   refused at the first byte too many;
+//! - the byte that completes the announced length leaves only after every check has
+//!   passed (the last piece is held back; while anything is held, what was released is
+//!   strictly shorter than the announced length).
+//!
+//! If a check fails the stream ends with an error, the origin receives fewer bytes than
+//! announced and stores nothing, and the client gets the protocol's error.
+//! [`settle`] turns the two results (the client's checks, the origin's answer) into one,
+//! and treats an origin success without a finished verification as an error.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -59,15 +70,16 @@ pub struct VerifyingBody {
     content_md5: Option<String>,
     md5: Md5,
     len: u64,
-    limit: u64,
+    announced: u64,
     held: Option<Bytes>,
     done: bool,
     outcome: Outcome,
 }
 
 impl VerifyingBody {
-    /// Wraps a client body. `limit` caps the decoded bytes.
-    pub fn new(body: axum::body::Body, claims: Claims, limit: u64) -> (VerifyingBody, Outcome) {
+    /// Wraps a client body whose decoded length was announced to the origin as
+    /// `announced` bytes: a body that decodes to more or fewer bytes fails.
+    pub fn new(body: axum::body::Body, claims: Claims, announced: u64) -> (VerifyingBody, Outcome) {
         let outcome: Outcome = Arc::new(Mutex::new(None));
         let decoder = claims
             .chunked
@@ -80,7 +92,7 @@ impl VerifyingBody {
             content_md5: claims.content_md5,
             md5: Md5::new(),
             len: 0,
-            limit,
+            announced,
             held: None,
             done: false,
             outcome: outcome.clone(),
@@ -141,6 +153,15 @@ impl VerifyingBody {
             }
             checksum_out = Some((alg, computed));
         }
+        if self.len != self.announced {
+            return Err(Error::new(
+                ErrorKind::IncompleteBody,
+                format!(
+                    "You did not provide the number of bytes announced: {} of {}.",
+                    self.len, self.announced
+                ),
+            ));
+        }
         Ok(Verified {
             len: self.len,
             md5_hex: hex::encode(md5),
@@ -161,10 +182,13 @@ impl VerifyingBody {
             None => data,
         };
         self.len += decoded.len() as u64;
-        if self.len > self.limit {
+        if self.len > self.announced {
             return Err(Error::new(
-                ErrorKind::EntityTooLarge,
-                "Your proposed upload exceeds the maximum allowed size",
+                ErrorKind::IncompleteBody,
+                format!(
+                    "The request body is longer than the {} bytes announced.",
+                    self.announced
+                ),
             ));
         }
         self.md5.update(&decoded);
@@ -224,6 +248,31 @@ impl Stream for VerifyingBody {
 }
 
 /// The outcome of a verifying stream once the origin call has returned.
-pub fn take_outcome(outcome: &Outcome) -> Option<Result<Verified, Error>> {
+fn take_outcome(outcome: &Outcome) -> Option<Result<Verified, Error>> {
     outcome.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+/// An upload's one result, from the client's checks and the origin's answer.
+///
+/// The client's checks decide first: a tampered body is the client's error even though
+/// the origin saw it as a broken upload. An origin that failed before the body ended
+/// gives its own error. An origin that *succeeded* although the verification never
+/// finished would have committed unverified bytes; the invariants above rule that out,
+/// and should it happen anyway it is an error, never a success.
+///
+/// # Errors
+/// The failed check, the origin's error, or [`ErrorKind::InternalError`].
+pub fn settle<T>(outcome: &Outcome, origin: Result<T, Error>) -> Result<(T, Verified), Error> {
+    match take_outcome(outcome) {
+        Some(Err(e)) => Err(e),
+        Some(Ok(verified)) => origin.map(|t| (t, verified)),
+        None => {
+            origin?;
+            tracing::error!("the origin accepted an upload whose verification never finished");
+            Err(Error::new(
+                ErrorKind::InternalError,
+                "The upload could not be verified.",
+            ))
+        }
+    }
 }

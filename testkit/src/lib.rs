@@ -15,9 +15,12 @@
 //! ([`read_through`], [`ReadOutcome::check`], [`expected`]), the allocated size of a
 //! cache folder ([`allocated_bytes`]), a raw data-plane connection for hostile and
 //! pipelined frames ([`raw::RawConnection`]), and the `talon-worker` binary run as a real
-//! process against the sandbox ([`WorkerProcess`]).
+//! process against the sandbox ([`WorkerProcess`]), and signed `aws-chunked` uploads
+//! with their spoilt variants for every server that verifies uploads
+//! ([`signed_upload`]).
 
 pub mod raw;
+pub mod signed_upload;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};

@@ -12,8 +12,9 @@
 //! The decoder yields the object's bytes only (the framing never reaches the object),
 //! verifies each chunk signature against the chain seeded by the request's signature,
 //! computes the checksum the trailer announces and compares it, and checks the decoded
-//! length against `x-amz-decoded-content-length`. Data is released as it arrives; a
-//! caller must commit what it wrote only after [`AwsChunkedDecoder::finish`] succeeds.
+//! length against `x-amz-decoded-content-length` (a chunk that would go past it is
+//! refused at its header). Data is released as it arrives; a caller must commit what it
+//! wrote only after [`AwsChunkedDecoder::finish`] succeeds.
 
 use aws_sigv4::sign::v4::calculate_signature;
 use sha2::{Digest, Sha256};
@@ -272,6 +273,13 @@ impl AwsChunkedDecoder {
                 ));
             }
             _ => {}
+        }
+        if let Some(expected) = self.expected_len
+            && self.decoded.saturating_add(size) > expected
+        {
+            return Err(incomplete(format!(
+                "a chunk of {size} bytes goes past x-amz-decoded-content-length ({expected})"
+            )));
         }
         self.chunk_signature = signature;
         self.chunk_hash = matches!(self.signing, ChunkSigning::Signed { .. }).then(Sha256::new);
@@ -597,6 +605,18 @@ mod tests {
             decode_all(d, &body, 4096).err().map(|e| e.kind()),
             Some(ErrorKind::SignatureDoesNotMatch)
         );
+    }
+
+    #[test]
+    fn a_chunk_longer_than_the_announced_length_is_refused_at_its_header() {
+        // SEC-01: one byte more than x-amz-decoded-content-length, in one chunk.
+        let mut d = AwsChunkedDecoder::new(ChunkSigning::Unverified, None, Some(16));
+        let mut out = Vec::new();
+        let err = d
+            .feed(b"11;chunk-signature=00\r\n", &mut out)
+            .expect_err("refused");
+        assert_eq!(err.kind(), ErrorKind::IncompleteBody);
+        assert!(out.is_empty(), "no byte of the chunk was released");
     }
 
     fn unsigned_trailer_body(data: &[u8], trailer_value: &str) -> Vec<u8> {

@@ -17,6 +17,7 @@ use talon_gateway::config::{
 };
 use talon_origin_stub::generated::GeneratedObject;
 use talon_origin_stub::{DEFAULT_AZURE_ACCOUNT, EMULATOR_AZURE_KEY, StubConfig};
+use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
 use talon_protocols::s3::request::S3Addressing;
@@ -79,14 +80,27 @@ struct UpArgs {
     /// Gateway admin port (/metrics, /healthz, /readyz).
     #[arg(long, env = "TALON_ADMIN_PORT", default_value_t = 9300)]
     admin_port: u16,
-    /// Require S3 requests signed with ACCESS_KEY:SECRET (default: any credentials are
-    /// accepted and signatures are not checked).
-    #[arg(long, env = "TALON_S3_CREDENTIALS")]
-    s3_credentials: Option<String>,
-    /// Require Azure Shared Key or SAS with the emulator's well-known account key
-    /// (default: anonymous access).
-    #[arg(long, env = "TALON_AZURE_REQUIRE_KEY")]
-    azure_require_key: bool,
+    /// The S3 client identity ACCESS_KEY:SECRET every S3 request must be signed with.
+    /// The default is the well-known development identity `talon:talon` (like MinIO's
+    /// `minioadmin`); prefer the environment variable to the flag, which other local
+    /// users can read in the process list.
+    #[arg(
+        long,
+        env = "TALON_S3_CREDENTIALS",
+        default_value = "talon:talon",
+        hide_env_values = true
+    )]
+    s3_credentials: String,
+    /// What unsigned requests may do on both fronts: none (the default), read (GET,
+    /// HEAD and listings) or read-write. `--anonymous` alone means read.
+    #[arg(
+        long,
+        env = "TALON_ANONYMOUS",
+        default_value = "none",
+        num_args = 0..=1,
+        default_missing_value = "read"
+    )]
+    anonymous: AnonymousAccess,
     /// Write the endpoints as JSON to this file once everything is up (for scripts).
     #[arg(long, env = "TALON_READY_FILE")]
     ready_file: Option<PathBuf>,
@@ -188,22 +202,29 @@ struct Endpoints {
     origin: String,
 }
 
-fn print_banner(e: &Endpoints, args: &UpArgs, credentials: Option<(&str, &str)>) {
-    let (ak, sk) = credentials.unwrap_or(("talon", "talon"));
+fn print_banner(e: &Endpoints, args: &UpArgs, (ak, sk): (&str, &str)) {
     let azure_key = EMULATOR_AZURE_KEY;
     let (s3, azure, admin) = (&e.s3, &e.azure, &e.admin);
+    let curl = if args.anonymous == AnonymousAccess::Refused {
+        format!(
+            "curl -s --aws-sigv4 aws:amz:us-east-1:s3 --user {ak}:{sk} -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {s3}/demo/hello.txt"
+        )
+    } else {
+        format!("curl -s {s3}/demo/hello.txt")
+    };
     println!(
         r#"
 Talon is up: {workers} workers behind a gateway, reading {origin}.
 
   S3          {s3}   region us-east-1, path-style
-              credentials: {creds}
+              access key {ak}, secret {sk} (signatures required)
   Azure Blob  {azure}
-              account {DEFAULT_AZURE_ACCOUNT}, key {azure_key}{azure_auth}
+              account {DEFAULT_AZURE_ACCOUNT}, key {azure_key} (Shared Key or SAS required)
+  Anonymous   {anonymous}
   Metrics     {admin}/metrics   (coordinator: {coordinator}/v1/cluster)
 
 Try it:
-  curl -s {s3}/demo/hello.txt
+  {curl}
   AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} aws --endpoint-url {s3} s3 ls s3://demo --recursive
 
   python3 -c "import boto3; s3 = boto3.client('s3', endpoint_url='{s3}', aws_access_key_id='{ak}', aws_secret_access_key='{sk}', region_name='us-east-1'); print(s3.get_object(Bucket='demo', Key='hello.txt')['Body'].read())"
@@ -215,28 +236,20 @@ Ctrl-C stops it.
         workers = args.workers,
         origin = e.origin,
         coordinator = e.coordinator,
-        creds = if credentials.is_some() {
-            format!("access key {ak}, secret {sk} (required)")
-        } else {
-            "any (signatures not checked)".to_owned()
-        },
-        azure_auth = if args.azure_require_key {
-            " (required)"
-        } else {
-            " (optional: anonymous access allowed)"
+        anonymous = match args.anonymous {
+            AnonymousAccess::Refused => "refused (--anonymous allows reads)",
+            AnonymousAccess::ReadOnly => "reads allowed, writes refused",
+            AnonymousAccess::ReadWrite => "reads and writes allowed",
         },
     );
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<()> {
-    let credentials = match &args.s3_credentials {
-        Some(c) => Some(
-            c.split_once(':')
-                .filter(|(a, s)| !a.is_empty() && !s.is_empty())
-                .with_context(|| format!("--s3-credentials '{c}' is not ACCESS_KEY:SECRET"))?,
-        ),
-        None => None,
-    };
+    let credentials = args
+        .s3_credentials
+        .split_once(':')
+        .filter(|(a, s)| !a.is_empty() && !s.is_empty())
+        .context("--s3-credentials is not ACCESS_KEY:SECRET")?;
     let loopback = |port| SocketAddr::new(args.bind, port);
     let any_port = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), 0);
 
@@ -351,27 +364,20 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         .await
         .context("connecting the gateway to the cluster")?;
 
-    let mut identities_file = IdentitiesFile {
-        anonymous: true,
-        ..IdentitiesFile::default()
-    };
-    if let Some((ak, sk)) = credentials {
-        identities_file.s3.push(S3Key {
-            access_key: ak.into(),
-            secret_key: sk.into(),
-        });
-        identities_file.anonymous = false;
-    }
-    let mut identities = Identities::from_parts(identities_file)?;
-    if args.azure_require_key {
-        identities.azure.key = Some(
-            AccountKey::from_base64(EMULATOR_AZURE_KEY)
-                .map_err(|e| anyhow::anyhow!("the emulator key: {}", e.message()))?,
-        );
-        identities.azure.allow_anonymous = false;
-    } else {
-        identities.azure.allow_anonymous = true;
-    }
+    // The conventions of the local emulators: signed requests with well-known
+    // development credentials, anonymous access only when asked for.
+    let mut identities = Identities::from_parts(IdentitiesFile {
+        s3: vec![S3Key {
+            access_key: credentials.0.into(),
+            secret_key: credentials.1.into(),
+        }],
+        azure: None,
+        anonymous: args.anonymous,
+    })?;
+    identities.azure.key = Some(
+        AccountKey::from_base64(EMULATOR_AZURE_KEY)
+            .map_err(|e| anyhow::anyhow!("the emulator key: {}", e.message()))?,
+    );
     let (s3_backend, azure_backend) = match (&origins.s3, &origins.azure) {
         (Some(_), Some(_)) => (Backend::S3, Backend::Azure),
         (Some(_), None) => (Backend::S3, Backend::S3),

@@ -29,7 +29,7 @@ use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header};
-use crate::upload::{Claims, VerifyingBody, settle};
+use crate::upload::{Claims, VerifyingBody, origin_body, settle};
 
 const PROTOCOL: &str = "azure";
 const MAX_RESULTS: usize = 5000;
@@ -677,7 +677,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         .put_stream(
             container,
             blob,
-            reqwest::Body::wrap_stream(stream),
+            origin_body(stream).await?,
             len,
             &header_refs,
         )
@@ -783,7 +783,7 @@ async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Fa
             let (stream, outcome) = VerifyingBody::new(body, claims, len);
             (
                 OriginBody::Stream {
-                    body: reqwest::Body::wrap_stream(stream),
+                    body: origin_body(stream).await?,
                     len,
                 },
                 Some(outcome),

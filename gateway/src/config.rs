@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::auth::AzureIdentity;
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::azure::shared_key::AccountKey;
@@ -144,9 +145,12 @@ impl Default for Limits {
 /// {
 ///   "s3": [{"access_key": "AKIA...", "secret_key": "..."}],
 ///   "azure": {"account": "devstoreaccount1", "key": "base64..."},
-///   "anonymous": false
+///   "anonymous": "none"
 /// }
 /// ```
+///
+/// `anonymous` is `"none"` (the default), `"read"` or `"read-write"`; `true` means
+/// `"read"` and `false` `"none"`. It applies to both fronts alike.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentitiesFile {
@@ -156,9 +160,25 @@ pub struct IdentitiesFile {
     /// The Azure account clients address, and its key.
     #[serde(default)]
     pub azure: Option<AzureAccount>,
-    /// Whether unauthenticated requests are served.
-    #[serde(default)]
-    pub anonymous: bool,
+    /// What unauthenticated requests may do, on both fronts.
+    #[serde(default, deserialize_with = "anonymous_setting")]
+    pub anonymous: AnonymousAccess,
+}
+
+/// `anonymous` as a level name or, as older files have it, a boolean (`true` is
+/// read-only: writes must always be asked for by name).
+fn anonymous_setting<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AnonymousAccess, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Setting {
+        Flag(bool),
+        Level(String),
+    }
+    match Setting::deserialize(d)? {
+        Setting::Flag(true) => Ok(AnonymousAccess::ReadOnly),
+        Setting::Flag(false) => Ok(AnonymousAccess::Refused),
+        Setting::Level(l) => l.parse().map_err(serde::de::Error::custom),
+    }
 }
 
 /// One S3 access key.
@@ -214,7 +234,7 @@ impl Identities {
                 .into_iter()
                 .map(|k| (k.access_key, k.secret_key))
                 .collect(),
-            allow_anonymous: file.anonymous,
+            anonymous: file.anonymous,
         };
         let (account, key) = match file.azure {
             Some(a) => (a.account, a.key),
@@ -227,14 +247,34 @@ impl Identities {
             ),
             None => None,
         };
-        let allow_anonymous = file.anonymous;
         Ok(Identities {
             s3,
             azure: AzureIdentity {
                 account,
                 key,
-                allow_anonymous,
+                anonymous: file.anonymous,
             },
         })
+    }
+
+    /// Checks that every front that will listen can authenticate someone: a front with
+    /// no credentials serves only when anonymous access was asked for explicitly.
+    ///
+    /// # Errors
+    /// [`GatewayError::Config`] naming the front and what to configure.
+    pub fn check_fronts(&self, s3_front: bool, azure_front: bool) -> Result<(), GatewayError> {
+        let open = self.s3.anonymous != AnonymousAccess::Refused;
+        if s3_front && self.s3.secrets.is_empty() && !open {
+            return Err(GatewayError::Config(
+                "the S3 front has no credentials: give S3 keys in the identities file, or allow anonymous access explicitly".into(),
+            ));
+        }
+        let open = self.azure.anonymous != AnonymousAccess::Refused;
+        if azure_front && self.azure.key.is_none() && !open {
+            return Err(GatewayError::Config(
+                "the Azure front has no account key: give one in the identities file, allow anonymous access explicitly, or turn the Azure front off".into(),
+            ));
+        }
+        Ok(())
     }
 }

@@ -257,6 +257,9 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             "a front routes through the cache but no cache cluster is configured".into(),
         ));
     }
+    config
+        .identities
+        .check_fronts(config.s3.is_some(), config.azure.is_some())?;
     let state = Arc::new(Gateway {
         s3: config.s3.clone(),
         azure: config.azure.clone(),

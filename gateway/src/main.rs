@@ -12,6 +12,7 @@ use talon_gateway::config::{
     AzureFront, Backend, Identities, IdentitiesFile, Limits, Route, S3Front, S3Key,
 };
 use talon_gateway::{GatewayConfig, start};
+use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
@@ -102,7 +103,8 @@ struct Args {
     #[arg(long, env = "TALON_GATEWAY_ORIGIN_FALLBACK", default_value_t = true)]
     origin_fallback: bool,
 
-    /// Client identities (JSON: {"s3": [{"access_key", "secret_key"}], "azure": {"account", "key"}, "anonymous": bool}).
+    /// Client identities (JSON: {"s3": [{"access_key", "secret_key"}], "azure": {"account", "key"}, "anonymous": "none"|"read"|"read-write"}).
+    /// A front with no credentials refuses to start unless anonymous access is allowed.
     #[arg(long, env = "TALON_GATEWAY_IDENTITIES")]
     identities: Option<PathBuf>,
     /// An S3 client identity ACCESS_KEY:SECRET (repeatable); adds to the file's.
@@ -112,9 +114,11 @@ struct Args {
         value_delimiter = ','
     )]
     s3_credentials: Vec<String>,
-    /// Serve unauthenticated requests.
-    #[arg(long, env = "TALON_GATEWAY_ANONYMOUS")]
-    anonymous: bool,
+    /// What unauthenticated requests may do on both fronts: none, read (GET, HEAD,
+    /// listings) or read-write; `--anonymous` alone means read. Overrides the
+    /// identities file's `anonymous`.
+    #[arg(long, env = "TALON_GATEWAY_ANONYMOUS", num_args = 0..=1, default_missing_value = "read")]
+    anonymous: Option<AnonymousAccess>,
 
     /// How long object metadata is trusted, milliseconds.
     #[arg(long, env = "TALON_GATEWAY_METADATA_TTL_MS", default_value_t = 1000)]
@@ -229,7 +233,9 @@ async fn main() -> anyhow::Result<()> {
             secret_key: s.into(),
         });
     }
-    file.anonymous |= args.anonymous;
+    if let Some(level) = args.anonymous {
+        file.anonymous = level;
+    }
     let identities = Identities::from_parts(file)?;
     let origins = Origins {
         s3: s3_origin,

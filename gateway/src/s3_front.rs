@@ -22,12 +22,12 @@ use talon_protocols::conditional::Conditions;
 use talon_protocols::listing::ListPage;
 use talon_protocols::origin::{ForwardRequest, ListOptions, OriginBody};
 use talon_protocols::range::RangeSpec;
-use talon_protocols::s3::auth as s3_auth;
+use talon_protocols::s3::auth::{self as s3_auth, S3Auth};
 use talon_protocols::s3::chunked::ChunkSigning;
 use talon_protocols::s3::request::{
     ListObjectsParams, ListVersion, S3Operation, S3Request, resolve_address,
 };
-use talon_protocols::s3::sigv4::{PayloadMode, RequestParts, VerifiedSigV4};
+use talon_protocols::s3::sigv4::{PayloadMode, RequestParts};
 use talon_protocols::s3::xml;
 use talon_protocols::{Error, ErrorKind};
 
@@ -36,7 +36,7 @@ use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header};
-use crate::upload::{Claims, VerifyingBody, settle};
+use crate::upload::{Claims, VerifyingBody, origin_body, settle};
 
 const OWNER_ID: &str = "talon-gateway";
 const PROTOCOL: &str = "s3";
@@ -199,7 +199,7 @@ struct Ctx<'a> {
     front: &'a crate::config::S3Front,
     headers: &'a HeaderMap,
     request: &'a S3Request,
-    auth: Option<VerifiedSigV4>,
+    auth: S3Auth,
     raw_query: &'a str,
 }
 
@@ -379,17 +379,10 @@ async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Re
             set_header(h, "x-amz-mp-parts-count", &count.to_string());
         }
     }
-    for (param, name) in [
-        ("response-content-type", "content-type"),
-        ("response-content-language", "content-language"),
-        ("response-expires", "expires"),
-        ("response-cache-control", "cache-control"),
-        ("response-content-disposition", "content-disposition"),
-        ("response-content-encoding", "content-encoding"),
-    ] {
-        if let Some(v) = ctx.request.query.get(param) {
-            set_header(h, name, v);
-        }
+    for (name, v) in
+        talon_protocols::content_headers::s3_response_overrides(&ctx.request.query, ctx.auth.caller)
+    {
+        set_header(h, name, v);
     }
     Ok((read.outcome, resp))
 }
@@ -627,7 +620,7 @@ fn upload_claims(ctx: &Ctx<'_>) -> Result<(Claims, u64), Error> {
             "You must provide the Content-Length HTTP header.",
         )
     })?;
-    let signing = match (&ctx.auth, &mode) {
+    let signing = match (&ctx.auth.seed, &mode) {
         (Some(seed), PayloadMode::StreamingSigned) => ChunkSigning::Signed {
             seed: seed.clone(),
             trailer: false,
@@ -641,7 +634,7 @@ fn upload_claims(ctx: &Ctx<'_>) -> Result<(Claims, u64), Error> {
     };
     let claims = Claims {
         chunked: chunked.then_some((signing, trailer, decoded_len)),
-        sha256: match (&ctx.auth, mode) {
+        sha256: match (&ctx.auth.seed, mode) {
             (Some(_), PayloadMode::Sha256(hash)) => Some(hash),
             _ => None,
         },
@@ -729,13 +722,7 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         }
         None => {
             origin
-                .put_stream(
-                    bucket,
-                    key,
-                    reqwest::Body::wrap_stream(stream),
-                    len,
-                    &header_refs,
-                )
+                .put_stream(bucket, key, origin_body(stream).await?, len, &header_refs)
                 .await
         }
     };
@@ -877,7 +864,7 @@ async fn relay_to_s3_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failu
             let (stream, outcome) = VerifyingBody::new(body, claims, len);
             (
                 OriginBody::Stream {
-                    body: reqwest::Body::wrap_stream(stream),
+                    body: origin_body(stream).await?,
                     len,
                 },
                 Some(outcome),

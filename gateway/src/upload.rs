@@ -247,6 +247,34 @@ impl Stream for VerifyingBody {
     }
 }
 
+/// The body to send the origin for a verifying stream.
+///
+/// An HTTP client never polls the body of a request whose Content-Length is 0, so for
+/// an announced length of 0 the stream is read to its end here first (its framing,
+/// trailer and digests still have to verify) and the origin gets an empty body only if
+/// it did.
+///
+/// # Errors
+/// The failed check of an empty upload; the origin is then never contacted.
+pub async fn origin_body(mut stream: VerifyingBody) -> Result<reqwest::Body, Error> {
+    if stream.announced > 0 {
+        return Ok(reqwest::Body::wrap_stream(stream));
+    }
+    while let Some(item) = futures_util::StreamExt::next(&mut stream).await {
+        if item.is_err() {
+            break;
+        }
+    }
+    let mut outcome = stream.outcome.lock().unwrap_or_else(|p| p.into_inner());
+    match outcome.take() {
+        Some(Err(e)) => Err(e),
+        other => {
+            *outcome = other;
+            Ok(reqwest::Body::from(Bytes::new()))
+        }
+    }
+}
+
 /// The outcome of a verifying stream once the origin call has returned.
 fn take_outcome(outcome: &Outcome) -> Option<Result<Verified, Error>> {
     outcome.lock().unwrap_or_else(|p| p.into_inner()).take()

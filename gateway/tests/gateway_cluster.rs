@@ -29,7 +29,7 @@ async fn gateway(
             secret_key: SK.into(),
         }],
         azure: None,
-        anonymous: true,
+        anonymous: talon_protocols::access::AnonymousAccess::ReadWrite,
     })
     .unwrap();
     talon_gateway::start(GatewayConfig {

@@ -89,7 +89,7 @@ async fn gateway(origin: String) -> RunningGateway {
         identities: Identities::from_parts(IdentitiesFile {
             s3: Vec::new(),
             azure: None,
-            anonymous: true,
+            anonymous: talon_protocols::access::AnonymousAccess::ReadOnly,
         })
         .unwrap(),
         metadata_ttl: Duration::from_millis(200),
@@ -101,7 +101,7 @@ async fn gateway(origin: String) -> RunningGateway {
 }
 
 async fn get(gw: &RunningGateway, range: Option<&str>) -> (u16, HeaderMap, Vec<u8>) {
-    let mut req = reqwest::Client::new().get(format!("{}/b/k", gw.s3_url().unwrap()));
+    let mut req = reqwest::Client::new().get(format!("{}/bkt/k", gw.s3_url().unwrap()));
     if let Some(r) = range {
         req = req.header("range", r);
     }

@@ -27,6 +27,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::auth::AzureIdentity;
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::azure::shared_key::AccountKey;
@@ -233,12 +234,21 @@ pub async fn start(config: StubConfig) -> Result<RunningStub, StubError> {
         azure_addressing: config.azure_addressing.clone(),
         s3_identities: S3Identities {
             secrets: config.s3_credentials.clone(),
-            allow_anonymous: config.s3_credentials.is_empty(),
+            // A stub without credentials is a local test origin: open to everything.
+            anonymous: if config.s3_credentials.is_empty() {
+                AnonymousAccess::ReadWrite
+            } else {
+                AnonymousAccess::Refused
+            },
         },
         azure_identity: AzureIdentity {
             account: config.azure_account.clone(),
             key: config.azure_key.clone(),
-            allow_anonymous: config.azure_key.is_none(),
+            anonymous: if config.azure_key.is_none() {
+                AnonymousAccess::ReadWrite
+            } else {
+                AnonymousAccess::Refused
+            },
         },
         azure_endpoint: azure_addr
             .map(|a| format!("http://{a}/{}", config.azure_account))

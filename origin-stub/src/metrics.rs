@@ -86,6 +86,16 @@ impl Metrics {
             .sum()
     }
 
+    /// Every request counted so far, of any protocol and operation: what a test reads
+    /// before and after something that must not reach the origin.
+    pub fn requests_total(&self) -> u64 {
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .sum()
+    }
+
     /// Renders every counter in the Prometheus text format.
     pub fn render(&self) -> String {
         let mut out = String::new();

@@ -8,6 +8,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::{HeaderMap, Method, Request, StatusCode};
 use hyper::body::Incoming;
+use talon_protocols::access::Caller;
 use talon_protocols::checksum::ChecksumAlgorithm;
 use talon_protocols::conditional::{Conditions, EtagList};
 use talon_protocols::dates::{format_http_date, parse_http_date};
@@ -141,7 +142,8 @@ async fn route(state: &Arc<StubState>, req: Request<Incoming>) -> Handled {
         state,
         headers: &parts.headers,
         request: &request,
-        auth,
+        auth: auth.seed,
+        caller: auth.caller,
         truncate,
     };
     use S3Operation::*;
@@ -179,6 +181,7 @@ struct Ctx<'a> {
     headers: &'a HeaderMap,
     request: &'a S3Request,
     auth: Option<VerifiedSigV4>,
+    caller: Caller,
     truncate: bool,
 }
 
@@ -464,17 +467,10 @@ async fn get_object(ctx: &Ctx<'_>, with_body: bool) -> Handled {
         set_header(h, alg.header_name(), value);
         set_header(h, "x-amz-checksum-type", "FULL_OBJECT");
     }
-    for (param, name) in [
-        ("response-content-type", "content-type"),
-        ("response-content-language", "content-language"),
-        ("response-expires", "expires"),
-        ("response-cache-control", "cache-control"),
-        ("response-content-disposition", "content-disposition"),
-        ("response-content-encoding", "content-encoding"),
-    ] {
-        if let Some(v) = ctx.query(param) {
-            set_header(h, name, v);
-        }
+    for (name, v) in
+        talon_protocols::content_headers::s3_response_overrides(&ctx.request.query, ctx.caller)
+    {
+        set_header(h, name, v);
     }
     Ok(resp)
 }

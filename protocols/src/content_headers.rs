@@ -28,6 +28,32 @@ pub fn stored_value(name: &str, value: &str) -> Option<String> {
     (!value.is_empty()).then_some(value)
 }
 
+/// S3's `response-*` query parameters of a GetObject and the response header each
+/// overrides.
+pub const S3_RESPONSE_OVERRIDES: [(&str, &str); 6] = [
+    ("response-content-type", "content-type"),
+    ("response-content-language", "content-language"),
+    ("response-expires", "expires"),
+    ("response-cache-control", "cache-control"),
+    ("response-content-disposition", "content-disposition"),
+    ("response-content-encoding", "content-encoding"),
+];
+
+/// The response headers a GetObject's `response-*` parameters ask for, as
+/// `(header, value)`. None for an anonymous caller: S3 honours them only on signed
+/// requests, and an unsigned `response-content-type=text/html` would let anyone serve
+/// any readable object as a page from the gateway's origin.
+pub fn s3_response_overrides(
+    query: &crate::s3::request::QueryParams,
+    caller: crate::access::Caller,
+) -> impl Iterator<Item = (&'static str, &str)> {
+    let signed = caller == crate::access::Caller::Authenticated;
+    S3_RESPONSE_OVERRIDES
+        .into_iter()
+        .filter(move |_| signed)
+        .filter_map(|(param, header)| query.get(param).map(|v| (header, v)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

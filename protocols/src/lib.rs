@@ -11,6 +11,7 @@
 //! It does not own servers, routing or storage: the parsing and signing modules do no I/O
 //! and hold no runtime; only [`origin`] performs network calls.
 
+pub mod access;
 pub mod azure;
 pub mod checksum;
 pub mod conditional;
@@ -19,6 +20,7 @@ pub mod dates;
 pub mod error;
 pub mod expect_continue;
 pub mod listing;
+pub mod names;
 pub mod origin;
 pub mod range;
 pub mod s3;

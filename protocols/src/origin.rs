@@ -20,6 +20,7 @@ use crate::checksum::ChecksumAlgorithm;
 use crate::conditional::quote_etag;
 use crate::dates::{format_http_date, parse_http_date};
 use crate::error::{Error, ErrorKind, Result};
+use crate::names;
 use crate::range::{ByteRange, RangeSpec, parse_content_range};
 use crate::s3::chunked::AwsChunkedTrailerEncoder;
 use crate::s3::sigv4::{S3Credentials, SignedBody, sign_request};
@@ -809,14 +810,6 @@ impl OriginClient {
         headers: &[(&str, String)],
         body: OriginBody,
     ) -> Result<reqwest::Response> {
-        if let Some(k) = key
-            && (k.is_empty() || k.split('/').any(|s| s == "." || s == ".."))
-        {
-            return Err(Error::new(
-                ErrorKind::InvalidObjectName,
-                format!("key '{k}' cannot be addressed safely"),
-            ));
-        }
         let now = SystemTime::now();
         let (url, host) = self.url(bucket, key, query)?;
         let mut all: Vec<(String, String)> = headers
@@ -907,52 +900,67 @@ impl OriginClient {
         req.send().await.map_err(transport)
     }
 
-    /// The request URL and its `Host` value.
+    /// The request URL and its `Host` value, built from encoded segments.
+    ///
+    /// The bucket is checked by the origin's naming rules (and must be DNS-safe when it
+    /// becomes part of a host name), the key by [`names::check_object_key`]; both are
+    /// percent-encoded as segments. The URL is assembled by `http::Uri`'s builder and
+    /// then parsed the way the HTTP client will parse it: if that parse would change
+    /// the host, the path or the query (normalisation, an `@` or a `#`), the request is
+    /// refused rather than sent somewhere else.
     fn url(
         &self,
         bucket: Option<&str>,
         key: Option<&str>,
         query: &str,
     ) -> Result<(String, String)> {
-        let key_path = key.map(encode_path).unwrap_or_default();
-        let (base, path) = match (&self.config, bucket) {
-            (
-                OriginConfig::S3 {
-                    endpoint,
-                    virtual_hosted: true,
-                    ..
-                },
-                Some(bucket),
-            ) => {
-                let (scheme, rest) = endpoint.split_once("://").ok_or_else(|| {
-                    Error::new(ErrorKind::InvalidArgument, "endpoint needs a scheme")
-                })?;
-                (
-                    format!("{scheme}://{bucket}.{}", rest.trim_end_matches('/')),
-                    format!("/{key_path}"),
-                )
-            }
-            (OriginConfig::S3 { endpoint, .. }, bucket) => {
-                let path = match (bucket, key) {
-                    (Some(b), Some(_)) => format!("/{b}/{key_path}"),
-                    (Some(b), None) => format!("/{b}"),
-                    (None, _) => "/".to_owned(),
-                };
-                (endpoint.trim_end_matches('/').to_owned(), path)
-            }
-            (OriginConfig::Azure { endpoint, .. }, bucket) => {
-                let (base, base_path) = split_base(endpoint)?;
-                let mut path = match bucket {
-                    Some(b) => format!("{base_path}/{b}"),
-                    None => format!("{base_path}/"),
-                };
-                if key.is_some() {
-                    path.push('/');
-                    path.push_str(&key_path);
-                }
-                (base.to_owned(), path)
-            }
+        let (endpoint, virtual_hosted) = match &self.config {
+            OriginConfig::S3 {
+                endpoint,
+                virtual_hosted,
+                ..
+            } => (endpoint.as_str(), *virtual_hosted),
+            OriginConfig::Azure { endpoint, .. } => (endpoint.as_str(), false),
         };
+        if let Some(b) = bucket {
+            match &self.config {
+                OriginConfig::S3 { .. } if virtual_hosted => names::validate_bucket_name(b)?,
+                OriginConfig::S3 { .. } => names::check_s3_bucket(b)?,
+                OriginConfig::Azure { .. } => names::validate_container_name(b)?,
+            }
+        }
+        if let Some(k) = key {
+            names::check_object_key(k)?;
+        }
+        let bad_endpoint =
+            |why: &str| Error::new(ErrorKind::InternalError, format!("origin endpoint: {why}"));
+        let base: http::Uri = endpoint
+            .trim_end_matches('/')
+            .parse()
+            .map_err(|_| bad_endpoint("not a URI"))?;
+        let scheme = base.scheme_str().ok_or_else(|| bad_endpoint("no scheme"))?;
+        let authority = base
+            .authority()
+            .ok_or_else(|| bad_endpoint("no host"))?
+            .as_str();
+        let mut path = base.path().trim_end_matches('/').to_owned();
+        let authority = match bucket {
+            Some(b) if virtual_hosted => format!("{b}.{authority}"),
+            Some(b) => {
+                path.push('/');
+                path.push_str(&encode_strict(b));
+                authority.to_owned()
+            }
+            None => authority.to_owned(),
+        };
+        match key {
+            Some(k) => {
+                path.push('/');
+                path.push_str(&encode_path(k));
+            }
+            None if path.is_empty() => path.push('/'),
+            None => {}
+        }
         let mut query = query.to_owned();
         if let OriginConfig::Azure { sas: Some(sas), .. } = &self.config {
             if !query.is_empty() {
@@ -960,16 +968,51 @@ impl OriginClient {
             }
             query.push_str(sas.trim_start_matches('?'));
         }
-        let host = base
-            .split_once("://")
-            .map(|(_, h)| h.to_owned())
-            .unwrap_or_default();
-        let host = strip_default_port(&base, &host);
-        let url = if query.is_empty() {
-            format!("{base}{path}")
+        let path_and_query = if query.is_empty() {
+            path.clone()
         } else {
-            format!("{base}{path}?{query}")
+            format!("{path}?{query}")
         };
+        let uri = http::Uri::builder()
+            .scheme(scheme)
+            .authority(authority.as_str())
+            .path_and_query(path_and_query)
+            .build()
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    "the name cannot be part of an origin URL",
+                )
+            })?;
+        let url = uri.to_string();
+        // What the HTTP client will make of it must be exactly what was built.
+        let parsed = reqwest::Url::parse(&url).ok();
+        let host_name = authority
+            .rsplit_once(':')
+            .map_or(authority.as_str(), |(h, p)| {
+                if p.bytes().all(|b| b.is_ascii_digit()) {
+                    h
+                } else {
+                    authority.as_str()
+                }
+            });
+        let same = parsed.as_ref().is_some_and(|u| {
+            u.path() == path
+                && u.query().unwrap_or("") == query
+                && u.fragment().is_none()
+                && u.username().is_empty()
+                && u.host_str().is_some_and(|h| {
+                    h.eq_ignore_ascii_case(host_name.trim_matches(['[', ']']))
+                        || h.eq_ignore_ascii_case(host_name)
+                })
+        });
+        if !same {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "the name cannot be part of an origin URL",
+            ));
+        }
+        let host = strip_default_port(&url, &authority);
         Ok((url, host))
     }
 }
@@ -1013,18 +1056,6 @@ impl Origins {
 }
 
 /// Splits `http://host:port/some/path` into `http://host:port` and `/some/path`.
-fn split_base(endpoint: &str) -> Result<(&str, &str)> {
-    let endpoint = endpoint.trim_end_matches('/');
-    let after = endpoint
-        .find("://")
-        .map(|i| i + 3)
-        .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "endpoint needs a scheme"))?;
-    Ok(match endpoint[after..].find('/') {
-        Some(i) => endpoint.split_at(after + i),
-        None => (endpoint, ""),
-    })
-}
-
 fn strip_default_port(base: &str, host: &str) -> String {
     if base.starts_with("http://") {
         host.strip_suffix(":80").unwrap_or(host).to_owned()
@@ -1235,9 +1266,9 @@ mod tests {
         })
         .expect("client");
         assert_eq!(
-            s3.url(Some("b"), Some("dir/a b+c"), "").expect("url"),
+            s3.url(Some("bkt"), Some("dir/a b+c"), "").expect("url"),
             (
-                "http://127.0.0.1:9000/b/dir/a%20b%2Bc".to_owned(),
+                "http://127.0.0.1:9000/bkt/dir/a%20b%2Bc".to_owned(),
                 "127.0.0.1:9000".to_owned()
             )
         );
@@ -1249,8 +1280,8 @@ mod tests {
         })
         .expect("client");
         assert_eq!(
-            vh.url(Some("b"), Some("k"), "x=1").expect("url").0,
-            "https://b.s3.eu-west-1.amazonaws.com/k?x=1"
+            vh.url(Some("bkt"), Some("k"), "x=1").expect("url").0,
+            "https://bkt.s3.eu-west-1.amazonaws.com/k?x=1"
         );
         let az = OriginClient::new(OriginConfig::Azure {
             endpoint: "http://127.0.0.1:10000/devstoreaccount1".into(),
@@ -1260,9 +1291,79 @@ mod tests {
         })
         .expect("client");
         assert_eq!(
-            az.url(Some("c"), Some("k"), "comp=list").expect("url").0,
-            "http://127.0.0.1:10000/devstoreaccount1/c/k?comp=list&sv=1&sig=x"
+            az.url(Some("ctr"), Some("k"), "comp=list").expect("url").0,
+            "http://127.0.0.1:10000/devstoreaccount1/ctr/k?comp=list&sv=1&sig=x"
         );
+    }
+
+    /// SEC-03: no bucket or key makes the origin URL go to another host, path or
+    /// sub-resource; keys with URL syntax in them are encoded into their own segment.
+    #[test]
+    fn hostile_names_never_change_the_origin_url() {
+        let clients = [
+            OriginClient::new(OriginConfig::S3 {
+                endpoint: "http://127.0.0.1:9000".into(),
+                region: "us-east-1".into(),
+                credentials: None,
+                virtual_hosted: false,
+            }),
+            OriginClient::new(OriginConfig::S3 {
+                endpoint: "https://s3.example.com".into(),
+                region: "us-east-1".into(),
+                credentials: None,
+                virtual_hosted: true,
+            }),
+            OriginClient::new(OriginConfig::Azure {
+                endpoint: "http://127.0.0.1:10000/devstoreaccount1".into(),
+                account: "devstoreaccount1".into(),
+                key: None,
+                sas: None,
+            }),
+        ];
+        let buckets = [
+            "newbkt?x",
+            "victim?policy",
+            "victim#x",
+            "..",
+            "evil.com@bkt",
+            "bkt:81",
+            "a\\b",
+            "ctl\u{7}x",
+            "a/b",
+            "%3F",
+        ];
+        for c in &clients {
+            let c = c.as_ref().expect("client");
+            for b in buckets {
+                assert!(c.url(Some(b), Some("k"), "").is_err(), "bucket {b:?}");
+                assert!(c.url(Some(b), None, "").is_err(), "bucket {b:?}");
+            }
+            let long = "k".repeat(1025);
+            for k in ["..", "a/../b", "./x", long.as_str(), "nul\0"] {
+                assert!(c.url(Some("bkt"), Some(k), "").is_err(), "key {k:?}");
+            }
+            for k in [
+                "a?policy",
+                "a#b",
+                "x%2Fy",
+                "u@h:1",
+                "back\\slash",
+                "ctl\u{1}",
+            ] {
+                let (url, _) = c.url(Some("bkt"), Some(k), "").expect("a legal key");
+                let parsed = reqwest::Url::parse(&url).expect("parses");
+                assert!(
+                    parsed.query().is_none() && parsed.fragment().is_none(),
+                    "{url}"
+                );
+                let last = parsed.path_segments().and_then(|mut s| s.next_back());
+                assert_eq!(
+                    last.map(|s| decode(s).into_owned()),
+                    Some(k.to_owned()),
+                    "{url}"
+                );
+            }
+        }
     }
 
     #[test]

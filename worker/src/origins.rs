@@ -220,7 +220,7 @@ mod tests {
 
     async fn stub(faults: FaultConfig) -> (RunningStub, Arc<Origins>) {
         let stub = talon_origin_stub::start(StubConfig {
-            generated: vec![GeneratedObject::new("b", "present", 1000, 1)],
+            generated: vec![GeneratedObject::new("bkt", "present", 1000, 1)],
             azure_listen: None,
             admin_listen: None,
             faults,
@@ -243,7 +243,7 @@ mod tests {
     }
 
     fn s3(key: &str) -> ObjectId {
-        ObjectId::from_key_path(&format!("s3/b/{key}")).unwrap()
+        ObjectId::from_key_path(&format!("s3/bkt/{key}")).unwrap()
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use super::request::AzureRequest;
 use super::sas::{self, SasRequest, SasToken};
 use super::shared_key::{self, AccountKey, SharedKeyParts};
+use crate::access::{AnonymousAccess, Caller, authorize};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Who may call a server.
@@ -15,10 +16,11 @@ use crate::error::{Error, ErrorKind, Result};
 pub struct AzureIdentity {
     /// The storage account served.
     pub account: String,
-    /// Its key; `None` means no Shared Key or SAS can be checked.
+    /// Its key; `None` means no Shared Key or SAS can be checked, so every request is
+    /// anonymous and [`AzureIdentity::anonymous`] alone decides.
     pub key: Option<AccountKey>,
-    /// Whether requests without Shared Key or SAS are served.
-    pub allow_anonymous: bool,
+    /// What requests without Shared Key or SAS may do.
+    pub anonymous: AnonymousAccess,
 }
 
 /// Where a request came from, for SAS restrictions.
@@ -30,25 +32,50 @@ pub struct Transport {
     pub client_ip: Option<IpAddr>,
 }
 
-/// Verifies a request.
+/// Verifies a request and applies the access policy ([`crate::access::authorize`]) to
+/// its operation.
 ///
-/// With no key configured, requests are served only when anonymous access is allowed.
+/// With no key configured, Shared Key and SAS cannot be checked: every request is
+/// anonymous, whatever it carries, and the anonymous policy decides.
 ///
 /// # Errors
 /// [`ErrorKind::MissingCredentials`] when neither Shared Key nor SAS is present and
-/// anonymous access is not allowed; the Shared Key and SAS errors otherwise.
+/// anonymous access is refused, [`ErrorKind::AccessDenied`] for an anonymous write when
+/// it is read-only; the Shared Key and SAS errors otherwise.
 pub fn authenticate(
     identity: &AzureIdentity,
     request: &AzureRequest,
     parts: &SharedKeyParts<'_>,
     transport: Transport,
     now: SystemTime,
-) -> Result<()> {
+) -> Result<Caller> {
+    let caller = verify_signature(identity, request, parts, transport, now)?;
+    authorize(caller, identity.anonymous, request.operation.writes()).map_err(|e| {
+        if e.kind() == ErrorKind::MissingCredentials {
+            Error::new(
+                ErrorKind::MissingCredentials,
+                "Server failed to authenticate the request. Please refer to the information in the www-authenticate header.",
+            )
+        } else {
+            e
+        }
+    })?;
+    Ok(caller)
+}
+
+fn verify_signature(
+    identity: &AzureIdentity,
+    request: &AzureRequest,
+    parts: &SharedKeyParts<'_>,
+    transport: Transport,
+    now: SystemTime,
+) -> Result<Caller> {
     let Some(key) = &identity.key else {
-        return Ok(());
+        return Ok(Caller::Anonymous);
     };
     if let Some((account, signature)) = shared_key::parse_authorization(parts.headers)? {
-        return shared_key::verify(parts, &identity.account, key, &account, &signature);
+        shared_key::verify(parts, &identity.account, key, &account, &signature)?;
+        return Ok(Caller::Authenticated);
     }
     if let Some(token) = SasToken::from_query(&request.query) {
         let sas_request = SasRequest {
@@ -59,13 +86,8 @@ pub fn authenticate(
             https: transport.https,
             client_ip: transport.client_ip,
         };
-        return sas::verify(&token, key, &sas_request, now);
+        sas::verify(&token, key, &sas_request, now)?;
+        return Ok(Caller::Authenticated);
     }
-    if identity.allow_anonymous {
-        return Ok(());
-    }
-    Err(Error::new(
-        ErrorKind::MissingCredentials,
-        "Server failed to authenticate the request. Please refer to the information in the www-authenticate header.",
-    ))
+    Ok(Caller::Anonymous)
 }

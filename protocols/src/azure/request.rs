@@ -51,6 +51,21 @@ pub enum AzureOperation {
 }
 
 impl AzureOperation {
+    /// Whether the operation changes anything (blobs, blocks, containers): what the
+    /// access policy refuses to anonymous read-only callers.
+    pub fn writes(self) -> bool {
+        use AzureOperation::*;
+        !matches!(
+            self,
+            ListContainers
+                | GetContainerProperties
+                | ListBlobs
+                | GetBlob
+                | GetBlobProperties
+                | GetBlockList
+        )
+    }
+
     /// The operation's name as the Azure REST reference spells it.
     pub fn name(self) -> &'static str {
         use AzureOperation::*;
@@ -173,6 +188,11 @@ impl AzureRequest {
                 "the request names no storage account",
             )
         })?;
+        // Names first: nothing else may look at a name these rules refuse.
+        crate::names::validate_account_name(&account)?;
+        if let Some(c) = &container {
+            validate_container_name(c)?;
+        }
         let query = QueryParams::parse(raw_query);
         let comp = query.get("comp");
         let restype = query.get("restype");
@@ -252,35 +272,7 @@ pub fn include_lists_metadata(include: Option<&str>) -> bool {
     })
 }
 
-/// Checks a container name: 3–63 characters of lower-case letters, digits and single
-/// hyphens, starting and ending with a letter or digit (or the special `$root`).
-///
-/// # Errors
-/// [`ErrorKind::InvalidBucketName`].
-pub fn validate_container_name(name: &str) -> Result<()> {
-    let ok = name == "$root"
-        || ((3..=63).contains(&name.len())
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && name
-                .bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_alphanumeric())
-            && name
-                .bytes()
-                .last()
-                .is_some_and(|b| b.is_ascii_alphanumeric())
-            && !name.contains("--"));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::new(
-            ErrorKind::InvalidBucketName,
-            format!("The specifed resource name '{name}' contains invalid characters."),
-        ))
-    }
-}
+pub use crate::names::validate_container_name;
 
 #[cfg(test)]
 mod tests {
@@ -309,7 +301,7 @@ mod tests {
         let r = classify(
             Method::GET,
             "127.0.0.1:10000",
-            "/devstoreaccount1/c1/dir/a%20b",
+            "/devstoreaccount1/ctr1/dir/a%20b",
             "",
             &[],
         )
@@ -323,12 +315,19 @@ mod tests {
             ),
             (
                 "devstoreaccount1",
-                Some("c1"),
+                Some("ctr1"),
                 Some("dir/a b"),
                 AzureOperation::GetBlob
             )
         );
-        let r = classify(Method::HEAD, "acct.blob.core.windows.net", "/c1/x", "", &[]).expect("ok");
+        let r = classify(
+            Method::HEAD,
+            "acct.blob.core.windows.net",
+            "/ctr1/x",
+            "",
+            &[],
+        )
+        .expect("ok");
         assert_eq!(
             (r.account.as_str(), r.operation),
             ("acct", AzureOperation::GetBlobProperties)
@@ -344,23 +343,44 @@ mod tests {
         assert_eq!(r.operation, AzureOperation::ListContainers);
     }
 
+    /// SEC-03: container and account names are refused before anything else.
+    #[test]
+    fn names_are_checked_first() {
+        for path in [
+            "/acct/bad%3Fx",
+            "/acct/a%23b/k",
+            "/acct/../k",
+            "/acct/Upper/k",
+            "/ACCT/ctr",
+            "/a/ctr",
+        ] {
+            assert_eq!(
+                classify(Method::GET, "h:1", path, "restype=container", &[])
+                    .map_err(|e| e.kind())
+                    .err(),
+                Some(ErrorKind::InvalidBucketName),
+                "{path}"
+            );
+        }
+    }
+
     #[test]
     fn operations() {
         let op = |m, p, q, extra: &[(&'static str, &str)]| {
             classify(m, "h:1", p, q, extra).map(|r| r.operation)
         };
         assert_eq!(
-            op(Method::GET, "/a/c", "restype=container&comp=list", &[]).ok(),
+            op(Method::GET, "/acct/ctr", "restype=container&comp=list", &[]).ok(),
             Some(AzureOperation::ListBlobs)
         );
         assert_eq!(
-            op(Method::GET, "/a/c", "restype=container", &[]).ok(),
+            op(Method::GET, "/acct/ctr", "restype=container", &[]).ok(),
             Some(AzureOperation::GetContainerProperties)
         );
         assert_eq!(
             op(
                 Method::PUT,
-                "/a/c/b",
+                "/acct/ctr/b",
                 "",
                 &[("x-ms-blob-type", "BlockBlob")]
             )
@@ -368,39 +388,42 @@ mod tests {
             Some(AzureOperation::PutBlob)
         );
         assert_eq!(
-            op(Method::PUT, "/a/c/b", "comp=block&blockid=AA%3D%3D", &[]).ok(),
+            op(
+                Method::PUT,
+                "/acct/ctr/b",
+                "comp=block&blockid=AA%3D%3D",
+                &[]
+            )
+            .ok(),
             Some(AzureOperation::PutBlock)
         );
         assert_eq!(
-            op(Method::PUT, "/a/c/b", "comp=blocklist", &[]).ok(),
+            op(Method::PUT, "/acct/ctr/b", "comp=blocklist", &[]).ok(),
             Some(AzureOperation::PutBlockList)
         );
         assert_eq!(
-            op(Method::DELETE, "/a/c/b", "", &[]).ok(),
+            op(Method::DELETE, "/acct/ctr/b", "", &[]).ok(),
             Some(AzureOperation::DeleteBlob)
         );
         let err = |m, p, q, extra: &[(&'static str, &str)]| {
             op(m, p, q, extra).map_err(|e| e.kind()).err()
         };
         assert_eq!(
-            err(Method::PUT, "/a/c/b", "comp=lease", &[]),
+            err(Method::PUT, "/acct/ctr/b", "comp=lease", &[]),
             Some(ErrorKind::NotImplemented)
         );
         assert_eq!(
-            err(Method::PUT, "/a/c/b", "", &[("x-ms-blob-type", "PageBlob")]),
+            err(
+                Method::PUT,
+                "/acct/ctr/b",
+                "",
+                &[("x-ms-blob-type", "PageBlob")]
+            ),
             Some(ErrorKind::NotImplemented)
         );
         assert_eq!(
-            err(Method::PUT, "/a/c/b", "", &[]),
+            err(Method::PUT, "/acct/ctr/b", "", &[]),
             Some(ErrorKind::MissingHeader)
         );
-    }
-
-    #[test]
-    fn container_names() {
-        assert!(validate_container_name("my-container1").is_ok());
-        for bad in ["ab", "Caps", "a--b", "-ab", "a_b"] {
-            assert!(validate_container_name(bad).is_err(), "{bad}");
-        }
     }
 }

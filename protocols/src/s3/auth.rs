@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use super::request::S3Request;
 use super::sigv2;
 use super::sigv4::{self, RequestParts, VerifiedSigV4};
+use crate::access::{AnonymousAccess, Caller, authorize};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Who may call a server.
@@ -16,29 +17,49 @@ use crate::error::{Error, ErrorKind, Result};
 pub struct S3Identities {
     /// Access key id → secret.
     pub secrets: BTreeMap<String, String>,
-    /// Whether unsigned requests are served.
-    pub allow_anonymous: bool,
+    /// What unsigned requests may do.
+    pub anonymous: AnonymousAccess,
 }
 
 impl S3Identities {
-    /// No identities: everything is anonymous, signatures are not checked.
+    /// No identities: everything is anonymous and allowed, signatures are not checked
+    /// (a local test origin).
     pub fn anonymous() -> S3Identities {
         S3Identities {
             secrets: BTreeMap::new(),
-            allow_anonymous: true,
+            anonymous: AnonymousAccess::ReadWrite,
         }
     }
 }
 
-/// Verifies a request. Returns the SigV4 seed when the body is `aws-chunked` with
-/// signed chunks; `None` for anonymous requests and SigV2.
+/// What authentication established about a request.
+#[derive(Debug, Clone)]
+pub struct S3Auth {
+    /// Who made it.
+    pub caller: Caller,
+    /// The SigV4 seed, for `aws-chunked` bodies with signed chunks.
+    pub seed: Option<VerifiedSigV4>,
+}
+
+impl S3Auth {
+    fn anonymous() -> S3Auth {
+        S3Auth {
+            caller: Caller::Anonymous,
+            seed: None,
+        }
+    }
+}
+
+/// Verifies a request and applies the access policy ([`crate::access::authorize`]) to
+/// its operation.
 ///
-/// With no secrets configured and anonymous access allowed, signatures are not checked
-/// at all (a local stub accepts any client credentials).
+/// With no secrets configured, signatures cannot be checked: every request is
+/// anonymous, whatever credentials it carries, and the anonymous policy decides.
 ///
 /// # Errors
 /// [`ErrorKind::MissingCredentials`] for an unsigned request when anonymous access is
-/// not allowed, [`ErrorKind::InvalidAccessKeyId`], [`ErrorKind::SignatureDoesNotMatch`],
+/// refused, [`ErrorKind::AccessDenied`] for an anonymous write when it is read-only,
+/// [`ErrorKind::InvalidAccessKeyId`], [`ErrorKind::SignatureDoesNotMatch`],
 /// [`ErrorKind::RequestTimeTooSkewed`], [`ErrorKind::ExpiredRequest`], and the parse
 /// errors of the signature formats.
 pub fn authenticate(
@@ -46,9 +67,24 @@ pub fn authenticate(
     request: &S3Request,
     parts: &RequestParts<'_>,
     now: SystemTime,
-) -> Result<Option<VerifiedSigV4>> {
-    if identities.secrets.is_empty() && identities.allow_anonymous {
-        return Ok(None);
+) -> Result<S3Auth> {
+    let auth = verify_signature(identities, request, parts, now)?;
+    authorize(
+        auth.caller,
+        identities.anonymous,
+        request.operation.writes(),
+    )?;
+    Ok(auth)
+}
+
+fn verify_signature(
+    identities: &S3Identities,
+    request: &S3Request,
+    parts: &RequestParts<'_>,
+    now: SystemTime,
+) -> Result<S3Auth> {
+    if identities.secrets.is_empty() {
+        return Ok(S3Auth::anonymous());
     }
     let unknown_key = || {
         Error::new(
@@ -74,20 +110,21 @@ pub fn authenticate(
             secret,
             now,
         )?;
-        return Ok(None);
+        return Ok(S3Auth {
+            caller: Caller::Authenticated,
+            seed: None,
+        });
     }
     let Some(auth) = sigv4::parse_authorization(parts.headers, parts.raw_query)? else {
-        if identities.allow_anonymous {
-            return Ok(None);
-        }
-        return Err(Error::new(
-            ErrorKind::MissingCredentials,
-            "Anonymous access is not allowed; sign the request.",
-        ));
+        return Ok(S3Auth::anonymous());
     };
     let secret = identities
         .secrets
         .get(&auth.access_key)
         .ok_or_else(unknown_key)?;
-    sigv4::verify(parts, &auth, secret, now).map(Some)
+    let seed = sigv4::verify(parts, &auth, secret, now)?;
+    Ok(S3Auth {
+        caller: Caller::Authenticated,
+        seed: Some(seed),
+    })
 }

@@ -91,6 +91,24 @@ pub enum S3Operation {
 }
 
 impl S3Operation {
+    /// Whether the operation changes anything (objects, buckets, uploads): what the
+    /// access policy refuses to anonymous read-only callers.
+    pub fn writes(self) -> bool {
+        use S3Operation::*;
+        !matches!(
+            self,
+            ListBuckets
+                | HeadBucket
+                | GetBucketLocation
+                | ListObjects
+                | ListObjectsV2
+                | ListMultipartUploads
+                | GetObject
+                | HeadObject
+                | ListParts
+        )
+    }
+
     /// The operation's name as the S3 API reference spells it (used in metrics and logs).
     pub fn name(self) -> &'static str {
         use S3Operation::*;
@@ -248,6 +266,10 @@ impl S3Request {
             .get(http::header::HOST)
             .and_then(|h| h.to_str().ok());
         let (bucket, key, virtual_hosted) = resolve_address(addressing, host, raw_path);
+        // Names first: nothing else may look at a name these rules refuse.
+        if let Some(b) = &bucket {
+            crate::names::check_s3_bucket(b)?;
+        }
         let query = QueryParams::parse(raw_query);
         if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| query.has(s)) {
             return Err(Error::new(
@@ -292,6 +314,9 @@ impl S3Request {
                 _ => return Err(not_allowed(method, "an object")),
             },
         };
+        if let (CreateBucket, Some(b)) = (operation, &bucket) {
+            validate_bucket_name(b)?;
+        }
         Ok(S3Request {
             operation,
             bucket,
@@ -416,34 +441,7 @@ pub fn parse_seconds(value: &str) -> Option<Duration> {
     value.trim().parse().ok().map(Duration::from_secs)
 }
 
-/// Checks an S3 bucket name against the DNS-compatible naming rules (3–63 characters,
-/// lower-case letters, digits, `-` and `.`, starting and ending with a letter or digit).
-///
-/// # Errors
-/// [`ErrorKind::InvalidBucketName`].
-pub fn validate_bucket_name(name: &str) -> Result<()> {
-    let ok = (3..=63).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_alphanumeric())
-        && name
-            .bytes()
-            .last()
-            .is_some_and(|b| b.is_ascii_alphanumeric())
-        && !name.contains("..");
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::new(
-            ErrorKind::InvalidBucketName,
-            format!("The specified bucket '{name}' is not valid."),
-        ))
-    }
-}
+pub use crate::names::validate_bucket_name;
 
 #[cfg(test)]
 mod tests {
@@ -490,59 +488,96 @@ mod tests {
         assert_eq!(r.key.as_deref(), Some("dir/"));
     }
 
+    /// SEC-03: names are refused before anything else looks at the request.
+    #[test]
+    fn bucket_names_are_checked_first() {
+        let kind = |m, host, p| classify(m, host, p, "", &[]).map_err(|e| e.kind()).err();
+        for path in [
+            "/newbkt%3Fx",
+            "/victim%3Fpolicy/k",
+            "/a%23b/k",
+            "/../k",
+            "/ab/k",
+            "/x%40y/k",
+        ] {
+            assert_eq!(
+                kind(Method::PUT, "h", path),
+                Some(ErrorKind::InvalidBucketName),
+                "{path}"
+            );
+        }
+        // Refused by name even where the operation itself would be refused otherwise.
+        assert_eq!(
+            classify(Method::GET, "h", "/a%3Fb", "tagging", &[])
+                .map_err(|e| e.kind())
+                .err(),
+            Some(ErrorKind::InvalidBucketName)
+        );
+        // A legacy name is addressable, but a new bucket must be DNS-compatible.
+        assert!(classify(Method::GET, "h", "/Legacy_Bucket/k", "", &[]).is_ok());
+        assert_eq!(
+            kind(Method::PUT, "h", "/Legacy_Bucket"),
+            Some(ErrorKind::InvalidBucketName)
+        );
+        assert_eq!(
+            kind(Method::GET, "a_b%3Fc.s3.local", "/k"),
+            Some(ErrorKind::InvalidBucketName)
+        );
+    }
+
     #[test]
     fn operations_by_method_query_and_header() {
         let op = |m, p, q, extra: &[(&'static str, &str)]| {
             classify(m, "h", p, q, extra).map(|r| r.operation)
         };
         assert_eq!(
-            op(Method::GET, "/b", "location", &[]).ok(),
+            op(Method::GET, "/bkt", "location", &[]).ok(),
             Some(S3Operation::GetBucketLocation)
         );
         assert_eq!(
-            op(Method::GET, "/b", "", &[]).ok(),
+            op(Method::GET, "/bkt", "", &[]).ok(),
             Some(S3Operation::ListObjects)
         );
         assert_eq!(
-            op(Method::HEAD, "/b", "", &[]).ok(),
+            op(Method::HEAD, "/bkt", "", &[]).ok(),
             Some(S3Operation::HeadBucket)
         );
         assert_eq!(
-            op(Method::POST, "/b", "delete", &[]).ok(),
+            op(Method::POST, "/bkt", "delete", &[]).ok(),
             Some(S3Operation::DeleteObjects)
         );
         assert_eq!(
-            op(Method::POST, "/b/k", "uploads", &[]).ok(),
+            op(Method::POST, "/bkt/k", "uploads", &[]).ok(),
             Some(S3Operation::CreateMultipartUpload)
         );
         assert_eq!(
-            op(Method::PUT, "/b/k", "partNumber=1&uploadId=x", &[]).ok(),
+            op(Method::PUT, "/bkt/k", "partNumber=1&uploadId=x", &[]).ok(),
             Some(S3Operation::UploadPart)
         );
         assert_eq!(
-            op(Method::POST, "/b/k", "uploadId=x", &[]).ok(),
+            op(Method::POST, "/bkt/k", "uploadId=x", &[]).ok(),
             Some(S3Operation::CompleteMultipartUpload)
         );
         assert_eq!(
-            op(Method::DELETE, "/b/k", "uploadId=x", &[]).ok(),
+            op(Method::DELETE, "/bkt/k", "uploadId=x", &[]).ok(),
             Some(S3Operation::AbortMultipartUpload)
         );
         assert_eq!(
-            op(Method::PUT, "/b/k", "", &[("x-amz-copy-source", "a/b")]).ok(),
+            op(Method::PUT, "/bkt/k", "", &[("x-amz-copy-source", "a/b")]).ok(),
             Some(S3Operation::CopyObject)
         );
         assert_eq!(
-            op(Method::GET, "/b/k", "x-id=GetObject", &[]).ok(),
+            op(Method::GET, "/bkt/k", "x-id=GetObject", &[]).ok(),
             Some(S3Operation::GetObject)
         );
         assert_eq!(
-            op(Method::GET, "/b/k", "tagging", &[])
+            op(Method::GET, "/bkt/k", "tagging", &[])
                 .map_err(|e| e.kind())
                 .err(),
             Some(ErrorKind::NotImplemented)
         );
         assert_eq!(
-            op(Method::PATCH, "/b/k", "", &[])
+            op(Method::PATCH, "/bkt/k", "", &[])
                 .map_err(|e| e.kind())
                 .err(),
             Some(ErrorKind::MethodNotAllowed)
@@ -571,9 +606,5 @@ mod tests {
             Some(("src".into(), "a b".into()))
         );
         assert!(parse_copy_source("nokey").is_err());
-        assert!(validate_bucket_name("my-bucket.1").is_ok());
-        for bad in ["ab", "Upper", "-x-", "a..b", "a_b"] {
-            assert!(validate_bucket_name(bad).is_err(), "{bad}");
-        }
     }
 }

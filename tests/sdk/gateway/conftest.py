@@ -4,7 +4,7 @@ Deployments (session-scoped, started on first use, SIGTERMed at the end):
 
 * ``up`` — ``talon up`` requiring S3 SigV4 by the client key and Azure Shared Key/SAS
   by the emulator key; 2 workers; 1 MiB blocks of 64 KiB pages.
-* ``up_open`` — ``talon up`` without credentials: any S3 keys are accepted, Azure is anonymous; 1 worker.
+* ``up_open`` — ``talon up --anonymous read-write``: the development S3 identity, unsigned requests allowed on both fronts; 1 worker.
 * ``cluster`` — separate origin stub (its own S3 and Azure identities), coordinator,
   three workers and two gateways (``main``: each front over its own protocol's origin;
   ``cross``: each front over the other protocol's origin).
@@ -30,7 +30,8 @@ def up(tmp_path_factory, _isolated_client_env):
 
 @pytest.fixture(scope="session")
 def up_open(tmp_path_factory, _isolated_client_env):
-    front = harness.start_talon_up("open", tmp_path_factory.mktemp("talon-up-open"), auth=False, workers=1)
+    front = harness.start_talon_up("open", tmp_path_factory.mktemp("talon-up-open"), auth=False, workers=1,
+                                   anonymous="read-write")
     yield front
     harness.stop_all(front.procs)
 

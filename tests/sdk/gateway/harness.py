@@ -39,8 +39,10 @@ STOP_TIMEOUT_S = 15.0
 # gateway and the workers sign with): the gateway must re-sign, never forward.
 CLIENT_S3 = ("AKIATALONGWCLIENT001", "talon-gateway-client-secret")
 ORIGIN_S3 = ("AKIATALONORIGIN00001", "talon-origin-only-secret")
-# The Azure client key is the emulator's well-known key (what `talon up --azure-require-key`
-# accepts); the cluster's origin has a key of its own.
+# The Azure client key is the emulator's well-known key (what `talon up` requires); the
+# cluster's origin has a key of its own. `talon up` without --s3-credentials requires
+# the well-known development identity DEV_S3.
+DEV_S3 = ("talon", "talon")
 CLIENT_AZURE_KEY = AZURE_KEY
 ORIGIN_AZURE_KEY = "b3JpZ2luLW9ubHkta2V5LW9yaWdpbi1vbmx5LWtleS1vcmlnaW4tb25seS1rZXktb3JpZ2luLW9ubHkh"
 
@@ -238,7 +240,10 @@ class Front:
 # ------------------------------------------------------------------ talon up
 
 
-def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int = 2) -> Front:
+def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int = 2,
+                   anonymous: str | None = None) -> Front:
+    """``talon up``: with ``auth``, the suite's own client identity; without, the
+    well-known development identity. ``anonymous`` is passed as ``--anonymous``."""
     data_dir = workdir / "data"  # must not exist: `talon up` creates it with the sample
     ready = workdir / "ready.json"
     argv = [
@@ -249,7 +254,9 @@ def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int
         "--capacity", "256MiB",
     ]
     if auth:
-        argv += ["--s3-credentials", f"{CLIENT_S3[0]}:{CLIENT_S3[1]}", "--azure-require-key"]
+        argv += ["--s3-credentials", f"{CLIENT_S3[0]}:{CLIENT_S3[1]}"]
+    if anonymous:
+        argv += ["--anonymous", anonymous]
     proc = spawn(f"talon-up-{name}", argv, workdir, clean_env())
     info = wait_for(proc, lambda: read_json(ready), f"ready file {ready}")
     for field in ("s3", "azure", "admin", "azure_account", "origin_admin", "coordinator"):
@@ -262,8 +269,8 @@ def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int
         admin=info["admin"],
         origin_admin=info["origin_admin"],
         data_dir=data_dir,
-        s3_credentials=[CLIENT_S3] if auth else [],
-        azure_key=CLIENT_AZURE_KEY if auth else None,
+        s3_credentials=[CLIENT_S3] if auth else [DEV_S3],
+        azure_key=None if anonymous else CLIENT_AZURE_KEY,
         generated=dict(UP_GENERATED),
         procs=[proc],
         azure_account=info["azure_account"],

@@ -1,0 +1,93 @@
+"""`talon up`'s access defaults (SEC-02, SEC-13): like MinIO and Azurite it requires signed
+requests with well-known development credentials, which it prints; `--anonymous` serves
+unsigned reads on both fronts and nothing more. Every refusal leaves the data folder as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import subprocess
+
+import pytest
+import requests
+
+from conftest import blob_service, s3_client
+
+from . import harness
+
+HELLO = "demo/hello.txt"
+
+
+@pytest.fixture(scope="module")
+def up_default(tmp_path_factory, _isolated_client_env):
+    front = harness.start_talon_up("default", tmp_path_factory.mktemp("talon-up-default"), auth=False, workers=1)
+    yield front
+    harness.stop_all(front.procs)
+
+
+@pytest.fixture(scope="module")
+def up_read(tmp_path_factory, _isolated_client_env):
+    front = harness.start_talon_up("read", tmp_path_factory.mktemp("talon-up-read"), auth=False, workers=1,
+                                   anonymous="read")
+    yield front
+    harness.stop_all(front.procs)
+
+
+def _folder(front) -> dict:
+    return {str(p.relative_to(front.data_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(front.data_dir.rglob("*")) if p.is_file() and ".talon-cache" not in p.parts}
+
+
+def _unsigned(front) -> dict:
+    """Unsigned reads and writes against both fronts: {what: status}."""
+    s3, az = front.s3, front.blob_endpoint
+    v = {"x-ms-version": "2021-08-06"}
+    return {
+        "s3 GET": requests.get(f"{s3}/{HELLO}", timeout=30).status_code,
+        "s3 LIST": requests.get(f"{s3}/demo?list-type=2", timeout=30).status_code,
+        "s3 PUT": requests.put(f"{s3}/demo/new.txt", data=b"x", timeout=30).status_code,
+        "s3 DELETE": requests.delete(f"{s3}/{HELLO}", timeout=30).status_code,
+        "azure GET": requests.get(f"{az}/{HELLO}", headers=v, timeout=30).status_code,
+        "azure PUT": requests.put(f"{az}/demo/new.txt", data=b"x", timeout=30,
+                                  headers={**v, "x-ms-blob-type": "BlockBlob"}).status_code,
+        "azure DELETE": requests.delete(f"{az}/{HELLO}", headers=v, timeout=30).status_code,
+        "azure CREATE": requests.put(f"{az}/newcontainer?restype=container", headers=v, timeout=30).status_code,
+    }
+
+
+def test_default_requires_signatures_on_both_fronts(up_default):
+    before = _folder(up_default)
+    for what, status in _unsigned(up_default).items():
+        assert status in (401, 403), f"{what}: {status}"
+    assert _folder(up_default) == before, "a refused request changed the data folder"
+
+
+def test_default_serves_the_printed_credentials(up_default):
+    banner = up_default.procs[0].tail()
+    assert "access key talon, secret talon" in banner, banner
+    assert harness.CLIENT_AZURE_KEY in banner, banner
+    s3 = s3_client(up_default)
+    assert s3.get_object(Bucket="demo", Key="hello.txt")["Body"].read().startswith(b"Hello from Talon")
+    s3.put_object(Bucket="demo", Key="signed.txt", Body=b"signed write")
+    assert (up_default.data_dir / "demo" / "signed.txt").read_bytes() == b"signed write"
+    blob = blob_service(up_default).get_blob_client("demo", "hello.txt")
+    assert blob.download_blob().readall().startswith(b"Hello from Talon")
+
+
+def test_the_printed_curl_line_works(up_default):
+    banner = up_default.procs[0].tail()
+    line = next(l.strip() for l in banner.splitlines() if l.strip().startswith("curl "))
+    assert "--aws-sigv4" in line, line
+    out = subprocess.run(shlex.split(line), capture_output=True, timeout=30)
+    assert out.stdout.startswith(b"Hello from Talon"), out
+
+
+def test_anonymous_flag_allows_reads_only(up_read):
+    before = _folder(up_read)
+    got = _unsigned(up_read)
+    for what, status in got.items():
+        if what.endswith(("GET", "LIST")):
+            assert status == 200, f"{what}: {status}"
+        else:
+            assert status == 403, f"{what}: {status}"
+    assert _folder(up_read) == before, "an anonymous write changed the data folder"

@@ -168,15 +168,15 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     let (shutdown, shutdown_rx) = watch::channel(false);
 
     let mut stop = shutdown_rx.clone();
-    let serve =
-        axum::serve(listener, server::router(state.clone())).with_graceful_shutdown(async move {
+    let serve = talon_listener::serve_router(
+        listener,
+        talon_listener::ListenerLimits::admin(),
+        server::router(state.clone()),
+        async move {
             let _ = stop.wait_for(|s| *s).await;
-        });
-    let server_task = tokio::spawn(async move {
-        if let Err(e) = serve.await {
-            tracing::error!(error = %e, "admin API server failed");
-        }
-    });
+        },
+    );
+    let server_task = tokio::spawn(serve);
 
     let sweeper = tokio::spawn(sweep(
         state.membership.clone(),

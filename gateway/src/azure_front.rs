@@ -28,7 +28,7 @@ use crate::Gateway;
 use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
-use crate::reply::{Failure, answer, header, header_text, relay, set_header};
+use crate::reply::{Failure, answer, header, header_text, relay, set_header, within_deadline};
 use crate::upload::{Claims, VerifyingBody, origin_body, settle};
 
 const PROTOCOL: &str = "azure";
@@ -52,20 +52,8 @@ pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> R
     let has_body = req.headers().contains_key("transfer-encoding")
         || header(req.headers(), "content-length").is_some_and(|v| v.trim() != "0");
     let span = tracing::info_span!("azure", request_id = %request_id);
-    let deadline = gw.limits.request_deadline;
-    let result = tokio::time::timeout(
-        deadline,
-        tracing::Instrument::instrument(route(&gw, peer, req), span),
-    )
-    .await;
-    let (operation, outcome, result) = match result {
-        Ok(r) => r,
-        Err(_) => (
-            "Unknown",
-            Outcome::Failed,
-            Err(Error::new(ErrorKind::Timeout, "the request took too long").into()),
-        ),
-    };
+    let (operation, outcome, result) =
+        tracing::Instrument::instrument(route(&gw, peer, req), span).await;
     let route_name = gw
         .azure
         .as_ref()
@@ -194,7 +182,20 @@ async fn route(gw: &Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Route
         headers: &parts.headers,
         request: &request,
     };
-    let (outcome, result) = dispatch(&ctx, body).await;
+    let streams_upload = matches!(
+        request.operation,
+        AzureOperation::PutBlob | AzureOperation::PutBlock
+    );
+    let ((operation, outcome), result) = within_deadline(
+        gw.limits.request_deadline,
+        streams_upload,
+        async {
+            let (outcome, result) = dispatch(&ctx, body).await;
+            ((operation, outcome), result)
+        },
+        (operation, Outcome::Failed),
+    )
+    .await;
     (operation, outcome, result)
 }
 
@@ -666,7 +667,8 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         content_md5: header(ctx.headers, "content-md5").map(str::to_owned),
         ..Claims::default()
     };
-    let (stream, outcome) = VerifyingBody::new(body, claims, len);
+    let (stream, outcome) =
+        VerifyingBody::new(body, claims, len, ctx.gw.limits.upload_idle_timeout);
     let headers = write_headers(ctx);
     let header_refs: Vec<(&str, String)> = headers
         .iter()
@@ -780,7 +782,8 @@ async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Fa
                 )
                 .into());
             }
-            let (stream, outcome) = VerifyingBody::new(body, claims, len);
+            let (stream, outcome) =
+                VerifyingBody::new(body, claims, len, ctx.gw.limits.upload_idle_timeout);
             (
                 OriginBody::Stream {
                     body: origin_body(stream).await?,

@@ -115,8 +115,17 @@ pub struct AzureFront {
 /// Protective limits.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Time until a response has started (bodies may stream for longer).
+    /// Time until a response has started; an upload's body is bounded by
+    /// [`Limits::upload_idle_timeout`] instead.
     pub request_deadline: Duration,
+    /// Longest pause in an upload's body before the upload fails.
+    pub upload_idle_timeout: Duration,
+    /// Longest wait for a complete request head once a connection is ready for one:
+    /// bounds a slowly sent header and an idle keep-alive connection alike.
+    pub header_read_timeout: Duration,
+    /// Longest time a response may make no progress towards the client before the
+    /// connection is cut.
+    pub write_stall_timeout: Duration,
     /// Total request header bytes accepted.
     pub max_header_bytes: usize,
     /// Largest upload accepted.
@@ -125,16 +134,35 @@ pub struct Limits {
     pub max_xml_bytes: usize,
     /// Most open connections per listener.
     pub max_connections: usize,
+    /// Most open connections per listener from one client IP address.
+    pub max_connections_per_peer: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             request_deadline: Duration::from_secs(60),
+            upload_idle_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(10),
+            write_stall_timeout: Duration::from_secs(30),
             max_header_bytes: 16 * 1024,
             max_upload_bytes: 5 << 30,
             max_xml_bytes: 2 << 20,
             max_connections: 4096,
+            max_connections_per_peer: 512,
+        }
+    }
+}
+
+impl Limits {
+    /// What the fronts' listeners enforce.
+    pub fn listener(&self) -> talon_listener::ListenerLimits {
+        talon_listener::ListenerLimits {
+            header_read_timeout: self.header_read_timeout,
+            write_stall_timeout: self.write_stall_timeout,
+            max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            ..talon_listener::ListenerLimits::default()
         }
     }
 }

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
 use talon_protocols::expect_continue::ContinueRisk;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{AzureFront, Identities, Limits, S3Front};
@@ -115,100 +115,6 @@ impl RunningGateway {
     }
 }
 
-/// A TCP listener that holds a permit per open connection, so at most a fixed number are
-/// served at once (the rest wait in the kernel's accept queue).
-pub struct LimitedListener {
-    inner: TcpListener,
-    permits: Arc<Semaphore>,
-}
-
-/// A connection and its permit.
-pub struct LimitedStream {
-    stream: TcpStream,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl tokio::io::AsyncRead for LimitedStream {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for LimitedStream {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-impl axum::serve::Listener for LimitedListener {
-    type Io = LimitedStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let Ok(permit) = self.permits.clone().acquire_owned().await else {
-                // The semaphore is never closed; wait forever rather than spin.
-                std::future::pending::<()>().await;
-                continue;
-            };
-            match self.inner.accept().await {
-                Ok((stream, addr)) => {
-                    let _ = stream.set_nodelay(true);
-                    return (
-                        LimitedStream {
-                            stream,
-                            _permit: permit,
-                        },
-                        addr,
-                    );
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
-/// The client's address, as the fronts see it (for SAS address restrictions and logs).
-#[derive(Debug, Clone, Copy)]
-pub struct PeerAddr(pub SocketAddr);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, LimitedListener>>
-    for PeerAddr
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, LimitedListener>) -> Self {
-        PeerAddr(*stream.remote_addr())
-    }
-}
-
 async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
     TcpListener::bind(addr)
         .await
@@ -218,24 +124,14 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
 fn spawn_front(
     listener: TcpListener,
     router: axum::Router,
-    max_connections: usize,
+    limits: talon_listener::ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let listener = LimitedListener {
-        inner: listener,
-        permits: Arc::new(Semaphore::new(max_connections.max(1))),
-    };
     tokio::spawn(async move {
         let stop = async move {
             let _ = shutdown.changed().await;
         };
-        let service = router.into_make_service_with_connect_info::<PeerAddr>();
-        if let Err(e) = axum::serve(listener, service)
-            .with_graceful_shutdown(stop)
-            .await
-        {
-            tracing::warn!(error = %e, "a front stopped");
-        }
+        talon_listener::serve_router(listener, limits, router, stop).await;
     })
 }
 
@@ -288,7 +184,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         tasks.push(spawn_front(
             listener,
             router,
-            config.limits.max_connections,
+            config.limits.listener(),
             shutdown_rx.clone(),
         ));
     }
@@ -299,7 +195,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         let router = axum::Router::new()
             .fallback(
                 |State(gw): State<Arc<Gateway>>,
-                 ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+                 ConnectInfo(peer): ConnectInfo<SocketAddr>,
                  req: Request| async move {
                     let risk = ContinueRisk::of(req.headers());
                     close_if(risk, azure_front::handle(gw, peer, req).await)
@@ -309,7 +205,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         tasks.push(spawn_front(
             listener,
             router,
-            config.limits.max_connections,
+            config.limits.listener(),
             shutdown_rx.clone(),
         ));
     }
@@ -333,7 +229,16 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             )
             .route("/healthz", axum::routing::get(|| async { "ok\n" }))
             .route("/readyz", axum::routing::get(|| async { "ready\n" }));
-        tasks.push(spawn_front(listener, router, 64, shutdown_rx.clone()));
+        tasks.push(spawn_front(
+            listener,
+            router,
+            talon_listener::ListenerLimits {
+                header_read_timeout: config.limits.header_read_timeout,
+                write_stall_timeout: config.limits.write_stall_timeout,
+                ..talon_listener::ListenerLimits::admin()
+            },
+            shutdown_rx.clone(),
+        ));
     }
     tracing::info!(?s3_addr, ?azure_addr, ?admin_addr, "gateway serving");
     Ok(RunningGateway {

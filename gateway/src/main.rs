@@ -132,16 +132,48 @@ struct Args {
         default_value_t = 15_000
     )]
     read_your_writes_ms: u64,
-    /// Time until a response starts, milliseconds.
+    /// Time until a response starts, milliseconds (not for uploads, which have
+    /// --upload-idle-timeout-ms instead).
     #[arg(
         long,
         env = "TALON_GATEWAY_REQUEST_DEADLINE_MS",
         default_value_t = 60_000
     )]
     request_deadline_ms: u64,
-    /// Most open connections per listener.
+    /// Most open connections per listener; one over the cap is closed at once.
     #[arg(long, env = "TALON_GATEWAY_MAX_CONNECTIONS", default_value_t = 4096)]
     max_connections: usize,
+    /// Most open connections per listener from one client IP address.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_MAX_CONNECTIONS_PER_PEER",
+        default_value_t = 512
+    )]
+    max_connections_per_peer: usize,
+    /// Longest wait for a complete request head once a connection is ready for one,
+    /// milliseconds: bounds slowly sent headers and idle keep-alive connections alike.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_HEADER_READ_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    header_read_timeout_ms: u64,
+    /// Longest time a response may make no progress towards its client before the
+    /// connection is cut, milliseconds.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_WRITE_STALL_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    write_stall_timeout_ms: u64,
+    /// Longest pause in an upload's body before the upload fails, milliseconds (an
+    /// upload has no total deadline).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_UPLOAD_IDLE_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    upload_idle_timeout_ms: u64,
     /// Once listening, write {"s3", "azure", "admin"} URLs (null when off) to this file,
     /// atomically, so a script that used port 0 can find the gateway.
     #[arg(long, env = "TALON_GATEWAY_READY_FILE")]
@@ -293,7 +325,11 @@ async fn main() -> anyhow::Result<()> {
         read_your_writes: Duration::from_millis(args.read_your_writes_ms),
         limits: Limits {
             request_deadline: Duration::from_millis(args.request_deadline_ms),
+            upload_idle_timeout: Duration::from_millis(args.upload_idle_timeout_ms),
+            header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
+            write_stall_timeout: Duration::from_millis(args.write_stall_timeout_ms),
             max_connections: args.max_connections,
+            max_connections_per_peer: args.max_connections_per_peer,
             ..Limits::default()
         },
     };

@@ -17,6 +17,34 @@ pub struct Failure {
     pub headers: Vec<(&'static str, String)>,
 }
 
+/// Runs a request's handler within `deadline`, the time to the start of its response.
+///
+/// A handler that streams an upload body (`streams_upload`) is not bounded in total: a
+/// large upload on a slow link may take longer than any fixed deadline (SEC-14). Its
+/// body is bounded by the upload idle timeout instead, and the origin's answer by the
+/// origin client's own timeouts.
+pub async fn within_deadline<T>(
+    deadline: std::time::Duration,
+    streams_upload: bool,
+    handler: impl std::future::Future<Output = (T, Result<Response, Failure>)>,
+    timed_out: T,
+) -> (T, Result<Response, Failure>) {
+    if streams_upload {
+        return handler.await;
+    }
+    match tokio::time::timeout(deadline, handler).await {
+        Ok(r) => r,
+        Err(_) => (
+            timed_out,
+            Err(Error::new(
+                talon_protocols::ErrorKind::Timeout,
+                "Your request took too long to answer; try again.",
+            )
+            .into()),
+        ),
+    }
+}
+
 impl Failure {
     /// A failure with extra headers.
     pub fn with_headers(error: Error, headers: Vec<(&'static str, String)>) -> Failure {

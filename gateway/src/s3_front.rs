@@ -35,7 +35,7 @@ use crate::Gateway;
 use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
-use crate::reply::{Failure, answer, header, header_text, relay, set_header};
+use crate::reply::{Failure, answer, header, header_text, relay, set_header, within_deadline};
 use crate::upload::{Claims, VerifyingBody, origin_body, settle};
 
 const OWNER_ID: &str = "talon-gateway";
@@ -51,20 +51,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
     let has_body = req.headers().contains_key("transfer-encoding")
         || header(req.headers(), "content-length").is_some_and(|v| v.trim() != "0");
     let span = tracing::info_span!("s3", request_id = %request_id);
-    let deadline = gw.limits.request_deadline;
-    let result = tokio::time::timeout(
-        deadline,
-        tracing::Instrument::instrument(route(&gw, req), span),
-    )
-    .await;
-    let (operation, outcome, result) = match result {
-        Ok(r) => r,
-        Err(_) => (
-            "Unknown",
-            Outcome::Failed,
-            Err(Error::new(ErrorKind::Timeout, "the request took too long").into()),
-        ),
-    };
+    let (operation, outcome, result) = tracing::Instrument::instrument(route(&gw, req), span).await;
     let front = gw.s3.as_ref();
     let route = front.map(|f| f.route.name()).unwrap_or("origin");
     let mut resp = match result {
@@ -190,7 +177,20 @@ async fn route(gw: &Arc<Gateway>, req: Request<Body>) -> Routed {
         auth,
         raw_query: &raw_query,
     };
-    let (outcome, result) = dispatch(&ctx, body).await;
+    let streams_upload = matches!(
+        request.operation,
+        S3Operation::PutObject | S3Operation::UploadPart
+    );
+    let ((operation, outcome), result) = within_deadline(
+        gw.limits.request_deadline,
+        streams_upload,
+        async {
+            let (outcome, result) = dispatch(&ctx, body).await;
+            ((operation, outcome), result)
+        },
+        (operation, Outcome::Failed),
+    )
+    .await;
     (operation, outcome, result)
 }
 
@@ -703,7 +703,8 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         (Some((_, Some(alg), _)), None) => Some(*alg),
         _ => None,
     };
-    let (stream, outcome) = VerifyingBody::new(body, claims, len);
+    let (stream, outcome) =
+        VerifyingBody::new(body, claims, len, ctx.gw.limits.upload_idle_timeout);
     for cond in ["if-match", "if-none-match"] {
         if let Some(v) = header(ctx.headers, cond) {
             headers.push((cond.to_owned(), v.to_owned()));
@@ -770,8 +771,12 @@ async fn delete_objects(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> 
     let bytes = read_xml_body(ctx, body).await?;
     let (claims, _) = upload_claims(ctx)?;
     // Verify the small body's digests the same way as any upload.
-    let (mut check, outcome) =
-        VerifyingBody::new(Body::from(bytes.clone()), claims, bytes.len() as u64);
+    let (mut check, outcome) = VerifyingBody::new(
+        Body::from(bytes.clone()),
+        claims,
+        bytes.len() as u64,
+        ctx.gw.limits.upload_idle_timeout,
+    );
     while let Some(r) = futures_util::StreamExt::next(&mut check).await {
         if r.is_err() {
             break;
@@ -861,7 +866,8 @@ async fn relay_to_s3_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failu
                 )
                 .into());
             }
-            let (stream, outcome) = VerifyingBody::new(body, claims, len);
+            let (stream, outcome) =
+                VerifyingBody::new(body, claims, len, ctx.gw.limits.upload_idle_timeout);
             (
                 OriginBody::Stream {
                     body: origin_body(stream).await?,

@@ -20,6 +20,7 @@
 //! [`settle`] turns the two results (the client's checks, the origin's answer) into one,
 //! and treats an origin success without a finished verification as an error.
 
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -71,6 +72,8 @@ pub struct VerifyingBody {
     md5: Md5,
     len: u64,
     announced: u64,
+    idle: std::time::Duration,
+    idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     held: Option<Bytes>,
     done: bool,
     outcome: Outcome,
@@ -78,8 +81,14 @@ pub struct VerifyingBody {
 
 impl VerifyingBody {
     /// Wraps a client body whose decoded length was announced to the origin as
-    /// `announced` bytes: a body that decodes to more or fewer bytes fails.
-    pub fn new(body: axum::body::Body, claims: Claims, announced: u64) -> (VerifyingBody, Outcome) {
+    /// `announced` bytes: a body that decodes to more or fewer bytes fails, and so does
+    /// one that sends nothing for `idle`.
+    pub fn new(
+        body: axum::body::Body,
+        claims: Claims,
+        announced: u64,
+        idle: std::time::Duration,
+    ) -> (VerifyingBody, Outcome) {
         let outcome: Outcome = Arc::new(Mutex::new(None));
         let decoder = claims
             .chunked
@@ -93,6 +102,8 @@ impl VerifyingBody {
             md5: Md5::new(),
             len: 0,
             announced,
+            idle,
+            idle_timer: None,
             held: None,
             done: false,
             outcome: outcome.clone(),
@@ -209,7 +220,19 @@ impl Stream for VerifyingBody {
         }
         loop {
             match Pin::new(&mut this.body).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    let idle = this.idle;
+                    let timer = this
+                        .idle_timer
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                    if timer.as_mut().poll(cx).is_ready() {
+                        return this.fail(Error::new(
+                            ErrorKind::Timeout,
+                            "Your socket connection to the server was not read from or written to within the timeout period.",
+                        ));
+                    }
+                    return Poll::Pending;
+                }
                 Poll::Ready(Some(Err(e))) => {
                     return this.fail(Error::new(
                         ErrorKind::IncompleteBody,
@@ -217,6 +240,7 @@ impl Stream for VerifyingBody {
                     ));
                 }
                 Poll::Ready(Some(Ok(frame))) => {
+                    this.idle_timer = None;
                     let Ok(data) = frame.into_data() else {
                         continue;
                     };

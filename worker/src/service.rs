@@ -283,12 +283,8 @@ async fn admin(
     let stop = async move {
         let _ = shutdown.changed().await;
     };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::warn!(error = %e, "admin listener failed");
-    }
+    talon_listener::serve_router(listener, talon_listener::ListenerLimits::admin(), app, stop)
+        .await;
 }
 
 /// Raises this process's open-files soft limit to its hard limit and returns the limit

@@ -969,7 +969,15 @@ mod tests {
             headers: h,
         };
         assert!(
-            shared_key::verify(&parts, "devstoreaccount1", &key, &account, &signature).is_ok(),
+            shared_key::verify(
+                &parts,
+                "devstoreaccount1",
+                &key,
+                &account,
+                &signature,
+                std::time::SystemTime::now()
+            )
+            .is_ok(),
             "the server-side check accepts the client's signature"
         );
     }

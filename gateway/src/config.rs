@@ -263,6 +263,8 @@ impl Identities {
                 .map(|k| (k.access_key, k.secret_key))
                 .collect(),
             anonymous: file.anonymous,
+            // Filled in with the S3 front's region when the gateway starts.
+            regions: Vec::new(),
         };
         let (account, key) = match file.azure {
             Some(a) => (a.account, a.key),

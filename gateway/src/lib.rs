@@ -156,10 +156,16 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
     config
         .identities
         .check_fronts(config.s3.is_some(), config.azure.is_some())?;
+    let mut identities = config.identities;
+    if let Some(front) = &config.s3
+        && !identities.s3.regions.contains(&front.region)
+    {
+        identities.s3.regions.push(front.region.clone());
+    }
     let state = Arc::new(Gateway {
         s3: config.s3.clone(),
         azure: config.azure.clone(),
-        identities: config.identities,
+        identities,
         objects: Objects::new(
             config.origins,
             config.cache,

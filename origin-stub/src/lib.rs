@@ -240,6 +240,7 @@ pub async fn start(config: StubConfig) -> Result<RunningStub, StubError> {
             } else {
                 AnonymousAccess::Refused
             },
+            regions: vec![config.region.clone()],
         },
         azure_identity: AzureIdentity {
             account: config.azure_account.clone(),

@@ -174,6 +174,8 @@ fn signatures(c: &mut Criterion) {
         .next()
         .unwrap_or_default()
         .to_owned();
+    let signed_at =
+        talon_protocols::dates::parse_http_date("Mon, 30 Nov 2026 12:00:00 GMT").expect("date");
     c.bench_function("shared_key/verify", |b| {
         b.iter(|| {
             shared_key::verify(
@@ -182,6 +184,7 @@ fn signatures(c: &mut Criterion) {
                 &key,
                 "devstoreaccount1",
                 black_box(&signature),
+                signed_at,
             )
             .expect("valid")
         })

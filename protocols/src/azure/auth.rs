@@ -74,7 +74,7 @@ fn verify_signature(
         return Ok(Caller::Anonymous);
     };
     if let Some((account, signature)) = shared_key::parse_authorization(parts.headers)? {
-        shared_key::verify(parts, &identity.account, key, &account, &signature)?;
+        shared_key::verify(parts, &identity.account, key, &account, &signature, now)?;
         return Ok(Caller::Authenticated);
     }
     if let Some(token) = SasToken::from_query(&request.query) {

@@ -119,7 +119,7 @@ pub struct AzureRequest {
     pub container: Option<String>,
     /// The blob name, decoded, for blob operations.
     pub blob: Option<String>,
-    /// The decoded query.
+    /// The decoded query, parameter names lower-cased.
     pub query: QueryParams,
 }
 
@@ -163,6 +163,29 @@ pub fn resolve_address(
     (account, container, blob)
 }
 
+/// The query with its parameter names lower-cased, as Shared Key canonicalises them:
+/// what decides the operation is then what the signature covers (SEC-08 of the security
+/// review: `COMP=list` kept a captured signature valid yet escaped classification).
+///
+/// # Errors
+/// [`ErrorKind::InvalidArgument`] when two parameters differ only in case.
+fn canonical_query(raw_query: &str) -> Result<QueryParams> {
+    let pairs: Vec<(String, String)> = QueryParams::parse(raw_query)
+        .0
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect();
+    let mut names: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
+    names.sort_unstable();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "A query parameter appears more than once.",
+        ));
+    }
+    Ok(QueryParams(pairs))
+}
+
 impl AzureRequest {
     /// Classifies a request.
     ///
@@ -193,7 +216,7 @@ impl AzureRequest {
         if let Some(c) = &container {
             validate_container_name(c)?;
         }
-        let query = QueryParams::parse(raw_query);
+        let query = canonical_query(raw_query)?;
         let comp = query.get("comp");
         let restype = query.get("restype");
         let unsupported = |what: &str| {
@@ -341,6 +364,21 @@ mod tests {
         )
         .expect("ok");
         assert_eq!(r.operation, AzureOperation::ListContainers);
+    }
+
+    /// SEC-08: parameter names are classified as Shared Key canonicalises them.
+    #[test]
+    fn query_names_are_case_insensitive_and_unique() {
+        let op = |q| classify(Method::GET, "h:1", "/acct/ctr/b", q, &[]).map(|r| r.operation);
+        assert_eq!(
+            op("COMP=blocklist").ok(),
+            Some(AzureOperation::GetBlockList)
+        );
+        assert_eq!(op("Comp=blocklist").ok(), op("comp=blocklist").ok());
+        assert_eq!(
+            op("comp=blocklist&COMP=list").map_err(|e| e.kind()).err(),
+            Some(ErrorKind::InvalidArgument)
+        );
     }
 
     /// SEC-03: container and account names are refused before anything else.

@@ -239,6 +239,21 @@ fn ip_in_range(ip: IpAddr, range: &str) -> bool {
 
 fn check_permissions(t: &SasToken, req: &SasRequest<'_>) -> Result<()> {
     let op = req.operation;
+    // A service SAS reaches a container's blobs and its listing, never the container
+    // itself: `d` deletes blobs and `c` creates blobs, not containers (SEC-10).
+    if !t.is_account_sas()
+        && matches!(
+            op,
+            AzureOperation::CreateContainer
+                | AzureOperation::DeleteContainer
+                | AzureOperation::GetContainerProperties
+        )
+    {
+        return Err(Error::new(
+            ErrorKind::PermissionMismatch,
+            "This request is not authorized to perform this operation using this permission: a service SAS cannot create, delete or read a container.",
+        ));
+    }
     let needed = op.sas_permission();
     let sp = t.get("sp");
     // Creating a blob is allowed by `c` as well as `w`.
@@ -399,6 +414,40 @@ mod tests {
         let tok = token(&generate_service_sas(&grant, &key));
         verify(&tok, &key, &req(None, AzureOperation::ListBlobs), t(10)).expect("list");
         verify(&tok, &key, &req(Some("x"), AzureOperation::GetBlob), t(10)).expect("read");
+    }
+
+    /// SEC-10: a container SAS with every permission still cannot touch the container.
+    #[test]
+    fn a_service_sas_never_creates_deletes_or_reads_a_container() {
+        let key = AccountKey::from_base64(KEY).expect("key");
+        let grant = SasGrant {
+            account: "acct",
+            container: "c",
+            blob: None,
+            permissions: "racwdl",
+            start: None,
+            expiry: t(2000),
+            version: "2019-12-12",
+        };
+        let tok = token(&generate_service_sas(&grant, &key));
+        for op in [
+            AzureOperation::CreateContainer,
+            AzureOperation::DeleteContainer,
+            AzureOperation::GetContainerProperties,
+        ] {
+            assert_eq!(
+                verify(&tok, &key, &req(None, op), t(10)).map_err(|e| e.kind()),
+                Err(ErrorKind::PermissionMismatch),
+                "{op:?}"
+            );
+        }
+        verify(
+            &tok,
+            &key,
+            &req(Some("x"), AzureOperation::DeleteBlob),
+            t(10),
+        )
+        .expect("blobs");
     }
 
     #[test]

@@ -276,22 +276,50 @@ pub fn parse_authorization(headers: &HeaderMap) -> Result<Option<(String, String
     Ok(Some((account.to_owned(), signature.to_owned())))
 }
 
-/// Verifies a Shared Key signature.
+/// How far a Shared Key request's date may be from this server's clock, as Azure allows.
+pub const MAX_DATE_SKEW: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// Verifies a Shared Key signature and the request's freshness: `x-ms-date` (or, without
+/// it, `Date`) must be present and within [`MAX_DATE_SKEW`] of `now`, so a captured
+/// request cannot be replayed later (SEC-08 of the security review).
 ///
 /// # Errors
 /// [`ErrorKind::InvalidAccessKeyId`] for another account,
-/// [`ErrorKind::SignatureDoesNotMatch`] for a wrong signature.
+/// [`ErrorKind::SignatureDoesNotMatch`] for a wrong signature or a missing, unreadable
+/// or stale date.
 pub fn verify(
     parts: &SharedKeyParts<'_>,
     account: &str,
     key: &AccountKey,
     claimed_account: &str,
     signature: &str,
+    now: std::time::SystemTime,
 ) -> Result<()> {
     if claimed_account != account {
         return Err(Error::new(
             ErrorKind::InvalidAccessKeyId,
             format!("unknown account '{claimed_account}'"),
+        ));
+    }
+    let date = ["x-ms-date", "date"]
+        .iter()
+        .find_map(|name| parts.headers.get(*name))
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::dates::parse_http_date)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::SignatureDoesNotMatch,
+                "Request date header not specified or not valid: x-ms-date or Date is required.",
+            )
+        })?;
+    let skew = now
+        .duration_since(date)
+        .or_else(|_| date.duration_since(now))
+        .unwrap_or_default();
+    if skew > MAX_DATE_SKEW {
+        return Err(Error::new(
+            ErrorKind::SignatureDoesNotMatch,
+            "Request date header too old or too far in the future: it must be within 15 minutes of the server's time.",
         ));
     }
     let sts = string_to_sign(parts, account);
@@ -375,19 +403,69 @@ mod tests {
         let (account, sig) = parse_authorization(&signed)
             .expect("parse")
             .expect("present");
-        verify(&parts, "acct", &key, &account, &sig).expect("verifies");
+        let signed_at =
+            crate::dates::parse_http_date("Mon, 01 Jan 2024 00:00:00 GMT").expect("date");
+        let now = signed_at + std::time::Duration::from_secs(60);
+        verify(&parts, "acct", &key, &account, &sig, now).expect("verifies");
         let other = SharedKeyParts {
             raw_path: "/acct/c/other",
             ..parts
         };
         assert_eq!(
-            verify(&other, "acct", &key, &account, &sig).map_err(|e| e.kind()),
+            verify(&other, "acct", &key, &account, &sig, now).map_err(|e| e.kind()),
             Err(ErrorKind::SignatureDoesNotMatch)
         );
         assert_eq!(
-            verify(&parts, "acct2", &key, &account, &sig).map_err(|e| e.kind()),
+            verify(&parts, "acct2", &key, &account, &sig, now).map_err(|e| e.kind()),
             Err(ErrorKind::InvalidAccessKeyId)
         );
+    }
+
+    /// SEC-08: a correctly signed request is refused once its date is more than 15
+    /// minutes away, and one without any date is refused too.
+    #[test]
+    fn stale_and_undated_requests_are_refused() {
+        let key = AccountKey::from_base64(KEY).expect("key");
+        let date = "Mon, 01 Jan 2001 00:00:00 GMT";
+        let signed_at = crate::dates::parse_http_date(date).expect("date");
+        for (h, now) in [
+            (
+                headers(&[("x-ms-version", "2021-08-06"), ("x-ms-date", date)]),
+                signed_at + MAX_DATE_SKEW + std::time::Duration::from_secs(1),
+            ),
+            (
+                headers(&[("x-ms-version", "2021-08-06"), ("x-ms-date", date)]),
+                signed_at - MAX_DATE_SKEW - std::time::Duration::from_secs(1),
+            ),
+            (headers(&[("x-ms-version", "2021-08-06")]), signed_at),
+            (
+                headers(&[("x-ms-version", "2021-08-06"), ("x-ms-date", "yesterday")]),
+                signed_at,
+            ),
+        ] {
+            let parts = SharedKeyParts {
+                method: "GET",
+                raw_path: "/acct/c/b",
+                raw_query: "",
+                headers: &h,
+            };
+            let sig = key.sign(&string_to_sign(&parts, "acct"));
+            assert_eq!(
+                verify(&parts, "acct", &key, "acct", &sig, now).map_err(|e| e.kind()),
+                Err(ErrorKind::SignatureDoesNotMatch),
+                "{h:?}"
+            );
+        }
+        // The Date header serves when x-ms-date is absent.
+        let h = headers(&[("x-ms-version", "2021-08-06"), ("date", date)]);
+        let parts = SharedKeyParts {
+            method: "GET",
+            raw_path: "/acct/c/b",
+            raw_query: "",
+            headers: &h,
+        };
+        let sig = key.sign(&string_to_sign(&parts, "acct"));
+        verify(&parts, "acct", &key, "acct", &sig, signed_at).expect("Date serves");
     }
 
     #[test]

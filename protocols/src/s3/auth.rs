@@ -19,6 +19,10 @@ pub struct S3Identities {
     pub secrets: BTreeMap<String, String>,
     /// What unsigned requests may do.
     pub anonymous: AnonymousAccess,
+    /// The regions a SigV4 credential scope may name: the server's own (and any it is
+    /// configured to answer for). A signature for another region or service is refused
+    /// (SEC-15). Empty refuses every SigV4 signature.
+    pub regions: Vec<String>,
 }
 
 impl S3Identities {
@@ -28,6 +32,7 @@ impl S3Identities {
         S3Identities {
             secrets: BTreeMap::new(),
             anonymous: AnonymousAccess::ReadWrite,
+            regions: Vec::new(),
         }
     }
 }
@@ -118,13 +123,72 @@ fn verify_signature(
     let Some(auth) = sigv4::parse_authorization(parts.headers, parts.raw_query)? else {
         return Ok(S3Auth::anonymous());
     };
+    check_scope(identities, &auth.scope)?;
     let secret = identities
         .secrets
         .get(&auth.access_key)
         .ok_or_else(unknown_key)?;
     let seed = sigv4::verify(parts, &auth, secret, now)?;
+    refuse_unsigned_amz_headers(parts.headers, &auth.signed_headers)?;
     Ok(S3Auth {
         caller: Caller::Authenticated,
         seed: Some(seed),
     })
+}
+
+/// A SigV4 credential scope must name the service `s3` and one of this server's
+/// regions, as S3 requires: otherwise a signature captured for another service or region
+/// would be replayable here.
+fn check_scope(identities: &S3Identities, scope: &sigv4::CredentialScope) -> Result<()> {
+    if scope.service != "s3" {
+        return Err(Error::new(
+            ErrorKind::MalformedAuthorization,
+            format!(
+                "The authorization header is malformed; incorrect service '{}'. This endpoint belongs to 's3'.",
+                scope.service
+            ),
+        ));
+    }
+    if !identities.regions.iter().any(|r| *r == scope.region) {
+        return Err(Error::new(
+            ErrorKind::MalformedAuthorization,
+            format!(
+                "The authorization header is malformed; the region '{}' is wrong; expecting '{}'",
+                scope.region,
+                identities.regions.first().map_or("", String::as_str)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `x-amz-*` headers a request may carry without signing them: transport and integrity
+/// details that cannot change what the request does.
+const UNSIGNED_AMZ_ALLOWED: &[&str] = &[
+    "x-amz-content-sha256",
+    "x-amz-date",
+    "x-amz-security-token",
+    "x-amz-user-agent",
+    "x-amz-sdk-checksum-algorithm",
+    "x-amz-expected-bucket-owner",
+];
+
+/// Every other `x-amz-*` header must be signed, as S3 requires: an unsigned
+/// `x-amz-copy-source` would turn the holder of a presigned PUT into a copier of any
+/// object the server can read (SEC-16), and unsigned metadata or tagging would rewrite
+/// what the signer delegated.
+fn refuse_unsigned_amz_headers(headers: &http::HeaderMap, signed: &[String]) -> Result<()> {
+    let unsigned = headers.keys().map(http::HeaderName::as_str).find(|name| {
+        name.starts_with("x-amz-")
+            && !name.starts_with("x-amz-checksum-")
+            && !UNSIGNED_AMZ_ALLOWED.contains(name)
+            && !signed.iter().any(|s| s == name)
+    });
+    match unsigned {
+        Some(name) => Err(Error::new(
+            ErrorKind::AccessDenied,
+            format!("There were headers present in the request which were not signed: {name}"),
+        )),
+        None => Ok(()),
+    }
 }

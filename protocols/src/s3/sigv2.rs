@@ -192,11 +192,15 @@ pub fn string_to_sign(
         .split('&')
         .filter(|p| !p.is_empty())
         .filter_map(|p| {
+            // Names are matched decoded, as the request classifier reads them: an
+            // encoded `response-content-typ%65` is signed like the plain name (SEC-09).
             let (k, v) = match p.split_once('=') {
-                Some((k, v)) => (k, Some(decode(v).into_owned())),
-                None => (p, None),
+                Some((k, v)) => (decode(k), Some(decode(v).into_owned())),
+                None => (decode(p), None),
             };
-            SIGNED_SUBRESOURCES.contains(&k).then(|| (k.to_owned(), v))
+            SIGNED_SUBRESOURCES
+                .contains(&k.as_ref())
+                .then(|| (k.into_owned(), v))
         })
         .collect();
     subresources.sort_by(|a, b| a.0.cmp(&b.0));
@@ -243,8 +247,16 @@ pub fn verify(
             let at: u64 = expires
                 .parse()
                 .map_err(|_| malformed("Expires must be seconds since the epoch"))?;
-            if now > UNIX_EPOCH + Duration::from_secs(at) {
+            let expires_at = UNIX_EPOCH + Duration::from_secs(at);
+            if now > expires_at {
                 return Err(Error::new(ErrorKind::ExpiredRequest, "Request has expired"));
+            }
+            // Capped like SigV4's X-Amz-Expires: a URL valid until 2100 is a password.
+            if expires_at > now + super::sigv4::MAX_PRESIGNED_EXPIRY {
+                return Err(Error::new(
+                    ErrorKind::ExpiredRequest,
+                    "Expires must be at most 7 days (604800 seconds) from now",
+                ));
             }
             expires.as_str()
         }
@@ -347,6 +359,33 @@ mod tests {
         assert_eq!(
             verify("GET", &h, "/b/other", &query, &auth, secret, before).map_err(|e| e.kind()),
             Err(ErrorKind::SignatureDoesNotMatch)
+        );
+        // SEC-09: more than 7 days ahead is refused however well it is signed.
+        let long_ago = UNIX_EPOCH + Duration::from_secs(2_000_000_000 - 8 * 24 * 3600);
+        assert_eq!(
+            verify("GET", &h, "/b/k%20x", &query, &auth, secret, long_ago).map_err(|e| e.kind()),
+            Err(ErrorKind::ExpiredRequest)
+        );
+    }
+
+    /// SEC-09: a sub-resource whose name is percent-encoded is signed like its plain
+    /// name, so adding one to a signed URL breaks the signature.
+    #[test]
+    fn encoded_subresource_names_are_signed_decoded() {
+        let h = HeaderMap::new();
+        assert_eq!(
+            string_to_sign(
+                "GET",
+                &h,
+                "/b/k",
+                "response-content-typ%65=text%2Fhtml",
+                "1"
+            ),
+            string_to_sign("GET", &h, "/b/k", "response-content-type=text%2Fhtml", "1"),
+        );
+        assert_ne!(
+            string_to_sign("GET", &h, "/b/k", "part%4Eumber=1", "1"),
+            string_to_sign("GET", &h, "/b/k", "", "1"),
         );
     }
 }

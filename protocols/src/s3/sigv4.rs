@@ -304,7 +304,11 @@ fn build_authorization(
         return Err(malformed("SignedHeaders must list the host header"));
     }
     if signature.len() != 64 || !signature.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(malformed("Signature must be 64 hex digits"));
+        // S3 answers a signature it cannot match as not matching, whatever its shape.
+        return Err(Error::new(
+            ErrorKind::SignatureDoesNotMatch,
+            "The request signature we calculated does not match the signature you provided.",
+        ));
     }
     Ok(SigV4Authorization {
         access_key: access_key.to_owned(),
@@ -927,6 +931,18 @@ mod tests {
                 "{c}"
             );
         }
+        // A signature of the wrong shape is a signature that does not match, as S3 says.
+        let h = headers(&[
+            (
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=AK/20130524/us-east-1/s3/aws4_request,SignedHeaders=host,Signature=00",
+            ),
+            ("x-amz-date", "20130524T000000Z"),
+        ]);
+        assert_eq!(
+            parse_authorization(&h, "").map_err(|e| e.kind()).err(),
+            Some(ErrorKind::SignatureDoesNotMatch)
+        );
         let h = headers(&[("authorization", "AWS AK:sig")]);
         assert_eq!(
             parse_authorization(&h, "").map_err(|e| e.kind()).err(),

@@ -12,7 +12,9 @@ uncommitted changes included. Only the worker and the gateway come from each sid
 origin stub, the coordinator and the load generator (talon-loadgen) are B's, so the
 measuring instruments are the same for both arms. Both deployments run at once against
 one origin stub; each round runs A then B or B then A, alternating, so drift on this
-shared machine lands on both arms.
+shared machine lands on both arms. Every process of the run shares one cluster secret,
+fresh per run (TALON_CLUSTER_SECRET; scripts/talon_cluster.py signs the script's own
+coordinator requests), so REV must be a commit whose worker and gateway take it.
 
 --load worker drives each worker's data plane with talon-loadgen over the wire protocol
 (--conns connections, --depth pipelined requests each); --load gateway drives each
@@ -41,6 +43,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import talon_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 AB_DIR = ROOT / "target" / "bench-ab"
@@ -104,16 +108,25 @@ def build(rev_sha: str) -> tuple[Path, Path]:
     return a_bin, b_bin
 
 
+def takes_cluster_secret(binary: Path) -> bool:
+    """Whether a worker or gateway binary has the cluster secret (--cluster-secret-file):
+    one from before it neither signs its coordinator calls nor speaks the Hello exchange,
+    so B's coordinator and load generator would refuse it."""
+    out = subprocess.run([str(binary), "--help"], capture_output=True, text=True)
+    return "--cluster-secret-file" in out.stdout + out.stderr
+
+
 class Deployment:
     """Processes started for the run; all killed on exit."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, secret: str):
         self.tmp = tmp
+        self.secret = secret  # the cluster secret every process of the run shares
         self.children: list[subprocess.Popen] = []
 
     def spawn(self, name: str, cmd: list[str], ready: Path, timeout: float = 60.0) -> dict:
         log = open(self.tmp / f"{name}.log", "w")
-        env = dict(os.environ, TALON_LOG=os.environ.get("TALON_LOG", "warn"))
+        env = talon_cluster.child_env(self.secret, TALON_LOG=os.environ.get("TALON_LOG", "warn"))
         child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         self.children.append(child)
         deadline = time.monotonic() + timeout
@@ -138,13 +151,15 @@ class Deployment:
                 child.kill()
 
 
-def wait_members(coordinator: str, n: int, timeout: float = 30.0) -> None:
+def wait_members(coordinator: str, n: int, secret: str, timeout: float = 30.0) -> None:
     import urllib.request
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{coordinator}/v1/members", timeout=2) as reply:
+            req = urllib.request.Request(f"{coordinator}/v1/members",
+                                         headers=talon_cluster.auth_headers(secret, "GET", "/v1/members"))
+            with urllib.request.urlopen(req, timeout=2) as reply:
                 members = json.loads(reply.read())["members"]
             if len(members) >= n:
                 return
@@ -186,7 +201,7 @@ def start(dep: Deployment, a_bin: Path, b_bin: Path, load: str, route: str = "ca
             "--ready-file", str(worker_ready),
         ]
         worker = dep.spawn(f"worker-{arm}", worker_cmd, worker_ready)
-        wait_members(coord, 1)
+        wait_members(coord, 1, dep.secret)
         pids = {c.args[0]: c.pid for c in dep.children}
         info = {"label": arm, "worker": worker["addr"], "worker_pid": pids[str(bins / "talon-worker")]}
         if load == "gateway":
@@ -208,7 +223,7 @@ def start(dep: Deployment, a_bin: Path, b_bin: Path, load: str, route: str = "ca
     return arms
 
 
-def loadgen(b_bin: Path, arm: dict, args, load: str, warmup: float, prefetch: bool = False) -> dict:
+def loadgen(b_bin: Path, arm: dict, args, load: str, warmup: float, secret: str, prefetch: bool = False) -> dict:
     cmd = [str(b_bin / "talon-loadgen")]
     if load == "worker":
         cmd += ["--addr", arm["worker"], "--object", f"s3/{OBJECT[0]}/{OBJECT[1]}", "--depth", str(args.depth)]
@@ -222,7 +237,8 @@ def loadgen(b_bin: Path, arm: dict, args, load: str, warmup: float, prefetch: bo
     ]
     if prefetch:
         cmd.append("--prefetch")
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    # The cluster secret: --addr authenticates each connection with it (Hello).
+    out = subprocess.run(cmd, capture_output=True, text=True, env=talon_cluster.child_env(secret))
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         sys.stderr.write(out.stderr[-3000:])
@@ -273,19 +289,23 @@ def main() -> None:
     print(f"bench-ab: {a_label}; {b_label}; load {args.load}, route {args.route}", flush=True)
 
     a_bin, b_bin = build(rev_sha)
+    for name in ("talon-worker", "talon-gateway"):
+        if not takes_cluster_secret(a_bin / name):
+            die(f"{name} at {args.rev} predates the cluster secret, so it cannot join B's authenticated "
+                "coordinator or answer B's load generator; compare against a commit that has it")
     tmp = Path(tempfile.mkdtemp(prefix="talon-bench-ab-"))
-    dep = Deployment(tmp)
+    dep = Deployment(tmp, talon_cluster.new_secret())
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     try:
         arms = start(dep, a_bin, b_bin, args.load, args.route)
         # Warm each cache once (a long warmup the first time fills the block).
         for arm in ("A", "B"):
             print(f"warming {arm}", flush=True)
-            loadgen(b_bin, arms[arm], argparse.Namespace(**{**vars(args), "seconds": 1.0}), args.load, 1.0, prefetch=True)
+            loadgen(b_bin, arms[arm], argparse.Namespace(**{**vars(args), "seconds": 1.0}), args.load, 1.0, dep.secret, prefetch=True)
         for r in range(args.rounds):
             order = ("A", "B") if r % 2 == 0 else ("B", "A")
             for arm in order:
-                report = loadgen(b_bin, arms[arm], args, args.load, args.warmup)
+                report = loadgen(b_bin, arms[arm], args, args.load, args.warmup, dep.secret)
                 runs[arm].append(report)
                 print(
                     f"round {r + 1}/{args.rounds} {arm}: {report['rps']:,.0f} rps, "

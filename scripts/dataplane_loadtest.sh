@@ -19,6 +19,8 @@
 #   NGINX=1               0 skips the nginx comparison
 #   OUT=bench/results/dataplane_loadtest.jsonl   JSON Lines, one report per point
 #                         (overwritten each run)
+#   TALON_CLUSTER_SECRET  the cluster secret every process shares (default: a fresh
+#                         random one per run; TALON_CLUSTER_SECRET_FILE is ignored)
 #
 # Every server runs on this host, as does the client: read the client's "cores busy"
 # next to the server's. Points are interleaved (for each connection count: every
@@ -66,6 +68,15 @@ bytes() {
 
 log "building (release): talon-bench talon-worker talon-origin-stub talon-coordinator"
 cargo build --release -q -p talon-bench -p talon-worker -p talon-origin-stub -p talon-coordinator
+
+# The cluster secret: the coordinator, the worker(s) and talon-loadgen (--addr) all read
+# it from the environment; the membership poll signs with it (scripts/talon_cluster.py).
+# A secret file would take precedence over the variable in the binaries: drop it.
+if [[ -z ${TALON_CLUSTER_SECRET:-} ]]; then
+  TALON_CLUSTER_SECRET=$(python3 scripts/talon_cluster.py new-secret) || die "could not make a cluster secret"
+fi
+export TALON_CLUSTER_SECRET
+unset TALON_CLUSTER_SECRET_FILE
 
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 conns_max=$(tr ',' '\n' <<<"$CONNS" | sort -n | tail -1)
@@ -125,9 +136,10 @@ log "coordinator at $COORDINATOR"
 
 # Waits until the coordinator lists worker $1 as a member.
 wait_member() {
-  local id=$1 i
+  local id=$1 i auth
   for ((i = 0; i < 300; i++)); do
-    curl -sf "$COORDINATOR/v1/members/$id" >/dev/null && return 0
+    auth=$(python3 scripts/talon_cluster.py sign GET "/v1/members/$id") || die "could not sign the membership request"
+    curl -sf -H "x-talon-auth: $auth" "$COORDINATOR/v1/members/$id" >/dev/null && return 0
     sleep 0.1
   done
   die "worker $id never joined the coordinator's membership"

@@ -14,10 +14,12 @@ Three measurements:
    placement table every gateway holds are measured the same way, per worker. Its
    scratch files go to /dev/shm when writable (fsyncs there are free), else to /tmp.
 2. Bytes per open connection: a real deployment of the release binaries on loopback
-   (origin stub, coordinator, one worker, gateway). The worker's data plane gets K
-   connections that each complete one ReadRange of 4 KiB (spoken here with the wire
-   protocol of core/src/wire/mod.rs) and stay open; the gateway gets K HTTP/1.1
-   keep-alive connections that each complete one ranged GET of 4 KiB and stay open.
+   (origin stub, coordinator, one worker, gateway), sharing a cluster secret fresh for
+   each deployment (TALON_CLUSTER_SECRET). The worker's data plane gets K connections
+   that each authenticate (the Hello exchange, scripts/talon_cluster.py) and complete
+   one ReadRange of 4 KiB (spoken here with the wire protocol of core/src/wire/mod.rs)
+   and stay open; the gateway gets K HTTP/1.1 keep-alive connections that each
+   complete one ranged GET of 4 KiB and stay open.
    Figure: (VmRSS with them - VmRSS before) / K, after a warm-up of 32 connections
    opened and closed (so thread-pool and allocator arenas already exist). The script
    waits on conditions: the worker's `talon_worker_connections` gauge, the count of the
@@ -54,6 +56,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import talon_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target" / "release"
@@ -159,14 +163,15 @@ def wait_for(what: str, check, timeout: float = 30.0):
 class Processes:
     """Processes this script started; all stopped on exit."""
 
-    def __init__(self, tmp: Path, env: dict[str, str] | None = None):
+    def __init__(self, tmp: Path, secret: str, env: dict[str, str] | None = None):
         self.tmp = tmp
+        self.secret = secret  # the cluster secret every process shares
         self.env = env or {}
         self.children: list[subprocess.Popen] = []
 
     def spawn(self, name: str, cmd: list[str], ready: Path, timeout: float = 60.0) -> tuple[subprocess.Popen, dict]:
         log_file = open(self.tmp / f"{name}.log", "w")
-        env = dict(os.environ, TALON_LOG=os.environ.get("TALON_LOG", "warn"), **self.env)
+        env = talon_cluster.child_env(self.secret, TALON_LOG=os.environ.get("TALON_LOG", "warn"), **self.env)
         child = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         self.children.append(child)
         deadline = time.monotonic() + timeout
@@ -193,14 +198,15 @@ class Processes:
         self.children.clear()
 
 
-def http_get(url: str, timeout: float = 5.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as reply:
+def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as reply:
         return reply.read()
 
 
-def live_members(coordinator: str) -> int:
+def live_members(coordinator: str, secret: str) -> int:
+    headers = talon_cluster.auth_headers(secret, "GET", "/v1/members")
     try:
-        return len(json.loads(http_get(f"{coordinator}/v1/members"))["members"])
+        return len(json.loads(http_get(f"{coordinator}/v1/members", headers=headers))["members"])
     except (OSError, ValueError, KeyError):
         return 0
 
@@ -261,11 +267,15 @@ def worker_read(sock: socket.socket, request_id: int, version: str) -> None:
         die(f"unexpected reply type {kind:#x} of {length} bytes")
 
 
-def worker_conns(addr: str, version: str, k: int) -> list[socket.socket]:
+def worker_conns(addr: str, version: str, k: int, secret: str) -> list[socket.socket]:
     host, port = host_port(addr)
     socks = []
     for i in range(k):
         s = socket.create_connection((host, port), timeout=30)
+        try:
+            talon_cluster.hello(s, secret)
+        except (ConnectionError, OSError) as e:
+            die(f"the worker's Hello failed: {e}")
         worker_read(s, i + 1, version)
         socks.append(s)
     return socks
@@ -337,7 +347,7 @@ def deployment(procs: Processes, tmp: Path, k: int) -> dict:
         ],
         tmp / "worker.json",
     )
-    wait_for("the coordinator to list the worker", lambda: live_members(coordinator) >= 1)
+    wait_for("the coordinator to list the worker", lambda: live_members(coordinator, procs.secret) >= 1)
     gateway, gateway_ready = procs.spawn(
         "gateway",
         [
@@ -361,10 +371,10 @@ def deployment(procs: Processes, tmp: Path, k: int) -> dict:
     # Worker data plane.
     addr, admin = worker_ready["addr"], worker_ready["admin"]
     base = worker_connections(admin)
-    close_all(worker_conns(addr, version, WARMUP_CONNS))
+    close_all(worker_conns(addr, version, WARMUP_CONNS, procs.secret))
     wait_for("the warm-up connections to close", lambda: worker_connections(admin) <= base)
     w_before = settled_rss(worker.pid)
-    socks = worker_conns(addr, version, k)
+    socks = worker_conns(addr, version, k, procs.secret)
     wait_for(f"{k} open worker connections", lambda: worker_connections(admin) >= base + k)
     w_with = settled_rss(worker.pid)
     close_all(socks)
@@ -420,7 +430,7 @@ TOUCHED = {"GLIBC_TUNABLES": "glibc.malloc.perturb=165"}
 
 def deployment_round(tmp: Path, k: int, env: dict[str, str] | None = None, with_up: bool = True) -> dict:
     tmp.mkdir(parents=True)
-    procs = Processes(tmp, env)
+    procs = Processes(tmp, talon_cluster.new_secret(), env)
     try:
         dep = deployment(procs, tmp, k)
         procs.stop()

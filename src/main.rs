@@ -123,6 +123,11 @@ fn write_sample(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// Parses `--origin` into origin clients.
 fn real_origin(spec: &str) -> anyhow::Result<Origins> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -261,7 +266,28 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
                 write_sample(&args.data_dir)?;
                 tracing::info!(dir = %args.data_dir.display(), "created the data folder with a sample");
             }
+            // The stub speaks only to this process: random credentials, a random
+            // Azure key and a random admin token, none of them written down, so other
+            // local users cannot go around the gateway to the folder (SEC-13, SEC-19).
+            let origin_secret = |n: usize| {
+                let mut bytes = vec![0u8; n];
+                getrandom::getrandom(&mut bytes)
+                    .map(|()| bytes)
+                    .map_err(|e| anyhow::anyhow!("no randomness for the origin's credentials: {e}"))
+            };
+            let origin_s3 = (
+                format!(
+                    "TALONUP{}",
+                    hex::encode(origin_secret(8)?).to_ascii_uppercase()
+                ),
+                hex::encode(origin_secret(24)?),
+            );
+            let origin_key = AccountKey::from_base64(&base64_encode(&origin_secret(64)?))
+                .map_err(|e| anyhow::anyhow!("the origin key: {}", e.message()))?;
             let stub = talon_origin_stub::start(StubConfig {
+                s3_credentials: [origin_s3.clone()].into_iter().collect(),
+                azure_key: Some(origin_key.clone()),
+                admin_token: Some(hex::encode(origin_secret(24)?)),
                 data_dir: Some(args.data_dir.clone()),
                 generated: vec![GeneratedObject::new(
                     "demo",
@@ -279,13 +305,17 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             let s3 = OriginClient::new(OriginConfig::S3 {
                 endpoint: stub.s3_url().unwrap_or_default(),
                 region: "us-east-1".into(),
-                credentials: None,
+                credentials: Some(S3Credentials {
+                    access_key: origin_s3.0,
+                    secret_key: origin_s3.1,
+                    session_token: None,
+                }),
                 virtual_hosted: false,
             })?;
             let azure = OriginClient::new(OriginConfig::Azure {
                 endpoint: stub.azure_url().unwrap_or_default(),
                 account: DEFAULT_AZURE_ACCOUNT.into(),
-                key: None,
+                key: Some(origin_key),
                 sas: None,
             })?;
             let origins = Origins {
@@ -300,10 +330,15 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         }
     };
 
+    // One cluster secret per run, never written down: the coordinator's API and every
+    // worker connection require it, so nothing internal is open to other local users.
+    let cluster_secret = talon_coordinator::auth::random_secret();
     let coordinator = talon_coordinator::start(CoordinatorConfig {
         listen: any_port,
+        cluster_secret: cluster_secret.clone(),
         heartbeat_interval: Duration::from_millis(500),
         expiry: Duration::from_secs(3),
+        ..CoordinatorConfig::default()
     })
     .await
     .context("starting the coordinator")?;
@@ -317,6 +352,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let mut workers = Vec::new();
     for i in 0..args.workers.max(1) {
         let worker = talon_worker::start(WorkerConfig {
+            cluster_secret: cluster_secret.clone(),
             listen: any_port,
             admin_listen: None,
             cache_dir: cache_root.join(format!("w{i}")),
@@ -341,7 +377,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         workers.push(worker);
     }
     // Wait until the coordinator places blocks on every worker before taking requests.
-    let coordinator_client = talon_coordinator::client::CoordinatorClient::new(coordinator.url())?;
+    let coordinator_client = talon_coordinator::client::CoordinatorClient::new(coordinator.url())?
+        .with_auth(
+            cluster_secret.clone(),
+            talon_core::cluster_auth::Role::Reader,
+        );
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let live = coordinator_client
@@ -358,7 +398,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut cache_config = CacheClientConfig::new(coordinator.url(), geometry);
+    let mut cache_config =
+        CacheClientConfig::new(coordinator.url(), geometry, cluster_secret.clone());
     cache_config.origin_fallback = Some(origins.clone());
     let cache = CacheClient::connect(cache_config)
         .await

@@ -1,6 +1,7 @@
 //! What a load run does: the target, the workload shape and the pacing.
 
 use std::time::Duration;
+use talon_core::cluster_auth::ClusterSecret;
 
 use talon_core::ObjectId;
 use talon_core::wire::MAX_READ_LEN;
@@ -25,6 +26,9 @@ pub enum Target {
         addr: String,
         /// The object read (it must exist at the worker's origin).
         object: ObjectId,
+        /// The cluster secret: each connection authenticates (the Hello exchange)
+        /// before the measured requests.
+        secret: ClusterSecret,
     },
     /// Any HTTP/1.1 server answering `Range` requests for one URL (nginx,
     /// an origin, the gateway), for comparison. One request in flight per
@@ -47,7 +51,7 @@ impl Target {
     /// A short human name: the address or URL.
     pub fn describe(&self) -> String {
         match self {
-            Self::Wire { addr, object } => format!("{addr} {}", object.key_path()),
+            Self::Wire { addr, object, .. } => format!("{addr} {}", object.key_path()),
             Self::Http { url } => url.clone(),
         }
     }
@@ -215,6 +219,7 @@ mod tests {
         LoadConfig::new(Target::Wire {
             addr: "127.0.0.1:1".into(),
             object: ObjectId::s3("b", "k").unwrap_or_else(|e| panic!("{e}")),
+            secret: ClusterSecret::new(b"a test cluster secret").unwrap_or_else(|e| panic!("{e}")),
         })
     }
 

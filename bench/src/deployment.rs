@@ -91,6 +91,21 @@ impl Binaries {
     }
 }
 
+/// The cluster secret of every deployment this process starts (coordinator, workers
+/// and gateways read it from `TALON_CLUSTER_SECRET`): random per bench run.
+pub fn cluster_secret() -> &'static str {
+    static SECRET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SECRET.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let part = || {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u8(1);
+            h.finish()
+        };
+        format!("bench-{:016x}{:016x}", part(), part())
+    })
+}
+
 /// A child process that is killed (SIGKILL) and reaped when dropped.
 #[derive(Debug)]
 pub struct Process {
@@ -122,6 +137,7 @@ impl Process {
         cmd.args(args)
             .env_clear()
             .env("TALON_LOG", "warn")
+            .env("TALON_CLUSTER_SECRET", cluster_secret())
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err));

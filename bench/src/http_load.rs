@@ -875,6 +875,29 @@ pub async fn control_request(
         if json_body.is_some() {
             b = b.header(http::header::CONTENT_TYPE, "application/json");
         }
+        if uri.path().starts_with("/v1/") {
+            // The coordinator's API: signed with the deployment's cluster secret.
+            let secret = talon_core::cluster_auth::ClusterSecret::new(
+                crate::deployment::cluster_secret().as_bytes(),
+            )
+            .map_err(|e| fail(e.to_string()))?;
+            let role = if method == Method::GET {
+                talon_core::cluster_auth::Role::Reader
+            } else {
+                talon_core::cluster_auth::Role::Admin
+            };
+            let value = talon_core::cluster_auth::api_auth_header(
+                &secret,
+                role,
+                method.as_str(),
+                uri.path(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                json_body.as_deref().unwrap_or("").as_bytes(),
+            );
+            b = b.header("x-talon-auth", value);
+        }
         let req = b
             .body(Full::new(Bytes::from(
                 json_body.clone().unwrap_or_default(),

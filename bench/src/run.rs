@@ -197,9 +197,14 @@ pub async fn run(config: &LoadConfig) -> Result<Report> {
         ),
     }
     let (object_size, conns) = match &config.target {
-        Target::Wire { addr, object } => {
+        Target::Wire {
+            addr,
+            object,
+            secret,
+        } => {
             let prepared = wire::prepare(
                 addr,
+                secret,
                 object,
                 config.block_size,
                 config.blocks,
@@ -210,8 +215,8 @@ pub async fn run(config: &LoadConfig) -> Result<Report> {
             .await?;
             let timeout = config.connect_timeout;
             let streams = connect_all(config.conns, |_| {
-                let addr = addr.clone();
-                async move { wire::connect(&addr, timeout).await }
+                let (addr, secret) = (addr.clone(), secret.clone());
+                async move { wire::connect_worker(&addr, &secret, timeout).await }
             })
             .await?;
             let ctx = Arc::new(WireCtx {

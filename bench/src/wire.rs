@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use talon_core::cluster_auth::{ClusterSecret, Role};
 
 use talon_core::wire::{BulkKind, Event, FrameDecoder, MessageType, ReadRangeRequest, StatRequest};
 use talon_core::{BlockId, Message, ObjectId};
@@ -60,6 +61,23 @@ pub(crate) async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> 
         what: format!("setting TCP_NODELAY on a connection to {addr}"),
         error,
     })?;
+    Ok(stream)
+}
+
+/// Opens a connection to a worker and authenticates as a reader (the Hello exchange);
+/// the load runs on authenticated connections, as the cache client's do.
+pub(crate) async fn connect_worker(
+    addr: &str,
+    secret: &ClusterSecret,
+    timeout: Duration,
+) -> Result<TcpStream> {
+    let mut stream = connect(addr, timeout).await?;
+    talon_cache_client::hello::authenticate(&mut stream, secret, Role::Reader, timeout)
+        .await
+        .map_err(|e| BenchError::Io {
+            what: format!("authenticating to {addr}"),
+            error: std::io::Error::other(e.to_string()),
+        })?;
     Ok(stream)
 }
 
@@ -220,8 +238,10 @@ pub(crate) struct Prepared {
 
 /// Stats the object, builds one request template per block read, and with
 /// `prefetch` reads each of those blocks end to end once.
+#[allow(clippy::too_many_arguments)] // each is one of the run's settings
 pub(crate) async fn prepare(
     addr: &str,
+    secret: &ClusterSecret,
     object: &ObjectId,
     block_size: u64,
     blocks: u64,
@@ -229,7 +249,7 @@ pub(crate) async fn prepare(
     prefetch: bool,
     timeout: Duration,
 ) -> Result<Prepared> {
-    let stream = connect(addr, timeout).await?;
+    let stream = connect_worker(addr, secret, timeout).await?;
     let mut conn = SerialConn {
         stream,
         addr: addr.to_owned(),

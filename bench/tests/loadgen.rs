@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use talon_bench::{LoadConfig, Report, Target};
+use talon_core::cluster_auth::HelloSide;
 use talon_core::wire::{ErrorReply, StatReply};
 use talon_core::wire::{Event, FrameDecoder, encode_read_range_reply_header};
 use talon_core::{ErrorCode, Message, ObjectId, ObjectVersion};
@@ -55,15 +56,23 @@ async fn worker(stub: &RunningStub, dir: &std::path::Path) -> RunningWorker {
         loader: LoaderConfig::default(),
         data_plane: DataPlaneConfig::default(),
         membership: None,
+        cluster_secret: secret(),
     })
     .await
     .unwrap_or_else(|e| panic!("worker: {e}"))
+}
+
+/// The cluster secret of the worker under load.
+fn secret() -> talon_core::cluster_auth::ClusterSecret {
+    talon_core::cluster_auth::ClusterSecret::new(b"the loadgen tests' cluster secret")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn wire(addr: SocketAddr, key: &str) -> LoadConfig {
     let mut c = LoadConfig::new(Target::Wire {
         addr: addr.to_string(),
         object: ObjectId::from_key_path(key).unwrap_or_else(|e| panic!("{e}")),
+        secret: secret(),
     });
     c.duration = Duration::from_millis(800);
     c.warmup = Duration::from_millis(200);
@@ -234,6 +243,9 @@ enum Fake {
 static REVERSED_BATCHES: AtomicUsize = AtomicUsize::new(0);
 
 /// A fake worker: answers Stat, then ReadRange as `mode` says.
+/// The fake worker's Hello nonce (fixed: this is a test double, not a worker).
+const WORKER_NONCE: [u8; 16] = *b"fake-worker-nonc";
+
 async fn fake_worker(mode: Fake) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -246,6 +258,7 @@ async fn fake_worker(mode: Fake) -> SocketAddr {
                 let mut buf = vec![0u8; 64 << 10];
                 let mut pending: Vec<(u32, u32)> = Vec::new();
                 let mut served = 0u32;
+                let mut worker_nonce = None;
                 loop {
                     let n = match sock.read(&mut buf).await {
                         Ok(0) | Err(_) => return,
@@ -268,6 +281,36 @@ async fn fake_worker(mode: Fake) -> SocketAddr {
                                 out.extend(reply.encode(id).unwrap_or_default());
                             }
                             Message::ReadRange(req) => pending.push((id, req.len)),
+                            // The worker's side of the Hello exchange, as a real one answers.
+                            Message::Hello { role, nonce, .. } => {
+                                worker_nonce = Some((role, nonce));
+                                let proof = secret().hello_proof(
+                                    HelloSide::Worker,
+                                    role,
+                                    &nonce,
+                                    &WORKER_NONCE,
+                                );
+                                let reply = Message::HelloReply {
+                                    nonce: WORKER_NONCE,
+                                    proof,
+                                };
+                                out.extend(reply.encode(id).unwrap_or_default());
+                            }
+                            Message::HelloProof { proof } => {
+                                let Some((role, nonce)) = worker_nonce else {
+                                    return;
+                                };
+                                if !secret().verify_hello_proof(
+                                    HelloSide::Peer,
+                                    role,
+                                    &nonce,
+                                    &WORKER_NONCE,
+                                    &proof,
+                                ) {
+                                    return;
+                                }
+                                out.extend(Message::Welcome.encode(id).unwrap_or_default());
+                            }
                             _ => return,
                         }
                     }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use talon_core::Message;
+use talon_core::cluster_auth::{ClusterSecret, Role};
 use talon_core::wire::{BulkKind, Event, Flags, FrameDecoder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -66,16 +67,24 @@ fn lost(what: &str) -> CacheClientError {
 }
 
 impl Connection {
-    /// Connects to a worker's data plane.
+    /// Connects to a worker's data plane and authenticates as `role` (the Hello
+    /// exchange, [`crate::hello`]).
     ///
     /// # Errors
-    /// [`CacheClientError::Unavailable`] when the worker cannot be reached in time.
-    pub async fn connect(addr: &str, timeout: Duration) -> Result<Connection> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+    /// [`CacheClientError::Unavailable`] when the worker cannot be reached in time or
+    /// the Hello exchange fails.
+    pub async fn connect(
+        addr: &str,
+        timeout: Duration,
+        secret: &ClusterSecret,
+        role: Role,
+    ) -> Result<Connection> {
+        let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| CacheClientError::Unavailable(format!("connecting to {addr} timed out")))?
             .map_err(|e| CacheClientError::Unavailable(format!("connecting to {addr}: {e}")))?;
         let _ = stream.set_nodelay(true);
+        crate::hello::authenticate(&mut stream, secret, role, timeout).await?;
         let (rd, wr) = stream.into_split();
         let alive = Arc::new(AtomicBool::new(true));
         let (jobs, job_rx) = mpsc::channel::<Job>(256);
@@ -240,11 +249,13 @@ async fn read_loop(
     }
 }
 
-/// Connections to every worker, a few per worker, opened on demand.
-#[derive(Default)]
+/// Connections to every worker, a few per worker, opened on demand, each
+/// authenticated with the Hello exchange before its first request.
 pub struct Pool {
     per_worker: usize,
     connect_timeout: Duration,
+    secret: ClusterSecret,
+    role: Role,
     conns: Mutex<HashMap<String, Slot>>,
     round_robin: AtomicUsize,
     changed: tokio::sync::Notify,
@@ -266,11 +277,19 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// A pool keeping up to `per_worker` connections to each worker.
-    pub fn new(per_worker: usize, connect_timeout: Duration) -> Pool {
+    /// A pool keeping up to `per_worker` connections to each worker, authenticating
+    /// each as `role` with `secret`.
+    pub fn new(
+        per_worker: usize,
+        connect_timeout: Duration,
+        secret: ClusterSecret,
+        role: Role,
+    ) -> Pool {
         Pool {
             per_worker: per_worker.max(1),
             connect_timeout,
+            secret,
+            role,
             conns: Mutex::default(),
             round_robin: AtomicUsize::new(0),
             changed: tokio::sync::Notify::new(),
@@ -304,7 +323,7 @@ impl Pool {
             // wake-up missed between the check and the wait costs little).
             let _ = tokio::time::timeout(Duration::from_millis(20), waiting).await;
         }
-        let result = Connection::connect(addr, self.connect_timeout)
+        let result = Connection::connect(addr, self.connect_timeout, &self.secret, self.role)
             .await
             .map(Arc::new);
         {

@@ -18,6 +18,7 @@
 
 pub mod connection;
 pub mod error;
+pub mod hello;
 
 use std::ops::Range;
 use std::pin::Pin;
@@ -29,6 +30,7 @@ use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 use talon_coordinator::client::CoordinatorClient;
 use talon_coordinator::placement::RendezvousPlacement;
+use talon_core::cluster_auth::{ClusterSecret, Role};
 pub use talon_core::wire::{HeaderSet, ObjectHeaders};
 use talon_core::wire::{ReadRangeRequest, StatRequest};
 use talon_core::{BlockGeometry, BlockId, ErrorCode, Message, ObjectId, ObjectVersion};
@@ -64,12 +66,24 @@ pub struct CacheClientConfig {
     pub membership_refresh: Duration,
     /// Read from the origin when every worker failed; `None` to report the failure.
     pub origin_fallback: Option<Origins>,
+    /// The cluster secret: every worker connection starts with the Hello exchange, and
+    /// coordinator calls are signed with it.
+    pub cluster_secret: ClusterSecret,
+    /// The role this client claims ([`Role::Reader`] unless it ingests).
+    pub role: Role,
 }
 
 impl CacheClientConfig {
-    /// Defaults for a coordinator at `coordinator_url` and the given geometry.
-    pub fn new(coordinator_url: impl Into<String>, geometry: BlockGeometry) -> CacheClientConfig {
+    /// Defaults for a coordinator at `coordinator_url`, the given geometry and the
+    /// cluster's secret, as a reader.
+    pub fn new(
+        coordinator_url: impl Into<String>,
+        geometry: BlockGeometry,
+        cluster_secret: ClusterSecret,
+    ) -> CacheClientConfig {
         CacheClientConfig {
+            cluster_secret,
+            role: Role::Reader,
             coordinator_url: coordinator_url.into(),
             geometry,
             connections_per_worker: 2,
@@ -199,13 +213,19 @@ impl CacheClient {
     /// first snapshot.
     pub async fn connect(config: CacheClientConfig) -> Result<CacheClient> {
         let coordinator = CoordinatorClient::new(config.coordinator_url.clone())
-            .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
+            .map_err(|e| CacheClientError::NoMembership(e.to_string()))?
+            .with_auth(config.cluster_secret.clone(), config.role);
         let members = coordinator
             .members()
             .await
             .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
         let inner = Arc::new(Inner {
-            pool: Pool::new(config.connections_per_worker, config.connect_timeout),
+            pool: Pool::new(
+                config.connections_per_worker,
+                config.connect_timeout,
+                config.cluster_secret.clone(),
+                config.role,
+            ),
             placement: RwLock::new(Arc::new(members.placement())),
             coordinator,
             config,

@@ -65,7 +65,17 @@ pub struct RegisterRequest {
     /// Cache capacity in bytes, for reporting.
     #[serde(default)]
     pub capacity_bytes: u64,
+    /// The registering worker instance's identity (kept in its cache folder, so it
+    /// survives restarts). The first registrant of an id binds it: while that member
+    /// is listed, a registration, heartbeat or drain of the id with another instance
+    /// is refused (409).
+    #[serde(default)]
+    pub instance: String,
 }
+
+/// Largest placement weight accepted: a worker cannot claim more than this many
+/// shares of the blocks.
+pub const MAX_WEIGHT: u32 = 10_000;
 
 impl RegisterRequest {
     /// Checks every field; the error says which one is wrong and why.
@@ -75,8 +85,13 @@ impl RegisterRequest {
     pub fn validate(&self) -> Result<(), CoordinatorError> {
         validate_id(&self.id)?;
         validate_addr(&self.addr)?;
-        if self.weight == 0 {
-            return Err(invalid("weight must be at least 1"));
+        if self.weight == 0 || self.weight > MAX_WEIGHT {
+            return Err(invalid(format!("weight must be 1 to {MAX_WEIGHT}")));
+        }
+        if self.instance.len() > MAX_ID_LEN || !self.instance.chars().all(is_label_char) {
+            return Err(invalid(
+                "instance must be up to 128 characters of [A-Za-z0-9._-]",
+            ));
         }
         validate_zone(&self.zone)
     }
@@ -206,6 +221,18 @@ pub struct HeartbeatRequest {
     /// The worker is shutting down: take it out of placement. Sticky.
     #[serde(default)]
     pub draining: bool,
+    /// The heartbeating instance ([`RegisterRequest::instance`]).
+    #[serde(default)]
+    pub instance: String,
+}
+
+/// `POST /v1/workers/{id}/drain` by the worker itself: its instance. An admin's drain
+/// needs no body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainRequest {
+    /// The draining instance ([`RegisterRequest::instance`]).
+    #[serde(default)]
+    pub instance: String,
 }
 
 /// Answer to a heartbeat.
@@ -377,6 +404,7 @@ mod tests {
             weight,
             zone: "z1".into(),
             capacity_bytes: 1 << 30,
+            instance: String::new(),
         }
     }
 

@@ -12,10 +12,11 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use talon_core::cluster_auth::{ClusterSecret, Role, api_auth_header};
 
 use crate::api::{
-    ClusterSummary, DrainResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse, MemberInfo,
-    MembersResponse, RegisterRequest, RegisterResponse,
+    ClusterSummary, DrainRequest, DrainResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse,
+    MemberInfo, MembersResponse, RegisterRequest, RegisterResponse,
 };
 use crate::error::CoordinatorError;
 
@@ -46,6 +47,7 @@ impl Report {
 pub struct CoordinatorClient {
     base: String,
     http: reqwest::Client,
+    auth: Option<(ClusterSecret, Role)>,
 }
 
 /// What the error mapping needs to know about a request.
@@ -76,7 +78,18 @@ impl CoordinatorClient {
     ) -> Result<Self, CoordinatorError> {
         let http = reqwest::Client::builder().timeout(timeout).build()?;
         let base = base_url.into().trim_end_matches('/').to_owned();
-        Ok(Self { base, http })
+        Ok(Self {
+            base,
+            http,
+            auth: None,
+        })
+    }
+
+    /// The same client, signing every request with the cluster secret in `role`
+    /// ([`crate::auth`]); without it the coordinator refuses every `/v1/` request.
+    pub fn with_auth(mut self, secret: ClusterSecret, role: Role) -> Self {
+        self.auth = Some((secret, role));
+        self
     }
 
     /// The base URL.
@@ -91,10 +104,26 @@ impl CoordinatorClient {
         body: Option<&B>,
         kind: Kind<'_>,
     ) -> Result<T, CoordinatorError> {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            let bytes = serde_json::to_vec(body)
-                .map_err(|e| CoordinatorError::InvalidRequest(e.to_string()))?;
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base));
+        let bytes = match body {
+            Some(body) => serde_json::to_vec(body)
+                .map_err(|e| CoordinatorError::InvalidRequest(e.to_string()))?,
+            None => Vec::new(),
+        };
+        if let Some((secret, role)) = &self.auth {
+            let value = api_auth_header(
+                secret,
+                *role,
+                method.as_str(),
+                path,
+                crate::auth::unix_now(),
+                &bytes,
+            );
+            req = req.header(crate::auth::AUTH_HEADER, value);
+        }
+        if body.is_some() {
             req = req
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(bytes);
@@ -181,13 +210,18 @@ impl CoordinatorClient {
         }
     }
 
-    /// Takes worker `id` out of placement.
+    /// Takes worker `id` out of placement. A worker passes its own instance; an admin
+    /// any (it is not checked for the admin role).
     ///
     /// # Errors
-    /// [`CoordinatorError::UnknownWorker`] if it is not a member.
-    pub async fn drain(&self, id: &str) -> Result<DrainResponse, CoordinatorError> {
+    /// [`CoordinatorError::UnknownWorker`] if it is not a member,
+    /// [`CoordinatorError::Conflict`] if it is bound to another instance.
+    pub async fn drain(&self, id: &str, instance: &str) -> Result<DrainResponse, CoordinatorError> {
         let path = format!("/v1/workers/{}/drain", path_segment(id));
-        self.call::<(), _>(Method::POST, &path, None, Kind::Worker(id))
+        let body = DrainRequest {
+            instance: instance.to_owned(),
+        };
+        self.call(Method::POST, &path, Some(&body), Kind::Worker(id))
             .await
     }
 

@@ -21,6 +21,20 @@ pub enum CoordinatorError {
     #[error("unknown worker {0:?}; it must register again")]
     UnknownWorker(String),
 
+    /// The request carries no valid cluster signature (missing, wrong secret, or
+    /// outside the time window). HTTP 401.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+
+    /// The signer's role may not make this request. HTTP 403.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+
+    /// The worker id is bound to another worker instance, or the membership is full.
+    /// HTTP 409.
+    #[error("conflict: {0}")]
+    Conflict(String),
+
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
@@ -58,7 +72,10 @@ impl CoordinatorError {
     pub fn status_code(&self) -> u16 {
         match self {
             Self::InvalidRegistration(_) | Self::InvalidRequest(_) => 400,
+            Self::Unauthenticated(_) => 401,
+            Self::Forbidden(_) => 403,
             Self::UnknownWorker(_) => 404,
+            Self::Conflict(_) => 409,
             Self::Api { status, .. } => *status,
             Self::InvalidConfig(_) | Self::Bind { .. } | Self::Transport(_) | Self::Decode(_) => {
                 500

@@ -16,6 +16,7 @@
 //! Start one in-process with [`start`], or run the `talon-coordinator` binary.
 
 pub mod api;
+pub mod auth;
 pub mod client;
 pub mod epoch;
 pub mod error;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use talon_core::cluster_auth::ClusterSecret;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -47,6 +49,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub struct CoordinatorConfig {
     /// Admin API address; port 0 picks a free port.
     pub listen: SocketAddr,
+    /// The cluster secret every API request must be signed with (see [`auth`]).
+    pub cluster_secret: ClusterSecret,
+    /// Most members at once; a registration beyond is refused (409).
+    pub max_members: usize,
     /// How often workers are told to heartbeat.
     pub heartbeat_interval: Duration,
     /// A worker that has not heartbeated for this long is dropped. Must be
@@ -55,10 +61,14 @@ pub struct CoordinatorConfig {
 }
 
 impl Default for CoordinatorConfig {
-    /// Loopback on a free port, heartbeats every second, expiry after 5 s.
+    /// Loopback on a free port, a fresh random cluster secret (take it from
+    /// [`RunningCoordinator::cluster_secret`]), at most 1,024 members, heartbeats every
+    /// second, expiry after 5 s.
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            cluster_secret: auth::random_secret(),
+            max_members: 1024,
             heartbeat_interval: Duration::from_millis(1000),
             expiry: Duration::from_millis(5000),
         }
@@ -115,6 +125,11 @@ impl RunningCoordinator {
         &self.state.membership
     }
 
+    /// The cluster secret the API requires (for in-process callers and tests).
+    pub fn cluster_secret(&self) -> &ClusterSecret {
+        &self.state.config.cluster_secret
+    }
+
     /// A snapshot of the membership now.
     pub fn snapshot(&self) -> MembershipSnapshot {
         self.state.membership.snapshot(Instant::now())
@@ -158,7 +173,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
             addr: config.listen,
             source,
         })?;
-    let membership = Arc::new(Membership::new(config.expiry));
+    let membership = Arc::new(Membership::new(config.expiry).with_max_members(config.max_members));
     let state = Arc::new(AppState {
         metrics: Metrics::new(membership.clone()),
         membership,

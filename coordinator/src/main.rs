@@ -37,6 +37,24 @@ struct Args {
     #[arg(long, env = "TALON_COORDINATOR_EXPIRY_MS", default_value_t = 5000)]
     expiry_ms: u64,
 
+    /// File holding the cluster secret (at least 16 bytes) every API request must be
+    /// signed with; the same file goes to every worker and gateway.
+    #[arg(long, env = "TALON_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<PathBuf>,
+
+    /// The cluster secret itself, when no file is given (kept out of the process list).
+    #[arg(
+        long = "cluster-secret",
+        env = "TALON_CLUSTER_SECRET",
+        hide = true,
+        hide_env_values = true
+    )]
+    cluster_secret: Option<String>,
+
+    /// Most workers at once; registrations beyond are refused.
+    #[arg(long, env = "TALON_COORDINATOR_MAX_MEMBERS", default_value_t = 1024)]
+    max_members: usize,
+
     /// Once listening, write {"url": "http://HOST:PORT"} to this file (atomically), so a
     /// test or script that started the coordinator on port 0 can find it.
     #[arg(long, env = "TALON_COORDINATOR_READY_FILE")]
@@ -93,8 +111,14 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let cluster_secret = talon_coordinator::auth::load_secret(
+        args.cluster_secret_file.as_deref(),
+        args.cluster_secret.as_deref(),
+    )?;
     let config = CoordinatorConfig {
         listen: args.listen,
+        cluster_secret,
+        max_members: args.max_members,
         heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
         expiry: Duration::from_millis(args.expiry_ms),
     };

@@ -45,6 +45,8 @@ pub struct MembershipCounters {
 
 #[derive(Debug, Clone)]
 struct Member {
+    /// The instance that registered the id ([`RegisterRequest::instance`]).
+    instance: String,
     addr: String,
     weight: u32,
     zone: String,
@@ -121,6 +123,7 @@ impl Inner {
 #[derive(Debug)]
 pub struct Membership {
     expiry: Duration,
+    max_members: usize,
     inner: Mutex<Inner>,
 }
 
@@ -129,8 +132,15 @@ impl Membership {
     pub fn new(expiry: Duration) -> Self {
         Self {
             expiry,
+            max_members: usize::MAX,
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// The same membership, holding at most `max` members at once.
+    pub fn with_max_members(mut self, max: usize) -> Self {
+        self.max_members = max;
+        self
     }
 
     /// The expiry window.
@@ -158,7 +168,22 @@ impl Membership {
             inner.counters.rejected_registrations += 1;
             return Err(e);
         }
+        match inner.members.get(&req.id) {
+            Some(existing) if existing.instance != req.instance => {
+                inner.counters.rejected_registrations += 1;
+                return Err(bound_elsewhere(&req.id));
+            }
+            None if inner.members.len() >= self.max_members => {
+                inner.counters.rejected_registrations += 1;
+                return Err(CoordinatorError::Conflict(format!(
+                    "the membership is full ({} members)",
+                    self.max_members
+                )));
+            }
+            _ => {}
+        }
         let member = Member {
+            instance: req.instance.clone(),
             addr: req.addr.clone(),
             weight: req.weight,
             zone: req.zone.clone(),
@@ -210,6 +235,9 @@ impl Membership {
             inner.counters.unknown_heartbeats += 1;
             return Err(CoordinatorError::UnknownWorker(id.to_owned()));
         };
+        if member.instance != stats.instance {
+            return Err(bound_elsewhere(id));
+        }
         member.last_seen = now;
         member.bytes_cached = stats.bytes_cached;
         if stats.capacity_bytes > 0 {
@@ -236,15 +264,20 @@ impl Membership {
 
     /// Takes a member out of placement; it stays listed (and keeps serving
     /// what it holds) until it stops heartbeating. Idempotent. Returns the
-    /// epoch.
+    /// epoch. `instance` is the caller's instance when a worker drains itself,
+    /// `None` for an admin.
     ///
     /// # Errors
-    /// [`CoordinatorError::UnknownWorker`] if `id` is not a member.
-    pub fn drain(&self, id: &str) -> Result<u64, CoordinatorError> {
+    /// [`CoordinatorError::UnknownWorker`] if `id` is not a member,
+    /// [`CoordinatorError::Conflict`] if it is bound to another instance.
+    pub fn drain(&self, id: &str, instance: Option<&str>) -> Result<u64, CoordinatorError> {
         let mut inner = self.lock();
         let Some(member) = inner.members.get_mut(id) else {
             return Err(CoordinatorError::UnknownWorker(id.to_owned()));
         };
+        if instance.is_some_and(|i| i != member.instance) {
+            return Err(bound_elsewhere(id));
+        }
         if member.state == MemberState::Live {
             member.state = MemberState::Draining;
             tracing::info!(id, "worker drained");
@@ -341,6 +374,12 @@ impl MembershipSnapshot {
     }
 }
 
+fn bound_elsewhere(id: &str) -> CoordinatorError {
+    CoordinatorError::Conflict(format!(
+        "worker id {id:?} is bound to another instance until that one stops heartbeating"
+    ))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -355,6 +394,7 @@ mod tests {
             weight,
             zone: "z1".into(),
             capacity_bytes: 1000,
+            instance: String::new(),
         }
     }
 
@@ -415,6 +455,7 @@ mod tests {
             hits: 7,
             misses: 3,
             draining: false,
+            instance: String::new(),
         };
         let r = m.heartbeat("a", &stats, t0 + ms(1000)).unwrap();
         assert_eq!(r.epoch, e);
@@ -441,6 +482,7 @@ mod tests {
             hits: 7,
             misses: 3,
             draining: false,
+            instance: String::new(),
         };
         m.heartbeat("a", &stats, t0).unwrap();
         let a = m.snapshot(t0).members[0].clone();
@@ -471,7 +513,7 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, CoordinatorError::UnknownWorker(id) if id == "ghost"));
         assert!(matches!(
-            m.drain("ghost"),
+            m.drain("ghost", None),
             Err(CoordinatorError::UnknownWorker(_))
         ));
         assert_eq!(m.snapshot(Instant::now()).counters.unknown_heartbeats, 1);
@@ -483,10 +525,10 @@ mod tests {
         let t0 = Instant::now();
         let only_a = m.register(&reg("a", "h:1", 1), t0).unwrap();
         let both = m.register(&reg("b", "h:2", 1), t0).unwrap();
-        let drained = m.drain("b").unwrap();
+        let drained = m.drain("b", None).unwrap();
         assert_eq!(drained, only_a);
         assert_ne!(drained, both);
-        assert_eq!(m.drain("b").unwrap(), drained, "idempotent");
+        assert_eq!(m.drain("b", None).unwrap(), drained, "idempotent");
         let r = m
             .heartbeat("b", &HeartbeatRequest::default(), t0 + ms(100))
             .unwrap();
@@ -565,7 +607,7 @@ mod tests {
         let m = Membership::new(EXPIRY);
         let t0 = Instant::now();
         m.register(&reg("a", "h:1", 1), t0).unwrap();
-        m.drain("a").unwrap();
+        m.drain("a", None).unwrap();
         assert_eq!(m.expire(t0 + EXPIRY), vec!["a".to_owned()]);
         // Draining already took it out of placement: expiry moves no epoch.
         assert_eq!(m.snapshot(t0 + EXPIRY).counters.epoch_changes, 2);
@@ -583,7 +625,7 @@ mod tests {
             two.register(&reg(id, &format!("{id}:1"), 1), t0).unwrap();
         }
         assert_ne!(one.epoch(), two.epoch());
-        two.drain("x").unwrap();
+        two.drain("x", None).unwrap();
         assert_eq!(one.epoch(), two.epoch());
     }
 }

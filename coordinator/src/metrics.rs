@@ -201,6 +201,7 @@ mod tests {
                 weight: 1,
                 zone: String::new(),
                 capacity_bytes: 100,
+                instance: String::new(),
             };
             membership.register(&req, now).unwrap();
         }
@@ -209,7 +210,7 @@ mod tests {
             ..HeartbeatRequest::default()
         };
         membership.heartbeat("a", &hb, now).unwrap();
-        membership.drain("b").unwrap();
+        membership.drain("b", None).unwrap();
         let text = Metrics::new(membership.clone()).render();
         let epoch = format!("{:016x}", membership.epoch());
         for line in [

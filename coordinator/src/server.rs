@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::CoordinatorConfig;
 use crate::api::{
-    DrainResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse, RegisterRequest,
+    DrainRequest, DrainResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse, RegisterRequest,
     RegisterResponse,
 };
 use crate::error::CoordinatorError;
@@ -46,6 +46,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.config.cluster_secret.clone(),
+            crate::auth::require_signature,
+        ))
         .with_state(state)
 }
 
@@ -113,8 +117,16 @@ async fn heartbeat(
 async fn drain(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
+    signer: Option<axum::Extension<crate::auth::Signer>>,
+    body: Bytes,
 ) -> Result<Json<DrainResponse>, CoordinatorError> {
-    let epoch = state.membership.drain(&id)?;
+    let req: DrainRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+    // An admin drains any worker; a worker only itself (its instance must match).
+    let instance = match signer {
+        Some(axum::Extension(crate::auth::Signer(talon_core::cluster_auth::Role::Admin))) => None,
+        _ => Some(req.instance.as_str()),
+    };
+    let epoch = state.membership.drain(&id, instance)?;
     Ok(Json(DrainResponse { epoch }))
 }
 

@@ -50,10 +50,14 @@ fn terminate_and_wait(child: &mut Child) -> std::process::ExitStatus {
 async fn serves_on_port_zero_and_exits_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready.json");
+    let secret_file = dir.path().join("cluster.secret");
+    std::fs::write(&secret_file, "a cluster secret for the binary test\n").unwrap();
     let mut child = binary()
         .args(["--listen", "127.0.0.1:0", "--heartbeat-interval-ms", "200"])
         .arg("--ready-file")
         .arg(&ready)
+        .arg("--cluster-secret-file")
+        .arg(&secret_file)
         .env("TALON_COORDINATOR_EXPIRY_MS", "900")
         .env("TALON_LOG", "warn")
         .stdout(Stdio::null())
@@ -64,14 +68,25 @@ async fn serves_on_port_zero_and_exits_cleanly_on_sigterm() {
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     assert!(!url.ends_with(":0"));
 
-    let client = talon_coordinator::client::CoordinatorClient::new(&url).unwrap();
+    let secret =
+        talon_core::cluster_auth::ClusterSecret::new(&std::fs::read(&secret_file).unwrap())
+            .unwrap();
+    let unsigned = talon_coordinator::client::CoordinatorClient::new(&url).unwrap();
+    let client = unsigned
+        .clone()
+        .with_auth(secret, talon_core::cluster_auth::Role::Worker);
     let reg = talon_coordinator::api::RegisterRequest {
         id: "w1".into(),
         addr: "127.0.0.1:7101".into(),
         weight: 1,
         zone: String::new(),
         capacity_bytes: 0,
+        instance: String::new(),
     };
+    assert!(
+        unsigned.register(&reg).await.is_err(),
+        "the secret from the file is required"
+    );
     let answer = client.register(&reg).await.unwrap();
     assert_eq!(answer.heartbeat_interval_ms, 200);
     assert_eq!(answer.expiry_ms, 900, "the environment fallback was used");
@@ -93,6 +108,10 @@ fn rejects_inconsistent_intervals() {
             "--expiry-ms",
             "500",
         ])
+        .env(
+            "TALON_CLUSTER_SECRET",
+            "a cluster secret for the binary test",
+        )
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 use talon_coordinator::api::{
     ErrorBody, HeartbeatRequest, MemberState, MembersResponse, RegisterRequest,
 };
+use talon_coordinator::auth::{AUTH_HEADER, unix_now};
 use talon_coordinator::client::{CoordinatorClient, Report};
 use talon_coordinator::epoch::placement_epoch;
 use talon_coordinator::placement::PlacementMember;
 use talon_coordinator::{CoordinatorConfig, CoordinatorError, RunningCoordinator};
+use talon_core::cluster_auth::{ClusterSecret, Role, api_auth_header};
 
 fn reg(id: &str, port: u16, weight: u32) -> RegisterRequest {
     RegisterRequest {
@@ -20,7 +22,33 @@ fn reg(id: &str, port: u16, weight: u32) -> RegisterRequest {
         weight,
         zone: "z1".into(),
         capacity_bytes: 1 << 30,
+        instance: String::new(),
     }
+}
+
+/// The `x-talon-auth` value for a raw request signed as `role`.
+fn sign(c: &RunningCoordinator, role: Role, method: &str, path: &str, body: &[u8]) -> String {
+    api_auth_header(c.cluster_secret(), role, method, path, unix_now(), body)
+}
+
+/// A raw signed request, as a non-Rust client would send it.
+async fn raw(
+    c: &RunningCoordinator,
+    role: Role,
+    method: reqwest::Method,
+    path: &str,
+    body: &'static str,
+) -> reqwest::Response {
+    reqwest::Client::new()
+        .request(method.clone(), format!("{}{path}", c.url()))
+        .header(
+            AUTH_HEADER,
+            sign(c, role, method.as_str(), path, body.as_bytes()),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
 }
 
 async fn start_with(heartbeat_ms: u64, expiry_ms: u64) -> (RunningCoordinator, CoordinatorClient) {
@@ -30,7 +58,9 @@ async fn start_with(heartbeat_ms: u64, expiry_ms: u64) -> (RunningCoordinator, C
         ..CoordinatorConfig::default()
     };
     let coordinator = talon_coordinator::start(config).await.unwrap();
-    let client = CoordinatorClient::new(coordinator.url()).unwrap();
+    let client = CoordinatorClient::new(coordinator.url())
+        .unwrap()
+        .with_auth(coordinator.cluster_secret().clone(), Role::Worker);
     (coordinator, client)
 }
 
@@ -64,6 +94,7 @@ async fn register_heartbeat_and_read_back() {
         hits: 30,
         misses: 10,
         draining: false,
+        instance: String::new(),
     };
     let hb = client.heartbeat("w1", &stats).await.unwrap();
     assert_eq!(hb.epoch, r2.epoch, "a heartbeat does not change the epoch");
@@ -105,9 +136,14 @@ async fn register_heartbeat_and_read_back() {
 
     // Raw JSON keys, as a non-Rust client sees them.
     let raw: serde_json::Value = json(
-        reqwest::get(format!("{}/v1/members", coordinator.url()))
-            .await
-            .unwrap(),
+        raw(
+            &coordinator,
+            Role::Reader,
+            reqwest::Method::GET,
+            "/v1/members",
+            "",
+        )
+        .await,
     )
     .await;
     let m = &raw["members"][0];
@@ -135,7 +171,7 @@ async fn drain_removes_from_placement_but_stays_listed() {
     let (coordinator, client) = start().await;
     client.register(&reg("w1", 7101, 1)).await.unwrap();
     client.register(&reg("w2", 7102, 1)).await.unwrap();
-    let drained = client.drain("w2").await.unwrap();
+    let drained = client.drain("w2", "").await.unwrap();
     assert_eq!(
         drained.epoch,
         placement_epoch(&[PlacementMember::new("w1", "127.0.0.1:7101", 1)])
@@ -156,7 +192,7 @@ async fn drain_removes_from_placement_but_stays_listed() {
     let cluster = client.cluster().await.unwrap();
     assert_eq!((cluster.workers, cluster.live, cluster.draining), (2, 1, 1));
     assert!(matches!(
-        client.drain("ghost").await,
+        client.drain("ghost", "").await,
         Err(CoordinatorError::UnknownWorker(_))
     ));
     coordinator.shutdown().await;
@@ -165,12 +201,14 @@ async fn drain_removes_from_placement_but_stays_listed() {
 #[tokio::test]
 async fn unknown_heartbeat_is_404_with_a_json_error() {
     let (coordinator, client) = start().await;
-    let resp = reqwest::Client::new()
-        .post(format!("{}/v1/workers/ghost/heartbeat", coordinator.url()))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let resp = raw(
+        &coordinator,
+        Role::Worker,
+        reqwest::Method::POST,
+        "/v1/workers/ghost/heartbeat",
+        "{}",
+    )
+    .await;
     assert_eq!(resp.status(), 404);
     let body: ErrorBody = json(resp).await;
     assert!(body.error.contains("ghost"), "{}", body.error);
@@ -184,8 +222,6 @@ async fn unknown_heartbeat_is_404_with_a_json_error() {
 #[tokio::test]
 async fn bad_registrations_are_400_and_add_nobody() {
     let (coordinator, client) = start().await;
-    let http = reqwest::Client::new();
-    let url = format!("{}/v1/workers/register", coordinator.url());
     let bodies = [
         "not json",
         "",
@@ -201,7 +237,14 @@ async fn bad_registrations_are_400_and_add_nobody() {
         r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": "1"}"#,
     ];
     for body in bodies {
-        let resp = http.post(&url).body(body).send().await.unwrap();
+        let resp = raw(
+            &coordinator,
+            Role::Worker,
+            reqwest::Method::POST,
+            "/v1/workers/register",
+            body,
+        )
+        .await;
         assert_eq!(resp.status(), 400, "{body}");
         let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
         assert!(ct.starts_with("application/json"), "{ct}");
@@ -298,11 +341,13 @@ async fn restart_is_rebuilt_by_the_next_heartbeat_round() {
         client.register(w).await.unwrap();
     }
     let before = client.members().await.unwrap();
+    let secret = first.cluster_secret().clone();
     first.shutdown().await;
 
-    // A new coordinator on the same address knows nobody.
+    // A new coordinator on the same address (and secret) knows nobody.
     let config = CoordinatorConfig {
         listen: addr,
+        cluster_secret: secret,
         expiry: Duration::from_secs(600),
         ..CoordinatorConfig::default()
     };
@@ -411,4 +456,172 @@ async fn bad_config_and_busy_port_are_errors() {
         Err(CoordinatorError::Bind { .. })
     ));
     running.shutdown().await;
+}
+
+/// SEC-04 of the security review: without the cluster secret nobody registers,
+/// heartbeats, drains or even lists members; a reader cannot mutate; and the registration
+/// the review made (`evil` at weight 4294967295) adds nobody.
+#[tokio::test]
+async fn the_api_requires_the_cluster_secret_and_the_right_role() {
+    let (coordinator, client) = start().await;
+    client.register(&reg("w1", 7101, 1)).await.unwrap();
+    let before = client.members().await.unwrap();
+    let url = coordinator.url();
+    let evil = r#"{"id":"evil","addr":"127.0.0.1:7999","weight":4294967295}"#;
+    let http = reqwest::Client::new();
+    // No signature at all.
+    for (method, path, body) in [
+        (reqwest::Method::POST, "/v1/workers/register", evil),
+        (reqwest::Method::POST, "/v1/workers/w1/heartbeat", "{}"),
+        (reqwest::Method::POST, "/v1/workers/w1/drain", "{}"),
+        (reqwest::Method::GET, "/v1/members", ""),
+    ] {
+        let resp = http
+            .request(method.clone(), format!("{url}{path}"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{method} {path}");
+    }
+    // Another cluster's secret, a replay of a signature onto another body, an old stamp.
+    let other = ClusterSecret::new(b"some other cluster's secret").unwrap();
+    let forged = api_auth_header(
+        &other,
+        Role::Worker,
+        "POST",
+        "/v1/workers/register",
+        unix_now(),
+        evil.as_bytes(),
+    );
+    let copied = sign(
+        &coordinator,
+        Role::Worker,
+        "POST",
+        "/v1/workers/register",
+        b"{}",
+    );
+    let stale = api_auth_header(
+        coordinator.cluster_secret(),
+        Role::Worker,
+        "POST",
+        "/v1/workers/register",
+        unix_now() - 3600,
+        evil.as_bytes(),
+    );
+    for header in [forged, copied, stale, "worker 1 zz".into()] {
+        let resp = http
+            .post(format!("{url}/v1/workers/register"))
+            .header(AUTH_HEADER, header)
+            .body(evil)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401);
+    }
+    // A reader may look but not touch.
+    for (method, path, body) in [
+        (reqwest::Method::POST, "/v1/workers/register", evil),
+        (reqwest::Method::POST, "/v1/workers/w1/drain", "{}"),
+    ] {
+        let resp = raw(&coordinator, Role::Reader, method, path, body).await;
+        assert_eq!(resp.status(), 403, "{path}");
+    }
+    // Signed properly, the review's weight is still refused.
+    let resp = raw(
+        &coordinator,
+        Role::Worker,
+        reqwest::Method::POST,
+        "/v1/workers/register",
+        evil,
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let after = client.members().await.unwrap();
+    let view = |m: &MembersResponse| {
+        (
+            m.epoch,
+            m.members
+                .iter()
+                .map(|w| (w.id.clone(), w.addr.clone(), w.weight, w.state))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(view(&after), view(&before), "nothing changed");
+    assert_eq!(after.members[0].state, MemberState::Live);
+    // Health and metrics stay open.
+    assert_eq!(
+        reqwest::get(format!("{url}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    coordinator.shutdown().await;
+}
+
+/// A worker id is bound to its first registrant's instance: another instance cannot
+/// take it over (new address), heartbeat for it or drain it; an admin can drain.
+#[tokio::test]
+async fn a_worker_id_is_bound_to_its_first_instance() {
+    let (coordinator, client) = start().await;
+    let mut first = reg("w1", 7101, 1);
+    first.instance = "aaaaaaaaaaaaaaaa".into();
+    client.register(&first).await.unwrap();
+    let mut hijack = reg("w1", 7999, 1);
+    hijack.instance = "bbbbbbbbbbbbbbbb".into();
+    assert!(matches!(
+        client.register(&hijack).await,
+        Err(CoordinatorError::Api { status: 409, .. })
+    ));
+    let beat = HeartbeatRequest {
+        instance: hijack.instance.clone(),
+        ..HeartbeatRequest::default()
+    };
+    assert!(matches!(
+        client.heartbeat("w1", &beat).await,
+        Err(CoordinatorError::Api { status: 409, .. })
+    ));
+    assert!(matches!(
+        client.drain("w1", &hijack.instance).await,
+        Err(CoordinatorError::Api { status: 409, .. })
+    ));
+    let m = client.member("w1").await.unwrap();
+    assert_eq!(
+        (m.addr.as_str(), m.state),
+        ("127.0.0.1:7101", MemberState::Live)
+    );
+    // The same instance re-registers (a restart over its cache) freely.
+    client.register(&first).await.unwrap();
+    let admin = CoordinatorClient::new(coordinator.url())
+        .unwrap()
+        .with_auth(coordinator.cluster_secret().clone(), Role::Admin);
+    admin.drain("w1", "").await.unwrap();
+    assert_eq!(
+        client.member("w1").await.unwrap().state,
+        MemberState::Draining
+    );
+    coordinator.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_membership_is_capped() {
+    let config = CoordinatorConfig {
+        max_members: 2,
+        expiry: Duration::from_secs(600),
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = talon_coordinator::start(config).await.unwrap();
+    let client = CoordinatorClient::new(coordinator.url())
+        .unwrap()
+        .with_auth(coordinator.cluster_secret().clone(), Role::Worker);
+    client.register(&reg("w1", 7101, 1)).await.unwrap();
+    client.register(&reg("w2", 7102, 1)).await.unwrap();
+    assert!(matches!(
+        client.register(&reg("w3", 7103, 1)).await,
+        Err(CoordinatorError::Api { status: 409, .. })
+    ));
+    client.register(&reg("w2", 7102, 2)).await.unwrap();
+    assert_eq!(client.members().await.unwrap().members.len(), 2);
+    coordinator.shutdown().await;
 }

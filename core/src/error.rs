@@ -253,6 +253,15 @@ pub enum Error {
     /// returned an error; the stream is out of sync and must be closed.
     #[error("frame decoder used after an earlier error; close the connection")]
     DecoderFailed,
+
+    /// A cluster secret shorter than [`MIN_SECRET_LEN`](crate::cluster_auth::MIN_SECRET_LEN).
+    #[error("the cluster secret has {len} bytes; at least {min} are needed")]
+    SecretTooShort {
+        /// Bytes given (without surrounding whitespace).
+        len: usize,
+        /// Bytes needed.
+        min: usize,
+    },
 }
 
 impl Error {
@@ -267,9 +276,10 @@ impl Error {
             Self::RangeNotSatisfiable { .. } => ErrorCode::RangeNotSatisfiable,
             Self::PayloadTooLarge { .. } | Self::TooManyPages { .. } => ErrorCode::TooLarge,
             Self::UnsupportedVersion(_) | Self::UnknownMessageType(_) => ErrorCode::Unsupported,
-            Self::InvalidBitmap(_) | Self::DecoderFailed | Self::InvalidGeometry { .. } => {
-                ErrorCode::Internal
-            }
+            Self::InvalidBitmap(_)
+            | Self::DecoderFailed
+            | Self::InvalidGeometry { .. }
+            | Self::SecretTooShort { .. } => ErrorCode::Internal,
             Self::UnknownBackend
             | Self::InvalidName { .. }
             | Self::InvalidBlock { .. }

@@ -12,6 +12,8 @@
 //!   encoding;
 //! - [`wire`]: the worker wire protocol (frame header, messages, error codes)
 //!   and its sans-IO codec, including an incremental [`wire::FrameDecoder`];
+//! - [`cluster_auth`]: the cluster secret and what is proved with it (the data
+//!   plane's Hello, the coordinator API's signatures);
 //! - [`size`]: byte sizes as written in flags (`64GiB`);
 //! - [`vectors`]: the conformance vectors that pin all of the above.
 //!
@@ -22,6 +24,7 @@
 
 pub mod bitmap;
 pub mod block;
+pub mod cluster_auth;
 pub mod error;
 pub mod identity;
 pub mod size;

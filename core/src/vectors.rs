@@ -11,6 +11,7 @@
 use std::fmt::Write as _;
 
 use crate::bitmap::PresentBitmap;
+use crate::cluster_auth::{ClusterSecret, HELLO_VERSION, HelloSide, Nonce, Role};
 use crate::error::Error;
 use crate::identity::{BlockId, ObjectId, ObjectVersion};
 use crate::wire::{
@@ -377,11 +378,79 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
         description: "ReadRangeReply header alone, request id 5, 65536 payload bytes to follow (sendfile)",
         header: FrameHeader::decode(&encode_read_range_reply_header(5, 64 << 10, false)?)?,
     });
+    hello_frames(v)?;
     v.push(Vector::Header {
         name: "read_range_reply_header_from_origin",
         description: "ReadRangeReply header with FROM_ORIGIN (the worker fetched bytes from the origin to answer), request id 6, 4096 payload bytes to follow",
         header: FrameHeader::decode(&encode_read_range_reply_header(6, 4096, true)?)?,
     });
+    Ok(())
+}
+
+/// The secret the Hello vectors are computed with (as in a `--cluster-secret-file`).
+pub const HELLO_VECTOR_SECRET: &[u8] = b"talon conformance cluster secret";
+/// The peer's nonce in the Hello vectors.
+pub const HELLO_VECTOR_PEER_NONCE: Nonce = *b"peer-nonce-16byt";
+/// The worker's nonce in the Hello vectors.
+pub const HELLO_VECTOR_WORKER_NONCE: Nonce = *b"worker-nonce-16b";
+
+/// The Hello exchange of a reader, with proofs computed from [`HELLO_VECTOR_SECRET`]
+/// and the two nonces, so another implementation checks its HMACs against them.
+fn hello_frames(v: &mut Vec<Vector>) -> Result<(), Error> {
+    let secret = ClusterSecret::new(HELLO_VECTOR_SECRET)?;
+    let (peer, worker) = (HELLO_VECTOR_PEER_NONCE, HELLO_VECTOR_WORKER_NONCE);
+    frame(
+        v,
+        "hello_reader",
+        "Hello v1 from a reader (role 1), peer nonce \"peer-nonce-16byt\", request id 1",
+        1,
+        Flags::NONE,
+        Message::Hello {
+            version: HELLO_VERSION,
+            role: Role::Reader,
+            nonce: peer,
+        },
+    )?;
+    frame(
+        v,
+        "hello_reply",
+        "HelloReply: worker nonce \"worker-nonce-16b\" and the worker proof for secret \"talon conformance cluster secret\"",
+        1,
+        Flags::NONE,
+        Message::HelloReply {
+            nonce: worker,
+            proof: secret.hello_proof(HelloSide::Worker, Role::Reader, &peer, &worker),
+        },
+    )?;
+    frame(
+        v,
+        "hello_proof",
+        "HelloProof: the peer proof over the same secret, role and nonces, request id 2",
+        2,
+        Flags::NONE,
+        Message::HelloProof {
+            proof: secret.hello_proof(HelloSide::Peer, Role::Reader, &peer, &worker),
+        },
+    )?;
+    frame(
+        v,
+        "welcome",
+        "Welcome: the peer is authenticated, request id 2",
+        2,
+        Flags::NONE,
+        Message::Welcome,
+    )?;
+    frame(
+        v,
+        "error_unauthenticated",
+        "Error 12 (Unauthenticated): a request before the Hello exchange finished",
+        7,
+        Flags::END_OF_STREAM,
+        Message::Error(ErrorReply {
+            code: ErrorCode::Unauthenticated,
+            message: "authenticate with Hello first".into(),
+        }),
+    )?;
     Ok(())
 }
 
@@ -424,9 +493,9 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
     reject(
         v,
         "unknown_type",
-        "message type 0x05",
-        with(3, &[5]),
-        Error::UnknownMessageType(5),
+        "message type 0x07",
+        with(3, &[7]),
+        Error::UnknownMessageType(7),
     );
     reject(
         v,
@@ -604,6 +673,10 @@ pub fn render(vectors: &[Vector]) -> String {
         "#   key     <key path>  <backend: s3|az>  <names: bucket, path | account, container, path>\n",
         "#   block   <key path>  <version>  <block offset>  <block size>  <placement key: hex SHA-256>\n",
         "#   bitmap  <name>  <page count>  <present pages, comma-separated, or ->  <hex: persistent encoding>\n",
+        "#\n",
+        "# Hello proofs: key = HMAC-SHA256(secret, \"talon cluster key v1\"); worker proof =\n",
+        "# HMAC-SHA256(key, \"talon hello v1 worker\" || role || peer nonce || worker nonce); peer\n",
+        "# proof = the same with the 21-byte label \"talon hello v1 peer\\0\\0\".\n",
     ));
     for vector in vectors {
         match vector {

@@ -96,6 +96,18 @@ struct Args {
     /// Coordinator of the cache cluster (http://host:port).
     #[arg(long, env = "TALON_GATEWAY_COORDINATOR")]
     coordinator: Option<String>,
+    /// File holding the cluster secret (the coordinator's and workers'); required with
+    /// --coordinator.
+    #[arg(long, env = "TALON_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<PathBuf>,
+    /// The cluster secret itself, when no file is given (kept out of the process list).
+    #[arg(
+        long = "cluster-secret",
+        env = "TALON_CLUSTER_SECRET",
+        hide = true,
+        hide_env_values = true
+    )]
+    cluster_secret: Option<String>,
     /// The cluster's block size.
     #[arg(long, env = "TALON_GATEWAY_BLOCK_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
     block_size: u64,
@@ -277,7 +289,11 @@ async fn main() -> anyhow::Result<()> {
         .context("--block-size must be a power of two")?;
     let cache = match &args.coordinator {
         Some(url) => {
-            let mut config = CacheClientConfig::new(url.clone(), geometry);
+            let secret = talon_coordinator::auth::load_secret(
+                args.cluster_secret_file.as_deref(),
+                args.cluster_secret.as_deref(),
+            )?;
+            let mut config = CacheClientConfig::new(url.clone(), geometry, secret);
             if args.origin_fallback {
                 config.origin_fallback = Some(origins.clone());
             }

@@ -48,6 +48,7 @@ async fn the_binary_writes_its_ready_file_serves_and_stops_on_sigterm() {
             .arg("--ready-file")
             .arg(&ready)
             .env("TALON_LOG", "warn")
+            .env("TALON_CLUSTER_SECRET", cluster.cluster_secret_text())
             .stdin(Stdio::null())
             .spawn()
             .expect("start talon-gateway"),

@@ -14,10 +14,29 @@ use crate::server::HandlerResult;
 /// Largest fault-settings document accepted.
 const MAX_BODY: usize = 64 * 1024;
 
-/// Handles one admin request.
-pub async fn handle(state: Arc<StubState>, req: Request<Incoming>) -> HandlerResult {
+/// Handles one admin request. With a `token`, changing faults needs it as a bearer
+/// token (SEC-19: otherwise any local user degrades the origin of `talon up`).
+pub async fn handle(
+    state: Arc<StubState>,
+    token: Option<String>,
+    req: Request<Incoming>,
+) -> HandlerResult {
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let authorized = token.as_deref().is_none_or(|t| {
+        let sent = req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        sent.is_some_and(|s| {
+            talon_protocols::s3::sigv4::constant_time_eq(s.as_bytes(), t.as_bytes())
+        })
+    });
     let resp = match (method, path.as_str()) {
+        (Method::PUT, "/admin/faults") if !authorized => json(
+            StatusCode::UNAUTHORIZED,
+            &serde_json::json!({ "error": "changing faults needs the admin token" }),
+        ),
         (Method::GET, "/metrics") => text(
             StatusCode::OK,
             "text/plain; version=0.0.4",

@@ -78,6 +78,9 @@ pub struct StubConfig {
     pub faults: FaultConfig,
     /// Most concurrent connections per listener.
     pub max_connections: usize,
+    /// When set, changing faults (`PUT /admin/faults`) needs `Authorization: Bearer
+    /// <token>`; reading metrics and faults stays open.
+    pub admin_token: Option<String>,
 }
 
 impl Default for StubConfig {
@@ -97,6 +100,7 @@ impl Default for StubConfig {
             azure_key: None,
             faults: FaultConfig::default(),
             max_connections: 4096,
+            admin_token: None,
         }
     }
 }
@@ -270,7 +274,8 @@ pub async fn start(config: StubConfig) -> Result<RunningStub, StubError> {
     }
     if let Some(listener) = admin {
         let st = state.clone();
-        let handler = move |req, _peer| admin::handle(st.clone(), req);
+        let token = config.admin_token.clone();
+        let handler = move |req, _peer| admin::handle(st.clone(), token.clone(), req);
         tasks.push(server::spawn(listener, handler, shutdown_rx.clone(), 64));
     }
     Ok(RunningStub {

@@ -171,6 +171,9 @@ fn config(args: &Args) -> anyhow::Result<StubConfig> {
             error_kinds: args.error_kinds.clone(),
         },
         max_connections: args.max_connections,
+        admin_token: std::env::var("TALON_STUB_ADMIN_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
     })
 }
 

@@ -240,6 +240,8 @@ impl ErrorKind {
             FrameCode::VersionMismatch => ErrorKind::PreconditionFailed,
             FrameCode::RangeNotSatisfiable => ErrorKind::InvalidRange,
             FrameCode::AccessDenied => ErrorKind::AccessDenied,
+            // The cluster refused this process: a deployment fault, not the client's.
+            FrameCode::Unauthenticated | FrameCode::Forbidden => ErrorKind::ServiceUnavailable,
             FrameCode::TooLarge => ErrorKind::EntityTooLarge,
             FrameCode::Unsupported => ErrorKind::NotImplemented,
             FrameCode::Unavailable => ErrorKind::ServiceUnavailable,

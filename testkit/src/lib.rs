@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use talon_cache_client::{CacheClient, CacheClientConfig, CacheClientError};
-use talon_coordinator::client::CoordinatorClient;
 use talon_coordinator::placement::RendezvousPlacement;
 use talon_coordinator::{CoordinatorConfig, RunningCoordinator};
+use talon_core::cluster_auth::{ClusterSecret, Role};
 use talon_core::{BlockGeometry, BlockId, ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
 use talon_origin_stub::metrics::Protocol;
@@ -114,7 +114,20 @@ pub struct Cluster {
     /// The workers.
     pub workers: Vec<WorkerSlot>,
     config: ClusterConfig,
+    /// The cluster secret as a worker process reads it (`TALON_CLUSTER_SECRET`).
+    secret_text: String,
     _dirs: tempfile::TempDir,
+}
+
+/// 128 random bits for names and secrets in tests (std's randomly keyed hasher).
+fn rand_u128() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let half = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(0);
+        u128::from(h.finish())
+    };
+    (half() << 64) | half()
 }
 
 /// Polls `check` until it returns `Some`, failing after `timeout` with `what`.
@@ -157,7 +170,11 @@ impl Cluster {
         })
         .await
         .unwrap_or_else(|e| panic!("origin stub: {e}"));
+        let secret_text = format!("testkit-cluster-{:032x}", rand_u128());
+        let cluster_secret = ClusterSecret::new(secret_text.as_bytes())
+            .unwrap_or_else(|e| panic!("cluster secret: {e}"));
         let coordinator = talon_coordinator::start(CoordinatorConfig {
+            cluster_secret,
             heartbeat_interval: config.heartbeat_interval,
             expiry: config.expiry,
             ..CoordinatorConfig::default()
@@ -165,6 +182,7 @@ impl Cluster {
         .await
         .unwrap_or_else(|e| panic!("coordinator: {e}"));
         let mut cluster = Cluster {
+            secret_text,
             origin,
             coordinator,
             workers: Vec::new(),
@@ -224,6 +242,7 @@ impl Cluster {
                 frame_timeout: Duration::from_secs(2),
                 ..DataPlaneConfig::default()
             },
+            cluster_secret: self.cluster_secret().clone(),
             membership: Some(MembershipConfig {
                 coordinator_url: self.coordinator.url(),
                 id: slot.id.clone(),
@@ -266,13 +285,16 @@ impl Cluster {
     /// After 10 s.
     pub async fn wait_for_live(&self, n: usize) {
         let url = self.coordinator.url();
+        let secret = self.cluster_secret().clone();
         wait_for(
             &format!("{n} live workers"),
             Duration::from_secs(10),
             || {
-                let url = url.clone();
+                let (url, secret) = (url.clone(), secret.clone());
                 async move {
-                    let client = talon_coordinator::client::CoordinatorClient::new(url).ok()?;
+                    let client = talon_coordinator::client::CoordinatorClient::new(url)
+                        .ok()?
+                        .with_auth(secret.clone(), Role::Reader);
                     let members = client.members().await.ok()?;
                     (members.placement().len() == n).then_some(())
                 }
@@ -281,12 +303,36 @@ impl Cluster {
         .await;
     }
 
+    /// The cluster secret the coordinator and the workers require.
+    pub fn cluster_secret(&self) -> &ClusterSecret {
+        self.coordinator.cluster_secret()
+    }
+
+    /// The cluster secret as text, for processes that read `TALON_CLUSTER_SECRET`.
+    pub fn cluster_secret_text(&self) -> &str {
+        &self.secret_text
+    }
+
+    /// A coordinator client signing as `role`.
+    ///
+    /// # Panics
+    /// When the client cannot be built.
+    pub fn coordinator_client(&self, role: Role) -> talon_coordinator::client::CoordinatorClient {
+        talon_coordinator::client::CoordinatorClient::new(self.coordinator.url())
+            .unwrap_or_else(|e| panic!("coordinator client: {e}"))
+            .with_auth(self.cluster_secret().clone(), role)
+    }
+
     /// A cache client of this cluster.
     ///
     /// # Panics
     /// When it cannot connect.
     pub async fn client(&self) -> CacheClient {
-        let mut config = CacheClientConfig::new(self.coordinator.url(), self.config.geometry);
+        let mut config = CacheClientConfig::new(
+            self.coordinator.url(),
+            self.config.geometry,
+            self.cluster_secret().clone(),
+        );
         config.membership_refresh = Duration::from_millis(100);
         config.request_timeout = Duration::from_secs(5);
         config.max_request_bytes = self.config.geometry.block_size();
@@ -352,8 +398,7 @@ impl Cluster {
     /// # Panics
     /// When the coordinator cannot be reached.
     pub async fn placement(&self) -> RendezvousPlacement {
-        CoordinatorClient::new(self.coordinator.url())
-            .unwrap_or_else(|e| panic!("coordinator client: {e}"))
+        self.coordinator_client(Role::Reader)
             .members()
             .await
             .unwrap_or_else(|e| panic!("members: {e}"))
@@ -778,6 +823,7 @@ impl WorkerProcess {
         let mut cmd = Command::new(&binary);
         cmd.env_clear()
             .env("TALON_LOG", "warn")
+            .env("TALON_CLUSTER_SECRET", &cluster.secret_text)
             .arg("--listen")
             .arg("127.0.0.1:0")
             .args(["--admin-listen", "127.0.0.1:0"])

@@ -156,7 +156,8 @@ pub struct RawConnection {
 }
 
 impl RawConnection {
-    /// Connects to `addr`.
+    /// Connects to `addr` without authenticating (for tests of what an unauthenticated
+    /// peer gets: an error frame and a closed connection).
     ///
     /// # Panics
     /// When the connection cannot be made in 5 s.
@@ -167,6 +168,32 @@ impl RawConnection {
             .unwrap_or_else(|_| panic!("connecting to {what} timed out"))
             .unwrap_or_else(|e| panic!("connecting to {what}: {e}"));
         let _ = stream.set_nodelay(true);
+        RawConnection::from_stream(stream)
+    }
+
+    /// Connects to `addr` and authenticates as `role` (the Hello exchange), so what the
+    /// test sends next is judged as an authenticated peer's.
+    ///
+    /// # Panics
+    /// When the connection or the Hello exchange fails.
+    pub async fn authenticated(
+        addr: impl tokio::net::ToSocketAddrs + std::fmt::Debug,
+        secret: &talon_core::cluster_auth::ClusterSecret,
+        role: talon_core::cluster_auth::Role,
+    ) -> RawConnection {
+        let what = format!("{addr:?}");
+        let mut stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+            .await
+            .unwrap_or_else(|_| panic!("connecting to {what} timed out"))
+            .unwrap_or_else(|e| panic!("connecting to {what}: {e}"));
+        let _ = stream.set_nodelay(true);
+        talon_cache_client::hello::authenticate(&mut stream, secret, role, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("Hello with {what}: {e}"));
+        RawConnection::from_stream(stream)
+    }
+
+    fn from_stream(stream: TcpStream) -> RawConnection {
         let (rd, writer) = stream.into_split();
         RawConnection {
             writer,

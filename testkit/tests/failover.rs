@@ -328,7 +328,12 @@ async fn a_killed_worker_cuts_its_connections_instead_of_answering() {
     // The fill takes at least 3 s, so it is certainly in flight when the worker dies.
     slow_origin(&cluster, 3000);
     let addr = cluster.worker(0).addr;
-    let mut conn = RawConnection::connect(addr).await;
+    let mut conn = RawConnection::authenticated(
+        addr,
+        cluster.cluster_secret(),
+        talon_core::cluster_auth::Role::Reader,
+    )
+    .await;
     let block = cluster.block_id(&id_of(&object), &version_of(&object), BLOCK);
     let request = Message::ReadRange(ReadRangeRequest {
         block,

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use talon_core::cluster_auth::{ClusterSecret, Role};
 use talon_core::wire::{ErrorReply, HEADER_LEN, MAGIC, MessageType, ReadRangeRequest, StatRequest};
 use talon_core::{ErrorCode, Message, ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
@@ -52,8 +53,15 @@ fn header(ty: u8, request_id: u32, payload_len: u32) -> [u8; HEADER_LEN] {
 
 /// Sends `bytes` on a fresh connection and expects the worker to end the connection
 /// within [`ANSWER_WITHIN`], after at most one error frame; returns that frame's code.
-async fn rejected(addr: SocketAddr, bytes: &[u8], then_eof: bool, what: &str) -> Option<ErrorCode> {
-    let mut conn = RawConnection::connect(addr).await;
+async fn rejected(
+    secret: &ClusterSecret,
+    addr: SocketAddr,
+    bytes: &[u8],
+    then_eof: bool,
+    what: &str,
+) -> Option<ErrorCode> {
+    // As an authenticated peer (one that may ingest): what the frames themselves earn.
+    let mut conn = RawConnection::authenticated(addr, secret, Role::Ingester).await;
     // The worker may close before reading everything; that is its right.
     let _ = conn.send(bytes).await;
     if then_eof {
@@ -79,7 +87,7 @@ async fn rejected(addr: SocketAddr, bytes: &[u8], then_eof: bool, what: &str) ->
 
 /// The worker answers a well-formed read on a fresh connection, byte for byte.
 async fn still_serves(cluster: &Cluster, addr: SocketAddr) {
-    let mut conn = RawConnection::connect(addr).await;
+    let mut conn = RawConnection::authenticated(addr, cluster.cluster_secret(), Role::Reader).await;
     let req = read_request(cluster, BLOCK + 1000, 4500);
     let range = BLOCK + 1000..BLOCK + 5500;
     conn.send(&Message::ReadRange(req).encode(99).unwrap())
@@ -106,46 +114,55 @@ async fn hostile_frames_get_an_error_or_a_close_and_the_worker_keeps_serving() {
     })
     .await;
     let addr = cluster.worker(0).addr;
+    let secret = cluster.cluster_secret().clone();
     let valid = Message::ReadRange(read_request(&cluster, 100, 1000))
         .encode(5)
         .unwrap();
 
     // Not our protocol at all.
-    let code = rejected(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", false, "HTTP").await;
+    let code = rejected(
+        &secret,
+        addr,
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        false,
+        "HTTP",
+    )
+    .await;
     assert_eq!(code, Some(ErrorCode::InvalidRequest), "bad magic");
     // A bad magic in an otherwise valid frame.
     let mut bad = valid.clone();
     bad[0] ^= 0xFF;
     assert_eq!(
-        rejected(addr, &bad, false, "bad magic").await,
+        rejected(&secret, addr, &bad, false, "bad magic").await,
         Some(ErrorCode::InvalidRequest)
     );
     // Another protocol version.
     let mut bad = valid.clone();
     bad[2] = 2;
     assert_eq!(
-        rejected(addr, &bad, false, "version 2").await,
+        rejected(&secret, addr, &bad, false, "version 2").await,
         Some(ErrorCode::Unsupported)
     );
     // A message type nobody defined.
-    let code = rejected(addr, &header(0x42, 1, 8), false, "unknown type").await;
+    let code = rejected(&secret, addr, &header(0x42, 1, 8), false, "unknown type").await;
     assert_eq!(code, Some(ErrorCode::Unsupported));
     // Undefined flag bits, and a non-zero reserved field.
     let mut bad = valid.clone();
     bad[5] = 0x80;
     assert_eq!(
-        rejected(addr, &bad, false, "flags").await,
+        rejected(&secret, addr, &bad, false, "flags").await,
         Some(ErrorCode::InvalidRequest)
     );
     let mut bad = valid.clone();
     bad[7] = 1;
     assert_eq!(
-        rejected(addr, &bad, false, "reserved").await,
+        rejected(&secret, addr, &bad, false, "reserved").await,
         Some(ErrorCode::InvalidRequest)
     );
     // A header announcing a payload over the type's cap: refused at once, not awaited
     // (the answer says "too large", not "timed out").
     let code = rejected(
+        &secret,
         addr,
         &header(MessageType::Stat.as_u8(), 3, 1 << 30),
         false,
@@ -154,6 +171,7 @@ async fn hostile_frames_get_an_error_or_a_close_and_the_worker_keeps_serving() {
     .await;
     assert_eq!(code, Some(ErrorCode::TooLarge));
     let code = rejected(
+        &secret,
         addr,
         &header(MessageType::Ping.as_u8(), 3, 9),
         false,
@@ -164,7 +182,7 @@ async fn hostile_frames_get_an_error_or_a_close_and_the_worker_keeps_serving() {
     // A reply sent as a request, with its payload.
     let reply = Message::ReadRangeReply(vec![7; 64]).encode(4).unwrap();
     assert_eq!(
-        rejected(addr, &reply, false, "a reply").await,
+        rejected(&secret, addr, &reply, false, "a reply").await,
         Some(ErrorCode::InvalidRequest)
     );
     // A ReadRange whose range crosses the end of its block (the length patched after
@@ -172,7 +190,7 @@ async fn hostile_frames_get_an_error_or_a_close_and_the_worker_keeps_serving() {
     let mut bad = valid.clone();
     let n = bad.len();
     bad[n - 4..].copy_from_slice(&(BLOCK as u32).to_be_bytes());
-    let code = rejected(addr, &bad, false, "range across the block").await;
+    let code = rejected(&secret, addr, &bad, false, "range across the block").await;
     assert_eq!(code, Some(ErrorCode::InvalidRequest));
     // ... and one past the end of the object.
     let past = Message::ReadRange(read_request(&cluster, 3 * BLOCK, 100))
@@ -181,17 +199,18 @@ async fn hostile_frames_get_an_error_or_a_close_and_the_worker_keeps_serving() {
     let mut bad = past.clone();
     let n = bad.len();
     bad[n - 4..].copy_from_slice(&1000u32.to_be_bytes());
-    let code = rejected(addr, &bad, false, "range past the object").await;
+    let code = rejected(&secret, addr, &bad, false, "range past the object").await;
     assert_eq!(code, Some(ErrorCode::RangeNotSatisfiable));
     // A payload that does not parse (a Stat of garbage).
     let mut bad = header(MessageType::Stat.as_u8(), 8, 32).to_vec();
     bad.extend_from_slice(&[0xAB; 32]);
     assert_eq!(
-        rejected(addr, &bad, false, "garbage Stat").await,
+        rejected(&secret, addr, &bad, false, "garbage Stat").await,
         Some(ErrorCode::InvalidRequest)
     );
     // A header, then the client hangs up: nothing to answer, the connection just ends.
     let code = rejected(
+        &secret,
         addr,
         &header(MessageType::Stat.as_u8(), 9, 100),
         true,
@@ -202,8 +221,14 @@ async fn hostile_frames_get_an_error_or_a_close_and_the_worker_keeps_serving() {
     // Half a frame, or fewer bytes than a header, then silence: the frame timeout
     // answers and closes (both at once, to wait for it once).
     let (half_frame, half_header) = tokio::join!(
-        rejected(addr, &valid[..valid.len() / 2], false, "half a frame"),
-        rejected(addr, &valid[..7], false, "half a header"),
+        rejected(
+            &secret,
+            addr,
+            &valid[..valid.len() / 2],
+            false,
+            "half a frame"
+        ),
+        rejected(&secret, addr, &valid[..7], false, "half a header"),
     );
     assert_eq!(half_frame, Some(ErrorCode::Timeout));
     assert_eq!(half_header, Some(ErrorCode::Timeout));
@@ -222,6 +247,7 @@ async fn a_stalled_or_hostile_connection_does_not_stop_the_others() {
     })
     .await;
     let addr = cluster.worker(0).addr;
+    let secret = cluster.cluster_secret().clone();
     // A connection stuck in the middle of a frame, held open while others are served.
     let valid = Message::Stat(StatRequest {
         object: id(),
@@ -229,16 +255,17 @@ async fn a_stalled_or_hostile_connection_does_not_stop_the_others() {
     })
     .encode(1)
     .unwrap();
-    let mut stalled = RawConnection::connect(addr).await;
+    let mut stalled = RawConnection::authenticated(addr, &secret, Role::Reader).await;
     stalled.send(&valid[..HEADER_LEN + 3]).await.unwrap();
     // Fifty connections of garbage at once.
     let garbage: Vec<_> = (0..50u8)
         .map(|i| {
+            let secret = secret.clone();
             tokio::spawn(async move {
                 let bytes: Vec<u8> = (0..200u32)
                     .map(|j| (j as u8).wrapping_mul(31) ^ i)
                     .collect();
-                rejected(addr, &bytes, false, &format!("garbage {i}")).await
+                rejected(&secret, addr, &bytes, false, &format!("garbage {i}")).await
             })
         })
         .collect();
@@ -263,7 +290,7 @@ async fn a_stalled_or_hostile_connection_does_not_stop_the_others() {
     );
     still_serves(&cluster, addr).await;
     // A reply type sent as a request is refused on a connection that stays usable.
-    let mut conn = RawConnection::connect(addr).await;
+    let mut conn = RawConnection::authenticated(addr, &secret, Role::Reader).await;
     conn.send(&Message::Pong { nonce: 5 }.encode(10).unwrap())
         .await
         .unwrap();

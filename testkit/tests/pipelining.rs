@@ -107,7 +107,12 @@ async fn pipelined_requests_are_all_answered_in_order_with_their_ids() {
         bytes.extend_from_slice(&message.encode(*id).unwrap());
     }
 
-    let conn = RawConnection::connect(cluster.worker(0).addr).await;
+    let conn = RawConnection::authenticated(
+        cluster.worker(0).addr,
+        cluster.cluster_secret(),
+        talon_core::cluster_auth::Role::Reader,
+    )
+    .await;
     let (mut writer, mut reader) = (conn.writer, conn.reader);
     // All of them back to back, in one write, while the answers are read.
     let sender = tokio::spawn(async move {

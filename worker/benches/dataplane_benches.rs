@@ -24,6 +24,10 @@ const BLOCK: u64 = 4 << 20;
 const PAGE: u64 = 64 << 10;
 const READ: u32 = 64 << 10;
 
+fn secret() -> talon_core::cluster_auth::ClusterSecret {
+    talon_core::cluster_auth::ClusterSecret::new(b"the data-plane bench's secret").expect("secret")
+}
+
 fn serial_reads(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -63,6 +67,7 @@ fn serial_reads(c: &mut Criterion) {
             loader: LoaderConfig::default(),
             data_plane: DataPlaneConfig::default(),
             membership: None,
+            cluster_secret: secret(),
         })
         .await
         .expect("worker");
@@ -75,7 +80,21 @@ fn serial_reads(c: &mut Criterion) {
         BLOCK,
     )
     .expect("block");
-    let mut conn = TcpStream::connect(addr).expect("connect");
+    // Authenticated once, as every reader's connection is; the loop is plain frames.
+    let mut conn = runtime.block_on(async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        talon_cache_client::hello::authenticate(
+            &mut stream,
+            &secret(),
+            talon_core::cluster_auth::Role::Reader,
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("hello");
+        let std = stream.into_std().expect("std stream");
+        std.set_nonblocking(false).expect("blocking");
+        std
+    });
     conn.set_nodelay(true).expect("nodelay");
     let mut buf = vec![0u8; HEADER_LEN + READ as usize];
     let mut read_at = |offset: u64, conn: &mut TcpStream, id: u32| {

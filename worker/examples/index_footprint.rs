@@ -294,6 +294,7 @@ fn per_worker(m: usize) -> (PerItem, PerItem) {
             weight: 1,
             zone: "us-east-1a".into(),
             capacity_bytes: 64 << 30,
+            instance: format!("{i:016x}"),
         })
         .collect();
     let before = live();

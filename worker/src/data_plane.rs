@@ -28,6 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use talon_core::cluster_auth::{ClusterSecret, HELLO_VERSION, HelloSide, NONCE_LEN, Nonce, Role};
+use talon_core::wire::Frame;
 use talon_core::wire::{BulkKind, Event, FrameDecoder};
 use talon_core::wire::{
     ErrorReply, IngestAck, IngestMeta, ObjectHeaders, ReadRangeRequest, StatReply, StatRequest,
@@ -54,7 +56,8 @@ pub struct DataPlaneConfig {
     pub max_connections: usize,
     /// Most requests in flight per connection.
     pub pipeline_depth: usize,
-    /// Once a frame has started, the rest must arrive within this.
+    /// Once a frame has started, the rest must arrive within this, measured from its
+    /// first byte; the whole Hello exchange must finish within it too.
     pub frame_timeout: Duration,
     /// A connection with no frame in progress is closed after this.
     pub idle_timeout: Duration,
@@ -68,7 +71,7 @@ impl Default for DataPlaneConfig {
             max_connections: 4096,
             pipeline_depth: 64,
             frame_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(120),
             write_stall_timeout: Duration::from_secs(60),
         }
     }
@@ -77,6 +80,8 @@ impl Default for DataPlaneConfig {
 /// What a request handler needs.
 #[derive(Debug)]
 pub struct Services {
+    /// The cluster secret every peer proves it knows in the Hello exchange.
+    pub secret: ClusterSecret,
     /// The miss path and the block store.
     pub loader: Arc<Loader>,
     /// Object metadata.
@@ -161,13 +166,37 @@ pub async fn serve(
 }
 
 async fn connection(
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     services: &Arc<Services>,
     config: &Arc<DataPlaneConfig>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
+    let mut decoder = FrameDecoder::new();
+    let hello = tokio::time::timeout(
+        config.frame_timeout,
+        hello(&mut stream, &mut decoder, &services.secret),
+    )
+    .await;
+    let (role, carried) = match hello {
+        Ok(Ok(Some(done))) => done,
+        Ok(Ok(None)) => {
+            services.metrics.error_frame();
+            return Ok(());
+        }
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            let _ = stream
+                .write_all(&error_frame(
+                    0,
+                    ErrorCode::Unauthenticated,
+                    "the Hello exchange did not finish in time",
+                ))
+                .await;
+            return Ok(());
+        }
+    };
     // A duplicate of the socket for sends on the blocking pool: it stays open while
     // such a transfer runs even if this connection's tasks are aborted meanwhile.
     let bulk_fd: Arc<OwnedFd> = Arc::new(stream.as_fd().try_clone_to_owned()?);
@@ -182,7 +211,10 @@ async fn connection(
         services.metrics.clone(),
         config.write_stall_timeout,
     )));
-    let read_result = read_loop(rd, queue, services, config, shutdown).await;
+    let read_result = read_loop(
+        rd, decoder, carried, role, queue, services, config, shutdown,
+    )
+    .await;
     match (&mut writer.0).await {
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "writer stopped"),
         Err(e) => tracing::warn!(%peer, error = %e, "writer task failed"),
@@ -200,6 +232,136 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
+/// Reads bytes into `pending` until `decoder` yields a whole frame; `None` when the
+/// peer closed first. Bytes after the frame stay in `pending`.
+async fn next_frame(
+    stream: &mut TcpStream,
+    decoder: &mut FrameDecoder,
+    pending: &mut Vec<u8>,
+) -> std::io::Result<Option<std::result::Result<Frame, String>>> {
+    let mut buf = [0u8; 1024];
+    loop {
+        let mut input = &pending[..];
+        let outcome = match decoder.decode(&mut input) {
+            Ok(Some(Event::Frame(frame))) => Some(Ok(frame)),
+            Ok(Some(_)) => Some(Err("a bulk frame".to_owned())),
+            Ok(None) => None,
+            Err(e) => Some(Err(format!("bad frame: {e}"))),
+        };
+        let consumed = pending.len() - input.len();
+        pending.drain(..consumed);
+        if let Some(outcome) = outcome {
+            return Ok(Some(outcome));
+        }
+        if pending.len() >= READ_BUFFER_BYTES {
+            return Ok(Some(Err(
+                "too many bytes before the Hello exchange ended".into()
+            )));
+        }
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        pending.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The worker's side of the Hello exchange ([`talon_core::cluster_auth`]): Hello, then
+/// HelloReply with a fresh nonce and the worker's proof, then the peer's HelloProof,
+/// then Welcome. Returns the peer's role and the bytes it sent after its proof (it may
+/// pipeline requests at once). Anything else, or a wrong proof, is answered with an
+/// Unauthenticated error frame and `None`: the caller closes the connection.
+async fn hello(
+    stream: &mut TcpStream,
+    decoder: &mut FrameDecoder,
+    secret: &ClusterSecret,
+) -> std::io::Result<Option<(Role, Vec<u8>)>> {
+    let mut pending = Vec::new();
+    let refuse = |id: u32, why: &str| error_frame(id, ErrorCode::Unauthenticated, why);
+    let (id, role, peer_nonce) = match next_frame(stream, decoder, &mut pending).await? {
+        None => return Ok(None),
+        Some(Ok(Frame {
+            header,
+            message:
+                Message::Hello {
+                    version: HELLO_VERSION,
+                    role,
+                    nonce,
+                },
+        })) => (header.request_id(), role, nonce),
+        Some(Ok(Frame {
+            header,
+            message: Message::Hello { version, .. },
+        })) => {
+            let why = format!(
+                "Hello version {version} is not supported (this worker speaks {HELLO_VERSION})"
+            );
+            stream
+                .write_all(&error_frame(
+                    header.request_id(),
+                    ErrorCode::Unsupported,
+                    &why,
+                ))
+                .await?;
+            return Ok(None);
+        }
+        Some(Ok(frame)) => {
+            let reply = refuse(frame.header.request_id(), "authenticate with Hello first");
+            stream.write_all(&reply).await?;
+            return Ok(None);
+        }
+        Some(Err(why)) => {
+            stream.write_all(&refuse(0, &why)).await?;
+            return Ok(None);
+        }
+    };
+    let mut worker_nonce: Nonce = [0; NONCE_LEN];
+    if getrandom::getrandom(&mut worker_nonce).is_err() {
+        let reply = error_frame(id, ErrorCode::Internal, "no randomness for a nonce");
+        stream.write_all(&reply).await?;
+        return Ok(None);
+    }
+    let proof = secret.hello_proof(HelloSide::Worker, role, &peer_nonce, &worker_nonce);
+    let reply = Message::HelloReply {
+        nonce: worker_nonce,
+        proof,
+    }
+    .encode(id)
+    .unwrap_or_default();
+    stream.write_all(&reply).await?;
+    match next_frame(stream, decoder, &mut pending).await? {
+        None => Ok(None),
+        Some(Ok(Frame {
+            header,
+            message: Message::HelloProof { proof },
+        })) => {
+            if !secret.verify_hello_proof(HelloSide::Peer, role, &peer_nonce, &worker_nonce, &proof)
+            {
+                let reply = refuse(
+                    header.request_id(),
+                    "the Hello proof is wrong: another cluster secret",
+                );
+                stream.write_all(&reply).await?;
+                return Ok(None);
+            }
+            let welcome = Message::Welcome
+                .encode(header.request_id())
+                .unwrap_or_default();
+            stream.write_all(&welcome).await?;
+            Ok(Some((role, pending)))
+        }
+        Some(Ok(frame)) => {
+            let reply = refuse(frame.header.request_id(), "expected HelloProof");
+            stream.write_all(&reply).await?;
+            Ok(None)
+        }
+        Some(Err(why)) => {
+            stream.write_all(&refuse(0, &why)).await?;
+            Ok(None)
+        }
+    }
+}
+
 /// Queues a reply that is already known.
 async fn push_now(queue: &mpsc::Sender<oneshot::Receiver<Reply>>, reply: Reply) -> bool {
     let (tx, rx) = oneshot::channel();
@@ -212,34 +374,49 @@ async fn push_now(queue: &mpsc::Sender<oneshot::Receiver<Reply>>, reply: Reply) 
 /// stays small: at 64 KiB, 4,096 idle connections held 256 MiB.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
 
+#[allow(clippy::too_many_arguments)]
 async fn read_loop(
     mut rd: OwnedReadHalf,
+    mut decoder: FrameDecoder,
+    carried: Vec<u8>,
+    role: Role,
     queue: mpsc::Sender<oneshot::Receiver<Reply>>,
     services: &Arc<Services>,
     config: &DataPlaneConfig,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let mut decoder = FrameDecoder::new();
-    let mut buf = vec![0u8; READ_BUFFER_BYTES];
+    let mut buf = vec![0u8; READ_BUFFER_BYTES.max(carried.len())];
+    // What the peer pipelined behind its HelloProof is handled first.
+    let mut carried_len = carried.len();
+    buf[..carried_len].copy_from_slice(&carried);
     let mut ingest: Option<(FrameHeader, IngestMeta, Vec<u8>)> = None;
+    // When the frame in progress began: its rest must arrive by then plus the frame
+    // timeout, however slowly it dribbles in (SEC-11).
+    let mut frame_started: Option<Instant> = None;
     loop {
         let wait = if decoder.is_idle() {
+            frame_started = None;
             config.idle_timeout
         } else {
-            config.frame_timeout
+            let started = *frame_started.get_or_insert_with(Instant::now);
+            config.frame_timeout.saturating_sub(started.elapsed())
         };
-        let n = tokio::select! {
-            _ = shutdown.changed() => return Ok(()),
-            r = tokio::time::timeout(wait, rd.read(&mut buf)) => match r {
-                Err(_) => {
-                    if !decoder.is_idle() {
-                        push_now(&queue, Reply::Frame(error_frame(0, ErrorCode::Timeout, "the rest of the frame did not arrive in time"))).await;
-                        push_now(&queue, Reply::Close).await;
+        let n = if carried_len > 0 {
+            std::mem::take(&mut carried_len)
+        } else {
+            tokio::select! {
+                _ = shutdown.changed() => return Ok(()),
+                r = tokio::time::timeout(wait, rd.read(&mut buf)) => match r {
+                    Err(_) => {
+                        if !decoder.is_idle() {
+                            push_now(&queue, Reply::Frame(error_frame(0, ErrorCode::Timeout, "the rest of the frame did not arrive in time"))).await;
+                            push_now(&queue, Reply::Close).await;
+                        }
+                        return Ok(());
                     }
-                    return Ok(());
-                }
-                Ok(r) => r?,
-            },
+                    Ok(r) => r?,
+                },
+            }
         };
         if n == 0 {
             return Ok(());
@@ -269,9 +446,20 @@ async fn read_loop(
                     });
                 }
                 Event::BulkStart(start) => match start.kind {
-                    BulkKind::Ingest(meta) => {
-                        ingest = Some((start.header, meta, Vec::with_capacity(start.len as usize)))
+                    BulkKind::Ingest(_) if !role.may_ingest() => {
+                        let reply = error_frame(
+                            start.header.request_id(),
+                            ErrorCode::Forbidden,
+                            &format!("a peer in the {} role may not ingest", role.name()),
+                        );
+                        services.metrics.error_frame();
+                        push_now(&queue, Reply::Frame(reply)).await;
+                        push_now(&queue, Reply::Close).await;
+                        return Ok(());
                     }
+                    // The buffer grows with the bytes that arrive, not with what the
+                    // header announces.
+                    BulkKind::Ingest(meta) => ingest = Some((start.header, meta, Vec::new())),
                     BulkKind::ReadRangeReply => {
                         let reply = error_frame(
                             start.header.request_id(),

@@ -121,12 +121,26 @@ struct Args {
     /// Most pipelined requests in flight per connection.
     #[arg(long, env = "TALON_WORKER_PIPELINE_DEPTH", default_value_t = 64)]
     pipeline_depth: usize,
-    /// Once a frame starts, the rest must arrive within this many milliseconds.
+    /// Once a frame starts, the rest must arrive within this many milliseconds of its
+    /// first byte; the Hello exchange must finish within it too.
     #[arg(long, env = "TALON_WORKER_FRAME_TIMEOUT_MS", default_value_t = 10_000)]
     frame_timeout_ms: u64,
     /// Idle connections are closed after this many milliseconds.
-    #[arg(long, env = "TALON_WORKER_IDLE_TIMEOUT_MS", default_value_t = 300_000)]
+    #[arg(long, env = "TALON_WORKER_IDLE_TIMEOUT_MS", default_value_t = 120_000)]
     idle_timeout_ms: u64,
+
+    /// File holding the cluster secret (at least 16 bytes): data-plane peers must prove
+    /// it in the Hello exchange, and coordinator calls are signed with it.
+    #[arg(long, env = "TALON_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<PathBuf>,
+    /// The cluster secret itself, when no file is given (kept out of the process list).
+    #[arg(
+        long = "cluster-secret",
+        env = "TALON_CLUSTER_SECRET",
+        hide = true,
+        hide_env_values = true
+    )]
+    cluster_secret: Option<String>,
 
     /// Once listening, write {"addr": .., "admin": ..} to this file (atomically).
     #[arg(long, env = "TALON_WORKER_READY_FILE")]
@@ -198,7 +212,12 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("--admin-listen '{a}'"))?,
         ),
     };
+    let cluster_secret = talon_coordinator::auth::load_secret(
+        args.cluster_secret_file.as_deref(),
+        args.cluster_secret.as_deref(),
+    )?;
     let config = WorkerConfig {
+        cluster_secret,
         listen: args.listen,
         admin_listen,
         cache_dir: args.cache_dir.clone(),

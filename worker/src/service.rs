@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use talon_coordinator::api::{HeartbeatRequest, RegisterRequest};
 use talon_coordinator::client::CoordinatorClient;
+use talon_core::cluster_auth::{ClusterSecret, Role};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -67,6 +68,9 @@ pub struct WorkerConfig {
     pub data_plane: DataPlaneConfig,
     /// Coordinator membership; `None` for a standalone worker.
     pub membership: Option<MembershipConfig>,
+    /// The cluster secret: data-plane peers prove they know it in the Hello exchange,
+    /// and the worker signs its coordinator calls with it.
+    pub cluster_secret: ClusterSecret,
 }
 
 /// A running worker.
@@ -77,7 +81,7 @@ pub struct RunningWorker {
     /// Where the admin endpoints listen.
     pub admin_addr: Option<SocketAddr>,
     services: Arc<Services>,
-    membership: Option<(CoordinatorClient, String)>,
+    membership: Option<(CoordinatorClient, String, String)>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -95,8 +99,8 @@ impl RunningWorker {
 
     /// Drains and stops: leaves placement, stops accepting, finishes in-flight answers.
     pub async fn shutdown(self) {
-        if let Some((client, id)) = &self.membership
-            && let Err(e) = client.drain(id).await
+        if let Some((client, id, instance)) = &self.membership
+            && let Err(e) = client.drain(id, instance).await
         {
             tracing::warn!(error = %e, "could not tell the coordinator this worker is draining");
         }
@@ -143,6 +147,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         metrics.clone(),
     ));
     let services = Arc::new(Services {
+        secret: config.cluster_secret.clone(),
         loader,
         stats,
         metrics,
@@ -183,8 +188,11 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     let membership = match &config.membership {
         Some(m) => {
             let client = CoordinatorClient::new(m.coordinator_url.clone())
-                .map_err(|e| WorkerError::InvalidRequest(format!("coordinator URL: {e}")))?;
+                .map_err(|e| WorkerError::InvalidRequest(format!("coordinator URL: {e}")))?
+                .with_auth(config.cluster_secret.clone(), Role::Worker);
+            let instance = instance_id(&config.cache_dir)?;
             let registration = RegisterRequest {
+                instance: instance.clone(),
                 id: m.id.clone(),
                 addr: m.advertise_addr.clone().unwrap_or_else(|| addr.to_string()),
                 weight: m.weight.max(1),
@@ -198,7 +206,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 services.clone(),
                 shutdown_rx.clone(),
             )));
-            Some((client, m.id.clone()))
+            Some((client, m.id.clone(), instance))
         }
         None => None,
     };
@@ -211,6 +219,28 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         shutdown,
         tasks,
     })
+}
+
+/// This worker's instance identity, which binds its id at the coordinator: random on
+/// the first start, then kept in the cache folder (file `instance`), so a restart over
+/// the same cache is the same instance and a second worker with the same id is not.
+fn instance_id(cache_dir: &std::path::Path) -> Result<String> {
+    let path = cache_dir.join("instance");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let text = text.trim();
+        if (16..=128).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(text.to_owned());
+        }
+    }
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| WorkerError::Unavailable(format!("no randomness for the instance id: {e}")))?;
+    let id = hex::encode(bytes);
+    let tmp = cache_dir.join("instance.tmp");
+    std::fs::write(&tmp, &id)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| WorkerError::io("writing the instance id", e))?;
+    Ok(id)
 }
 
 /// Registers, then heartbeats every interval until shutdown; registers again when the
@@ -241,6 +271,7 @@ async fn agent(
                 hits,
                 misses,
                 draining: false,
+                instance: registration.instance.clone(),
             };
             if let Err(e) = client.heartbeat_or_register(&registration, &beat).await {
                 tracing::warn!(error = %e, "heartbeat failed");

@@ -44,6 +44,11 @@ struct Args {
     )]
     object: String,
 
+    /// File holding the cluster secret (the worker's --cluster-secret-file); each wire
+    /// connection authenticates with it before the load.
+    #[arg(long, env = "TALON_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<std::path::PathBuf>,
+
     /// Instead of a worker, an HTTP/1.1 URL answering Range requests
     /// (http://host:port/path). One request in flight per keep-alive
     /// connection: --depth must be 1.
@@ -147,12 +152,28 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
         .map_err(|_| format!("'{s}' is not a non-negative number of seconds"))
 }
 
+/// The cluster secret from --cluster-secret-file or TALON_CLUSTER_SECRET.
+fn load_secret(
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<talon_core::cluster_auth::ClusterSecret> {
+    let bytes = match file {
+        Some(path) => std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+        None => std::env::var("TALON_CLUSTER_SECRET")
+            .map(String::into_bytes)
+            .map_err(|_| {
+                anyhow::anyhow!("--addr needs --cluster-secret-file or TALON_CLUSTER_SECRET")
+            })?,
+    };
+    Ok(talon_core::cluster_auth::ClusterSecret::new(&bytes)?)
+}
+
 fn config(args: &Args) -> anyhow::Result<LoadConfig> {
     let target = match (&args.addr, &args.http) {
         (Some(addr), None) => Target::Wire {
             addr: addr.clone(),
             object: ObjectId::from_key_path(&args.object)
                 .with_context(|| format!("--object '{}'", args.object))?,
+            secret: load_secret(args.cluster_secret_file.as_deref())?,
         },
         (None, Some(url)) => Target::Http { url: url.clone() },
         _ => anyhow::bail!("give exactly one of --addr and --http"),

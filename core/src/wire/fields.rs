@@ -78,7 +78,7 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
         let Some((head, rest)) = self.buf.split_first_chunk::<N>() else {
             return Err(self.malformed("payload ends inside a field"));
         };

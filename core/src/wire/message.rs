@@ -7,6 +7,7 @@ use super::{
     ErrorCode, FrameHeader, HEADER_LEN, MAX_CONTENT_TYPE_LEN, MAX_CONTROL_PAYLOAD,
     MAX_ERROR_MESSAGE_LEN, MAX_INGEST_DATA_LEN, MAX_READ_LEN, MessageType,
 };
+use crate::cluster_auth::{Nonce, Proof, Role};
 use crate::error::{Error, NameField, NameProblem};
 use crate::identity::{Backend, BlockId, ObjectId, ObjectVersion};
 use crate::wire::Flags;
@@ -350,6 +351,29 @@ pub enum Message {
     Ingest(IngestRequest),
     /// The write is durable.
     IngestAck(IngestAck),
+    /// Opens the Hello exchange.
+    Hello {
+        /// The Hello exchange's version ([`HELLO_VERSION`](crate::cluster_auth::HELLO_VERSION)).
+        version: u8,
+        /// The role the peer claims.
+        role: Role,
+        /// The peer's fresh nonce.
+        nonce: Nonce,
+    },
+    /// The worker's answer to Hello.
+    HelloReply {
+        /// The worker's fresh nonce.
+        nonce: Nonce,
+        /// The worker's proof over both nonces and the role.
+        proof: Proof,
+    },
+    /// The peer's proof over both nonces and the role.
+    HelloProof {
+        /// The proof.
+        proof: Proof,
+    },
+    /// The peer is authenticated.
+    Welcome,
     /// A request failed.
     Error(ErrorReply),
 }
@@ -366,6 +390,10 @@ impl Message {
             Self::ReadRangeReply(_) => MessageType::ReadRangeReply,
             Self::Ingest(_) => MessageType::Ingest,
             Self::IngestAck(_) => MessageType::IngestAck,
+            Self::Hello { .. } => MessageType::Hello,
+            Self::HelloReply { .. } => MessageType::HelloReply,
+            Self::HelloProof { .. } => MessageType::HelloProof,
+            Self::Welcome => MessageType::Welcome,
             Self::Error(_) => MessageType::Error,
         }
     }
@@ -483,6 +511,21 @@ impl Message {
                 w.u64(ack.offset);
                 w.u32(ack.len);
             }
+            Self::Hello {
+                version,
+                role,
+                nonce,
+            } => {
+                w.u8(*version);
+                w.u8(role.as_u8());
+                w.bytes(nonce);
+            }
+            Self::HelloReply { nonce, proof } => {
+                w.bytes(nonce);
+                w.bytes(proof);
+            }
+            Self::HelloProof { proof } => w.bytes(proof),
+            Self::Welcome => {}
             Self::Error(err) => {
                 if err.message.len() > MAX_ERROR_MESSAGE_LEN {
                     return Err(Error::InvalidName {
@@ -604,6 +647,21 @@ impl Message {
                 offset: r.u64()?,
                 len: r.u32()?,
             }),
+            MessageType::Hello => {
+                let version = r.u8()?;
+                let role = Role::from_u8(r.u8()?).ok_or_else(|| r.malformed("unknown role"))?;
+                Self::Hello {
+                    version,
+                    role,
+                    nonce: r.array()?,
+                }
+            }
+            MessageType::HelloReply => Self::HelloReply {
+                nonce: r.array()?,
+                proof: r.array()?,
+            },
+            MessageType::HelloProof => Self::HelloProof { proof: r.array()? },
+            MessageType::Welcome => Self::Welcome,
             MessageType::Error => {
                 let code = ErrorCode::from_u16(r.u16()?);
                 let message = r.string()?;

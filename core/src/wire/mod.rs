@@ -35,6 +35,10 @@
 //! | `0x83` | ReadRangeReply | exactly `len` raw bytes | 1 GiB |
 //! | `0x04` | Ingest | meta length `u16`, meta (block id, object size `u64`, offset in block `u64`), raw bytes to the end | 64 MiB + 8 KiB |
 //! | `0x84` | IngestAck | offset in block `u64`, len `u32` | 12 |
+//! | `0x05` | Hello | Hello version `u8` (1), role `u8` ([`Role`](crate::cluster_auth::Role)), peer nonce 16 bytes | 64 |
+//! | `0x85` | HelloReply | worker nonce 16 bytes, worker proof 32 bytes | 64 |
+//! | `0x06` | HelloProof | peer proof 32 bytes | 64 |
+//! | `0x86` | Welcome | empty | 64 |
 //! | `0xFF` | Error | code `u16` ([`ErrorCode`]), message string; ERROR flag set | 4 KiB |
 //!
 //! An *object id* is a backend tag `u8` (1 = S3, 2 = Azure) followed by its
@@ -52,6 +56,14 @@
 //! headers) decodes as "ask the origin".
 //!
 //! # Conversation
+//!
+//! A connection starts with the Hello exchange (the cluster secret's challenge and
+//! response, [`crate::cluster_auth`]): the peer sends Hello, the worker answers
+//! HelloReply with its nonce and proof, the peer sends HelloProof, the worker answers
+//! Welcome. The peer may pipeline requests right after HelloProof. Any other frame
+//! before a verified HelloProof, or a wrong proof, is answered with an Error frame
+//! ([`ErrorCode::Unauthenticated`]) and the connection is closed; a request the peer's
+//! role may not make is answered [`ErrorCode::Forbidden`].
 //!
 //! A connection carries requests one way and replies the other. Requests may
 //! be pipelined; replies come back in request order and echo the request id.
@@ -122,6 +134,10 @@ pub const MAX_INGEST_PAYLOAD: u32 = MAX_INGEST_DATA_LEN + MAX_CONTROL_PAYLOAD;
 /// Size of an IngestAck payload, in bytes.
 pub const INGEST_ACK_PAYLOAD: u32 = 12;
 
+/// Cap on the payloads of the Hello exchange (Hello, HelloReply, HelloProof,
+/// Welcome), in bytes.
+pub const MAX_HELLO_PAYLOAD: u32 = 64;
+
 /// The kind of a frame; requests are `0x01..=0x7F`, replies `0x80..=0xFF`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -134,6 +150,10 @@ pub enum MessageType {
     ReadRange = 0x03,
     /// Push bytes of one block into a worker's cache.
     Ingest = 0x04,
+    /// Opens the Hello exchange: version, role, the peer's nonce.
+    Hello = 0x05,
+    /// Ends the Hello exchange: the peer's proof.
+    HelloProof = 0x06,
     /// Reply to Ping with the same nonce.
     Pong = 0x81,
     /// Object metadata.
@@ -142,21 +162,29 @@ pub enum MessageType {
     ReadRangeReply = 0x83,
     /// The ingested bytes are durable and present.
     IngestAck = 0x84,
+    /// Reply to Hello: the worker's nonce and proof.
+    HelloReply = 0x85,
+    /// Reply to HelloProof: the peer is authenticated.
+    Welcome = 0x86,
     /// A request failed; carries an [`ErrorCode`] and a message.
     Error = 0xFF,
 }
 
 impl MessageType {
     /// Every message type, in wire-value order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 13] = [
         Self::Ping,
         Self::Stat,
         Self::ReadRange,
         Self::Ingest,
+        Self::Hello,
+        Self::HelloProof,
         Self::Pong,
         Self::StatReply,
         Self::ReadRangeReply,
         Self::IngestAck,
+        Self::HelloReply,
+        Self::Welcome,
         Self::Error,
     ];
 
@@ -168,10 +196,14 @@ impl MessageType {
             0x02 => Self::Stat,
             0x03 => Self::ReadRange,
             0x04 => Self::Ingest,
+            0x05 => Self::Hello,
+            0x06 => Self::HelloProof,
             0x81 => Self::Pong,
             0x82 => Self::StatReply,
             0x83 => Self::ReadRangeReply,
             0x84 => Self::IngestAck,
+            0x85 => Self::HelloReply,
+            0x86 => Self::Welcome,
             0xFF => Self::Error,
             other => return Err(Error::UnknownMessageType(other)),
         })
@@ -202,6 +234,7 @@ impl MessageType {
             Self::ReadRangeReply => MAX_READ_LEN,
             Self::Ingest => MAX_INGEST_PAYLOAD,
             Self::IngestAck => INGEST_ACK_PAYLOAD,
+            Self::Hello | Self::HelloProof | Self::HelloReply | Self::Welcome => MAX_HELLO_PAYLOAD,
             Self::Error => MAX_ERROR_PAYLOAD,
         }
     }
@@ -415,6 +448,11 @@ pub enum ErrorCode {
     Unsupported,
     /// 11: the origin refused the worker's credentials.
     AccessDenied,
+    /// 12: the peer has not authenticated (no Hello, or a wrong proof); the
+    /// connection is closed after this error.
+    Unauthenticated,
+    /// 13: the peer's role may not make this request (an Ingest from a reader).
+    Forbidden,
     /// Any other value, kept as received.
     Unknown(u16),
 }
@@ -435,6 +473,8 @@ impl ErrorCode {
             9 => Self::TooLarge,
             10 => Self::Unsupported,
             11 => Self::AccessDenied,
+            12 => Self::Unauthenticated,
+            13 => Self::Forbidden,
             other => Self::Unknown(other),
         }
     }
@@ -454,6 +494,8 @@ impl ErrorCode {
             Self::TooLarge => 9,
             Self::Unsupported => 10,
             Self::AccessDenied => 11,
+            Self::Unauthenticated => 12,
+            Self::Forbidden => 13,
             Self::Unknown(other) => other,
         }
     }
@@ -518,8 +560,8 @@ mod tests {
             Err(Error::UnsupportedVersion(2))
         );
         assert_eq!(
-            FrameHeader::decode(&raw(0x05, 0, 0, 0)),
-            Err(Error::UnknownMessageType(5))
+            FrameHeader::decode(&raw(0x07, 0, 0, 0)),
+            Err(Error::UnknownMessageType(7))
         );
         assert_eq!(
             FrameHeader::decode(&raw(1, 4, 0, 8)),
@@ -587,6 +629,8 @@ mod tests {
             (ErrorCode::TooLarge, 9),
             (ErrorCode::Unsupported, 10),
             (ErrorCode::AccessDenied, 11),
+            (ErrorCode::Unauthenticated, 12),
+            (ErrorCode::Forbidden, 13),
         ];
         for (code, value) in named {
             assert_eq!(code.as_u16(), value);

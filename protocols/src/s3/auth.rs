@@ -149,7 +149,7 @@ fn check_scope(identities: &S3Identities, scope: &sigv4::CredentialScope) -> Res
             ),
         ));
     }
-    if !identities.regions.iter().any(|r| *r == scope.region) {
+    if !identities.regions.contains(&scope.region) {
         return Err(Error::new(
             ErrorKind::MalformedAuthorization,
             format!(

@@ -17,12 +17,16 @@ exits badly fails the run with the tail of that log.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
 import os
 import pathlib
 import signal
+import secrets
 import socket
 import subprocess
+import time
 
 import pytest
 import requests
@@ -68,9 +72,16 @@ def binary(name: str) -> pathlib.Path:
     return path
 
 
+# The cluster secret of the multi-process cluster (coordinator, workers, gateways):
+# random per test session, passed in the environment, never on a command line.
+CLUSTER_SECRET = secrets.token_hex(32)
+
+
 def clean_env(**extra) -> dict:
-    """The caller's environment without AWS_/AZURE_/TALON_ settings, plus ``extra``."""
+    """The caller's environment without AWS_/AZURE_/TALON_ settings, plus the cluster
+    secret and ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "TALON_"))}
+    env["TALON_CLUSTER_SECRET"] = CLUSTER_SECRET
     env.setdefault("RUST_BACKTRACE", "1")
     env.setdefault("RUST_LOG", "info")
     env.setdefault("NO_COLOR", "1")  # plain logs in failure reports
@@ -290,9 +301,21 @@ class Cluster:
     procs: list
 
 
+def coordinator_auth(method: str, path: str, body: bytes = b"", role: str = "reader",
+                     secret: str | None = None) -> dict:
+    """The ``x-talon-auth`` header of a coordinator API request, computed here from the
+    documented formula (talon_core::cluster_auth), not by Talon's code."""
+    key = hmac.new((secret or CLUSTER_SECRET).encode(), b"talon cluster key v1", hashlib.sha256).digest()
+    ts = int(time.time())
+    text = f"talon api v1\n{role}\n{method}\n{path}\n{ts}\n{hashlib.sha256(body).hexdigest()}"
+    sig = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    return {"x-talon-auth": f"{role} {ts} {sig}"}
+
+
 def _live_members(coordinator: str) -> list:
     try:
-        resp = requests.get(coordinator + "/v1/members", timeout=5)
+        resp = requests.get(coordinator + "/v1/members", headers=coordinator_auth("GET", "/v1/members"),
+                            timeout=5)
     except requests.RequestException:
         return []
     if resp.status_code != 200:

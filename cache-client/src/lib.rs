@@ -487,27 +487,9 @@ impl CacheClient {
         range: ByteRange,
     ) -> Result<Bytes> {
         let (client, bucket, key) = origins.route(object)?;
-        let resp = client
-            .get(&bucket, &key, Some(range), Some(version.as_str()))
-            .await?;
-        if resp.range != Some(range)
-            && !(resp.range.is_none() && range.start == 0 && range.end == resp.info.size)
-        {
-            return Err(CacheClientError::Unavailable(
-                "the origin served another range".into(),
-            ));
-        }
-        let mut out = bytes::BytesMut::with_capacity(range.len() as usize);
-        let mut body = resp.body;
-        while let Some(chunk) = body.next().await {
-            out.extend_from_slice(&chunk?);
-        }
-        if out.len() as u64 != range.len() {
-            return Err(CacheClientError::Unavailable(
-                "the origin sent a short body".into(),
-            ));
-        }
-        Ok(out.freeze())
+        Ok(client
+            .get_pinned_range(&bucket, &key, range, version.as_str())
+            .await?)
     }
 }
 

@@ -83,6 +83,20 @@ pub fn quote_etag(tag: &str) -> String {
     }
 }
 
+/// Whether two entity tags name the same version: compared without quotes and without
+/// a weak `W/` prefix (origins and proxies differ in how they write them).
+pub fn same_version(a: &str, b: &str) -> bool {
+    let bare = |t: &str| {
+        let t = t.trim();
+        let t = t.strip_prefix("W/").unwrap_or(t);
+        t.strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .unwrap_or(t)
+            .to_owned()
+    };
+    bare(a) == bare(b)
+}
+
 impl Conditions {
     /// Reads the four headers. Dates that do not parse are ignored, as HTTP requires.
     pub fn from_headers(headers: &HeaderMap) -> Conditions {
@@ -158,6 +172,14 @@ impl Conditions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_compare_without_quotes_or_weakness() {
+        assert!(same_version("\"abc\"", "abc"));
+        assert!(same_version("W/\"abc\"", "\"abc\""));
+        assert!(!same_version("\"abc\"", "\"abd\""));
+        assert!(!same_version("", "\"abc\""));
+    }
     use std::time::{Duration, UNIX_EPOCH};
 
     const ETAG: &str = "\"abc\"";

@@ -410,6 +410,22 @@ impl Error {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// What a client is told: the message itself for the client's own mistakes, and for
+    /// failures on this side (an origin, a worker, a timeout) only the protocol's short
+    /// text. Those messages can name internal endpoints, workers or (with a SAS) a
+    /// signature; the whole message goes to the log under the request id (SEC-18).
+    pub fn client_message(&self) -> &str {
+        match self.kind {
+            ErrorKind::InternalError => "We encountered an internal error. Please try again.",
+            ErrorKind::ServiceUnavailable => {
+                "The service is unavailable. Please retry your request."
+            }
+            ErrorKind::SlowDown => "Please reduce your request rate.",
+            ErrorKind::Timeout => "The operation did not complete in time. Please retry.",
+            _ => &self.message,
+        }
+    }
 }
 
 /// Shorthand for this crate's results.

@@ -31,8 +31,9 @@ use talon_core::{Namespace, ObjectId};
 /// The Azure REST version this client speaks.
 pub const AZURE_API_VERSION: &str = "2025-01-05";
 
-/// Where the origin is and how to authenticate to it.
-#[derive(Debug, Clone)]
+/// Where the origin is and how to authenticate to it. Its `Debug` shows no secret:
+/// credentials and keys redact themselves, and a SAS shows as `<redacted>`.
+#[derive(Clone)]
 pub enum OriginConfig {
     /// An S3 endpoint.
     S3 {
@@ -59,6 +60,48 @@ pub enum OriginConfig {
         sas: Option<String>,
     },
 }
+
+impl std::fmt::Debug for OriginConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OriginConfig::S3 {
+                endpoint,
+                region,
+                credentials,
+                virtual_hosted,
+            } => f
+                .debug_struct("S3")
+                .field("endpoint", endpoint)
+                .field("region", region)
+                .field("credentials", credentials)
+                .field("virtual_hosted", virtual_hosted)
+                .finish(),
+            OriginConfig::Azure {
+                endpoint,
+                account,
+                key,
+                sas,
+            } => f
+                .debug_struct("Azure")
+                .field("endpoint", endpoint)
+                .field("account", account)
+                .field("key", key)
+                .field("sas", &sas.as_ref().map(|_| "<redacted>"))
+                .finish(),
+        }
+    }
+}
+
+/// Longest wait for the start of an origin's answer to a request that carries no
+/// streamed body, and for each read of an answer's body after that: a stalled origin
+/// fails the request instead of pinning a fill and its origin slot (SEC-12).
+pub const ORIGIN_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest error document read from an origin, in bytes.
+pub const MAX_ORIGIN_ERROR_BODY: usize = 1 << 20;
+
+/// Largest listing document read from an origin, in bytes.
+pub const MAX_ORIGIN_LISTING_BODY: usize = 16 << 20;
 
 /// What the origin says about an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,17 +267,42 @@ pub struct BucketSummary {
 /// A client for one origin.
 #[derive(Debug, Clone)]
 pub struct OriginClient {
+    /// Requests without a streamed body: bounded by [`ORIGIN_READ_TIMEOUT`].
     http: reqwest::Client,
+    /// Uploads, whose answer may rightly come only after a long body: no read timeout
+    /// (their bodies are bounded by the gateway's upload idle timeout).
+    uploads: reqwest::Client,
     config: OriginConfig,
 }
 
+/// A transport failure as an error. The message names no URL (SEC-18: it reached
+/// clients, and with a SAS it would carry the signature); the log has the details.
 fn transport(err: reqwest::Error) -> Error {
     let kind = if err.is_timeout() {
         ErrorKind::Timeout
     } else {
         ErrorKind::ServiceUnavailable
     };
+    tracing::debug!(error = %err, "origin request failed");
+    let err = err.without_url();
     Error::new(kind, format!("origin request failed: {err}")).with_source(err)
+}
+
+/// Reads an answer's body, at most `max` bytes.
+async fn read_capped(resp: reqwest::Response, max: usize) -> Result<Bytes> {
+    let mut body = resp.bytes_stream();
+    let mut out = bytes::BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(transport)?;
+        if out.len() + chunk.len() > max {
+            return Err(Error::new(
+                ErrorKind::InternalError,
+                format!("the origin's answer is larger than {max} bytes"),
+            ));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out.freeze())
 }
 
 impl OriginClient {
@@ -243,14 +311,31 @@ impl OriginClient {
     /// # Errors
     /// [`ErrorKind::InternalError`] when the TLS backend cannot be initialised.
     pub fn new(config: OriginConfig) -> Result<OriginClient> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| {
+        OriginClient::with_read_timeout(config, ORIGIN_READ_TIMEOUT)
+    }
+
+    /// [`OriginClient::new`] with another read timeout than [`ORIGIN_READ_TIMEOUT`].
+    ///
+    /// # Errors
+    /// As [`OriginClient::new`].
+    pub fn with_read_timeout(config: OriginConfig, read_timeout: Duration) -> Result<OriginClient> {
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .pool_idle_timeout(Duration::from_secs(60))
+        };
+        let built = |r: reqwest::Result<reqwest::Client>| {
+            r.map_err(|e| {
                 Error::new(ErrorKind::InternalError, "cannot build the HTTP client").with_source(e)
-            })?;
-        Ok(OriginClient { http, config })
+            })
+        };
+        let http = built(builder().read_timeout(read_timeout).build())?;
+        let uploads = built(builder().build())?;
+        Ok(OriginClient {
+            http,
+            uploads,
+            config,
+        })
     }
 
     /// The configuration this client was made with.
@@ -284,6 +369,58 @@ impl OriginClient {
             OriginConfig::S3 { .. } => vec![("x-amz-checksum-mode", "ENABLED".to_owned())],
             OriginConfig::Azure { .. } => Vec::new(),
         }
+    }
+
+    /// Reads exactly `range` of version `version` of an object, for a cache fill: the
+    /// request is pinned with `If-Match`, and the answer must be that range (or the
+    /// whole object when `range` is all of it), of that version, and exactly that long.
+    /// An origin or proxy that ignores `If-Match` and answers another version is caught
+    /// by its ETag (SEC-17), so a block keyed by one version never holds another's bytes.
+    ///
+    /// # Errors
+    /// [`ErrorKind::PreconditionFailed`] when the origin holds another version,
+    /// [`ErrorKind::InternalError`] for another range, [`ErrorKind::IncompleteBody`]
+    /// for a body of the wrong length, and the errors of [`OriginClient::get`].
+    pub async fn get_pinned_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: ByteRange,
+        version: &str,
+    ) -> Result<Bytes> {
+        let resp = self.get(bucket, key, Some(range), Some(version)).await?;
+        if !crate::conditional::same_version(&resp.info.etag, version) {
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "the origin answered version {} for a read pinned to {version}",
+                    resp.info.etag
+                ),
+            ));
+        }
+        if resp.range != Some(range)
+            && !(resp.range.is_none() && range.start == 0 && range.end == resp.info.size)
+        {
+            return Err(Error::new(
+                ErrorKind::InternalError,
+                format!("the origin served {:?} for {range:?}", resp.range),
+            ));
+        }
+        let mut buf = bytes::BytesMut::with_capacity(usize::try_from(range.len()).unwrap_or(0));
+        let mut body = resp.body;
+        while let Some(chunk) = body.next().await {
+            buf.extend_from_slice(&chunk?);
+            if buf.len() as u64 > range.len() {
+                break;
+            }
+        }
+        if buf.len() as u64 != range.len() {
+            return Err(Error::new(
+                ErrorKind::IncompleteBody,
+                format!("the origin sent {} of {} bytes", buf.len(), range.len()),
+            ));
+        }
+        Ok(buf.freeze())
     }
 
     /// Reads an object, or a range of it, optionally pinned to a version with `If-Match`.
@@ -540,7 +677,7 @@ impl OriginClient {
             .send(Method::GET, None, None, query, &[], OriginBody::Empty)
             .await?;
         let resp = check(resp).await?;
-        let body = resp.bytes().await.map_err(transport)?;
+        let body = read_capped(resp, MAX_ORIGIN_LISTING_BODY).await?;
         match self.config {
             OriginConfig::S3 { .. } => {
                 let parsed: crate::s3::xml::ListAllMyBucketsResult =
@@ -689,7 +826,7 @@ impl OriginClient {
             )
             .await?;
         let resp = check(resp).await?;
-        let body = resp.bytes().await.map_err(transport)?;
+        let body = read_capped(resp, MAX_ORIGIN_LISTING_BODY).await?;
         match self.config {
             OriginConfig::S3 { .. } => {
                 let parsed: crate::s3::xml::ListBucketResult =
@@ -886,7 +1023,11 @@ impl OriginClient {
             // stores refuse a write without one.
             all.push(("content-length".into(), body.len().to_string()));
         }
-        let mut req = self.http.request(method, &url);
+        let client = match body {
+            OriginBody::Stream { .. } | OriginBody::ChunkedWithTrailer { .. } => &self.uploads,
+            OriginBody::Empty | OriginBody::Bytes(_) => &self.http,
+        };
+        let mut req = client.request(method, &url);
         for (k, v) in &all {
             req = req.header(k.as_str(), v.as_str());
         }
@@ -1085,7 +1226,9 @@ async fn check(resp: reqwest::Response) -> Result<reqwest::Response> {
         .get("x-ms-error-code")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let body = resp.bytes().await.unwrap_or_default();
+    let body = read_capped(resp, MAX_ORIGIN_ERROR_BODY)
+        .await
+        .unwrap_or_default();
     let parsed: Option<crate::s3::xml::ErrorBody> = crate::s3::xml::parse_request(&body).ok();
     let code = azure_code
         .clone()

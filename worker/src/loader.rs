@@ -14,10 +14,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use bytes::Bytes;
 use talon_core::wire::ReadRangeRequest;
-use talon_protocols::ErrorKind;
 use talon_protocols::range::ByteRange;
 use tokio::sync::Semaphore;
 
@@ -303,29 +301,9 @@ impl Loader {
             .map_err(|_| WorkerError::Unavailable("shutting down".into()))?;
         let (client, bucket, key) = self.origins.route(object).map_err(WorkerError::Origin)?;
         self.metrics.origin_request();
-        let resp = client
-            .get(&bucket, &key, Some(range), Some(version))
-            .await?;
-        if resp.range != Some(range)
-            && !(resp.range.is_none() && range.start == 0 && range.end == resp.info.size)
-        {
-            return Err(WorkerError::Origin(talon_protocols::Error::new(
-                ErrorKind::InternalError,
-                format!("the origin served {:?} for {range:?}", resp.range),
-            )));
-        }
-        let mut buf = BytesMut::with_capacity(range.len() as usize);
-        let mut body = resp.body;
-        while let Some(chunk) = body.next().await {
-            buf.extend_from_slice(&chunk?);
-        }
-        if buf.len() as u64 != range.len() {
-            return Err(WorkerError::Origin(talon_protocols::Error::new(
-                ErrorKind::IncompleteBody,
-                format!("the origin sent {} of {} bytes", buf.len(), range.len()),
-            )));
-        }
-        Ok(buf.freeze())
+        Ok(client
+            .get_pinned_range(&bucket, &key, range, version)
+            .await?)
     }
 }
 

@@ -20,7 +20,7 @@ pub fn error_xml(err: &Error, request_id: &str, now: SystemTime) -> String {
     let message = if auth {
         "Server failed to authenticate the request. Make sure the value of Authorization header is formed correctly including the signature."
     } else {
-        err.message()
+        err.client_message()
     };
     w.open("Error", None).text("Code", code).text(
         "Message",

@@ -36,7 +36,7 @@ pub fn error_xml(
     let mut w = XmlWriter::new("UTF-8");
     w.open("Error", None)
         .text("Code", err.kind().s3_code())
-        .text("Message", err.message());
+        .text("Message", err.client_message());
     match err.kind() {
         ErrorKind::NoSuchBucket
         | ErrorKind::BucketNotEmpty

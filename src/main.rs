@@ -101,6 +101,12 @@ struct UpArgs {
         default_missing_value = "read"
     )]
     anonymous: AnonymousAccess,
+    /// PEM certificate chain: serve both fronts over HTTPS (with --tls-key).
+    #[arg(long, env = "TALON_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "TALON_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Write the endpoints as JSON to this file once everything is up (for scripts).
     #[arg(long, env = "TALON_READY_FILE")]
     ready_file: Option<PathBuf>,
@@ -446,6 +452,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         // Longer than the workers' stat TTLs below.
         read_your_writes: Duration::from_secs(10),
         limits: Limits::default(),
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(talon_listener::Tls::from_pem_files(cert, key)?),
+            _ => None,
+        },
     })
     .await
     .context("starting the gateway")?;

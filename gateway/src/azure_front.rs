@@ -164,7 +164,7 @@ async fn route(gw: &Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Route
         headers: &parts.headers,
     };
     let transport = Transport {
-        https: false,
+        https: gw.https,
         client_ip: Some(peer.ip()),
     };
     if let Err(e) = azure_auth::authenticate(

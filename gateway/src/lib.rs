@@ -55,10 +55,14 @@ pub struct GatewayConfig {
     pub read_your_writes: Duration,
     /// Protective limits.
     pub limits: Limits,
+    /// TLS for both fronts (the admin listener stays plain HTTP); `None` for HTTP.
+    pub tls: Option<talon_listener::Tls>,
 }
 
 /// The shared state of a gateway's handlers.
 pub struct Gateway {
+    /// Whether the fronts speak HTTPS.
+    https: bool,
     s3: Option<S3Front>,
     azure: Option<AzureFront>,
     identities: Identities,
@@ -90,15 +94,24 @@ pub struct RunningGateway {
 }
 
 impl RunningGateway {
-    /// `http://addr` of the S3 front.
-    pub fn s3_url(&self) -> Option<String> {
-        self.s3_addr.map(|a| format!("http://{a}"))
+    fn scheme(&self) -> &'static str {
+        if self.state.https { "https" } else { "http" }
     }
 
-    /// The Azure account URL (`http://addr/<account>`).
+    /// `http://addr` (or `https://`) of the S3 front.
+    pub fn s3_url(&self) -> Option<String> {
+        self.s3_addr.map(|a| format!("{}://{a}", self.scheme()))
+    }
+
+    /// The Azure account URL (`http://addr/<account>`, or `https://`).
     pub fn azure_url(&self) -> Option<String> {
-        self.azure_addr
-            .map(|a| format!("http://{a}/{}", self.state.identities.azure.account))
+        self.azure_addr.map(|a| {
+            format!(
+                "{}://{a}/{}",
+                self.scheme(),
+                self.state.identities.azure.account
+            )
+        })
     }
 
     /// The metrics.
@@ -163,6 +176,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         identities.s3.regions.push(front.region.clone());
     }
     let state = Arc::new(Gateway {
+        https: config.tls.is_some(),
         s3: config.s3.clone(),
         azure: config.azure.clone(),
         identities,
@@ -190,7 +204,10 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         tasks.push(spawn_front(
             listener,
             router,
-            config.limits.listener(),
+            talon_listener::ListenerLimits {
+                tls: config.tls.clone(),
+                ..config.limits.listener()
+            },
             shutdown_rx.clone(),
         ));
     }
@@ -211,7 +228,10 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         tasks.push(spawn_front(
             listener,
             router,
-            config.limits.listener(),
+            talon_listener::ListenerLimits {
+                tls: config.tls.clone(),
+                ..config.limits.listener()
+            },
             shutdown_rx.clone(),
         ));
     }

@@ -186,6 +186,13 @@ struct Args {
         default_value_t = 30_000
     )]
     upload_idle_timeout_ms: u64,
+    /// PEM certificate chain for HTTPS on both fronts (with --tls-key); the admin
+    /// listener stays HTTP.
+    #[arg(long, env = "TALON_GATEWAY_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "TALON_GATEWAY_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Once listening, write {"s3", "azure", "admin"} URLs (null when off) to this file,
     /// atomically, so a script that used port 0 can find the gateway.
     #[arg(long, env = "TALON_GATEWAY_READY_FILE")]
@@ -347,6 +354,10 @@ async fn main() -> anyhow::Result<()> {
             max_connections: args.max_connections,
             max_connections_per_peer: args.max_connections_per_peer,
             ..Limits::default()
+        },
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(talon_listener::Tls::from_pem_files(cert, key)?),
+            _ => None,
         },
     };
     let gateway = start(config).await?;

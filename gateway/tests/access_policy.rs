@@ -62,6 +62,7 @@ fn config(stub: &RunningStub, identities: IdentitiesFile) -> GatewayConfig {
         metadata_ttl: Duration::from_millis(100),
         read_your_writes: Duration::from_secs(10),
         limits: Limits::default(),
+        tls: None,
     }
 }
 

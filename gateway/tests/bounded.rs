@@ -50,6 +50,7 @@ async fn env(limits: Limits) -> (RunningStub, RunningGateway) {
         metadata_ttl: Duration::from_millis(100),
         read_your_writes: Duration::from_secs(10),
         limits,
+        tls: None,
     })
     .await
     .unwrap();

@@ -53,6 +53,7 @@ async fn gateway(
         metadata_ttl: Duration::from_millis(200),
         read_your_writes: Duration::from_secs(10),
         limits: Limits::default(),
+        tls: None,
     })
     .await
     .unwrap()

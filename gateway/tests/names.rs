@@ -74,6 +74,7 @@ async fn env() -> (RunningStub, RunningGateway) {
         metadata_ttl: Duration::from_millis(100),
         read_your_writes: Duration::from_secs(10),
         limits: Limits::default(),
+        tls: None,
     })
     .await
     .unwrap();

@@ -17,6 +17,9 @@
 //! - graceful shutdown: on the shutdown signal the listener stops accepting, lets
 //!   requests in flight finish for [`ListenerLimits::drain_timeout`], then closes.
 //!
+//! - optionally TLS ([`Tls`], rustls): the handshake is bounded by the header-read
+//!   timeout too, and a failed one closes the connection.
+//!
 //! It owns no routes, no protocol and no authentication: callers hand it a hyper
 //! service ([`serve`]) or an axum router ([`serve_router`]).
 
@@ -37,6 +40,69 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
+/// Why a listener cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenerError {
+    /// The certificate or key cannot be read or used.
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+/// A certificate chain and its private key for TLS, as rustls uses them.
+#[derive(Clone)]
+pub struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls(<certificate and key>)")
+    }
+}
+
+impl Tls {
+    /// Reads a PEM certificate chain (leaf first) and a PEM private key (PKCS#8, PKCS#1
+    /// or SEC1). HTTP/1.1 only; TLS 1.2 and 1.3.
+    ///
+    /// # Errors
+    /// [`ListenerError::Tls`] when a file cannot be read, holds no certificate or key,
+    /// or the key does not fit the certificate.
+    pub fn from_pem_files(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Result<Tls, ListenerError> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let read = |p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| ListenerError::Tls(format!("reading {}: {e}", p.display())))
+        };
+        let cert_pem = read(cert)?;
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| ListenerError::Tls(format!("{}: {e}", cert.display())))?;
+        if chain.is_empty() {
+            return Err(ListenerError::Tls(format!(
+                "{} holds no certificate",
+                cert.display()
+            )));
+        }
+        let key_der = PrivateKeyDer::from_pem_slice(&read(key)?)
+            .map_err(|e| ListenerError::Tls(format!("{}: {e}", key.display())))?;
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let mut config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ListenerError::Tls(e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(chain, key_der)
+            .map_err(|e| ListenerError::Tls(e.to_string()))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Tls {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        })
+    }
+}
+
 /// Timeouts and caps of one listener.
 #[derive(Debug, Clone)]
 pub struct ListenerLimits {
@@ -53,6 +119,8 @@ pub struct ListenerLimits {
     pub max_headers: usize,
     /// How long requests in flight may finish after shutdown is asked for.
     pub drain_timeout: Duration,
+    /// TLS, when the listener speaks HTTPS.
+    pub tls: Option<Tls>,
 }
 
 impl Default for ListenerLimits {
@@ -64,6 +132,7 @@ impl Default for ListenerLimits {
             max_connections_per_peer: 512,
             max_headers: 128,
             drain_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -250,19 +319,49 @@ pub async fn serve<F, S, B>(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(StallGuard::new(stream, limits.write_stall_timeout));
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
+        let guarded = StallGuard::new(stream, limits.write_stall_timeout);
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
-            .max_headers(limits.max_headers)
-            .serve_connection(io, service(peer));
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            .max_headers(limits.max_headers);
+        let service = service(peer);
+        match &limits.tls {
+            None => {
+                let conn = graceful.watch(http.serve_connection(TokioIo::new(guarded), service));
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    }
+                    drop(slots);
+                });
             }
-            drop(slots);
-        });
+            Some(tls) => {
+                let (acceptor, handshake_timeout) =
+                    (tls.acceptor.clone(), limits.header_read_timeout);
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let stream =
+                        match tokio::time::timeout(handshake_timeout, acceptor.accept(guarded))
+                            .await
+                        {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                    let conn = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    }
+                    drop(slots);
+                });
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())

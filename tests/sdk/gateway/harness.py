@@ -252,7 +252,7 @@ class Front:
 
 
 def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int = 2,
-                   anonymous: str | None = None) -> Front:
+                   anonymous: str | None = None, extra: list | None = None) -> Front:
     """``talon up``: with ``auth``, the suite's own client identity; without, the
     well-known development identity. ``anonymous`` is passed as ``--anonymous``."""
     data_dir = workdir / "data"  # must not exist: `talon up` creates it with the sample
@@ -268,6 +268,7 @@ def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int
         argv += ["--s3-credentials", f"{CLIENT_S3[0]}:{CLIENT_S3[1]}"]
     if anonymous:
         argv += ["--anonymous", anonymous]
+    argv += extra or []
     proc = spawn(f"talon-up-{name}", argv, workdir, clean_env())
     info = wait_for(proc, lambda: read_json(ready), f"ready file {ready}")
     for field in ("s3", "azure", "admin", "azure_account", "origin_admin", "coordinator"):

@@ -14,6 +14,17 @@ lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
+# The security suites (docs/security.md): authentication, names, the cluster, bounded
+# resources; then the SDK cases (needs `./scripts/test.sh` once for the venv).
+security:
+    cargo build --workspace --bins
+    cargo test -p talon-gateway --test verified_uploads --test access_policy --test names --test bounded
+    cargo test -p talon-testkit --test cluster_auth --test hostile_frames
+    cargo test -p talon-coordinator --test http_api
+    cargo test -p talon-listener
+    cargo test -p talon-protocols
+    target/sdk-venv/bin/python -m pytest -q -p no:cacheprovider tests/sdk/gateway/test_gw_defaults.py tests/sdk/gateway/test_gw_errors.py tests/sdk/gateway/test_gw_tls.py
+
 # Format the workspace.
 fmt:
     cargo fmt --all

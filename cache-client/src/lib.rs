@@ -62,6 +62,11 @@ pub struct CacheClientConfig {
     /// Pieces in flight per read (the stream's memory bound is this times the piece
     /// size).
     pub read_window: usize,
+    /// Bytes of fetched pieces all reads of this client together may hold before the
+    /// reader takes them: one budget for the process, so readers that stop reading slow
+    /// the reads behind them instead of growing the process (SEC-07). A piece waits for
+    /// its share before it is requested.
+    pub max_buffered_bytes: u64,
     /// How often the membership snapshot is refreshed.
     pub membership_refresh: Duration,
     /// Read from the origin when every worker failed; `None` to report the failure.
@@ -92,6 +97,7 @@ impl CacheClientConfig {
             attempts: 3,
             max_request_bytes: 4 << 20,
             read_window: 4,
+            max_buffered_bytes: 1 << 30,
             membership_refresh: Duration::from_secs(1),
             origin_fallback: None,
         }
@@ -164,6 +170,8 @@ impl PieceSources {
 
 struct Inner {
     config: CacheClientConfig,
+    /// [`CacheClientConfig::max_buffered_bytes`] in KiB permits.
+    budget: Arc<tokio::sync::Semaphore>,
     coordinator: CoordinatorClient,
     placement: RwLock<Arc<RendezvousPlacement>>,
     pool: Pool,
@@ -197,6 +205,11 @@ impl std::fmt::Debug for CacheClient {
     }
 }
 
+/// Bytes as whole KiB permits, rounded up, saturating.
+fn kib(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+}
+
 /// The key that places an object's metadata (stat) on a worker.
 fn stat_key(object: &ObjectId) -> [u8; 32] {
     let mut h = Sha256::new();
@@ -220,6 +233,9 @@ impl CacheClient {
             .await
             .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
         let inner = Arc::new(Inner {
+            budget: Arc::new(tokio::sync::Semaphore::new(
+                kib(config.max_buffered_bytes).max(1) as usize,
+            )),
             pool: Pool::new(
                 config.connections_per_worker,
                 config.connect_timeout,
@@ -377,18 +393,29 @@ impl CacheClient {
         let (object, version) = (object.clone(), version.clone());
         let sources = Arc::new(PieceSources::default());
         let tally = sources.clone();
+        let budget = self.inner.budget.clone();
+        let budget_kib = kib(self.inner.config.max_buffered_bytes);
         let stream = futures_util::stream::iter(pieces)
             .map(move |piece| {
                 let me = me.clone();
                 let (object, version, tally) = (object.clone(), version.clone(), tally.clone());
+                let budget = budget.clone();
                 async move {
+                    // A piece larger than the whole budget takes all of it.
+                    let share = kib(piece.len).min(budget_kib).max(1);
+                    let held = budget
+                        .acquire_many_owned(share)
+                        .await
+                        .map_err(|_| CacheClientError::Unavailable("shutting down".into()))?;
                     let (bytes, source) =
                         me.read_piece(&object, &version, object_size, piece).await?;
                     tally.count(source);
-                    Ok(bytes)
+                    Ok((bytes, held))
                 }
             })
-            .buffered(self.inner.config.read_window.max(1));
+            .buffered(self.inner.config.read_window.max(1))
+            // The share goes back when the reader takes the piece.
+            .map(|r: Result<(Bytes, tokio::sync::OwnedSemaphorePermit)>| r.map(|(bytes, _)| bytes));
         Ok((Box::pin(stream), sources))
     }
 

@@ -96,6 +96,11 @@ struct Args {
     /// Coordinator of the cache cluster (http://host:port).
     #[arg(long, env = "TALON_GATEWAY_COORDINATOR")]
     coordinator: Option<String>,
+    /// Bytes of fetched cache pieces all responses together may hold before their
+    /// clients take them (a reader that stops reading slows the reads behind it, not the
+    /// process's memory).
+    #[arg(long, env = "TALON_GATEWAY_BUFFER_BUDGET", default_value = "1GiB", value_parser = parse_byte_size)]
+    buffer_budget: u64,
     /// File holding the cluster secret (the coordinator's and workers'); required with
     /// --coordinator.
     #[arg(long, env = "TALON_CLUSTER_SECRET_FILE")]
@@ -301,6 +306,7 @@ async fn main() -> anyhow::Result<()> {
                 args.cluster_secret.as_deref(),
             )?;
             let mut config = CacheClientConfig::new(url.clone(), geometry, secret);
+            config.max_buffered_bytes = args.buffer_budget;
             if args.origin_fallback {
                 config.origin_fallback = Some(origins.clone());
             }

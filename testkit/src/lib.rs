@@ -328,6 +328,14 @@ impl Cluster {
     /// # Panics
     /// When it cannot connect.
     pub async fn client(&self) -> CacheClient {
+        self.client_with(|_| {}).await
+    }
+
+    /// A cache client of this cluster, its configuration adjusted by `adjust` first.
+    ///
+    /// # Panics
+    /// When it cannot connect.
+    pub async fn client_with(&self, adjust: impl FnOnce(&mut CacheClientConfig)) -> CacheClient {
         let mut config = CacheClientConfig::new(
             self.coordinator.url(),
             self.config.geometry,
@@ -339,6 +347,7 @@ impl Cluster {
         if self.config.origin_fallback {
             config.origin_fallback = Some(self.origins());
         }
+        adjust(&mut config);
         CacheClient::connect(config)
             .await
             .unwrap_or_else(|e| panic!("cache client: {e}"))

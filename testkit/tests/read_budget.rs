@@ -1,0 +1,73 @@
+//! SEC-07 of the security review: a cache client's reads share one budget of buffered
+//! piece bytes. With a budget of one piece, concurrent reads wider than it all complete
+//! with the right bytes, and a stream left unread holds the budget, so the next read
+//! waits (instead of the process growing) until the stalled one is dropped.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use talon_core::{ObjectId, ObjectVersion};
+use talon_origin_stub::generated::GeneratedObject;
+use talon_testkit::{Cluster, ClusterConfig, assert_reads_back, expected};
+
+const PIECE: u64 = 64 << 10;
+
+fn object() -> GeneratedObject {
+    GeneratedObject::new("data", "budget.bin", 16 * PIECE, 5)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_share_one_budget_and_a_stalled_reader_holds_only_its_share() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let client = cluster
+        .client_with(|c| {
+            c.max_request_bytes = PIECE;
+            c.max_buffered_bytes = PIECE;
+        })
+        .await;
+    let id = ObjectId::s3("data", "budget.bin").unwrap();
+    let version = ObjectVersion::new(object().etag()).unwrap();
+    // Several reads at once, each wider than the budget: all complete, all correct.
+    let reads: Vec<_> = (0..4)
+        .map(|i| {
+            let (client, id) = (client.clone(), id.clone());
+            tokio::spawn(async move {
+                assert_reads_back(&client, &id, &object(), i * PIECE..(i + 8) * PIECE).await;
+            })
+        })
+        .collect();
+    for r in reads {
+        r.await.unwrap();
+    }
+    // A stream that is polled once and then left alone: once its first piece is taken,
+    // its next piece (queued for the budget meanwhile) holds the whole budget...
+    let mut stalled = client
+        .read_range(&id, &version, object().size, 0..16 * PIECE)
+        .unwrap();
+    let first = stalled.next().await.unwrap().unwrap();
+    assert_eq!(&first[..], &expected(&object(), 0..PIECE)[..]);
+    // ... so another read waits rather than adding to what the process holds.
+    let mut second = client
+        .read_range(&id, &version, object().size, 0..PIECE)
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), second.next())
+            .await
+            .is_err(),
+        "a read went past the budget"
+    );
+    // Dropping the stalled stream frees its share, and the waiting read is served.
+    drop(stalled);
+    let piece = tokio::time::timeout(Duration::from_secs(10), second.next())
+        .await
+        .expect("the freed budget serves the waiting read")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&piece[..], &expected(&object(), 0..PIECE)[..]);
+}

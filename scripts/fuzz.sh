@@ -45,28 +45,30 @@ case "${1:-smoke}" in
     pids=()
     for t in "${TARGETS[@]}"; do
       # shellcheck disable=SC2046
-      ( cargo fuzz run --sanitizer none -O "$t" $(corpus_of "$t") -- \
+      ( set +e; cargo fuzz run --sanitizer none -O "$t" $(corpus_of "$t") -- \
           -runs="$runs" -print_final_stats=1 > "logs/$t.log" 2>&1; echo "exit $?" >> "logs/$t.log" ) &
       pids+=($!)
       # Two at a time: this machine has two cores.
-      if [ "${#pids[@]}" -ge 2 ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+      if [ "${#pids[@]}" -ge 2 ]; then wait "${pids[0]}" || true; pids=("${pids[@]:1}"); fi
     done
-    wait
+    wait || true
     printf '\n| target | executions | new units | result | seconds |\n|---|---|---|---|---|\n'
     json="{"
     for t in "${TARGETS[@]}"; do
-      execs=$(grep -oE "stat::number_of_executed_units: [0-9]+" "logs/$t.log" | awk '{print $2}' | tail -1)
-      units=$(grep -oE "stat::new_units_added: [0-9]+" "logs/$t.log" | awk '{print $2}' | tail -1)
-      secs=$(grep -oE "Done [0-9]+ runs in [0-9]+ second" "logs/$t.log" | awk '{print $5}' | tail -1)
-      result=$(grep -q "exit 0" "logs/$t.log" && echo ok || echo CRASH)
+      execs=$(grep -oE "stat::number_of_executed_units: +[0-9]+" "logs/$t.log" | awk '{print $2}' | tail -1 || true)
+      units=$(grep -oE "stat::new_units_added: +[0-9]+" "logs/$t.log" | awk '{print $2}' | tail -1 || true)
+      secs=$(grep -oE "Done [0-9]+ runs in [0-9]+ second" "logs/$t.log" | awk '{print $5}' | tail -1 || true)
+      result=$(grep -q "^exit 0" "logs/$t.log" && echo ok || echo CRASH)
       printf '| %s | %s | %s | %s | %s |\n' "$t" "${execs:-?}" "${units:-?}" "$result" "${secs:-?}"
       json+="\"$t\":{\"executions\":${execs:-0},\"result\":\"$result\"},"
     done
     echo "${json%,}}"
+    failed=$(grep -L "^exit 0" logs/*.log || true)
     # Keep the committed corpus small: only inputs that add coverage.
     for t in "${TARGETS[@]}"; do
       cargo fuzz cmin --sanitizer none -O "$t" "corpus/$t" >/dev/null 2>&1 || true
     done
+    [ -z "$failed" ] || { echo "crashed: $failed (inputs in fuzz/artifacts/)" >&2; exit 1; }
     ;;
   one)
     shift

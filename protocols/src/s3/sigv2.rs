@@ -247,12 +247,25 @@ pub fn verify(
             let at: u64 = expires
                 .parse()
                 .map_err(|_| malformed("Expires must be seconds since the epoch"))?;
-            let expires_at = UNIX_EPOCH + Duration::from_secs(at);
+            // Checked: an Expires past what the clock can represent (found by fuzzing:
+            // `Expires=16460328474504646432` overflowed SystemTime and panicked).
+            let too_far = || {
+                Error::new(
+                    ErrorKind::ExpiredRequest,
+                    "Expires must be at most 7 days (604800 seconds) from now",
+                )
+            };
+            let expires_at = UNIX_EPOCH
+                .checked_add(Duration::from_secs(at))
+                .ok_or_else(too_far)?;
             if now > expires_at {
                 return Err(Error::new(ErrorKind::ExpiredRequest, "Request has expired"));
             }
             // Capped like SigV4's X-Amz-Expires: a URL valid until 2100 is a password.
-            if expires_at > now + super::sigv4::MAX_PRESIGNED_EXPIRY {
+            if now
+                .checked_add(super::sigv4::MAX_PRESIGNED_EXPIRY)
+                .is_none_or(|limit| expires_at > limit)
+            {
                 return Err(Error::new(
                     ErrorKind::ExpiredRequest,
                     "Expires must be at most 7 days (604800 seconds) from now",
@@ -359,6 +372,13 @@ mod tests {
         assert_eq!(
             verify("GET", &h, "/b/other", &query, &auth, secret, before).map_err(|e| e.kind()),
             Err(ErrorKind::SignatureDoesNotMatch)
+        );
+        // An Expires past what the clock can hold is refused, not a panic.
+        let huge = query.replace("2000000000", "16460328474504646432");
+        let auth_huge = parse_authorization(&h, &huge).expect("parse").expect("present");
+        assert_eq!(
+            verify("GET", &h, "/b/k%20x", &huge, &auth_huge, secret, before).map_err(|e| e.kind()),
+            Err(ErrorKind::ExpiredRequest)
         );
         // SEC-09: more than 7 days ahead is refused however well it is signed.
         let long_ago = UNIX_EPOCH + Duration::from_secs(2_000_000_000 - 8 * 24 * 3600);

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Resource-exhaustion run against a whole `talon up` (docs/security.md, issue 8).
+
+Starts `talon up` on free ports, measures a normal client (one keep-alive connection
+from 127.0.0.1, GETs of a small object and of a 1 MiB range) idle, then under each
+attack in turn, from other loopback addresses:
+
+  idle-10k        10,000 connections that send nothing (4 attacker addresses)
+  slow-headers    2,000 connections that send one header byte a second
+  slow-bodies     500 PUTs that announce 1 MiB and send one byte a second
+  never-read      200 GETs of the 64 MiB sample that never read (receive buffer 4 KiB)
+  dribble-worker  500 connections to a worker's data plane that send one byte a second
+                  and never authenticate
+
+For each phase it records the process's resident memory (VmRSS of `talon up`, every
+part of the deployment is in that one process) at its peak, how many attack
+connections the gateway still held at the end, and the normal client's p50/p99 and
+their ratio to the idle values. Ends with a table and one JSON line.
+
+  python3 scripts/exhaustion.py [--binary target/release/talon] [--phase-seconds 20]
+
+Needs `ulimit -n` above 20,000 (the script raises its own soft limit to the hard one).
+Traffic goes to loopback only and every phase ends by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import pathlib
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Normal:
+    """One keep-alive client doing alternating small and 1 MiB GETs."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.conn = None
+
+    def _conn(self):
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30,
+                                                   source_address=("127.0.0.1", 0))
+        return self.conn
+
+    def sample(self, n: int) -> list[float]:
+        out = []
+        for i in range(n):
+            path, headers = (("/demo/hello.txt", {}) if i % 2 == 0 else
+                             ("/demo/random-64MiB.bin", {"Range": f"bytes={(i % 60) << 20}-{((i % 60) << 20) + (1 << 20) - 1}"}))
+            t = time.perf_counter()
+            try:
+                c = self._conn()
+                c.request("GET", path, headers=headers)
+                r = c.getresponse()
+                r.read()
+                ok = r.status in (200, 206)
+            except OSError:
+                self.conn, ok = None, False
+            dt = time.perf_counter() - t
+            out.append(dt if ok else float("inf"))
+        return out
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def attackers(n: int, base: int) -> list[str]:
+    return [f"127.0.0.{base + i}" for i in range(n)]
+
+
+def open_socket(src: str, port: int, rcvbuf: int | None = None) -> socket.socket | None:
+    s = socket.socket()
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    try:
+        s.bind((src, 0))
+        s.settimeout(2)
+        s.connect(("127.0.0.1", port))
+        s.setblocking(False)
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def held(socks: list[socket.socket]) -> int:
+    """Connections the server has not closed yet."""
+    alive = 0
+    for s in socks:
+        try:
+            data = s.recv(1, socket.MSG_PEEK)
+            if data:
+                alive += 1  # it answered something and kept the connection
+        except BlockingIOError:
+            alive += 1
+        except OSError:
+            pass
+    return alive
+
+
+def phase(name: str, pid: int, normal: Normal, seconds: float, start, tick=None) -> dict:
+    socks = start()
+    peak = rss_mib(pid)
+    samples: list[float] = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        if tick:
+            tick(socks)
+        samples += normal.sample(10)
+        peak = max(peak, rss_mib(pid))
+    result = {
+        "phase": name,
+        "attack_connections": len(socks),
+        "still_held": held(socks),
+        "peak_rss_mib": round(peak, 1),
+        "p50_ms": round(pct(samples, 0.5) * 1000, 2),
+        "p99_ms": round(pct(samples, 0.99) * 1000, 2),
+        "failed": sum(1 for s in samples if s == float("inf")),
+    }
+    for s in socks:
+        s.close()
+    time.sleep(1)
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", default=str(ROOT / "target/release/talon")
+                    if (ROOT / "target/release/talon").exists() else str(ROOT / "target/debug/talon"))
+    ap.add_argument("--phase-seconds", type=float, default=20)
+    args = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    work = pathlib.Path(tempfile.mkdtemp(prefix="talon-exhaustion-"))
+    ready = work / "ready.json"
+    log = open(work / "talon.log", "wb")
+    proc = subprocess.Popen([args.binary, "up", "--data-dir", str(work / "data"), "--ready-file", str(ready),
+                             "--s3-port", "0", "--azure-port", "0", "--admin-port", "0",
+                             "--anonymous", "read-write", "--workers", "2"],
+                            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "TALON_LOG": "warn"})
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                print((work / "talon.log").read_text(), file=sys.stderr)
+                return 1
+            time.sleep(0.1)
+        info = json.loads(ready.read_text())
+        port = int(info["s3"].rsplit(":", 1)[1])
+        normal = Normal("127.0.0.1", port)
+        normal.sample(20)  # warm the cache
+        results = []
+        t0 = time.monotonic()
+        idle = normal.sample(200)
+        results.append({"phase": "idle", "attack_connections": 0, "still_held": 0,
+                        "peak_rss_mib": round(rss_mib(proc.pid), 1),
+                        "p50_ms": round(pct(idle, 0.5) * 1000, 2), "p99_ms": round(pct(idle, 0.99) * 1000, 2),
+                        "failed": sum(1 for s in idle if s == float("inf"))})
+        secs = args.phase_seconds
+
+        def idle_10k():
+            out = []
+            for i in range(10_000):
+                s = open_socket(attackers(4, 10)[i % 4], port)
+                if s:
+                    out.append(s)
+            return out
+
+        results.append(phase("idle-10k", proc.pid, normal, secs, idle_10k))
+
+        def slow_start():
+            out = []
+            for i in range(2000):
+                s = open_socket(attackers(4, 20)[i % 4], port)
+                if s:
+                    try:
+                        s.send(b"GET /demo/hello.txt HTTP/1.1\r\n")
+                    except OSError:
+                        pass
+                    out.append(s)
+            return out
+
+        def dribble(socks):
+            for s in socks:
+                try:
+                    s.send(b"X")
+                except OSError:
+                    pass
+
+        results.append(phase("slow-headers", proc.pid, normal, secs, slow_start, dribble))
+
+        def slow_bodies():
+            out = []
+            for i in range(500):
+                s = open_socket(attackers(4, 30)[i % 4], port)
+                if s:
+                    try:
+                        s.send(f"PUT /demo/slow-{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n".encode())
+                    except OSError:
+                        pass
+                    out.append(s)
+            return out
+
+        results.append(phase("slow-bodies", proc.pid, normal, secs, slow_bodies, dribble))
+
+        def never_read():
+            out = []
+            for i in range(200):
+                s = open_socket(attackers(4, 40)[i % 4], port, rcvbuf=4096)
+                if s:
+                    try:
+                        s.send(b"GET /demo/random-64MiB.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+                    except OSError:
+                        pass
+                    out.append(s)
+            return out
+
+        results.append(phase("never-read", proc.pid, normal, secs, never_read))
+
+        members = None
+        try:
+            # The worker addresses are not published without the cluster secret; find
+            # the data-plane ports from the process's listening sockets instead.
+            out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+            ports = sorted({int(l.split()[3].rsplit(":", 1)[1]) for l in out.splitlines()
+                            if f"pid={proc.pid}," in l})
+            members = [p for p in ports if p not in (port, int(info["azure"].split(":")[2].split("/")[0]),
+                                                     int(info["admin"].rsplit(":", 1)[1]))]
+        except (OSError, ValueError, IndexError):
+            members = []
+
+        def worker_dribble():
+            out = []
+            for i in range(500):
+                if not members:
+                    break
+                s = open_socket(attackers(4, 50)[i % 4], members[i % len(members)])
+                if s:
+                    out.append(s)
+            return out
+
+        results.append(phase("dribble-worker", proc.pid, normal, secs, worker_dribble, dribble))
+        base = results[0]
+        print("\n| phase | attack conns | still held | peak RSS MiB | p50 ms | p99 ms | p99 / idle | failed |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in results:
+            r["p99_ratio"] = round(r["p99_ms"] / base["p99_ms"], 2) if base["p99_ms"] else None
+            print(f"| {r['phase']} | {r['attack_connections']} | {r['still_held']} | {r['peak_rss_mib']} | "
+                  f"{r['p50_ms']} | {r['p99_ms']} | {r['p99_ratio']} | {r['failed']} |")
+        print(json.dumps({"binary": args.binary, "phase_seconds": secs, "cores": os.cpu_count(),
+                          "elapsed_s": round(time.monotonic() - t0, 1), "results": results}))
+        return 0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -272,3 +272,31 @@ async fn a_frame_dribbled_byte_by_byte_is_cut_at_its_deadline() {
         started.elapsed()
     );
 }
+
+/// SEC-05: reads of versions the origin does not have (here by an authenticated reader)
+/// fail without leaving a block file each behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_fills_leave_no_empty_block_files() {
+    let cluster = cluster().await;
+    let addr = cluster.worker(0).addr;
+    let mut conn = RawConnection::authenticated(addr, cluster.cluster_secret(), Role::Reader).await;
+    for i in 0..20u32 {
+        let mut req = read(&cluster);
+        req.block = cluster.block_id(
+            &ObjectId::s3("data", "secret.bin").unwrap(),
+            &ObjectVersion::new(format!("\"fake-{i}\"")).unwrap(),
+            0,
+        );
+        conn.send(&Message::ReadRange(req).encode(100 + i).unwrap())
+            .await
+            .unwrap();
+        match conn.next(WITHIN).await {
+            RawAnswer::Frame(f) => assert!(matches!(f.message, Message::Error(_)), "{f:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let blocks = cluster.block_file(0, &read(&cluster).block);
+    let dir = blocks.parent().unwrap();
+    let left = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "failed fills left {left} files in {}", dir.display());
+}

@@ -142,6 +142,16 @@ struct BlockMeta {
 
 const META_FORMAT: u32 = 1;
 
+impl BlockState {
+    /// Nothing present, nothing being written or fetched.
+    fn is_idle(&self) -> bool {
+        self.present.count_present() == 0
+            && self.filling.count_present() == 0
+            && self.inflight.is_empty()
+            && self.writers == 0
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -326,6 +336,10 @@ pub struct BlockStore {
     dir: PathBuf,
     page_size: u64,
     capacity: u64,
+    /// Most blocks (each an open file) at once, whatever their bytes: empty blocks cost
+    /// no budget, so without this a peer asking for blocks that never fill would pile
+    /// up descriptors and inodes (SEC-05).
+    max_blocks: usize,
     alloc_unit: u64,
     inner: Mutex<Inner>,
 }
@@ -339,7 +353,76 @@ impl std::fmt::Debug for BlockStore {
     }
 }
 
+/// Default cap on blocks (open block files) per store.
+pub const DEFAULT_MAX_BLOCKS: usize = 65_536;
+
 impl BlockStore {
+    /// The same store, holding at most `max` blocks (open files) at once; the least
+    /// recently used go first when a new one would exceed it.
+    pub fn with_max_blocks(mut self, max: usize) -> BlockStore {
+        self.max_blocks = max.max(1);
+        self
+    }
+
+    /// Drops `block` if it holds no present page and nothing is being filled into it:
+    /// a fill that failed (the object or version is gone, the origin refused) leaves
+    /// no empty file behind. A block with pages, or in use by a fill, stays.
+    pub fn forget_if_empty(&self, block: &Arc<Block>) {
+        let removed = {
+            let mut inner = lock(&self.inner);
+            let empty = {
+                let st = lock(&block.state);
+                st.cost == 0 && !st.evicted && st.is_idle()
+            };
+            let same = inner
+                .blocks
+                .get(&block.name)
+                .is_some_and(|b| Arc::ptr_eq(b, block));
+            if empty && same {
+                inner.blocks.remove(&block.name);
+                inner.policy.remove(&block.name);
+                lock(&block.state).evicted = true;
+                true
+            } else {
+                false
+            }
+        };
+        if removed {
+            let _serial = lock(&block.meta_write);
+            let _ = fs::remove_file(&block.meta_path);
+            let _ = fs::remove_file(&block.data_path);
+            tracing::debug!(block = %block.name, "dropped an empty block after a failed fill");
+        }
+    }
+
+    /// Evicts the least recently used blocks until one more fits under the block cap.
+    fn evict_for_count(&self) {
+        let mut victims = Vec::new();
+        {
+            let mut inner = lock(&self.inner);
+            while inner.blocks.len() >= self.max_blocks {
+                let Some(name) = inner.policy.victim() else {
+                    break;
+                };
+                if let Some(block) = inner.blocks.remove(&name) {
+                    let cost = {
+                        let mut st = lock(&block.state);
+                        st.evicted = true;
+                        st.cost
+                    };
+                    inner.used = inner.used.saturating_sub(cost);
+                    inner.evictions += 1;
+                    victims.push(block);
+                }
+            }
+        }
+        for block in victims {
+            let _serial = lock(&block.meta_write);
+            let _ = fs::remove_file(&block.meta_path);
+            let _ = fs::remove_file(&block.data_path);
+        }
+    }
+
     /// Opens the store under `cache_dir`, rebuilding the index from the metadata on disk
     /// (warm pages survive restarts), deleting leftovers of interrupted writes and
     /// blocks of another page size, and evicting down to `capacity` bytes.
@@ -362,6 +445,7 @@ impl BlockStore {
             dir,
             page_size,
             capacity,
+            max_blocks: DEFAULT_MAX_BLOCKS,
             alloc_unit,
             inner: Mutex::new(Inner {
                 blocks: HashMap::new(),
@@ -578,6 +662,7 @@ impl BlockStore {
                 )));
             }
         }
+        self.evict_for_count();
         let block = Arc::new(self.new_block(id.clone(), object_size)?);
         let mut inner = lock(&self.inner);
         if let Some(b) = inner.blocks.get(&name).cloned() {
@@ -846,6 +931,41 @@ mod tests {
         let mut buf = vec![0; (range.end - range.start) as usize];
         block.file().read_exact_at(&mut buf, range.start).unwrap();
         buf
+    }
+
+    /// SEC-05: blocks that never fill cost no bytes, so a separate cap keeps their
+    /// count (and open files) bounded; an empty block is dropped with its file, one
+    /// with pages is not.
+    #[test]
+    fn empty_blocks_are_capped_and_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            BlockStore::open(dir.path(), PAGE, 1 << 30)
+                .unwrap()
+                .with_max_blocks(8),
+        );
+        for i in 0..50 {
+            store
+                .get_or_create(&block_id(&format!("fake-{i}")), PAGE)
+                .unwrap();
+        }
+        assert!(lock(&store.inner).blocks.len() <= 8);
+        let files = std::fs::read_dir(dir.path().join("blocks"))
+            .unwrap()
+            .count();
+        assert!(files <= 8, "{files} block files for a cap of 8");
+        let empty = store.get_or_create(&block_id("empty"), PAGE).unwrap();
+        let empty_file = empty.data_path.clone();
+        assert!(empty_file.exists());
+        store.forget_if_empty(&empty);
+        assert!(!empty_file.exists() && store.get(&block_id("empty")).is_none());
+        let full = store.get_or_create(&block_id("full"), 2 * PAGE).unwrap();
+        fill(&store, &full, 0..1, 3);
+        store.forget_if_empty(&full);
+        assert!(
+            store.get(&block_id("full")).is_some(),
+            "a block with pages stays"
+        );
     }
 
     #[test]

@@ -200,6 +200,13 @@ impl Loader {
                         Err(e) => {
                             let e = Arc::new(e);
                             fill.finish(Err(e.clone()));
+                            // No empty block file stays behind a failed fill (SEC-05).
+                            let (store, b) = (self.store.clone(), block.clone());
+                            let _ = blocking(move || {
+                                store.forget_if_empty(&b);
+                                Ok(())
+                            })
+                            .await;
                             return Err(WorkerError::Shared(e));
                         }
                     }

@@ -83,6 +83,37 @@ pub fn load_secret(
     ClusterSecret::new(&bytes).map_err(|e| CoordinatorError::InvalidConfig(e.to_string()))
 }
 
+/// The cluster secret's flags, shared by every binary of a cluster
+/// (`#[command(flatten)]`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterSecretArgs {
+    /// File holding the cluster secret (at least 16 bytes), the same for the
+    /// coordinator, every worker and every gateway of a cluster.
+    #[arg(long, env = "TALON_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<std::path::PathBuf>,
+    /// The cluster secret itself, when no file is given (kept out of the process list).
+    #[arg(
+        long = "cluster-secret",
+        env = "TALON_CLUSTER_SECRET",
+        hide = true,
+        hide_env_values = true
+    )]
+    pub cluster_secret: Option<String>,
+}
+
+impl ClusterSecretArgs {
+    /// The secret the flags name ([`load_secret`]).
+    ///
+    /// # Errors
+    /// As [`load_secret`].
+    pub fn load(&self) -> Result<ClusterSecret, CoordinatorError> {
+        load_secret(
+            self.cluster_secret_file.as_deref(),
+            self.cluster_secret.as_deref(),
+        )
+    }
+}
+
 /// Seconds since the Unix epoch now.
 pub fn unix_now() -> u64 {
     SystemTime::now()

@@ -37,19 +37,8 @@ struct Args {
     #[arg(long, env = "TALON_COORDINATOR_EXPIRY_MS", default_value_t = 5000)]
     expiry_ms: u64,
 
-    /// File holding the cluster secret (at least 16 bytes) every API request must be
-    /// signed with; the same file goes to every worker and gateway.
-    #[arg(long, env = "TALON_CLUSTER_SECRET_FILE")]
-    cluster_secret_file: Option<PathBuf>,
-
-    /// The cluster secret itself, when no file is given (kept out of the process list).
-    #[arg(
-        long = "cluster-secret",
-        env = "TALON_CLUSTER_SECRET",
-        hide = true,
-        hide_env_values = true
-    )]
-    cluster_secret: Option<String>,
+    #[command(flatten)]
+    cluster: talon_coordinator::auth::ClusterSecretArgs,
 
     /// Most workers at once; registrations beyond are refused.
     #[arg(long, env = "TALON_COORDINATOR_MAX_MEMBERS", default_value_t = 1024)]
@@ -111,10 +100,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let cluster_secret = talon_coordinator::auth::load_secret(
-        args.cluster_secret_file.as_deref(),
-        args.cluster_secret.as_deref(),
-    )?;
+    let cluster_secret = args.cluster.load()?;
     let config = CoordinatorConfig {
         listen: args.listen,
         cluster_secret,

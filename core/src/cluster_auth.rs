@@ -168,15 +168,10 @@ impl ClusterSecret {
         peer_nonce: &Nonce,
         worker_nonce: &Nonce,
     ) -> Proof {
-        let mut m = mac(&self.key);
-        m.update(match side {
-            HelloSide::Worker => b"talon hello v1 worker",
-            HelloSide::Peer => b"talon hello v1 peer\0\0",
-        });
-        m.update(&[role.as_u8()]);
-        m.update(peer_nonce);
-        m.update(worker_nonce);
-        m.finalize().into_bytes().into()
+        self.hello_mac(side, role, peer_nonce, worker_nonce)
+            .finalize()
+            .into_bytes()
+            .into()
     }
 
     /// Whether `proof` is the one `side` must send, compared in constant time.
@@ -188,6 +183,18 @@ impl ClusterSecret {
         worker_nonce: &Nonce,
         proof: &Proof,
     ) -> bool {
+        self.hello_mac(side, role, peer_nonce, worker_nonce)
+            .verify_slice(proof)
+            .is_ok()
+    }
+
+    fn hello_mac(
+        &self,
+        side: HelloSide,
+        role: Role,
+        peer_nonce: &Nonce,
+        worker_nonce: &Nonce,
+    ) -> HmacSha256 {
         let mut m = mac(&self.key);
         m.update(match side {
             HelloSide::Worker => b"talon hello v1 worker",
@@ -196,7 +203,7 @@ impl ClusterSecret {
         m.update(&[role.as_u8()]);
         m.update(peer_nonce);
         m.update(worker_nonce);
-        m.verify_slice(proof).is_ok()
+        m
     }
 
     /// The signature of a coordinator API request, lower-case hex.

@@ -101,18 +101,8 @@ struct Args {
     /// process's memory).
     #[arg(long, env = "TALON_GATEWAY_BUFFER_BUDGET", default_value = "1GiB", value_parser = parse_byte_size)]
     buffer_budget: u64,
-    /// File holding the cluster secret (the coordinator's and workers'); required with
-    /// --coordinator.
-    #[arg(long, env = "TALON_CLUSTER_SECRET_FILE")]
-    cluster_secret_file: Option<PathBuf>,
-    /// The cluster secret itself, when no file is given (kept out of the process list).
-    #[arg(
-        long = "cluster-secret",
-        env = "TALON_CLUSTER_SECRET",
-        hide = true,
-        hide_env_values = true
-    )]
-    cluster_secret: Option<String>,
+    #[command(flatten)]
+    cluster: talon_coordinator::auth::ClusterSecretArgs,
     /// The cluster's block size.
     #[arg(long, env = "TALON_GATEWAY_BLOCK_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
     block_size: u64,
@@ -301,10 +291,7 @@ async fn main() -> anyhow::Result<()> {
         .context("--block-size must be a power of two")?;
     let cache = match &args.coordinator {
         Some(url) => {
-            let secret = talon_coordinator::auth::load_secret(
-                args.cluster_secret_file.as_deref(),
-                args.cluster_secret.as_deref(),
-            )?;
+            let secret = args.cluster.load()?;
             let mut config = CacheClientConfig::new(url.clone(), geometry, secret);
             config.max_buffered_bytes = args.buffer_budget;
             if args.origin_fallback {

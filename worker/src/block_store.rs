@@ -401,25 +401,41 @@ impl BlockStore {
         {
             let mut inner = lock(&self.inner);
             while inner.blocks.len() >= self.max_blocks {
-                let Some(name) = inner.policy.victim() else {
+                if !Self::evict_victim(&mut inner, &mut victims) {
                     break;
-                };
-                if let Some(block) = inner.blocks.remove(&name) {
-                    let cost = {
-                        let mut st = lock(&block.state);
-                        st.evicted = true;
-                        st.cost
-                    };
-                    inner.used = inner.used.saturating_sub(cost);
-                    inner.evictions += 1;
-                    victims.push(block);
                 }
             }
         }
+        Self::remove_files(victims);
+    }
+
+    /// Takes the eviction policy's victim out of the index (marked evicted, its bytes
+    /// off the budget) into `victims`; false when there is none.
+    fn evict_victim(inner: &mut Inner, victims: &mut Vec<Arc<Block>>) -> bool {
+        let Some(name) = inner.policy.victim() else {
+            return false;
+        };
+        if let Some(block) = inner.blocks.remove(&name) {
+            let cost = {
+                let mut st = lock(&block.state);
+                st.evicted = true;
+                st.cost
+            };
+            inner.used = inner.used.saturating_sub(cost);
+            inner.evictions += 1;
+            victims.push(block);
+        }
+        true
+    }
+
+    /// Deletes evicted blocks' files, serialised with metadata writes so a late write
+    /// cannot resurrect a block.
+    fn remove_files(victims: Vec<Arc<Block>>) {
         for block in victims {
             let _serial = lock(&block.meta_write);
             let _ = fs::remove_file(&block.meta_path);
             let _ = fs::remove_file(&block.data_path);
+            tracing::debug!(block = %block.name, "evicted");
         }
     }
 
@@ -687,28 +703,12 @@ impl BlockStore {
                 if inner.used + inner.reserved + extra <= self.capacity {
                     break true;
                 }
-                let Some(name) = inner.policy.victim() else {
+                if !Self::evict_victim(&mut inner, &mut victims) {
                     break false;
-                };
-                if let Some(block) = inner.blocks.remove(&name) {
-                    let cost = {
-                        let mut st = lock(&block.state);
-                        st.evicted = true;
-                        st.cost
-                    };
-                    inner.used = inner.used.saturating_sub(cost);
-                    inner.evictions += 1;
-                    victims.push(block);
                 }
             }
         };
-        for block in victims {
-            // Serialised with metadata writes, so a late write cannot resurrect the block.
-            let _serial = lock(&block.meta_write);
-            let _ = fs::remove_file(&block.meta_path);
-            let _ = fs::remove_file(&block.data_path);
-            tracing::debug!(block = %block.name, "evicted");
-        }
+        Self::remove_files(victims);
         fits
     }
 

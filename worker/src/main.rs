@@ -129,18 +129,8 @@ struct Args {
     #[arg(long, env = "TALON_WORKER_IDLE_TIMEOUT_MS", default_value_t = 120_000)]
     idle_timeout_ms: u64,
 
-    /// File holding the cluster secret (at least 16 bytes): data-plane peers must prove
-    /// it in the Hello exchange, and coordinator calls are signed with it.
-    #[arg(long, env = "TALON_CLUSTER_SECRET_FILE")]
-    cluster_secret_file: Option<PathBuf>,
-    /// The cluster secret itself, when no file is given (kept out of the process list).
-    #[arg(
-        long = "cluster-secret",
-        env = "TALON_CLUSTER_SECRET",
-        hide = true,
-        hide_env_values = true
-    )]
-    cluster_secret: Option<String>,
+    #[command(flatten)]
+    cluster: talon_coordinator::auth::ClusterSecretArgs,
 
     /// Once listening, write {"addr": .., "admin": ..} to this file (atomically).
     #[arg(long, env = "TALON_WORKER_READY_FILE")]
@@ -212,10 +202,7 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("--admin-listen '{a}'"))?,
         ),
     };
-    let cluster_secret = talon_coordinator::auth::load_secret(
-        args.cluster_secret_file.as_deref(),
-        args.cluster_secret.as_deref(),
-    )?;
+    let cluster_secret = args.cluster.load()?;
     let config = WorkerConfig {
         cluster_secret,
         listen: args.listen,

@@ -23,7 +23,7 @@ security:
     cargo test -p talon-coordinator --test http_api
     cargo test -p talon-listener
     cargo test -p talon-protocols
-    target/sdk-venv/bin/python -m pytest -q -p no:cacheprovider tests/sdk/gateway/test_gw_defaults.py tests/sdk/gateway/test_gw_errors.py tests/sdk/gateway/test_gw_tls.py
+    target/sdk-venv/bin/python -m pytest -q -p no:cacheprovider tests/sdk/gateway/test_gw_defaults.py tests/sdk/gateway/test_gw_auth_fidelity.py tests/sdk/gateway/test_gw_errors.py tests/sdk/gateway/test_gw_tls.py
 
 # Format the workspace.
 fmt:

@@ -62,10 +62,11 @@ pub struct CacheClientConfig {
     /// Pieces in flight per read (the stream's memory bound is this times the piece
     /// size).
     pub read_window: usize,
-    /// Bytes of fetched pieces all reads of this client together may hold before the
-    /// reader takes them: one budget for the process, so readers that stop reading slow
-    /// the reads behind them instead of growing the process (SEC-07). A piece waits for
-    /// its share before it is requested.
+    /// Bytes of fetched pieces all reads of this client together may hold, from before
+    /// the request to a worker until the last copy of the bytes is dropped (for the
+    /// gateway: written to the client's socket): one budget for the process, so readers
+    /// that stop reading slow the reads behind them instead of growing the process
+    /// (SEC-07). A piece waits for its share before it is requested.
     pub max_buffered_bytes: u64,
     /// How often the membership snapshot is refreshed.
     pub membership_refresh: Duration,
@@ -202,6 +203,18 @@ impl std::fmt::Debug for CacheClient {
         f.debug_struct("CacheClient")
             .field("epoch", &self.epoch())
             .finish_non_exhaustive()
+    }
+}
+
+/// A piece's bytes and its share of the read budget, released together.
+struct Budgeted {
+    bytes: Bytes,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
     }
 }
 
@@ -414,8 +427,17 @@ impl CacheClient {
                 }
             })
             .buffered(self.inner.config.read_window.max(1))
-            // The share goes back when the reader takes the piece.
-            .map(|r: Result<(Bytes, tokio::sync::OwnedSemaphorePermit)>| r.map(|(bytes, _)| bytes));
+            // The share travels with the bytes and goes back when the last reference to
+            // them is dropped: after the HTTP stack has written them, not when it was
+            // handed them (a reader that never reads keeps its share).
+            .map(|r: Result<(Bytes, tokio::sync::OwnedSemaphorePermit)>| {
+                r.map(|(bytes, permit)| {
+                    Bytes::from_owner(Budgeted {
+                        bytes,
+                        _permit: permit,
+                    })
+                })
+            });
         Ok((Box::pin(stream), sources))
     }
 

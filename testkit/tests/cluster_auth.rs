@@ -298,5 +298,10 @@ async fn failed_fills_leave_no_empty_block_files() {
     let blocks = cluster.block_file(0, &read(&cluster).block);
     let dir = blocks.parent().unwrap();
     let left = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(left, 0, "failed fills left {left} files in {}", dir.display());
+    assert_eq!(
+        left,
+        0,
+        "failed fills left {left} files in {}",
+        dir.display()
+    );
 }

@@ -338,7 +338,18 @@ impl Objects {
                 self.remember(backend, bucket, key, &meta);
                 Ok((meta, Outcome::Hit))
             }
-            Err(e) if !e.is_transient() => Err(cache_error(e)),
+            Err(e) if !e.is_transient() => {
+                let e = cache_error(e);
+                if e.kind() != ErrorKind::NoSuchKey {
+                    return Err(e);
+                }
+                // A worker's stat cannot tell a missing bucket from a missing key: ask
+                // the origin which it is (only on this path), as S3 and Azure answer.
+                match self.origin(backend)?.head_bucket(bucket).await {
+                    Err(b) if b.kind() == ErrorKind::NoSuchBucket => Err(b),
+                    _ => Err(e),
+                }
+            }
             Err(e) if route == Route::Cache => {
                 tracing::warn!(error = %e, "the cache failed; reading metadata from the origin");
                 Ok((

@@ -136,3 +136,20 @@ def test_a_service_sas_cannot_create_or_delete_a_container(up):
         assert resp.headers.get("x-ms-error-code") == "AuthorizationPermissionMismatch"
     assert (up.data_dir / name).is_dir(), "the container was deleted"
     assert not (up.data_dir / fresh).exists(), "a container was created"
+
+
+def test_a_missing_bucket_is_no_such_bucket_through_the_cache(gw):
+    """Review item 8: a missing bucket is NoSuchBucket (ContainerNotFound), not NoSuchKey,
+    also when the read goes through the cache."""
+    from botocore.exceptions import ClientError
+    from azure.core.exceptions import HttpResponseError
+
+    from conftest import blob_service, client_error, s3_client
+
+    missing = unique("nobkt")
+    with pytest.raises(ClientError) as ei:
+        s3_client(gw).get_object(Bucket=missing, Key="k")
+    assert client_error(ei) == (404, "NoSuchBucket")
+    with pytest.raises(HttpResponseError) as ei:
+        blob_service(gw).get_blob_client(missing, "k").download_blob()
+    assert ei.value.error_code == "ContainerNotFound"

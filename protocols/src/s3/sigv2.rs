@@ -375,7 +375,9 @@ mod tests {
         );
         // An Expires past what the clock can hold is refused, not a panic.
         let huge = query.replace("2000000000", "16460328474504646432");
-        let auth_huge = parse_authorization(&h, &huge).expect("parse").expect("present");
+        let auth_huge = parse_authorization(&h, &huge)
+            .expect("parse")
+            .expect("present");
         assert_eq!(
             verify("GET", &h, "/b/k%20x", &huge, &auth_huge, secret, before).map_err(|e| e.kind()),
             Err(ErrorKind::ExpiredRequest)

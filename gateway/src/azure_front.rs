@@ -186,14 +186,10 @@ async fn route(gw: &Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Route
         request.operation,
         AzureOperation::PutBlob | AzureOperation::PutBlock
     );
-    let ((operation, outcome), result) = within_deadline(
+    let (outcome, result) = within_deadline(
         gw.limits.request_deadline,
         streams_upload,
-        async {
-            let (outcome, result) = dispatch(&ctx, body).await;
-            ((operation, outcome), result)
-        },
-        (operation, Outcome::Failed),
+        dispatch(&ctx, body),
     )
     .await;
     (operation, outcome, result)

@@ -7,6 +7,8 @@ use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use talon_protocols::Error;
 
+use crate::metrics::Outcome;
+
 /// A failed request: the error, and headers its answer carries (`Content-Range` on a
 /// 416, `ETag` on a 304).
 #[derive(Debug)]
@@ -23,19 +25,18 @@ pub struct Failure {
 /// large upload on a slow link may take longer than any fixed deadline (SEC-14). Its
 /// body is bounded by the upload idle timeout instead, and the origin's answer by the
 /// origin client's own timeouts.
-pub async fn within_deadline<T>(
+pub async fn within_deadline(
     deadline: std::time::Duration,
     streams_upload: bool,
-    handler: impl std::future::Future<Output = (T, Result<Response, Failure>)>,
-    timed_out: T,
-) -> (T, Result<Response, Failure>) {
+    handler: impl std::future::Future<Output = (Outcome, Result<Response, Failure>)>,
+) -> (Outcome, Result<Response, Failure>) {
     if streams_upload {
         return handler.await;
     }
     match tokio::time::timeout(deadline, handler).await {
         Ok(r) => r,
         Err(_) => (
-            timed_out,
+            Outcome::Failed,
             Err(Error::new(
                 talon_protocols::ErrorKind::Timeout,
                 "Your request took too long to answer; try again.",

@@ -181,14 +181,10 @@ async fn route(gw: &Arc<Gateway>, req: Request<Body>) -> Routed {
         request.operation,
         S3Operation::PutObject | S3Operation::UploadPart
     );
-    let ((operation, outcome), result) = within_deadline(
+    let (outcome, result) = within_deadline(
         gw.limits.request_deadline,
         streams_upload,
-        async {
-            let (outcome, result) = dispatch(&ctx, body).await;
-            ((operation, outcome), result)
-        },
-        (operation, Outcome::Failed),
+        dispatch(&ctx, body),
     )
     .await;
     (operation, outcome, result)

@@ -15,7 +15,7 @@
 #   RANGE_SIZE=64KiB      bytes per request
 #   BLOCK_SIZE=4MiB       block size (the worker's page size is 1 MiB)
 #   BLOCKS=1              reads spread over this many blocks (object = BLOCKS blocks)
-#   PLANES=tokio          data planes to run, from PLANE_ENV below
+#   PLANES=io_uring,tokio data planes to run, from PLANE_ENV below
 #   NGINX=1               0 skips the nginx comparison
 #   OUT=bench/results/dataplane_loadtest.jsonl   JSON Lines, one report per point
 #                         (overwritten each run)
@@ -36,13 +36,14 @@ WARMUP=${WARMUP:-3}
 RANGE_SIZE=${RANGE_SIZE:-64KiB}
 BLOCK_SIZE=${BLOCK_SIZE:-4MiB}
 BLOCKS=${BLOCKS:-1}
-PLANES=${PLANES:-tokio}
+PLANES=${PLANES:-io_uring,tokio}
 NGINX=${NGINX:-1}
 OUT=${OUT:-bench/results/dataplane_loadtest.jsonl}
 
 # Each data plane the worker has, and the environment that selects it. Adding a plane
 # is one more entry here (and in PLANES).
 declare -A PLANE_ENV=(
+  [io_uring]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0"
   [tokio]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1"
 )
 
@@ -159,6 +160,8 @@ for plane in ${PLANES//,/ }; do
   PIDS+=("$pid")
   wait_ready "$TMP/worker-$plane.json" "$pid" "worker-$plane"
   WORKER_ADDR[$plane]=$(json_field "$TMP/worker-$plane.json" addr)
+  serving=$(json_field "$TMP/worker-$plane.json" data_plane)
+  [[ $serving == "$plane" ]] || die "the $plane worker serves on '$serving' (see $TMP/worker-$plane.log): refusing to label its rows $plane"
   WORKER_PID[$plane]=$pid
   wait_member "loadtest-$plane"
   # Warm: read the blocks end to end once so every point measures the hit path.

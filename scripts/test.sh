@@ -13,8 +13,16 @@ step() { printf '\n==> %s\n' "$*"; }
 step "build the binaries"
 cargo build --workspace --bins
 
-step "cargo test --workspace"
-cargo test --workspace
+# The data-plane conformance suite (talon-testkit's tests and the worker's) runs on
+# both planes: first everything on the default (io_uring where the probe passes), then
+# the data-plane suites again with the Tokio plane forced. Each run checks that every
+# worker it starts serves on the plane it names (TALON_TEST_EXPECT_DATA_PLANE).
+step "cargo test --workspace (data plane: the default)"
+TALON_TEST_EXPECT_DATA_PLANE=default cargo test --workspace
+
+step "the data-plane suites again on the Tokio plane"
+TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_TEST_EXPECT_DATA_PLANE=tokio \
+  cargo test -p talon-testkit -p talon-worker -p talon-cache-client
 
 VENV=target/sdk-venv
 if [ ! -x "$VENV/bin/python" ]; then

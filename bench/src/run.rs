@@ -269,6 +269,10 @@ pub async fn run(config: &LoadConfig) -> Result<Report> {
         }
     };
 
+    let admitted_conns = match &conns {
+        Conns::Wire(_, streams) => streams.len(),
+        Conns::Http(_, senders) => senders.len(),
+    };
     let start = Instant::now();
     let warm_end = start + config.warmup;
     let end = warm_end + config.duration;
@@ -360,17 +364,31 @@ pub async fn run(config: &LoadConfig) -> Result<Report> {
             crate::stats::thousands(offered)
         ));
     }
-    let ok = finished.errors == 0 && finished.requests > 0 && finished.latency.is_some();
-    let first_error = finished.first_error.or_else(|| {
-        (finished.requests == 0 || finished.latency.is_none())
-            .then(|| "no request completed in the measured window: no samples".to_owned())
-    });
+    let all_served = admitted_conns == config.conns && finished.served_conns == config.conns as u64;
+    let ok =
+        finished.errors == 0 && finished.requests > 0 && finished.latency.is_some() && all_served;
+    let first_error = finished
+        .first_error
+        .or_else(|| {
+            (finished.requests == 0 || finished.latency.is_none())
+                .then(|| "no request completed in the measured window: no samples".to_owned())
+        })
+        .or_else(|| {
+            (!all_served).then(|| {
+                format!(
+                    "only {admitted_conns} of {} connections were admitted and {} served a                      request in the measured window: the figures would not be for {}                      connections",
+                    config.conns, finished.served_conns, config.conns
+                )
+            })
+        });
     Ok(Report {
         ok,
         target: config.label(),
         protocol: config.target.protocol().to_owned(),
         endpoint: config.target.describe(),
         conns: config.conns,
+        admitted_conns,
+        served_conns: finished.served_conns,
         depth: config.depth,
         range_size: config.range_size,
         block_size: config.block_size,

@@ -77,6 +77,8 @@ pub(crate) struct Recorder {
     first_error: Mutex<Option<String>>,
     window: Mutex<(u64, u64)>,
     hists: Mutex<Histograms>,
+    /// Connections that completed at least one request inside the window.
+    served_conns: AtomicU64,
 }
 
 /// A connection's private buffer of window samples.
@@ -85,6 +87,10 @@ pub(crate) struct Samples {
     buf: Vec<(u64, u64, u64)>,
     requests: u64,
     bytes: u64,
+    /// This connection completed a request inside the window...
+    served: bool,
+    /// ...and the recorder has counted it.
+    counted: bool,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -108,6 +114,7 @@ impl Recorder {
                 service: new_histogram()?,
                 lag: new_histogram()?,
             }),
+            served_conns: AtomicU64::new(0),
         })
     }
 
@@ -133,6 +140,7 @@ impl Recorder {
         if t.done >= warm_end && t.done < end {
             local.requests += 1;
             local.bytes += bytes;
+            local.served = true;
         }
         if local.buf.len() >= FLUSH_EVERY {
             self.flush(local);
@@ -141,6 +149,10 @@ impl Recorder {
 
     /// Merges a connection's buffered samples.
     pub(crate) fn flush(&self, local: &mut Samples) {
+        if local.served && !local.counted {
+            local.counted = true;
+            self.served_conns.fetch_add(1, Ordering::Relaxed);
+        }
         if local.buf.is_empty() && local.requests == 0 {
             return;
         }
@@ -186,6 +198,7 @@ impl Recorder {
             lag: Latency::from_histogram(&h.lag),
             errors: self.errors.load(Ordering::Relaxed),
             first_error: lock(&self.first_error).clone(),
+            served_conns: self.served_conns.load(Ordering::Relaxed),
         }
     }
 }
@@ -199,6 +212,7 @@ pub(crate) struct Finished {
     pub(crate) lag: Option<Latency>,
     pub(crate) errors: u64,
     pub(crate) first_error: Option<String>,
+    pub(crate) served_conns: u64,
 }
 
 /// A latency distribution, in microseconds. Percentiles come from an HDR
@@ -278,8 +292,17 @@ pub struct Report {
     pub protocol: String,
     /// Address and object, or URL.
     pub endpoint: String,
-    /// Connections.
+    /// Connections asked for.
     pub conns: usize,
+    /// Connections the server admitted (connected, and on the wire protocol through
+    /// the Hello exchange) before the run started. A run with fewer than `conns` is
+    /// refused: figures "at 1024 connections" must have had 1024 connections.
+    #[serde(default)]
+    pub admitted_conns: usize,
+    /// Connections that completed at least one request inside the measured window;
+    /// fewer than `conns` also refuses the run (some connections were starved).
+    #[serde(default)]
+    pub served_conns: u64,
     /// Requests in flight per connection (1 for HTTP).
     pub depth: usize,
     /// Bytes per request.
@@ -375,7 +398,7 @@ pub fn fmt_us(us: f64) -> String {
 /// latency columns and their first error below the table.
 pub fn markdown_table(reports: &[Report]) -> String {
     let mut out = String::from(
-        "| target | protocol | conns | depth | offered | rps | MiB/s | p50 | p99 | p99.9 | max | errors | server CPU user / kernel s | server cores busy | server RSS MiB | client cores busy |\n\
+        "| target | protocol | conns (admitted / served) | depth | offered | rps | MiB/s | p50 | p99 | p99.9 | max | errors | server CPU user / kernel s | server cores busy | server RSS MiB | client cores busy |\n\
          |---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
     );
     let mut notes = Vec::new();
@@ -386,11 +409,12 @@ pub fn markdown_table(reports: &[Report]) -> String {
         };
         let server = r.server.as_ref();
         let cell = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        let conns = format!("{} ({} / {})", r.conns, r.admitted_conns, r.served_conns);
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.target,
             r.protocol,
-            r.conns,
+            conns,
             r.depth,
             r.offered_rps
                 .map(|x| format!("{} rps", thousands(x)))
@@ -479,6 +503,16 @@ mod tests {
         assert!((l.p50_us - 750.0).abs() < 1.0, "{}", l.p50_us);
         assert!((l.max_us - 1000.0).abs() < 1.0, "{}", l.max_us);
         assert!((l.min_us - 500.0).abs() < 0.5, "{}", l.min_us);
+        // One connection served in the window, however many times it flushed.
+        r.flush(&mut local);
+        assert_eq!(r.finish().served_conns, 1);
+        let mut idle = Samples::default();
+        r.flush(&mut idle);
+        assert_eq!(
+            r.finish().served_conns,
+            1,
+            "a connection with no window request"
+        );
     }
 
     #[test]
@@ -505,6 +539,8 @@ mod tests {
             protocol: "talon-wire".into(),
             endpoint: "e".into(),
             conns: 1,
+            admitted_conns: 1,
+            served_conns: 0,
             depth: 1,
             range_size: 1,
             block_size: 1,

@@ -71,6 +71,10 @@ pub struct RegisterRequest {
     /// is refused (409).
     #[serde(default)]
     pub instance: String,
+    /// The data plane the worker serves on (`io_uring` or `tokio`), for operators:
+    /// up to 32 characters of `[A-Za-z0-9._-]`; may be empty (an older worker).
+    #[serde(default)]
+    pub data_plane: String,
 }
 
 /// Largest placement weight accepted: a worker cannot claim more than this many
@@ -91,6 +95,11 @@ impl RegisterRequest {
         if self.instance.len() > MAX_ID_LEN || !self.instance.chars().all(is_label_char) {
             return Err(invalid(
                 "instance must be up to 128 characters of [A-Za-z0-9._-]",
+            ));
+        }
+        if self.data_plane.len() > 32 || !self.data_plane.chars().all(is_label_char) {
+            return Err(invalid(
+                "data_plane must be up to 32 characters of [A-Za-z0-9._-]",
             ));
         }
         validate_zone(&self.zone)
@@ -296,6 +305,9 @@ pub struct MemberInfo {
     pub hits: u64,
     /// Cache misses, as last reported.
     pub misses: u64,
+    /// The data plane it serves on (`io_uring`, `tokio`; empty if not said).
+    #[serde(default)]
+    pub data_plane: String,
 }
 
 impl MemberInfo {
@@ -405,6 +417,7 @@ mod tests {
             zone: "z1".into(),
             capacity_bytes: 1 << 30,
             instance: String::new(),
+            data_plane: String::new(),
         }
     }
 
@@ -475,10 +488,12 @@ mod tests {
             capacity_bytes: 2,
             hits: 3,
             misses: 4,
+            data_plane: "io_uring".into(),
         };
         let v = serde_json::to_value(&info).unwrap();
         assert_eq!(v["state"], "draining");
         assert_eq!(v["last_heartbeat_ms_ago"], 5);
+        assert_eq!(v["data_plane"], "io_uring");
         let hr: HeartbeatResponse = serde_json::from_str(r#"{"epoch": 7}"#).unwrap();
         assert_eq!(hr.state, MemberState::Live);
     }
@@ -496,6 +511,7 @@ mod tests {
             capacity_bytes: 100,
             hits,
             misses,
+            data_plane: String::new(),
         };
         let members = MembersResponse {
             epoch: 9,

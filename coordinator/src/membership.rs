@@ -56,6 +56,7 @@ struct Member {
     capacity_bytes: u64,
     hits: u64,
     misses: u64,
+    data_plane: String,
 }
 
 #[derive(Debug, Default)]
@@ -193,6 +194,7 @@ impl Membership {
             capacity_bytes: req.capacity_bytes,
             hits: 0,
             misses: 0,
+            data_plane: req.data_plane.clone(),
         };
         match inner.members.insert(req.id.clone(), member) {
             None => tracing::info!(
@@ -320,6 +322,7 @@ impl Membership {
                 capacity_bytes: m.capacity_bytes,
                 hits: m.hits,
                 misses: m.misses,
+                data_plane: m.data_plane.clone(),
             })
             .collect();
         MembershipSnapshot {
@@ -395,6 +398,7 @@ mod tests {
             zone: "z1".into(),
             capacity_bytes: 1000,
             instance: String::new(),
+            data_plane: String::new(),
         }
     }
 

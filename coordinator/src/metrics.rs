@@ -202,6 +202,7 @@ mod tests {
                 zone: String::new(),
                 capacity_bytes: 100,
                 instance: String::new(),
+                data_plane: String::new(),
             };
             membership.register(&req, now).unwrap();
         }

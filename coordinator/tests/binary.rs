@@ -82,6 +82,7 @@ async fn serves_on_port_zero_and_exits_cleanly_on_sigterm() {
         zone: String::new(),
         capacity_bytes: 0,
         instance: String::new(),
+        data_plane: String::new(),
     };
     assert!(
         unsigned.register(&reg).await.is_err(),

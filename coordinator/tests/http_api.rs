@@ -23,6 +23,7 @@ fn reg(id: &str, port: u16, weight: u32) -> RegisterRequest {
         zone: "z1".into(),
         capacity_bytes: 1 << 30,
         instance: String::new(),
+        data_plane: String::new(),
     }
 }
 

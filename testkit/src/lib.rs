@@ -130,6 +130,30 @@ fn rand_u128() -> u128 {
     (half() << 64) | half()
 }
 
+/// Set by the test runner (scripts/test.sh) to the data plane every worker of this run
+/// must serve on: `io_uring`, `tokio`, or `default` (io_uring where the probe passes,
+/// else tokio). The conformance suite runs once per plane; this makes a run that
+/// silently served on the other plane fail instead of passing twice on one.
+pub const EXPECT_DATA_PLANE_ENV: &str = "TALON_TEST_EXPECT_DATA_PLANE";
+
+/// The plane [`EXPECT_DATA_PLANE_ENV`] asks for, resolved; `None` when unset.
+pub fn expected_data_plane() -> Option<&'static str> {
+    match std::env::var(EXPECT_DATA_PLANE_ENV).ok()?.as_str() {
+        "io_uring" => Some("io_uring"),
+        "tokio" => Some("tokio"),
+        "default" => {
+            let forced = talon_worker::data_plane::PlaneRequest::from_env()
+                == talon_worker::data_plane::PlaneRequest::ForceTokio;
+            if forced || talon_worker::data_plane::probe_io_uring().is_err() {
+                Some("tokio")
+            } else {
+                Some("io_uring")
+            }
+        }
+        other => panic!("{EXPECT_DATA_PLANE_ENV}={other}: expected io_uring, tokio or default"),
+    }
+}
+
 /// Polls `check` until it returns `Some`, failing after `timeout` with `what`.
 ///
 /// # Panics
@@ -263,6 +287,13 @@ impl Cluster {
         let worker = talon_worker::start(config)
             .await
             .unwrap_or_else(|e| panic!("worker {i}: {e}"));
+        if let Some(expected) = expected_data_plane() {
+            assert_eq!(
+                worker.plane.name(),
+                expected,
+                "worker {i} serves on the wrong data plane ({EXPECT_DATA_PLANE_ENV})"
+            );
+        }
         self.workers[i].running = Some(worker);
     }
 
@@ -812,6 +843,8 @@ pub struct WorkerProcess {
     pub cache_dir: PathBuf,
     /// Its admin base URL (`http://addr`), from its ready file.
     pub admin_url: String,
+    /// The data plane it serves on (`io_uring` or `tokio`), from its ready file.
+    pub data_plane: String,
     child: Child,
 }
 
@@ -824,6 +857,43 @@ impl WorkerProcess {
     /// # Panics
     /// When the binary is missing or the process does not become ready in 20 s.
     pub async fn start(cluster: &Cluster, id: &str, cache_dir: &Path) -> WorkerProcess {
+        WorkerProcess::start_with(cluster, id, cache_dir, &[], &[], false).await
+    }
+
+    /// [`WorkerProcess::start`] with more arguments and environment variables, and
+    /// the process's standard error written to [`WorkerProcess::log_path`] instead of
+    /// this test's (read it with [`WorkerProcess::log`]).
+    ///
+    /// # Panics
+    /// As [`WorkerProcess::start`].
+    pub async fn start_logged(
+        cluster: &Cluster,
+        id: &str,
+        cache_dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> WorkerProcess {
+        WorkerProcess::start_with(cluster, id, cache_dir, args, env, true).await
+    }
+
+    /// Where [`WorkerProcess::start_logged`] writes the process's log.
+    pub fn log_path(&self) -> PathBuf {
+        self.cache_dir.with_extension("log")
+    }
+
+    /// The log written so far ([`WorkerProcess::start_logged`] only).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    async fn start_with(
+        cluster: &Cluster,
+        id: &str,
+        cache_dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        logged: bool,
+    ) -> WorkerProcess {
         let binary = worker_binary();
         let config = cluster.config();
         std::fs::create_dir_all(cache_dir).unwrap_or_else(|e| panic!("cache folder: {e}"));
@@ -868,6 +938,20 @@ impl WorkerProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
+        // The escape hatch reaches the process too, so a suite run on the Tokio plane
+        // runs its worker processes on it.
+        if let Ok(v) = std::env::var(talon_worker::data_plane::FORCE_TOKIO_ENV) {
+            cmd.env(talon_worker::data_plane::FORCE_TOKIO_ENV, v);
+        }
+        cmd.args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        if logged {
+            let log = std::fs::File::create(cache_dir.with_extension("log"))
+                .unwrap_or_else(|e| panic!("log file: {e}"));
+            cmd.env("TALON_LOG", "info").stderr(Stdio::from(log));
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
@@ -876,9 +960,10 @@ impl WorkerProcess {
             addr: String::new(),
             cache_dir: cache_dir.to_owned(),
             admin_url: String::new(),
+            data_plane: String::new(),
             child,
         };
-        let (addr, admin) = wait_for(
+        let (addr, admin, plane) = wait_for(
             "the talon-worker process's ready file",
             Duration::from_secs(20),
             || {
@@ -892,13 +977,23 @@ impl WorkerProcess {
                     let json: serde_json::Value = serde_json::from_slice(&text).ok()?;
                     let addr = json.get("addr")?.as_str()?.to_owned();
                     let admin = json.get("admin")?.as_str()?.to_owned();
-                    Some((addr, admin))
+                    let plane = json.get("data_plane")?.as_str()?.to_owned();
+                    Some((addr, admin, plane))
                 }
             },
         )
         .await;
+        if env.is_empty()
+            && let Some(expected) = expected_data_plane()
+        {
+            assert_eq!(
+                plane, expected,
+                "talon-worker {id} serves on the wrong data plane"
+            );
+        }
         process.addr = addr;
         process.admin_url = admin;
+        process.data_plane = plane;
         process
     }
 

@@ -295,6 +295,7 @@ fn per_worker(m: usize) -> (PerItem, PerItem) {
             zone: "us-east-1a".into(),
             capacity_bytes: 64 << 30,
             instance: format!("{i:016x}"),
+            data_plane: String::new(),
         })
         .collect();
     let before = live();

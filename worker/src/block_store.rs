@@ -689,6 +689,43 @@ impl BlockStore {
         Ok(block)
     }
 
+    /// The block for a read that needs neither the disk nor the origin, or `None`.
+    ///
+    /// `Some` only when the block is cached at `object_size`, not evicted, every page of
+    /// `offset..offset + len` (block coordinates) is present and already verified by this
+    /// process, and the file is unchanged since (one `fstat`, no data read). The access
+    /// counts for eviction. This is the data plane's hit path: it runs on the connection's
+    /// own thread, so it must never wait. On `None` the caller takes the full path
+    /// ([`crate::loader::Loader::prepare`]), which is always correct.
+    pub fn ready_for_read(
+        &self,
+        id: &BlockId,
+        object_size: u64,
+        offset: u64,
+        len: u64,
+    ) -> Option<Arc<Block>> {
+        let name = id.storage_name();
+        let block = lock(&self.inner).blocks.get(&name).cloned()?;
+        if block.object_size != object_size || len == 0 {
+            return None;
+        }
+        let pages = block.pages_for(offset, len);
+        let current = block.file.metadata().ok().map(|m| FileIdentity::of(&m))?;
+        {
+            let st = lock(&block.state);
+            let ready = !st.evicted
+                && st.writers == 0
+                && st.identity.as_ref() == Some(&current)
+                && st.present.all_present(pages.clone()).unwrap_or(false)
+                && st.verified.all_present(pages).unwrap_or(false);
+            if !ready {
+                return None;
+            }
+        }
+        lock(&self.inner).policy.access(&name);
+        Some(block)
+    }
+
     /// The cached block, if present (no creation).
     pub fn get(&self, id: &BlockId) -> Option<Arc<Block>> {
         lock(&self.inner).blocks.get(&id.storage_name()).cloned()

@@ -4,7 +4,8 @@
 //! pages, checksums, one global byte budget with [`eviction`]), the miss path
 //! ([`loader`]: origin fetches pinned to a version, single-flight, readahead, bounded and
 //! retried), object metadata with a TTL ([`origins`]), the data plane ([`data_plane`]:
-//! Layer 1 on Tokio; Layer 2 zero-copy in [`zero_copy`]), and its [`metrics`].
+//! Layer 1 on io_uring rings or on Tokio; Layer 2 zero-copy in [`zero_copy`]), and its
+//! [`metrics`].
 //!
 //! It does not own placement (the coordinator decides which worker owns a block and the
 //! cache client asks that worker), the object-store protocols (talon-protocols), or the

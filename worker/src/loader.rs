@@ -133,6 +133,20 @@ impl Loader {
         &self.store
     }
 
+    /// The block to serve `req` from when that needs no waiting at all: every page
+    /// present and verified, nothing to read from disk or fetch (see
+    /// [`BlockStore::ready_for_read`]). Counts a hit. `None`: use [`Loader::prepare`].
+    pub fn try_hit(&self, req: &ReadRangeRequest) -> Option<Arc<Block>> {
+        let block = self.store.ready_for_read(
+            &req.block,
+            req.object_size,
+            req.offset,
+            u64::from(req.len),
+        )?;
+        self.metrics.hit();
+        Some(block)
+    }
+
     /// Makes the bytes of `req` servable: present (and verified) in the block, or in
     /// memory when they cannot be cached.
     ///

@@ -10,7 +10,7 @@ use talon_core::parse_byte_size;
 use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::origin::{OriginClient, OriginConfig};
 use talon_protocols::s3::sigv4::S3Credentials;
-use talon_worker::data_plane::DataPlaneConfig;
+use talon_worker::data_plane::{DataPlaneConfig, PlaneRequest};
 use talon_worker::loader::LoaderConfig;
 use talon_worker::origins::Origins;
 use talon_worker::service::{MembershipConfig, WorkerConfig};
@@ -132,9 +132,22 @@ struct Args {
     #[command(flatten)]
     cluster: talon_coordinator::auth::ClusterSecretArgs,
 
-    /// Once listening, write {"addr": .., "admin": ..} to this file (atomically).
+    /// Once listening, write {"addr": .., "admin": .., "data_plane": .., "rings": ..}
+    /// to this file (atomically).
     #[arg(long, env = "TALON_WORKER_READY_FILE")]
     ready_file: Option<PathBuf>,
+
+    /// io_uring ring threads, each pinned to a core with its own SO_REUSEPORT listener;
+    /// 0 = one per core this process may run on.
+    #[arg(long, env = "TALON_WORKER_DATA_PLANE_RINGS", default_value_t = 0)]
+    data_plane_rings: usize,
+    /// Serve on the Tokio plane even where io_uring works (the escape hatch);
+    /// TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 does the same.
+    #[arg(long)]
+    force_tokio_data_plane: bool,
+    /// Test hook: act as if the io_uring probe failed with this reason.
+    #[arg(long, env = "TALON_WORKER_TEST_FAIL_IO_URING_PROBE", hide = true)]
+    test_fail_io_uring_probe: Option<String>,
 }
 
 fn origins(args: &Args) -> anyhow::Result<Origins> {
@@ -225,6 +238,13 @@ async fn main() -> anyhow::Result<()> {
             pipeline_depth: args.pipeline_depth.max(1),
             frame_timeout: Duration::from_millis(args.frame_timeout_ms),
             idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+            plane: if args.force_tokio_data_plane {
+                PlaneRequest::ForceTokio
+            } else {
+                PlaneRequest::from_env()
+            },
+            rings: args.data_plane_rings,
+            simulated_probe_failure: args.test_fail_io_uring_probe.clone(),
             ..DataPlaneConfig::default()
         },
         membership: args.coordinator.as_ref().map(|url| MembershipConfig {
@@ -244,6 +264,8 @@ async fn main() -> anyhow::Result<()> {
         let ready = serde_json::json!({
             "addr": worker.addr.to_string(),
             "admin": worker.admin_addr.map(|a| format!("http://{a}")),
+            "data_plane": worker.plane.name(),
+            "rings": worker.plane.rings(),
         });
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(&ready)?)?;

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -31,6 +32,8 @@ pub struct WorkerMetrics {
     read_latency: Histogram,
     stat_latency: Histogram,
     errors: Counter,
+    data_plane: Family<Vec<(String, String)>, Gauge>,
+    rings: Gauge,
 }
 
 impl Default for WorkerMetrics {
@@ -61,6 +64,8 @@ impl WorkerMetrics {
             read_latency: Histogram::new(exponential_buckets(0.000_02, 2.0, 20)),
             stat_latency: Histogram::new(exponential_buckets(0.000_02, 2.0, 20)),
             errors: Counter::default(),
+            data_plane: Family::default(),
+            rings: Gauge::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -140,8 +145,27 @@ impl WorkerMetrics {
                 "Requests answered with an error frame",
                 m.errors.clone(),
             );
+            r.register(
+                "data_plane",
+                "The data plane serving (label plane: io_uring or tokio); always 1",
+                m.data_plane.clone(),
+            );
+            r.register(
+                "data_plane_rings",
+                "io_uring ring threads (0 on the Tokio plane)",
+                m.rings.clone(),
+            );
         }
         m
+    }
+
+    /// Records which plane serves.
+    pub fn set_data_plane(&self, plane: crate::data_plane::PlaneKind) {
+        self.data_plane
+            .get_or_create(&vec![("plane".to_owned(), plane.name().to_owned())])
+            .set(1);
+        self.rings
+            .set(i64::try_from(plane.rings()).unwrap_or(i64::MAX));
     }
 
     /// A read served without a fill.

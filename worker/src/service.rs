@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::block_store::BlockStore;
-use crate::data_plane::{self, DataPlaneConfig, Services};
+use crate::data_plane::{self, DataPlaneConfig, PlaneKind, Services};
 use crate::error::{Result, WorkerError};
 use crate::loader::{Loader, LoaderConfig};
 use crate::metrics::WorkerMetrics;
@@ -80,6 +80,8 @@ pub struct RunningWorker {
     pub addr: SocketAddr,
     /// Where the admin endpoints listen.
     pub admin_addr: Option<SocketAddr>,
+    /// The data plane serving (io_uring rings or Tokio).
+    pub plane: PlaneKind,
     services: Arc<Services>,
     membership: Option<(CoordinatorClient, String, String)>,
     shutdown: watch::Sender<bool>,
@@ -153,19 +155,17 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         metrics,
     });
 
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| WorkerError::io("binding the data plane", e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| WorkerError::io("reading the data-plane address", e))?;
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let mut tasks = vec![tokio::spawn(data_plane::serve(
-        listener,
+    let plane = data_plane::start(
+        config.listen,
         services.clone(),
         config.data_plane.clone(),
         shutdown_rx.clone(),
-    ))];
+    )
+    .await?;
+    let addr = plane.addr;
+    services.metrics.set_data_plane(plane.kind);
+    let mut tasks = vec![plane.task];
 
     let admin_addr = match config.admin_listen {
         Some(a) => {
@@ -193,6 +193,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
             let instance = instance_id(&config.cache_dir)?;
             let registration = RegisterRequest {
                 instance: instance.clone(),
+                data_plane: plane.kind.name().to_owned(),
                 id: m.id.clone(),
                 addr: m.advertise_addr.clone().unwrap_or_else(|| addr.to_string()),
                 weight: m.weight.max(1),
@@ -214,6 +215,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     Ok(RunningWorker {
         addr,
         admin_addr,
+        plane: plane.kind,
         services,
         membership,
         shutdown,

@@ -1,0 +1,159 @@
+//! Which data plane a `talon-worker` process serves on, and that it says so: io_uring
+//! by default with one `SO_REUSEPORT` listener per ring, Tokio when forced by the
+//! environment or when the io_uring probe fails (a visible warning), and the plane in
+//! the ready file, in `/metrics` and in the coordinator's member view.
+
+use std::time::Duration;
+
+use talon_core::cluster_auth::Role;
+use talon_origin_stub::generated::GeneratedObject;
+use talon_testkit::{Cluster, ClusterConfig, WorkerProcess, metric, wait_for};
+
+/// Sockets listening on TCP `port` on this host (IPv4 and IPv6), from /proc.
+fn listeners_on(port: u16) -> usize {
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state)) = (fields.get(1), fields.get(3)) else {
+                continue;
+            };
+            let local_port = local
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            // 0A: TCP_LISTEN.
+            if *state == "0A" && local_port == Some(port) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn port_of(addr: &str) -> u16 {
+    addr.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {addr}"))
+}
+
+async fn cluster() -> Cluster {
+    Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![GeneratedObject::new("gen", "planes.bin", 1 << 20, 9)],
+        ..ClusterConfig::default()
+    })
+    .await
+}
+
+/// The member view's `data_plane` for worker `id`, once it is listed.
+async fn member_plane(cluster: &Cluster, id: &str) -> String {
+    let client = cluster.coordinator_client(Role::Reader);
+    wait_for("the member listed", Duration::from_secs(10), || {
+        let client = client.clone();
+        async move {
+            let members = client.members().await.ok()?;
+            members
+                .members
+                .into_iter()
+                .find(|m| m.id == id)
+                .map(|m| m.data_plane)
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_default_plane_is_io_uring_with_one_listener_per_ring() {
+    talon_worker::data_plane::probe_io_uring()
+        .expect("this machine kind has io_uring: the default plane must be io_uring here");
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let process = WorkerProcess::start_logged(
+        &cluster,
+        "wring",
+        &dir.path().join("cache"),
+        &["--data-plane-rings", "3"],
+        &[(talon_worker::data_plane::FORCE_TOKIO_ENV, "0")],
+    )
+    .await;
+    assert_eq!(process.data_plane, "io_uring");
+    assert_eq!(
+        listeners_on(port_of(&process.addr)),
+        3,
+        "one SO_REUSEPORT listener per ring on the data-plane port"
+    );
+    let metrics = talon_testkit::http_get(&format!("{}/metrics", process.admin_url)).await;
+    assert_eq!(
+        metric(&metrics, "talon_worker_data_plane{plane=\"io_uring\"}"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(metric(&metrics, "talon_worker_data_plane_rings"), Some(3.0));
+    assert_eq!(member_plane(&cluster, "wring").await, "io_uring");
+    let log = process.log();
+    assert!(log.contains("data plane on io_uring"), "{log}");
+    assert!(
+        !log.contains("WARN"),
+        "no warning on the default path:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn the_environment_override_serves_on_tokio() {
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let process = WorkerProcess::start_logged(
+        &cluster,
+        "wforced",
+        &dir.path().join("cache"),
+        &[],
+        &[(talon_worker::data_plane::FORCE_TOKIO_ENV, "1")],
+    )
+    .await;
+    assert_eq!(process.data_plane, "tokio");
+    assert_eq!(listeners_on(port_of(&process.addr)), 1);
+    assert_eq!(
+        process
+            .metric("talon_worker_data_plane{plane=\"tokio\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(process.metric("talon_worker_data_plane_rings").await, 0.0);
+    assert_eq!(member_plane(&cluster, "wforced").await, "tokio");
+    let log = process.log();
+    assert!(log.contains("forced"), "{log}");
+}
+
+#[tokio::test]
+async fn a_failed_probe_serves_on_tokio_with_a_warning_saying_why() {
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let process = WorkerProcess::start_logged(
+        &cluster,
+        "wnoring",
+        &dir.path().join("cache"),
+        &[],
+        &[
+            (talon_worker::data_plane::FORCE_TOKIO_ENV, "0"),
+            (
+                "TALON_WORKER_TEST_FAIL_IO_URING_PROBE",
+                "setting up a ring failed: Operation not permitted (os error 1)",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(process.data_plane, "tokio");
+    assert_eq!(listeners_on(port_of(&process.addr)), 1);
+    assert_eq!(member_plane(&cluster, "wnoring").await, "tokio");
+    let log = process.log();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("io_uring is unavailable"))
+        .unwrap_or_else(|| panic!("no fallback warning in:\n{log}"));
+    assert!(warning.contains("Operation not permitted"), "{warning}");
+}

@@ -1,0 +1,547 @@
+//! One connection of the data plane, whatever plane carries it: the Hello exchange,
+//! frame decoding, pipelining, limits and timeouts, in-order replies. A plane provides
+//! only how bytes move ([`SocketReader`], [`SocketWriter`]); everything a peer can
+//! observe is decided here, once.
+//!
+//! Each connection runs a reader and a writer concurrently (joined in one task). The
+//! reader decodes frames; a request that can be answered at once (a hit on verified
+//! pages, a Ping) is queued answered, any other starts a Tokio task. The writer sends
+//! the answers strictly in request order (requests are pipelined: many in flight,
+//! answered in order; out-of-order multiplexing was measured and rejected in the
+//! reference). A bounded queue between them caps the requests in flight per connection,
+//! which is the backpressure on a client that sends faster than it reads.
+//!
+//! A ReadRange answer is the 16-byte header (sent with `MSG_MORE`, so it shares a
+//! segment with the payload) followed by exactly `len` bytes that Layer 2 moves from the
+//! block file to the socket without a copy. When the bytes are all in the page cache
+//! ([`is_resident`], the usual case for a hit), the writer drives non-blocking
+//! [`sendfile_once`] calls itself and waits for writability on its plane when the socket
+//! is full: no hand-off, no thread held by a slow reader. Otherwise
+//! ([`send_file_range`]) the transfer runs on the blocking pool, on a duplicate of the
+//! socket, because `sendfile` would wait for the disk. Errors are error frames; a failure
+//! after a success header has gone out closes the connection, so a client never mistakes
+//! a short body for success. A per-frame deadline (the rest of a frame must arrive in
+//! time once its first byte has), an idle timeout, a write-stall timeout and
+//! talon-core's per-type payload caps protect the worker from slow or hostile peers; a
+//! bad frame gets an error frame and a closed connection, and other connections carry on.
+
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use talon_core::cluster_auth::{HELLO_VERSION, HelloSide, NONCE_LEN, Nonce, Role};
+use talon_core::wire::{BulkKind, Event, Frame, FrameDecoder, FrameHeader, IngestMeta};
+use talon_core::{ErrorCode, Message};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::DataPlaneConfig;
+use super::requests::{Reply, Services, answer_now, error_frame, handle, handle_ingest};
+use crate::metrics::WorkerMetrics;
+use crate::zero_copy::{is_resident, send_file_range, sendfile_once};
+
+/// Bytes read from a connection at a time. Requests are a few dozen bytes each (a
+/// depth-16 pipeline is ~2 KiB), and the buffer lives as long as the connection, so it
+/// stays small: at 64 KiB, 4,096 idle connections held 256 MiB.
+pub(crate) const READ_BUFFER_BYTES: usize = 8 * 1024;
+
+/// How a plane reads a connection's socket.
+pub(crate) trait SocketReader {
+    /// Reads into `buf`'s capacity (its old contents are dropped), waiting at most
+    /// `timeout`. Returns the buffer back with the count `n` and the bytes read as its
+    /// first `n` bytes: `Ok(0)` when the peer closed, an
+    /// [`io::ErrorKind::TimedOut`] error when nothing came in time (the buffer may then
+    /// be a new, empty one: the caller closes the connection).
+    async fn read(&mut self, buf: Vec<u8>, timeout: Duration) -> (io::Result<usize>, Vec<u8>);
+}
+
+/// How a plane writes to a connection's socket: non-blocking system calls on its
+/// descriptor, and a wait on the plane's event loop when the socket buffer is full.
+pub(crate) trait SocketWriter {
+    /// The socket (non-blocking).
+    fn fd(&self) -> BorrowedFd<'_>;
+
+    /// Runs `op`, a non-blocking write on [`SocketWriter::fd`] that fails with
+    /// `WouldBlock` when the socket is full (Tokio must see that to clear its readiness).
+    fn try_write(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize>;
+
+    /// Waits until the socket can take bytes, at most `timeout` (then `TimedOut`).
+    async fn writable(&self, timeout: Duration) -> io::Result<()>;
+}
+
+/// Serves one accepted connection to its end: the Hello exchange, then requests until
+/// the peer closes, a timeout or a bad frame ends it, or `shutdown` turns true (then the
+/// answers owed are still sent). `bulk_fd` is a duplicate of the socket for sends on
+/// the blocking pool: it stays open while such a transfer runs even if this
+/// connection's future is dropped meanwhile.
+pub(crate) async fn serve_connection<R: SocketReader, W: SocketWriter>(
+    mut reader: R,
+    writer: W,
+    bulk_fd: Arc<OwnedFd>,
+    services: &Arc<Services>,
+    config: &DataPlaneConfig,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let stall = config.write_stall_timeout;
+    let mut decoder = FrameDecoder::new();
+    let deadline = Instant::now() + config.frame_timeout;
+    let (role, carried) = match hello(
+        &mut reader,
+        &writer,
+        &mut decoder,
+        services,
+        deadline,
+        stall,
+    )
+    .await?
+    {
+        Some(done) => done,
+        None => {
+            services.metrics.error_frame();
+            return Ok(());
+        }
+    };
+    let (queue, pending) = mpsc::channel::<oneshot::Receiver<Reply>>(config.pipeline_depth.max(1));
+    let read = read_loop(
+        reader, decoder, carried, role, queue, services, config, shutdown,
+    );
+    let write = write_loop(&writer, bulk_fd, pending, services.metrics.clone(), stall);
+    let (mut read, mut write) = (std::pin::pin!(read), std::pin::pin!(write));
+    // When the reader ends first, the writer still sends every answer owed; when the
+    // writer ends first (a Close, a stalled or vanished peer), nobody would answer what
+    // the reader decodes next, so the connection ends.
+    tokio::select! {
+        read_result = &mut read => {
+            if let Err(e) = write.await {
+                tracing::debug!(error = %e, "writer stopped");
+            }
+            read_result
+        }
+        write_result = &mut write => {
+            if let Err(e) = write_result {
+                tracing::debug!(error = %e, "writer stopped");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Reads bytes into `pending` until `decoder` yields a whole frame; `None` when the
+/// peer closed first. Bytes after the frame stay in `pending`. Times out at `deadline`.
+async fn next_frame<R: SocketReader>(
+    reader: &mut R,
+    decoder: &mut FrameDecoder,
+    pending: &mut Vec<u8>,
+    deadline: Instant,
+) -> io::Result<Option<Result<Frame, String>>> {
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        let mut input = &pending[..];
+        let outcome = match decoder.decode(&mut input) {
+            Ok(Some(Event::Frame(frame))) => Some(Ok(frame)),
+            Ok(Some(_)) => Some(Err("a bulk frame".to_owned())),
+            Ok(None) => None,
+            Err(e) => Some(Err(format!("bad frame: {e}"))),
+        };
+        let consumed = pending.len() - input.len();
+        pending.drain(..consumed);
+        if let Some(outcome) = outcome {
+            return Ok(Some(outcome));
+        }
+        if pending.len() >= READ_BUFFER_BYTES {
+            return Ok(Some(Err(
+                "too many bytes before the Hello exchange ended".into()
+            )));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (n, back) = reader.read(buf, left).await;
+        buf = back;
+        let n = n?;
+        if n == 0 {
+            return Ok(None);
+        }
+        pending.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The worker's side of the Hello exchange ([`talon_core::cluster_auth`]): Hello, then
+/// HelloReply with a fresh nonce and the worker's proof, then the peer's HelloProof,
+/// then Welcome, all before `deadline`. Returns the peer's role and the bytes it sent
+/// after its proof (it may pipeline requests at once). Anything else, a wrong proof or
+/// a late one is answered with an error frame and `None`: the caller closes.
+async fn hello<R: SocketReader, W: SocketWriter>(
+    reader: &mut R,
+    writer: &W,
+    decoder: &mut FrameDecoder,
+    services: &Services,
+    deadline: Instant,
+    stall: Duration,
+) -> io::Result<Option<(Role, Vec<u8>)>> {
+    let secret = &services.secret;
+    let mut pending = Vec::new();
+    let refuse = |id: u32, why: &str| error_frame(id, ErrorCode::Unauthenticated, why);
+    let late = || refuse(0, "the Hello exchange did not finish in time");
+    let first = match next_frame(reader, decoder, &mut pending, deadline).await {
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+            write_all(writer, &late(), false, stall).await?;
+            return Ok(None);
+        }
+        other => other?,
+    };
+    let (id, role, peer_nonce) = match first {
+        None => return Ok(None),
+        Some(Ok(Frame {
+            header,
+            message:
+                Message::Hello {
+                    version: HELLO_VERSION,
+                    role,
+                    nonce,
+                },
+        })) => (header.request_id(), role, nonce),
+        Some(Ok(Frame {
+            header,
+            message: Message::Hello { version, .. },
+        })) => {
+            let why = format!(
+                "Hello version {version} is not supported (this worker speaks {HELLO_VERSION})"
+            );
+            let reply = error_frame(header.request_id(), ErrorCode::Unsupported, &why);
+            write_all(writer, &reply, false, stall).await?;
+            return Ok(None);
+        }
+        Some(Ok(frame)) => {
+            let reply = refuse(frame.header.request_id(), "authenticate with Hello first");
+            write_all(writer, &reply, false, stall).await?;
+            return Ok(None);
+        }
+        Some(Err(why)) => {
+            write_all(writer, &refuse(0, &why), false, stall).await?;
+            return Ok(None);
+        }
+    };
+    let mut worker_nonce: Nonce = [0; NONCE_LEN];
+    if getrandom::getrandom(&mut worker_nonce).is_err() {
+        let reply = error_frame(id, ErrorCode::Internal, "no randomness for a nonce");
+        write_all(writer, &reply, false, stall).await?;
+        return Ok(None);
+    }
+    let proof = secret.hello_proof(HelloSide::Worker, role, &peer_nonce, &worker_nonce);
+    let reply = Message::HelloReply {
+        nonce: worker_nonce,
+        proof,
+    }
+    .encode(id)
+    .unwrap_or_default();
+    write_all(writer, &reply, false, stall).await?;
+    let second = match next_frame(reader, decoder, &mut pending, deadline).await {
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+            write_all(writer, &late(), false, stall).await?;
+            return Ok(None);
+        }
+        other => other?,
+    };
+    let reply = match second {
+        None => return Ok(None),
+        Some(Ok(Frame {
+            header,
+            message: Message::HelloProof { proof },
+        })) => {
+            if secret.verify_hello_proof(HelloSide::Peer, role, &peer_nonce, &worker_nonce, &proof)
+            {
+                let welcome = Message::Welcome
+                    .encode(header.request_id())
+                    .unwrap_or_default();
+                write_all(writer, &welcome, false, stall).await?;
+                return Ok(Some((role, pending)));
+            }
+            refuse(
+                header.request_id(),
+                "the Hello proof is wrong: another cluster secret",
+            )
+        }
+        Some(Ok(frame)) => refuse(frame.header.request_id(), "expected HelloProof"),
+        Some(Err(why)) => refuse(0, &why),
+    };
+    write_all(writer, &reply, false, stall).await?;
+    Ok(None)
+}
+
+/// Queues a reply that is already known.
+async fn push_now(queue: &mpsc::Sender<oneshot::Receiver<Reply>>, reply: Reply) -> bool {
+    let (tx, rx) = oneshot::channel();
+    let _ = tx.send(reply);
+    queue.send(rx).await.is_ok()
+}
+
+/// Queues an error frame and a close: the connection ends after what came before.
+async fn push_fatal(queue: &mpsc::Sender<oneshot::Receiver<Reply>>, frame: Vec<u8>) {
+    push_now(queue, Reply::Frame(frame)).await;
+    push_now(queue, Reply::Close).await;
+}
+
+/// Where an Ingest push in progress collects its bytes.
+struct IngestInProgress {
+    header: FrameHeader,
+    meta: IngestMeta,
+    data: Vec<u8>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn read_loop<R: SocketReader>(
+    mut reader: R,
+    mut decoder: FrameDecoder,
+    carried: Vec<u8>,
+    role: Role,
+    queue: mpsc::Sender<oneshot::Receiver<Reply>>,
+    services: &Arc<Services>,
+    config: &DataPlaneConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(READ_BUFFER_BYTES.max(carried.len()));
+    // What the peer pipelined behind its HelloProof is handled first.
+    let mut carried_len = carried.len();
+    buf.extend_from_slice(&carried);
+    let mut ingest: Option<IngestInProgress> = None;
+    // When the frame in progress began: its rest must arrive by then plus the frame
+    // timeout, however slowly it dribbles in (SEC-11).
+    let mut frame_started: Option<Instant> = None;
+    loop {
+        let wait = if decoder.is_idle() {
+            frame_started = None;
+            config.idle_timeout
+        } else {
+            let started = *frame_started.get_or_insert_with(Instant::now);
+            config.frame_timeout.saturating_sub(started.elapsed())
+        };
+        let n = if carried_len > 0 {
+            std::mem::take(&mut carried_len)
+        } else {
+            let read = tokio::select! {
+                _ = shutdown.changed() => return Ok(()),
+                r = reader.read(std::mem::take(&mut buf), wait) => r,
+            };
+            let (result, back) = read;
+            buf = back;
+            match result {
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    if !decoder.is_idle() {
+                        let frame = error_frame(
+                            0,
+                            ErrorCode::Timeout,
+                            "the rest of the frame did not arrive in time",
+                        );
+                        push_fatal(&queue, frame).await;
+                    }
+                    return Ok(());
+                }
+                r => r?,
+            }
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        let mut input = &buf[..n];
+        loop {
+            let event = match decoder.decode(&mut input) {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(e) => {
+                    let frame = error_frame(0, e.code(), &format!("bad frame: {e}"));
+                    push_fatal(&queue, frame).await;
+                    return Ok(());
+                }
+            };
+            match event {
+                Event::Frame(frame) => {
+                    if let Some(reply) = answer_now(services, &frame.header, &frame.message) {
+                        if !push_now(&queue, reply).await {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    let (tx, rx) = oneshot::channel();
+                    if queue.send(rx).await.is_err() {
+                        return Ok(());
+                    }
+                    let services = services.clone();
+                    tokio::spawn(async move {
+                        let reply = handle(&services, frame.header, frame.message).await;
+                        let _ = tx.send(reply);
+                    });
+                }
+                Event::BulkStart(start) => match start.kind {
+                    BulkKind::Ingest(_) if !role.may_ingest() => {
+                        let frame = error_frame(
+                            start.header.request_id(),
+                            ErrorCode::Forbidden,
+                            &format!("a peer in the {} role may not ingest", role.name()),
+                        );
+                        services.metrics.error_frame();
+                        push_fatal(&queue, frame).await;
+                        return Ok(());
+                    }
+                    // The buffer grows with the bytes that arrive, not with what the
+                    // header announces.
+                    BulkKind::Ingest(meta) => {
+                        ingest = Some(IngestInProgress {
+                            header: start.header,
+                            meta,
+                            data: Vec::new(),
+                        });
+                    }
+                    BulkKind::ReadRangeReply => {
+                        let frame = error_frame(
+                            start.header.request_id(),
+                            ErrorCode::InvalidRequest,
+                            "a ReadRangeReply is not a request",
+                        );
+                        push_fatal(&queue, frame).await;
+                        return Ok(());
+                    }
+                },
+                Event::BulkData(data) => {
+                    if let Some(push) = &mut ingest {
+                        push.data.extend_from_slice(data);
+                    }
+                }
+                Event::BulkEnd => {
+                    if let Some(push) = ingest.take() {
+                        let (tx, rx) = oneshot::channel();
+                        if queue.send(rx).await.is_err() {
+                            return Ok(());
+                        }
+                        let services = services.clone();
+                        tokio::spawn(async move {
+                            let reply =
+                                handle_ingest(&services, push.header, push.meta, push.data).await;
+                            let _ = tx.send(reply);
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends all of `bytes` (with `MSG_MORE` when `more`: the kernel holds them back to
+/// share a segment with what follows), waiting for writability at most `stall` at a
+/// time.
+async fn write_all<W: SocketWriter>(
+    writer: &W,
+    bytes: &[u8],
+    more: bool,
+    stall: Duration,
+) -> io::Result<()> {
+    use rustix::net::SendFlags;
+    let flags = if more {
+        SendFlags::NOSIGNAL | SendFlags::MORE
+    } else {
+        SendFlags::NOSIGNAL
+    };
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let mut op =
+            || rustix::net::send(writer.fd(), &bytes[sent..], flags).map_err(io::Error::from);
+        match writer.try_write(&mut op) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => writer.writable(stall).await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Sends `len` bytes of `file` from `offset` with `sendfile`, waiting for writability
+/// on the plane (never on a blocked thread) when the socket buffer is full. Only for
+/// bytes [`is_resident`] found in the page cache.
+async fn send_file<W: SocketWriter>(
+    writer: &W,
+    file: &std::fs::File,
+    offset: u64,
+    len: u64,
+    stall: Duration,
+) -> io::Result<()> {
+    let (mut pos, end) = (offset, offset + len);
+    while pos < end {
+        let want = end - pos;
+        let mut op = || sendfile_once(&writer.fd(), file, &mut pos, want);
+        match writer.try_write(&mut op) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the block file ended after {} of {len} bytes", pos - offset),
+                ));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => writer.writable(stall).await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn write_loop<W: SocketWriter>(
+    writer: &W,
+    bulk_fd: Arc<OwnedFd>,
+    mut pending: mpsc::Receiver<oneshot::Receiver<Reply>>,
+    metrics: Arc<WorkerMetrics>,
+    stall: Duration,
+) -> io::Result<()> {
+    let result = async {
+        while let Some(next) = pending.recv().await {
+            let Ok(reply) = next.await else {
+                // The handler vanished (panicked): we cannot answer in order any more.
+                break;
+            };
+            match reply {
+                Reply::Frame(bytes) => write_all(writer, &bytes, false, stall).await?,
+                Reply::Bytes {
+                    header,
+                    data,
+                    started,
+                } => {
+                    write_all(writer, &header, !data.is_empty(), stall).await?;
+                    write_all(writer, &data, false, stall).await?;
+                    metrics.read_done(started.elapsed());
+                }
+                Reply::File {
+                    header,
+                    block,
+                    offset,
+                    len,
+                    started,
+                } => {
+                    // After the header, any failure must close the connection: the
+                    // client would otherwise read the next frame as payload.
+                    write_all(writer, &header, len > 0, stall).await?;
+                    if len > 0 {
+                        if is_resident(block.file(), offset, len) {
+                            send_file(writer, block.file(), offset, len, stall).await?;
+                        } else {
+                            // sendfile would wait for the disk: not on this thread.
+                            metrics.send_from_disk();
+                            let fd = bulk_fd.clone();
+                            tokio::task::spawn_blocking(move || {
+                                send_file_range(&*fd, block.file(), offset, len, stall)
+                            })
+                            .await
+                            .map_err(io::Error::other)??;
+                        }
+                    }
+                    metrics.bytes_from_cache(len);
+                    metrics.read_done(started.elapsed());
+                }
+                Reply::Close => break,
+            }
+        }
+        Ok(())
+    }
+    .await;
+    // Whatever ended the writer, the peer sees the end of the stream now (the reader
+    // may still be waiting for its next frame).
+    let _ = rustix::net::shutdown(writer.fd(), rustix::net::Shutdown::Write);
+    result
+}

@@ -1,0 +1,233 @@
+//! The data plane: the 16-byte-frame protocol readers use to fetch byte ranges.
+//!
+//! It has two layers. Layer 1 schedules the protocol: connections, frames, timers,
+//! a few dozen bytes per request. Layer 2 ([`crate::zero_copy`]) moves the payload
+//! from the block file to the socket with `sendfile`, so object bytes never enter user
+//! space; it is runtime-free (plain functions over descriptors).
+//!
+//! Layer 1 has two implementations that differ only in how bytes move:
+//! [`ring_plane`] (io_uring, one pinned ring thread per core, one `SO_REUSEPORT`
+//! listener each; the default) and [`tokio_plane`] (the portable fallback). Both run
+//! the same protocol code ([`connection`]) over the same request semantics
+//! ([`requests`]) and the same shared worker state. Which one serves is decided by
+//! [`select_plane`] before binding: a runtime probe of io_uring (set up a ring, submit
+//! a no-op), not a kernel-version check, because a kernel that has io_uring may still
+//! refuse it (the `io_uring_disabled` sysctl, seccomp, a container profile). When the
+//! probe fails the worker warns, saying why, and serves on Tokio.
+
+pub(crate) mod connection;
+pub mod requests;
+pub mod ring_plane;
+pub mod tokio_plane;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use requests::Services;
+
+use crate::error::{Result, WorkerError};
+
+/// The environment variable that pins the Tokio plane (the escape hatch).
+pub const FORCE_TOKIO_ENV: &str = "TALON_WORKER_FORCE_TOKIO_DATA_PLANE";
+
+/// Which plane the operator asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlaneRequest {
+    /// io_uring when the probe passes, else Tokio with a warning.
+    Default,
+    /// Tokio, whatever the host can do.
+    ForceTokio,
+}
+
+impl PlaneRequest {
+    /// [`PlaneRequest::ForceTokio`] when `TALON_WORKER_FORCE_TOKIO_DATA_PLANE` is set
+    /// to anything but empty, `0` or `false`; else [`PlaneRequest::Default`].
+    pub fn from_env() -> PlaneRequest {
+        match std::env::var(FORCE_TOKIO_ENV) {
+            Ok(v) if !matches!(v.trim(), "" | "0" | "false") => PlaneRequest::ForceTokio,
+            _ => PlaneRequest::Default,
+        }
+    }
+}
+
+/// The plane a worker serves on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlaneKind {
+    /// io_uring rings, thread per core.
+    IoUring {
+        /// Ring threads (and listeners on the port).
+        rings: usize,
+    },
+    /// The Tokio fallback.
+    Tokio,
+}
+
+impl PlaneKind {
+    /// `io_uring` or `tokio`, as logs, `/metrics` and the member view say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlaneKind::IoUring { .. } => "io_uring",
+            PlaneKind::Tokio => "tokio",
+        }
+    }
+
+    /// Ring threads (0 on Tokio).
+    pub fn rings(self) -> usize {
+        match self {
+            PlaneKind::IoUring { rings } => rings,
+            PlaneKind::Tokio => 0,
+        }
+    }
+}
+
+/// Limits of the data plane, and which plane to run.
+#[derive(Debug, Clone)]
+pub struct DataPlaneConfig {
+    /// Most open connections (all rings together); more wait in the accept queue.
+    pub max_connections: usize,
+    /// Most requests in flight per connection.
+    pub pipeline_depth: usize,
+    /// Once a frame has started, the rest must arrive within this, measured from its
+    /// first byte; the whole Hello exchange must finish within it too.
+    pub frame_timeout: Duration,
+    /// A connection with no frame in progress is closed after this.
+    pub idle_timeout: Duration,
+    /// A peer that stops reading a reply for this long loses its connection.
+    pub write_stall_timeout: Duration,
+    /// Which plane to run (default: from `TALON_WORKER_FORCE_TOKIO_DATA_PLANE`).
+    pub plane: PlaneRequest,
+    /// io_uring ring threads; 0 = one per core this process may run on.
+    pub rings: usize,
+    /// Test hook: behave as if the io_uring probe had failed for this reason.
+    pub simulated_probe_failure: Option<String>,
+}
+
+impl Default for DataPlaneConfig {
+    fn default() -> Self {
+        DataPlaneConfig {
+            max_connections: 4096,
+            pipeline_depth: 64,
+            frame_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            write_stall_timeout: Duration::from_secs(60),
+            plane: PlaneRequest::from_env(),
+            rings: 0,
+            simulated_probe_failure: None,
+        }
+    }
+}
+
+/// Whether this process can use io_uring right now: sets up a small ring and submits
+/// a no-op, waiting for its completion. The error says why not (the system call's
+/// error: `ENOSYS` without io_uring, `EPERM` when a sysctl, seccomp or a container
+/// profile forbids it).
+///
+/// # Errors
+/// The reason io_uring cannot be used, in words.
+pub fn probe_io_uring() -> std::result::Result<(), String> {
+    let mut ring =
+        io_uring::IoUring::new(2).map_err(|e| format!("setting up a ring failed: {e}"))?;
+    let nop = io_uring::opcode::Nop::new().build().user_data(0x7a10);
+    // SAFETY: a no-op references no memory.
+    unsafe { ring.submission().push(&nop) }
+        .map_err(|_| "the submission queue is full".to_owned())?;
+    ring.submit_and_wait(1)
+        .map_err(|e| format!("submitting a no-op failed: {e}"))?;
+    let done = ring
+        .completion()
+        .next()
+        .ok_or_else(|| "the no-op did not complete".to_owned())?;
+    if done.result() < 0 {
+        return Err(format!(
+            "the no-op failed: {}",
+            std::io::Error::from_raw_os_error(-done.result())
+        ));
+    }
+    Ok(())
+}
+
+/// Decides the plane: Tokio when forced; io_uring when the probe passes (with
+/// `config.rings` rings, 0 = one per core); Tokio with a warning saying why otherwise.
+pub fn select_plane(config: &DataPlaneConfig) -> PlaneKind {
+    if config.plane == PlaneRequest::ForceTokio {
+        tracing::info!("data plane on Tokio: forced ({FORCE_TOKIO_ENV})");
+        return PlaneKind::Tokio;
+    }
+    let probe = match &config.simulated_probe_failure {
+        Some(why) => Err(format!("simulated: {why}")),
+        None => probe_io_uring(),
+    };
+    match probe {
+        Ok(()) => PlaneKind::IoUring {
+            rings: if config.rings == 0 {
+                std::thread::available_parallelism().map_or(1, usize::from)
+            } else {
+                config.rings
+            },
+        },
+        Err(why) => {
+            tracing::warn!(reason = %why, "io_uring is unavailable: the data plane serves on Tokio (slower at high connection counts)");
+            PlaneKind::Tokio
+        }
+    }
+}
+
+/// A data plane that is serving.
+#[derive(Debug)]
+pub struct RunningPlane {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Which plane.
+    pub kind: PlaneKind,
+    /// Ends when the plane has drained after shutdown; aborting it cuts every
+    /// connection at once.
+    pub task: JoinHandle<()>,
+}
+
+/// Binds and starts the plane [`select_plane`] picks. When the rings cannot start
+/// after a passing probe (memory for the rings, for example), it warns and serves on
+/// Tokio.
+///
+/// # Errors
+/// The listener cannot bind.
+pub async fn start(
+    listen: SocketAddr,
+    services: Arc<Services>,
+    config: DataPlaneConfig,
+    shutdown: watch::Receiver<bool>,
+) -> Result<RunningPlane> {
+    let mut kind = select_plane(&config);
+    if let PlaneKind::IoUring { rings } = kind {
+        match ring_plane::start(
+            listen,
+            rings,
+            services.clone(),
+            config.clone(),
+            shutdown.clone(),
+        )
+        .await
+        {
+            Ok((addr, task)) => return Ok(RunningPlane { addr, kind, task }),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(WorkerError::io("binding the data plane", e));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the io_uring rings could not start: the data plane serves on Tokio");
+                kind = PlaneKind::Tokio;
+            }
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| WorkerError::io("binding the data plane", e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| WorkerError::io("reading the data-plane address", e))?;
+    tracing::info!(%addr, "data plane on Tokio");
+    let task = tokio::spawn(tokio_plane::serve(listener, services, config, shutdown));
+    Ok(RunningPlane { addr, kind, task })
+}

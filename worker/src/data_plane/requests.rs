@@ -1,0 +1,271 @@
+//! The request semantics of the data plane, shared by every plane: what a Ping, Stat,
+//! ReadRange or Ingest means and what is answered. Nothing here knows how bytes move;
+//! an answer is a [`Reply`] that the plane's writer sends (Layer 2 moves a file range).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use talon_core::cluster_auth::ClusterSecret;
+use talon_core::wire::{
+    ErrorReply, FrameHeader, HEADER_LEN, IngestAck, IngestMeta, ObjectHeaders, ReadRangeRequest,
+    StatReply, StatRequest, encode_read_range_reply_header,
+};
+use talon_core::{ErrorCode, Message};
+
+use crate::block_store::{Block, FillPlan};
+use crate::error::{Result, WorkerError};
+use crate::loader::{Loader, Prepared};
+use crate::metrics::WorkerMetrics;
+use crate::origins::StatCache;
+
+/// What a request handler needs: the worker state every plane and every ring shares
+/// (one `Arc`, not per-ring shards: the reference measured sharding and rejected it).
+#[derive(Debug)]
+pub struct Services {
+    /// The cluster secret every peer proves it knows in the Hello exchange.
+    pub secret: ClusterSecret,
+    /// The miss path and the block store.
+    pub loader: Arc<Loader>,
+    /// Object metadata.
+    pub stats: Arc<StatCache>,
+    /// Counters.
+    pub metrics: Arc<WorkerMetrics>,
+}
+
+/// One answer, sent in request order.
+pub(crate) enum Reply {
+    /// A whole control frame.
+    Frame(Vec<u8>),
+    /// A success header, then `len` bytes of the block file from `offset`.
+    File {
+        header: [u8; HEADER_LEN],
+        block: Arc<Block>,
+        offset: u64,
+        len: u64,
+        started: Instant,
+    },
+    /// A success header, then bytes from memory (reads that could not be cached).
+    Bytes {
+        header: [u8; HEADER_LEN],
+        data: Bytes,
+        started: Instant,
+    },
+    /// Close the connection after what came before.
+    Close,
+}
+
+/// An error frame answering `request_id`.
+pub(crate) fn error_frame(request_id: u32, code: ErrorCode, message: &str) -> Vec<u8> {
+    Message::Error(ErrorReply::new(code, message))
+        .encode(request_id)
+        .unwrap_or_default()
+}
+
+/// The answer to a request that needs no waiting, or `None` when it does (a miss, a
+/// Stat, a page not yet verified): then the plane runs [`handle`] as a task. This is
+/// the hit path, run on the connection's own thread: a block lookup, one `fstat`, no
+/// disk read, no origin, no task.
+pub(crate) fn answer_now(
+    services: &Services,
+    header: &FrameHeader,
+    message: &Message,
+) -> Option<Reply> {
+    let id = header.request_id();
+    match message {
+        Message::Ping { nonce } => Some(Reply::Frame(
+            Message::Pong { nonce: *nonce }
+                .encode(id)
+                .unwrap_or_default(),
+        )),
+        Message::ReadRange(req) if req.len > 0 && req.validate().is_ok() => {
+            let started = Instant::now();
+            let block = services.loader.try_hit(req)?;
+            let header = encode_read_range_reply_header(id, req.len, false).ok()?;
+            Some(Reply::File {
+                header,
+                block,
+                offset: req.offset,
+                len: u64::from(req.len),
+                started,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Answers one control request (Ping, Stat, ReadRange); anything else is refused.
+pub(crate) async fn handle(services: &Services, header: FrameHeader, message: Message) -> Reply {
+    let id = header.request_id();
+    let started = Instant::now();
+    let result = match message {
+        Message::Ping { nonce } => Ok(Reply::Frame(
+            Message::Pong { nonce }.encode(id).unwrap_or_default(),
+        )),
+        Message::Stat(req) => {
+            let r = stat(services, &req).await.map(|reply| {
+                Reply::Frame(Message::StatReply(reply).encode(id).unwrap_or_default())
+            });
+            services.metrics.stat_done(started.elapsed());
+            r
+        }
+        Message::ReadRange(req) => read_range(services, id, &req, started).await,
+        other => Err(WorkerError::InvalidRequest(format!(
+            "{:?} is not a request",
+            other.message_type()
+        ))),
+    };
+    match result {
+        Ok(reply) => reply,
+        Err(e) => {
+            services.metrics.error_frame();
+            Reply::Frame(error_frame(id, e.frame_code(), &e.to_string()))
+        }
+    }
+}
+
+/// Answers a finished Ingest push: an IngestAck, or an error frame.
+pub(crate) async fn handle_ingest(
+    services: &Services,
+    header: FrameHeader,
+    meta: IngestMeta,
+    data: Vec<u8>,
+) -> Reply {
+    match ingest_pages(services, &meta, data).await {
+        Ok(ack) => Reply::Frame(
+            Message::IngestAck(ack)
+                .encode(header.request_id())
+                .unwrap_or_default(),
+        ),
+        Err(e) => {
+            services.metrics.error_frame();
+            Reply::Frame(error_frame(
+                header.request_id(),
+                e.frame_code(),
+                &e.to_string(),
+            ))
+        }
+    }
+}
+
+async fn stat(services: &Services, req: &StatRequest) -> Result<StatReply> {
+    let info = services.stats.stat(&req.object).await?;
+    let version = talon_core::ObjectVersion::new(info.etag.clone())?;
+    if let Some(expected) = &req.expected_version
+        && expected != &version
+    {
+        return Err(WorkerError::Origin(talon_protocols::Error::new(
+            talon_protocols::ErrorKind::PreconditionFailed,
+            format!("the object is now at version {}", version.as_str()),
+        )));
+    }
+    let last_modified_ms = info
+        .last_modified
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let mut content_type = info.content_type.clone().unwrap_or_default();
+    if content_type.len() > talon_core::wire::MAX_CONTENT_TYPE_LEN
+        || content_type.chars().any(char::is_control)
+    {
+        content_type.clear();
+    }
+    Ok(StatReply {
+        size: info.size,
+        version,
+        last_modified_ms,
+        content_type,
+        headers: ObjectHeaders::from_origin(info.headers.clone()),
+    }
+    .fitted_to_frame())
+}
+
+async fn read_range(
+    services: &Services,
+    id: u32,
+    req: &ReadRangeRequest,
+    started: Instant,
+) -> Result<Reply> {
+    req.validate()?;
+    if req.len == 0 {
+        return Ok(Reply::Bytes {
+            header: encode_read_range_reply_header(id, 0, false)?,
+            data: Bytes::new(),
+            started,
+        });
+    }
+    match services.loader.prepare(req).await? {
+        Prepared::Cached { block, from_origin } => Ok(Reply::File {
+            header: encode_read_range_reply_header(id, req.len, from_origin)?,
+            block,
+            offset: req.offset,
+            len: u64::from(req.len),
+            started,
+        }),
+        Prepared::PassThrough(data) => Ok(Reply::Bytes {
+            header: encode_read_range_reply_header(id, req.len, true)?,
+            data,
+            started,
+        }),
+    }
+}
+
+/// Stores pushed bytes: whole pages (the last page of the block may be short), each
+/// checked and made durable like a fill.
+async fn ingest_pages(services: &Services, meta: &IngestMeta, data: Vec<u8>) -> Result<IngestAck> {
+    meta.validate(data.len() as u64)?;
+    let loader = services.loader.clone();
+    let store = loader.store().clone();
+    let (id, size, offset) = (meta.block.clone(), meta.object_size, meta.offset);
+    let len = data.len() as u32;
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        let block = store.get_or_create(&id, size)?;
+        let pages = block.pages_for(offset, u64::from(len));
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
+        if span.start != offset || span.end != offset + u64::from(len) {
+            return Err(WorkerError::InvalidRequest(
+                "ingested bytes must cover whole pages".into(),
+            ));
+        }
+        // Claim the pages like a fill, so a push never races a fetch of the same pages.
+        match block.plan(pages.clone(), pages.end, u32::MAX) {
+            FillPlan::Ready => Ok(()),
+            FillPlan::Fill {
+                pages: claimed,
+                done,
+            } if claimed == pages => {
+                let result = match store.reserve(&block, pages.clone()) {
+                    Some(reservation) => {
+                        store.commit_fill(&block, pages.clone(), &data, reservation)
+                    }
+                    None => Err(WorkerError::Unavailable(
+                        "the ingest does not fit in the cache".into(),
+                    )),
+                };
+                block.finish_fill(pages, done, Ok(()));
+                result
+            }
+            FillPlan::Fill {
+                pages: claimed,
+                done,
+            } => {
+                block.finish_fill(claimed, done, Ok(()));
+                Err(WorkerError::Unavailable(
+                    "some of these pages are present or being filled; retry".into(),
+                ))
+            }
+            FillPlan::Wait(_) => Err(WorkerError::Unavailable(
+                "these pages are being filled; retry".into(),
+            )),
+        }
+    })
+    .await
+    .map_err(|e| WorkerError::Unavailable(format!("a disk task failed: {e}")))??;
+    Ok(IngestAck {
+        offset: meta.offset,
+        len,
+    })
+}

@@ -1,0 +1,394 @@
+//! Layer 1 on io_uring, thread per core: the worker's default plane.
+//!
+//! N ring threads, each pinned to a core, each running its own single-threaded monoio
+//! runtime on its own io_uring, each with its own listener bound to the same address
+//! with `SO_REUSEPORT`: the kernel spreads connections over them by 4-tuple, so there
+//! is no shared accept queue, no lock and no thundering herd, and a connection stays on
+//! its ring for life. The rings share the worker state ([`Services`], one `Arc`) and
+//! one connection limit.
+//!
+//! On a ring, the socket is read with io_uring receives; replies go out with
+//! non-blocking `send`/`sendfile` on the socket (Layer 2, runtime-free), and when the
+//! socket is full the ring waits for writability with an io_uring poll. Work that may
+//! wait (a miss, a Stat, an ingest, a send from disk) runs on Tokio: ring threads enter
+//! the worker's Tokio runtime before they start, and the connection awaits the Tokio
+//! task's answer. A hit runs on the ring itself, start to end.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use monoio::io::AsyncReadRent;
+use tokio::sync::{Notify, Semaphore, oneshot, watch};
+
+use super::DataPlaneConfig;
+use super::connection::{SocketReader, SocketWriter, serve_connection};
+use super::requests::Services;
+
+/// Submission-queue entries per ring.
+const RING_ENTRIES: u32 = 1024;
+/// Pending connections each ring's listener holds (the kernel caps it at somaxconn).
+const LISTEN_BACKLOG: i32 = 4096;
+/// How long the drain waits for connections to finish their answers.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Binds `listen` once per ring with `SO_REUSEPORT` and starts the rings. Returns the
+/// bound address and a task that ends when every ring has stopped (after `shutdown`
+/// and the drain). Aborting that task stops the rings at once: every connection is
+/// cut, as in a crash.
+///
+/// # Errors
+/// A listener cannot bind, or a ring cannot start (no io_uring, no memory for it):
+/// then nothing is left running.
+pub(crate) async fn start(
+    listen: SocketAddr,
+    rings: usize,
+    services: Arc<Services>,
+    config: DataPlaneConfig,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let rings = rings.max(1);
+    let first = reuse_port_listener(listen)?;
+    let addr = first.local_addr()?;
+    let mut listeners = vec![first];
+    for _ in 1..rings {
+        listeners.push(reuse_port_listener(addr)?);
+    }
+    let cpus = allowed_cpus();
+    let limit = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let config = Arc::new(config);
+    let (kill, killed) = watch::channel(false);
+    let handle = tokio::runtime::Handle::current();
+    let mut started = Vec::new();
+    let mut stopped = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel::<()>();
+        let ring = Ring {
+            index: i,
+            cpu: cpus.get(i % cpus.len().max(1)).copied(),
+            services: services.clone(),
+            config: config.clone(),
+            limit: limit.clone(),
+            shutdown: shutdown.clone(),
+            killed: killed.clone(),
+        };
+        let handle = handle.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("talon-ring-{i}"))
+            .spawn(move || {
+                let _tokio = handle.enter();
+                ring.run(listener, ready_tx);
+                let _ = done_tx.send(());
+            });
+        if let Err(e) = spawned {
+            let _ = kill.send(true);
+            return Err(e);
+        }
+        started.push(ready_rx);
+        stopped.push(done_rx);
+    }
+    for ready in started {
+        let outcome = ready
+            .await
+            .unwrap_or_else(|_| Err(io::Error::other("a ring thread ended while starting")));
+        if let Err(e) = outcome {
+            let _ = kill.send(true);
+            return Err(e);
+        }
+    }
+    tracing::info!(%addr, rings, "data plane on io_uring: one listener per ring (SO_REUSEPORT)");
+    let task = tokio::spawn(async move {
+        // Dropped when this task ends or is aborted: the rings then cut what is left.
+        let _kill_on_drop = KillOnDrop(kill);
+        for done in stopped {
+            let _ = done.await;
+        }
+    });
+    Ok((addr, task))
+}
+
+/// Tells the rings to cut every connection when dropped.
+struct KillOnDrop(watch::Sender<bool>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(true);
+    }
+}
+
+/// A TCP listener on `addr` with `SO_REUSEPORT` (and `SO_REUSEADDR`), so that every
+/// ring can bind the same address.
+fn reuse_port_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    sockopt::set_socket_reuseport(&fd, true)?;
+    rustix::net::bind(&fd, &addr)?;
+    rustix::net::listen(&fd, LISTEN_BACKLOG)?;
+    Ok(std::net::TcpListener::from(fd))
+}
+
+/// The CPUs this process may run on, in order (empty when unknown).
+fn allowed_cpus() -> Vec<usize> {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| set.is_set(c))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).map_err(io::Error::from)
+}
+
+/// One ring thread's share of the plane.
+struct Ring {
+    index: usize,
+    cpu: Option<usize>,
+    services: Arc<Services>,
+    config: Arc<DataPlaneConfig>,
+    limit: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
+    killed: watch::Receiver<bool>,
+}
+
+/// The connections open on one ring: a duplicate of each socket, so the ring can cut
+/// them all (`shutdown(2)` ends every operation pending on them).
+#[derive(Default)]
+struct Open {
+    next: Cell<u64>,
+    sockets: RefCell<HashMap<u64, Arc<OwnedFd>>>,
+    changed: Notify,
+}
+
+impl Open {
+    fn cut_all(&self) {
+        for fd in self.sockets.borrow().values() {
+            let _ = rustix::net::shutdown(&**fd, rustix::net::Shutdown::Both);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.sockets.borrow().is_empty()
+    }
+}
+
+impl Ring {
+    /// Runs the ring on this thread until shutdown (drained) or kill. Reports on
+    /// `ready` whether it could start.
+    fn run(self, listener: std::net::TcpListener, ready: oneshot::Sender<io::Result<()>>) {
+        if let Some(cpu) = self.cpu
+            && let Err(e) = pin_to(cpu)
+        {
+            tracing::warn!(ring = self.index, cpu, error = %e, "cannot pin the ring thread");
+        }
+        let runtime = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .with_entries(RING_ENTRIES)
+            .enable_timer()
+            .build();
+        let mut runtime = match runtime {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        runtime.block_on(async move {
+            let listener = match monoio::net::TcpListener::from_std(listener) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            };
+            let _ = ready.send(Ok(()));
+            self.serve(listener).await;
+        });
+    }
+
+    async fn serve(self, listener: monoio::net::TcpListener) {
+        let open = Rc::new(Open::default());
+        let (mut shutdown, mut killed) = (self.shutdown.clone(), self.killed.clone());
+        loop {
+            let permit = tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = killed.changed() => break,
+                p = self.limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            };
+            let accepted = tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = killed.changed() => break,
+                a = listener.accept() => a,
+            };
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(ring = self.index, error = %e, "accept failed");
+                    // Out of descriptors, for example: let connections end first.
+                    monoio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let socket = match RingSocket::new(stream) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(ring = self.index, error = %e, "cannot set up a connection");
+                    continue;
+                }
+            };
+            let key = open.next.get();
+            open.next.set(key + 1);
+            open.sockets
+                .borrow_mut()
+                .insert(key, socket.bulk_fd.clone());
+            let (services, config, shutdown, open) = (
+                self.services.clone(),
+                self.config.clone(),
+                self.shutdown.clone(),
+                open.clone(),
+            );
+            monoio::spawn(async move {
+                services.metrics.connection(1);
+                let RingSocket {
+                    reader,
+                    writer,
+                    bulk_fd,
+                } = socket;
+                if let Err(e) =
+                    serve_connection(reader, writer, bulk_fd, &services, &config, shutdown).await
+                {
+                    tracing::debug!(%peer, error = %e, "connection ended");
+                }
+                services.metrics.connection(-1);
+                drop(permit);
+                open.sockets.borrow_mut().remove(&key);
+                open.changed.notify_waiters();
+            });
+        }
+        drop(listener);
+        if !*killed.borrow() {
+            // Drain: connections stop reading at shutdown and finish the answers owed.
+            let drained = monoio::time::timeout(DRAIN_TIMEOUT, async {
+                while !open.is_empty() {
+                    tokio::select! {
+                        _ = open.changed.notified() => {}
+                        _ = killed.changed() => return,
+                    }
+                }
+            })
+            .await;
+            if drained.is_err() {
+                tracing::warn!(
+                    ring = self.index,
+                    "data-plane connections still open after the drain timeout"
+                );
+            }
+        }
+        // Whatever is left is cut; its tasks then end on their own errors.
+        open.cut_all();
+        let _ = monoio::time::timeout(Duration::from_secs(1), async {
+            while !open.is_empty() {
+                open.changed.notified().await;
+            }
+        })
+        .await;
+    }
+}
+
+/// An accepted connection on a ring: the stream for io_uring receives, a duplicate
+/// for sends and writability polls, and one for sends from the blocking pool. The
+/// socket is non-blocking, so a send or `sendfile` on the ring never waits.
+struct RingSocket {
+    reader: RingReader,
+    writer: RingWriter,
+    bulk_fd: Arc<OwnedFd>,
+}
+
+impl RingSocket {
+    fn new(stream: monoio::net::TcpStream) -> io::Result<RingSocket> {
+        let _ = stream.set_nodelay(true);
+        let fd = stream_fd(&stream);
+        rustix::io::ioctl_fionbio(fd, true)?;
+        let send_fd = fd.try_clone_to_owned()?;
+        let bulk_fd = Arc::new(fd.try_clone_to_owned()?);
+        let writer = monoio::net::TcpStream::from_std(std::net::TcpStream::from(send_fd))?;
+        Ok(RingSocket {
+            reader: RingReader(stream),
+            writer: RingWriter(writer),
+            bulk_fd,
+        })
+    }
+}
+
+/// The stream's descriptor, borrowed for as long as the stream.
+fn stream_fd(stream: &monoio::net::TcpStream) -> BorrowedFd<'_> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor belongs to `stream` and stays open while it is borrowed.
+    unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) }
+}
+
+struct RingReader(monoio::net::TcpStream);
+
+impl SocketReader for RingReader {
+    async fn read(&mut self, mut buf: Vec<u8>, timeout: Duration) -> (io::Result<usize>, Vec<u8>) {
+        let deadline = monoio::time::Instant::now() + timeout;
+        loop {
+            buf.clear();
+            match monoio::time::timeout_at(deadline, self.0.read(buf)).await {
+                // The receive was cancelled with the buffer in it: the caller closes.
+                Err(_) => {
+                    let e = io::Error::new(io::ErrorKind::TimedOut, "no bytes in time");
+                    return (Err(e), Vec::new());
+                }
+                // The socket is non-blocking (for the sends): a receive can come back
+                // empty-handed, rarely. Wait for bytes and try again.
+                Ok((Err(e), back)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    buf = back;
+                    let readable = monoio::time::timeout_at(deadline, self.0.readable(false));
+                    if readable.await.is_err() {
+                        let e = io::Error::new(io::ErrorKind::TimedOut, "no bytes in time");
+                        return (Err(e), buf);
+                    }
+                }
+                Ok((result, back)) => return (result, back),
+            }
+        }
+    }
+}
+
+struct RingWriter(monoio::net::TcpStream);
+
+impl SocketWriter for RingWriter {
+    fn fd(&self) -> BorrowedFd<'_> {
+        stream_fd(&self.0)
+    }
+
+    fn try_write(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize> {
+        op()
+    }
+
+    async fn writable(&self, timeout: Duration) -> io::Result<()> {
+        match monoio::time::timeout(timeout, self.0.writable(false)).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer stopped reading",
+            )),
+        }
+    }
+}

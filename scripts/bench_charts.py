@@ -146,22 +146,37 @@ def dataplane_table(data: dict) -> str:
     rows = []
     for label, points in dataplane_series(data).items():
         for r in points:
-            cpu = r.get("server_cpu_user_s", 0) + r.get("server_cpu_kernel_s", 0)
+            user, kernel = r.get("server_cpu_user_s"), r.get("server_cpu_kernel_s")
+            served = r.get("served_conns")
             rows.append(
                 [
                     label,
-                    f_int(r["conns"]),
+                    f_int(r["conns"]) if served is None else f"{f_int(r['conns'])} ({f_int(served)})",
                     f_int(r["rps"]),
                     f_mib(r["mib_s"]),
                     f_us(r["p50_us"]),
                     f_us(r["p99_us"]),
                     f_us(r.get("p999_us")),
-                    f"{cpu:.2f} s" if "server_cpu_user_s" in r else "—",
-                    f"{r['server_rss_mib']:.0f} MiB" if "server_rss_mib" in r else "—",
+                    "—" if user is None else f"{user:.2f} / {kernel:.2f} s",
+                    "—"
+                    if r.get("server_cpu_per_request_us") is None
+                    else f"{r['server_cpu_per_request_us']:.1f} µs",
+                    f"{r['server_rss_mib']:.0f} MiB" if r.get("server_rss_mib") is not None else "—",
                 ]
             )
-    headers = ["server", "conns", "rps", "MiB/s", "p50", "p99", "p999", "server CPU", "RSS"]
-    return table(headers, rows, "l" + "r" * 8) + "\n\n" + provenance(data)
+    headers = [
+        "server",
+        "conns (served)",
+        "rps",
+        "MiB/s",
+        "p50",
+        "p99",
+        "p999",
+        "server CPU user / kernel",
+        "CPU per request",
+        "RSS",
+    ]
+    return table(headers, rows, "l" + "r" * 9) + "\n\n" + provenance(data)
 
 
 def dataplane_chart(data: dict, out: Path) -> None:

@@ -85,6 +85,8 @@ def dataplane(lines: list[dict]) -> dict:
                 "server": x["target"],
                 "protocol": x["protocol"],
                 "conns": x["conns"],
+                "admitted_conns": x.get("admitted_conns"),
+                "served_conns": x.get("served_conns"),
                 "depth": x["depth"],
                 "rps": x["rps"],
                 "mib_s": x["mib_per_s"],

@@ -1,5 +1,6 @@
 //! `dataplane_benches`: one client, one resident block, serial 64 KiB reads over
-//! loopback TCP against the Tokio data plane.
+//! loopback TCP, against each data plane (io_uring rings, when this host has them, and
+//! Tokio).
 //!
 //! This is a per-request latency floor (frame decode, block lookup, page check, sendfile
 //! of 64 KiB, the client's read), not a throughput or scaling figure: with one request in
@@ -17,7 +18,7 @@ use talon_origin_stub::generated::GeneratedObject;
 use talon_origin_stub::{StubConfig, start as start_stub};
 use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
 use talon_worker::WorkerConfig;
-use talon_worker::data_plane::DataPlaneConfig;
+use talon_worker::data_plane::{DataPlaneConfig, PlaneKind, PlaneRequest};
 use talon_worker::loader::LoaderConfig;
 
 const BLOCK: u64 = 4 << 20;
@@ -29,6 +30,18 @@ fn secret() -> talon_core::cluster_auth::ClusterSecret {
 }
 
 fn serial_reads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dataplane");
+    group.throughput(Throughput::Bytes(u64::from(READ)));
+    for plane in [PlaneRequest::Default, PlaneRequest::ForceTokio] {
+        serial_reads_on(&mut group, plane);
+    }
+    group.finish();
+}
+
+fn serial_reads_on(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    plane: PlaneRequest,
+) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -36,7 +49,7 @@ fn serial_reads(c: &mut Criterion) {
         .expect("runtime");
     let object = GeneratedObject::new("bench", "block.bin", BLOCK, 1);
     let dir = tempfile::tempdir().expect("tempdir");
-    let (addr, _stub, _worker) = runtime.block_on(async {
+    let (addr, kind, _stub, _worker) = runtime.block_on(async {
         let stub = start_stub(StubConfig {
             generated: vec![object.clone()],
             ..StubConfig::default()
@@ -65,14 +78,21 @@ fn serial_reads(c: &mut Criterion) {
             stat_ttl: Duration::from_secs(60),
             negative_stat_ttl: Duration::from_secs(1),
             loader: LoaderConfig::default(),
-            data_plane: DataPlaneConfig::default(),
+            data_plane: DataPlaneConfig {
+                plane,
+                ..DataPlaneConfig::default()
+            },
             membership: None,
             cluster_secret: secret(),
         })
         .await
         .expect("worker");
-        (worker.addr, stub, worker)
+        (worker.addr, worker.plane, stub, worker)
     });
+    if plane == PlaneRequest::Default && kind == PlaneKind::Tokio {
+        // No io_uring on this host: the Tokio row below is the only one.
+        return;
+    }
     let block = BlockId::new(
         ObjectId::s3("bench", "block.bin").expect("id"),
         ObjectVersion::new(object.etag()).expect("version"),
@@ -112,18 +132,15 @@ fn serial_reads(c: &mut Criterion) {
     for (i, offset) in (0..BLOCK).step_by(READ as usize).enumerate() {
         read_at(offset, &mut conn, i as u32 + 1);
     }
-    let mut group = c.benchmark_group("dataplane");
-    group.throughput(Throughput::Bytes(u64::from(READ)));
     let mut id = 1_000u32;
     let mut offset = 0u64;
-    group.bench_function("tokio/serial_read_64KiB", |b| {
+    group.bench_function(format!("{}/serial_read_64KiB", kind.name()), |b| {
         b.iter(|| {
             id = id.wrapping_add(1);
             offset = (offset + u64::from(READ)) % BLOCK;
             read_at(offset, &mut conn, id);
         })
     });
-    group.finish();
 }
 
 criterion_group!(benches, serial_reads);

@@ -35,7 +35,7 @@ use crate::error::{Result, WorkerError};
 pub const FORCE_TOKIO_ENV: &str = "TALON_WORKER_FORCE_TOKIO_DATA_PLANE";
 
 /// Which plane the operator asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlaneRequest {
     /// io_uring when the probe passes, else Tokio with a warning.
     Default,

@@ -102,6 +102,30 @@ struct BlockState {
     has_meta: bool,
 }
 
+/// Where the bytes of a commit come from: memory (an origin fill) or a staging file
+/// (a pushed Ingest). Offsets are block offsets; the source starts at `span_start`.
+enum PageSource<'a> {
+    Memory { data: &'a [u8], span_start: u64 },
+    Staged { file: &'a File, span_start: u64 },
+}
+
+impl PageSource<'_> {
+    /// The bytes of the page at `r`, read into `scratch` when they are in a file.
+    fn page<'b>(&'b self, r: Range<u64>, scratch: &'b mut Vec<u8>) -> Result<&'b [u8]> {
+        match self {
+            PageSource::Memory { data, span_start } => {
+                Ok(&data[(r.start - span_start) as usize..(r.end - span_start) as usize])
+            }
+            PageSource::Staged { file, span_start } => {
+                scratch.resize((r.end - r.start) as usize, 0);
+                file.read_exact_at(scratch, r.start - span_start)
+                    .map_err(|e| WorkerError::io("reading the staging file", e))?;
+                Ok(&scratch[..])
+            }
+        }
+    }
+}
+
 /// One cached block.
 #[derive(Debug)]
 pub struct Block {
@@ -726,6 +750,45 @@ impl BlockStore {
         Some(block)
     }
 
+    /// A new, empty staging file for a pushed Ingest, in the store's folder (same
+    /// filesystem as the blocks) but without a name: `O_TMPFILE`, so it vanishes when
+    /// closed, whatever happens to the push or the process. Where the filesystem has no
+    /// `O_TMPFILE`, a named file removed at once has the same effect.
+    ///
+    /// # Errors
+    /// I/O errors creating it.
+    pub fn staging_file(&self) -> Result<File> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
+        match rustix::fs::open(&self.dir, flags, Mode::RUSR | Mode::WUSR) {
+            Ok(fd) => Ok(File::from(fd)),
+            Err(
+                rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL,
+            ) => {
+                let mut name = [0u8; 8];
+                getrandom::getrandom(&mut name).map_err(|e| {
+                    WorkerError::Unavailable(format!("no randomness for a staging name: {e}"))
+                })?;
+                let path = self
+                    .dir
+                    .join(format!("staging-{}.ingest", hex::encode(name)));
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(|e| WorkerError::io("creating a staging file", e))?;
+                fs::remove_file(&path)
+                    .map_err(|e| WorkerError::io("unlinking a staging file", e))?;
+                Ok(file)
+            }
+            Err(e) => Err(WorkerError::io(
+                "creating a staging file",
+                io::Error::from(e),
+            )),
+        }
+    }
+
     /// The cached block, if present (no creation).
     pub fn get(&self, id: &BlockId) -> Option<Arc<Block>> {
         lock(&self.inner).blocks.get(&id.storage_name()).cloned()
@@ -787,10 +850,59 @@ impl BlockStore {
                 span.end - span.start
             )));
         }
+        let source = PageSource::Memory {
+            data,
+            span_start: span.start,
+        };
+        self.commit_pages(block, pages, reservation, &source)
+    }
+
+    /// Stores the bytes of `pages` from `staged` (a staging file holding exactly the
+    /// pages' bytes from its offset 0: a pushed Ingest), durably, and marks them
+    /// present. Each page is read back from the staging file (the page cache: it was
+    /// just written), checksummed and written into the block file, one page in memory
+    /// at a time.
+    ///
+    /// # Errors
+    /// I/O errors; a staging file shorter than the pages (nothing is marked present).
+    pub fn commit_staged(
+        &self,
+        block: &Block,
+        pages: Range<u32>,
+        staged: &File,
+        reservation: Reservation,
+    ) -> Result<()> {
+        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
+        let staged_len = staged
+            .metadata()
+            .map_err(|e| WorkerError::io("reading the staging file", e))?
+            .len();
+        if staged_len != span.end - span.start {
+            return Err(WorkerError::InvalidRequest(format!(
+                "a push of {staged_len} bytes for {} bytes of pages",
+                span.end - span.start
+            )));
+        }
+        let source = PageSource::Staged {
+            file: staged,
+            span_start: span.start,
+        };
+        self.commit_pages(block, pages, reservation, &source)
+    }
+
+    /// Writes the absent pages of `pages` (their bytes from `source`), syncs the file,
+    /// then marks them present with their checksums and accounts their cost. Present
+    /// pages are never rewritten. On an error nothing is marked present.
+    fn commit_pages(
+        &self,
+        block: &Block,
+        pages: Range<u32>,
+        reservation: Reservation,
+        source: &PageSource<'_>,
+    ) -> Result<()> {
         if block.is_evicted() {
             return Ok(());
         }
-        // Present pages are never rewritten: only absent ones are written.
         let absent: Vec<u32> = {
             let mut st = lock(&block.state);
             st.writers += 1;
@@ -799,31 +911,31 @@ impl BlockStore {
                 .filter(|&p| !st.present.is_present(p).unwrap_or(true))
                 .collect()
         };
-        let written = (|| -> Result<()> {
+        let mut scratch = Vec::new();
+        let written = (|| -> Result<Vec<u32>> {
+            let mut checksums = Vec::with_capacity(absent.len());
             for &p in &absent {
                 let r = block.page_bytes(p);
-                let slice = &data[(r.start - span.start) as usize..(r.end - span.start) as usize];
+                let bytes = source.page(r.clone(), &mut scratch)?;
+                checksums.push(page_checksum(bytes));
                 block
                     .file
-                    .write_all_at(slice, r.start)
+                    .write_all_at(bytes, r.start)
                     .map_err(|e| WorkerError::io("writing a block", e))?;
             }
             block
                 .file
                 .sync_data()
-                .map_err(|e| WorkerError::io("syncing a block", e))
+                .map_err(|e| WorkerError::io("syncing a block", e))?;
+            Ok(checksums)
         })();
-        if let Err(e) = written {
-            lock(&block.state).writers -= 1;
-            return Err(e);
-        }
-        let checksums: Vec<u32> = pages
-            .clone()
-            .map(|p| {
-                let r = block.page_bytes(p);
-                page_checksum(&data[(r.start - span.start) as usize..(r.end - span.start) as usize])
-            })
-            .collect();
+        let checksums = match written {
+            Ok(c) => c,
+            Err(e) => {
+                lock(&block.state).writers -= 1;
+                return Err(e);
+            }
+        };
         let added = {
             let mut st = lock(&block.state);
             st.writers -= 1;
@@ -831,11 +943,11 @@ impl BlockStore {
                 return Ok(());
             }
             let mut added = 0;
-            for (i, p) in pages.clone().enumerate() {
+            for (&p, &sum) in absent.iter().zip(&checksums) {
                 if !st.present.is_present(p).unwrap_or(true) {
                     let _ = st.present.set(p);
                     let _ = st.verified.set(p);
-                    st.checksums[p as usize] = checksums[i];
+                    st.checksums[p as usize] = sum;
                     added += self.page_cost(block, p..p + 1);
                 }
             }

@@ -43,6 +43,11 @@ impl WorkerError {
         WorkerError::Io { context, source }
     }
 
+    /// Whether this is an I/O error that timed out (a peer too slow).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, WorkerError::Io { source, .. } if source.kind() == io::ErrorKind::TimedOut)
+    }
+
     /// The error frame code a client receives for this error.
     pub fn frame_code(&self) -> ErrorCode {
         match self {

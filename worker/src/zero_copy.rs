@@ -160,17 +160,31 @@ pub fn send_file_range(
 
 /// Waits until `socket` can take more bytes, at most `timeout`.
 fn wait_writable(socket: &impl AsFd, timeout: Duration) -> io::Result<()> {
+    wait_for(
+        socket,
+        rustix::event::PollFlags::OUT,
+        timeout,
+        "the peer stopped reading",
+    )
+}
+
+/// Waits with `poll(2)` until `socket` is ready for `events`, at most `timeout`
+/// (then [`io::ErrorKind::TimedOut`], saying `what`). A hang-up or error on the socket
+/// is ready too: the next call on it reports what happened.
+fn wait_for(
+    socket: &impl AsFd,
+    events: rustix::event::PollFlags,
+    timeout: Duration,
+    what: &str,
+) -> io::Result<()> {
     use rustix::event::{PollFd, PollFlags, Timespec, poll};
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the peer stopped reading",
-            ));
+            return Err(io::Error::new(io::ErrorKind::TimedOut, what.to_owned()));
         }
-        let mut fds = [PollFd::new(socket, PollFlags::OUT)];
+        let mut fds = [PollFd::new(socket, events)];
         let ts = Timespec {
             tv_sec: left.as_secs() as i64,
             tv_nsec: i64::from(left.subsec_nanos()),
@@ -179,7 +193,9 @@ fn wait_writable(socket: &impl AsFd, timeout: Duration) -> io::Result<()> {
             Ok(0) => continue,
             Ok(_) => {
                 let revents = fds[0].revents();
-                if revents.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
+                if events.contains(PollFlags::OUT)
+                    && revents.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL)
+                {
                     return Err(io::Error::new(
                         io::ErrorKind::BrokenPipe,
                         "the peer went away",
@@ -193,23 +209,26 @@ fn wait_writable(socket: &impl AsFd, timeout: Duration) -> io::Result<()> {
     }
 }
 
-/// Moves `len` bytes from `socket` into `file` at `offset` with `splice(2)` through a
-/// pipe, for pushes of block data (ingest) that should not pass through user space.
-///
-/// The socket should be blocking (or the caller must handle a short count: the return
-/// is the bytes moved, possibly fewer than `len` when the socket would block).
+/// Moves exactly `len` bytes from `socket` into `file` at `offset` with `splice(2)`
+/// through a pipe, for pushes of block data (ingest) that should not pass through user
+/// space. The socket may be non-blocking: when it has no bytes this waits for them with
+/// `poll(2)` on the calling thread, until `deadline` — so call it from a blocking pool,
+/// never from a reactor or ring thread.
 ///
 /// # Errors
-/// [`io::ErrorKind::UnexpectedEof`] when the peer closes early; pipe, socket or file
-/// errors.
+/// [`io::ErrorKind::UnexpectedEof`] when the peer closes early,
+/// [`io::ErrorKind::TimedOut`] at `deadline`; pipe, socket or file errors. After an
+/// error the file holds a prefix of the bytes: the caller discards it.
 pub fn splice_to_file(
     socket: &impl AsFd,
     file: &impl AsFd,
     offset: u64,
     len: u64,
+    deadline: std::time::Instant,
 ) -> io::Result<u64> {
-    use rustix::pipe::{SpliceFlags, pipe, splice};
-    let (pipe_rd, pipe_wr) = pipe().map_err(io::Error::from)?;
+    use rustix::pipe::{SpliceFlags, pipe_with, splice};
+    let (pipe_rd, pipe_wr) =
+        pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from)?;
     let mut moved = 0u64;
     let mut file_pos = offset;
     while moved < len {
@@ -222,7 +241,7 @@ pub fn splice_to_file(
             &pipe_wr,
             None,
             want,
-            SpliceFlags::MOVE,
+            SpliceFlags::MOVE | SpliceFlags::NONBLOCK,
         ) {
             Ok(0) => {
                 return Err(io::Error::new(
@@ -232,7 +251,16 @@ pub fn splice_to_file(
             }
             Ok(n) => n,
             Err(rustix::io::Errno::INTR) => continue,
-            Err(rustix::io::Errno::AGAIN) if moved > 0 => return Ok(moved),
+            Err(rustix::io::Errno::AGAIN) => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                wait_for(
+                    socket,
+                    rustix::event::PollFlags::IN,
+                    left,
+                    "the rest of the push",
+                )?;
+                continue;
+            }
             Err(e) => return Err(io::Error::from(e)),
         };
         let mut drained = 0;
@@ -353,10 +381,34 @@ mod tests {
         let data: Vec<u8> = (0..150_000u32).map(|i| (i % 13) as u8).collect();
         let sent = data.clone();
         let writer = std::thread::spawn(move || tx.write_all(&sent).unwrap());
-        assert_eq!(splice_to_file(&rx, &f, 4096, 150_000).unwrap(), 150_000);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        assert_eq!(
+            splice_to_file(&rx, &f, 4096, 150_000, deadline).unwrap(),
+            150_000
+        );
         writer.join().unwrap();
         let mut back = vec![0; 150_000];
         f.read_exact_at(&mut back, 4096).unwrap();
         assert_eq!(back, data);
+    }
+
+    #[test]
+    fn a_push_cut_short_or_stalled_is_an_error_not_a_short_success() {
+        let f = tempfile::tempfile().unwrap();
+        let soon = || std::time::Instant::now() + Duration::from_millis(300);
+        // The peer closes after 1,000 of 5,000 bytes.
+        let (mut tx, rx) = pair();
+        rx.set_nonblocking(true).unwrap();
+        tx.write_all(&[5; 1000]).unwrap();
+        drop(tx);
+        let err = splice_to_file(&rx, &f, 0, 5000, soon() + Duration::from_secs(5)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        // The peer stops sending but keeps the connection open.
+        let (mut tx, rx) = pair();
+        rx.set_nonblocking(true).unwrap();
+        tx.write_all(&[5; 1000]).unwrap();
+        let err = splice_to_file(&rx, &f, 0, 5000, soon()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        drop(tx);
     }
 }

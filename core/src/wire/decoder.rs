@@ -139,6 +139,32 @@ impl FrameDecoder {
         matches!(self.state, State::Header) && self.buf.is_empty()
     }
 
+    /// Data bytes of the current bulk frame not yet passed through, or `None`
+    /// outside a bulk frame's data.
+    pub fn bulk_remaining(&self) -> Option<u32> {
+        match self.state {
+            State::Bulk { remaining } => Some(remaining),
+            _ => None,
+        }
+    }
+
+    /// Counts `n` data bytes of the current bulk frame as consumed by the caller
+    /// outside the decoder (moved from the socket to a file with `splice`, say), so
+    /// that the next [`decode`](Self::decode) continues after them. Returns `false`
+    /// and changes nothing when not inside a bulk frame's data or when `n` exceeds
+    /// what remains.
+    pub fn skip_bulk(&mut self, n: u32) -> bool {
+        match self.state {
+            State::Bulk { remaining } if n <= remaining => {
+                self.state = State::Bulk {
+                    remaining: remaining - n,
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn step<'a>(&mut self, input: &mut &'a [u8]) -> Result<Option<Event<'a>>, Error> {
         loop {
             match self.state {
@@ -323,6 +349,38 @@ mod tests {
         for chunk in [1, 2, 3, 15, 16, 17, 100, bytes.len()] {
             assert_eq!(decode_all(&bytes, chunk), msgs, "chunk {chunk}");
         }
+    }
+
+    #[test]
+    fn bulk_bytes_moved_outside_the_decoder_are_skipped() {
+        let mut bytes = Message::Ingest(ingest()).encode(4).unwrap();
+        let ping = Message::Ping { nonce: 8 }.encode(5).unwrap();
+        bytes.extend_from_slice(&ping);
+        let mut decoder = FrameDecoder::new();
+        assert_eq!(decoder.bulk_remaining(), None);
+        assert!(!decoder.skip_bulk(0), "nothing to skip between frames");
+        // The header and metadata, then stop: the data "goes elsewhere".
+        let data_len = ingest().data.len() as u32;
+        let meta_end = bytes.len() - ping.len() - data_len as usize;
+        let mut input = &bytes[..meta_end];
+        assert!(matches!(
+            decoder.decode(&mut input).unwrap(),
+            Some(Event::BulkStart(_))
+        ));
+        assert_eq!(decoder.bulk_remaining(), Some(data_len));
+        assert!(!decoder.skip_bulk(data_len + 1), "more than remains");
+        assert_eq!(decoder.bulk_remaining(), Some(data_len));
+        assert!(decoder.skip_bulk(data_len));
+        let mut rest = &bytes[meta_end + data_len as usize..];
+        assert_eq!(decoder.decode(&mut rest).unwrap(), Some(Event::BulkEnd));
+        assert!(matches!(
+            decoder.decode(&mut rest).unwrap(),
+            Some(Event::Frame(Frame {
+                message: Message::Ping { nonce: 8 },
+                ..
+            }))
+        ));
+        assert!(decoder.is_idle());
     }
 
     #[test]

@@ -36,7 +36,9 @@ use talon_core::{ErrorCode, Message};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::DataPlaneConfig;
-use super::requests::{Reply, Services, answer_now, error_frame, handle, handle_ingest};
+use super::requests::{
+    Reply, Services, Staged, answer_now, error_frame, handle, handle_ingest, receive_push,
+};
 use crate::metrics::WorkerMetrics;
 use crate::zero_copy::{is_resident, send_file_range, sendfile_once};
 
@@ -103,7 +105,15 @@ pub(crate) async fn serve_connection<R: SocketReader, W: SocketWriter>(
     };
     let (queue, pending) = mpsc::channel::<oneshot::Receiver<Reply>>(config.pipeline_depth.max(1));
     let read = read_loop(
-        reader, decoder, carried, role, queue, services, config, shutdown,
+        reader,
+        decoder,
+        carried,
+        role,
+        queue,
+        services,
+        config,
+        shutdown,
+        bulk_fd.clone(),
     );
     let write = write_loop(&writer, bulk_fd, pending, services.metrics.clone(), stall);
     let (mut read, mut write) = (std::pin::pin!(read), std::pin::pin!(write));
@@ -280,11 +290,36 @@ async fn push_fatal(queue: &mpsc::Sender<oneshot::Receiver<Reply>>, frame: Vec<u
     push_now(queue, Reply::Close).await;
 }
 
-/// Where an Ingest push in progress collects its bytes.
+/// An Ingest push in progress: its header and metadata, and the bytes that came in
+/// with them (at most one read buffer: the rest is spliced from the socket).
 struct IngestInProgress {
     header: FrameHeader,
     meta: IngestMeta,
-    data: Vec<u8>,
+    prefix: Vec<u8>,
+}
+
+/// Starts answering a push that has all its bytes (in `staged`): queues its answer's
+/// slot, then commits on a Tokio task. `false` when the writer has gone.
+async fn queue_ingest(
+    queue: &mpsc::Sender<oneshot::Receiver<Reply>>,
+    services: &Arc<Services>,
+    push: IngestInProgress,
+    file: Option<std::fs::File>,
+) -> bool {
+    let (tx, rx) = oneshot::channel();
+    if queue.send(rx).await.is_err() {
+        return false;
+    }
+    let services = services.clone();
+    tokio::spawn(async move {
+        let staged = Staged {
+            prefix: push.prefix,
+            file,
+        };
+        let reply = handle_ingest(&services, push.header, push.meta, staged).await;
+        let _ = tx.send(reply);
+    });
+    true
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -297,6 +332,7 @@ async fn read_loop<R: SocketReader>(
     services: &Arc<Services>,
     config: &DataPlaneConfig,
     mut shutdown: watch::Receiver<bool>,
+    socket: Arc<OwnedFd>,
 ) -> io::Result<()> {
     let mut buf = Vec::with_capacity(READ_BUFFER_BYTES.max(carried.len()));
     // What the peer pipelined behind its HelloProof is handled first.
@@ -387,7 +423,7 @@ async fn read_loop<R: SocketReader>(
                         ingest = Some(IngestInProgress {
                             header: start.header,
                             meta,
-                            data: Vec::new(),
+                            prefix: Vec::new(),
                         });
                     }
                     BulkKind::ReadRangeReply => {
@@ -402,23 +438,74 @@ async fn read_loop<R: SocketReader>(
                 },
                 Event::BulkData(data) => {
                     if let Some(push) = &mut ingest {
-                        push.data.extend_from_slice(data);
+                        push.prefix.extend_from_slice(data);
                     }
                 }
                 Event::BulkEnd => {
-                    if let Some(push) = ingest.take() {
-                        let (tx, rx) = oneshot::channel();
-                        if queue.send(rx).await.is_err() {
-                            return Ok(());
-                        }
-                        let services = services.clone();
-                        tokio::spawn(async move {
-                            let reply =
-                                handle_ingest(&services, push.header, push.meta, push.data).await;
-                            let _ = tx.send(reply);
-                        });
+                    if let Some(push) = ingest.take()
+                        && !queue_ingest(&queue, services, push, None).await
+                    {
+                        return Ok(());
                     }
                 }
+            }
+        }
+        // A push whose rest is still in the socket: splice it into a staging file on
+        // the blocking pool (this reader reads nothing meanwhile), by the frame's
+        // deadline. It never passes through this process's memory.
+        if let Some(remaining) = decoder.bulk_remaining().filter(|&r| r > 0)
+            && let Some(push) = ingest.take()
+        {
+            let started = *frame_started.get_or_insert_with(Instant::now);
+            let deadline = started + config.frame_timeout;
+            let IngestInProgress {
+                header,
+                meta,
+                prefix,
+            } = push;
+            let (fd, task_services) = (socket.clone(), services.clone());
+            let received = tokio::task::spawn_blocking(move || {
+                receive_push(
+                    &task_services,
+                    &prefix,
+                    &*fd,
+                    u64::from(remaining),
+                    deadline,
+                )
+            })
+            .await
+            .map_err(io::Error::other)?;
+            let file = match received {
+                Ok(file) => file,
+                Err(e) => {
+                    // Nothing is committed; the staging file is gone with its handle.
+                    services.metrics.error_frame();
+                    let frame = if e.is_timeout() {
+                        error_frame(
+                            header.request_id(),
+                            ErrorCode::Timeout,
+                            "the rest of the push did not arrive in time",
+                        )
+                    } else {
+                        error_frame(header.request_id(), e.frame_code(), &e.to_string())
+                    };
+                    push_fatal(&queue, frame).await;
+                    return Ok(());
+                }
+            };
+            decoder.skip_bulk(remaining);
+            let mut nothing: &[u8] = &[];
+            if !matches!(decoder.decode(&mut nothing), Ok(Some(Event::BulkEnd))) {
+                return Err(io::Error::other("the decoder did not end the push"));
+            }
+            // The staging file holds every byte, the prefix included.
+            let push = IngestInProgress {
+                header,
+                meta,
+                prefix: Vec::new(),
+            };
+            if !queue_ingest(&queue, services, push, Some(file)).await {
+                return Ok(());
             }
         }
     }

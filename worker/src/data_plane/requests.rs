@@ -124,14 +124,48 @@ pub(crate) async fn handle(services: &Services, header: FrameHeader, message: Me
     }
 }
 
+/// A pushed Ingest's bytes, staged: the first bytes, which arrived with the frame's
+/// header into the connection's read buffer, and, for a longer push, a staging file
+/// that already holds them and the rest (spliced from the socket).
+pub(crate) struct Staged {
+    /// The bytes read with the header (all of them when `file` is `None`).
+    pub prefix: Vec<u8>,
+    /// The staging file with every byte of the push, from offset 0.
+    pub file: Option<std::fs::File>,
+}
+
+/// Receives a push into a staging file ([`crate::block_store::BlockStore::staging_file`]):
+/// writes `prefix`, then splices `remaining` more bytes from `socket` behind it, by
+/// `deadline`. Blocking: run it on the blocking pool.
+///
+/// # Errors
+/// Creating or writing the staging file; the socket's errors: the peer closing early
+/// (`UnexpectedEof`) or `deadline` passing (`TimedOut`).
+pub(crate) fn receive_push(
+    services: &Services,
+    prefix: &[u8],
+    socket: &impl std::os::fd::AsFd,
+    remaining: u64,
+    deadline: Instant,
+) -> std::result::Result<std::fs::File, WorkerError> {
+    use std::os::unix::fs::FileExt;
+    let file = services.loader.store().staging_file()?;
+    file.write_all_at(prefix, 0)
+        .map_err(|e| WorkerError::io("writing a staging file", e))?;
+    let offset = prefix.len() as u64;
+    crate::zero_copy::splice_to_file(socket, &file, offset, remaining, deadline)
+        .map_err(|e| WorkerError::io("receiving a push", e))?;
+    Ok(file)
+}
+
 /// Answers a finished Ingest push: an IngestAck, or an error frame.
 pub(crate) async fn handle_ingest(
-    services: &Services,
+    services: &Arc<Services>,
     header: FrameHeader,
     meta: IngestMeta,
-    data: Vec<u8>,
+    staged: Staged,
 ) -> Reply {
-    match ingest_pages(services, &meta, data).await {
+    match ingest_pages(services, &meta, staged).await {
         Ok(ack) => Reply::Frame(
             Message::IngestAck(ack)
                 .encode(header.request_id())
@@ -211,27 +245,51 @@ async fn read_range(
 }
 
 /// Stores pushed bytes: whole pages (the last page of the block may be short), each
-/// checked and made durable like a fill.
-async fn ingest_pages(services: &Services, meta: &IngestMeta, data: Vec<u8>) -> Result<IngestAck> {
-    meta.validate(data.len() as u64)?;
-    let loader = services.loader.clone();
-    let store = loader.store().clone();
-    let (id, size, offset) = (meta.block.clone(), meta.object_size, meta.offset);
-    let len = data.len() as u32;
-    tokio::task::spawn_blocking(move || -> Result<()> {
+/// checksummed and made durable like a fill, from the staging file. Nothing is marked
+/// present unless every page is written and synced; the staging file vanishes when
+/// this returns.
+async fn ingest_pages(
+    services: &Arc<Services>,
+    meta: &IngestMeta,
+    staged: Staged,
+) -> Result<IngestAck> {
+    let services = services.clone();
+    let meta = meta.clone();
+    tokio::task::spawn_blocking(move || -> Result<IngestAck> {
+        use std::os::unix::fs::FileExt;
+        let file = match staged.file {
+            Some(file) => file,
+            None => {
+                let file = services.loader.store().staging_file()?;
+                file.write_all_at(&staged.prefix, 0)
+                    .map_err(|e| WorkerError::io("writing a staging file", e))?;
+                file
+            }
+        };
+        let len = file
+            .metadata()
+            .map_err(|e| WorkerError::io("reading a staging file", e))?
+            .len();
+        meta.validate(len)?;
+        let len = u32::try_from(len)
+            .map_err(|_| WorkerError::InvalidRequest("the push is too long".into()))?;
+        let store = services.loader.store().clone();
+        let (id, size, offset) = (meta.block.clone(), meta.object_size, meta.offset);
         let block = store.get_or_create(&id, size)?;
         let pages = block.pages_for(offset, u64::from(len));
+        let ack = IngestAck { offset, len };
         if pages.is_empty() {
-            return Ok(());
+            return Ok(ack);
         }
         let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
         if span.start != offset || span.end != offset + u64::from(len) {
+            store.forget_if_empty(&block);
             return Err(WorkerError::InvalidRequest(
                 "ingested bytes must cover whole pages".into(),
             ));
         }
         // Claim the pages like a fill, so a push never races a fetch of the same pages.
-        match block.plan(pages.clone(), pages.end, u32::MAX) {
+        let result = match block.plan(pages.clone(), pages.end, u32::MAX) {
             FillPlan::Ready => Ok(()),
             FillPlan::Fill {
                 pages: claimed,
@@ -239,7 +297,7 @@ async fn ingest_pages(services: &Services, meta: &IngestMeta, data: Vec<u8>) -> 
             } if claimed == pages => {
                 let result = match store.reserve(&block, pages.clone()) {
                     Some(reservation) => {
-                        store.commit_fill(&block, pages.clone(), &data, reservation)
+                        store.commit_staged(&block, pages.clone(), &file, reservation)
                     }
                     None => Err(WorkerError::Unavailable(
                         "the ingest does not fit in the cache".into(),
@@ -260,12 +318,12 @@ async fn ingest_pages(services: &Services, meta: &IngestMeta, data: Vec<u8>) -> 
             FillPlan::Wait(_) => Err(WorkerError::Unavailable(
                 "these pages are being filled; retry".into(),
             )),
+        };
+        if result.is_err() {
+            store.forget_if_empty(&block);
         }
+        result.map(|()| ack)
     })
     .await
-    .map_err(|e| WorkerError::Unavailable(format!("a disk task failed: {e}")))??;
-    Ok(IngestAck {
-        offset: meta.offset,
-        len,
-    })
+    .map_err(|e| WorkerError::Unavailable(format!("a disk task failed: {e}")))?
 }

@@ -407,6 +407,9 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let mut cache_config =
         CacheClientConfig::new(coordinator.url(), geometry, cluster_secret.clone());
     cache_config.origin_fallback = Some(origins.clone());
+    // The gateway pushes small uploads into the cache after the origin stored them
+    // (write-through), which the ingester role allows.
+    cache_config.role = talon_core::cluster_auth::Role::Ingester;
     let cache = CacheClient::connect(cache_config)
         .await
         .context("connecting the gateway to the cluster")?;

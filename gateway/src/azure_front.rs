@@ -675,6 +675,14 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
     };
     let (stream, outcome) =
         VerifyingBody::new(body, claims, len, ctx.gw.limits.upload_idle_timeout);
+    let keep =
+        ctx.gw
+            .objects
+            .keep_for_write_through(ctx.front.route, ctx.backend(), container, blob, len);
+    let stream = match keep {
+        Some(_) => stream.keep_up_to(len),
+        None => stream,
+    };
     let headers = write_headers(ctx);
     let header_refs: Vec<(&str, String)> = headers
         .iter()
@@ -693,6 +701,12 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
     let (etag, verified) = settle(&outcome, result.map_err(container_errors))?;
     ctx.gw.objects.wrote(ctx.backend(), container, blob);
     ctx.gw.metrics.bytes_in(PROTOCOL, len);
+    if let (Some(permit), Some(bytes)) = (keep, &verified.kept) {
+        ctx.gw
+            .objects
+            .write_through(ctx.backend(), container, blob, &etag, bytes, permit)
+            .await;
+    }
     let mut resp = answer(StatusCode::CREATED, Body::empty());
     let h = resp.headers_mut();
     set_header(h, "etag", &etag);

@@ -136,6 +136,11 @@ pub struct Limits {
     pub max_connections: usize,
     /// Most open connections per listener from one client IP address.
     pub max_connections_per_peer: usize,
+    /// Largest PutObject / Put Blob whose bytes are also pushed into the cache once the
+    /// origin has stored them (write-through on a cache route, so the writer's next
+    /// read is a hit); 0 turns it off. Copies kept for this are bounded all together by
+    /// eight times this (a copy that does not fit is simply not kept).
+    pub write_through_max_bytes: u64,
 }
 
 impl Default for Limits {
@@ -150,6 +155,7 @@ impl Default for Limits {
             max_xml_bytes: 2 << 20,
             max_connections: 4096,
             max_connections_per_peer: 512,
+            write_through_max_bytes: 8 << 20,
         }
     }
 }

@@ -185,6 +185,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             config.cache,
             config.metadata_ttl,
             config.read_your_writes,
+            config.limits.write_through_max_bytes,
         ),
         limits: config.limits.clone(),
         metrics: Arc::new(GatewayMetrics::new()),

@@ -101,6 +101,11 @@ struct Args {
     /// process's memory).
     #[arg(long, env = "TALON_GATEWAY_BUFFER_BUDGET", default_value = "1GiB", value_parser = parse_byte_size)]
     buffer_budget: u64,
+    /// Uploads (PutObject, Put Blob) up to this size are also pushed into the cache
+    /// once the origin has stored them, so the writer's next read is a hit; 0 turns
+    /// that off. The gateway then joins the cluster in the ingester role.
+    #[arg(long, env = "TALON_GATEWAY_WRITE_THROUGH_MAX", default_value = "8MiB", value_parser = parse_byte_size)]
+    write_through_max: u64,
     #[command(flatten)]
     cluster: talon_coordinator::auth::ClusterSecretArgs,
     /// The cluster's block size.
@@ -294,6 +299,9 @@ async fn main() -> anyhow::Result<()> {
             let secret = args.cluster.load()?;
             let mut config = CacheClientConfig::new(url.clone(), geometry, secret);
             config.max_buffered_bytes = args.buffer_budget;
+            if args.write_through_max > 0 {
+                config.role = talon_core::cluster_auth::Role::Ingester;
+            }
             if args.origin_fallback {
                 config.origin_fallback = Some(origins.clone());
             }
@@ -346,6 +354,7 @@ async fn main() -> anyhow::Result<()> {
             write_stall_timeout: Duration::from_millis(args.write_stall_timeout_ms),
             max_connections: args.max_connections,
             max_connections_per_peer: args.max_connections_per_peer,
+            write_through_max_bytes: args.write_through_max,
             ..Limits::default()
         },
         tls: match (&args.tls_cert, &args.tls_key) {

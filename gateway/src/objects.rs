@@ -109,6 +109,19 @@ pub struct Objects {
     meta: Mutex<MetaCache>,
     read_your_writes: Duration,
     written: Mutex<RecentWrites>,
+    write_through: WriteThrough,
+}
+
+/// The write-through's bounds: the largest upload kept, and all kept bytes together
+/// (KiB permits), so that many concurrent small uploads cannot grow the gateway.
+struct WriteThrough {
+    max_bytes: u64,
+    budget: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// A kept upload's share of the write-through budget, held until it has been pushed.
+pub struct KeepPermit {
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl std::fmt::Debug for Objects {
@@ -131,6 +144,7 @@ impl Objects {
         cache: Option<CacheClient>,
         meta_ttl: Duration,
         read_your_writes: Duration,
+        write_through_max_bytes: u64,
     ) -> Objects {
         let azure_account = origins
             .azure
@@ -148,7 +162,45 @@ impl Objects {
                 at: HashMap::new(),
                 sweep_at: MIN_WRITES_SWEEP_AT,
             }),
+            write_through: WriteThrough {
+                max_bytes: write_through_max_bytes,
+                budget: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                    usize::try_from((write_through_max_bytes * 8).div_ceil(1024))
+                        .unwrap_or(usize::MAX)
+                        .min(tokio::sync::Semaphore::MAX_PERMITS),
+                )),
+            },
         }
+    }
+
+    /// Whether an upload of `len` bytes on a front with `route` should be kept for the
+    /// write-through, and its share of the budget if so: a cache route, a cache, an
+    /// object the cache can name, at most the configured size, and room in the budget
+    /// now (never waited for).
+    pub fn keep_for_write_through(
+        &self,
+        route: Route,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+        len: u64,
+    ) -> Option<KeepPermit> {
+        if route == Route::Origin
+            || self.cache.is_none()
+            || len == 0
+            || len > self.write_through.max_bytes
+            || self.object_id(backend, bucket, key).is_none()
+        {
+            return None;
+        }
+        let kib = u32::try_from(len.div_ceil(1024)).ok()?;
+        let permit = self
+            .write_through
+            .budget
+            .clone()
+            .try_acquire_many_owned(kib)
+            .ok()?;
+        Some(KeepPermit { _permit: permit })
     }
 
     /// The origin client of a backend.
@@ -191,6 +243,35 @@ impl Objects {
         written
             .at
             .insert((backend, bucket.to_owned(), key.to_owned()), Instant::now());
+    }
+
+    /// Fills the cache with the bytes of an object the origin has just stored through
+    /// this gateway and answered with `etag` (write-through: the origin always gets
+    /// every byte first), so that the writer's next read is a hit. Best effort and
+    /// never the write's failure: without a cache, for keys that bypass it, or when a
+    /// push fails, reads simply fill from the origin as usual.
+    pub async fn write_through(
+        &self,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+        etag: &str,
+        bytes: &Bytes,
+        _permit: KeepPermit,
+    ) {
+        let (Some(cache), Some(id)) = (&self.cache, self.object_id(backend, bucket, key)) else {
+            return;
+        };
+        if bytes.is_empty() {
+            return;
+        }
+        let Ok(version) = ObjectVersion::new(talon_protocols::conditional::normalize_etag(etag))
+        else {
+            return;
+        };
+        if let Err(e) = cache.put_object(&id, &version, bytes).await {
+            tracing::debug!(error = %e, %bucket, %key, "write-through to the cache failed; reads will fill from the origin");
+        }
     }
 
     /// Whether the object was written through this gateway within the window.

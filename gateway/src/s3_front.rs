@@ -701,6 +701,14 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
     };
     let (stream, outcome) =
         VerifyingBody::new(body, claims, len, ctx.gw.limits.upload_idle_timeout);
+    let keep =
+        ctx.gw
+            .objects
+            .keep_for_write_through(ctx.front.route, ctx.backend(), bucket, key, len);
+    let stream = match keep {
+        Some(_) => stream.keep_up_to(len),
+        None => stream,
+    };
     for cond in ["if-match", "if-none-match"] {
         if let Some(v) = header(ctx.headers, cond) {
             headers.push((cond.to_owned(), v.to_owned()));
@@ -726,6 +734,12 @@ async fn put_object(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
     let (etag, verified) = settle(&outcome, result)?;
     ctx.gw.objects.wrote(ctx.backend(), bucket, key);
     ctx.gw.metrics.bytes_in(PROTOCOL, len);
+    if let (Some(permit), Some(bytes)) = (keep, &verified.kept) {
+        ctx.gw
+            .objects
+            .write_through(ctx.backend(), bucket, key, &etag, bytes, permit)
+            .await;
+    }
     let mut resp = answer(StatusCode::OK, Body::empty());
     set_header(resp.headers_mut(), "etag", &etag);
     if let Some((alg, value)) = verified.checksum {

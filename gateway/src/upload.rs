@@ -57,6 +57,10 @@ pub struct Verified {
     pub md5_hex: String,
     /// The verified flexible checksum, from a header or trailer.
     pub checksum: Option<(ChecksumAlgorithm, String)>,
+    /// The decoded bytes themselves, for an upload no longer than the stream was told
+    /// to keep ([`VerifyingBody::keep_up_to`]): what the cache is filled with after the
+    /// origin has stored them (write-through, read-your-writes).
+    pub kept: Option<Bytes>,
 }
 
 /// The shared outcome of a verifying stream: set when the stream ends.
@@ -77,6 +81,7 @@ pub struct VerifyingBody {
     held: Option<Bytes>,
     done: bool,
     outcome: Outcome,
+    kept: Option<Vec<u8>>,
 }
 
 impl VerifyingBody {
@@ -107,8 +112,19 @@ impl VerifyingBody {
             held: None,
             done: false,
             outcome: outcome.clone(),
+            kept: None,
         };
         (v, outcome)
+    }
+
+    /// Also keeps a copy of the decoded bytes, for [`Verified::kept`], when the
+    /// announced length is at most `max` bytes (0 keeps nothing). The copy is bounded
+    /// by the announced length, which the stream never exceeds.
+    pub fn keep_up_to(mut self, max: u64) -> VerifyingBody {
+        if max > 0 && self.announced <= max {
+            self.kept = Some(Vec::with_capacity(self.announced as usize));
+        }
+        self
     }
 
     fn fail(&mut self, e: Error) -> Poll<Option<Result<Bytes, std::io::Error>>> {
@@ -177,6 +193,7 @@ impl VerifyingBody {
             len: self.len,
             md5_hex: hex::encode(md5),
             checksum: checksum_out,
+            kept: self.kept.take().map(Bytes::from),
         })
     }
 
@@ -205,6 +222,9 @@ impl VerifyingBody {
         self.md5.update(&decoded);
         if let Some((c, _)) = &mut self.checksum {
             c.update(&decoded);
+        }
+        if let Some(kept) = &mut self.kept {
+            kept.extend_from_slice(&decoded);
         }
         Ok(decoded)
     }

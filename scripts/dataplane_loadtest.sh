@@ -17,6 +17,7 @@
 #   BLOCKS=1              reads spread over this many blocks (object = BLOCKS blocks)
 #   PLANES=io_uring,tokio data planes to run, from PLANE_ENV below
 #   NGINX=1               0 skips the nginx comparison
+#   RATE=                 offered requests/s per point (constant rate); empty: closed loop
 #   OUT=bench/results/dataplane_loadtest.jsonl   JSON Lines, one report per point
 #                         (overwritten each run)
 #   TALON_CLUSTER_SECRET  the cluster secret every process shares (default: a fresh
@@ -42,9 +43,13 @@ OUT=${OUT:-bench/results/dataplane_loadtest.jsonl}
 
 # Each data plane the worker has, and the environment that selects it. Adding a plane
 # is one more entry here (and in PLANES).
+# A name after "+" is a Layer 2 variant of that plane (docs/data-plane.md): "copy"
+# sends resident ranges with pread + send instead of sendfile.
 declare -A PLANE_ENV=(
   [io_uring]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0"
   [tokio]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1"
+  [io_uring+copy]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_LAYER2=copy"
+  [tokio+copy]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_WORKER_LAYER2=copy"
 )
 
 BIN=target/release
@@ -154,16 +159,16 @@ for plane in ${PLANES//,/ }; do
     --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     --cache-dir "$TMP/cache-$plane" --capacity 1GiB --page-size 1MiB \
     --s3-endpoint "$S3" --ready-file "$TMP/worker-$plane.json" \
-    --coordinator "$COORDINATOR" --id "loadtest-$plane" \
+    --coordinator "$COORDINATOR" --id "loadtest-${plane//+/-}" \
     >"$TMP/worker-$plane.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
   wait_ready "$TMP/worker-$plane.json" "$pid" "worker-$plane"
   WORKER_ADDR[$plane]=$(json_field "$TMP/worker-$plane.json" addr)
   serving=$(json_field "$TMP/worker-$plane.json" data_plane)
-  [[ $serving == "$plane" ]] || die "the $plane worker serves on '$serving' (see $TMP/worker-$plane.log): refusing to label its rows $plane"
+  [[ $serving == "${plane%%+*}" ]] || die "the $plane worker serves on '$serving' (see $TMP/worker-$plane.log): refusing to label its rows $plane"
   WORKER_PID[$plane]=$pid
-  wait_member "loadtest-$plane"
+  wait_member "loadtest-${plane//+/-}"
   # Warm: read the blocks end to end once so every point measures the hit path.
   $LOADGEN --addr "${WORKER_ADDR[$plane]}" --object s3/bench/block.bin \
     --block-size "$BLOCK_SIZE" --blocks "$BLOCKS" --range-size "$RANGE_SIZE" \
@@ -240,6 +245,11 @@ mkdir -p "$(dirname "$OUT")"
 failed=0
 common=(--block-size "$BLOCK_SIZE" --blocks "$BLOCKS" --range-size "$RANGE_SIZE"
   --duration "$SECONDS_PER" --warmup "$WARMUP" --json --quiet)
+# RATE=N: a constant offered load of N requests/s per point (all connections
+# together) instead of a closed loop, so p99 compares at equal load.
+if [[ -n ${RATE:-} ]]; then
+  common+=(--rate "$RATE")
+fi
 point() { # label, then talon-loadgen flags
   local label=$1
   shift

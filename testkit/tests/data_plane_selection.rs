@@ -157,3 +157,57 @@ async fn a_failed_probe_serves_on_tokio_with_a_warning_saying_why() {
         .unwrap_or_else(|| panic!("no fallback warning in:\n{log}"));
     assert!(warning.contains("Operation not permitted"), "{warning}");
 }
+
+#[tokio::test]
+async fn the_copy_layer2_serves_the_same_bytes() {
+    use talon_core::wire::ReadRangeRequest;
+    use talon_core::{Message, ObjectId, ObjectVersion};
+    use talon_testkit::raw::{RawAnswer, RawConnection};
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let process = WorkerProcess::start_logged(
+        &cluster,
+        "wcopy",
+        &dir.path().join("cache"),
+        &["--layer2", "copy"],
+        &[],
+    )
+    .await;
+    let log = process.log();
+    assert!(log.contains("layer2=copy"), "{log}");
+    let object = GeneratedObject::new("gen", "planes.bin", 1 << 20, 9);
+    let block_size = cluster.config().geometry.block_size();
+    let addr: std::net::SocketAddr = process.addr.parse().expect("an address");
+    let mut conn = RawConnection::authenticated(addr, cluster.cluster_secret(), Role::Reader).await;
+    // A fill, then hits of ranges across pages, the same ranges twice.
+    for (i, (offset, len)) in [(0u64, 1000u32), (5000, 70_000), (0, 1000), (5000, 70_000)]
+        .into_iter()
+        .enumerate()
+    {
+        let req = Message::ReadRange(ReadRangeRequest {
+            block: cluster.block_id(
+                &ObjectId::s3("gen", "planes.bin").expect("an id"),
+                &ObjectVersion::new(object.etag()).expect("a version"),
+                block_size,
+            ),
+            object_size: object.size,
+            offset,
+            len,
+        });
+        let id = i as u32 + 1;
+        conn.send(&req.encode(id).expect("a frame"))
+            .await
+            .expect("sent");
+        match conn.next(Duration::from_secs(10)).await {
+            RawAnswer::Data { request_id, bytes } => {
+                assert_eq!(request_id, id);
+                let start = block_size + offset;
+                assert!(
+                    bytes == talon_testkit::expected(&object, start..start + u64::from(len)),
+                    "read {i}: the bytes differ"
+                );
+            }
+            other => panic!("read {i}: {other:?}"),
+        }
+    }
+}

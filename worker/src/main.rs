@@ -145,6 +145,15 @@ struct Args {
     /// TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 does the same.
     #[arg(long)]
     force_tokio_data_plane: bool,
+    /// How resident ranges are sent: sendfile (the default) or copy (pread + send),
+    /// kept to measure against (docs/data-plane.md).
+    #[arg(
+        long,
+        env = "TALON_WORKER_LAYER2",
+        default_value = "sendfile",
+        hide = true
+    )]
+    layer2: talon_worker::data_plane::Layer2,
     /// Test hook: act as if the io_uring probe failed with this reason.
     #[arg(long, env = "TALON_WORKER_TEST_FAIL_IO_URING_PROBE", hide = true)]
     test_fail_io_uring_probe: Option<String>,
@@ -205,6 +214,8 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal; a log file gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     talon_worker::service::raise_open_files_limit();
@@ -245,6 +256,7 @@ async fn main() -> anyhow::Result<()> {
             },
             rings: args.data_plane_rings,
             simulated_probe_failure: args.test_fail_io_uring_probe.clone(),
+            layer2: args.layer2,
             ..DataPlaneConfig::default()
         },
         membership: args.coordinator.as_ref().map(|url| MembershipConfig {

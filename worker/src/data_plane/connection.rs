@@ -35,10 +35,10 @@ use talon_core::wire::{BulkKind, Event, Frame, FrameDecoder, FrameHeader, Ingest
 use talon_core::{ErrorCode, Message};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::DataPlaneConfig;
 use super::requests::{
     Reply, Services, Staged, answer_now, error_frame, handle, handle_ingest, receive_push,
 };
+use super::{DataPlaneConfig, Layer2};
 use crate::metrics::WorkerMetrics;
 use crate::zero_copy::{is_resident, send_file_range, sendfile_once};
 
@@ -115,7 +115,14 @@ pub(crate) async fn serve_connection<R: SocketReader, W: SocketWriter>(
         shutdown,
         bulk_fd.clone(),
     );
-    let write = write_loop(&writer, bulk_fd, pending, services.metrics.clone(), stall);
+    let write = write_loop(
+        &writer,
+        bulk_fd,
+        pending,
+        services.metrics.clone(),
+        stall,
+        config.layer2,
+    );
     let (mut read, mut write) = (std::pin::pin!(read), std::pin::pin!(write));
     // When the reader ends first, the writer still sends every answer owed; when the
     // writer ends first (a Close, a stalled or vanished peer), nobody would answer what
@@ -570,13 +577,49 @@ async fn send_file<W: SocketWriter>(
     Ok(())
 }
 
+/// Bytes the copy strategy reads and sends at a time.
+const COPY_CHUNK: usize = 256 * 1024;
+
+/// Sends `len` bytes of `file` from `offset` by reading them into `buf` (`pread`, from
+/// the page cache: only for bytes [`is_resident`] found there) and sending the copy.
+async fn send_copied<W: SocketWriter>(
+    writer: &W,
+    file: &std::fs::File,
+    offset: u64,
+    len: u64,
+    stall: Duration,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let (mut pos, end) = (offset, offset + len);
+    while pos < end {
+        let want = usize::try_from(end - pos)
+            .unwrap_or(COPY_CHUNK)
+            .min(COPY_CHUNK);
+        buf.resize(want, 0);
+        let n = file.read_at(&mut buf[..want], pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the block file ended after {} of {len} bytes", pos - offset),
+            ));
+        }
+        write_all(writer, &buf[..n], pos + (n as u64) < end, stall).await?;
+        pos += n as u64;
+    }
+    Ok(())
+}
+
 async fn write_loop<W: SocketWriter>(
     writer: &W,
     bulk_fd: Arc<OwnedFd>,
     mut pending: mpsc::Receiver<oneshot::Receiver<Reply>>,
     metrics: Arc<WorkerMetrics>,
     stall: Duration,
+    layer2: Layer2,
 ) -> io::Result<()> {
+    // The copy strategy's buffer, grown on first use and kept for the connection.
+    let mut copy_buf = Vec::new();
     let result = async {
         while let Some(next) = pending.recv().await {
             let Ok(reply) = next.await else {
@@ -606,7 +649,22 @@ async fn write_loop<W: SocketWriter>(
                     write_all(writer, &header, len > 0, stall).await?;
                     if len > 0 {
                         if is_resident(block.file(), offset, len) {
-                            send_file(writer, block.file(), offset, len, stall).await?;
+                            match layer2 {
+                                Layer2::Sendfile => {
+                                    send_file(writer, block.file(), offset, len, stall).await?;
+                                }
+                                Layer2::Copy => {
+                                    send_copied(
+                                        writer,
+                                        block.file(),
+                                        offset,
+                                        len,
+                                        stall,
+                                        &mut copy_buf,
+                                    )
+                                    .await?;
+                                }
+                            }
                         } else {
                             // sendfile would wait for the disk: not on this thread.
                             metrics.send_from_disk();

@@ -54,6 +54,42 @@ impl PlaneRequest {
     }
 }
 
+/// How Layer 2 moves a resident range from the block file to the socket. Chosen by
+/// measurement (docs/data-plane.md); the other is kept to measure against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer2 {
+    /// `sendfile(2)`: the page-cache pages go to the socket without a copy in user
+    /// space (the default).
+    Sendfile,
+    /// `pread(2)` into a per-connection buffer, then `send(2)`: one copy through user
+    /// space, which is what would let every hit's pages be checksummed on the way.
+    Copy,
+}
+
+impl Layer2 {
+    /// `sendfile` or `copy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer2::Sendfile => "sendfile",
+            Layer2::Copy => "copy",
+        }
+    }
+}
+
+impl std::str::FromStr for Layer2 {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Layer2, String> {
+        match s {
+            "sendfile" => Ok(Layer2::Sendfile),
+            "copy" => Ok(Layer2::Copy),
+            other => Err(format!(
+                "'{other}' is not a Layer 2 strategy (sendfile, copy)"
+            )),
+        }
+    }
+}
+
 /// The plane a worker serves on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlaneKind {
@@ -104,6 +140,8 @@ pub struct DataPlaneConfig {
     pub rings: usize,
     /// Test hook: behave as if the io_uring probe had failed for this reason.
     pub simulated_probe_failure: Option<String>,
+    /// How resident ranges are sent.
+    pub layer2: Layer2,
 }
 
 impl Default for DataPlaneConfig {
@@ -117,6 +155,7 @@ impl Default for DataPlaneConfig {
             plane: PlaneRequest::from_env(),
             rings: 0,
             simulated_probe_failure: None,
+            layer2: Layer2::Sendfile,
         }
     }
 }
@@ -227,7 +266,7 @@ pub async fn start(
     let addr = listener
         .local_addr()
         .map_err(|e| WorkerError::io("reading the data-plane address", e))?;
-    tracing::info!(%addr, "data plane on Tokio");
+    tracing::info!(%addr, layer2 = %config.layer2.name(), "data plane on Tokio");
     let task = tokio::spawn(tokio_plane::serve(listener, services, config, shutdown));
     Ok(RunningPlane { addr, kind, task })
 }

@@ -102,7 +102,7 @@ pub(crate) async fn start(
             return Err(e);
         }
     }
-    tracing::info!(%addr, rings, "data plane on io_uring: one listener per ring (SO_REUSEPORT)");
+    tracing::info!(%addr, rings, layer2 = %config.layer2.name(), "data plane on io_uring: one listener per ring (SO_REUSEPORT)");
     let task = tokio::spawn(async move {
         // Dropped when this task ends or is aborted: the rings then cut what is left.
         let _kill_on_drop = KillOnDrop(kill);

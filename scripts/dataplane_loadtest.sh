@@ -44,12 +44,14 @@ OUT=${OUT:-bench/results/dataplane_loadtest.jsonl}
 # Each data plane the worker has, and the environment that selects it. Adding a plane
 # is one more entry here (and in PLANES).
 # A name after "+" is a Layer 2 variant of that plane (docs/data-plane.md): "copy"
-# sends resident ranges with pread + send instead of sendfile.
+# sends resident ranges with pread + send instead of sendfile, "uring" with io_uring
+# read + send (the rings only).
 declare -A PLANE_ENV=(
   [io_uring]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0"
   [tokio]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1"
   [io_uring+copy]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_LAYER2=copy"
   [tokio+copy]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_WORKER_LAYER2=copy"
+  [io_uring+uring]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_LAYER2=uring"
 )
 
 BIN=target/release

@@ -126,7 +126,11 @@ async fn the_environment_override_serves_on_tokio() {
     assert_eq!(process.metric("talon_worker_data_plane_rings").await, 0.0);
     assert_eq!(member_plane(&cluster, "wforced").await, "tokio");
     let log = process.log();
-    assert!(log.contains("forced"), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("forced")),
+        "no warning that the plane was forced:\n{log}"
+    );
 }
 
 #[tokio::test]
@@ -160,6 +164,15 @@ async fn a_failed_probe_serves_on_tokio_with_a_warning_saying_why() {
 
 #[tokio::test]
 async fn the_copy_layer2_serves_the_same_bytes() {
+    layer2_serves_the_same_bytes("copy").await;
+}
+
+#[tokio::test]
+async fn the_io_uring_read_and_send_layer2_serves_the_same_bytes() {
+    layer2_serves_the_same_bytes("uring").await;
+}
+
+async fn layer2_serves_the_same_bytes(layer2: &str) {
     use talon_core::wire::ReadRangeRequest;
     use talon_core::{Message, ObjectId, ObjectVersion};
     use talon_testkit::raw::{RawAnswer, RawConnection};
@@ -167,14 +180,15 @@ async fn the_copy_layer2_serves_the_same_bytes() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let process = WorkerProcess::start_logged(
         &cluster,
-        "wcopy",
+        &format!("w{layer2}"),
         &dir.path().join("cache"),
-        &["--layer2", "copy"],
-        &[],
+        &["--layer2", layer2],
+        &[(talon_worker::data_plane::FORCE_TOKIO_ENV, "0")],
     )
     .await;
     let log = process.log();
-    assert!(log.contains("layer2=copy"), "{log}");
+    assert!(log.contains(&format!("layer2={layer2}")), "{log}");
+    assert_eq!(process.data_plane, "io_uring");
     let object = GeneratedObject::new("gen", "planes.bin", 1 << 20, 9);
     let block_size = cluster.config().geometry.block_size();
     let addr: std::net::SocketAddr = process.addr.parse().expect("an address");

@@ -69,6 +69,19 @@ pub(crate) trait SocketWriter {
 
     /// Waits until the socket can take bytes, at most `timeout` (then `TimedOut`).
     async fn writable(&self, timeout: Duration) -> io::Result<()>;
+
+    /// Sends `len` bytes of `file` from `offset` with the plane's own asynchronous
+    /// file read and socket send (the `uring` Layer 2: io_uring read + send on the
+    /// rings); `None` when the plane has none (the caller copies instead).
+    async fn send_file_read(
+        &self,
+        _file: &std::fs::File,
+        _offset: u64,
+        _len: u64,
+        _stall: Duration,
+    ) -> Option<io::Result<()>> {
+        None
+    }
 }
 
 /// Serves one accepted connection to its end: the Hello exchange, then requests until
@@ -652,6 +665,25 @@ async fn write_loop<W: SocketWriter>(
                             match layer2 {
                                 Layer2::Sendfile => {
                                     send_file(writer, block.file(), offset, len, stall).await?;
+                                }
+                                Layer2::Uring => {
+                                    let sent = writer
+                                        .send_file_read(block.file(), offset, len, stall)
+                                        .await;
+                                    match sent {
+                                        Some(r) => r?,
+                                        None => {
+                                            send_copied(
+                                                writer,
+                                                block.file(),
+                                                offset,
+                                                len,
+                                                stall,
+                                                &mut copy_buf,
+                                            )
+                                            .await?;
+                                        }
+                                    }
                                 }
                                 Layer2::Copy => {
                                     send_copied(

@@ -64,6 +64,9 @@ pub enum Layer2 {
     /// `pread(2)` into a per-connection buffer, then `send(2)`: one copy through user
     /// space, which is what would let every hit's pages be checksummed on the way.
     Copy,
+    /// io_uring read of the block file into a buffer, then io_uring send (the rings
+    /// only; the Tokio plane copies instead).
+    Uring,
 }
 
 impl Layer2 {
@@ -72,6 +75,7 @@ impl Layer2 {
         match self {
             Layer2::Sendfile => "sendfile",
             Layer2::Copy => "copy",
+            Layer2::Uring => "uring",
         }
     }
 }
@@ -83,8 +87,9 @@ impl std::str::FromStr for Layer2 {
         match s {
             "sendfile" => Ok(Layer2::Sendfile),
             "copy" => Ok(Layer2::Copy),
+            "uring" => Ok(Layer2::Uring),
             other => Err(format!(
-                "'{other}' is not a Layer 2 strategy (sendfile, copy)"
+                "'{other}' is not a Layer 2 strategy (sendfile, copy, uring)"
             )),
         }
     }
@@ -193,7 +198,9 @@ pub fn probe_io_uring() -> std::result::Result<(), String> {
 /// `config.rings` rings, 0 = one per core); Tokio with a warning saying why otherwise.
 pub fn select_plane(config: &DataPlaneConfig) -> PlaneKind {
     if config.plane == PlaneRequest::ForceTokio {
-        tracing::info!("data plane on Tokio: forced ({FORCE_TOKIO_ENV})");
+        tracing::warn!(
+            "data plane on Tokio: forced ({FORCE_TOKIO_ENV} or --force-tokio-data-plane); io_uring is not used even where it works"
+        );
         return PlaneKind::Tokio;
     }
     let probe = match &config.simulated_probe_failure {

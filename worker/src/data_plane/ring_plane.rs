@@ -329,7 +329,7 @@ impl RingSocket {
         let writer = monoio::net::TcpStream::from_std(std::net::TcpStream::from(send_fd))?;
         Ok(RingSocket {
             reader: RingReader(stream),
-            writer: RingWriter(writer),
+            writer: RingWriter::new(writer),
             bulk_fd,
         })
     }
@@ -371,11 +371,114 @@ impl SocketReader for RingReader {
     }
 }
 
-struct RingWriter(monoio::net::TcpStream);
+/// The writing side on a ring: a duplicate of the socket as a monoio stream, for
+/// writability polls and, with the `uring` Layer 2, io_uring sends. The stream is
+/// lent out for each operation ([`Lent`]) rather than borrowed across an await.
+struct RingWriter {
+    stream: Cell<Option<monoio::net::TcpStream>>,
+    fd: std::os::fd::RawFd,
+}
+
+/// The writer's stream, taken for one operation and given back when dropped (also
+/// when the operation's future is dropped halfway).
+struct Lent<'a> {
+    home: &'a Cell<Option<monoio::net::TcpStream>>,
+    stream: Option<monoio::net::TcpStream>,
+}
+
+impl Lent<'_> {
+    fn get(&mut self) -> io::Result<&mut monoio::net::TcpStream> {
+        self.stream
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the ring writer's stream is in use"))
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.stream.take() {
+            self.home.set(Some(s));
+        }
+    }
+}
+
+impl RingWriter {
+    fn new(stream: monoio::net::TcpStream) -> RingWriter {
+        use std::os::fd::AsRawFd;
+        let fd = stream.as_raw_fd();
+        RingWriter {
+            stream: Cell::new(Some(stream)),
+            fd,
+        }
+    }
+
+    fn lend(&self) -> Lent<'_> {
+        Lent {
+            home: &self.stream,
+            stream: self.stream.take(),
+        }
+    }
+
+    /// io_uring read of the block file, then io_uring send, a chunk at a time.
+    async fn read_and_send(
+        &self,
+        file: &std::fs::File,
+        offset: u64,
+        len: u64,
+        stall: Duration,
+    ) -> io::Result<()> {
+        use monoio::buf::{IoBuf, IoBufMut};
+        use monoio::io::AsyncWriteRent;
+        /// Bytes read and sent at a time.
+        const CHUNK: usize = 256 * 1024;
+        let file = monoio::fs::File::from_std(file.try_clone()?)?;
+        let mut lent = self.lend();
+        let stream = lent.get()?;
+        let mut buf: Vec<u8> = Vec::with_capacity(CHUNK);
+        let (mut pos, end) = (offset, offset + len);
+        let stalled = || io::Error::new(io::ErrorKind::TimedOut, "the peer stopped reading");
+        while pos < end {
+            let want = usize::try_from(end - pos).unwrap_or(CHUNK).min(CHUNK);
+            buf.clear();
+            buf.reserve(want);
+            let (read, back) = file.read_at(buf.slice_mut(0..want), pos).await;
+            buf = back.into_inner();
+            let n = read?.min(want);
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the block file ended after {} of {len} bytes", pos - offset),
+                ));
+            }
+            let mut sent = 0;
+            while sent < n {
+                let write = stream.write(buf.slice(sent..n));
+                let (result, back) = monoio::time::timeout(stall, write)
+                    .await
+                    .map_err(|_| stalled())?;
+                buf = back.into_inner();
+                match result {
+                    Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                    Ok(k) => sent += k,
+                    // The socket is non-blocking: a send can come back empty-handed.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        monoio::time::timeout(stall, stream.writable(false))
+                            .await
+                            .map_err(|_| stalled())??;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            pos += n as u64;
+        }
+        Ok(())
+    }
+}
 
 impl SocketWriter for RingWriter {
     fn fd(&self) -> BorrowedFd<'_> {
-        stream_fd(&self.0)
+        // SAFETY: the descriptor belongs to `self.stream`, open as long as `self`.
+        unsafe { BorrowedFd::borrow_raw(self.fd) }
     }
 
     fn try_write(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize> {
@@ -383,12 +486,24 @@ impl SocketWriter for RingWriter {
     }
 
     async fn writable(&self, timeout: Duration) -> io::Result<()> {
-        match monoio::time::timeout(timeout, self.0.writable(false)).await {
+        let mut lent = self.lend();
+        let stream = lent.get()?;
+        match monoio::time::timeout(timeout, stream.writable(false)).await {
             Ok(r) => r,
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "the peer stopped reading",
             )),
         }
+    }
+
+    async fn send_file_read(
+        &self,
+        file: &std::fs::File,
+        offset: u64,
+        len: u64,
+        stall: Duration,
+    ) -> Option<io::Result<()>> {
+        Some(self.read_and_send(file, offset, len, stall).await)
     }
 }

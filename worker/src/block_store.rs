@@ -419,6 +419,29 @@ impl BlockStore {
         }
     }
 
+    /// Drops the cached block `id` whatever it holds (its pages come off the budget and
+    /// its files are deleted): for a block made for a wrong object size. Readers still
+    /// holding it see it evicted and look it up again.
+    pub fn discard(&self, id: &BlockId) {
+        let name = id.storage_name();
+        let victim = {
+            let mut inner = lock(&self.inner);
+            let Some(block) = inner.blocks.remove(&name) else {
+                return;
+            };
+            inner.policy.remove(&name);
+            let cost = {
+                let mut st = lock(&block.state);
+                st.evicted = true;
+                st.cost
+            };
+            inner.used = inner.used.saturating_sub(cost);
+            block
+        };
+        tracing::warn!(block = %victim.name, object_size = victim.object_size, "discarded a block made for a wrong object size");
+        Self::remove_files(vec![victim]);
+    }
+
     /// Evicts the least recently used blocks until one more fits under the block cap.
     fn evict_for_count(&self) {
         let mut victims = Vec::new();
@@ -695,11 +718,12 @@ impl BlockStore {
                     inner.policy.access(&name);
                     return Ok(b);
                 }
-                // Same version, different size: a lying client. Refuse rather than mix.
-                return Err(WorkerError::InvalidRequest(format!(
-                    "object size {object_size} differs from the {} recorded for this version",
-                    b.object_size
-                )));
+                // Same version, different size: one of the two requesters is wrong.
+                // Never mix; the caller may ask the origin and discard the block.
+                return Err(WorkerError::ObjectSizeConflict {
+                    requested: object_size,
+                    recorded: b.object_size,
+                });
             }
         }
         self.evict_for_count();

@@ -14,6 +14,17 @@ pub enum WorkerError {
     /// The range lies outside the block or the object.
     #[error("range not satisfiable: {0}")]
     RangeNotSatisfiable(String),
+    /// A request names a size for an object version other than the one the cached
+    /// block was made for; one of the two is wrong (the loader asks the origin which).
+    #[error(
+        "invalid request: object size {requested} differs from the {recorded} recorded for this version"
+    )]
+    ObjectSizeConflict {
+        /// The size the request names.
+        requested: u64,
+        /// The size the cached block was made for.
+        recorded: u64,
+    },
     /// The origin refused or failed; its kind says how (not found, version mismatch,
     /// throttled, ...).
     #[error("origin: {0}")]
@@ -51,7 +62,9 @@ impl WorkerError {
     /// The error frame code a client receives for this error.
     pub fn frame_code(&self) -> ErrorCode {
         match self {
-            WorkerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            WorkerError::InvalidRequest(_) | WorkerError::ObjectSizeConflict { .. } => {
+                ErrorCode::InvalidRequest
+            }
             WorkerError::RangeNotSatisfiable(_) => ErrorCode::RangeNotSatisfiable,
             WorkerError::Origin(e) => match e.kind().frame_code() {
                 // The origin's own internal failures are origin errors to the client.

@@ -147,22 +147,62 @@ impl Loader {
         Some(block)
     }
 
+    /// The block `req` reads, created empty if not cached. When it is cached for
+    /// another object size (the first requester named a wrong one, SEC-05), the origin
+    /// decides: if this version's size there is what `req` says, the block is
+    /// discarded and made again; otherwise `req` is the wrong one and is refused. A
+    /// wrong size never locks an object out of the cache.
+    ///
+    /// # Errors
+    /// Disk errors; [`WorkerError::InvalidRequest`] for a size the origin contradicts;
+    /// the origin's error when it cannot say.
+    async fn block_for(&self, req: &ReadRangeRequest) -> Result<Arc<Block>> {
+        let store = self.store.clone();
+        let (id, size) = (req.block.clone(), req.object_size);
+        let first = blocking(move || store.get_or_create(&id, size)).await;
+        let Err(WorkerError::ObjectSizeConflict {
+            requested,
+            recorded,
+        }) = first
+        else {
+            return first;
+        };
+        let info = self.stats.stat(req.block.object()).await?;
+        let origin_version = talon_core::ObjectVersion::new(info.etag.clone())?;
+        if origin_version != *req.block.version() {
+            // The object has moved on: neither size can be checked; refuse as before.
+            return Err(WorkerError::ObjectSizeConflict {
+                requested,
+                recorded,
+            });
+        }
+        if info.size != requested {
+            return Err(WorkerError::InvalidRequest(format!(
+                "object size {requested} is not this version's size ({} at the origin)",
+                info.size
+            )));
+        }
+        let store = self.store.clone();
+        let (id, size) = (req.block.clone(), req.object_size);
+        blocking(move || {
+            store.discard(&id);
+            store.get_or_create(&id, size)
+        })
+        .await
+    }
+
     /// Makes the bytes of `req` servable: present (and verified) in the block, or in
     /// memory when they cannot be cached.
     ///
     /// # Errors
     /// The origin's error (not found, version mismatch, ...) after retries; disk errors.
     pub async fn prepare(&self, req: &ReadRangeRequest) -> Result<Prepared> {
-        let store = self.store.clone();
-        let (id, size) = (req.block.clone(), req.object_size);
-        let mut block = blocking(move || store.get_or_create(&id, size)).await?;
+        let mut block = self.block_for(req).await?;
         let need = block.pages_for(req.offset, u64::from(req.len));
         let mut missed = false;
         loop {
             if block.is_evicted() {
-                let store = self.store.clone();
-                let (id, size) = (req.block.clone(), req.object_size);
-                block = blocking(move || store.get_or_create(&id, size)).await?;
+                block = self.block_for(req).await?;
             }
             let readahead_end = need.end.saturating_add(self.config.readahead_pages);
             match block.plan(need.clone(), readahead_end, self.config.max_fill_pages) {

@@ -20,7 +20,11 @@ BLOCK, PAGE = 1 * MiB, 64 * 1024
 # (first, last) inclusive; within pages, across pages, across blocks, whole blocks.
 RANGES = [(0, 99), (3 * PAGE + 7, 200_000), (BLOCK - 10, BLOCK + 10), (2 * BLOCK + 5, 3 * MiB + 100),
           (BLOCK + 3 * PAGE, BLOCK + 5 * PAGE - 1)]
-SIZE = 3 * MiB + 4321
+# Above the gateway's write-through threshold (--write-through-max, 8 MiB), so an object
+# uploaded through the gateway is not pushed into the cache and the first pass fills.
+SIZE = 9 * MiB + 4321
+# At most the threshold: the upload's bytes are pushed into the cache (write-through).
+SMALL = 3 * MiB + 4321
 
 
 def payload(n: int, seed: int) -> bytes:
@@ -65,6 +69,19 @@ def test_azure_second_pass_is_served_from_cache(gw, gw_azure, gw_container):
     assert filled[1] > before[1], "the first pass must have read from the origin (GetBlob)"
     azure_pass(gw_azure, gw_container, "hot.bin", body)
     assert origin_gets(gw) == filled, "the second pass went to the origin"
+
+
+def test_an_upload_through_the_gateway_is_read_back_from_the_cache(gw, gw_s3, gw_azure, gw_bucket, gw_container):
+    """Write-through: after a small PutObject / Put Blob through the gateway, the writer's
+    first read of it makes no origin GET and returns exactly what was written."""
+    body_s, body_a = payload(SMALL, 5), payload(SMALL, 6)
+    gw_s3.put_object(Bucket=gw_bucket, Key="written.bin", Body=body_s)
+    gw_azure.get_blob_client(gw_container, "written.bin").upload_blob(body_a)
+    before = origin_gets(gw)
+    s3_pass(gw_s3, gw_bucket, "written.bin", body_s)
+    azure_pass(gw_azure, gw_container, "written.bin", body_a)
+    assert sha256(gw_s3.get_object(Bucket=gw_bucket, Key="written.bin")["Body"].read()) == sha256(body_s)
+    assert origin_gets(gw) == before, "a read after a write through the gateway went to the origin"
 
 
 def test_parallel_download_twice(gw, gw_s3, tmp_path):

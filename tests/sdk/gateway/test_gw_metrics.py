@@ -55,7 +55,9 @@ def test_requests_counted_by_protocol_operation_route_outcome(up_open):
 def test_cached_reads_are_counted_as_fill_then_hit(up_open):
     gw = up_open
     s3 = s3_client(gw)
-    s3.put_object(Bucket="demo", Key="metrics/fill-then-hit.bin", Body=b"x" * 100_000)
+    # Above the write-through threshold (8 MiB): the upload is not pushed into the cache,
+    # so the first read is a fill.
+    s3.put_object(Bucket="demo", Key="metrics/fill-then-hit.bin", Body=b"x" * (9 * 1024 * 1024))
     before = read_metrics(gw)
     s3.get_object(Bucket="demo", Key="metrics/fill-then-hit.bin")["Body"].read()
     middle = read_metrics(gw)

@@ -45,15 +45,13 @@ async fn reads_share_one_budget_and_a_stalled_reader_holds_only_its_share() {
     for r in reads {
         r.await.unwrap();
     }
-    // A stream that is polled once and then left alone: once its first piece is taken,
-    // its next piece (queued for the budget meanwhile) holds the whole budget...
+    // A stream that is polled once and then left alone, its first piece kept: the
+    // piece's bytes hold the whole budget (a share travels with the bytes)...
     let mut stalled = client
         .read_range(&id, &version, object().size, 0..16 * PIECE)
         .unwrap();
     let first = stalled.next().await.unwrap().unwrap();
     assert_eq!(&first[..], &expected(&object(), 0..PIECE)[..]);
-    // Its share travels with the bytes: dropped, it goes back (to the next piece).
-    drop(first);
     // ... so another read waits rather than adding to what the process holds.
     let mut second = client
         .read_range(&id, &version, object().size, 0..PIECE)
@@ -64,7 +62,9 @@ async fn reads_share_one_budget_and_a_stalled_reader_holds_only_its_share() {
             .is_err(),
         "a read went past the budget"
     );
-    // Dropping the stalled stream frees its share, and the waiting read is served.
+    // Dropping the bytes and the stalled stream frees its share, and the waiting read
+    // is served.
+    drop(first);
     drop(stalled);
     let piece = tokio::time::timeout(Duration::from_secs(10), second.next())
         .await

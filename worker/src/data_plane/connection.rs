@@ -623,6 +623,29 @@ async fn send_copied<W: SocketWriter>(
     Ok(())
 }
 
+/// Sends resident bytes the way `layer2` says (the `uring` strategy copies on a plane
+/// that has no asynchronous file reads of its own).
+async fn send_resident<W: SocketWriter>(
+    writer: &W,
+    layer2: Layer2,
+    file: &std::fs::File,
+    offset: u64,
+    len: u64,
+    stall: Duration,
+    copy_buf: &mut Vec<u8>,
+) -> io::Result<()> {
+    match layer2 {
+        Layer2::Sendfile => return send_file(writer, file, offset, len, stall).await,
+        Layer2::Uring => {
+            if let Some(sent) = writer.send_file_read(file, offset, len, stall).await {
+                return sent;
+            }
+        }
+        Layer2::Copy => {}
+    }
+    send_copied(writer, file, offset, len, stall, copy_buf).await
+}
+
 async fn write_loop<W: SocketWriter>(
     writer: &W,
     bulk_fd: Arc<OwnedFd>,
@@ -662,41 +685,16 @@ async fn write_loop<W: SocketWriter>(
                     write_all(writer, &header, len > 0, stall).await?;
                     if len > 0 {
                         if is_resident(block.file(), offset, len) {
-                            match layer2 {
-                                Layer2::Sendfile => {
-                                    send_file(writer, block.file(), offset, len, stall).await?;
-                                }
-                                Layer2::Uring => {
-                                    let sent = writer
-                                        .send_file_read(block.file(), offset, len, stall)
-                                        .await;
-                                    match sent {
-                                        Some(r) => r?,
-                                        None => {
-                                            send_copied(
-                                                writer,
-                                                block.file(),
-                                                offset,
-                                                len,
-                                                stall,
-                                                &mut copy_buf,
-                                            )
-                                            .await?;
-                                        }
-                                    }
-                                }
-                                Layer2::Copy => {
-                                    send_copied(
-                                        writer,
-                                        block.file(),
-                                        offset,
-                                        len,
-                                        stall,
-                                        &mut copy_buf,
-                                    )
-                                    .await?;
-                                }
-                            }
+                            send_resident(
+                                writer,
+                                layer2,
+                                block.file(),
+                                offset,
+                                len,
+                                stall,
+                                &mut copy_buf,
+                            )
+                            .await?;
                         } else {
                             // sendfile would wait for the disk: not on this thread.
                             metrics.send_from_disk();

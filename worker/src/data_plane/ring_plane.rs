@@ -59,6 +59,12 @@ pub(crate) async fn start(
     for _ in 1..rings {
         listeners.push(reuse_port_listener(addr)?);
     }
+    // Duplicates of the listeners, so that killing the plane stops accepting at once,
+    // from the killing thread, before the rings have even seen the signal.
+    let listener_fds = listeners
+        .iter()
+        .map(|l| l.try_clone().map(OwnedFd::from))
+        .collect::<io::Result<Vec<_>>>()?;
     let cpus = allowed_cpus();
     let limit = Arc::new(Semaphore::new(config.max_connections.max(1)));
     let config = Arc::new(config);
@@ -103,22 +109,52 @@ pub(crate) async fn start(
         }
     }
     tracing::info!(%addr, rings, layer2 = %config.layer2.name(), "data plane on io_uring: one listener per ring (SO_REUSEPORT)");
+    let mut stop = shutdown.clone();
     let task = tokio::spawn(async move {
         // Dropped when this task ends or is aborted: the rings then cut what is left.
-        let _kill_on_drop = KillOnDrop(kill);
-        for done in stopped {
-            let _ = done.await;
+        let guard = KillOnDrop {
+            kill,
+            listeners: listener_fds,
+        };
+        let all_stopped = async {
+            for done in stopped {
+                let _ = done.await;
+            }
+        };
+        let mut all_stopped = std::pin::pin!(all_stopped);
+        tokio::select! {
+            () = &mut all_stopped => {}
+            _ = stop.changed() => {
+                // A drain accepts nothing new: these duplicates would keep the
+                // listening sockets open after the rings close theirs.
+                guard.stop_accepting();
+                all_stopped.await;
+            }
         }
     });
     Ok((addr, task))
 }
 
-/// Tells the rings to cut every connection when dropped.
-struct KillOnDrop(watch::Sender<bool>);
+/// When dropped: stops every ring's listener from accepting (`shutdown(2)` on a
+/// listening socket takes it out of the listening state, so new connections are
+/// refused at once), then tells the rings to cut every connection.
+struct KillOnDrop {
+    kill: watch::Sender<bool>,
+    listeners: Vec<OwnedFd>,
+}
+
+impl KillOnDrop {
+    fn stop_accepting(&self) {
+        for fd in &self.listeners {
+            let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Both);
+        }
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        let _ = self.0.send(true);
+        self.stop_accepting();
+        let _ = self.kill.send(true);
     }
 }
 

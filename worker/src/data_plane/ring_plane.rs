@@ -261,15 +261,20 @@ impl Ring {
         let open = Rc::new(Open::default());
         let (mut shutdown, mut killed) = (self.shutdown.clone(), self.killed.clone());
         loop {
-            let permit = tokio::select! {
-                _ = shutdown.changed() => break,
-                _ = killed.changed() => break,
-                p = self.limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            };
+            // Accept first, then wait for a share of the connection limit: the limit is
+            // shared by every ring, and a ring that took a share before accepting could
+            // sit on it with an empty queue while connections wait in another ring's
+            // queue (SO_REUSEPORT gives each ring its own). So a ring holds at most one
+            // accepted connection waiting for a share.
             let accepted = tokio::select! {
                 _ = shutdown.changed() => break,
                 _ = killed.changed() => break,
                 a = listener.accept() => a,
+            };
+            let permit = tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = killed.changed() => break,
+                p = self.limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             };
             let (stream, peer) = match accepted {
                 Ok(a) => a,

@@ -207,6 +207,29 @@ impl RawConnection {
         }
     }
 
+    /// Connects as a reader, sends one ReadRange `req` and returns its answer (waiting
+    /// at most `timeout`).
+    ///
+    /// # Panics
+    /// When the connection, the Hello exchange or the send fails.
+    pub async fn read_once(
+        addr: std::net::SocketAddr,
+        secret: &talon_core::cluster_auth::ClusterSecret,
+        req: talon_core::wire::ReadRangeRequest,
+        timeout: Duration,
+    ) -> RawAnswer {
+        let mut conn =
+            RawConnection::authenticated(addr, secret, talon_core::cluster_auth::Role::Reader)
+                .await;
+        let frame = talon_core::Message::ReadRange(req)
+            .encode(1)
+            .unwrap_or_else(|e| panic!("encoding a ReadRange: {e}"));
+        conn.send(&frame)
+            .await
+            .unwrap_or_else(|e| panic!("sending a ReadRange: {e}"));
+        conn.next(timeout).await
+    }
+
     /// Writes `bytes` as they are.
     ///
     /// # Errors

@@ -77,26 +77,27 @@ fn ingest_frame(block: &BlockId, offset: u64, data: Vec<u8>, id: u32) -> Vec<u8>
 }
 
 async fn read(cluster: &Cluster, block: &BlockId, offset: u64, len: u32) -> Vec<u8> {
-    let mut conn = RawConnection::authenticated(
-        cluster.worker(0).addr,
-        cluster.cluster_secret(),
-        Role::Reader,
-    )
-    .await;
-    let req = Message::ReadRange(ReadRangeRequest {
+    let req = ReadRangeRequest {
         block: block.clone(),
         object_size: object().size,
         offset,
         len,
-    });
-    conn.send(&req.encode(77).unwrap()).await.unwrap();
-    match conn.next(ANSWER_WITHIN).await {
-        RawAnswer::Data {
-            request_id: 77,
-            bytes,
-        } => bytes,
+    };
+    let addr = cluster.worker(0).addr;
+    match RawConnection::read_once(addr, cluster.cluster_secret(), req, ANSWER_WITHIN).await {
+        RawAnswer::Data { bytes, .. } => bytes,
         other => panic!("the read was not answered with data: {other:?}"),
     }
+}
+
+/// An authenticated connection in the ingester role to the sandbox's worker.
+async fn ingester(cluster: &Cluster) -> RawConnection {
+    RawConnection::authenticated(
+        cluster.worker(0).addr,
+        cluster.cluster_secret(),
+        Role::Ingester,
+    )
+    .await
 }
 
 async fn sandbox() -> Cluster {
@@ -112,12 +113,7 @@ async fn sandbox() -> Cluster {
 async fn pushed_bytes_read_back_equal_without_an_origin_fetch() {
     let cluster = sandbox().await;
     let dir = cluster.workers[0].cache_dir.clone();
-    let mut conn = RawConnection::authenticated(
-        cluster.worker(0).addr,
-        cluster.cluster_secret(),
-        Role::Ingester,
-    )
-    .await;
+    let mut conn = ingester(&cluster).await;
     // A whole block (256 KiB: far more than one read buffer, so most of it is spliced)
     // and the object's short last block (500 bytes: it comes in with the header).
     let whole = pushed_bytes(BLOCK as usize, 1);
@@ -176,12 +172,7 @@ async fn a_push_cut_off_or_stalled_halfway_commits_nothing_and_leaves_nothing() 
     let half = frame.len() - (BLOCK as usize) / 2;
 
     // Cut off: half the bytes, then the end of the stream.
-    let mut conn = RawConnection::authenticated(
-        cluster.worker(0).addr,
-        cluster.cluster_secret(),
-        Role::Ingester,
-    )
-    .await;
+    let mut conn = ingester(&cluster).await;
     conn.send(&frame[..half]).await.unwrap();
     conn.finish_writing().await.unwrap();
     let (answers, end) = conn.reader.until_end(ANSWER_WITHIN).await;
@@ -197,12 +188,7 @@ async fn a_push_cut_off_or_stalled_halfway_commits_nothing_and_leaves_nothing() 
     );
 
     // Stalled: half the bytes, then nothing, the connection kept open.
-    let mut conn = RawConnection::authenticated(
-        cluster.worker(0).addr,
-        cluster.cluster_secret(),
-        Role::Ingester,
-    )
-    .await;
+    let mut conn = ingester(&cluster).await;
     conn.send(&frame[..half]).await.unwrap();
     let (answers, end) = conn.reader.until_end(ANSWER_WITHIN).await;
     assert!(

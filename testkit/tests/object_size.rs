@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use talon_core::cluster_auth::Role;
 use talon_core::wire::ReadRangeRequest;
 use talon_core::{ErrorCode, Message, ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
@@ -25,20 +24,19 @@ async fn read(cluster: &Cluster, object_size: u64, offset: u64, len: u32) -> Raw
         &ObjectVersion::new(object().etag()).unwrap(),
         BLOCK,
     );
-    let mut conn = RawConnection::authenticated(
-        cluster.worker(0).addr,
-        cluster.cluster_secret(),
-        Role::Reader,
-    )
-    .await;
-    let req = Message::ReadRange(ReadRangeRequest {
+    let req = ReadRangeRequest {
         block,
         object_size,
         offset,
         len,
-    });
-    conn.send(&req.encode(3).unwrap()).await.unwrap();
-    conn.next(Duration::from_secs(10)).await
+    };
+    RawConnection::read_once(
+        cluster.worker(0).addr,
+        cluster.cluster_secret(),
+        req,
+        Duration::from_secs(10),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -531,6 +531,22 @@ async fn read_loop<R: SocketReader>(
     }
 }
 
+/// Runs the non-blocking write `op` until it moves bytes (or fails otherwise),
+/// waiting for writability at most `stall` at a time when the socket is full.
+async fn write_when_ready<W: SocketWriter, F: FnMut() -> io::Result<usize>>(
+    writer: &W,
+    stall: Duration,
+    mut op: F,
+) -> io::Result<usize> {
+    loop {
+        match writer.try_write(&mut op) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => writer.writable(stall).await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}
+
 /// Sends all of `bytes` (with `MSG_MORE` when `more`: the kernel holds them back to
 /// share a segment with what follows), waiting for writability at most `stall` at a
 /// time.
@@ -548,14 +564,8 @@ async fn write_all<W: SocketWriter>(
     };
     let mut sent = 0;
     while sent < bytes.len() {
-        let mut op =
-            || rustix::net::send(writer.fd(), &bytes[sent..], flags).map_err(io::Error::from);
-        match writer.try_write(&mut op) {
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => writer.writable(stall).await?,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+        let op = || rustix::net::send(writer.fd(), &bytes[sent..], flags).map_err(io::Error::from);
+        sent += write_when_ready(writer, stall, op).await?;
     }
     Ok(())
 }
@@ -573,18 +583,12 @@ async fn send_file<W: SocketWriter>(
     let (mut pos, end) = (offset, offset + len);
     while pos < end {
         let want = end - pos;
-        let mut op = || sendfile_once(&writer.fd(), file, &mut pos, want);
-        match writer.try_write(&mut op) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("the block file ended after {} of {len} bytes", pos - offset),
-                ));
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => writer.writable(stall).await?,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        let op = || sendfile_once(&writer.fd(), file, &mut pos, want);
+        if write_when_ready(writer, stall, op).await? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the block file ended after {} of {len} bytes", pos - offset),
+            ));
         }
     }
     Ok(())

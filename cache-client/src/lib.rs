@@ -19,6 +19,7 @@
 pub mod connection;
 pub mod error;
 pub mod hello;
+pub mod read_budget;
 
 use std::ops::Range;
 use std::pin::Pin;
@@ -40,6 +41,8 @@ use tokio::task::JoinHandle;
 
 use crate::connection::{Answer, Pool};
 pub use crate::error::{CacheClientError, Result};
+pub use crate::read_budget::ReaderId;
+use crate::read_budget::{Held, ReadBudget};
 
 /// How a cache client behaves.
 #[derive(Debug, Clone)]
@@ -68,6 +71,10 @@ pub struct CacheClientConfig {
     /// that stop reading slow the reads behind them instead of growing the process
     /// (SEC-07). A piece waits for its share before it is requested.
     pub max_buffered_bytes: u64,
+    /// Bytes of that budget the reads of one [`ReaderId`] may hold together, so that a
+    /// few readers that stop reading cannot hold all of it (reads without a reader use
+    /// the whole budget only).
+    pub max_buffered_bytes_per_reader: u64,
     /// How often the membership snapshot is refreshed.
     pub membership_refresh: Duration,
     /// Read from the origin when every worker failed; `None` to report the failure.
@@ -99,6 +106,7 @@ impl CacheClientConfig {
             max_request_bytes: 4 << 20,
             read_window: 4,
             max_buffered_bytes: 1 << 30,
+            max_buffered_bytes_per_reader: 128 << 20,
             membership_refresh: Duration::from_secs(1),
             origin_fallback: None,
         }
@@ -171,8 +179,8 @@ impl PieceSources {
 
 struct Inner {
     config: CacheClientConfig,
-    /// [`CacheClientConfig::max_buffered_bytes`] in KiB permits.
-    budget: Arc<tokio::sync::Semaphore>,
+    /// [`CacheClientConfig::max_buffered_bytes`] and the readers' shares of it.
+    budget: Arc<ReadBudget>,
     coordinator: CoordinatorClient,
     placement: RwLock<Arc<RendezvousPlacement>>,
     pool: Pool,
@@ -206,21 +214,16 @@ impl std::fmt::Debug for CacheClient {
     }
 }
 
-/// A piece's bytes and its share of the read budget, released together.
+/// A piece's bytes and its hold on the read budget, released together.
 struct Budgeted {
     bytes: Bytes,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _held: Held,
 }
 
 impl AsRef<[u8]> for Budgeted {
     fn as_ref(&self) -> &[u8] {
         &self.bytes
     }
-}
-
-/// Bytes as whole KiB permits, rounded up, saturating.
-fn kib(bytes: u64) -> u32 {
-    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
 }
 
 /// The key that places an object's metadata (stat) on a worker.
@@ -246,9 +249,10 @@ impl CacheClient {
             .await
             .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
         let inner = Arc::new(Inner {
-            budget: Arc::new(tokio::sync::Semaphore::new(
-                kib(config.max_buffered_bytes).max(1) as usize,
-            )),
+            budget: ReadBudget::new(
+                config.max_buffered_bytes,
+                config.max_buffered_bytes_per_reader,
+            ),
             pool: Pool::new(
                 config.connections_per_worker,
                 config.connect_timeout,
@@ -346,6 +350,19 @@ impl CacheClient {
         })
     }
 
+    /// Bytes of fetched pieces held now by every read of this client (`None`) or by
+    /// one reader's reads, in whole KiB: what the read budget counts.
+    pub fn buffered_bytes(&self, reader: Option<ReaderId>) -> u64 {
+        self.inner.budget.held_bytes(reader)
+    }
+
+    /// Pieces given room in the read budget since this client was made (each piece of
+    /// every read, before it is requested): a counter for metrics, and a way to tell
+    /// that reads have stopped moving.
+    pub fn budget_grants(&self) -> u64 {
+        self.inner.budget.grants()
+    }
+
     /// The bytes `range` of an object of `object_size` bytes at `version`, as an ordered
     /// stream.
     ///
@@ -371,6 +388,24 @@ impl CacheClient {
     /// As [`read_range`](Self::read_range).
     pub fn read_range_tracked(
         &self,
+        object: &ObjectId,
+        version: &ObjectVersion,
+        object_size: u64,
+        range: Range<u64>,
+    ) -> Result<(ByteStream, Arc<PieceSources>)> {
+        self.read_range_for(None, object, version, object_size, range)
+    }
+
+    /// [`read_range_tracked`](Self::read_range_tracked) on behalf of `reader`: its
+    /// pieces count against that reader's share of the read budget as well as the
+    /// whole budget
+    /// ([`max_buffered_bytes_per_reader`](CacheClientConfig::max_buffered_bytes_per_reader)).
+    ///
+    /// # Errors
+    /// As [`read_range`](Self::read_range).
+    pub fn read_range_for(
+        &self,
+        reader: Option<ReaderId>,
         object: &ObjectId,
         version: &ObjectVersion,
         object_size: u64,
@@ -407,19 +442,16 @@ impl CacheClient {
         let sources = Arc::new(PieceSources::default());
         let tally = sources.clone();
         let budget = self.inner.budget.clone();
-        let budget_kib = kib(self.inner.config.max_buffered_bytes);
         let stream = futures_util::stream::iter(pieces)
             .map(move |piece| {
                 let me = me.clone();
                 let (object, version, tally) = (object.clone(), version.clone(), tally.clone());
                 let budget = budget.clone();
                 async move {
-                    // A piece larger than the whole budget takes all of it.
-                    let share = kib(piece.len).min(budget_kib).max(1);
                     let held = budget
-                        .acquire_many_owned(share)
+                        .hold(reader, piece.len)
                         .await
-                        .map_err(|_| CacheClientError::Unavailable("shutting down".into()))?;
+                        .ok_or_else(|| CacheClientError::Unavailable("shutting down".into()))?;
                     let (bytes, source) =
                         me.read_piece(&object, &version, object_size, piece).await?;
                     tally.count(source);
@@ -430,13 +462,8 @@ impl CacheClient {
             // The share travels with the bytes and goes back when the last reference to
             // them is dropped: after the HTTP stack has written them, not when it was
             // handed them (a reader that never reads keeps its share).
-            .map(|r: Result<(Bytes, tokio::sync::OwnedSemaphorePermit)>| {
-                r.map(|(bytes, permit)| {
-                    Bytes::from_owner(Budgeted {
-                        bytes,
-                        _permit: permit,
-                    })
-                })
+            .map(|r: Result<(Bytes, Held)>| {
+                r.map(|(bytes, held)| Bytes::from_owner(Budgeted { bytes, _held: held }))
             });
         Ok((Box::pin(stream), sources))
     }

@@ -30,6 +30,7 @@ use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header, within_deadline};
 use crate::upload::{Claims, VerifyingBody, origin_body, settle};
+use talon_cache_client::ReaderId;
 
 const PROTOCOL: &str = "azure";
 const MAX_RESULTS: usize = 5000;
@@ -181,6 +182,7 @@ async fn route(gw: &Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Route
         front: &front,
         headers: &parts.headers,
         request: &request,
+        reader: Some(ReaderId::from_ip(peer.ip())),
     };
     let streams_upload = matches!(
         request.operation,
@@ -200,6 +202,8 @@ struct Ctx<'a> {
     front: &'a crate::config::AzureFront,
     headers: &'a HeaderMap,
     request: &'a AzureRequest,
+    /// Who the request's reads are for (the read budget's shares).
+    reader: Option<ReaderId>,
 }
 
 impl Ctx<'_> {
@@ -297,6 +301,7 @@ async fn get_blob(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Response),
         conditions: &conditions,
         range,
         with_body,
+        reader: ctx.reader,
     };
     // The MD5 of the range itself, which Azure computes for ranges of at most 4 MiB.
     let range_md5 = with_body

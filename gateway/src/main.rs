@@ -101,6 +101,11 @@ struct Args {
     /// process's memory).
     #[arg(long, env = "TALON_GATEWAY_BUFFER_BUDGET", default_value = "1GiB", value_parser = parse_byte_size)]
     buffer_budget: u64,
+    /// Bytes of that budget the responses to one client address (IPv6: its /64) may
+    /// hold together, so that a few clients that stop reading cannot hold all of it.
+    /// Default: an eighth of `--buffer-budget`.
+    #[arg(long, env = "TALON_GATEWAY_BUFFER_BUDGET_PER_CLIENT", value_parser = parse_byte_size)]
+    buffer_budget_per_client: Option<u64>,
     /// Uploads (PutObject, Put Blob) up to this size are also pushed into the cache
     /// once the origin has stored them, so the writer's next read is a hit; 0 turns
     /// that off. The gateway then joins the cluster in the ingester role.
@@ -299,6 +304,9 @@ async fn main() -> anyhow::Result<()> {
             let secret = args.cluster.load()?;
             let mut config = CacheClientConfig::new(url.clone(), geometry, secret);
             config.max_buffered_bytes = args.buffer_budget;
+            config.max_buffered_bytes_per_reader = args
+                .buffer_budget_per_client
+                .unwrap_or(args.buffer_budget / 8);
             if args.write_through_max > 0 {
                 config.role = talon_core::cluster_auth::Role::Ingester;
             }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use talon_cache_client::{CacheClient, HeaderSet, ObjectHeaders};
+use talon_cache_client::{CacheClient, HeaderSet, ObjectHeaders, ReaderId};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_protocols::conditional::Conditions;
 use talon_protocols::origin::{OriginClient, Origins};
@@ -98,6 +98,9 @@ pub struct ReadRequest<'a> {
     pub range: Option<RangeSpec>,
     /// GET (true) or HEAD (false).
     pub with_body: bool,
+    /// The client the read is for: its pieces count against that client's share of
+    /// the read budget (`--buffer-budget-per-client`).
+    pub reader: Option<ReaderId>,
 }
 
 /// The objects behind the fronts: origins, the cache, and the metadata cache.
@@ -459,6 +462,7 @@ impl Objects {
             conditions,
             range,
             with_body,
+            reader,
         } = req;
         if with_body
             && conditions.is_empty()
@@ -517,7 +521,7 @@ impl Objects {
                     ))
                     .map_err(|e| Error::new(ErrorKind::InternalError, e.to_string()))?;
                     let (mut stream, sources) = cache
-                        .read_range_tracked(&id, &version, meta.size, start..end)
+                        .read_range_for(reader, &id, &version, meta.size, start..end)
                         .map_err(cache_error)?;
                     // The first piece arrives before the response starts: a failure
                     // there is a clean error answer rather than a cut body, and the

@@ -37,6 +37,7 @@ use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header, within_deadline};
 use crate::upload::{Claims, VerifyingBody, origin_body, settle};
+use talon_cache_client::ReaderId;
 
 const OWNER_ID: &str = "talon-gateway";
 const PROTOCOL: &str = "s3";
@@ -176,6 +177,10 @@ async fn route(gw: &Arc<Gateway>, req: Request<Body>) -> Routed {
         request: &request,
         auth,
         raw_query: &raw_query,
+        reader: parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|peer| ReaderId::from_ip(peer.0.ip())),
     };
     let streams_upload = matches!(
         request.operation,
@@ -197,6 +202,8 @@ struct Ctx<'a> {
     request: &'a S3Request,
     auth: S3Auth,
     raw_query: &'a str,
+    /// Who the request's reads are for (the read budget's shares).
+    reader: Option<ReaderId>,
 }
 
 impl Ctx<'_> {
@@ -303,6 +310,7 @@ async fn get_object_inner(ctx: &Ctx<'_>, with_body: bool) -> Result<(Outcome, Re
             conditions: &conditions,
             range,
             with_body,
+            reader: ctx.reader,
         })
         .await?;
     let (status, len) = match read.range {

@@ -31,27 +31,20 @@ use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header, within_deadline};
 use crate::upload::{Claims, VerifyingBody, origin_body, settle};
 use talon_cache_client::ReaderId;
+use talon_protocols::answer::{ErrorContext, Front, error_answer, request_has_body};
 
 const PROTOCOL: &str = "azure";
 const MAX_RESULTS: usize = 5000;
 
 /// Handles one Azure Blob request.
 pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Response {
-    let request_id = format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        fastrand::u32(..),
-        fastrand::u16(..),
-        fastrand::u16(..),
-        fastrand::u16(..),
-        fastrand::u64(..) & 0xffff_ffff_ffff
-    );
+    let request_id = Front::Azure.new_request_id();
     let started = Instant::now();
     let is_head = req.method() == Method::HEAD;
     let version = header(req.headers(), "x-ms-version")
         .unwrap_or(AZURE_API_VERSION)
         .to_owned();
-    let has_body = req.headers().contains_key("transfer-encoding")
-        || header(req.headers(), "content-length").is_some_and(|v| v.trim() != "0");
+    let has_body = request_has_body(req.headers());
     let span = tracing::info_span!("azure", request_id = %request_id);
     let (operation, outcome, result) =
         tracing::Instrument::instrument(route(&gw, peer, req), span).await;
@@ -68,44 +61,18 @@ pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> R
         Err(f) => {
             gw.metrics
                 .request(PROTOCOL, operation, route_name, Outcome::Failed);
-            error_response(f, is_head, &request_id, has_body)
+            let context = ErrorContext {
+                is_head,
+                has_body,
+                request_id: &request_id,
+                resource: "",
+                subject: Default::default(),
+            };
+            error_answer(Front::Azure, f, context).map(Body::from)
         }
     };
     gw.metrics.latency(PROTOCOL, operation, started.elapsed());
-    let h = resp.headers_mut();
-    set_header(h, "x-ms-request-id", &request_id);
-    set_header(h, "x-ms-version", &version);
-    set_header(h, "server", "talon-gateway");
-    resp
-}
-
-fn error_response(f: Failure, is_head: bool, request_id: &str, has_body: bool) -> Response {
-    let kind = f.error.kind();
-    let with_body = !is_head && kind != ErrorKind::NotModified;
-    let body = if with_body {
-        Body::from(xml::error_xml(&f.error, request_id, SystemTime::now()))
-    } else {
-        Body::empty()
-    };
-    let mut resp = answer(kind.azure_status(), body);
-    let h = resp.headers_mut();
-    set_header(h, "x-ms-error-code", kind.azure_code());
-    if with_body {
-        set_header(h, "content-type", "application/xml");
-    }
-    if has_body {
-        set_header(h, "connection", "close");
-    }
-    for (name, value) in f.headers {
-        set_header(h, name, &value);
-    }
-    if kind != ErrorKind::NotModified {
-        tracing::info!(
-            code = kind.azure_code(),
-            message = f.error.message(),
-            "azure request failed"
-        );
-    }
+    Front::Azure.stamp(resp.headers_mut(), &request_id, &version, "talon-gateway");
     resp
 }
 
@@ -120,19 +87,7 @@ async fn route(gw: &Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Route
         );
     };
     let (parts, body) = req.into_parts();
-    let header_bytes: usize = parts
-        .headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum();
-    if header_bytes > gw.limits.max_header_bytes {
-        let e = Error::new(
-            ErrorKind::HeadersTooLarge,
-            format!(
-                "The request headers exceed the maximum allowed size of {} bytes.",
-                gw.limits.max_header_bytes
-            ),
-        );
+    if let Err(e) = Front::Azure.check_header_size(&parts.headers, gw.limits.max_header_bytes) {
         return ("Unknown", Outcome::Failed, Err(e.into()));
     }
     let raw_path = parts.uri.path().to_owned();

@@ -1,23 +1,15 @@
-//! Building answers: failures with their extra headers, small response helpers, and
-//! relaying an origin's answer to a client.
+//! The gateway's side of answering: the deadline to a response's start, and relaying
+//! an origin's answer to a client. Failures, error answers and the header helpers are
+//! the protocols' ([`talon_protocols::answer`]), shared with the origin stub.
 
 use axum::body::Body;
 use axum::response::Response;
 use futures_util::StreamExt;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, StatusCode};
 use talon_protocols::Error;
+pub use talon_protocols::answer::{Failure, answer, header, header_text, set_header};
 
 use crate::metrics::Outcome;
-
-/// A failed request: the error, and headers its answer carries (`Content-Range` on a
-/// 416, `ETag` on a 304).
-#[derive(Debug)]
-pub struct Failure {
-    /// The error.
-    pub error: Error,
-    /// Extra headers.
-    pub headers: Vec<(&'static str, String)>,
-}
 
 /// Runs a request's handler within `deadline`, the time to the start of its response.
 ///
@@ -44,55 +36,6 @@ pub async fn within_deadline(
             .into()),
         ),
     }
-}
-
-impl Failure {
-    /// A failure with extra headers.
-    pub fn with_headers(error: Error, headers: Vec<(&'static str, String)>) -> Failure {
-        Failure { error, headers }
-    }
-}
-
-impl From<Error> for Failure {
-    fn from(error: Error) -> Failure {
-        Failure {
-            error,
-            headers: Vec::new(),
-        }
-    }
-}
-
-/// Sets a header, skipping values that are not valid header text.
-pub fn set_header(headers: &mut HeaderMap, name: &str, value: &str) {
-    // from_bytes, not from_str: a UTF-8 value (a Content-Disposition file name) is valid
-    // header text; control characters are still refused.
-    if let (Ok(n), Ok(v)) = (
-        HeaderName::from_bytes(name.as_bytes()),
-        HeaderValue::from_bytes(value.as_bytes()),
-    ) {
-        headers.insert(n, v);
-    }
-}
-
-/// A response with a status and body.
-pub fn answer(status: StatusCode, body: Body) -> Response {
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    resp
-}
-
-/// A header's text value (visible ASCII only).
-pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// A header's value as UTF-8 text, for values that are passed on rather than parsed
-/// (a Content-Disposition may carry a UTF-8 file name).
-pub fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-        .map(str::to_owned)
 }
 
 /// Headers of an origin answer that a client may see; everything else (its request ids,

@@ -38,19 +38,19 @@ use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header, within_deadline};
 use crate::upload::{Claims, VerifyingBody, origin_body, settle};
 use talon_cache_client::ReaderId;
+use talon_protocols::answer::{ErrorContext, Front, error_answer, request_has_body};
 
 const OWNER_ID: &str = "talon-gateway";
 const PROTOCOL: &str = "s3";
 
 /// Handles one S3 request.
 pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
-    let request_id = format!("{:016X}", fastrand::u64(..));
+    let request_id = Front::S3.new_request_id();
     let started = Instant::now();
     let is_head = req.method() == Method::HEAD;
     let resource = req.uri().path().to_owned();
     let host = header(req.headers(), "host").map(str::to_owned);
-    let has_body = req.headers().contains_key("transfer-encoding")
-        || header(req.headers(), "content-length").is_some_and(|v| v.trim() != "0");
+    let has_body = request_has_body(req.headers());
     let span = tracing::info_span!("s3", request_id = %request_id);
     let (operation, outcome, result) = tracing::Instrument::instrument(route(&gw, req), span).await;
     let front = gw.s3.as_ref();
@@ -69,50 +69,18 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
                 bucket: bucket.as_deref(),
                 key: key.as_deref(),
             };
-            error_response(f, is_head, &resource, &request_id, subject, has_body)
+            let context = ErrorContext {
+                is_head,
+                has_body,
+                request_id: &request_id,
+                resource: &resource,
+                subject,
+            };
+            error_answer(Front::S3, f, context).map(Body::from)
         }
     };
     gw.metrics.latency(PROTOCOL, operation, started.elapsed());
-    let h = resp.headers_mut();
-    set_header(h, "x-amz-request-id", &request_id);
-    set_header(h, "x-amz-id-2", &request_id);
-    set_header(h, "server", "talon-gateway");
-    resp
-}
-
-fn error_response(
-    f: Failure,
-    is_head: bool,
-    resource: &str,
-    request_id: &str,
-    subject: xml::ErrorSubject<'_>,
-    has_body: bool,
-) -> Response {
-    let kind = f.error.kind();
-    let with_body = !is_head && kind != ErrorKind::NotModified;
-    let body = if with_body {
-        Body::from(xml::error_xml(&f.error, resource, request_id, subject))
-    } else {
-        Body::empty()
-    };
-    let mut resp = answer(kind.s3_status(), body);
-    if with_body {
-        set_header(resp.headers_mut(), "content-type", "application/xml");
-    }
-    if has_body {
-        // The body may not have been read: the client must not reuse this connection.
-        set_header(resp.headers_mut(), "connection", "close");
-    }
-    for (name, value) in f.headers {
-        set_header(resp.headers_mut(), name, &value);
-    }
-    if kind != ErrorKind::NotModified {
-        tracing::info!(
-            code = kind.s3_code(),
-            message = f.error.message(),
-            "s3 request failed"
-        );
-    }
+    Front::S3.stamp(resp.headers_mut(), &request_id, "", "talon-gateway");
     resp
 }
 
@@ -127,19 +95,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Body>) -> Routed {
         );
     };
     let (parts, body) = req.into_parts();
-    let header_bytes: usize = parts
-        .headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum();
-    if header_bytes > gw.limits.max_header_bytes {
-        let e = Error::new(
-            ErrorKind::HeadersTooLarge,
-            format!(
-                "Your request header section exceeds the maximum allowed size of {} bytes.",
-                gw.limits.max_header_bytes
-            ),
-        );
+    if let Err(e) = Front::S3.check_header_size(&parts.headers, gw.limits.max_header_bytes) {
         return ("Unknown", Outcome::Failed, Err(e.into()));
     }
     let raw_path = parts.uri.path().to_owned();

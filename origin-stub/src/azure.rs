@@ -21,13 +21,14 @@ use talon_protocols::{Error, ErrorKind, Result};
 use crate::body::{self, Expectations, ResponseBody};
 use crate::front::{
     Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
-    answer, apply_faults, blocking, close_if_body_unread, content_headers, header, path_and_query,
-    request_has_body, set_content_headers, set_header, user_metadata,
+    answer, apply_faults, blocking, content_headers, header, path_and_query, request_has_body,
+    set_content_headers, set_header, user_metadata,
 };
 use crate::front::{ReadAnswer, object_answer};
 use crate::metrics::Protocol;
-use crate::server::{ConnectionReset, HandlerResult, header_bytes, new_request_id};
+use crate::server::{ConnectionReset, HandlerResult};
 use crate::store::{BlockChoice, NewObject, ObjectMeta, WriteOptions};
+use talon_protocols::answer::{ErrorContext, Front, error_answer};
 
 /// Most results one listing page returns.
 const MAX_RESULTS: usize = 5000;
@@ -38,7 +39,7 @@ pub async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> HandlerResult {
-    let request_id = new_request_id();
+    let request_id = Front::Azure.new_request_id();
     let is_head = req.method() == Method::HEAD;
     let version = header(req.headers(), "x-ms-version")
         .unwrap_or(AZURE_API_VERSION)
@@ -49,56 +50,28 @@ pub async fn handle(
         Ok(resp) => resp,
         Err(Outcome::Reset) => return Err(ConnectionReset),
         Err(Outcome::Failure(f)) => {
-            let mut resp = error_response(f, is_head, &request_id);
-            close_if_body_unread(&mut resp, has_body);
-            resp
+            let context = ErrorContext {
+                is_head,
+                has_body,
+                request_id: &request_id,
+                resource: "",
+                subject: Default::default(),
+            };
+            error_answer(Front::Azure, f, context).map(body::full)
         }
     };
-    let h = resp.headers_mut();
-    set_header(h, "x-ms-request-id", &request_id);
-    set_header(h, "x-ms-version", &version);
-    set_header(h, "server", "talon-origin-stub");
+    Front::Azure.stamp(
+        resp.headers_mut(),
+        &request_id,
+        &version,
+        "talon-origin-stub",
+    );
     Ok(resp)
-}
-
-fn error_response(f: Failure, is_head: bool, request_id: &str) -> http::Response<ResponseBody> {
-    let kind = f.error.kind();
-    let with_body = !is_head && kind != ErrorKind::NotModified;
-    let body = if with_body {
-        body::full(xml::error_xml(&f.error, request_id, SystemTime::now()))
-    } else {
-        body::empty()
-    };
-    let mut resp = answer(kind.azure_status(), body);
-    let h = resp.headers_mut();
-    set_header(h, "x-ms-error-code", kind.azure_code());
-    if with_body {
-        set_header(h, "content-type", "application/xml");
-    }
-    for (name, value) in f.headers {
-        set_header(h, name, &value);
-    }
-    if kind != ErrorKind::NotModified {
-        tracing::debug!(
-            code = kind.azure_code(),
-            message = f.error.message(),
-            "azure error"
-        );
-    }
-    resp
 }
 
 async fn route(state: &Arc<StubState>, req: Request<Incoming>, peer: SocketAddr) -> Handled {
     let (parts, body) = req.into_parts();
-    if header_bytes(&parts.headers) > MAX_HEADER_BYTES {
-        return Err(Error::new(
-            ErrorKind::HeadersTooLarge,
-            format!(
-                "The request headers exceed the maximum allowed size of {MAX_HEADER_BYTES} bytes."
-            ),
-        )
-        .into());
-    }
+    Front::Azure.check_header_size(&parts.headers, MAX_HEADER_BYTES)?;
     let (raw_path, raw_query) = path_and_query(&parts.uri);
     let request = AzureRequest::classify(
         &parts.method,

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, Response, StatusCode};
+pub use talon_protocols::answer::{Failure, answer, header, request_has_body, set_header};
 use talon_protocols::azure::auth::AzureIdentity;
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::content_headers::{CONTENT_HEADERS, stored_value};
@@ -79,16 +80,6 @@ pub struct StubState {
     pub azure_endpoint: String,
 }
 
-/// A failed request: the error and extra headers its answer carries (`Content-Range`
-/// on a 416, `ETag` on a 304).
-#[derive(Debug)]
-pub struct Failure {
-    /// The error.
-    pub error: Error,
-    /// Extra headers.
-    pub headers: Vec<(&'static str, String)>,
-}
-
 /// How a request ends when it does not succeed.
 #[derive(Debug)]
 pub enum Outcome {
@@ -128,25 +119,6 @@ pub async fn blocking<T: Send + 'static>(
     })?
 }
 
-/// Sets a header, skipping values that are not valid header text.
-pub fn set_header(headers: &mut HeaderMap, name: &str, value: &str) {
-    // from_bytes, not from_str: UTF-8 values are valid header text; control characters
-    // are still refused.
-    if let (Ok(n), Ok(v)) = (
-        HeaderName::from_bytes(name.as_bytes()),
-        HeaderValue::from_bytes(value.as_bytes()),
-    ) {
-        headers.insert(n, v);
-    }
-}
-
-/// A response with a status and body.
-pub fn answer(status: StatusCode, body: ResponseBody) -> Response<ResponseBody> {
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    resp
-}
-
 /// Reads user metadata headers with `prefix` (`x-amz-meta-` or `x-ms-meta-`).
 ///
 /// # Errors
@@ -170,11 +142,6 @@ pub fn user_metadata(headers: &HeaderMap, prefix: &str) -> Result<BTreeMap<Strin
         ));
     }
     Ok(out)
-}
-
-/// A header's text value.
-pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Applies the injected faults to a request before it is handled: sleeps for the
@@ -253,23 +220,6 @@ pub fn object_answer(
         set_header(resp.headers_mut(), "content-range", &r.content_range(size));
     }
     resp
-}
-
-/// Whether a request carries a body
-/// (a non-zero `Content-Length`, or chunked transfer).
-pub fn request_has_body(headers: &HeaderMap) -> bool {
-    headers.contains_key(http::header::TRANSFER_ENCODING)
-        || header(headers, "content-length").is_some_and(|v| v.trim() != "0")
-}
-
-/// Marks an error answer `Connection: close` when the request had a body: the handler
-/// may have answered without reading it, and HTTP/1.1 then requires either draining it
-/// or announcing the close (the client must not send its next request on a connection
-/// the server is about to drop).
-pub fn close_if_body_unread(resp: &mut Response<ResponseBody>, has_body: bool) {
-    if has_body {
-        set_header(resp.headers_mut(), "connection", "close");
-    }
 }
 
 /// The raw path and query of a request URI.

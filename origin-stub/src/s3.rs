@@ -28,13 +28,14 @@ use talon_protocols::s3::request::resolve_address;
 
 use crate::front::{
     Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
-    answer, apply_faults, blocking, close_if_body_unread, content_headers, header, path_and_query,
-    request_has_body, set_content_headers, set_header, user_metadata,
+    answer, apply_faults, blocking, content_headers, header, path_and_query, request_has_body,
+    set_content_headers, set_header, user_metadata,
 };
 use crate::front::{ReadAnswer, object_answer};
 use crate::metrics::Protocol;
-use crate::server::{ConnectionReset, HandlerResult, header_bytes, new_request_id};
+use crate::server::{ConnectionReset, HandlerResult};
 use crate::store::{NewObject, ObjectMeta, WriteOptions};
+use talon_protocols::answer::{ErrorContext, Front, error_answer};
 
 /// The owner id written into listings.
 const OWNER_ID: &str = "talon-origin-stub";
@@ -45,7 +46,7 @@ pub async fn handle(
     req: Request<Incoming>,
     _peer: SocketAddr,
 ) -> HandlerResult {
-    let request_id = new_request_id();
+    let request_id = Front::S3.new_request_id();
     let is_head = req.method() == Method::HEAD;
     let resource = req.uri().path().to_owned();
     let host = header(req.headers(), "host").map(str::to_owned);
@@ -61,59 +62,23 @@ pub async fn handle(
                 bucket: bucket.as_deref(),
                 key: key.as_deref(),
             };
-            let mut resp = error_response(f, is_head, &resource, &request_id, subject);
-            close_if_body_unread(&mut resp, has_body);
-            resp
+            let context = ErrorContext {
+                is_head,
+                has_body,
+                request_id: &request_id,
+                resource: &resource,
+                subject,
+            };
+            error_answer(Front::S3, f, context).map(body::full)
         }
     };
-    let h = resp.headers_mut();
-    set_header(h, "x-amz-request-id", &request_id);
-    set_header(h, "x-amz-id-2", &request_id);
-    set_header(h, "server", "talon-origin-stub");
+    Front::S3.stamp(resp.headers_mut(), &request_id, "", "talon-origin-stub");
     Ok(resp)
-}
-
-fn error_response(
-    f: Failure,
-    is_head: bool,
-    resource: &str,
-    request_id: &str,
-    subject: xml::ErrorSubject<'_>,
-) -> http::Response<ResponseBody> {
-    let kind = f.error.kind();
-    let status = kind.s3_status();
-    let body = if is_head || kind == ErrorKind::NotModified {
-        body::empty()
-    } else {
-        body::full(xml::error_xml(&f.error, resource, request_id, subject))
-    };
-    let mut resp = answer(status, body);
-    if !is_head && kind != ErrorKind::NotModified {
-        set_header(resp.headers_mut(), "content-type", "application/xml");
-    }
-    for (name, value) in f.headers {
-        set_header(resp.headers_mut(), name, &value);
-    }
-    if kind != ErrorKind::NotModified {
-        tracing::debug!(
-            code = kind.s3_code(),
-            message = f.error.message(),
-            resource,
-            "s3 error"
-        );
-    }
-    resp
 }
 
 async fn route(state: &Arc<StubState>, req: Request<Incoming>) -> Handled {
     let (parts, body) = req.into_parts();
-    if header_bytes(&parts.headers) > MAX_HEADER_BYTES {
-        return Err(Error::new(
-            ErrorKind::HeadersTooLarge,
-            format!("Your request header section exceeds the maximum allowed size of {MAX_HEADER_BYTES} bytes."),
-        )
-        .into());
-    }
+    Front::S3.check_header_size(&parts.headers, MAX_HEADER_BYTES)?;
     let (raw_path, raw_query) = path_and_query(&parts.uri);
     let request = S3Request::classify(
         &parts.method,

@@ -77,19 +77,6 @@ pub async fn serve<H, F>(
     talon_listener::serve(listener, limits, service, stop).await;
 }
 
-/// A fresh request id: 16 upper-case hex digits.
-pub fn new_request_id() -> String {
-    format!("{:016X}", fastrand::u64(..))
-}
-
-/// Total size of the request headers, names plus values, in bytes.
-pub fn header_bytes(headers: &http::HeaderMap) -> usize {
-    headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum()
-}
-
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM: the signals a binary drains and exits on.
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

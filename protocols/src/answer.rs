@@ -1,0 +1,316 @@
+//! Writing answers, once for every server that speaks S3 or Azure Blob (the gateway's
+//! fronts and the origin stub): a failed request ([`Failure`]) as the protocol's error
+//! answer, the ids and headers every answer carries, and the header helpers the
+//! handlers share.
+//!
+//! Answers are built with a [`Bytes`] body here; each server converts it to its own body
+//! type (`Response::map`).
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+
+use crate::s3::xml::ErrorSubject;
+use crate::{Error, ErrorKind};
+
+/// Which protocol a server speaks: it decides error codes and bodies, request ids and
+/// the wording of protocol-level refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Front {
+    /// Amazon S3.
+    S3,
+    /// Azure Blob Storage.
+    Azure,
+}
+
+impl Front {
+    /// A fresh request id in the protocol's form: 16 upper-case hex digits for S3 (as
+    /// `x-amz-request-id`), a UUID for Azure (as `x-ms-request-id`).
+    pub fn new_request_id(self) -> String {
+        match self {
+            Front::S3 => format!("{:016X}", fastrand::u64(..)),
+            Front::Azure => format!(
+                "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                fastrand::u32(..),
+                fastrand::u16(..),
+                fastrand::u16(..),
+                fastrand::u16(..),
+                fastrand::u64(..) & 0xffff_ffff_ffff
+            ),
+        }
+    }
+
+    /// Refuses a request whose header section (names plus values, as
+    /// [`header_bytes`] counts it) is larger than `max` bytes.
+    ///
+    /// # Errors
+    /// [`ErrorKind::HeadersTooLarge`] in the protocol's words.
+    pub fn check_header_size(self, headers: &HeaderMap, max: usize) -> Result<(), Error> {
+        if header_bytes(headers) <= max {
+            return Ok(());
+        }
+        let message = match self {
+            Front::S3 => format!(
+                "Your request header section exceeds the maximum allowed size of {max} bytes."
+            ),
+            Front::Azure => {
+                format!("The request headers exceed the maximum allowed size of {max} bytes.")
+            }
+        };
+        Err(Error::new(ErrorKind::HeadersTooLarge, message))
+    }
+
+    /// Sets the headers every answer of this protocol carries: the request id (S3 sends
+    /// it as `x-amz-request-id` and `x-amz-id-2`, Azure as `x-ms-request-id` with the
+    /// `x-ms-version` it answered in) and `Server`.
+    pub fn stamp(
+        self,
+        headers: &mut HeaderMap,
+        request_id: &str,
+        azure_version: &str,
+        server: &str,
+    ) {
+        match self {
+            Front::S3 => {
+                set_header(headers, "x-amz-request-id", request_id);
+                set_header(headers, "x-amz-id-2", request_id);
+            }
+            Front::Azure => {
+                set_header(headers, "x-ms-request-id", request_id);
+                set_header(headers, "x-ms-version", azure_version);
+            }
+        }
+        set_header(headers, "server", server);
+    }
+}
+
+/// A failed request: the error, and headers its answer carries (`Content-Range` on a
+/// 416, `ETag` on a 304).
+#[derive(Debug)]
+pub struct Failure {
+    /// The error.
+    pub error: Error,
+    /// Extra headers.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Failure {
+    /// A failure with extra headers.
+    pub fn with_headers(error: Error, headers: Vec<(&'static str, String)>) -> Failure {
+        Failure { error, headers }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure {
+            error,
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// What an error answer needs to know about the request it answers.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorContext<'a> {
+    /// A HEAD: the answer has no body.
+    pub is_head: bool,
+    /// The request carried a body the handler may not have read: the answer says
+    /// `Connection: close`, since HTTP/1.1 then requires either draining the body or
+    /// announcing the close.
+    pub has_body: bool,
+    /// The request id, written into the error body.
+    pub request_id: &'a str,
+    /// S3 only: the request's path (the error's `Resource`).
+    pub resource: &'a str,
+    /// S3 only: the bucket and key the error is about.
+    pub subject: ErrorSubject<'a>,
+}
+
+/// The protocol's answer to a failed request: its status, `x-ms-error-code` (Azure),
+/// the XML error body (none on a HEAD or a 304) and the failure's extra headers. The
+/// failure is logged with its code and full message; the client sees the message only
+/// (the fronts keep internals out of it).
+pub fn error_answer(front: Front, failure: Failure, request: ErrorContext<'_>) -> Response<Bytes> {
+    let kind = failure.error.kind();
+    let with_body = !request.is_head && kind != ErrorKind::NotModified;
+    let (status, code) = match front {
+        Front::S3 => (kind.s3_status(), kind.s3_code()),
+        Front::Azure => (kind.azure_status(), kind.azure_code()),
+    };
+    let body = if !with_body {
+        Bytes::new()
+    } else {
+        Bytes::from(match front {
+            Front::S3 => crate::s3::xml::error_xml(
+                &failure.error,
+                request.resource,
+                request.request_id,
+                request.subject,
+            ),
+            Front::Azure => crate::azure::xml::error_xml(
+                &failure.error,
+                request.request_id,
+                std::time::SystemTime::now(),
+            ),
+        })
+    };
+    let mut resp = answer(status, body);
+    let h = resp.headers_mut();
+    if front == Front::Azure {
+        set_header(h, "x-ms-error-code", code);
+    }
+    if with_body {
+        set_header(h, "content-type", "application/xml");
+    }
+    if request.has_body {
+        set_header(h, "connection", "close");
+    }
+    for (name, value) in failure.headers {
+        set_header(h, name, &value);
+    }
+    if kind != ErrorKind::NotModified {
+        tracing::info!(
+            code,
+            message = failure.error.message(),
+            resource = request.resource,
+            "request failed"
+        );
+    }
+    resp
+}
+
+/// Sets a header, skipping values that are not valid header text.
+pub fn set_header(headers: &mut HeaderMap, name: &str, value: &str) {
+    // from_bytes, not from_str: a UTF-8 value (a Content-Disposition file name) is valid
+    // header text; control characters are still refused.
+    if let (Ok(n), Ok(v)) = (
+        HeaderName::from_bytes(name.as_bytes()),
+        HeaderValue::from_bytes(value.as_bytes()),
+    ) {
+        headers.insert(n, v);
+    }
+}
+
+/// A response with a status and body.
+pub fn answer<B>(status: StatusCode, body: B) -> Response<B> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    resp
+}
+
+/// A header's text value (visible ASCII only).
+pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A header's value as UTF-8 text, for values that are passed on rather than parsed
+/// (a Content-Disposition may carry a UTF-8 file name).
+pub fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+        .map(str::to_owned)
+}
+
+/// Whether a request carries a body (a non-zero `Content-Length`, or chunked transfer).
+pub fn request_has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(http::header::TRANSFER_ENCODING)
+        || header(headers, "content-length").is_some_and(|v| v.trim() != "0")
+}
+
+/// Total size of the request headers, names plus values plus 4 bytes of framing each,
+/// in bytes.
+pub fn header_bytes(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn context<'a>(is_head: bool, has_body: bool) -> ErrorContext<'a> {
+        ErrorContext {
+            is_head,
+            has_body,
+            request_id: "RID",
+            resource: "/b/k",
+            subject: ErrorSubject {
+                bucket: Some("b"),
+                key: Some("k"),
+            },
+        }
+    }
+
+    #[test]
+    fn an_s3_error_answer_has_the_code_in_xml_and_no_body_on_head() {
+        let f = Failure::from(Error::new(
+            ErrorKind::NoSuchKey,
+            "The specified key does not exist.",
+        ));
+        let resp = error_answer(Front::S3, f, context(false, true));
+        assert_eq!(resp.status(), 404);
+        assert_eq!(resp.headers()["content-type"], "application/xml");
+        assert_eq!(resp.headers()["connection"], "close");
+        let body = std::str::from_utf8(resp.body()).unwrap();
+        assert!(body.contains("<Code>NoSuchKey</Code>"), "{body}");
+        assert!(body.contains("<RequestId>RID</RequestId>"), "{body}");
+        let f = Failure::from(Error::new(ErrorKind::NoSuchKey, "gone"));
+        let resp = error_answer(Front::S3, f, context(true, false));
+        assert!(resp.body().is_empty());
+        assert!(!resp.headers().contains_key("content-type"));
+        assert!(!resp.headers().contains_key("connection"));
+    }
+
+    #[test]
+    fn an_azure_error_answer_names_its_code_in_a_header_and_keeps_extra_headers() {
+        let f = Failure::with_headers(
+            Error::new(ErrorKind::InvalidRange, "The range specified is invalid."),
+            vec![("content-range", "bytes */10".into())],
+        );
+        let resp = error_answer(Front::Azure, f, context(false, false));
+        assert_eq!(resp.status(), 416);
+        assert_eq!(resp.headers()["x-ms-error-code"], "InvalidRange");
+        assert_eq!(resp.headers()["content-range"], "bytes */10");
+        let body = std::str::from_utf8(resp.body()).unwrap();
+        assert!(body.contains("<Code>InvalidRange</Code>"), "{body}");
+    }
+
+    #[test]
+    fn a_304_has_no_body_on_either_front() {
+        for front in [Front::S3, Front::Azure] {
+            let f = Failure::from(Error::new(ErrorKind::NotModified, "Not Modified"));
+            let resp = error_answer(front, f, context(false, false));
+            assert_eq!(resp.status(), 304);
+            assert!(resp.body().is_empty());
+        }
+    }
+
+    #[test]
+    fn oversized_headers_are_refused_in_each_protocols_words() {
+        let mut h = HeaderMap::new();
+        h.insert("x-big", HeaderValue::from_static("0123456789"));
+        assert!(Front::S3.check_header_size(&h, 100).is_ok());
+        let e = Front::S3.check_header_size(&h, 10).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::HeadersTooLarge);
+        assert!(e.message().contains("header section"));
+        let e = Front::Azure.check_header_size(&h, 10).unwrap_err();
+        assert!(e.message().starts_with("The request headers exceed"));
+    }
+
+    #[test]
+    fn request_ids_have_each_protocols_form() {
+        let s3 = Front::S3.new_request_id();
+        assert_eq!(s3.len(), 16);
+        assert!(
+            s3.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase())
+        );
+        let azure = Front::Azure.new_request_id();
+        let parts: Vec<_> = azure.split('-').map(str::len).collect();
+        assert_eq!(parts, [8, 4, 4, 4, 12]);
+    }
+}

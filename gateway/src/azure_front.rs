@@ -29,7 +29,7 @@ use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header, within_deadline};
-use crate::upload::{Claims, VerifyingBody, origin_body, settle};
+use crate::upload::{UploadClaims, VerifyingBody, origin_body, settle};
 use talon_cache_client::ReaderId;
 use talon_protocols::answer::{ErrorContext, Front, error_answer, request_has_body};
 
@@ -629,10 +629,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
     if len > ctx.gw.limits.max_upload_bytes {
         return Err(Error::new(ErrorKind::EntityTooLarge, "The request body is too large.").into());
     }
-    let claims = Claims {
-        content_md5: header(ctx.headers, "content-md5").map(str::to_owned),
-        ..Claims::default()
-    };
+    let claims = UploadClaims::azure(ctx.headers)?;
     let (stream, outcome) =
         VerifyingBody::new(body, claims, len, ctx.gw.limits.upload_idle_timeout);
     let keep =
@@ -751,10 +748,7 @@ async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Fa
     let (origin_body, outcome) = match op {
         AzureOperation::PutBlock | AzureOperation::PutBlockList => {
             let len = content_length(ctx)?;
-            let claims = Claims {
-                content_md5: header(ctx.headers, "content-md5").map(str::to_owned),
-                ..Claims::default()
-            };
+            let claims = UploadClaims::azure(ctx.headers)?;
             if len > ctx.gw.limits.max_upload_bytes {
                 return Err(Error::new(
                     ErrorKind::EntityTooLarge,

@@ -17,17 +17,15 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
-use talon_protocols::checksum::ChecksumAlgorithm;
 use talon_protocols::conditional::Conditions;
 use talon_protocols::listing::ListPage;
 use talon_protocols::origin::{ForwardRequest, ListOptions, OriginBody};
 use talon_protocols::range::RangeSpec;
 use talon_protocols::s3::auth::{self as s3_auth, S3Auth};
-use talon_protocols::s3::chunked::ChunkSigning;
 use talon_protocols::s3::request::{
     ListObjectsParams, ListVersion, S3Operation, S3Request, resolve_address,
 };
-use talon_protocols::s3::sigv4::{PayloadMode, RequestParts};
+use talon_protocols::s3::sigv4::RequestParts;
 use talon_protocols::s3::xml;
 use talon_protocols::{Error, ErrorKind};
 
@@ -36,7 +34,7 @@ use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header, within_deadline};
-use crate::upload::{Claims, VerifyingBody, origin_body, settle};
+use crate::upload::{UploadClaims, VerifyingBody, origin_body, settle};
 use talon_cache_client::ReaderId;
 use talon_protocols::answer::{ErrorContext, Front, error_answer, request_has_body};
 
@@ -542,67 +540,15 @@ async fn list_objects(ctx: &Ctx<'_>, version: ListVersion) -> Result<Response, F
 }
 
 /// What the client's body claims, and how its framing is read.
-fn upload_claims(ctx: &Ctx<'_>) -> Result<(Claims, u64), Error> {
-    let h = ctx.headers;
-    let mode = match header(h, "x-amz-content-sha256") {
-        Some(v) => PayloadMode::parse(v)?,
-        None => PayloadMode::Unsigned,
-    };
-    let chunked = mode.is_chunked()
-        || header(h, "content-encoding")
-            .is_some_and(|v| v.split(',').any(|p| p.trim() == "aws-chunked"));
-    let trailer = match header(h, "x-amz-trailer") {
-        Some(t) => Some(ChecksumAlgorithm::parse(t).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidArgument,
-                format!("unsupported trailer '{t}'"),
-            )
-        })?),
-        None => None,
-    };
-    let number = |name: &str| -> Result<Option<u64>, Error> {
-        header(h, name)
-            .map(|v| {
-                v.trim().parse::<u64>().map_err(|_| {
-                    Error::new(
-                        ErrorKind::InvalidArgument,
-                        format!("{name} is not a number"),
-                    )
-                })
-            })
-            .transpose()
-    };
-    let decoded_len = number("x-amz-decoded-content-length")?;
-    let content_len = number("content-length")?;
-    let len = if chunked { decoded_len } else { content_len }.ok_or_else(|| {
+fn upload_claims(ctx: &Ctx<'_>) -> Result<(UploadClaims, u64), Error> {
+    let claims = UploadClaims::s3(ctx.headers, ctx.auth.seed.as_ref())?;
+    // The origin is told the decoded length up front.
+    let len = claims.announced_len.ok_or_else(|| {
         Error::new(
             ErrorKind::MissingContentLength,
             "You must provide the Content-Length HTTP header.",
         )
     })?;
-    let signing = match (&ctx.auth.seed, &mode) {
-        (Some(seed), PayloadMode::StreamingSigned) => ChunkSigning::Signed {
-            seed: seed.clone(),
-            trailer: false,
-        },
-        (Some(seed), PayloadMode::StreamingSignedTrailer) => ChunkSigning::Signed {
-            seed: seed.clone(),
-            trailer: true,
-        },
-        (_, PayloadMode::StreamingUnsignedTrailer) => ChunkSigning::Unsigned,
-        _ => ChunkSigning::Unverified,
-    };
-    let claims = Claims {
-        chunked: chunked.then_some((signing, trailer, decoded_len)),
-        sha256: match (&ctx.auth.seed, mode) {
-            (Some(_), PayloadMode::Sha256(hash)) => Some(hash),
-            _ => None,
-        },
-        checksum: ChecksumAlgorithm::ALL
-            .into_iter()
-            .find_map(|alg| header(h, alg.header_name()).map(|v| (alg, v.trim().to_owned()))),
-        content_md5: header(h, "content-md5").map(str::to_owned),
-    };
     Ok((claims, len))
 }
 

@@ -28,25 +28,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_util::Stream;
 use hyper::body::Body as _;
-use md5::{Digest as _, Md5};
-use sha2::Sha256;
-use talon_protocols::checksum::{ChecksumAlgorithm, Checksummer};
-use talon_protocols::s3::chunked::{AwsChunkedDecoder, ChunkSigning};
+use talon_protocols::checksum::ChecksumAlgorithm;
+pub use talon_protocols::upload::UploadClaims;
+use talon_protocols::upload::UploadVerifier;
 use talon_protocols::{Error, ErrorKind};
-
-/// What the client claims about its body.
-#[derive(Default)]
-pub struct Claims {
-    /// `aws-chunked` framing: how chunks are signed, the trailer checksum announced,
-    /// and the decoded length announced (`x-amz-decoded-content-length`).
-    pub chunked: Option<(ChunkSigning, Option<ChecksumAlgorithm>, Option<u64>)>,
-    /// The hex SHA-256 the signature covers (`x-amz-content-sha256`).
-    pub sha256: Option<String>,
-    /// A flexible checksum from a header.
-    pub checksum: Option<(ChecksumAlgorithm, String)>,
-    /// `Content-MD5` (base64).
-    pub content_md5: Option<String>,
-}
 
 /// What a verified upload turned out to be, read once the stream has ended.
 #[derive(Debug, Default, Clone)]
@@ -69,12 +54,8 @@ pub type Outcome = Arc<Mutex<Option<Result<Verified, Error>>>>;
 /// Decodes and verifies a client body while yielding its decoded bytes.
 pub struct VerifyingBody {
     body: axum::body::Body,
-    decoder: Option<AwsChunkedDecoder>,
-    sha256: Option<(Sha256, String)>,
-    checksum: Option<(Checksummer, String)>,
-    content_md5: Option<String>,
-    md5: Md5,
-    len: u64,
+    /// Taken when the body ends.
+    verifier: Option<UploadVerifier>,
     announced: u64,
     idle: std::time::Duration,
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -90,22 +71,15 @@ impl VerifyingBody {
     /// one that sends nothing for `idle`.
     pub fn new(
         body: axum::body::Body,
-        claims: Claims,
+        claims: UploadClaims,
         announced: u64,
         idle: std::time::Duration,
     ) -> (VerifyingBody, Outcome) {
         let outcome: Outcome = Arc::new(Mutex::new(None));
-        let decoder = claims
-            .chunked
-            .map(|(signing, trailer, len)| AwsChunkedDecoder::new(signing, trailer, len));
         let v = VerifyingBody {
             body,
-            decoder,
-            sha256: claims.sha256.map(|h| (Sha256::new(), h)),
-            checksum: claims.checksum.map(|(alg, v)| (Checksummer::new(alg), v)),
-            content_md5: claims.content_md5,
-            md5: Md5::new(),
-            len: 0,
+            // The origin is told `announced`: the body is held to exactly that.
+            verifier: Some(UploadVerifier::new(claims, Some(announced), u64::MAX)),
             announced,
             idle,
             idle_timer: None,
@@ -136,93 +110,27 @@ impl VerifyingBody {
 
     /// Every check after the last byte; the held-back piece is released only if they pass.
     fn finish(&mut self) -> Result<Verified, Error> {
-        let mut checksum_out = None;
-        if let Some(decoder) = self.decoder.take() {
-            checksum_out = decoder.finish()?.checksum;
-        }
-        if let Some((hasher, expected)) = self.sha256.take()
-            && hex::encode(hasher.finalize()) != expected
-        {
-            return Err(Error::new(
-                ErrorKind::ContentSha256Mismatch,
-                "The provided 'x-amz-content-sha256' header does not match what was computed.",
-            ));
-        }
-        let md5 = std::mem::take(&mut self.md5).finalize();
-        if let Some(expected) = &self.content_md5 {
-            use base64::Engine;
-            let sent = base64::engine::general_purpose::STANDARD
-                .decode(expected.trim())
-                .map_err(|_| {
-                    Error::new(
-                        ErrorKind::InvalidDigest,
-                        "The Content-MD5 you specified was invalid.",
-                    )
-                })?;
-            if sent != md5.as_slice() {
-                return Err(Error::new(
-                    ErrorKind::BadDigest,
-                    "The Content-MD5 you specified did not match what we received.",
-                ));
-            }
-        }
-        if let Some((hasher, expected)) = self.checksum.take() {
-            let alg = hasher.algorithm();
-            let computed = hasher.finalize();
-            if computed != expected {
-                return Err(Error::new(
-                    ErrorKind::BadDigest,
-                    format!(
-                        "The {} you specified did not match the calculated checksum.",
-                        alg.name()
-                    ),
-                ));
-            }
-            checksum_out = Some((alg, computed));
-        }
-        if self.len != self.announced {
-            return Err(Error::new(
-                ErrorKind::IncompleteBody,
-                format!(
-                    "You did not provide the number of bytes announced: {} of {}.",
-                    self.len, self.announced
-                ),
-            ));
-        }
+        let verifier = self
+            .verifier
+            .take()
+            .ok_or_else(|| Error::new(ErrorKind::InternalError, "the upload was verified twice"))?;
+        let upload = verifier.finish()?;
         Ok(Verified {
-            len: self.len,
-            md5_hex: hex::encode(md5),
-            checksum: checksum_out,
+            len: upload.len,
+            md5_hex: upload.md5_hex(),
+            checksum: upload.checksum,
             kept: self.kept.take().map(Bytes::from),
         })
     }
 
     fn absorb(&mut self, data: Bytes) -> Result<Bytes, Error> {
-        if let Some((h, _)) = &mut self.sha256 {
-            h.update(&data);
-        }
-        let decoded = match &mut self.decoder {
-            Some(d) => {
-                let mut out = Vec::new();
-                d.feed(&data, &mut out)?;
-                Bytes::from(out)
-            }
-            None => data,
-        };
-        self.len += decoded.len() as u64;
-        if self.len > self.announced {
-            return Err(Error::new(
-                ErrorKind::IncompleteBody,
-                format!(
-                    "The request body is longer than the {} bytes announced.",
-                    self.announced
-                ),
-            ));
-        }
-        self.md5.update(&decoded);
-        if let Some((c, _)) = &mut self.checksum {
-            c.update(&decoded);
-        }
+        let verifier = self.verifier.as_mut().ok_or_else(|| {
+            Error::new(
+                ErrorKind::InternalError,
+                "the upload went on after it ended",
+            )
+        })?;
+        let decoded = verifier.absorb(data)?;
         if let Some(kept) = &mut self.kept {
             kept.extend_from_slice(&decoded);
         }

@@ -18,7 +18,7 @@ use talon_protocols::origin::AZURE_API_VERSION;
 use talon_protocols::range::RangeSpec;
 use talon_protocols::{Error, ErrorKind, Result};
 
-use crate::body::{self, Expectations, ResponseBody};
+use crate::body::{self, ResponseBody};
 use crate::front::{
     Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
     answer, apply_faults, blocking, content_headers, header, path_and_query, request_has_body,
@@ -29,6 +29,7 @@ use crate::metrics::Protocol;
 use crate::server::{ConnectionReset, HandlerResult};
 use crate::store::{BlockChoice, NewObject, ObjectMeta, WriteOptions};
 use talon_protocols::answer::{ErrorContext, Front, error_answer};
+use talon_protocols::upload::UploadClaims;
 
 /// Most results one listing page returns.
 const MAX_RESULTS: usize = 5000;
@@ -447,20 +448,14 @@ fn write_options(ctx: &Ctx<'_>, put_blob: bool) -> Result<WriteOptions> {
     })
 }
 
-fn body_expectations(ctx: &Ctx<'_>) -> Result<Expectations> {
+fn body_expectations(ctx: &Ctx<'_>) -> Result<UploadClaims> {
     if !ctx.headers.contains_key("content-length") {
         return Err(Error::new(
             ErrorKind::MissingContentLength,
             "Content-Length is required.",
         ));
     }
-    Ok(Expectations {
-        chunked: None,
-        sha256: None,
-        checksum: None,
-        content_md5: header(ctx.headers, "content-md5").map(str::to_owned),
-        limit: MAX_UPLOAD_BYTES,
-    })
+    UploadClaims::azure(ctx.headers)
 }
 
 async fn check_write_conditions(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<()> {
@@ -513,8 +508,15 @@ async fn put_blob(ctx: &Ctx<'_>, body: Incoming) -> Handled {
     check_write_conditions(ctx, &container, &blob).await?;
     let store = ctx.state.store.clone();
     let mut staged = blocking(move || store.stage()).await?;
-    let received =
-        body::receive(body, &mut staged, exp, &ctx.state.metrics, Protocol::Azure).await?;
+    let received = body::receive(
+        body,
+        &mut staged,
+        exp,
+        MAX_UPLOAD_BYTES,
+        &ctx.state.metrics,
+        Protocol::Azure,
+    )
+    .await?;
     let store = ctx.state.store.clone();
     let record = NewObject {
         etag: format!("\"{}\"", received.md5_hex),
@@ -544,8 +546,15 @@ async fn put_block(ctx: &Ctx<'_>, body: Incoming) -> Handled {
     }
     let store = ctx.state.store.clone();
     let mut staged = blocking(move || store.stage()).await?;
-    let received =
-        body::receive(body, &mut staged, exp, &ctx.state.metrics, Protocol::Azure).await?;
+    let received = body::receive(
+        body,
+        &mut staged,
+        exp,
+        MAX_UPLOAD_BYTES,
+        &ctx.state.metrics,
+        Protocol::Azure,
+    )
+    .await?;
     let store = ctx.state.store.clone();
     blocking(move || store.put_block(&container, &blob, &block_id, staged)).await?;
     let mut resp = answer(StatusCode::CREATED, body::empty());

@@ -14,9 +14,8 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper::body::Incoming;
 use md5::{Digest as _, Md5};
-use sha2::Sha256;
-use talon_protocols::checksum::{ChecksumAlgorithm, Checksummer};
-use talon_protocols::s3::chunked::{AwsChunkedDecoder, ChunkSigning};
+use talon_protocols::checksum::ChecksumAlgorithm;
+use talon_protocols::upload::{UploadClaims, UploadVerifier};
 use talon_protocols::{Error, ErrorKind, Result};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
@@ -155,21 +154,6 @@ pub fn object_stream(
     StreamBody::new(stream.map_ok(Frame::data)).boxed_unsync()
 }
 
-/// What a received body must match, and how it is framed.
-pub struct Expectations {
-    /// Strip `aws-chunked` framing with this signing mode, announced trailer checksum
-    /// and decoded length.
-    pub chunked: Option<(ChunkSigning, Option<ChecksumAlgorithm>, Option<u64>)>,
-    /// The hex SHA-256 the signature covered (`x-amz-content-sha256`).
-    pub sha256: Option<String>,
-    /// A flexible checksum from a header: algorithm and base64 value.
-    pub checksum: Option<(ChecksumAlgorithm, String)>,
-    /// A `Content-MD5` header value (base64).
-    pub content_md5: Option<String>,
-    /// Most bytes accepted.
-    pub limit: u64,
-}
-
 /// What a received body turned out to be.
 #[derive(Debug, Clone)]
 pub struct Received {
@@ -183,17 +167,19 @@ pub struct Received {
     pub checksum: Option<(ChecksumAlgorithm, String)>,
 }
 
-/// Receives a request body into `staged`, verifying every digest the request claims.
+/// Receives a request body into `staged`, verifying it against what the request
+/// claims ([`UploadVerifier`]); at most `limit` decoded bytes are accepted.
 ///
 /// # Errors
-/// [`ErrorKind::IncompleteBody`] when the body breaks off or its framing is wrong,
-/// [`ErrorKind::EntityTooLarge`], [`ErrorKind::ContentSha256Mismatch`],
+/// [`ErrorKind::IncompleteBody`] when the body breaks off or its framing or length is
+/// wrong, [`ErrorKind::EntityTooLarge`], [`ErrorKind::ContentSha256Mismatch`],
 /// [`ErrorKind::BadDigest`], [`ErrorKind::InvalidDigest`],
 /// [`ErrorKind::SignatureDoesNotMatch`] for a bad chunk signature.
 pub async fn receive(
     body: Incoming,
     staged: &mut StagedFile,
-    exp: Expectations,
+    claims: UploadClaims,
+    limit: u64,
     metrics: &Metrics,
     protocol: Protocol,
 ) -> Result<Received> {
@@ -201,84 +187,25 @@ pub async fn receive(
         .take_file()
         .ok_or_else(|| Error::new(ErrorKind::InternalError, "staging file missing"))?;
     let mut file = tokio::fs::File::from_std(std_file);
-    let result = receive_into(body, &mut file, &exp, metrics, protocol).await;
+    let verifier = UploadVerifier::new(claims, None, limit);
+    let result = receive_into(body, &mut file, verifier, metrics, protocol).await;
     staged.restore(file.into_std().await);
-    let (len, md5, sha, checksum, trailer) = result?;
-    let md5 = md5.finalize();
-    let received = Received {
-        len,
-        md5_hex: hex::encode(md5),
-        md5_base64: base64_encode(&md5),
-        checksum: None,
-    };
-    if let (Some(expected), Some(sha)) = (&exp.sha256, sha)
-        && hex::encode(sha.finalize()) != *expected
-    {
-        return Err(Error::new(
-            ErrorKind::ContentSha256Mismatch,
-            "The provided 'x-amz-content-sha256' header does not match what was computed.",
-        ));
-    }
-    if let Some(expected) = &exp.content_md5 {
-        let decoded = base64_decode(expected)
-            .filter(|d| d.len() == 16)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::InvalidDigest,
-                    "The Content-MD5 you specified was invalid.",
-                )
-            })?;
-        if decoded != md5.as_slice() {
-            return Err(Error::new(
-                ErrorKind::BadDigest,
-                "The Content-MD5 you specified did not match what we received.",
-            ));
-        }
-    }
-    let mut checksum_out = trailer;
-    if let (Some((alg, expected)), Some(computed)) = (&exp.checksum, checksum) {
-        let computed = computed.finalize();
-        if computed != *expected {
-            return Err(Error::new(
-                ErrorKind::BadDigest,
-                format!(
-                    "The {} you specified did not match the calculated checksum.",
-                    alg.name()
-                ),
-            ));
-        }
-        checksum_out = Some((*alg, computed));
-    }
+    let upload = result?.finish()?;
     Ok(Received {
-        checksum: checksum_out,
-        ..received
+        len: upload.len,
+        md5_hex: upload.md5_hex(),
+        md5_base64: upload.md5_base64(),
+        checksum: upload.checksum,
     })
 }
-
-type Digests = (
-    u64,
-    Md5,
-    Option<Sha256>,
-    Option<Checksummer>,
-    Option<(ChecksumAlgorithm, String)>,
-);
 
 async fn receive_into(
     mut body: Incoming,
     file: &mut tokio::fs::File,
-    exp: &Expectations,
+    mut verifier: UploadVerifier,
     metrics: &Metrics,
     protocol: Protocol,
-) -> Result<Digests> {
-    let mut md5 = Md5::new();
-    let mut sha = exp.sha256.as_ref().map(|_| Sha256::new());
-    let mut checksum = exp.checksum.as_ref().map(|(alg, _)| Checksummer::new(*alg));
-    let mut decoder = exp
-        .chunked
-        .as_ref()
-        .map(|(signing, trailer, len)| AwsChunkedDecoder::new(signing.clone(), *trailer, *len));
-    let mut decoded = Vec::new();
-    let mut len = 0u64;
+) -> Result<UploadVerifier> {
     let write_err = |e: io::Error| {
         Error::new(ErrorKind::InternalError, format!("writing the body: {e}")).with_source(e)
     };
@@ -293,37 +220,11 @@ async fn receive_into(
             continue;
         };
         metrics.put_bytes(protocol, data.len() as u64);
-        if let Some(sha) = &mut sha {
-            // The signed hash covers the bytes on the wire.
-            sha.update(&data);
-        }
-        let payload: &[u8] = match &mut decoder {
-            Some(d) => {
-                decoded.clear();
-                d.feed(&data, &mut decoded)?;
-                &decoded
-            }
-            None => &data,
-        };
-        len += payload.len() as u64;
-        if len > exp.limit {
-            return Err(Error::new(
-                ErrorKind::EntityTooLarge,
-                "Your proposed upload exceeds the maximum allowed size",
-            ));
-        }
-        md5.update(payload);
-        if let Some(c) = &mut checksum {
-            c.update(payload);
-        }
-        file.write_all(payload).await.map_err(write_err)?;
+        let payload = verifier.absorb(data)?;
+        file.write_all(&payload).await.map_err(write_err)?;
     }
     file.flush().await.map_err(write_err)?;
-    let trailer = match decoder {
-        Some(d) => d.finish()?.checksum,
-        None => None,
-    };
-    Ok((len, md5, sha, checksum, trailer))
+    Ok(verifier)
 }
 
 /// Reads a small request body (XML documents) into memory, up to `limit` bytes.
@@ -391,13 +292,6 @@ pub fn copy_object(body: ObjectBody, size: u64, staged: &mut StagedFile) -> Resu
 fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD
-        .decode(s.trim())
-        .ok()
 }
 
 /// Drains a stream, for tests.

@@ -15,16 +15,16 @@ use talon_protocols::dates::{format_http_date, parse_http_date};
 use talon_protocols::listing::{ListQuery, paginate};
 use talon_protocols::range::RangeSpec;
 use talon_protocols::s3::auth as s3_auth;
-use talon_protocols::s3::chunked::ChunkSigning;
 use talon_protocols::s3::request::{
     ListObjectsParams, ListVersion, S3Operation, S3Request, parse_copy_source, validate_bucket_name,
 };
-use talon_protocols::s3::sigv4::{PayloadMode, RequestParts, VerifiedSigV4};
+use talon_protocols::s3::sigv4::{RequestParts, VerifiedSigV4};
 use talon_protocols::s3::xml;
 use talon_protocols::{Error, ErrorKind, Result};
 
-use crate::body::{self, Expectations, ResponseBody};
+use crate::body::{self, ResponseBody};
 use talon_protocols::s3::request::resolve_address;
+use talon_protocols::upload::UploadClaims;
 
 use crate::front::{
     Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
@@ -441,64 +441,8 @@ async fn get_object(ctx: &Ctx<'_>, with_body: bool) -> Handled {
 }
 
 /// How the body of a write is framed and what it must match.
-fn expectations(ctx: &Ctx<'_>) -> Result<Expectations> {
-    let h = ctx.headers;
-    let mode = match header(h, "x-amz-content-sha256") {
-        Some(v) => PayloadMode::parse(v)?,
-        None => PayloadMode::Unsigned,
-    };
-    let chunked = mode.is_chunked()
-        || header(h, "content-encoding")
-            .is_some_and(|v| v.split(',').any(|p| p.trim() == "aws-chunked"));
-    let trailer = match header(h, "x-amz-trailer") {
-        Some(t) => Some(ChecksumAlgorithm::parse(t).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidArgument,
-                format!("unsupported trailer '{t}'"),
-            )
-        })?),
-        None => None,
-    };
-    let decoded_len = match header(h, "x-amz-decoded-content-length") {
-        Some(v) => Some(v.parse::<u64>().map_err(|_| {
-            Error::new(
-                ErrorKind::InvalidArgument,
-                "x-amz-decoded-content-length is not a number",
-            )
-        })?),
-        None => None,
-    };
-    let signing = match (&ctx.auth, &mode) {
-        (Some(seed), PayloadMode::StreamingSigned) => ChunkSigning::Signed {
-            seed: seed.clone(),
-            trailer: false,
-        },
-        (Some(seed), PayloadMode::StreamingSignedTrailer) => ChunkSigning::Signed {
-            seed: seed.clone(),
-            trailer: true,
-        },
-        (_, PayloadMode::StreamingUnsignedTrailer) => ChunkSigning::Unsigned,
-        _ => ChunkSigning::Unverified,
-    };
-    let checksum = ChecksumAlgorithm::ALL
-        .into_iter()
-        .find_map(|alg| header(h, alg.header_name()).map(|v| (alg, v.trim().to_owned())));
-    if !h.contains_key("content-length") && !chunked {
-        return Err(Error::new(
-            ErrorKind::MissingContentLength,
-            "You must provide the Content-Length HTTP header.",
-        ));
-    }
-    Ok(Expectations {
-        chunked: chunked.then_some((signing, trailer, decoded_len)),
-        sha256: match (&ctx.auth, mode) {
-            (Some(_), PayloadMode::Sha256(hash)) => Some(hash),
-            _ => None,
-        },
-        checksum,
-        content_md5: header(h, "content-md5").map(str::to_owned),
-        limit: MAX_UPLOAD_BYTES,
-    })
+fn expectations(ctx: &Ctx<'_>) -> Result<UploadClaims> {
+    UploadClaims::s3(ctx.headers, ctx.auth.as_ref())
 }
 
 fn write_options(ctx: &Ctx<'_>) -> Result<WriteOptions> {
@@ -547,7 +491,15 @@ async fn put_object(ctx: &Ctx<'_>, body: Incoming) -> Handled {
     check_write_conditions(ctx, &bucket, &key).await?;
     let store = ctx.state.store.clone();
     let mut staged = blocking(move || store.stage()).await?;
-    let received = body::receive(body, &mut staged, exp, &ctx.state.metrics, Protocol::S3).await?;
+    let received = body::receive(
+        body,
+        &mut staged,
+        exp,
+        MAX_UPLOAD_BYTES,
+        &ctx.state.metrics,
+        Protocol::S3,
+    )
+    .await?;
     options.checksum = received.checksum.clone();
     let store = ctx.state.store.clone();
     let record = NewObject {
@@ -763,7 +715,15 @@ async fn upload_part(ctx: &Ctx<'_>, body: Incoming) -> Handled {
     }
     let store = ctx.state.store.clone();
     let mut staged = blocking(move || store.stage()).await?;
-    let received = body::receive(body, &mut staged, exp, &ctx.state.metrics, Protocol::S3).await?;
+    let received = body::receive(
+        body,
+        &mut staged,
+        exp,
+        MAX_UPLOAD_BYTES,
+        &ctx.state.metrics,
+        Protocol::S3,
+    )
+    .await?;
     let store = ctx.state.store.clone();
     let md5 = received.md5_hex.clone();
     let part = blocking(move || store.put_part(&bucket, &key, &id, number, staged, &md5)).await?;

@@ -6,9 +6,10 @@
 //! parameters), the XML bodies and error codes of both protocols and the single table
 //! that maps an [`ErrorKind`] to each protocol's code and status, authentication in both
 //! directions (verifying SigV4, Shared Key and SAS; signing outgoing requests), flexible
-//! checksums and `aws-chunked` bodies, how answers and error answers are written for
-//! every server that speaks either protocol ([`answer`]: the gateway's fronts and the
-//! origin stub), and the [`origin::OriginClient`].
+//! checksums and `aws-chunked` bodies, and the [`origin::OriginClient`]. For every
+//! server that speaks either protocol (the gateway's fronts and the origin stub) it
+//! owns upload verification ([`upload`]) and how answers and error answers are written
+//! ([`answer`]).
 //!
 //! It does not own HTTP servers, routing or storage: the parsing and signing modules do
 //! no I/O and hold no runtime; only [`origin`] performs network calls.
@@ -27,6 +28,7 @@ pub mod names;
 pub mod origin;
 pub mod range;
 pub mod s3;
+pub mod upload;
 pub mod uri_encoding;
 pub mod xml;
 

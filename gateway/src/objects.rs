@@ -354,11 +354,13 @@ impl Objects {
             return Ok(None);
         }
         let meta = meta_of(resp.info);
-        let served = match (range, resp.range) {
-            (None, None) => None,
-            (Some(spec), Some(got)) if spec.resolve(meta.size) == Ok(got) => Some(got),
-            (asked, got) => return Err(range_mismatch(asked.map(|_| "a range"), got).into()),
+        let served = match range.map(|spec| spec.resolve(meta.size)) {
+            None => None,
+            Some(Ok(asked)) => Some(asked),
+            // The origin served a range its own size says is unsatisfiable.
+            Some(Err(_)) => return Ok(None),
         };
+        talon_protocols::range::check_served_exactly(served, resp.range, Some(meta.size))?;
         let body: Option<BodyStream> = (meta.size > 0).then(|| {
             Box::pin(
                 resp.body
@@ -549,13 +551,6 @@ impl Objects {
                     let pinned =
                         talon_protocols::conditional::normalize_etag(&meta.etag).to_owned();
                     match origin.get(bucket, key, resolved, Some(&pinned)).await {
-                        Ok(resp) if resp.range != resolved => {
-                            // An origin that ignored the range, or served another one:
-                            // its bytes are not the ones this answer announces.
-                            return Err(
-                                range_mismatch(resolved.map(|_| "a range"), resp.range).into()
-                            );
-                        }
                         Ok(resp) => {
                             let stream: BodyStream = Box::pin(resp.body.map(|r| {
                                 r.map_err(|e| std::io::Error::other(e.message().to_owned()))
@@ -623,23 +618,6 @@ pub fn write_content_headers(
     }
 }
 
-/// The origin answered a GET with other bytes than asked: a range it ignored (the whole
-/// object), or another range. Never relayed as if it were the bytes asked for.
-fn range_mismatch(asked: Option<&str>, got: Option<ByteRange>) -> Error {
-    let got = match got {
-        Some(r) => format!("bytes {}-{}", r.start, r.last()),
-        None => "the whole object".to_owned(),
-    };
-    Error::new(
-        ErrorKind::InternalError,
-        format!(
-            "the origin answered {} with {got}",
-            asked.unwrap_or("a whole-object read")
-        ),
-    )
-}
-
-/// An object's metadata as the origin's answer gives it.
 fn meta_of(info: talon_protocols::origin::ObjectInfo) -> ObjectMeta {
     ObjectMeta {
         size: info.size,

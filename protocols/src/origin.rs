@@ -398,14 +398,6 @@ impl OriginClient {
                 ),
             ));
         }
-        if resp.range != Some(range)
-            && !(resp.range.is_none() && range.start == 0 && range.end == resp.info.size)
-        {
-            return Err(Error::new(
-                ErrorKind::InternalError,
-                format!("the origin served {:?} for {range:?}", resp.range),
-            ));
-        }
         let mut buf = bytes::BytesMut::with_capacity(usize::try_from(range.len()).unwrap_or(0));
         let mut body = resp.body;
         while let Some(chunk) = body.next().await {
@@ -423,12 +415,15 @@ impl OriginClient {
         Ok(buf.freeze())
     }
 
-    /// Reads an object, or a range of it, optionally pinned to a version with `If-Match`.
-    /// An origin that ignores the range answers with the whole object; `range` in the
-    /// answer is then `None` and the caller must skip to the bytes it asked for.
+    /// Reads an object, or a range of it, optionally pinned to a version with `If-Match`:
+    /// exactly the bytes asked for or an error
+    /// ([`check_served_exactly`](crate::range::check_served_exactly)); `range` in the
+    /// answer is `None` when the whole object was asked for, or served as the whole of a
+    /// range that is the whole object.
     ///
     /// # Errors
     /// [`ErrorKind::PreconditionFailed`] when the pinned version is gone,
+    /// [`ErrorKind::InternalError`] for other bytes than asked,
     /// [`ErrorKind::InvalidRange`], [`ErrorKind::NoSuchKey`], transport errors as
     /// [`ErrorKind::ServiceUnavailable`] or [`ErrorKind::Timeout`]. A body that ends early
     /// ends the stream with [`ErrorKind::IncompleteBody`].
@@ -442,14 +437,8 @@ impl OriginClient {
         let resp = self
             .get_with_range_header(bucket, key, range.map(|r| r.to_header_value()), if_match)
             .await?;
-        if let (Some(asked), Some(got)) = (range, resp.range)
-            && (asked.start != got.start || got.end > asked.end)
-        {
-            return Err(Error::new(
-                ErrorKind::InternalError,
-                "origin served a different range than asked",
-            ));
-        }
+        let size = resp.size_stated.then_some(resp.info.size);
+        crate::range::check_served_exactly(range, resp.range, size)?;
         Ok(resp)
     }
 

@@ -183,6 +183,46 @@ impl Unsatisfiable {
     }
 }
 
+/// Whether an origin's answer carries exactly the bytes asked for, the one rule every
+/// reader of an origin applies before relaying or caching a byte. `asked` is the
+/// resolved range requested (`None`: the whole object), `served` the range the answer
+/// announced (`None`: the whole object, as a 200), `size` the object's size where the
+/// answer stated it (`Content-Range: bytes a-b/*` does not). Asked for a range, the
+/// whole object counts only when the range is the whole object. A range that runs past
+/// a known end asks for the bytes up to the end, as HTTP reads it.
+///
+/// # Errors
+/// [`ErrorKind::InternalError`](crate::ErrorKind::InternalError) naming both, for any
+/// other answer: an origin that ignored the range or served another one.
+pub fn check_served_exactly(
+    asked: Option<ByteRange>,
+    served: Option<ByteRange>,
+    size: Option<u64>,
+) -> crate::Result<()> {
+    let asked = asked.map(|a| ByteRange {
+        start: a.start,
+        end: size.map_or(a.end, |size| a.end.min(size)),
+    });
+    let whole = |r: ByteRange| size.is_some_and(|size| r.is_whole(size));
+    let exact = match (asked, served) {
+        (None, None) => true,
+        (None, Some(got)) => whole(got),
+        (Some(asked), Some(got)) => asked == got,
+        (Some(asked), None) => whole(asked),
+    };
+    if exact {
+        return Ok(());
+    }
+    let name = |r: Option<ByteRange>| match r {
+        Some(r) => format!("bytes {}-{}", r.start, r.last()),
+        None => "the whole object".to_owned(),
+    };
+    Err(crate::Error::new(
+        crate::ErrorKind::InternalError,
+        format!("the origin answered {} with {}", name(asked), name(served)),
+    ))
+}
+
 /// Parses a `Content-Range: bytes a-b/size` answer into the range and the total size.
 /// The size may be `*` (unknown), which gives `None`.
 pub fn parse_content_range(value: &str) -> Option<(ByteRange, Option<u64>)> {
@@ -209,6 +249,41 @@ pub fn parse_content_range(value: &str) -> Option<(ByteRange, Option<u64>)> {
         },
         size,
     ))
+}
+
+#[cfg(test)]
+mod served_exactly_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn only_the_bytes_asked_for_count_as_served() {
+        let r = |start, end| ByteRange { start, end };
+        assert!(check_served_exactly(None, None, Some(10)).is_ok());
+        assert!(check_served_exactly(Some(r(2, 5)), Some(r(2, 5)), Some(10)).is_ok());
+        // A 200 with the whole object is the answer to a range that is the whole object.
+        assert!(check_served_exactly(Some(r(0, 10)), None, Some(10)).is_ok());
+        assert!(check_served_exactly(None, Some(r(0, 10)), Some(10)).is_ok());
+        // An unknown size: the range itself, exactly.
+        assert!(check_served_exactly(Some(r(2, 5)), Some(r(2, 5)), None).is_ok());
+        assert!(check_served_exactly(Some(r(0, 10)), None, None).is_err());
+        // Past the end: the bytes up to the end.
+        assert!(check_served_exactly(Some(r(5, 20)), Some(r(5, 10)), Some(10)).is_ok());
+        for (asked, served) in [
+            (Some(r(2, 5)), None),          // ignored the range
+            (Some(r(2, 5)), Some(r(2, 4))), // shorter
+            (Some(r(2, 5)), Some(r(2, 6))), // longer
+            (Some(r(2, 5)), Some(r(3, 5))), // shifted
+            (None, Some(r(0, 9))),          // part of the whole
+        ] {
+            let e = check_served_exactly(asked, served, Some(10)).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                crate::ErrorKind::InternalError,
+                "{asked:?} {served:?}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

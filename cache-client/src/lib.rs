@@ -13,7 +13,7 @@
 //! a last resort; the bytes a caller receives are exactly the object's bytes or an error,
 //! never a silent gap. Terminal answers (not found, version mismatch) are not retried.
 //!
-//! It does not own the wire format (talon-core), placement (talon-coordinator) or the
+//! It does not own the wire format (talon-core), placement (talon-coordinator-client) or the
 //! object-store protocols (talon-protocols).
 
 pub mod connection;
@@ -29,8 +29,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
-use talon_coordinator::client::CoordinatorClient;
-use talon_coordinator::placement::RendezvousPlacement;
+use talon_coordinator_client::client::CoordinatorClient;
+use talon_coordinator_client::placement::RendezvousPlacement;
 use talon_core::cluster_auth::{ClusterSecret, Role};
 pub use talon_core::wire::{HeaderSet, ObjectHeaders};
 use talon_core::wire::{IngestMeta, IngestRequest, ReadRangeRequest, StatRequest};

@@ -4,8 +4,9 @@
 //! drain), the membership [`epoch`], [`placement`] (weighted rendezvous
 //! hashing of a `BlockId` over the live workers, frozen by golden
 //! [`vectors`]), the admin HTTP API (axum, JSON bodies in [`api`]) with
-//! [`metrics`] in the Prometheus text format, and a typed [`client`] for that
-//! API used by workers and cache-clients.
+//! [`metrics`] in the Prometheus text format. The API's bodies, its typed [`client`],
+//! placement and the epoch are `talon-coordinator-client`'s (re-exported here), so
+//! that workers and cache clients link them without this server.
 //!
 //! It does not own block data, the data plane or reads: the coordinator is
 //! never on a read's path. Readers fetch the member list, build a
@@ -15,16 +16,13 @@
 //!
 //! Start one in-process with [`start`], or run the `talon-coordinator` binary.
 
-pub mod api;
 pub mod auth;
-pub mod client;
-pub mod epoch;
-pub mod error;
 pub mod membership;
 pub mod metrics;
-pub mod placement;
 mod server;
-pub mod vectors;
+// The client side lives in `talon-coordinator-client` (which links no server); its
+// modules keep their paths here.
+pub use talon_coordinator_client::{api, client, epoch, error, placement, vectors};
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -53,12 +53,21 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-impl IntoResponse for CoordinatorError {
+/// A failed API request, answered with the error's status and a JSON `{"error": ...}`.
+pub(crate) struct ApiError(pub(crate) CoordinatorError);
+
+impl From<CoordinatorError> for ApiError {
+    fn from(e: CoordinatorError) -> ApiError {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
-            StatusCode::from_u16(self.status_code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            StatusCode::from_u16(self.0.status_code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = ErrorBody {
-            error: self.to_string(),
+            error: self.0.to_string(),
         };
         (status, Json(body)).into_response()
     }
@@ -81,12 +90,12 @@ fn parse_body<T: DeserializeOwned>(
 async fn register(
     State(state): State<Arc<AppState>>,
     body: Bytes,
-) -> Result<Json<RegisterResponse>, CoordinatorError> {
+) -> Result<Json<RegisterResponse>, ApiError> {
     let req: RegisterRequest = match parse_body(&body, CoordinatorError::InvalidRegistration) {
         Ok(req) => req,
         Err(e) => {
             state.membership.record_rejected_registration();
-            return Err(e);
+            return Err(e.into());
         }
     };
     let epoch = state.membership.register(&req, Instant::now())?;
@@ -105,7 +114,7 @@ async fn heartbeat(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Result<Json<HeartbeatResponse>, CoordinatorError> {
+) -> Result<Json<HeartbeatResponse>, ApiError> {
     let stats: HeartbeatRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
     Ok(Json(state.membership.heartbeat(
         &id,
@@ -119,7 +128,7 @@ async fn drain(
     Path(id): Path<String>,
     signer: Option<axum::Extension<crate::auth::Signer>>,
     body: Bytes,
-) -> Result<Json<DrainResponse>, CoordinatorError> {
+) -> Result<Json<DrainResponse>, ApiError> {
     let req: DrainRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
     // An admin drains any worker; a worker only itself (its instance must match).
     let instance = match signer {
@@ -137,11 +146,11 @@ async fn members(State(state): State<Arc<AppState>>) -> Response {
 async fn member(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-) -> Result<Response, CoordinatorError> {
+) -> Result<Response, ApiError> {
     let snap = state.membership.snapshot(Instant::now());
     match snap.member(&id) {
         Some(m) => Ok(Json(m).into_response()),
-        None => Err(CoordinatorError::UnknownWorker(id)),
+        None => Err(CoordinatorError::UnknownWorker(id).into()),
     }
 }
 

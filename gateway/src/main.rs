@@ -112,7 +112,7 @@ struct Args {
     #[arg(long, env = "TALON_GATEWAY_WRITE_THROUGH_MAX", default_value = "8MiB", value_parser = parse_byte_size)]
     write_through_max: u64,
     #[command(flatten)]
-    cluster: talon_coordinator::auth::ClusterSecretArgs,
+    cluster: talon_coordinator_client::secret::ClusterSecretArgs,
     /// The cluster's block size.
     #[arg(long, env = "TALON_GATEWAY_BLOCK_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
     block_size: u64,

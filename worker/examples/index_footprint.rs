@@ -38,9 +38,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use talon_coordinator::api::RegisterRequest;
 use talon_coordinator::membership::Membership;
-use talon_coordinator::placement::{PlacementMember, RendezvousPlacement};
+use talon_coordinator_client::api::RegisterRequest;
+use talon_coordinator_client::placement::{PlacementMember, RendezvousPlacement};
 use talon_core::{BlockId, ObjectId, ObjectVersion};
 use talon_worker::block_store::{Block, BlockStore, FillPlan};
 

@@ -130,7 +130,7 @@ struct Args {
     idle_timeout_ms: u64,
 
     #[command(flatten)]
-    cluster: talon_coordinator::auth::ClusterSecretArgs,
+    cluster: talon_coordinator_client::secret::ClusterSecretArgs,
 
     /// Once listening, write {"addr": .., "admin": .., "data_plane": .., "rings": ..}
     /// to this file (atomically).

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use talon_coordinator::api::{HeartbeatRequest, RegisterRequest};
-use talon_coordinator::client::CoordinatorClient;
+use talon_coordinator_client::api::{HeartbeatRequest, RegisterRequest};
+use talon_coordinator_client::client::CoordinatorClient;
 use talon_core::cluster_auth::{ClusterSecret, Role};
 use tokio::net::TcpListener;
 use tokio::sync::watch;

@@ -86,7 +86,7 @@ impl CoordinatorClient {
     }
 
     /// The same client, signing every request with the cluster secret in `role`
-    /// ([`crate::auth`]); without it the coordinator refuses every `/v1/` request.
+    /// (the coordinator's `auth` module); without it the coordinator refuses every `/v1/` request.
     pub fn with_auth(mut self, secret: ClusterSecret, role: Role) -> Self {
         self.auth = Some((secret, role));
         self
@@ -118,10 +118,10 @@ impl CoordinatorClient {
                 *role,
                 method.as_str(),
                 path,
-                crate::auth::unix_now(),
+                crate::secret::unix_now(),
                 &bytes,
             );
-            req = req.header(crate::auth::AUTH_HEADER, value);
+            req = req.header(crate::secret::AUTH_HEADER, value);
         }
         if body.is_some() {
             req = req

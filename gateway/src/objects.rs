@@ -618,6 +618,7 @@ pub fn write_content_headers(
     }
 }
 
+/// An object's metadata as the origin's answer gives it.
 fn meta_of(info: talon_protocols::origin::ObjectInfo) -> ObjectMeta {
     ObjectMeta {
         size: info.size,

@@ -46,14 +46,7 @@ impl CacheClientError {
     /// Whether another worker (or the origin) might succeed where this failed.
     pub fn is_transient(&self) -> bool {
         match self {
-            CacheClientError::Refused { code, .. } => matches!(
-                code,
-                ErrorCode::Unavailable
-                    | ErrorCode::Timeout
-                    | ErrorCode::Internal
-                    | ErrorCode::OriginError
-                    | ErrorCode::Unknown(_)
-            ),
+            CacheClientError::Refused { code, .. } => code.is_transient(),
             CacheClientError::Unavailable(_) | CacheClientError::NoMembership(_) => true,
             CacheClientError::Origin(_, kind) => kind.is_retryable(),
             CacheClientError::InvalidRequest(_) => false,

@@ -34,7 +34,7 @@ use talon_coordinator_client::placement::RendezvousPlacement;
 use talon_core::cluster_auth::{ClusterSecret, Role};
 pub use talon_core::wire::{HeaderSet, ObjectHeaders};
 use talon_core::wire::{IngestMeta, IngestRequest, ReadRangeRequest, StatRequest};
-use talon_core::{BlockGeometry, BlockId, ErrorCode, Message, ObjectId, ObjectVersion};
+use talon_core::{BlockGeometry, BlockId, Message, ObjectId, ObjectVersion};
 use talon_protocols::origin::Origins;
 use talon_protocols::range::ByteRange;
 use tokio::task::JoinHandle;
@@ -707,16 +707,4 @@ async fn refresh(inner: &Inner) {
             tracing::debug!(error = %e, "membership refresh failed; keeping the last snapshot")
         }
     }
-}
-
-/// Whether an error frame code means the object or its version is gone (a gateway maps
-/// these to the protocol's not-found or precondition errors).
-pub fn is_terminal(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::NotFound
-            | ErrorCode::VersionMismatch
-            | ErrorCode::RangeNotSatisfiable
-            | ErrorCode::InvalidRequest
-    )
 }

@@ -264,6 +264,13 @@ impl ErrorKind {
         )
     }
 
+    /// Whether a read from an origin that failed this way is worth asking for again:
+    /// what [`is_retryable`](Self::is_retryable) says, and a body that was cut off (a
+    /// read, unlike an upload, can simply be asked for again).
+    pub fn is_retryable_read(self) -> bool {
+        self.is_retryable() || self == ErrorKind::IncompleteBody
+    }
+
     /// The kind an S3 error code names, as read from an origin's error body.
     ///
     /// Unknown codes give `None`; callers then fall back on [`ErrorKind::from_status`].
@@ -498,6 +505,11 @@ mod tests {
         assert!(ErrorKind::InternalError.is_retryable());
         assert!(!ErrorKind::NoSuchKey.is_retryable());
         assert!(!ErrorKind::PreconditionFailed.is_retryable());
+        // A cut body is worth reading again, not sending again.
+        assert!(ErrorKind::IncompleteBody.is_retryable_read());
+        assert!(!ErrorKind::IncompleteBody.is_retryable());
+        assert!(ErrorKind::SlowDown.is_retryable_read());
+        assert!(!ErrorKind::NoSuchKey.is_retryable_read());
     }
 
     #[test]

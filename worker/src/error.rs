@@ -82,9 +82,7 @@ impl WorkerError {
     /// cut bodies).
     pub fn is_retryable_origin_failure(&self) -> bool {
         match self {
-            WorkerError::Origin(e) => {
-                e.kind().is_retryable() || e.kind() == talon_protocols::ErrorKind::IncompleteBody
-            }
+            WorkerError::Origin(e) => e.kind().is_retryable_read(),
             WorkerError::Shared(inner) => inner.is_retryable_origin_failure(),
             _ => false,
         }

@@ -499,6 +499,22 @@ impl ErrorCode {
             Self::Unknown(other) => other,
         }
     }
+
+    /// Whether another worker (or the origin) may answer where this worker refused
+    /// with this code: it was busy or draining, ran out of time, failed inside, or the
+    /// origin failed it; a code this build does not know counts too. Not found, a
+    /// version mismatch, a bad range or request, a limit, and refused credentials or
+    /// roles are the answer wherever the request goes.
+    pub const fn is_transient(self) -> bool {
+        matches!(
+            self,
+            Self::Unavailable
+                | Self::Timeout
+                | Self::Internal
+                | Self::OriginError
+                | Self::Unknown(_)
+        )
+    }
 }
 
 impl fmt::Display for ErrorCode {
@@ -514,6 +530,16 @@ impl fmt::Display for ErrorCode {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transient_codes_are_the_ones_another_worker_may_answer() {
+        let transient: Vec<u16> = (0..=14)
+            .filter(|n| ErrorCode::from_u16(*n).is_transient())
+            .collect();
+        // OriginError, Unavailable, Timeout, Internal, and codes this build does not
+        // know (0 and 14 here).
+        assert_eq!(transient, [0, 4, 5, 6, 7, 14]);
+    }
 
     #[test]
     fn header_layout_is_as_documented() {

@@ -20,6 +20,7 @@ use talon_origin_stub::{DEFAULT_AZURE_ACCOUNT, EMULATOR_AZURE_KEY, StubConfig};
 use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
+use talon_protocols::origin_spec::{OriginSettings, OriginSpec};
 use talon_protocols::s3::request::S3Addressing;
 use talon_protocols::s3::sigv4::S3Credentials;
 use talon_worker::WorkerConfig;
@@ -137,72 +138,28 @@ fn base64_encode(bytes: &[u8]) -> String {
 /// Parses `--origin` into origin clients.
 fn real_origin(spec: &str) -> anyhow::Result<Origins> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let region = env("AWS_REGION").unwrap_or_else(|| "us-east-1".into());
-    let s3 = |endpoint: String| -> anyhow::Result<Origins> {
-        let credentials = match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+    let settings = OriginSettings {
+        s3_region: env("AWS_REGION").unwrap_or_else(|| "us-east-1".into()),
+        s3_credentials: match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
             (Some(access_key), Some(secret_key)) => Some(S3Credentials {
                 access_key,
                 secret_key,
                 session_token: env("AWS_SESSION_TOKEN"),
             }),
             _ => None,
-        };
-        let client = OriginClient::new(OriginConfig::S3 {
-            endpoint,
-            region: region.clone(),
-            credentials,
-            virtual_hosted: false,
-        })?;
-        Ok(Origins {
-            s3: Some(client),
-            azure: None,
-        })
-    };
-    let azure = |endpoint: String, account: String| -> anyhow::Result<Origins> {
-        let key = match env("AZURE_STORAGE_KEY") {
+        },
+        s3_virtual_hosted: false,
+        azure_key: match env("AZURE_STORAGE_KEY") {
             Some(k) => Some(
                 AccountKey::from_base64(&k)
                     .map_err(|e| anyhow::anyhow!("AZURE_STORAGE_KEY: {}", e.message()))?,
             ),
             None => None,
-        };
-        let client = OriginClient::new(OriginConfig::Azure {
-            endpoint,
-            account: account.clone(),
-            key,
-            sas: None,
-        })?;
-        Ok(Origins {
-            s3: None,
-            azure: Some((account, client)),
-        })
+        },
     };
-    if spec == "s3" {
-        return s3(format!("https://s3.{region}.amazonaws.com"));
-    }
-    if let Some(host) = spec.strip_prefix("s3://") {
-        return s3(format!("https://{host}"));
-    }
-    if let Some(host) = spec.strip_prefix("s3+http://") {
-        return s3(format!("http://{host}"));
-    }
-    if let Some(account) = spec.strip_prefix("az://") {
-        return azure(
-            format!("https://{account}.blob.core.windows.net"),
-            account.to_owned(),
-        );
-    }
-    if let Some(rest) = spec.strip_prefix("az+http://") {
-        let account = rest
-            .rsplit('/')
-            .next()
-            .unwrap_or(DEFAULT_AZURE_ACCOUNT)
-            .to_owned();
-        return azure(format!("http://{rest}"), account);
-    }
-    anyhow::bail!(
-        "--origin '{spec}' is not s3, s3://HOST, s3+http://HOST:PORT, az://ACCOUNT or az+http://HOST:PORT/ACCOUNT"
-    )
+    let spec = OriginSpec::parse(spec, &settings.s3_region)
+        .map_err(|e| anyhow::anyhow!("--origin: {}", e.message()))?;
+    Ok(Origins::from_specs(&[spec], &settings)?)
 }
 
 struct Endpoints {

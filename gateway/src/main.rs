@@ -15,7 +15,8 @@ use talon_gateway::{GatewayConfig, start};
 use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::azure::shared_key::AccountKey;
-use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
+use talon_protocols::origin::Origins;
+use talon_protocols::origin_spec::{OriginSettings, OriginSpec};
 use talon_protocols::s3::request::S3Addressing;
 use talon_protocols::s3::sigv4::S3Credentials;
 
@@ -67,7 +68,14 @@ struct Args {
     #[arg(long, env = "TALON_GATEWAY_REGION", default_value = "us-east-1")]
     region: String,
 
-    /// S3 origin endpoint (e.g. https://s3.eu-west-1.amazonaws.com).
+    /// The origins, as URLs (repeat the flag or separate with commas; at most one S3
+    /// and one Azure): s3, s3://HOST, s3+http://HOST:PORT, az://ACCOUNT,
+    /// az+http://HOST:PORT/ACCOUNT, az+https://HOST/ACCOUNT. Credentials come from
+    /// the flags below (AWS_*, AZURE_STORAGE_KEY).
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN", value_delimiter = ',')]
+    origin: Vec<String>,
+    /// S3 origin endpoint (e.g. https://s3.eu-west-1.amazonaws.com); the same as
+    /// `--origin s3://HOST`, kept for existing command lines.
     #[arg(long, env = "TALON_GATEWAY_ORIGIN_S3_ENDPOINT")]
     origin_s3_endpoint: Option<String>,
     /// S3 origin signing region.
@@ -79,7 +87,9 @@ struct Args {
     /// The gateway's own S3 secret for the origin.
     #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
     origin_s3_secret_key: Option<String>,
-    /// Azure origin account URL (e.g. https://acct.blob.core.windows.net).
+    /// Azure origin account URL (e.g. https://acct.blob.core.windows.net), with
+    /// --origin-azure-account; the same as `--origin az://ACCOUNT`, kept for existing
+    /// command lines.
     #[arg(long, env = "TALON_GATEWAY_ORIGIN_AZURE_ENDPOINT")]
     origin_azure_endpoint: Option<String>,
     /// Azure origin account name.
@@ -224,46 +234,50 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let s3_origin = match &args.origin_s3_endpoint {
-        Some(endpoint) => Some(OriginClient::new(OriginConfig::S3 {
+    let settings = OriginSettings {
+        s3_region: args.origin_s3_region.clone(),
+        s3_credentials: match (&args.origin_s3_access_key, &args.origin_s3_secret_key) {
+            (Some(a), Some(s)) => Some(S3Credentials {
+                access_key: a.clone(),
+                secret_key: s.clone(),
+                session_token: None,
+            }),
+            _ => None,
+        },
+        s3_virtual_hosted: false,
+        azure_key: match &args.origin_azure_key {
+            Some(k) => Some(
+                AccountKey::from_base64(k)
+                    .map_err(|e| anyhow::anyhow!("azure key: {}", e.message()))?,
+            ),
+            None => None,
+        },
+    };
+    let mut specs = Vec::new();
+    for url in &args.origin {
+        specs.push(
+            OriginSpec::parse(url, &args.origin_s3_region)
+                .map_err(|e| anyhow::anyhow!("--origin: {}", e.message()))?,
+        );
+    }
+    if let Some(endpoint) = &args.origin_s3_endpoint {
+        specs.push(OriginSpec::S3 {
             endpoint: endpoint.clone(),
-            region: args.origin_s3_region.clone(),
-            credentials: match (&args.origin_s3_access_key, &args.origin_s3_secret_key) {
-                (Some(a), Some(s)) => Some(S3Credentials {
-                    access_key: a.clone(),
-                    secret_key: s.clone(),
-                    session_token: None,
-                }),
-                _ => None,
-            },
-            virtual_hosted: false,
-        })?),
-        None => None,
-    };
-    let azure_origin = match &args.origin_azure_endpoint {
-        Some(endpoint) => {
-            let key = match &args.origin_azure_key {
-                Some(k) => Some(
-                    AccountKey::from_base64(k)
-                        .map_err(|e| anyhow::anyhow!("azure key: {}", e.message()))?,
-                ),
-                None => None,
-            };
-            Some((
-                args.origin_azure_account.clone(),
-                OriginClient::new(OriginConfig::Azure {
-                    endpoint: endpoint.clone(),
-                    account: args.origin_azure_account.clone(),
-                    key,
-                    sas: None,
-                })?,
-            ))
-        }
-        None => None,
-    };
+        });
+    }
+    if let Some(endpoint) = &args.origin_azure_endpoint {
+        specs.push(OriginSpec::Azure {
+            endpoint: endpoint.clone(),
+            account: args.origin_azure_account.clone(),
+        });
+    }
+    let Origins {
+        s3: s3_origin,
+        azure: azure_origin,
+    } = Origins::from_specs(&specs, &settings)?;
     anyhow::ensure!(
         s3_origin.is_some() || azure_origin.is_some(),
-        "configure an origin: --origin-s3-endpoint and/or --origin-azure-endpoint"
+        "configure an origin: --origin URL (s3+http://HOST:PORT, az://ACCOUNT, ...)"
     );
     let (has_s3, has_azure) = (s3_origin.is_some(), azure_origin.is_some());
     let default_backend = move |preferred: Backend| match (preferred, has_s3, has_azure) {

@@ -98,3 +98,24 @@ async fn the_binary_writes_its_ready_file_serves_and_stops_on_sigterm() {
     .await;
     assert!(status.success(), "exit status after SIGTERM: {status}");
 }
+
+#[test]
+fn an_origin_url_it_cannot_read_stops_the_binary_with_the_spellings() {
+    for bad in ["http://127.0.0.1:9000", "s3://host/bucket"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_talon-gateway"))
+            .args(["--s3-listen", "127.0.0.1:0", "--azure-listen", "off"])
+            .args(["--admin-listen", "off", "--anonymous", "read-only"])
+            .args(["--origin", bad])
+            .env("TALON_LOG", "error")
+            .env("TALON_CLUSTER_SECRET", "0123456789abcdef0123456789abcdef")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run talon-gateway");
+        assert!(!out.status.success(), "{bad} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("s3+http://HOST:PORT") && stderr.contains(bad),
+            "{bad}: {stderr}"
+        );
+    }
+}

@@ -26,6 +26,7 @@ pub mod expect_continue;
 pub mod listing;
 pub mod names;
 pub mod origin;
+pub mod origin_spec;
 pub mod range;
 pub mod s3;
 pub mod upload;

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use talon_core::parse_byte_size;
 use talon_protocols::azure::shared_key::AccountKey;
-use talon_protocols::origin::{OriginClient, OriginConfig};
+use talon_protocols::origin_spec::{OriginSettings, OriginSpec};
 use talon_protocols::s3::sigv4::S3Credentials;
 use talon_worker::data_plane::{DataPlaneConfig, PlaneRequest};
 use talon_worker::loader::LoaderConfig;
@@ -63,7 +63,14 @@ struct Args {
     )]
     heartbeat_interval_ms: u64,
 
-    /// S3 origin endpoint, e.g. https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:9000.
+    /// The origins, as URLs (repeat the flag or separate with commas; at most one S3
+    /// and one Azure): s3, s3://HOST, s3+http://HOST:PORT, az://ACCOUNT,
+    /// az+http://HOST:PORT/ACCOUNT, az+https://HOST/ACCOUNT. Credentials come from
+    /// the flags below (AWS_*, AZURE_STORAGE_KEY).
+    #[arg(long, env = "TALON_WORKER_ORIGIN", value_delimiter = ',')]
+    origin: Vec<String>,
+    /// S3 origin endpoint, e.g. https://s3.eu-west-1.amazonaws.com or
+    /// http://127.0.0.1:9000; the same as `--origin`, kept for existing command lines.
     #[arg(long, env = "TALON_WORKER_S3_ENDPOINT")]
     s3_endpoint: Option<String>,
     /// S3 signing region.
@@ -78,7 +85,9 @@ struct Args {
     /// Put the bucket in the host name (virtual-hosted addressing).
     #[arg(long, env = "TALON_WORKER_S3_VIRTUAL_HOSTED")]
     s3_virtual_hosted: bool,
-    /// Azure Blob account URL, e.g. https://acct.blob.core.windows.net or http://127.0.0.1:10000/devstoreaccount1.
+    /// Azure Blob account URL, e.g. https://acct.blob.core.windows.net or
+    /// http://127.0.0.1:10000/devstoreaccount1, with --azure-account; the same as
+    /// `--origin`, kept for existing command lines.
     #[arg(long, env = "TALON_WORKER_AZURE_ENDPOINT")]
     azure_endpoint: Option<String>,
     /// Azure storage account name.
@@ -160,48 +169,46 @@ struct Args {
 }
 
 fn origins(args: &Args) -> anyhow::Result<Origins> {
-    let s3 = match &args.s3_endpoint {
-        Some(endpoint) => {
-            let credentials = match (&args.s3_access_key, &args.s3_secret_key) {
-                (Some(ak), Some(sk)) => Some(S3Credentials {
-                    access_key: ak.clone(),
-                    secret_key: sk.clone(),
-                    session_token: None,
-                }),
-                _ => None,
-            };
-            Some(OriginClient::new(OriginConfig::S3 {
-                endpoint: endpoint.clone(),
-                region: args.s3_region.clone(),
-                credentials,
-                virtual_hosted: args.s3_virtual_hosted,
-            })?)
-        }
-        None => None,
+    let settings = OriginSettings {
+        s3_region: args.s3_region.clone(),
+        s3_credentials: match (&args.s3_access_key, &args.s3_secret_key) {
+            (Some(ak), Some(sk)) => Some(S3Credentials {
+                access_key: ak.clone(),
+                secret_key: sk.clone(),
+                session_token: None,
+            }),
+            _ => None,
+        },
+        s3_virtual_hosted: args.s3_virtual_hosted,
+        azure_key: match &args.azure_key {
+            Some(k) => Some(
+                AccountKey::from_base64(k)
+                    .map_err(|e| anyhow::anyhow!("--azure-key: {}", e.message()))?,
+            ),
+            None => None,
+        },
     };
-    let azure = match &args.azure_endpoint {
-        Some(endpoint) => {
-            let key = match &args.azure_key {
-                Some(k) => Some(
-                    AccountKey::from_base64(k)
-                        .map_err(|e| anyhow::anyhow!("--azure-key: {}", e.message()))?,
-                ),
-                None => None,
-            };
-            let client = OriginClient::new(OriginConfig::Azure {
-                endpoint: endpoint.clone(),
-                account: args.azure_account.clone(),
-                key,
-                sas: None,
-            })?;
-            Some((args.azure_account.clone(), client))
-        }
-        None => None,
-    };
-    if s3.is_none() && azure.is_none() {
-        tracing::warn!(
-            "no origin configured (--s3-endpoint / --azure-endpoint): only cached pages can be served"
+    let mut specs = Vec::new();
+    for url in &args.origin {
+        specs.push(
+            OriginSpec::parse(url, &args.s3_region)
+                .map_err(|e| anyhow::anyhow!("--origin: {}", e.message()))?,
         );
+    }
+    if let Some(endpoint) = &args.s3_endpoint {
+        specs.push(OriginSpec::S3 {
+            endpoint: endpoint.clone(),
+        });
+    }
+    if let Some(endpoint) = &args.azure_endpoint {
+        specs.push(OriginSpec::Azure {
+            endpoint: endpoint.clone(),
+            account: args.azure_account.clone(),
+        });
+    }
+    let Origins { s3, azure } = Origins::from_specs(&specs, &settings)?;
+    if s3.is_none() && azure.is_none() {
+        tracing::warn!("no origin configured (--origin URL): only cached pages can be served");
     }
     Ok(Origins { s3, azure })
 }

@@ -324,6 +324,12 @@ def _live_members(coordinator: str) -> list:
     return [m for m in resp.json().get("members", []) if m.get("state") == "live"]
 
 
+def origin_url(protocol: str, endpoint: str) -> str:
+    """`http://HOST:PORT[/ACCOUNT]` as an origin URL: `s3+http://…` or `az+http://…`."""
+    assert endpoint.startswith("http://"), endpoint
+    return f"{protocol}+{endpoint}"
+
+
 def start_gateway(name: str, workdir: pathlib.Path, *, origin_s3: str, origin_azure: str, coordinator: str,
                   identities: pathlib.Path, extra: list) -> tuple:
     s3_port, az_port, admin_port = free_port(), free_port(), free_port()
@@ -332,9 +338,9 @@ def start_gateway(name: str, workdir: pathlib.Path, *, origin_s3: str, origin_az
         "--s3-listen", f"127.0.0.1:{s3_port}",
         "--azure-listen", f"127.0.0.1:{az_port}",
         "--admin-listen", f"127.0.0.1:{admin_port}",
-        "--origin-s3-endpoint", origin_s3,
-        "--origin-azure-endpoint", origin_azure,
-        "--origin-azure-account", AZURE_ACCOUNT,
+        # The origins as URLs (the one spelling every binary takes).
+        "--origin", origin_url("s3", origin_s3),
+        "--origin", origin_url("az", origin_azure),
         "--coordinator", coordinator,
         "--block-size", BLOCK_SIZE,
         "--identities", identities,
@@ -388,7 +394,7 @@ def start_cluster(workdir: pathlib.Path) -> Cluster:
                 binary("talon-worker"), "--listen", "127.0.0.1:0", "--admin-listen", "off",
                 "--cache-dir", wdir / "cache", "--capacity", "256MiB", "--page-size", PAGE_SIZE,
                 "--coordinator", coordinator, "--id", f"w{n}", "--heartbeat-interval-ms", "200",
-                "--s3-endpoint", origin_s3, "--azure-endpoint", origin_azure, "--azure-account", AZURE_ACCOUNT,
+                "--origin", f"{origin_url('s3', origin_s3)},{origin_url('az', origin_azure)}",
                 "--ready-file", ready,
             ], wdir, worker_env)
             procs.append(w)

@@ -6,25 +6,33 @@
 //! into an [`ObjectInfo`] or an [`Error`] whose [`ErrorKind`] says what happened
 //! (a 412 on a pinned GET is [`ErrorKind::PreconditionFailed`]: the object changed).
 //! Retries and backoff belong to the caller, which knows its budget.
+//!
+//! What differs between the two protocols (signing, addressing and naming rules, the
+//! range header, listings) is behind one interface, [`Dialect`], with one
+//! implementation per backend: [`s3`] and [`azure`]. This file holds what they share.
+
+mod azure;
+mod s3;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, StatusCode};
 
-use crate::azure::shared_key::{self, AccountKey, SharedKeyParts};
+use crate::azure::shared_key::AccountKey;
 use crate::checksum::ChecksumAlgorithm;
 use crate::conditional::quote_etag;
-use crate::dates::{format_http_date, parse_http_date};
+use crate::dates::parse_http_date;
 use crate::error::{Error, ErrorKind, Result};
 use crate::names;
 use crate::range::{ByteRange, RangeSpec, parse_content_range};
 use crate::s3::chunked::AwsChunkedTrailerEncoder;
-use crate::s3::sigv4::{S3Credentials, SignedBody, sign_request};
-use crate::uri_encoding::{decode, encode_path, encode_strict};
+use crate::s3::sigv4::S3Credentials;
+use crate::uri_encoding::{encode_path, encode_strict};
 use talon_core::wire::HeaderSet;
 use talon_core::{Namespace, ObjectId};
 
@@ -264,8 +272,81 @@ pub struct BucketSummary {
     pub created: Option<SystemTime>,
 }
 
+/// What one backend does its own way; [`OriginClient`] does the rest the same for both.
+trait Dialect: Send + Sync {
+    /// The base URL (no bucket).
+    fn endpoint(&self) -> &str;
+    /// Whether the bucket goes in the host name.
+    fn virtual_hosted(&self) -> bool;
+    /// Checks a bucket (container) name by this origin's rules.
+    fn check_bucket(&self, bucket: &str) -> Result<()>;
+    /// A query string added to every request (an Azure SAS), without `?`.
+    fn extra_query(&self) -> Option<&str> {
+        None
+    }
+    /// Adds the headers that authenticate the request (and the protocol's own, such as
+    /// `x-ms-version`) to `headers`.
+    fn authorize(
+        &self,
+        method: &Method,
+        url: &str,
+        host: &str,
+        headers: &mut Vec<(String, String)>,
+        body: &OriginBody,
+        now: SystemTime,
+    ) -> Result<()>;
+    /// The request header that asks for a range.
+    fn range_header(&self) -> &'static str;
+    /// Headers of a whole-object GET.
+    fn whole_object_headers(&self) -> Vec<(&'static str, String)>;
+    /// Whether `bytes=-n` is understood.
+    fn has_suffix_ranges(&self) -> bool;
+    /// Whether an upload may carry its checksum in an `aws-chunked` trailer.
+    fn takes_trailer_checksums(&self) -> bool;
+    /// Headers every object PUT carries.
+    fn put_headers(&self) -> Vec<(&'static str, String)>;
+    /// The query of a bucket (container) listing.
+    fn list_buckets_query(&self) -> &'static str;
+    /// Reads a bucket listing.
+    fn parse_buckets(&self, body: &[u8]) -> Result<Vec<BucketSummary>>;
+    /// The query of a bucket existence check (a HEAD).
+    fn head_bucket_query(&self) -> &'static str;
+    /// The protocol's own query parameters of a key listing (prefix and delimiter are
+    /// added by the caller).
+    fn list_query(&self, options: &ListOptions<'_>) -> Vec<(&'static str, String)>;
+    /// Reads a key listing page.
+    fn parse_listing(&self, body: &[u8], include_metadata: bool) -> Result<ListResult>;
+}
+
+fn dialect(config: &OriginConfig) -> Arc<dyn Dialect> {
+    match config.clone() {
+        OriginConfig::S3 {
+            endpoint,
+            region,
+            credentials,
+            virtual_hosted,
+        } => Arc::new(s3::S3Dialect {
+            endpoint,
+            region,
+            credentials,
+            virtual_hosted,
+        }),
+        OriginConfig::Azure {
+            endpoint,
+            account,
+            key,
+            sas,
+        } => Arc::new(azure::AzureDialect {
+            endpoint,
+            account,
+            key,
+            sas,
+        }),
+    }
+}
+
 /// A client for one origin.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OriginClient {
     /// Requests without a streamed body: bounded by [`ORIGIN_READ_TIMEOUT`].
     http: reqwest::Client,
@@ -273,6 +354,16 @@ pub struct OriginClient {
     /// (their bodies are bounded by the gateway's upload idle timeout).
     uploads: reqwest::Client,
     config: OriginConfig,
+    dialect: Arc<dyn Dialect>,
+}
+
+impl std::fmt::Debug for OriginClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The configuration's own Debug redacts its secrets.
+        f.debug_struct("OriginClient")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A transport failure as an error. The message names no URL (SEC-18: it reached
@@ -334,6 +425,7 @@ impl OriginClient {
         Ok(OriginClient {
             http,
             uploads,
+            dialect: dialect(&config),
             config,
         })
     }
@@ -354,21 +446,12 @@ impl OriginClient {
                 Some(bucket),
                 Some(key),
                 "",
-                &self.checksum_mode(),
+                &self.dialect.whole_object_headers(),
                 OriginBody::Empty,
             )
             .await?;
         let resp = check(resp).await?;
         object_info(resp.headers(), None)
-    }
-
-    /// `x-amz-checksum-mode: ENABLED` for an S3 origin, so whole-object answers carry the
-    /// object's flexible checksum; nothing for Azure, which has none.
-    fn checksum_mode(&self) -> Vec<(&'static str, String)> {
-        match self.config {
-            OriginConfig::S3 { .. } => vec![("x-amz-checksum-mode", "ENABLED".to_owned())],
-            OriginConfig::Azure { .. } => Vec::new(),
-        }
     }
 
     /// Reads exactly `range` of version `version` of an object, for a cache fill: the
@@ -457,9 +540,7 @@ impl OriginClient {
         key: &str,
         range: Option<RangeSpec>,
     ) -> Result<GetResponse> {
-        if matches!(self.config, OriginConfig::Azure { .. })
-            && range.is_some_and(RangeSpec::is_suffix)
-        {
+        if !self.dialect.has_suffix_ranges() && range.is_some_and(RangeSpec::is_suffix) {
             return Err(Error::new(
                 ErrorKind::NotImplemented,
                 "Azure has no suffix ranges",
@@ -478,14 +559,10 @@ impl OriginClient {
     ) -> Result<GetResponse> {
         let mut headers: Vec<(&str, String)> = Vec::new();
         if range.is_none() {
-            headers.extend(self.checksum_mode());
+            headers.extend(self.dialect.whole_object_headers());
         }
         if let Some(value) = range {
-            let name = match self.config {
-                OriginConfig::S3 { .. } => "range",
-                OriginConfig::Azure { .. } => "x-ms-range",
-            };
-            headers.push((name, value));
+            headers.push((self.dialect.range_header(), value));
         }
         if let Some(tag) = if_match {
             headers.push(("if-match", quote_etag(tag)));
@@ -585,7 +662,7 @@ impl OriginClient {
     where
         S: Stream<Item = std::result::Result<Bytes, std::io::Error>> + Send + 'static,
     {
-        if matches!(self.config, OriginConfig::Azure { .. }) {
+        if !self.dialect.takes_trailer_checksums() {
             return self
                 .put_stream(
                     bucket,
@@ -634,9 +711,7 @@ impl OriginClient {
         mut headers: Vec<(&str, String)>,
         body: OriginBody,
     ) -> Result<String> {
-        if matches!(self.config, OriginConfig::Azure { .. }) {
-            headers.push(("x-ms-blob-type", "BlockBlob".into()));
-        }
+        headers.extend(self.dialect.put_headers());
         let resp = self
             .send(Method::PUT, Some(bucket), Some(key), "", &headers, body)
             .await?;
@@ -658,48 +733,13 @@ impl OriginClient {
     /// # Errors
     /// The origin's error as a kind.
     pub async fn list_buckets(&self) -> Result<Vec<BucketSummary>> {
-        let query = match self.config {
-            OriginConfig::S3 { .. } => "",
-            OriginConfig::Azure { .. } => "comp=list",
-        };
+        let query = self.dialect.list_buckets_query();
         let resp = self
             .send(Method::GET, None, None, query, &[], OriginBody::Empty)
             .await?;
         let resp = check(resp).await?;
         let body = read_capped(resp, MAX_ORIGIN_LISTING_BODY).await?;
-        match self.config {
-            OriginConfig::S3 { .. } => {
-                let parsed: crate::s3::xml::ListAllMyBucketsResult =
-                    crate::s3::xml::parse_request(&body)?;
-                Ok(parsed
-                    .buckets
-                    .bucket
-                    .into_iter()
-                    .map(|b| BucketSummary {
-                        created: time::OffsetDateTime::parse(
-                            &b.creation_date,
-                            &time::format_description::well_known::Rfc3339,
-                        )
-                        .ok()
-                        .map(SystemTime::from),
-                        name: b.name,
-                    })
-                    .collect())
-            }
-            OriginConfig::Azure { .. } => {
-                let parsed: crate::azure::xml::ContainerEnumeration =
-                    crate::azure::xml::parse_request(&body)?;
-                Ok(parsed
-                    .containers
-                    .container
-                    .into_iter()
-                    .map(|c| BucketSummary {
-                        created: c.properties.and_then(|p| parse_http_date(&p.last_modified)),
-                        name: c.name,
-                    })
-                    .collect())
-            }
-        }
+        self.dialect.parse_buckets(&body)
     }
 
     /// Whether a bucket (container) exists.
@@ -707,12 +747,16 @@ impl OriginClient {
     /// # Errors
     /// [`ErrorKind::NoSuchBucket`] when it does not; the origin's other errors.
     pub async fn head_bucket(&self, bucket: &str) -> Result<()> {
-        let (method, query) = match self.config {
-            OriginConfig::S3 { .. } => (Method::HEAD, ""),
-            OriginConfig::Azure { .. } => (Method::HEAD, "restype=container"),
-        };
+        let query = self.dialect.head_bucket_query();
         let resp = self
-            .send(method, Some(bucket), None, query, &[], OriginBody::Empty)
+            .send(
+                Method::HEAD,
+                Some(bucket),
+                None,
+                query,
+                &[],
+                OriginBody::Empty,
+            )
             .await?;
         match check(resp).await {
             Ok(_) => Ok(()),
@@ -755,44 +799,8 @@ impl OriginClient {
     /// # Errors
     /// The origin's error as a kind ([`ErrorKind::NoSuchBucket`], ...).
     pub async fn list_with(&self, bucket: &str, options: &ListOptions<'_>) -> Result<ListResult> {
-        let ListOptions {
-            prefix,
-            delimiter,
-            token,
-            start_after,
-            max_keys,
-            include_metadata,
-        } = *options;
-        let mut q: Vec<(&str, String)> = Vec::new();
-        match self.config {
-            OriginConfig::S3 { .. } => {
-                q.push(("list-type", "2".into()));
-                q.push(("encoding-type", "url".into()));
-                if let Some(t) = token {
-                    q.push(("continuation-token", t.into()));
-                }
-                if let Some(a) = start_after {
-                    q.push(("start-after", a.into()));
-                }
-                if let Some(m) = max_keys {
-                    q.push(("max-keys", m.to_string()));
-                }
-            }
-            OriginConfig::Azure { .. } => {
-                let _ = start_after;
-                q.push(("restype", "container".into()));
-                q.push(("comp", "list".into()));
-                if let Some(t) = token {
-                    q.push(("marker", t.into()));
-                }
-                if let Some(m) = max_keys {
-                    q.push(("maxresults", m.to_string()));
-                }
-                if include_metadata {
-                    q.push(("include", "metadata".into()));
-                }
-            }
-        }
+        let mut q = self.dialect.list_query(options);
+        let (prefix, delimiter) = (options.prefix, options.delimiter);
         if !prefix.is_empty() {
             q.push(("prefix", prefix.into()));
         }
@@ -816,76 +824,7 @@ impl OriginClient {
             .await?;
         let resp = check(resp).await?;
         let body = read_capped(resp, MAX_ORIGIN_LISTING_BODY).await?;
-        match self.config {
-            OriginConfig::S3 { .. } => {
-                let parsed: crate::s3::xml::ListBucketResult =
-                    crate::s3::xml::parse_request(&body)?;
-                let url = parsed.encoding_type.as_deref() == Some("url");
-                let dec = |s: &str| {
-                    if url {
-                        decode(s).into_owned()
-                    } else {
-                        s.to_owned()
-                    }
-                };
-                Ok(ListResult {
-                    objects: parsed
-                        .contents
-                        .iter()
-                        .map(|o| ListedEntry {
-                            key: dec(&o.key),
-                            size: o.size,
-                            etag: quote_etag(&o.etag),
-                            last_modified: time::OffsetDateTime::parse(
-                                &o.last_modified,
-                                &time::format_description::well_known::Rfc3339,
-                            )
-                            .ok()
-                            .map(SystemTime::from),
-                            content_type: None,
-                            content_md5: None,
-                            user_metadata: None,
-                        })
-                        .collect(),
-                    common_prefixes: parsed
-                        .common_prefixes
-                        .iter()
-                        .map(|p| dec(&p.prefix))
-                        .collect(),
-                    next_token: parsed
-                        .next_continuation_token
-                        .filter(|_| parsed.is_truncated),
-                })
-            }
-            OriginConfig::Azure { .. } => {
-                use crate::azure::xml::{BlobItem, EnumerationResults};
-                let parsed: EnumerationResults = crate::azure::xml::parse_request(&body)?;
-                let mut out = ListResult {
-                    next_token: parsed.next_marker.filter(|m| !m.is_empty()),
-                    ..Default::default()
-                };
-                for item in parsed.blobs.items {
-                    match item {
-                        BlobItem::Blob(b) => out.objects.push(ListedEntry {
-                            key: b.name,
-                            size: b.properties.content_length,
-                            etag: quote_etag(&b.properties.etag),
-                            last_modified: parse_http_date(&b.properties.last_modified),
-                            content_type: Some(b.properties.content_type).filter(|t| !t.is_empty()),
-                            content_md5: Some(b.properties.content_md5).filter(|m| !m.is_empty()),
-                            user_metadata: include_metadata.then(|| {
-                                b.metadata
-                                    .into_iter()
-                                    .map(|(k, v)| (k.to_ascii_lowercase(), v))
-                                    .collect()
-                            }),
-                        }),
-                        BlobItem::BlobPrefix(p) => out.common_prefixes.push(p.name),
-                    }
-                }
-                Ok(out)
-            }
-        }
+        self.dialect.parse_listing(&body, options.include_metadata)
     }
 
     /// Writes a whole object and returns its new entity tag.
@@ -942,71 +881,8 @@ impl OriginClient {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), v.clone()))
             .collect();
-        match &self.config {
-            OriginConfig::S3 {
-                region,
-                credentials,
-                ..
-            } => {
-                if let Some(creds) = credentials {
-                    let mut to_sign: Vec<(&str, &str)> = vec![("host", host.as_str())];
-                    to_sign.extend(all.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-                    let signed_body = match &body {
-                        OriginBody::Empty => SignedBody::Bytes(&[]),
-                        OriginBody::Bytes(b) => SignedBody::Bytes(b),
-                        OriginBody::Stream { .. } => SignedBody::Unsigned,
-                        OriginBody::ChunkedWithTrailer { .. } => SignedBody::UnsignedTrailer,
-                    };
-                    let extra = sign_request(
-                        method.as_str(),
-                        &url,
-                        &to_sign,
-                        signed_body,
-                        creds,
-                        region,
-                        now,
-                    )?;
-                    all.extend(extra);
-                } else if matches!(body, OriginBody::ChunkedWithTrailer { .. }) {
-                    all.push((
-                        "x-amz-content-sha256".into(),
-                        "STREAMING-UNSIGNED-PAYLOAD-TRAILER".into(),
-                    ));
-                }
-            }
-            OriginConfig::Azure {
-                account,
-                key: account_key,
-                ..
-            } => {
-                all.push(("x-ms-version".into(), AZURE_API_VERSION.into()));
-                all.push(("x-ms-date".into(), format_http_date(now)));
-                if let Some(account_key) = account_key {
-                    let mut map = HeaderMap::new();
-                    for (k, v) in &all {
-                        if let (Ok(name), Ok(value)) =
-                            (http::HeaderName::from_bytes(k.as_bytes()), v.parse())
-                        {
-                            map.append(name, value);
-                        }
-                    }
-                    if !body.is_empty() {
-                        map.insert(http::header::CONTENT_LENGTH, body.len().into());
-                    }
-                    let (raw_path, raw_query) = path_and_query(&url);
-                    let parts = SharedKeyParts {
-                        method: method.as_str(),
-                        raw_path,
-                        raw_query,
-                        headers: &map,
-                    };
-                    all.push((
-                        "authorization".into(),
-                        shared_key::authorization(&parts, account, account_key),
-                    ));
-                }
-            }
-        }
+        self.dialect
+            .authorize(&method, &url, &host, &mut all, &body, now)?;
         if method == Method::PUT || method == Method::POST {
             // An empty body gets no Content-Length from the HTTP stack, and both object
             // stores refuse a write without one.
@@ -1044,20 +920,9 @@ impl OriginClient {
         key: Option<&str>,
         query: &str,
     ) -> Result<(String, String)> {
-        let (endpoint, virtual_hosted) = match &self.config {
-            OriginConfig::S3 {
-                endpoint,
-                virtual_hosted,
-                ..
-            } => (endpoint.as_str(), *virtual_hosted),
-            OriginConfig::Azure { endpoint, .. } => (endpoint.as_str(), false),
-        };
+        let (endpoint, virtual_hosted) = (self.dialect.endpoint(), self.dialect.virtual_hosted());
         if let Some(b) = bucket {
-            match &self.config {
-                OriginConfig::S3 { .. } if virtual_hosted => names::validate_bucket_name(b)?,
-                OriginConfig::S3 { .. } => names::check_s3_bucket(b)?,
-                OriginConfig::Azure { .. } => names::validate_container_name(b)?,
-            }
+            self.dialect.check_bucket(b)?;
         }
         if let Some(k) = key {
             names::check_object_key(k)?;
@@ -1092,11 +957,11 @@ impl OriginClient {
             None => {}
         }
         let mut query = query.to_owned();
-        if let OriginConfig::Azure { sas: Some(sas), .. } = &self.config {
+        if let Some(extra) = self.dialect.extra_query() {
             if !query.is_empty() {
                 query.push('&');
             }
-            query.push_str(sas.trim_start_matches('?'));
+            query.push_str(extra);
         }
         let path_and_query = if query.is_empty() {
             path.clone()
@@ -1387,6 +1252,7 @@ fn length_checked(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::uri_encoding::decode;
 
     #[test]
     fn urls_for_each_addressing() {

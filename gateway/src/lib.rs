@@ -240,16 +240,19 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
     if let Some(addr) = config.admin_listen {
         let listener = bind(addr).await?;
         admin_addr = listener.local_addr().ok();
-        let metrics = state.metrics.clone();
+        let gw = state.clone();
         let router = axum::Router::new()
             .route(
                 "/metrics",
                 axum::routing::get(move || {
-                    let m = metrics.clone();
+                    let gw = gw.clone();
                     async move {
+                        if let Some(cache) = gw.objects.cache() {
+                            gw.metrics.read_budget_held(cache.buffered_bytes(None));
+                        }
                         (
                             [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                            m.render(),
+                            gw.metrics.render(),
                         )
                     }
                 }),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -52,6 +53,7 @@ pub struct GatewayMetrics {
     bytes_out: Family<[(&'static str, &'static str); 1], Counter>,
     bytes_in: Family<[(&'static str, &'static str); 1], Counter>,
     latency: Family<OpLabels, Histogram>,
+    read_budget_held: Gauge,
 }
 
 impl Default for GatewayMetrics {
@@ -71,6 +73,7 @@ impl GatewayMetrics {
             bytes_out: Family::default(),
             bytes_in: Family::default(),
             latency,
+            read_budget_held: Gauge::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -93,6 +96,11 @@ impl GatewayMetrics {
                 "response_start_seconds",
                 "Time from request to the start of the response",
                 m.latency.clone(),
+            );
+            r.register(
+                "read_budget_held_bytes",
+                "Bytes of fetched cache pieces the responses hold now (of --buffer-budget)",
+                m.read_budget_held.clone(),
             );
         }
         m
@@ -135,6 +143,12 @@ impl GatewayMetrics {
         self.bytes_in
             .get_or_create(&[("protocol", protocol)])
             .inc_by(n);
+    }
+
+    /// Records the bytes of the read budget held now (read when `/metrics` is served).
+    pub fn read_budget_held(&self, bytes: u64) {
+        self.read_budget_held
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Renders the Prometheus text format.

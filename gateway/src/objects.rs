@@ -206,6 +206,11 @@ impl Objects {
         Some(KeepPermit { _permit: permit })
     }
 
+    /// The cache client, on a gateway with a cache.
+    pub fn cache(&self) -> Option<&CacheClient> {
+        self.cache.as_ref()
+    }
+
     /// The origin client of a backend.
     ///
     /// # Errors

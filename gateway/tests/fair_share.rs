@@ -3,7 +3,7 @@
 //! one budget for everyone, a few such clients held all of it and every other client's
 //! read waited for that timeout. Each client address now has a share of the budget: the
 //! stalled clients fill their shares, and another client — on either front — is served
-//! while they still hold them.
+//! while they still hold them; `/metrics` shows what they hold.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{IpAddr, SocketAddr};
@@ -50,7 +50,7 @@ async fn gateway(cache: CacheClient, cluster: &Cluster) -> RunningGateway {
             backend: Backend::S3,
             addressing: Default::default(),
         }),
-        admin_listen: None,
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         origins: cluster.origins(),
         cache: Some(cache),
         identities,
@@ -180,5 +180,17 @@ async fn clients_that_never_read_hold_only_their_share_of_the_buffer_budget() {
             "a stalled client was cut"
         );
     }
+    // Operators see what is held on the admin listener.
+    let metrics = reqwest::get(format!("http://{}/metrics", gw.admin_addr.unwrap()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let held = sources.len() as u64 * SHARE;
+    assert!(
+        metrics.contains(&format!("talon_gateway_read_budget_held_bytes {held}")),
+        "{metrics}"
+    );
     drop(stalled);
 }

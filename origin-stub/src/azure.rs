@@ -20,8 +20,8 @@ use talon_protocols::{Error, ErrorKind, Result};
 
 use crate::body::{self, ResponseBody};
 use crate::front::{
-    Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
-    answer, apply_faults, blocking, content_headers, header, path_and_query, request_has_body,
+    Failure, Handled, MAX_HEADER_BYTES, MAX_XML_BYTES, Outcome, StubState, answer, apply_faults,
+    blocking, content_headers, header, path_and_query, receive_upload, request_has_body,
     set_content_headers, set_header, user_metadata,
 };
 use crate::front::{ReadAnswer, object_answer};
@@ -506,17 +506,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Incoming) -> Handled {
             .map_err(not_found_as_container)?;
     }
     check_write_conditions(ctx, &container, &blob).await?;
-    let store = ctx.state.store.clone();
-    let mut staged = blocking(move || store.stage()).await?;
-    let received = body::receive(
-        body,
-        &mut staged,
-        exp,
-        MAX_UPLOAD_BYTES,
-        &ctx.state.metrics,
-        Protocol::Azure,
-    )
-    .await?;
+    let (staged, received) = receive_upload(ctx.state, body, exp, Protocol::Azure).await?;
     let store = ctx.state.store.clone();
     let record = NewObject {
         etag: format!("\"{}\"", received.md5_hex),
@@ -544,17 +534,7 @@ async fn put_block(ctx: &Ctx<'_>, body: Incoming) -> Handled {
             .await
             .map_err(not_found_as_container)?;
     }
-    let store = ctx.state.store.clone();
-    let mut staged = blocking(move || store.stage()).await?;
-    let received = body::receive(
-        body,
-        &mut staged,
-        exp,
-        MAX_UPLOAD_BYTES,
-        &ctx.state.metrics,
-        Protocol::Azure,
-    )
-    .await?;
+    let (staged, received) = receive_upload(ctx.state, body, exp, Protocol::Azure).await?;
     let store = ctx.state.store.clone();
     blocking(move || store.put_block(&container, &blob, &block_id, staged)).await?;
     let mut resp = answer(StatusCode::CREATED, body::empty());

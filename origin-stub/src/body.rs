@@ -19,6 +19,7 @@ use talon_protocols::upload::{UploadClaims, UploadVerifier};
 use talon_protocols::{Error, ErrorKind, Result};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
+use crate::front::MAX_UPLOAD_BYTES;
 use crate::metrics::{Metrics, Protocol};
 use crate::store::{ObjectBody, StagedFile};
 
@@ -168,7 +169,7 @@ pub struct Received {
 }
 
 /// Receives a request body into `staged`, verifying it against what the request
-/// claims ([`UploadVerifier`]); at most `limit` decoded bytes are accepted.
+/// claims ([`UploadVerifier`]); at most [`MAX_UPLOAD_BYTES`] decoded bytes are accepted.
 ///
 /// # Errors
 /// [`ErrorKind::IncompleteBody`] when the body breaks off or its framing or length is
@@ -179,7 +180,6 @@ pub async fn receive(
     body: Incoming,
     staged: &mut StagedFile,
     claims: UploadClaims,
-    limit: u64,
     metrics: &Metrics,
     protocol: Protocol,
 ) -> Result<Received> {
@@ -187,7 +187,7 @@ pub async fn receive(
         .take_file()
         .ok_or_else(|| Error::new(ErrorKind::InternalError, "staging file missing"))?;
     let mut file = tokio::fs::File::from_std(std_file);
-    let verifier = UploadVerifier::new(claims, None, limit);
+    let verifier = UploadVerifier::new(claims, None, MAX_UPLOAD_BYTES);
     let result = receive_into(body, &mut file, verifier, metrics, protocol).await;
     staged.restore(file.into_std().await);
     let upload = result?.finish()?;

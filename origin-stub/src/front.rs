@@ -144,6 +144,23 @@ pub fn user_metadata(headers: &HeaderMap, prefix: &str) -> Result<BTreeMap<Strin
     Ok(out)
 }
 
+/// Receives an upload's body into a fresh staging file, verified against `claims`:
+/// the file to commit and what the body turned out to be.
+///
+/// # Errors
+/// As [`body::receive`]; staging errors.
+pub async fn receive_upload(
+    state: &StubState,
+    body: hyper::body::Incoming,
+    claims: talon_protocols::upload::UploadClaims,
+    protocol: Protocol,
+) -> Result<(crate::store::StagedFile, body::Received)> {
+    let store = state.store.clone();
+    let mut staged = blocking(move || store.stage()).await?;
+    let received = body::receive(body, &mut staged, claims, &state.metrics, protocol).await?;
+    Ok((staged, received))
+}
+
 /// Applies the injected faults to a request before it is handled: sleeps for the
 /// configured latency, then fails it if the dice say so. Returns whether a GET body
 /// should be truncated.

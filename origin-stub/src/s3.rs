@@ -27,8 +27,8 @@ use talon_protocols::s3::request::resolve_address;
 use talon_protocols::upload::UploadClaims;
 
 use crate::front::{
-    Failure, Handled, MAX_HEADER_BYTES, MAX_UPLOAD_BYTES, MAX_XML_BYTES, Outcome, StubState,
-    answer, apply_faults, blocking, content_headers, header, path_and_query, request_has_body,
+    Failure, Handled, MAX_HEADER_BYTES, MAX_XML_BYTES, Outcome, StubState, answer, apply_faults,
+    blocking, content_headers, header, path_and_query, receive_upload, request_has_body,
     set_content_headers, set_header, user_metadata,
 };
 use crate::front::{ReadAnswer, object_answer};
@@ -489,17 +489,7 @@ async fn put_object(ctx: &Ctx<'_>, body: Incoming) -> Handled {
         blocking(move || store.bucket_info(&b)).await?;
     }
     check_write_conditions(ctx, &bucket, &key).await?;
-    let store = ctx.state.store.clone();
-    let mut staged = blocking(move || store.stage()).await?;
-    let received = body::receive(
-        body,
-        &mut staged,
-        exp,
-        MAX_UPLOAD_BYTES,
-        &ctx.state.metrics,
-        Protocol::S3,
-    )
-    .await?;
+    let (staged, received) = receive_upload(ctx.state, body, exp, Protocol::S3).await?;
     options.checksum = received.checksum.clone();
     let store = ctx.state.store.clone();
     let record = NewObject {
@@ -713,17 +703,7 @@ async fn upload_part(ctx: &Ctx<'_>, body: Incoming) -> Handled {
         let (b, k, i) = (bucket.clone(), key.clone(), id.clone());
         blocking(move || store.list_parts(&b, &k, &i)).await?;
     }
-    let store = ctx.state.store.clone();
-    let mut staged = blocking(move || store.stage()).await?;
-    let received = body::receive(
-        body,
-        &mut staged,
-        exp,
-        MAX_UPLOAD_BYTES,
-        &ctx.state.metrics,
-        Protocol::S3,
-    )
-    .await?;
+    let (staged, received) = receive_upload(ctx.state, body, exp, Protocol::S3).await?;
     let store = ctx.state.store.clone();
     let md5 = received.md5_hex.clone();
     let part = blocking(move || store.put_part(&bucket, &key, &id, number, staged, &md5)).await?;

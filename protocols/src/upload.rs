@@ -181,16 +181,6 @@ impl UploadVerifier {
         }
     }
 
-    /// Decoded bytes so far.
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether no decoded byte has arrived yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Feeds bytes as they came off the wire. Returns the object bytes they carry: the
     /// same bytes for a plain body, the decoded ones (possibly none) for `aws-chunked`.
     ///
@@ -365,6 +355,15 @@ mod tests {
         };
         assert_eq!(
             verify(bad, &[b"x"]).unwrap_err().kind(),
+            ErrorKind::InvalidDigest
+        );
+        // Valid base64, but not the 16 bytes of an MD5.
+        let short = UploadClaims {
+            content_md5: Some("AAAA".into()),
+            ..UploadClaims::azure(&headers(&[("content-length", "1")])).unwrap()
+        };
+        assert_eq!(
+            verify(short, &[b"x"]).unwrap_err().kind(),
             ErrorKind::InvalidDigest
         );
     }

@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod azure;
+pub mod backend;
 pub mod body;
 pub mod faults;
 pub mod front;

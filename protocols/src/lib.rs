@@ -29,6 +29,7 @@ pub mod origin;
 pub mod origin_spec;
 pub mod range;
 pub mod s3;
+pub mod server;
 pub mod upload;
 pub mod uri_encoding;
 pub mod xml;

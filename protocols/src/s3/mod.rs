@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod chunked;
 pub mod request;
+pub mod server;
 pub mod sigv2;
 pub mod sigv4;
 pub mod xml;

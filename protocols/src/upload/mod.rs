@@ -20,6 +20,9 @@ use crate::s3::chunked::{AwsChunkedDecoder, ChunkSigning};
 use crate::s3::sigv4::{PayloadMode, VerifiedSigV4};
 use crate::{Error, ErrorKind, Result};
 
+mod stream;
+pub use stream::{UploadOutcome, Verified, VerifyingStream, settle};
+
 /// What a client claims about its upload's body.
 #[derive(Debug, Default, Clone)]
 pub struct UploadClaims {

@@ -1,0 +1,496 @@
+//! The stub's store as an [`ObjectBackend`]: what the protocol fronts of
+//! `talon-protocols` serve, with the stub's fault injection and counters applied.
+//!
+//! One `StubBackend` serves one request: the faults drawn for it (a truncated body, a
+//! reset connection) are kept here until the answer is written.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use talon_core::wire::HeaderSet;
+use talon_protocols::answer::Failure;
+use talon_protocols::listing::{ListQuery, paginate};
+use talon_protocols::origin::{BucketSummary, ObjectInfo};
+use talon_protocols::server::{
+    Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend, ObjectRead,
+    PartBounds, PartSummary, ReadSpec, Target, Upload, UploadSummary, WriteSpec, Written,
+    resolve_read,
+};
+use talon_protocols::upload::Verified;
+use talon_protocols::{Error, ErrorKind, Result};
+
+use crate::body::{self, Delivery};
+use crate::front::{Outcome, StubState, apply_faults, blocking};
+use crate::metrics::Protocol;
+use crate::store::{NewObject, ObjectMeta, StagedFile, WriteOptions};
+
+/// The stub's store, for one request on one front.
+#[derive(Debug)]
+pub struct StubBackend {
+    state: Arc<StubState>,
+    protocol: Protocol,
+    /// The truncation fault hit this request: a GET body breaks off halfway.
+    truncate: AtomicBool,
+    /// The reset fault hit this request: the connection is closed without an answer.
+    reset: AtomicBool,
+}
+
+impl StubBackend {
+    /// The store, for a request on `protocol`'s front.
+    pub fn new(state: Arc<StubState>, protocol: Protocol) -> StubBackend {
+        StubBackend {
+            state,
+            protocol,
+            truncate: AtomicBool::new(false),
+            reset: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the reset fault hit the request: its answer must not be sent.
+    pub fn reset(&self) -> bool {
+        self.reset.load(Ordering::Relaxed)
+    }
+
+    /// Receives an upload into a fresh staging file.
+    async fn receive(&self, upload: Upload) -> Result<(StagedFile, Verified)> {
+        let store = self.state.store.clone();
+        let mut staged = blocking(move || store.stage()).await?;
+        let file = staged
+            .take_file()
+            .ok_or_else(|| Error::new(ErrorKind::InternalError, "staging file missing"))?;
+        let mut file = tokio::fs::File::from_std(file);
+        let (metrics, protocol) = (&self.state.metrics, self.protocol);
+        let verified = upload
+            .stream
+            .drain_to(&mut file, |n| metrics.put_bytes(protocol, n as u64))
+            .await;
+        staged.restore(file.into_std().await);
+        let verified = verified?;
+        Ok((staged, verified))
+    }
+}
+
+/// A stored object's metadata as every front reads it.
+pub fn info_of(meta: &ObjectMeta) -> ObjectInfo {
+    let content = |name: &str| meta.content_headers.get(name).cloned().unwrap_or_default();
+    ObjectInfo {
+        size: meta.size,
+        etag: meta.etag.clone(),
+        last_modified: Some(meta.last_modified),
+        content_type: Some(meta.content_type.clone()),
+        headers: HeaderSet {
+            content_md5: meta.content_md5.clone().unwrap_or_default(),
+            checksum: meta
+                .checksum
+                .as_ref()
+                .map(|(alg, v)| {
+                    let name = alg.header_name().trim_start_matches("x-amz-checksum-");
+                    format!("{name}:{v}")
+                })
+                .unwrap_or_default(),
+            content_encoding: content("content-encoding"),
+            content_language: content("content-language"),
+            content_disposition: content("content-disposition"),
+            cache_control: content("cache-control"),
+            user_metadata: meta
+                .user_metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        },
+    }
+}
+
+fn write_options(write: WriteSpec) -> WriteOptions {
+    WriteOptions {
+        content_type: write.content_type,
+        user_metadata: write.user_metadata,
+        content_headers: write.content_headers,
+        checksum: None,
+    }
+}
+
+fn encode_token(marker: &str) -> String {
+    URL_SAFE_NO_PAD.encode(marker.as_bytes())
+}
+
+fn decode_token(token: &str) -> Result<String> {
+    URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "The continuation token provided is incorrect",
+            )
+        })
+}
+
+fn unsatisfiable_part() -> Failure {
+    Error::new(
+        ErrorKind::InvalidRange,
+        "The requested partnumber is not satisfiable",
+    )
+    .into()
+}
+
+impl ObjectBackend for StubBackend {
+    async fn admit(&self, operation: &'static str) -> std::result::Result<(), Failure> {
+        self.state.metrics.request(self.protocol, operation);
+        match apply_faults(&self.state.faults, &self.state.metrics).await {
+            Ok(truncate) => {
+                self.truncate.store(truncate, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(Outcome::Failure(f)) => Err(f),
+            Err(Outcome::Reset) => {
+                self.reset.store(true, Ordering::Relaxed);
+                Err(Error::new(ErrorKind::InternalError, "connection reset").into())
+            }
+        }
+    }
+
+    async fn list_buckets(&self) -> std::result::Result<Vec<BucketSummary>, Failure> {
+        let store = self.state.store.clone();
+        let buckets = blocking(move || store.list_buckets()).await?;
+        Ok(buckets
+            .into_iter()
+            .map(|b| BucketSummary {
+                name: b.name,
+                created: Some(b.created),
+            })
+            .collect())
+    }
+
+    async fn head_bucket(&self, bucket: &str) -> std::result::Result<(), Failure> {
+        let store = self.state.store.clone();
+        let b = bucket.to_owned();
+        blocking(move || store.bucket_info(&b)).await?;
+        Ok(())
+    }
+
+    async fn create_bucket(&self, bucket: &str) -> std::result::Result<(), Failure> {
+        let store = self.state.store.clone();
+        let b = bucket.to_owned();
+        Ok(blocking(move || store.create_bucket(&b)).await?)
+    }
+
+    async fn delete_bucket(&self, bucket: &str) -> std::result::Result<(), Failure> {
+        let store = self.state.store.clone();
+        let b = bucket.to_owned();
+        Ok(blocking(move || store.delete_bucket(&b)).await?)
+    }
+
+    async fn list(
+        &self,
+        bucket: &str,
+        spec: &ListSpec<'_>,
+    ) -> std::result::Result<ListResult, Failure> {
+        // Markers are keys; tokens are keys in URL-safe base64.
+        let marker = match spec.from {
+            ListFrom::Start => None,
+            ListFrom::AfterKey(k) | ListFrom::Marker(k) => Some(k.to_owned()),
+            ListFrom::Token(t) => Some(decode_token(t)?),
+        };
+        let store = self.state.store.clone();
+        let b = bucket.to_owned();
+        let objects = blocking(move || store.list(&b)).await?;
+        let query = ListQuery {
+            prefix: spec.prefix,
+            delimiter: spec.delimiter,
+            marker: marker.as_deref(),
+            max_keys: spec.max_keys,
+        };
+        let page = paginate(objects, |o| o.key.as_str(), &query);
+        Ok(ListResult {
+            objects: page
+                .entries
+                .into_iter()
+                .map(|o| ListedObject {
+                    key: o.key,
+                    last_modified: o.last_modified,
+                    etag: o.etag,
+                    size: o.size,
+                })
+                .collect(),
+            common_prefixes: page.common_prefixes,
+            is_truncated: page.is_truncated,
+            next_token: page.next_marker.as_deref().map(encode_token),
+            next_marker: page.next_marker,
+        })
+    }
+
+    async fn read(&self, read: ReadSpec<'_>) -> std::result::Result<ObjectRead, Failure> {
+        let store = self.state.store.clone();
+        let (b, k) = (read.object.bucket.to_owned(), read.object.key.to_owned());
+        let object = blocking(move || store.open(&b, &k)).await?;
+        let info = info_of(&object.meta);
+        let range = resolve_read(&info, read.conditions, read.range)?;
+        let (start, end) = range.map(|r| (r.start, r.end)).unwrap_or((0, info.size));
+        let body = (read.with_body && end > start).then(|| {
+            let delivery = Delivery {
+                bandwidth: self.state.faults.get().bandwidth_bytes_per_sec,
+                truncate_after: self
+                    .truncate
+                    .load(Ordering::Relaxed)
+                    .then_some((end - start) / 2),
+                protocol: self.protocol,
+            };
+            body::object_stream(
+                object.body,
+                start,
+                end,
+                delivery,
+                self.state.metrics.clone(),
+            )
+        });
+        Ok(ObjectRead { info, range, body })
+    }
+
+    async fn part(
+        &self,
+        object: Target<'_>,
+        number: u32,
+    ) -> std::result::Result<PartBounds, Failure> {
+        let store = self.state.store.clone();
+        let (b, k) = (object.bucket.to_owned(), object.key.to_owned());
+        let meta = blocking(move || store.head(&b, &k)).await?;
+        let n = number as usize;
+        if meta.parts.is_empty() {
+            return if n == 1 {
+                Ok(PartBounds {
+                    range: None,
+                    count: None,
+                    etag: Some(meta.etag),
+                })
+            } else {
+                Err(unsatisfiable_part())
+            };
+        }
+        if n > meta.parts.len() {
+            return Err(unsatisfiable_part());
+        }
+        let start: u64 = meta.parts[..n - 1].iter().sum();
+        Ok(PartBounds {
+            range: Some(talon_protocols::range::ByteRange {
+                start,
+                end: start + meta.parts[n - 1],
+            })
+            .filter(|r| r.end > r.start),
+            count: u32::try_from(meta.parts.len()).ok(),
+            etag: Some(meta.etag),
+        })
+    }
+
+    async fn put(
+        &self,
+        object: Target<'_>,
+        upload: Upload,
+        write: WriteSpec,
+    ) -> std::result::Result<Written, Failure> {
+        crate::store::check_key(object.key)?;
+        let (bucket, key) = (object.bucket.to_owned(), object.key.to_owned());
+        let conditions = write.conditions();
+        {
+            let store = self.state.store.clone();
+            let (b, k) = (bucket.clone(), key.clone());
+            blocking(move || {
+                store.bucket_info(&b)?;
+                if conditions.if_match.is_none() && conditions.if_none_match.is_none() {
+                    return Ok(());
+                }
+                let current = match store.head(&b, &k) {
+                    Ok(m) => Some(m),
+                    Err(e) if e.kind() == ErrorKind::NoSuchKey => None,
+                    Err(e) => return Err(e),
+                };
+                conditions
+                    .check_write(current.as_ref().map(|m| (m.etag.as_str(), m.last_modified)))
+                    .map_err(|kind| {
+                        Error::new(
+                            kind,
+                            "At least one of the pre-conditions you specified did not hold",
+                        )
+                    })
+            })
+            .await?;
+        }
+        let (staged, verified) = self.receive(upload).await?;
+        let mut options = write_options(write);
+        options.checksum = verified.checksum.clone();
+        let record = NewObject {
+            etag: format!("\"{}\"", verified.md5_hex()),
+            content_md5: Some(verified.md5_base64()),
+            options,
+            ..NewObject::default()
+        };
+        let store = self.state.store.clone();
+        let meta = blocking(move || store.commit(&bucket, &key, staged, record)).await?;
+        Ok(Written {
+            etag: meta.etag,
+            checksum: verified.checksum,
+        })
+    }
+
+    async fn delete(&self, object: Target<'_>) -> std::result::Result<(), Failure> {
+        let store = self.state.store.clone();
+        let (b, k) = (object.bucket.to_owned(), object.key.to_owned());
+        blocking(move || store.delete(&b, &k)).await?;
+        Ok(())
+    }
+
+    async fn copy(
+        &self,
+        to: Target<'_>,
+        copy: CopySpec<'_>,
+    ) -> std::result::Result<Copied, Failure> {
+        crate::store::check_key(to.key)?;
+        let (bucket, key) = (to.bucket.to_owned(), to.key.to_owned());
+        let (src_bucket, src_key) = (copy.from.bucket.to_owned(), copy.from.key.to_owned());
+        let (conditions, replacement) = (copy.source_conditions, copy.replace);
+        let store = self.state.store.clone();
+        let meta = blocking(move || {
+            let src = store.open(&src_bucket, &src_key)?;
+            // A copy answers 412 for every failed source condition, never 304.
+            conditions
+                .check_read(&src.meta.etag, src.meta.last_modified)
+                .map_err(|_| {
+                    Error::new(
+                        ErrorKind::PreconditionFailed,
+                        "At least one of the pre-conditions you specified did not hold",
+                    )
+                })?;
+            store.bucket_info(&bucket)?;
+            let mut staged = store.stage()?;
+            let copied = body::copy_object(src.body, src.meta.size, &mut staged)?;
+            let options = replacement.map(write_options).unwrap_or(WriteOptions {
+                content_type: Some(src.meta.content_type.clone()),
+                user_metadata: src.meta.user_metadata.clone(),
+                content_headers: src.meta.content_headers.clone(),
+                checksum: src.meta.checksum.clone(),
+            });
+            let record = NewObject {
+                etag: format!("\"{}\"", copied.md5_hex),
+                content_md5: Some(copied.md5_base64),
+                options,
+                ..NewObject::default()
+            };
+            store.commit(&bucket, &key, staged, record)
+        })
+        .await?;
+        Ok(Copied {
+            etag: meta.etag,
+            last_modified: meta.last_modified,
+        })
+    }
+
+    async fn create_upload(
+        &self,
+        object: Target<'_>,
+        write: WriteSpec,
+    ) -> std::result::Result<String, Failure> {
+        let store = self.state.store.clone();
+        let (b, k) = (object.bucket.to_owned(), object.key.to_owned());
+        let options = write_options(write);
+        Ok(blocking(move || store.create_upload(&b, &k, options)).await?)
+    }
+
+    async fn upload_part(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+        number: u32,
+        upload: Upload,
+    ) -> std::result::Result<Written, Failure> {
+        let (b, k, id) = (
+            object.bucket.to_owned(),
+            object.key.to_owned(),
+            upload_id.to_owned(),
+        );
+        {
+            // Fail fast on an unknown upload, before receiving the body.
+            let store = self.state.store.clone();
+            let (b, k, id) = (b.clone(), k.clone(), id.clone());
+            blocking(move || store.list_parts(&b, &k, &id)).await?;
+        }
+        let (staged, verified) = self.receive(upload).await?;
+        let store = self.state.store.clone();
+        let md5 = verified.md5_hex();
+        let part = blocking(move || store.put_part(&b, &k, &id, number, staged, &md5)).await?;
+        Ok(Written {
+            etag: part.etag,
+            checksum: verified.checksum,
+        })
+    }
+
+    async fn complete_upload(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+        parts: Vec<(u32, String)>,
+    ) -> std::result::Result<String, Failure> {
+        let store = self.state.store.clone();
+        let (b, k, id) = (
+            object.bucket.to_owned(),
+            object.key.to_owned(),
+            upload_id.to_owned(),
+        );
+        let meta = blocking(move || store.complete_upload(&b, &k, &id, &parts)).await?;
+        Ok(meta.etag)
+    }
+
+    async fn abort_upload(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+    ) -> std::result::Result<(), Failure> {
+        let store = self.state.store.clone();
+        let (b, k, id) = (
+            object.bucket.to_owned(),
+            object.key.to_owned(),
+            upload_id.to_owned(),
+        );
+        Ok(blocking(move || store.abort_upload(&b, &k, &id)).await?)
+    }
+
+    async fn list_parts(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+    ) -> std::result::Result<Vec<PartSummary>, Failure> {
+        let store = self.state.store.clone();
+        let (b, k, id) = (
+            object.bucket.to_owned(),
+            object.key.to_owned(),
+            upload_id.to_owned(),
+        );
+        let parts = blocking(move || store.list_parts(&b, &k, &id)).await?;
+        Ok(parts
+            .into_iter()
+            .map(|p| PartSummary {
+                number: p.number,
+                etag: p.etag,
+                size: p.size,
+                last_modified: UNIX_EPOCH + Duration::from_millis(p.uploaded_ms),
+            })
+            .collect())
+    }
+
+    async fn list_uploads(&self, bucket: &str) -> std::result::Result<Vec<UploadSummary>, Failure> {
+        let store = self.state.store.clone();
+        let b = bucket.to_owned();
+        let uploads = blocking(move || store.list_uploads(&b)).await?;
+        Ok(uploads
+            .into_iter()
+            .map(|u| UploadSummary {
+                key: u.key,
+                upload_id: u.upload_id,
+                initiated: u.initiated,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,804 @@
+//! The S3 front, once for every Talon server that speaks S3 (the gateway and the origin
+//! stub): a request is classified, authenticated, dispatched to an
+//! [`ObjectBackend`], and answered in S3's form, with S3's error answer when it fails.
+//!
+//! What an S3 answer looks like is decided here and nowhere else: the headers of a GET
+//! or HEAD, part numbers, listings, the XML documents of every operation, the request
+//! ids. A backend only says which bytes and which metadata.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt as _;
+
+use super::auth::{self as s3_auth, S3Auth, S3Identities};
+use super::request::{
+    ListObjectsParams, ListVersion, S3Addressing, S3Operation, S3Request, parse_copy_source,
+    resolve_address, validate_bucket_name,
+};
+use super::sigv4::RequestParts;
+use super::xml;
+use crate::answer::{
+    ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
+};
+use crate::conditional::{Conditions, EtagList, same_version};
+use crate::dates::{format_http_date, parse_http_date};
+use crate::listing::ListPage;
+use crate::range::RangeSpec;
+use crate::server::{
+    AnswerBody, CopySpec, ListFrom, ListSpec, ObjectBackend, ReadSpec, Relay, RelayBody,
+    RequestBody, Target, Upload, WriteSpec, empty_body, full_body, request_body,
+};
+use crate::upload::{UploadClaims, VerifyingStream};
+use crate::{Error, ErrorKind};
+
+/// The bounds a front holds every request to.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    /// Total request header bytes accepted.
+    pub max_header_bytes: usize,
+    /// Largest XML request body accepted, in bytes.
+    pub max_xml_bytes: usize,
+    /// Largest single upload (object or part) accepted, in decoded bytes.
+    pub max_upload_bytes: u64,
+    /// An upload body that sends nothing for this long fails.
+    pub upload_idle_timeout: Duration,
+    /// Time to the start of an answer; `None` for no bound. Uploads are bounded by
+    /// their idle timeout instead (a large upload on a slow link may take longer than
+    /// any fixed deadline).
+    pub deadline: Option<Duration>,
+}
+
+impl Default for ServerLimits {
+    fn default() -> ServerLimits {
+        ServerLimits {
+            // S3 documents 8 KiB of headers.
+            max_header_bytes: 8 * 1024,
+            max_xml_bytes: 2 << 20,
+            // S3's limit for PutObject and for one part.
+            max_upload_bytes: 5 << 30,
+            upload_idle_timeout: Duration::from_secs(30),
+            deadline: None,
+        }
+    }
+}
+
+/// An S3 front: how it names buckets, who may call it, and what it says about itself.
+#[derive(Debug, Clone, Copy)]
+pub struct S3Server<'a> {
+    /// How requests name buckets.
+    pub addressing: &'a S3Addressing,
+    /// Who may call.
+    pub identities: &'a S3Identities,
+    /// The region answered (HeadBucket, GetBucketLocation).
+    pub region: &'a str,
+    /// The owner id written into listings.
+    pub owner_id: &'a str,
+    /// The `Server` header.
+    pub server_name: &'a str,
+    /// Bounds.
+    pub limits: ServerLimits,
+}
+
+/// A handled request: the answer, and what a server's metrics want to know of it.
+#[derive(Debug)]
+pub struct Handled {
+    /// The answer.
+    pub response: Response<AnswerBody>,
+    /// The operation (`GetObject`), or `Unknown` when the request was refused before it
+    /// was classified.
+    pub operation: &'static str,
+    /// Whether the answer is an error answer.
+    pub failed: bool,
+}
+
+/// Handles one S3 request against `backend`.
+pub async fn handle<B, Body>(server: &S3Server<'_>, backend: &B, req: Request<Body>) -> Handled
+where
+    B: ObjectBackend,
+    Body: http_body::Body<Data = Bytes> + Send + 'static,
+    Body::Error: Into<crate::server::BoxError>,
+{
+    let request_id = Front::S3.new_request_id();
+    let span = tracing::info_span!("s3", request_id = %request_id);
+    let is_head = req.method() == Method::HEAD;
+    let resource = req.uri().path().to_owned();
+    let host = header(req.headers(), "host").map(str::to_owned);
+    let has_body = request_has_body(req.headers());
+    let mut operation = "Unknown";
+    let result =
+        tracing::Instrument::instrument(route(server, backend, req, &mut operation), span).await;
+    let failed = result.is_err();
+    let mut response = match result {
+        Ok(resp) => resp,
+        Err(f) => {
+            let (bucket, key, _) = resolve_address(server.addressing, host.as_deref(), &resource);
+            let context = ErrorContext {
+                is_head,
+                has_body,
+                request_id: &request_id,
+                resource: &resource,
+                subject: xml::ErrorSubject {
+                    bucket: bucket.as_deref(),
+                    key: key.as_deref(),
+                },
+            };
+            error_answer(Front::S3, f, context).map(full_body)
+        }
+    };
+    Front::S3.stamp(response.headers_mut(), &request_id, "", server.server_name);
+    Handled {
+        response,
+        operation,
+        failed,
+    }
+}
+
+type Answer = Result<Response<AnswerBody>, Failure>;
+
+async fn route<B, Body>(
+    server: &S3Server<'_>,
+    backend: &B,
+    req: Request<Body>,
+    operation: &mut &'static str,
+) -> Answer
+where
+    B: ObjectBackend,
+    Body: http_body::Body<Data = Bytes> + Send + 'static,
+    Body::Error: Into<crate::server::BoxError>,
+{
+    let (parts, body) = req.into_parts();
+    Front::S3.check_header_size(&parts.headers, server.limits.max_header_bytes)?;
+    let raw_path = parts.uri.path();
+    let raw_query = parts.uri.query().unwrap_or("");
+    let request = S3Request::classify(
+        &parts.method,
+        server.addressing,
+        &parts.headers,
+        raw_path,
+        raw_query,
+    )?;
+    *operation = request.operation.name();
+    backend.admit(request.operation.name()).await?;
+    let request_parts = RequestParts {
+        method: parts.method.as_str(),
+        raw_path,
+        raw_query,
+        headers: &parts.headers,
+    };
+    let auth = s3_auth::authenticate(
+        server.identities,
+        &request,
+        &request_parts,
+        SystemTime::now(),
+    )?;
+    let ctx = Ctx {
+        server,
+        headers: &parts.headers,
+        request: &request,
+        auth,
+        raw_query,
+    };
+    let body = request_body(body);
+    let dispatched = dispatch(&ctx, backend, body);
+    let streams_upload = matches!(
+        request.operation,
+        S3Operation::PutObject | S3Operation::UploadPart
+    );
+    match server.limits.deadline.filter(|_| !streams_upload) {
+        None => dispatched.await,
+        Some(deadline) => match tokio::time::timeout(deadline, dispatched).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                "Your request took too long to answer; try again.",
+            )
+            .into()),
+        },
+    }
+}
+
+/// One request's context.
+struct Ctx<'a> {
+    server: &'a S3Server<'a>,
+    headers: &'a HeaderMap,
+    request: &'a S3Request,
+    auth: S3Auth,
+    raw_query: &'a str,
+}
+
+impl Ctx<'_> {
+    fn bucket(&self) -> Result<&str, Error> {
+        self.request
+            .bucket
+            .as_deref()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidRequest, "the request names no bucket"))
+    }
+
+    fn object(&self) -> Result<Target<'_>, Error> {
+        let key = self
+            .request
+            .key
+            .as_deref()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidRequest, "the request names no key"))?;
+        Ok(Target {
+            bucket: self.bucket()?,
+            key,
+        })
+    }
+
+    fn query(&self, name: &str) -> Option<&str> {
+        self.request.query.get(name)
+    }
+
+    fn upload_id(&self) -> Result<&str, Error> {
+        self.query("uploadId")
+            .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "uploadId is required"))
+    }
+
+    fn write_spec(&self) -> Result<WriteSpec, Error> {
+        WriteSpec::from_headers(self.headers, "content-type", "x-amz-meta-", "")
+    }
+
+    /// The verified stream of an upload's body (PutObject, UploadPart).
+    fn upload(&self, body: RequestBody) -> Result<Upload, Error> {
+        let claims = UploadClaims::s3(self.headers, self.auth.seed.as_ref())?;
+        let len = claims.announced_len.ok_or_else(|| {
+            Error::new(
+                ErrorKind::MissingContentLength,
+                "You must provide the Content-Length HTTP header.",
+            )
+        })?;
+        if len > self.server.limits.max_upload_bytes {
+            return Err(Error::new(
+                ErrorKind::EntityTooLarge,
+                "Your proposed upload exceeds the maximum allowed size",
+            ));
+        }
+        let checksum = claims.checksum.clone();
+        let trailer_checksum = match &claims.chunked {
+            Some((_, Some(alg), _)) if checksum.is_none() => Some(*alg),
+            _ => None,
+        };
+        let (stream, outcome) = VerifyingStream::new(
+            body,
+            claims,
+            self.server.limits.max_upload_bytes,
+            self.server.limits.upload_idle_timeout,
+        );
+        Ok(Upload {
+            stream,
+            outcome,
+            checksum,
+            trailer_checksum,
+        })
+    }
+
+    /// A small request body (an XML document), read whole.
+    async fn document(&self, mut body: RequestBody) -> Result<Bytes, Error> {
+        // Read frame by frame rather than through `http_body_util::Limited`, whose
+        // error conversion trips the compiler's check that this future is `Send`.
+        let limit = self.server.limits.max_xml_bytes;
+        let mut out = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                Error::new(
+                    ErrorKind::IncompleteBody,
+                    format!("the request body broke off: {e}"),
+                )
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if out.len() + data.len() > limit {
+                    return Err(Error::new(
+                        ErrorKind::EntityTooLarge,
+                        format!("the request body exceeds {limit} bytes"),
+                    ));
+                }
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(out.freeze())
+    }
+}
+
+async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) -> Answer {
+    use S3Operation::*;
+    let op = ctx.request.operation;
+    if backend.relays(op) {
+        return relay(ctx, backend, body).await;
+    }
+    match op {
+        ListBuckets => list_buckets(ctx, backend).await,
+        HeadBucket => {
+            backend.head_bucket(ctx.bucket()?).await?;
+            let mut resp = answer(StatusCode::OK, empty_body());
+            set_header(resp.headers_mut(), "x-amz-bucket-region", ctx.server.region);
+            Ok(resp)
+        }
+        GetBucketLocation => {
+            backend.head_bucket(ctx.bucket()?).await?;
+            Ok(xml_answer(xml::location_xml(ctx.server.region)))
+        }
+        CreateBucket => {
+            let bucket = ctx.bucket()?;
+            validate_bucket_name(bucket)?;
+            backend.create_bucket(bucket).await?;
+            let mut resp = answer(StatusCode::OK, empty_body());
+            set_header(resp.headers_mut(), "location", &format!("/{bucket}"));
+            Ok(resp)
+        }
+        DeleteBucket => {
+            backend.delete_bucket(ctx.bucket()?).await?;
+            Ok(answer(StatusCode::NO_CONTENT, empty_body()))
+        }
+        ListObjects => list_objects(ctx, backend, ListVersion::V1).await,
+        ListObjectsV2 => list_objects(ctx, backend, ListVersion::V2).await,
+        GetObject => get_object(ctx, backend, true).await,
+        HeadObject => get_object(ctx, backend, false).await,
+        PutObject => {
+            let upload = ctx.upload(body)?;
+            let written = backend
+                .put(ctx.object()?, upload, ctx.write_spec()?)
+                .await?;
+            Ok(written_answer(&written))
+        }
+        CopyObject => copy_object(ctx, backend).await,
+        DeleteObject => {
+            match backend.delete(ctx.object()?).await {
+                // S3 answers 204 whether or not the key existed.
+                Ok(()) => {}
+                Err(f) if f.error.kind() == ErrorKind::NoSuchKey => {}
+                Err(f) => return Err(f),
+            }
+            Ok(answer(StatusCode::NO_CONTENT, empty_body()))
+        }
+        DeleteObjects => delete_objects(ctx, backend, body).await,
+        CreateMultipartUpload => {
+            let object = ctx.object()?;
+            let id = backend.create_upload(object, ctx.write_spec()?).await?;
+            Ok(xml_answer(xml::initiate_multipart_xml(
+                object.bucket,
+                object.key,
+                &id,
+            )))
+        }
+        UploadPart => {
+            let object = ctx.object()?;
+            let id = ctx.upload_id()?;
+            let number: u32 = ctx
+                .query("partNumber")
+                .and_then(|n| n.parse().ok())
+                .filter(|n| (1..=10_000).contains(n))
+                .ok_or_else(part_number_error)?;
+            let upload = ctx.upload(body)?;
+            let written = backend.upload_part(object, id, number, upload).await?;
+            Ok(written_answer(&written))
+        }
+        UploadPartCopy => Err(Error::new(
+            ErrorKind::NotImplemented,
+            "UploadPartCopy is not implemented",
+        )
+        .into()),
+        CompleteMultipartUpload => {
+            let object = ctx.object()?;
+            let id = ctx.upload_id()?;
+            let bytes = ctx.document(body).await?;
+            let request: xml::CompleteMultipartUpload = xml::parse_request(&bytes)?;
+            let parts = request
+                .parts
+                .into_iter()
+                .map(|p| (p.number, p.etag))
+                .collect();
+            let etag = backend.complete_upload(object, id, parts).await?;
+            let location = format!(
+                "/{}/{}",
+                object.bucket,
+                crate::uri_encoding::encode_path(object.key)
+            );
+            Ok(xml_answer(xml::complete_multipart_xml(
+                &location,
+                object.bucket,
+                object.key,
+                &etag,
+            )))
+        }
+        AbortMultipartUpload => {
+            backend
+                .abort_upload(ctx.object()?, ctx.upload_id()?)
+                .await?;
+            Ok(answer(StatusCode::NO_CONTENT, empty_body()))
+        }
+        ListParts => {
+            let object = ctx.object()?;
+            let id = ctx.upload_id()?;
+            let parts = backend.list_parts(object, id).await?;
+            let entries: Vec<xml::PartEntry> = parts
+                .into_iter()
+                .map(|p| xml::PartEntry {
+                    number: p.number,
+                    etag: p.etag,
+                    size: p.size,
+                    last_modified: p.last_modified,
+                })
+                .collect();
+            Ok(xml_answer(xml::list_parts_xml(
+                object.bucket,
+                object.key,
+                id,
+                &entries,
+            )))
+        }
+        ListMultipartUploads => {
+            let bucket = ctx.bucket()?;
+            let uploads = backend.list_uploads(bucket).await?;
+            let entries: Vec<xml::UploadEntry> = uploads
+                .into_iter()
+                .map(|u| xml::UploadEntry {
+                    key: u.key,
+                    upload_id: u.upload_id,
+                    initiated: u.initiated,
+                })
+                .collect();
+            Ok(xml_answer(xml::list_uploads_xml(bucket, &entries)))
+        }
+    }
+}
+
+fn part_number_error() -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        "Part number must be an integer between 1 and 10000, inclusive",
+    )
+}
+
+fn xml_answer(doc: String) -> Response<AnswerBody> {
+    let mut resp = answer(StatusCode::OK, full_body(doc));
+    set_header(resp.headers_mut(), "content-type", "application/xml");
+    resp
+}
+
+/// The answer to a stored upload: its entity tag and verified checksum.
+fn written_answer(written: &crate::server::Written) -> Response<AnswerBody> {
+    let mut resp = answer(StatusCode::OK, empty_body());
+    set_header(resp.headers_mut(), "etag", &written.etag);
+    if let Some((alg, value)) = &written.checksum {
+        set_header(resp.headers_mut(), alg.header_name(), value);
+    }
+    resp
+}
+
+async fn list_buckets<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
+    let buckets = backend.list_buckets().await?;
+    let entries: Vec<xml::BucketEntry> = buckets
+        .into_iter()
+        .map(|b| xml::BucketEntry {
+            name: b.name,
+            created: b.created.unwrap_or(std::time::UNIX_EPOCH),
+        })
+        .collect();
+    Ok(xml_answer(xml::list_buckets_xml(
+        ctx.server.owner_id,
+        &entries,
+    )))
+}
+
+async fn list_objects<B: ObjectBackend>(
+    ctx: &Ctx<'_>,
+    backend: &B,
+    version: ListVersion,
+) -> Answer {
+    let bucket = ctx.bucket()?;
+    let params = ListObjectsParams::from_query(&ctx.request.query, version)?;
+    let owner = ctx.server.owner_id;
+    if params.max_keys == 0 {
+        let empty = ListPage {
+            entries: Vec::new(),
+            common_prefixes: Vec::new(),
+            is_truncated: false,
+            next_marker: None,
+        };
+        return Ok(xml_answer(xml::list_objects_xml(
+            bucket, &params, &empty, None, owner,
+        )));
+    }
+    let from = match version {
+        ListVersion::V1 => params.marker.as_deref().map(ListFrom::Marker),
+        ListVersion::V2 => params
+            .continuation_token
+            .as_deref()
+            .map(ListFrom::Token)
+            .or(params.start_after.as_deref().map(ListFrom::AfterKey)),
+    };
+    let spec = ListSpec {
+        prefix: &params.prefix,
+        delimiter: params.delimiter.as_deref(),
+        from: from.unwrap_or(ListFrom::Start),
+        max_keys: params.max_keys,
+    };
+    let result = backend.list(bucket, &spec).await?;
+    let page = ListPage {
+        entries: result
+            .objects
+            .into_iter()
+            .map(|o| xml::ObjectEntry {
+                key: o.key,
+                last_modified: o.last_modified,
+                etag: o.etag,
+                size: o.size,
+            })
+            .collect(),
+        common_prefixes: result.common_prefixes,
+        is_truncated: result.is_truncated,
+        next_marker: result.next_marker.filter(|_| result.is_truncated),
+    };
+    let next_token = result
+        .next_token
+        .filter(|_| result.is_truncated && version == ListVersion::V2);
+    Ok(xml_answer(xml::list_objects_xml(
+        bucket,
+        &params,
+        &page,
+        next_token.as_deref(),
+        owner,
+    )))
+}
+
+async fn get_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: bool) -> Answer {
+    let object = ctx.object()?;
+    if let Some(v) = ctx.query("versionId").filter(|v| *v != "null") {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("Invalid version id specified: {v}"),
+        )
+        .into());
+    }
+    let conditions = Conditions::from_headers(ctx.headers);
+    let mut range = header(ctx.headers, "range").and_then(RangeSpec::parse);
+    let mut part = None;
+    if let Some(pn) = ctx.query("partNumber") {
+        if ctx.headers.contains_key("range") {
+            return Err(Error::new(
+                ErrorKind::InvalidRequest,
+                "Cannot specify both Range header and partNumber query parameter",
+            )
+            .into());
+        }
+        let n: u32 = pn
+            .parse()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(part_number_error)?;
+        let bounds = backend.part(object, n).await?;
+        range = bounds.range.map(|r| RangeSpec::Bounded {
+            first: r.start,
+            last: r.last(),
+        });
+        part = Some(bounds);
+    }
+    let read = backend
+        .read(ReadSpec {
+            object,
+            conditions: &conditions,
+            range,
+            with_body,
+        })
+        .await?;
+    if let Some(etag) = part.as_ref().and_then(|p| p.etag.as_deref())
+        && !same_version(etag, &read.info.etag)
+    {
+        // The object changed between the part lookup and the read.
+        return Err(Error::new(
+            ErrorKind::SlowDown,
+            "The object changed while its part was read; retry",
+        )
+        .into());
+    }
+    let info = &read.info;
+    let (status, len) = match read.range {
+        Some(r) => (StatusCode::PARTIAL_CONTENT, r.len()),
+        None => (StatusCode::OK, info.size),
+    };
+    let mut resp = answer(status, read.body.unwrap_or_else(empty_body));
+    let h = resp.headers_mut();
+    set_header(h, "content-length", &len.to_string());
+    if let Some(r) = read.range {
+        set_header(h, "content-range", &r.content_range(info.size));
+    }
+    set_header(h, "etag", &info.etag);
+    set_header(h, "accept-ranges", "bytes");
+    set_header(
+        h,
+        "content-type",
+        info.content_type
+            .as_deref()
+            .unwrap_or("application/octet-stream"),
+    );
+    if let Some(t) = info.last_modified {
+        set_header(h, "last-modified", &format_http_date(t));
+    }
+    set_object_headers(h, &info.headers);
+    // The full-object checksum, when asked for and the answer is the whole object: the
+    // SDK then verifies every byte it got against the checksum the object was stored
+    // with.
+    if read.range.is_none()
+        && part.is_none()
+        && header(ctx.headers, "x-amz-checksum-mode")
+            .is_some_and(|v| v.eq_ignore_ascii_case("ENABLED"))
+        && let Some((alg, value)) = info.headers.checksum.split_once(':')
+    {
+        set_header(h, &format!("x-amz-checksum-{alg}"), value);
+        set_header(h, "x-amz-checksum-type", "FULL_OBJECT");
+    }
+    if let Some(count) = part.and_then(|p| p.count) {
+        set_header(h, "x-amz-mp-parts-count", &count.to_string());
+    }
+    for (name, v) in
+        crate::content_headers::s3_response_overrides(&ctx.request.query, ctx.auth.caller)
+    {
+        set_header(h, name, v);
+    }
+    Ok(resp)
+}
+
+/// An object's stored content headers and user metadata (`x-amz-meta-*`) on a read's
+/// answer.
+fn set_object_headers(h: &mut HeaderMap, set: &talon_core::wire::HeaderSet) {
+    for (name, value) in [
+        ("content-encoding", &set.content_encoding),
+        ("content-language", &set.content_language),
+        ("content-disposition", &set.content_disposition),
+        ("cache-control", &set.cache_control),
+    ] {
+        if !value.is_empty() {
+            set_header(h, name, value);
+        }
+    }
+    for (name, value) in &set.user_metadata {
+        set_header(
+            h,
+            &format!("{}{name}", crate::origin::S3_META_PREFIX),
+            value,
+        );
+    }
+}
+
+/// Conditions on the copy source (`x-amz-copy-source-if-*`).
+fn copy_source_conditions(h: &HeaderMap) -> Conditions {
+    Conditions {
+        if_match: header(h, "x-amz-copy-source-if-match").map(EtagList::parse),
+        if_none_match: header(h, "x-amz-copy-source-if-none-match").map(EtagList::parse),
+        if_modified_since: header(h, "x-amz-copy-source-if-modified-since")
+            .and_then(parse_http_date),
+        if_unmodified_since: header(h, "x-amz-copy-source-if-unmodified-since")
+            .and_then(parse_http_date),
+    }
+}
+
+async fn copy_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
+    let to = ctx.object()?;
+    let source = header(ctx.headers, "x-amz-copy-source").unwrap_or_default();
+    let (src_bucket, src_key) = parse_copy_source(source)?;
+    let replace = match header(ctx.headers, "x-amz-metadata-directive").unwrap_or("COPY") {
+        "COPY" => false,
+        "REPLACE" => true,
+        other => {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("Unknown metadata directive '{other}'"),
+            )
+            .into());
+        }
+    };
+    if !replace && src_bucket == to.bucket && src_key == to.key {
+        return Err(Error::new(
+            ErrorKind::InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
+        )
+        .into());
+    }
+    let copy = CopySpec {
+        from: Target {
+            bucket: &src_bucket,
+            key: &src_key,
+        },
+        source_conditions: copy_source_conditions(ctx.headers),
+        replace: if replace {
+            Some(ctx.write_spec()?)
+        } else {
+            None
+        },
+    };
+    let copied = backend.copy(to, copy).await?;
+    Ok(xml_answer(xml::copy_result_xml(
+        &copied.etag,
+        copied.last_modified,
+        false,
+    )))
+}
+
+async fn delete_objects<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) -> Answer {
+    let bucket = ctx.bucket()?;
+    let bytes = ctx.document(body).await?;
+    // The small body's digests are verified as any upload's are.
+    let claims = UploadClaims::s3(ctx.headers, ctx.auth.seed.as_ref())?;
+    let (check, _) = VerifyingStream::new(
+        http_body_util::Full::new(bytes.clone())
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+        claims,
+        ctx.server.limits.max_xml_bytes as u64,
+        ctx.server.limits.upload_idle_timeout,
+    );
+    check.drain_to(&mut tokio::io::sink(), |_| {}).await?;
+    let request: xml::DeleteRequest = xml::parse_request(&bytes)?;
+    if request.objects.len() > 1000 {
+        return Err(Error::new(
+            ErrorKind::MalformedXml,
+            "A DeleteObjects request may name at most 1000 keys",
+        )
+        .into());
+    }
+    backend.head_bucket(bucket).await?;
+    let mut outcomes = Vec::with_capacity(request.objects.len());
+    for o in request.objects {
+        let result = backend
+            .delete(Target {
+                bucket,
+                key: &o.key,
+            })
+            .await;
+        outcomes.push(match result {
+            Ok(()) => xml::DeleteOutcome::Deleted(o.key),
+            Err(f) if f.error.kind() == ErrorKind::NoSuchKey => xml::DeleteOutcome::Deleted(o.key),
+            Err(f) => xml::DeleteOutcome::Failed {
+                key: o.key,
+                kind: f.error.kind(),
+                message: f.error.message().to_owned(),
+            },
+        });
+    }
+    Ok(xml_answer(xml::delete_result_xml(&outcomes, request.quiet)))
+}
+
+/// Query parameters that authenticate the client; never relayed.
+fn is_auth_param(name: &str) -> bool {
+    name.starts_with("X-Amz-")
+        || matches!(name, "AWSAccessKeyId" | "Signature" | "Expires" | "x-id")
+}
+
+/// Hands an operation the backend relays to it, with its body: an upload verified as it
+/// streams, an XML document read whole, or nothing.
+async fn relay<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) -> Answer {
+    let op = ctx.request.operation;
+    let query = ctx
+        .raw_query
+        .split('&')
+        .filter(|p| !p.is_empty() && !is_auth_param(p.split('=').next().unwrap_or("")))
+        .collect::<Vec<_>>()
+        .join("&");
+    let body = match op {
+        S3Operation::UploadPart | S3Operation::PutObject => RelayBody::Upload(Box::new(ctx.upload(body)?)),
+        S3Operation::CompleteMultipartUpload
+        | S3Operation::CreateBucket
+        | S3Operation::DeleteObjects => {
+            let bytes = ctx.document(body).await?;
+            if bytes.is_empty() {
+                RelayBody::Empty
+            } else {
+                RelayBody::Document(bytes)
+            }
+        }
+        _ => RelayBody::Empty,
+    };
+    backend
+        .relay(Relay {
+            operation: op,
+            bucket: ctx.request.bucket.as_deref(),
+            key: ctx.request.key.as_deref(),
+            query,
+            headers: ctx.headers,
+            body,
+        })
+        .await
+}

@@ -29,9 +29,10 @@ use crate::config::Backend;
 use crate::metrics::Outcome;
 use crate::objects::ReadRequest;
 use crate::reply::{Failure, answer, header, header_text, relay, set_header, within_deadline};
-use crate::upload::{UploadClaims, VerifyingBody, origin_body, settle};
 use talon_cache_client::ReaderId;
 use talon_protocols::answer::{ErrorContext, Front, error_answer, request_has_body};
+use talon_protocols::server::request_body;
+use talon_protocols::upload::{UploadClaims, VerifyingStream, settle};
 
 const PROTOCOL: &str = "azure";
 const MAX_RESULTS: usize = 5000;
@@ -612,6 +613,22 @@ fn write_headers(ctx: &Ctx<'_>) -> Vec<(String, String)> {
     out
 }
 
+/// The verified stream of an Azure upload's body, held to exactly `len` bytes.
+fn verifying_stream(
+    ctx: &Ctx<'_>,
+    body: Body,
+    len: u64,
+) -> Result<(VerifyingStream, talon_protocols::upload::UploadOutcome), Error> {
+    let mut claims = UploadClaims::azure(ctx.headers)?;
+    claims.announced_len = Some(len);
+    Ok(VerifyingStream::new(
+        request_body(body),
+        claims,
+        ctx.gw.limits.max_upload_bytes,
+        ctx.gw.limits.upload_idle_timeout,
+    ))
+}
+
 fn content_length(ctx: &Ctx<'_>) -> Result<u64, Error> {
     header(ctx.headers, "content-length")
         .and_then(|v| v.trim().parse().ok())
@@ -629,9 +646,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
     if len > ctx.gw.limits.max_upload_bytes {
         return Err(Error::new(ErrorKind::EntityTooLarge, "The request body is too large.").into());
     }
-    let claims = UploadClaims::azure(ctx.headers)?;
-    let (stream, outcome) =
-        VerifyingBody::new(body, claims, len, ctx.gw.limits.upload_idle_timeout);
+    let (stream, outcome) = verifying_stream(ctx, body, len)?;
     let keep =
         ctx.gw
             .objects
@@ -650,7 +665,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         .put_stream(
             container,
             blob,
-            origin_body(stream).await?,
+            stream.into_origin_body().await?,
             len,
             &header_refs,
         )
@@ -673,14 +688,7 @@ async fn put_blob(ctx: &Ctx<'_>, body: Body) -> Result<Response, Failure> {
         &talon_protocols::dates::format_http_date(SystemTime::now()),
     );
     set_header(h, "x-ms-request-server-encrypted", "true");
-    use base64::Engine;
-    if let Ok(md5) = hex::decode(&verified.md5_hex) {
-        set_header(
-            h,
-            "content-md5",
-            &base64::engine::general_purpose::STANDARD.encode(md5),
-        );
-    }
+    set_header(h, "content-md5", &verified.md5_base64());
     Ok(resp)
 }
 
@@ -748,7 +756,6 @@ async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Fa
     let (origin_body, outcome) = match op {
         AzureOperation::PutBlock | AzureOperation::PutBlockList => {
             let len = content_length(ctx)?;
-            let claims = UploadClaims::azure(ctx.headers)?;
             if len > ctx.gw.limits.max_upload_bytes {
                 return Err(Error::new(
                     ErrorKind::EntityTooLarge,
@@ -756,11 +763,10 @@ async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Fa
                 )
                 .into());
             }
-            let (stream, outcome) =
-                VerifyingBody::new(body, claims, len, ctx.gw.limits.upload_idle_timeout);
+            let (stream, outcome) = verifying_stream(ctx, body, len)?;
             (
                 OriginBody::Stream {
-                    body: origin_body(stream).await?,
+                    body: stream.into_origin_body().await?,
                     len,
                 },
                 Some(outcome),
@@ -792,5 +798,5 @@ async fn relay_to_azure_origin(ctx: &Ctx<'_>, body: Body) -> Result<Response, Fa
     {
         ctx.gw.objects.wrote(Backend::Azure, c, b);
     }
-    Ok(relay(resp))
+    Ok(relay(resp).map(Body::new))
 }

@@ -10,13 +10,13 @@
 //! the origin.
 
 pub mod azure_front;
+pub mod backend;
 pub mod config;
 pub mod error;
 pub mod metrics;
 pub mod objects;
 pub mod reply;
 pub mod s3_front;
-pub mod upload;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

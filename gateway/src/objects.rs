@@ -17,14 +17,14 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use talon_cache_client::{CacheClient, HeaderSet, ObjectHeaders, ReaderId};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_protocols::conditional::Conditions;
-use talon_protocols::origin::{OriginClient, Origins};
+use talon_protocols::origin::{ObjectInfo, OriginClient, Origins};
 use talon_protocols::range::{ByteRange, RangeSpec};
 use talon_protocols::{Error, ErrorKind};
 
@@ -33,30 +33,13 @@ use crate::metrics::Outcome;
 use crate::reply::Failure;
 use talon_protocols::content_headers::{CONTENT_HEADERS, stored_value};
 
-/// An object's metadata as a front reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectMeta {
-    /// Size in bytes.
-    pub size: u64,
-    /// Quoted entity tag (the origin's ETag), identical on HEAD and GET.
-    pub etag: String,
-    /// Last modification, when known.
-    pub last_modified: Option<SystemTime>,
-    /// Content type, when known.
-    pub content_type: Option<String>,
-    /// Content-MD5, content headers (empty when absent) and user metadata (names
-    /// lower-case without the protocol's prefix, so either front gives it back under its
-    /// own: `x-amz-meta-`, `x-ms-meta-`).
-    pub headers: HeaderSet,
-}
-
 /// A stream of object bytes for an HTTP body.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static>>;
 
 /// An answered read.
 pub struct Read {
     /// Metadata of the version served.
-    pub meta: ObjectMeta,
+    pub meta: ObjectInfo,
     /// The range served, `None` for the whole object.
     pub range: Option<ByteRange>,
     /// The bytes (GET), `None` for HEAD or an empty answer.
@@ -69,7 +52,7 @@ pub struct Read {
 type ObjectKey = (Backend, String, String);
 
 /// Object metadata by object, with the time it was learned.
-type MetaCache = HashMap<ObjectKey, (Instant, ObjectMeta)>;
+type MetaCache = HashMap<ObjectKey, (Instant, ObjectInfo)>;
 
 /// Objects written through this gateway, with when; swept when the table doubles.
 #[derive(Debug, Default)]
@@ -299,14 +282,14 @@ impl Objects {
             .remove(&(backend, bucket.to_owned(), key.to_owned()));
     }
 
-    fn cached_meta(&self, backend: Backend, bucket: &str, key: &str) -> Option<ObjectMeta> {
+    fn cached_meta(&self, backend: Backend, bucket: &str, key: &str) -> Option<ObjectInfo> {
         let meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
         meta.get(&(backend, bucket.to_owned(), key.to_owned()))
             .filter(|(at, _)| at.elapsed() < self.meta_ttl)
             .map(|(_, m)| m.clone())
     }
 
-    fn remember(&self, backend: Backend, bucket: &str, key: &str, meta: &ObjectMeta) {
+    fn remember(&self, backend: Backend, bucket: &str, key: &str, meta: &ObjectInfo) {
         let mut all = self.meta.lock().unwrap_or_else(|p| p.into_inner());
         if all.len() > 100_000 {
             all.clear();
@@ -322,9 +305,9 @@ impl Objects {
         backend: Backend,
         bucket: &str,
         key: &str,
-    ) -> Result<ObjectMeta, Error> {
+    ) -> Result<ObjectInfo, Error> {
         let info = self.origin(backend)?.head(bucket, key).await?;
-        Ok(meta_of(info))
+        Ok(info)
     }
 
     /// Whether reads of this object go straight to the origin.
@@ -358,7 +341,7 @@ impl Objects {
             // `bytes a-b/*`: the answer cannot say the object's size.
             return Ok(None);
         }
-        let meta = meta_of(resp.info);
+        let meta = resp.info;
         let served = match range.map(|spec| spec.resolve(meta.size)) {
             None => None,
             Some(Ok(asked)) => Some(asked),
@@ -387,7 +370,7 @@ impl Objects {
         backend: Backend,
         bucket: &str,
         key: &str,
-    ) -> Result<(ObjectMeta, Outcome), Error> {
+    ) -> Result<(ObjectInfo, Outcome), Error> {
         let id = self.object_id(backend, bucket, key);
         let (cache, id) = match (route, &self.cache, id) {
             (Route::Origin, _, _) | (_, None, _) | (_, _, None) => {
@@ -416,7 +399,7 @@ impl Objects {
                     self.remember(backend, bucket, key, &meta);
                     return Ok((meta, Outcome::Hit));
                 };
-                let meta = ObjectMeta {
+                let meta = ObjectInfo {
                     size: s.size,
                     etag: talon_protocols::conditional::quote_etag(s.version.as_str()),
                     last_modified: u64::try_from(s.last_modified_ms)
@@ -481,30 +464,7 @@ impl Objects {
         let mut retried = false;
         loop {
             let (meta, outcome) = self.meta(route, backend, bucket, key).await?;
-            let modified = meta.last_modified.unwrap_or_else(SystemTime::now);
-            if let Err(kind) = conditions.check_read(&meta.etag, modified) {
-                let message = match kind {
-                    ErrorKind::NotModified => "Not Modified",
-                    _ => "At least one of the pre-conditions you specified did not hold",
-                };
-                return Err(Failure::with_headers(
-                    Error::new(kind, message),
-                    entity_headers(&meta),
-                ));
-            }
-            let resolved = match range.map(|r| r.resolve(meta.size)) {
-                None => None,
-                Some(Ok(r)) => Some(r),
-                Some(Err(u)) => {
-                    return Err(Failure::with_headers(
-                        Error::new(
-                            ErrorKind::InvalidRange,
-                            "The requested range is not satisfiable",
-                        ),
-                        vec![("content-range", u.content_range())],
-                    ));
-                }
-            };
+            let resolved = talon_protocols::server::resolve_read(&meta, conditions, range)?;
             let (start, end) = resolved.map(|r| (r.start, r.end)).unwrap_or((0, meta.size));
             if !with_body || end == start {
                 return Ok(Read {
@@ -621,24 +581,4 @@ pub fn write_content_headers(
         };
         out.push((name, value));
     }
-}
-
-/// An object's metadata as the origin's answer gives it.
-fn meta_of(info: talon_protocols::origin::ObjectInfo) -> ObjectMeta {
-    ObjectMeta {
-        size: info.size,
-        etag: info.etag,
-        last_modified: info.last_modified,
-        content_type: info.content_type,
-        headers: info.headers,
-    }
-}
-
-/// `ETag` and `Last-Modified` of an object, for 304 and 412 answers.
-pub fn entity_headers(meta: &ObjectMeta) -> Vec<(&'static str, String)> {
-    let mut h = vec![("etag", meta.etag.clone())];
-    if let Some(t) = meta.last_modified {
-        h.push(("last-modified", talon_protocols::dates::format_http_date(t)));
-    }
-    h
 }

@@ -2,12 +2,12 @@
 //! an origin's answer to a client. Failures, error answers and the header helpers are
 //! the protocols' ([`talon_protocols::answer`]), shared with the origin stub.
 
-use axum::body::Body;
 use axum::response::Response;
 use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
 use talon_protocols::Error;
 pub use talon_protocols::answer::{Failure, answer, header, header_text, set_header};
+use talon_protocols::server::{AnswerBody, stream_body};
 
 use crate::metrics::Outcome;
 
@@ -61,7 +61,7 @@ fn relayed(name: &str) -> bool {
 }
 
 /// Relays an origin's answer (status, the headers a client may see, the body streamed).
-pub fn relay(resp: reqwest::Response) -> Response {
+pub fn relay(resp: reqwest::Response) -> Response<AnswerBody> {
     let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut headers = HeaderMap::new();
     for (name, value) in resp.headers() {
@@ -69,7 +69,7 @@ pub fn relay(resp: reqwest::Response) -> Response {
             headers.append(name.clone(), value.clone());
         }
     }
-    let body = Body::from_stream(
+    let body = stream_body(
         resp.bytes_stream()
             .map(|r| r.map_err(std::io::Error::other)),
     );

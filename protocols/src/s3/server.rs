@@ -778,7 +778,9 @@ async fn relay<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) 
         .collect::<Vec<_>>()
         .join("&");
     let body = match op {
-        S3Operation::UploadPart | S3Operation::PutObject => RelayBody::Upload(Box::new(ctx.upload(body)?)),
+        S3Operation::UploadPart | S3Operation::PutObject => {
+            RelayBody::Upload(Box::new(ctx.upload(body)?))
+        }
         S3Operation::CompleteMultipartUpload
         | S3Operation::CreateBucket
         | S3Operation::DeleteObjects => {

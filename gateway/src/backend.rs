@@ -1,0 +1,439 @@
+//! The gateway as an [`ObjectBackend`]: reads through its route (the cache, with origin
+//! fallback, or the origin), writes to the origin once (with write-through to the
+//! cache), listings and bucket operations from the origin, and, against an S3 origin,
+//! the operations the gateway does not interpret relayed as they are.
+//!
+//! One `GatewayBackend` serves one request on one front: it knows who the reader is
+//! (the read budget's shares) and keeps how a read was served for the metrics.
+
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt as _;
+use http::{Method, StatusCode};
+use talon_cache_client::ReaderId;
+use talon_protocols::answer::Failure;
+use talon_protocols::origin::{BucketSummary, ForwardRequest, ListOptions, OriginBody};
+use talon_protocols::s3::request::S3Operation;
+use talon_protocols::server::{
+    AnswerBody, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend, ObjectRead,
+    PartBounds, ReadSpec, Relay, RelayBody, Target, Upload, WriteSpec, Written, stream_body,
+};
+use talon_protocols::upload::settle;
+use talon_protocols::{Error, ErrorKind};
+
+use crate::Gateway;
+use crate::config::{Backend, Route};
+use crate::metrics::Outcome;
+use crate::objects::ReadRequest;
+
+/// The gateway, for one request on one front.
+pub struct GatewayBackend {
+    gw: Arc<Gateway>,
+    /// The front's protocol, as the metrics name it (`s3`, `azure`).
+    protocol: &'static str,
+    route: Route,
+    origin: Backend,
+    reader: Option<ReaderId>,
+    /// How a read was served; `None` until one was.
+    served: Mutex<Option<Outcome>>,
+}
+
+impl GatewayBackend {
+    /// The gateway for a request on a front with `route` over the `origin` backend,
+    /// from `reader`.
+    pub fn new(
+        gw: Arc<Gateway>,
+        protocol: &'static str,
+        route: Route,
+        origin: Backend,
+        reader: Option<ReaderId>,
+    ) -> GatewayBackend {
+        GatewayBackend {
+            gw,
+            protocol,
+            route,
+            origin,
+            reader,
+            served: Mutex::new(None),
+        }
+    }
+
+    /// How the request was served, for the metrics: a read's own outcome, otherwise
+    /// the origin (or a failure).
+    pub fn outcome(&self, failed: bool) -> Outcome {
+        if failed {
+            return Outcome::Failed;
+        }
+        self.served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or(Outcome::Origin)
+    }
+
+    fn client(&self) -> Result<&talon_protocols::origin::OriginClient, Error> {
+        self.gw.objects.origin(self.origin)
+    }
+}
+
+/// The headers an object write carries to an origin, in that origin's dialect.
+pub fn origin_write_headers(origin: Backend, write: &WriteSpec) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let (content_type, content_prefix, meta_prefix) = match origin {
+        Backend::S3 => ("content-type", "", "x-amz-meta-"),
+        Backend::Azure => ("x-ms-blob-content-type", "x-ms-blob-", "x-ms-meta-"),
+    };
+    if let Some(ct) = &write.content_type {
+        out.push((content_type.to_owned(), ct.clone()));
+    }
+    for (name, value) in &write.content_headers {
+        out.push((format!("{content_prefix}{name}"), value.clone()));
+    }
+    for (name, value) in &write.user_metadata {
+        out.push((format!("{meta_prefix}{name}"), value.clone()));
+    }
+    if origin == Backend::S3
+        && let Some(expires) = &write.expires
+    {
+        out.push(("expires".to_owned(), expires.clone()));
+    }
+    out
+}
+
+/// S3 operations the gateway relays to an S3 origin as they are.
+fn relayed_to_s3(op: S3Operation) -> bool {
+    use S3Operation::*;
+    matches!(
+        op,
+        CopyObject
+            | CreateMultipartUpload
+            | UploadPart
+            | UploadPartCopy
+            | CompleteMultipartUpload
+            | AbortMultipartUpload
+            | ListParts
+            | ListMultipartUploads
+            | CreateBucket
+            | DeleteBucket
+    )
+}
+
+fn method_of(op: S3Operation) -> Method {
+    use S3Operation::*;
+    match op {
+        CopyObject | UploadPart | UploadPartCopy | CreateBucket | PutObject => Method::PUT,
+        CreateMultipartUpload | CompleteMultipartUpload | DeleteObjects => Method::POST,
+        AbortMultipartUpload | DeleteBucket | DeleteObject => Method::DELETE,
+        HeadBucket | HeadObject => Method::HEAD,
+        _ => Method::GET,
+    }
+}
+
+/// Headers of a relayed S3 request passed on besides the write's own.
+const RELAYED_REQUEST_HEADERS: &[&str] = &[
+    "x-amz-copy-source",
+    "x-amz-copy-source-range",
+    "x-amz-copy-source-if-match",
+    "x-amz-copy-source-if-none-match",
+    "x-amz-copy-source-if-modified-since",
+    "x-amz-copy-source-if-unmodified-since",
+    "x-amz-metadata-directive",
+    "x-amz-tagging",
+    "x-amz-storage-class",
+    "content-md5",
+];
+
+impl ObjectBackend for GatewayBackend {
+    async fn list_buckets(&self) -> Result<Vec<BucketSummary>, Failure> {
+        Ok(self.client()?.list_buckets().await?)
+    }
+
+    async fn head_bucket(&self, bucket: &str) -> Result<(), Failure> {
+        Ok(self.client()?.head_bucket(bucket).await?)
+    }
+
+    async fn list(&self, bucket: &str, spec: &ListSpec<'_>) -> Result<ListResult, Failure> {
+        // An S3 origin resumes a V1 listing after the last key; an Azure origin only
+        // from its own marker, which the gateway therefore hands out as the V1 marker.
+        let (token, start_after) = match (spec.from, self.origin) {
+            (ListFrom::Start, _) => (None, None),
+            (ListFrom::AfterKey(k), _) | (ListFrom::Marker(k), Backend::S3) => (None, Some(k)),
+            (ListFrom::Token(t), _) | (ListFrom::Marker(t), Backend::Azure) => (Some(t), None),
+        };
+        let page = self
+            .client()?
+            .list_with(
+                bucket,
+                &ListOptions {
+                    prefix: spec.prefix,
+                    delimiter: spec.delimiter,
+                    token,
+                    start_after,
+                    max_keys: Some(spec.max_keys),
+                    include_metadata: false,
+                },
+            )
+            .await?;
+        let is_truncated = page.next_token.is_some();
+        let next_marker = match self.origin {
+            Backend::S3 => {
+                let last_key = page.objects.last().map(|o| o.key.clone());
+                last_key.max(page.common_prefixes.last().cloned())
+            }
+            Backend::Azure => page.next_token.clone(),
+        };
+        Ok(ListResult {
+            objects: page
+                .objects
+                .into_iter()
+                .map(|o| ListedObject {
+                    key: o.key,
+                    last_modified: o.last_modified.unwrap_or(std::time::UNIX_EPOCH),
+                    etag: o.etag,
+                    size: o.size,
+                })
+                .collect(),
+            common_prefixes: page.common_prefixes,
+            is_truncated,
+            next_marker: next_marker.filter(|_| is_truncated),
+            next_token: page.next_token,
+        })
+    }
+
+    async fn read(&self, read: ReadSpec<'_>) -> Result<ObjectRead, Failure> {
+        let done = self
+            .gw
+            .objects
+            .read(ReadRequest {
+                route: self.route,
+                backend: self.origin,
+                bucket: read.object.bucket,
+                key: read.object.key,
+                conditions: read.conditions,
+                range: read.range,
+                with_body: read.with_body,
+                reader: self.reader,
+            })
+            .await?;
+        *self.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(done.outcome);
+        let body = done.body.map(|stream| {
+            let (metrics, protocol) = (self.gw.metrics.clone(), self.protocol);
+            stream_body(stream.inspect(move |c| {
+                if let Ok(b) = c {
+                    metrics.bytes_out(protocol, b.len() as u64);
+                }
+            }))
+        });
+        Ok(ObjectRead {
+            info: done.meta,
+            range: done.range,
+            body,
+        })
+    }
+
+    /// An S3 origin is asked where the part lies (`HEAD ?partNumber=n`: only it knows
+    /// its multipart boundaries); an Azure origin has no parts, so part 1 is the whole
+    /// blob. The part's bytes are then read through the route like any range.
+    async fn part(&self, object: Target<'_>, number: u32) -> Result<PartBounds, Failure> {
+        let unsatisfiable = || {
+            Error::new(
+                ErrorKind::InvalidRange,
+                "The requested partnumber is not satisfiable",
+            )
+        };
+        if self.origin == Backend::Azure {
+            return if number == 1 {
+                Ok(PartBounds::default())
+            } else {
+                Err(unsatisfiable().into())
+            };
+        }
+        let query = format!("partNumber={number}");
+        let resp = self
+            .client()?
+            .forward(ForwardRequest {
+                method: Method::HEAD,
+                bucket: Some(object.bucket),
+                key: Some(object.key),
+                query: &query,
+                headers: Vec::new(),
+                body: OriginBody::Empty,
+            })
+            .await?;
+        let status = resp.status();
+        if status == StatusCode::RANGE_NOT_SATISFIABLE {
+            return Err(unsatisfiable().into());
+        }
+        if !status.is_success() {
+            return Err(Error::new(
+                ErrorKind::from_status(status),
+                format!("the origin answered {status} for part {number}"),
+            )
+            .into());
+        }
+        let headers = resp.headers();
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let range = match text("content-range") {
+            Some(v) => Some(
+                talon_protocols::range::parse_content_range(v)
+                    .map(|(r, _)| r)
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::InternalError,
+                            format!(
+                                "the origin's Content-Range '{v}' for part {number} is not valid"
+                            ),
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        Ok(PartBounds {
+            range,
+            count: text("x-amz-mp-parts-count").and_then(|c| c.parse().ok()),
+            etag: text("etag").map(str::to_owned),
+        })
+    }
+
+    async fn put(
+        &self,
+        object: Target<'_>,
+        upload: Upload,
+        write: WriteSpec,
+    ) -> Result<Written, Failure> {
+        let Target { bucket, key } = object;
+        let len = upload.stream.announced().ok_or_else(|| {
+            Error::new(
+                ErrorKind::MissingContentLength,
+                "You must provide the Content-Length HTTP header.",
+            )
+        })?;
+        let mut headers = origin_write_headers(self.origin, &write);
+        // A checksum the client sent as a header is known before the body: the origin
+        // keeps it (and verifies it again). One announced as a trailer is known only at
+        // the end: the body goes on to an S3 origin with a trailer of its own.
+        if let Some((alg, value)) = &upload.checksum {
+            headers.push((alg.header_name().to_owned(), value.clone()));
+        }
+        for (name, value) in [
+            ("if-match", &write.if_match),
+            ("if-none-match", &write.if_none_match),
+        ] {
+            if let Some(v) = value {
+                headers.push((name.to_owned(), v.clone()));
+            }
+        }
+        let keep =
+            self.gw
+                .objects
+                .keep_for_write_through(self.route, self.origin, bucket, key, len);
+        let stream = match keep {
+            Some(_) => upload.stream.keep_up_to(len),
+            None => upload.stream,
+        };
+        let origin = self.client()?;
+        let header_refs: Vec<(&str, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let result = match upload.trailer_checksum {
+            Some(alg) => {
+                origin
+                    .put_stream_with_checksum(bucket, key, stream, len, alg, &header_refs)
+                    .await
+            }
+            None => {
+                origin
+                    .put_stream(
+                        bucket,
+                        key,
+                        stream.into_origin_body().await?,
+                        len,
+                        &header_refs,
+                    )
+                    .await
+            }
+        };
+        let (etag, verified) = settle(&upload.outcome, result)?;
+        self.gw.objects.wrote(self.origin, bucket, key);
+        self.gw.metrics.bytes_in(self.protocol, len);
+        if let (Some(permit), Some(bytes)) = (keep, &verified.kept) {
+            self.gw
+                .objects
+                .write_through(self.origin, bucket, key, &etag, bytes, permit)
+                .await;
+        }
+        Ok(Written {
+            etag,
+            checksum: verified.checksum,
+        })
+    }
+
+    async fn delete(&self, object: Target<'_>) -> Result<(), Failure> {
+        let result = self.client()?.delete(object.bucket, object.key).await;
+        if result.is_ok()
+            || result
+                .as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::NoSuchKey)
+        {
+            self.gw
+                .objects
+                .wrote(self.origin, object.bucket, object.key);
+        }
+        Ok(result?)
+    }
+
+    fn relays(&self, operation: S3Operation) -> bool {
+        self.origin == Backend::S3 && relayed_to_s3(operation)
+    }
+
+    /// Relays to the S3 origin, re-signed with the gateway's identity (client
+    /// credentials are never forwarded); an upload's body is verified on the way.
+    async fn relay(&self, relay: Relay<'_>) -> Result<http::Response<AnswerBody>, Failure> {
+        let origin = self.gw.objects.origin(Backend::S3)?;
+        let write = WriteSpec::from_headers(relay.headers, "content-type", "x-amz-meta-", "")?;
+        let mut headers = origin_write_headers(Backend::S3, &write);
+        for name in RELAYED_REQUEST_HEADERS {
+            if let Some(v) = talon_protocols::answer::header(relay.headers, name) {
+                headers.push(((*name).to_owned(), v.to_owned()));
+            }
+        }
+        let (body, outcome) = match relay.body {
+            RelayBody::Empty => (OriginBody::Empty, None),
+            RelayBody::Document(bytes) => (OriginBody::Bytes(bytes), None),
+            RelayBody::Upload(upload) => {
+                let upload = *upload;
+                if let Some((alg, value)) = &upload.checksum {
+                    headers.push((alg.header_name().to_owned(), value.clone()));
+                }
+                let len = upload.stream.announced().unwrap_or(0);
+                (
+                    OriginBody::Stream {
+                        body: upload.stream.into_origin_body().await?,
+                        len,
+                    },
+                    Some(upload.outcome),
+                )
+            }
+        };
+        let result = origin
+            .forward(ForwardRequest {
+                method: method_of(relay.operation),
+                bucket: relay.bucket,
+                key: relay.key,
+                query: &relay.query,
+                headers,
+                body,
+            })
+            .await;
+        let resp = match outcome {
+            Some(outcome) => settle(&outcome, result)?.0,
+            None => result?,
+        };
+        if resp.status().is_success()
+            && let (Some(bucket), Some(key)) = (relay.bucket, relay.key)
+        {
+            self.gw.objects.wrote(Backend::S3, bucket, key);
+        }
+        Ok(crate::reply::relay(resp))
+    }
+}

@@ -12,10 +12,12 @@ use futures_util::StreamExt as _;
 use http::{Method, StatusCode};
 use talon_cache_client::ReaderId;
 use talon_protocols::answer::Failure;
+use talon_protocols::answer::header;
+use talon_protocols::azure::request::AzureOperation;
 use talon_protocols::origin::{BucketSummary, ForwardRequest, ListOptions, OriginBody};
 use talon_protocols::s3::request::S3Operation;
 use talon_protocols::server::{
-    AnswerBody, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend, ObjectRead,
+    AnswerBody, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend, ObjectRead, Operation,
     PartBounds, ReadSpec, Relay, RelayBody, Target, Upload, WriteSpec, Written, stream_body,
 };
 use talon_protocols::upload::settle;
@@ -128,8 +130,24 @@ fn method_of(op: S3Operation) -> Method {
     }
 }
 
+/// Azure operations the gateway relays to an Azure origin as they are.
+fn relayed_to_azure(op: AzureOperation) -> bool {
+    use AzureOperation::*;
+    matches!(
+        op,
+        PutBlock | PutBlockList | GetBlockList | CreateContainer | DeleteContainer
+    )
+}
+
+/// Origin HEADs in flight while a listing with metadata over an S3 origin gathers it.
+const LISTING_HEADS_IN_FLIGHT: usize = 8;
+
+/// Most objects of a listing page with metadata over an S3 origin: each costs one
+/// origin HEAD, so one request costs at most this many.
+const MAX_LISTED_WITH_HEADS: usize = 100;
+
 /// Headers of a relayed S3 request passed on besides the write's own.
-const RELAYED_REQUEST_HEADERS: &[&str] = &[
+const RELAYED_S3_HEADERS: &[&str] = &[
     "x-amz-copy-source",
     "x-amz-copy-source-range",
     "x-amz-copy-source-if-match",
@@ -147,8 +165,12 @@ impl ObjectBackend for GatewayBackend {
         Ok(self.client()?.list_buckets().await?)
     }
 
-    async fn head_bucket(&self, bucket: &str) -> Result<(), Failure> {
-        Ok(self.client()?.head_bucket(bucket).await?)
+    async fn head_bucket(&self, bucket: &str) -> Result<BucketSummary, Failure> {
+        self.client()?.head_bucket(bucket).await?;
+        Ok(BucketSummary {
+            name: bucket.to_owned(),
+            created: None,
+        })
     }
 
     async fn list(&self, bucket: &str, spec: &ListSpec<'_>) -> Result<ListResult, Failure> {
@@ -159,8 +181,16 @@ impl ObjectBackend for GatewayBackend {
             (ListFrom::AfterKey(k), _) | (ListFrom::Marker(k), Backend::S3) => (None, Some(k)),
             (ListFrom::Token(t), _) | (ListFrom::Marker(t), Backend::Azure) => (Some(t), None),
         };
-        let page = self
-            .client()?
+        let origin = self.client()?;
+        // Over an S3 origin every listed object with metadata costs an origin HEAD:
+        // such pages are capped, and the client pages on (SEC-20).
+        let heads = spec.include_metadata && self.origin == Backend::S3;
+        let max_keys = if heads {
+            spec.max_keys.min(MAX_LISTED_WITH_HEADS)
+        } else {
+            spec.max_keys
+        };
+        let mut page = origin
             .list_with(
                 bucket,
                 &ListOptions {
@@ -168,11 +198,28 @@ impl ObjectBackend for GatewayBackend {
                     delimiter: spec.delimiter,
                     token,
                     start_after,
-                    max_keys: Some(spec.max_keys),
-                    include_metadata: false,
+                    max_keys: Some(max_keys),
+                    include_metadata: spec.include_metadata,
                 },
             )
             .await?;
+        if heads {
+            // An S3 listing carries no metadata: ask for each object's, a few at a time.
+            let keys: Vec<String> = page.objects.iter().map(|o| o.key.clone()).collect();
+            let found: Vec<_> = futures_util::stream::iter(keys)
+                .map(|key| async move { origin.head(bucket, &key).await })
+                .buffered(LISTING_HEADS_IN_FLIGHT)
+                .collect()
+                .await;
+            for (object, head) in page.objects.iter_mut().zip(found) {
+                object.user_metadata = match head {
+                    Ok(info) => Some(info.headers.user_metadata.into_iter().collect()),
+                    // Deleted since the listing: listed without metadata, as it was then.
+                    Err(e) if e.kind() == ErrorKind::NoSuchKey => Some(Default::default()),
+                    Err(e) => return Err(e.into()),
+                };
+            }
+        }
         let is_truncated = page.next_token.is_some();
         let next_marker = match self.origin {
             Backend::S3 => {
@@ -190,6 +237,9 @@ impl ObjectBackend for GatewayBackend {
                     last_modified: o.last_modified.unwrap_or(std::time::UNIX_EPOCH),
                     etag: o.etag,
                     size: o.size,
+                    content_type: o.content_type,
+                    content_md5: o.content_md5,
+                    user_metadata: o.user_metadata.map(|m| m.into_iter().collect()),
                 })
                 .collect(),
             common_prefixes: page.common_prefixes,
@@ -314,12 +364,10 @@ impl ObjectBackend for GatewayBackend {
         if let Some((alg, value)) = &upload.checksum {
             headers.push((alg.header_name().to_owned(), value.clone()));
         }
-        for (name, value) in [
-            ("if-match", &write.if_match),
-            ("if-none-match", &write.if_none_match),
-        ] {
-            if let Some(v) = value {
-                headers.push((name.to_owned(), v.clone()));
+        for (name, value) in write.condition_headers() {
+            // S3 conditions a write on the entity tag only.
+            if self.origin == Backend::Azure || name.starts_with("if-") && name.ends_with("match") {
+                headers.push((name.to_owned(), value));
             }
         }
         let keep =
@@ -364,12 +412,19 @@ impl ObjectBackend for GatewayBackend {
         }
         Ok(Written {
             etag,
+            content_md5: Some(verified.md5_base64()),
             checksum: verified.checksum,
+            last_modified: None,
         })
     }
 
-    async fn delete(&self, object: Target<'_>) -> Result<(), Failure> {
-        let result = self.client()?.delete(object.bucket, object.key).await;
+    async fn delete(&self, object: Target<'_>, must_exist: bool) -> Result<(), Failure> {
+        let client = self.client()?;
+        if must_exist && self.origin == Backend::S3 {
+            // S3 deletes a missing key without complaint: ask first.
+            client.head(object.bucket, object.key).await?;
+        }
+        let result = client.delete(object.bucket, object.key).await;
         if result.is_ok()
             || result
                 .as_ref()
@@ -382,21 +437,52 @@ impl ObjectBackend for GatewayBackend {
         Ok(result?)
     }
 
-    fn relays(&self, operation: S3Operation) -> bool {
-        self.origin == Backend::S3 && relayed_to_s3(operation)
+    fn relays(&self, operation: Operation) -> bool {
+        match operation {
+            Operation::S3(op) => self.origin == Backend::S3 && relayed_to_s3(op),
+            Operation::Azure(op) => self.origin == Backend::Azure && relayed_to_azure(op),
+        }
     }
 
-    /// Relays to the S3 origin, re-signed with the gateway's identity (client
-    /// credentials are never forwarded); an upload's body is verified on the way.
+    /// Relays to the origin of the request's protocol, re-signed with the gateway's
+    /// identity (client credentials are never forwarded); an upload's body is verified
+    /// on the way.
     async fn relay(&self, relay: Relay<'_>) -> Result<http::Response<AnswerBody>, Failure> {
-        let origin = self.gw.objects.origin(Backend::S3)?;
-        let write = WriteSpec::from_headers(relay.headers, "content-type", "x-amz-meta-", "")?;
-        let mut headers = origin_write_headers(Backend::S3, &write);
-        for name in RELAYED_REQUEST_HEADERS {
-            if let Some(v) = talon_protocols::answer::header(relay.headers, name) {
-                headers.push(((*name).to_owned(), v.to_owned()));
+        let (backend, method, mut headers) = match relay.operation {
+            Operation::S3(op) => {
+                let write =
+                    WriteSpec::from_headers(relay.headers, "content-type", "x-amz-meta-", "")?;
+                let mut headers = origin_write_headers(Backend::S3, &write);
+                for name in RELAYED_S3_HEADERS {
+                    if let Some(v) = header(relay.headers, name) {
+                        headers.push(((*name).to_owned(), v.to_owned()));
+                    }
+                }
+                (Backend::S3, method_of(op), headers)
             }
-        }
+            Operation::Azure(op) => {
+                let mut write = WriteSpec::from_headers(
+                    relay.headers,
+                    "x-ms-blob-content-type",
+                    "x-ms-meta-",
+                    "x-ms-blob-",
+                )?;
+                write.content_type = write
+                    .content_type
+                    .or_else(|| header(relay.headers, "content-type").map(str::to_owned));
+                let mut headers = origin_write_headers(Backend::Azure, &write);
+                if let Some(v) = header(relay.headers, "content-md5") {
+                    headers.push(("content-md5".to_owned(), v.to_owned()));
+                }
+                let method = match op {
+                    AzureOperation::GetBlockList => Method::GET,
+                    AzureOperation::DeleteContainer => Method::DELETE,
+                    _ => Method::PUT,
+                };
+                (Backend::Azure, method, headers)
+            }
+        };
+        let origin = self.gw.objects.origin(backend)?;
         let (body, outcome) = match relay.body {
             RelayBody::Empty => (OriginBody::Empty, None),
             RelayBody::Document(bytes) => (OriginBody::Bytes(bytes), None),
@@ -417,7 +503,7 @@ impl ObjectBackend for GatewayBackend {
         };
         let result = origin
             .forward(ForwardRequest {
-                method: method_of(relay.operation),
+                method,
                 bucket: relay.bucket,
                 key: relay.key,
                 query: &relay.query,
@@ -432,7 +518,7 @@ impl ObjectBackend for GatewayBackend {
         if resp.status().is_success()
             && let (Some(bucket), Some(key)) = (relay.bucket, relay.key)
         {
-            self.gw.objects.wrote(Backend::S3, bucket, key);
+            self.gw.objects.wrote(backend, bucket, key);
         }
         Ok(crate::reply::relay(resp))
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use talon_cache_client::{CacheClient, HeaderSet, ObjectHeaders, ReaderId};
+use talon_cache_client::{CacheClient, ObjectHeaders, ReaderId};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_protocols::conditional::Conditions;
 use talon_protocols::origin::{ObjectInfo, OriginClient, Origins};
@@ -31,7 +31,6 @@ use talon_protocols::{Error, ErrorKind};
 use crate::config::{Backend, Route};
 use crate::metrics::Outcome;
 use crate::reply::Failure;
-use talon_protocols::content_headers::{CONTENT_HEADERS, stored_value};
 
 /// A stream of object bytes for an HTTP body.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static>>;
@@ -539,46 +538,5 @@ impl Objects {
                 outcome,
             });
         }
-    }
-}
-
-/// Sets an object's content headers (`Content-Encoding`, `Content-Language`,
-/// `Content-Disposition`, `Cache-Control`) and its user metadata under `meta_prefix`
-/// (`x-amz-meta-` or `x-ms-meta-`) on a read's answer. `Content-MD5` is the front's
-/// business: S3 never returns it, Azure names it by whether the answer is a range.
-pub fn set_object_headers(h: &mut http::HeaderMap, set: &HeaderSet, meta_prefix: &str) {
-    for (name, value) in [
-        ("content-encoding", &set.content_encoding),
-        ("content-language", &set.content_language),
-        ("content-disposition", &set.content_disposition),
-        ("cache-control", &set.cache_control),
-    ] {
-        if !value.is_empty() {
-            crate::reply::set_header(h, name, value);
-        }
-    }
-    for (name, value) in &set.user_metadata {
-        crate::reply::set_header(h, &format!("{meta_prefix}{name}"), value);
-    }
-}
-
-/// Appends the content headers of a client's write to the headers for the origin, in
-/// the origin's dialect. `client` gives the client's value for a standard name (each
-/// front reads its own dialect); `aws-chunked`, a transfer detail of S3 uploads that the
-/// gateway decodes, is never passed on.
-pub fn write_content_headers(
-    out: &mut Vec<(String, String)>,
-    origin: Backend,
-    client: impl Fn(&str) -> Option<String>,
-) {
-    for name in CONTENT_HEADERS {
-        let Some(value) = client(name).and_then(|v| stored_value(name, &v)) else {
-            continue;
-        };
-        let name = match origin {
-            Backend::S3 => name.to_owned(),
-            Backend::Azure => format!("x-ms-blob-{name}"),
-        };
-        out.push((name, value));
     }
 }

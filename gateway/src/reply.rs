@@ -1,42 +1,12 @@
-//! The gateway's side of answering: the deadline to a response's start, and relaying
-//! an origin's answer to a client. Failures, error answers and the header helpers are
-//! the protocols' ([`talon_protocols::answer`]), shared with the origin stub.
+//! Relaying an origin's answer to a client, for the operations the gateway passes on
+//! as they are. Failures, error answers and the header helpers are the protocols'
+//! ([`talon_protocols::answer`]), shared with the origin stub.
 
 use axum::response::Response;
 use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
-use talon_protocols::Error;
 pub use talon_protocols::answer::{Failure, answer, header, header_text, set_header};
 use talon_protocols::server::{AnswerBody, stream_body};
-
-use crate::metrics::Outcome;
-
-/// Runs a request's handler within `deadline`, the time to the start of its response.
-///
-/// A handler that streams an upload body (`streams_upload`) is not bounded in total: a
-/// large upload on a slow link may take longer than any fixed deadline (SEC-14). Its
-/// body is bounded by the upload idle timeout instead, and the origin's answer by the
-/// origin client's own timeouts.
-pub async fn within_deadline(
-    deadline: std::time::Duration,
-    streams_upload: bool,
-    handler: impl std::future::Future<Output = (Outcome, Result<Response, Failure>)>,
-) -> (Outcome, Result<Response, Failure>) {
-    if streams_upload {
-        return handler.await;
-    }
-    match tokio::time::timeout(deadline, handler).await {
-        Ok(r) => r,
-        Err(_) => (
-            Outcome::Failed,
-            Err(Error::new(
-                talon_protocols::ErrorKind::Timeout,
-                "Your request took too long to answer; try again.",
-            )
-            .into()),
-        ),
-    }
-}
 
 /// Headers of an origin answer that a client may see; everything else (its request ids,
 /// its server, connection management) is the gateway's own.

@@ -8,8 +8,9 @@ use hyper::body::Incoming;
 
 use crate::body;
 use crate::faults::FaultConfig;
-use crate::front::{StubState, answer, set_header};
+use crate::front::StubState;
 use crate::server::HandlerResult;
+use talon_protocols::answer::{answer, set_header};
 
 /// Largest fault-settings document accepted.
 const MAX_BODY: usize = 64 * 1024;

@@ -12,12 +12,13 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use talon_core::wire::HeaderSet;
 use talon_protocols::answer::Failure;
+use talon_protocols::azure::xml::BlockListItem;
 use talon_protocols::listing::{ListQuery, paginate};
 use talon_protocols::origin::{BucketSummary, ObjectInfo};
 use talon_protocols::server::{
-    Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend, ObjectRead,
-    PartBounds, PartSummary, ReadSpec, Target, Upload, UploadSummary, WriteSpec, Written,
-    resolve_read,
+    BlockLists, Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend,
+    ObjectRead, PartBounds, PartSummary, ReadSpec, Target, Upload, UploadSummary, WriteSpec,
+    Written, resolve_read,
 };
 use talon_protocols::upload::Verified;
 use talon_protocols::{Error, ErrorKind, Result};
@@ -25,7 +26,7 @@ use talon_protocols::{Error, ErrorKind, Result};
 use crate::body::{self, Delivery};
 use crate::front::{Outcome, StubState, apply_faults, blocking};
 use crate::metrics::Protocol;
-use crate::store::{NewObject, ObjectMeta, StagedFile, WriteOptions};
+use crate::store::{BlockChoice, NewObject, ObjectMeta, StagedFile, WriteOptions};
 
 /// The stub's store, for one request on one front.
 #[derive(Debug)]
@@ -104,6 +105,19 @@ pub fn info_of(meta: &ObjectMeta) -> ObjectInfo {
     }
 }
 
+/// What a stored version answers to its writer.
+fn written(
+    meta: &ObjectMeta,
+    checksum: Option<(talon_protocols::checksum::ChecksumAlgorithm, String)>,
+) -> Written {
+    Written {
+        etag: meta.etag.clone(),
+        checksum,
+        content_md5: meta.content_md5.clone(),
+        last_modified: Some(meta.last_modified),
+    }
+}
+
 fn write_options(write: WriteSpec) -> WriteOptions {
     WriteOptions {
         content_type: write.content_type,
@@ -166,17 +180,28 @@ impl ObjectBackend for StubBackend {
             .collect())
     }
 
-    async fn head_bucket(&self, bucket: &str) -> std::result::Result<(), Failure> {
+    async fn head_bucket(&self, bucket: &str) -> std::result::Result<BucketSummary, Failure> {
         let store = self.state.store.clone();
         let b = bucket.to_owned();
-        blocking(move || store.bucket_info(&b)).await?;
-        Ok(())
+        let info = blocking(move || store.bucket_info(&b)).await?;
+        Ok(BucketSummary {
+            name: info.name,
+            created: Some(info.created),
+        })
     }
 
-    async fn create_bucket(&self, bucket: &str) -> std::result::Result<(), Failure> {
+    async fn create_bucket(&self, bucket: &str) -> std::result::Result<BucketSummary, Failure> {
         let store = self.state.store.clone();
         let b = bucket.to_owned();
-        Ok(blocking(move || store.create_bucket(&b)).await?)
+        let info = blocking(move || {
+            store.create_bucket(&b)?;
+            store.bucket_info(&b)
+        })
+        .await?;
+        Ok(BucketSummary {
+            name: info.name,
+            created: Some(info.created),
+        })
     }
 
     async fn delete_bucket(&self, bucket: &str) -> std::result::Result<(), Failure> {
@@ -211,6 +236,9 @@ impl ObjectBackend for StubBackend {
                 .entries
                 .into_iter()
                 .map(|o| ListedObject {
+                    user_metadata: spec.include_metadata.then(|| o.user_metadata.clone()),
+                    content_type: Some(o.content_type),
+                    content_md5: o.content_md5,
                     key: o.key,
                     last_modified: o.last_modified,
                     etag: o.etag,
@@ -300,7 +328,7 @@ impl ObjectBackend for StubBackend {
             let (b, k) = (bucket.clone(), key.clone());
             blocking(move || {
                 store.bucket_info(&b)?;
-                if conditions.if_match.is_none() && conditions.if_none_match.is_none() {
+                if conditions.is_empty() {
                     return Ok(());
                 }
                 let current = match store.head(&b, &k) {
@@ -330,17 +358,21 @@ impl ObjectBackend for StubBackend {
         };
         let store = self.state.store.clone();
         let meta = blocking(move || store.commit(&bucket, &key, staged, record)).await?;
-        Ok(Written {
-            etag: meta.etag,
-            checksum: verified.checksum,
-        })
+        Ok(written(&meta, verified.checksum))
     }
 
-    async fn delete(&self, object: Target<'_>) -> std::result::Result<(), Failure> {
+    async fn delete(
+        &self,
+        object: Target<'_>,
+        _must_exist: bool,
+    ) -> std::result::Result<(), Failure> {
         let store = self.state.store.clone();
         let (b, k) = (object.bucket.to_owned(), object.key.to_owned());
-        blocking(move || store.delete(&b, &k)).await?;
-        Ok(())
+        if blocking(move || store.delete(&b, &k)).await? {
+            Ok(())
+        } else {
+            Err(Error::new(ErrorKind::NoSuchKey, "The specified key does not exist.").into())
+        }
     }
 
     async fn copy(
@@ -423,7 +455,9 @@ impl ObjectBackend for StubBackend {
         let part = blocking(move || store.put_part(&b, &k, &id, number, staged, &md5)).await?;
         Ok(Written {
             etag: part.etag,
+            content_md5: Some(verified.md5_base64()),
             checksum: verified.checksum,
+            last_modified: None,
         })
     }
 
@@ -492,5 +526,78 @@ impl ObjectBackend for StubBackend {
                 initiated: u.initiated,
             })
             .collect())
+    }
+
+    async fn put_block(
+        &self,
+        object: Target<'_>,
+        block_id: &str,
+        upload: Upload,
+    ) -> std::result::Result<String, Failure> {
+        crate::store::check_block_id(block_id)?;
+        let (b, k, id) = (
+            object.bucket.to_owned(),
+            object.key.to_owned(),
+            block_id.to_owned(),
+        );
+        {
+            let store = self.state.store.clone();
+            let b = b.clone();
+            blocking(move || store.bucket_info(&b)).await?;
+        }
+        let (staged, verified) = self.receive(upload).await?;
+        let store = self.state.store.clone();
+        blocking(move || store.put_block(&b, &k, &id, staged)).await?;
+        Ok(verified.md5_base64())
+    }
+
+    async fn put_block_list(
+        &self,
+        object: Target<'_>,
+        blocks: Vec<BlockListItem>,
+        write: WriteSpec,
+    ) -> std::result::Result<Written, Failure> {
+        let items: Vec<BlockChoice> = blocks
+            .into_iter()
+            .map(|i| match i {
+                BlockListItem::Latest(id) => BlockChoice::Latest(id),
+                BlockListItem::Committed(id) => BlockChoice::Committed(id),
+                BlockListItem::Uncommitted(id) => BlockChoice::Uncommitted(id),
+            })
+            .collect();
+        let conditions = write.conditions();
+        let options = write_options(write);
+        let store = self.state.store.clone();
+        let (b, k) = (object.bucket.to_owned(), object.key.to_owned());
+        let meta = blocking(move || {
+            if !conditions.is_empty() {
+                let current = match store.head(&b, &k) {
+                    Ok(m) => Some(m),
+                    Err(e) if e.kind() == ErrorKind::NoSuchKey => None,
+                    Err(e) => return Err(e),
+                };
+                conditions
+                    .check_write(current.as_ref().map(|m| (m.etag.as_str(), m.last_modified)))
+                    .map_err(|kind| {
+                        Error::new(
+                            kind,
+                            "At least one of the pre-conditions you specified did not hold",
+                        )
+                    })?;
+            }
+            store.put_block_list(&b, &k, &items, options)
+        })
+        .await?;
+        Ok(written(&meta, None))
+    }
+
+    async fn get_block_list(&self, object: Target<'_>) -> std::result::Result<BlockLists, Failure> {
+        let store = self.state.store.clone();
+        let (b, k) = (object.bucket.to_owned(), object.key.to_owned());
+        let (committed, uncommitted) = blocking(move || store.block_list(&b, &k)).await?;
+        Ok(BlockLists {
+            committed,
+            uncommitted,
+        })
     }
 }

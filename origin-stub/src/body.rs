@@ -1,7 +1,7 @@
-//! Moving bytes in and out: response bodies streamed from a file or from generated
-//! content (with pacing for the bandwidth fault and a cut for the truncation fault), and
-//! request bodies received into a staging file while their digests are computed and
-//! their `aws-chunked` framing is removed.
+//! Moving bytes out: response bodies streamed from a file or from generated content
+//! (with pacing for the bandwidth fault and a cut for the truncation fault), and
+//! server-side copies into a staging file. Uploads arrive through `talon-protocols`'
+//! verifying stream ([`crate::backend`]).
 
 use std::io::{self, SeekFrom};
 use std::sync::Arc;
@@ -15,11 +15,9 @@ use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper::body::Incoming;
 use md5::{Digest as _, Md5};
 use talon_protocols::checksum::ChecksumAlgorithm;
-use talon_protocols::upload::{UploadClaims, UploadVerifier};
 use talon_protocols::{Error, ErrorKind, Result};
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use crate::front::MAX_UPLOAD_BYTES;
 use crate::metrics::{Metrics, Protocol};
 use crate::store::{ObjectBody, StagedFile};
 
@@ -166,65 +164,6 @@ pub struct Received {
     pub md5_base64: String,
     /// The verified full-object checksum, from a header or a trailer.
     pub checksum: Option<(ChecksumAlgorithm, String)>,
-}
-
-/// Receives a request body into `staged`, verifying it against what the request
-/// claims ([`UploadVerifier`]); at most [`MAX_UPLOAD_BYTES`] decoded bytes are accepted.
-///
-/// # Errors
-/// [`ErrorKind::IncompleteBody`] when the body breaks off or its framing or length is
-/// wrong, [`ErrorKind::EntityTooLarge`], [`ErrorKind::ContentSha256Mismatch`],
-/// [`ErrorKind::BadDigest`], [`ErrorKind::InvalidDigest`],
-/// [`ErrorKind::SignatureDoesNotMatch`] for a bad chunk signature.
-pub async fn receive(
-    body: Incoming,
-    staged: &mut StagedFile,
-    claims: UploadClaims,
-    metrics: &Metrics,
-    protocol: Protocol,
-) -> Result<Received> {
-    let std_file = staged
-        .take_file()
-        .ok_or_else(|| Error::new(ErrorKind::InternalError, "staging file missing"))?;
-    let mut file = tokio::fs::File::from_std(std_file);
-    let verifier = UploadVerifier::new(claims, None, MAX_UPLOAD_BYTES);
-    let result = receive_into(body, &mut file, verifier, metrics, protocol).await;
-    staged.restore(file.into_std().await);
-    let upload = result?.finish()?;
-    Ok(Received {
-        len: upload.len,
-        md5_hex: upload.md5_hex(),
-        md5_base64: upload.md5_base64(),
-        checksum: upload.checksum,
-    })
-}
-
-async fn receive_into(
-    mut body: Incoming,
-    file: &mut tokio::fs::File,
-    mut verifier: UploadVerifier,
-    metrics: &Metrics,
-    protocol: Protocol,
-) -> Result<UploadVerifier> {
-    let write_err = |e: io::Error| {
-        Error::new(ErrorKind::InternalError, format!("writing the body: {e}")).with_source(e)
-    };
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            Error::new(
-                ErrorKind::IncompleteBody,
-                format!("the request body broke off: {e}"),
-            )
-        })?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        metrics.put_bytes(protocol, data.len() as u64);
-        let payload = verifier.absorb(data)?;
-        file.write_all(&payload).await.map_err(write_err)?;
-    }
-    file.flush().await.map_err(write_err)?;
-    Ok(verifier)
 }
 
 /// Reads a small request body (XML documents) into memory, up to `limit` bytes.

@@ -97,6 +97,29 @@ def test_azure_put_blob_wrong_md5(anon_stub):
     assert requests.get(f"{base}/b", timeout=30).content == body
 
 
+def test_azure_range_md5(anon_stub):
+    """x-ms-range-get-content-md5: a range of at most 4 MiB comes with the MD5 of the range
+    itself as Content-MD5 (the blob's own stays in x-ms-blob-content-md5); a larger or
+    missing range is refused, as Azure does."""
+    name = unique("rawaz")
+    base = f"{anon_stub.blob_endpoint}/{name}"
+    assert requests.put(base, params={"restype": "container"}, timeout=30).status_code == 201
+    body = bytes(range(256)) * 40
+    resp = requests.put(f"{base}/b", data=body, headers={"x-ms-blob-type": "BlockBlob"}, timeout=30)
+    assert resp.status_code == 201, resp.text
+    resp = requests.get(f"{base}/b", headers={"x-ms-range": "bytes=100-1123", "x-ms-range-get-content-md5": "true"},
+                        timeout=30)
+    assert resp.status_code == 206, resp.text
+    assert resp.content == body[100:1124]
+    assert resp.headers["Content-MD5"] == base64.b64encode(hashlib.md5(body[100:1124]).digest()).decode()
+    assert resp.headers["x-ms-blob-content-md5"] == base64.b64encode(hashlib.md5(body).digest()).decode()
+    for headers in ({"x-ms-range-get-content-md5": "true"},
+                    {"x-ms-range": "bytes=0-4194304", "x-ms-range-get-content-md5": "true"}):
+        resp = requests.get(f"{base}/b", headers=headers, timeout=30)
+        assert resp.status_code == 400, resp.text
+        assert resp.headers.get("x-ms-error-code") == "InvalidHeaderValue"
+
+
 def test_azure_put_blob_requires_blob_type(anon_stub):
     name = unique("rawaz")
     base = f"{anon_stub.blob_endpoint}/{name}"

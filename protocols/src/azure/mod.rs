@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod request;
 pub mod sas;
+pub mod server;
 pub mod shared_key;
 pub mod xml;
 

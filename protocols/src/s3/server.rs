@@ -6,7 +6,7 @@
 //! or HEAD, part numbers, listings, the XML documents of every operation, the request
 //! ids. A backend only says which bytes and which metadata.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
@@ -27,42 +27,13 @@ use crate::dates::{format_http_date, parse_http_date};
 use crate::listing::ListPage;
 use crate::range::RangeSpec;
 use crate::server::{
-    AnswerBody, CopySpec, ListFrom, ListSpec, ObjectBackend, ReadSpec, Relay, RelayBody,
-    RequestBody, Target, Upload, WriteSpec, empty_body, full_body, request_body,
+    AnswerBody, CopySpec, ListFrom, ListSpec, ObjectBackend, Operation, ReadSpec, Relay, RelayBody,
+    RequestBody, Target, Upload, WriteSpec, empty_body, full_body, read_document, request_body,
+    within_deadline,
 };
+pub use crate::server::{Handled, ServerLimits};
 use crate::upload::{UploadClaims, VerifyingStream};
 use crate::{Error, ErrorKind};
-
-/// The bounds a front holds every request to.
-#[derive(Debug, Clone, Copy)]
-pub struct ServerLimits {
-    /// Total request header bytes accepted.
-    pub max_header_bytes: usize,
-    /// Largest XML request body accepted, in bytes.
-    pub max_xml_bytes: usize,
-    /// Largest single upload (object or part) accepted, in decoded bytes.
-    pub max_upload_bytes: u64,
-    /// An upload body that sends nothing for this long fails.
-    pub upload_idle_timeout: Duration,
-    /// Time to the start of an answer; `None` for no bound. Uploads are bounded by
-    /// their idle timeout instead (a large upload on a slow link may take longer than
-    /// any fixed deadline).
-    pub deadline: Option<Duration>,
-}
-
-impl Default for ServerLimits {
-    fn default() -> ServerLimits {
-        ServerLimits {
-            // S3 documents 8 KiB of headers.
-            max_header_bytes: 8 * 1024,
-            max_xml_bytes: 2 << 20,
-            // S3's limit for PutObject and for one part.
-            max_upload_bytes: 5 << 30,
-            upload_idle_timeout: Duration::from_secs(30),
-            deadline: None,
-        }
-    }
-}
 
 /// An S3 front: how it names buckets, who may call it, and what it says about itself.
 #[derive(Debug, Clone, Copy)]
@@ -79,18 +50,6 @@ pub struct S3Server<'a> {
     pub server_name: &'a str,
     /// Bounds.
     pub limits: ServerLimits,
-}
-
-/// A handled request: the answer, and what a server's metrics want to know of it.
-#[derive(Debug)]
-pub struct Handled {
-    /// The answer.
-    pub response: Response<AnswerBody>,
-    /// The operation (`GetObject`), or `Unknown` when the request was refused before it
-    /// was classified.
-    pub operation: &'static str,
-    /// Whether the answer is an error answer.
-    pub failed: bool,
 }
 
 /// Handles one S3 request against `backend`.
@@ -186,17 +145,7 @@ where
         request.operation,
         S3Operation::PutObject | S3Operation::UploadPart
     );
-    match server.limits.deadline.filter(|_| !streams_upload) {
-        None => dispatched.await,
-        Some(deadline) => match tokio::time::timeout(deadline, dispatched).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::new(
-                ErrorKind::Timeout,
-                "Your request took too long to answer; try again.",
-            )
-            .into()),
-        },
-    }
+    within_deadline(&server.limits, streams_upload, dispatched).await
 }
 
 /// One request's context.
@@ -276,36 +225,15 @@ impl Ctx<'_> {
     }
 
     /// A small request body (an XML document), read whole.
-    async fn document(&self, mut body: RequestBody) -> Result<Bytes, Error> {
-        // Read frame by frame rather than through `http_body_util::Limited`, whose
-        // error conversion trips the compiler's check that this future is `Send`.
-        let limit = self.server.limits.max_xml_bytes;
-        let mut out = bytes::BytesMut::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| {
-                Error::new(
-                    ErrorKind::IncompleteBody,
-                    format!("the request body broke off: {e}"),
-                )
-            })?;
-            if let Ok(data) = frame.into_data() {
-                if out.len() + data.len() > limit {
-                    return Err(Error::new(
-                        ErrorKind::EntityTooLarge,
-                        format!("the request body exceeds {limit} bytes"),
-                    ));
-                }
-                out.extend_from_slice(&data);
-            }
-        }
-        Ok(out.freeze())
+    async fn document(&self, body: RequestBody) -> Result<Bytes, Error> {
+        read_document(body, self.server.limits.max_xml_bytes).await
     }
 }
 
 async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) -> Answer {
     use S3Operation::*;
     let op = ctx.request.operation;
-    if backend.relays(op) {
+    if backend.relays(Operation::S3(op)) {
         return relay(ctx, backend, body).await;
     }
     match op {
@@ -345,7 +273,7 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
         }
         CopyObject => copy_object(ctx, backend).await,
         DeleteObject => {
-            match backend.delete(ctx.object()?).await {
+            match backend.delete(ctx.object()?, false).await {
                 // S3 answers 204 whether or not the key existed.
                 Ok(()) => {}
                 Err(f) if f.error.kind() == ErrorKind::NoSuchKey => {}
@@ -515,6 +443,7 @@ async fn list_objects<B: ObjectBackend>(
         delimiter: params.delimiter.as_deref(),
         from: from.unwrap_or(ListFrom::Start),
         max_keys: params.max_keys,
+        include_metadata: false,
     };
     let result = backend.list(bucket, &spec).await?;
     let page = ListPage {
@@ -743,10 +672,13 @@ async fn delete_objects<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: Requ
     let mut outcomes = Vec::with_capacity(request.objects.len());
     for o in request.objects {
         let result = backend
-            .delete(Target {
-                bucket,
-                key: &o.key,
-            })
+            .delete(
+                Target {
+                    bucket,
+                    key: &o.key,
+                },
+                false,
+            )
             .await;
         outcomes.push(match result {
             Ok(()) => xml::DeleteOutcome::Deleted(o.key),
@@ -795,7 +727,7 @@ async fn relay<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) 
     };
     backend
         .relay(Relay {
-            operation: op,
+            operation: Operation::S3(op),
             bucket: ctx.request.bucket.as_deref(),
             key: ctx.request.key.as_deref(),
             query,

@@ -14,14 +14,16 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, Response};
 use http_body_util::BodyExt as _;
 use http_body_util::combinators::UnsyncBoxBody;
 
 use crate::answer::{Failure, header};
+use crate::azure::request::AzureOperation;
+use crate::azure::xml::BlockListItem;
 use crate::conditional::{Conditions, EtagList};
 use crate::content_headers::{CONTENT_HEADERS, stored_value};
 use crate::origin::{BucketSummary, ObjectInfo};
@@ -69,6 +71,102 @@ where
 {
     use futures_util::TryStreamExt as _;
     http_body_util::StreamBody::new(stream.map_ok(http_body::Frame::data)).boxed_unsync()
+}
+
+/// The bounds a front holds every request to.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    /// Total request header bytes accepted.
+    pub max_header_bytes: usize,
+    /// Largest XML request body accepted, in bytes.
+    pub max_xml_bytes: usize,
+    /// Largest single upload (object or part) accepted, in decoded bytes.
+    pub max_upload_bytes: u64,
+    /// An upload body that sends nothing for this long fails.
+    pub upload_idle_timeout: Duration,
+    /// Time to the start of an answer; `None` for no bound. Uploads are bounded by
+    /// their idle timeout instead (a large upload on a slow link may take longer than
+    /// any fixed deadline).
+    pub deadline: Option<Duration>,
+}
+
+impl Default for ServerLimits {
+    fn default() -> ServerLimits {
+        ServerLimits {
+            // S3 documents 8 KiB of headers.
+            max_header_bytes: 8 * 1024,
+            max_xml_bytes: 2 << 20,
+            // S3's limit for PutObject and for one part.
+            max_upload_bytes: 5 << 30,
+            upload_idle_timeout: Duration::from_secs(30),
+            deadline: None,
+        }
+    }
+}
+
+/// A handled request: the answer, and what a server's metrics want to know of it.
+#[derive(Debug)]
+pub struct Handled {
+    /// The answer.
+    pub response: Response<AnswerBody>,
+    /// The operation (`GetObject`), or `Unknown` when the request was refused before it
+    /// was classified.
+    pub operation: &'static str,
+    /// Whether the answer is an error answer.
+    pub failed: bool,
+}
+
+/// Reads a small request body (an XML document) whole, up to `limit` bytes.
+///
+/// # Errors
+/// [`ErrorKind::EntityTooLarge`] past the limit, [`ErrorKind::IncompleteBody`] when it
+/// breaks off.
+pub async fn read_document(mut body: RequestBody, limit: usize) -> Result<Bytes, Error> {
+    // Read frame by frame rather than through `http_body_util::Limited`, whose error
+    // conversion trips the compiler's check that a front's future is `Send`.
+    let mut out = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            Error::new(
+                ErrorKind::IncompleteBody,
+                format!("the request body broke off: {e}"),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > limit {
+                return Err(Error::new(
+                    ErrorKind::EntityTooLarge,
+                    format!("the request body exceeds {limit} bytes"),
+                ));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out.freeze())
+}
+
+/// Runs a request's dispatch within the limits' deadline to the start of its answer;
+/// a dispatch that streams an upload (`streams_upload`) is bounded by the upload idle
+/// timeout instead.
+///
+/// # Errors
+/// The dispatch's own, or [`ErrorKind::Timeout`].
+pub async fn within_deadline<T>(
+    limits: &ServerLimits,
+    streams_upload: bool,
+    dispatch: impl Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    match limits.deadline.filter(|_| !streams_upload) {
+        None => dispatch.await,
+        Some(deadline) => match tokio::time::timeout(deadline, dispatch).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                "Your request took too long to answer; try again.",
+            )
+            .into()),
+        },
+    }
 }
 
 /// An object a request names.
@@ -195,6 +293,8 @@ pub struct ListSpec<'a> {
     pub from: ListFrom<'a>,
     /// Most entries (objects plus prefixes), at least 1.
     pub max_keys: usize,
+    /// Whether each object's user metadata is wanted ([`ListedObject::user_metadata`]).
+    pub include_metadata: bool,
 }
 
 /// An object in a listing.
@@ -208,6 +308,12 @@ pub struct ListedObject {
     pub etag: String,
     /// Size in bytes.
     pub size: u64,
+    /// Content type, when the backend knows it from the listing.
+    pub content_type: Option<String>,
+    /// Base64 `Content-MD5`, when the backend knows it from the listing.
+    pub content_md5: Option<String>,
+    /// User metadata, when [`ListSpec::include_metadata`] asked for it.
+    pub user_metadata: Option<BTreeMap<String, String>>,
 }
 
 /// One page of a listing.
@@ -244,6 +350,10 @@ pub struct WriteSpec {
     pub if_match: Option<String>,
     /// `If-None-Match` of the write (`*`: only if absent), as it came.
     pub if_none_match: Option<String>,
+    /// `If-Modified-Since` of the write, as it came (Azure only).
+    pub if_modified_since: Option<String>,
+    /// `If-Unmodified-Since` of the write, as it came (Azure only).
+    pub if_unmodified_since: Option<String>,
 }
 
 impl WriteSpec {
@@ -297,16 +407,33 @@ impl WriteSpec {
             expires: text("expires"),
             if_match: text("if-match"),
             if_none_match: text("if-none-match"),
+            if_modified_since: None,
+            if_unmodified_since: None,
         })
     }
 
     /// The write's conditions, to check against the version stored now.
     pub fn conditions(&self) -> Conditions {
+        let date = |v: &Option<String>| v.as_deref().and_then(crate::dates::parse_http_date);
         Conditions {
             if_match: self.if_match.as_deref().map(EtagList::parse),
             if_none_match: self.if_none_match.as_deref().map(EtagList::parse),
-            ..Conditions::default()
+            if_modified_since: date(&self.if_modified_since),
+            if_unmodified_since: date(&self.if_unmodified_since),
         }
+    }
+
+    /// The write's conditions as headers, to pass on to an origin.
+    pub fn condition_headers(&self) -> Vec<(&'static str, String)> {
+        [
+            ("if-match", &self.if_match),
+            ("if-none-match", &self.if_none_match),
+            ("if-modified-since", &self.if_modified_since),
+            ("if-unmodified-since", &self.if_unmodified_since),
+        ]
+        .into_iter()
+        .filter_map(|(name, v)| v.clone().map(|v| (name, v)))
+        .collect()
     }
 }
 
@@ -333,6 +460,19 @@ pub struct Written {
     pub etag: String,
     /// The verified flexible checksum, answered back to the client.
     pub checksum: Option<(crate::checksum::ChecksumAlgorithm, String)>,
+    /// Base64 MD5 of the bytes stored, when the backend knows it.
+    pub content_md5: Option<String>,
+    /// When the version was stored, when the backend knows it.
+    pub last_modified: Option<SystemTime>,
+}
+
+/// The blocks of a block blob: each id with its size, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockLists {
+    /// The committed blocks (the blob's content).
+    pub committed: Vec<(String, u64)>,
+    /// Blocks uploaded and not yet committed.
+    pub uncommitted: Vec<(String, u64)>,
 }
 
 /// A server-side copy.
@@ -379,13 +519,32 @@ pub struct UploadSummary {
     pub initiated: SystemTime,
 }
 
+/// An operation of either protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// An S3 operation.
+    S3(S3Operation),
+    /// An Azure Blob operation.
+    Azure(AzureOperation),
+}
+
+impl Operation {
+    /// The operation's name as its protocol's reference spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::S3(op) => op.name(),
+            Operation::Azure(op) => op.name(),
+        }
+    }
+}
+
 /// A request a backend takes as it is, to relay to an origin of the same protocol (a
 /// proxy's way with operations it does not interpret). Authentication parameters of the
 /// client are already gone from `query`.
 #[derive(Debug)]
 pub struct Relay<'a> {
     /// The operation.
-    pub operation: S3Operation,
+    pub operation: Operation,
     /// Bucket, when named.
     pub bucket: Option<&'a str>,
     /// Key, when named.
@@ -435,11 +594,18 @@ pub trait ObjectBackend: Send + Sync {
     /// Every bucket.
     fn list_buckets(&self) -> impl Future<Output = Result<Vec<BucketSummary>, Failure>> + Send;
 
-    /// Whether `bucket` exists ([`ErrorKind::NoSuchBucket`] if not).
-    fn head_bucket(&self, bucket: &str) -> impl Future<Output = Result<(), Failure>> + Send;
+    /// Whether `bucket` exists ([`ErrorKind::NoSuchBucket`] if not), and what the
+    /// backend knows of it.
+    fn head_bucket(
+        &self,
+        bucket: &str,
+    ) -> impl Future<Output = Result<BucketSummary, Failure>> + Send;
 
-    /// Creates a bucket.
-    fn create_bucket(&self, bucket: &str) -> impl Future<Output = Result<(), Failure>> + Send {
+    /// Creates a bucket; gives what the backend knows of it.
+    fn create_bucket(
+        &self,
+        bucket: &str,
+    ) -> impl Future<Output = Result<BucketSummary, Failure>> + Send {
         let _ = bucket;
         async { Err(not_implemented("CreateBucket")) }
     }
@@ -490,9 +656,14 @@ pub trait ObjectBackend: Send + Sync {
         write: WriteSpec,
     ) -> impl Future<Output = Result<Written, Failure>> + Send;
 
-    /// Deletes an object ([`ErrorKind::NoSuchKey`] when there was none; S3's front
-    /// answers 204 all the same).
-    fn delete(&self, object: Target<'_>) -> impl Future<Output = Result<(), Failure>> + Send;
+    /// Deletes an object. When there was none the answer is [`ErrorKind::NoSuchKey`]
+    /// if `must_exist` (Azure answers 404); otherwise it may be either (S3 answers 204
+    /// all the same, so a backend need not ask first).
+    fn delete(
+        &self,
+        object: Target<'_>,
+        must_exist: bool,
+    ) -> impl Future<Output = Result<(), Failure>> + Send;
 
     /// Copies an object within the backend.
     fn copy(
@@ -567,9 +738,40 @@ pub trait ObjectBackend: Send + Sync {
         async { Err(not_implemented("ListMultipartUploads")) }
     }
 
+    /// Stores one uncommitted block of a block blob; gives its base64 MD5.
+    fn put_block(
+        &self,
+        object: Target<'_>,
+        block_id: &str,
+        upload: Upload,
+    ) -> impl Future<Output = Result<String, Failure>> + Send {
+        let _ = (object, block_id, upload);
+        async { Err(not_implemented("PutBlock")) }
+    }
+
+    /// Commits a block blob from the blocks named.
+    fn put_block_list(
+        &self,
+        object: Target<'_>,
+        blocks: Vec<BlockListItem>,
+        write: WriteSpec,
+    ) -> impl Future<Output = Result<Written, Failure>> + Send {
+        let _ = (object, blocks, write);
+        async { Err(not_implemented("PutBlockList")) }
+    }
+
+    /// The committed and uncommitted blocks of a blob.
+    fn get_block_list(
+        &self,
+        object: Target<'_>,
+    ) -> impl Future<Output = Result<BlockLists, Failure>> + Send {
+        let _ = object;
+        async { Err(not_implemented("GetBlockList")) }
+    }
+
     /// Whether this backend relays `operation` as it is ([`ObjectBackend::relay`])
     /// rather than through the typed method above.
-    fn relays(&self, operation: S3Operation) -> bool {
+    fn relays(&self, operation: Operation) -> bool {
         let _ = operation;
         false
     }

@@ -170,6 +170,22 @@ def test_upload_small_and_blocked(gw, gw_container, gw_s3):
         "large/blocked.bin", "small/blob.bin"]
 
 
+def test_conditional_upload_reaches_the_origin(gw, gw_azure, gw_container):
+    """A Put Blob's conditions go on to the origin: a stale If-Match is refused with 412
+    and the origin's file stays as it was; a current one overwrites."""
+    bc = gw_azure.get_blob_client(gw_container, "cond-put")
+    etag = bc.upload_blob(b"first")["etag"]
+    with pytest.raises(HttpResponseError) as ei:
+        bc.upload_blob(b"second", overwrite=True, etag='"0x8D000000BADBAD"',
+                       match_condition=MatchConditions.IfNotModified)
+    assert ei.value.status_code == 412 and ei.value.error_code == "ConditionNotMet"
+    assert (gw.data_dir / gw_container / "cond-put").read_bytes() == b"first"
+    assert bc.download_blob().readall() == b"first"
+    bc.upload_blob(b"third", overwrite=True, etag=etag, match_condition=MatchConditions.IfNotModified)
+    assert (gw.data_dir / gw_container / "cond-put").read_bytes() == b"third"
+    assert bc.download_blob().readall() == b"third"
+
+
 def test_delete_blob(gw_azure, gw_container):
     cc = gw_azure.get_container_client(gw_container)
     cc.upload_blob("doomed", b"bye")

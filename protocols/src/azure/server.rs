@@ -1,0 +1,750 @@
+//! The Azure Blob front, once for every Talon server that speaks it (the gateway and
+//! the origin stub): a request is classified, checked against the account served,
+//! authenticated (Shared Key, SAS or anonymous), dispatched to an [`ObjectBackend`],
+//! and answered in Azure's form, with Azure's error answer and words when it fails.
+
+use std::net::IpAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+
+use super::auth::{self as azure_auth, AzureIdentity, Transport};
+use super::request::{AzureAddressing, AzureOperation, AzureRequest};
+use super::shared_key::SharedKeyParts;
+use super::xml;
+use crate::answer::{
+    ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
+};
+use crate::conditional::Conditions;
+use crate::dates::format_http_date;
+use crate::listing::{ListPage, ListQuery, paginate};
+use crate::names::validate_container_name;
+use crate::origin::AZURE_API_VERSION;
+use crate::range::RangeSpec;
+use crate::server::{
+    AnswerBody, Handled, ListFrom, ListSpec, ObjectBackend, Operation, ReadSpec, Relay, RelayBody,
+    RequestBody, ServerLimits, Target, Upload, WriteSpec, Written, empty_body, full_body,
+    read_document, request_body, within_deadline,
+};
+use crate::upload::{UploadClaims, VerifyingStream};
+use crate::{Error, ErrorKind};
+
+/// Most results one listing page returns.
+const MAX_RESULTS: usize = 5000;
+
+/// The largest range whose MD5 Azure returns (`x-ms-range-get-content-md5`).
+const MAX_RANGE_MD5_BYTES: u64 = 4 << 20;
+
+/// An Azure Blob front: how it names the account, who may call it, and what it says
+/// about itself.
+#[derive(Debug, Clone, Copy)]
+pub struct AzureServer<'a> {
+    /// How requests name the account.
+    pub addressing: &'a AzureAddressing,
+    /// The account served and who may call it.
+    pub identity: &'a AzureIdentity,
+    /// Whether requests arrive over HTTPS (for SAS `spr`).
+    pub https: bool,
+    /// The account's base URL written into listings; `None` to derive it from the
+    /// request's `Host`.
+    pub service_endpoint: Option<&'a str>,
+    /// The `Server` header.
+    pub server_name: &'a str,
+    /// Bounds.
+    pub limits: ServerLimits,
+}
+
+/// Handles one Azure Blob request from `peer` against `backend`.
+pub async fn handle<B, Body>(
+    server: &AzureServer<'_>,
+    backend: &B,
+    req: Request<Body>,
+    peer: Option<IpAddr>,
+) -> Handled
+where
+    B: ObjectBackend,
+    Body: http_body::Body<Data = Bytes> + Send + 'static,
+    Body::Error: Into<crate::server::BoxError>,
+{
+    let request_id = Front::Azure.new_request_id();
+    let span = tracing::info_span!("azure", request_id = %request_id);
+    let is_head = req.method() == Method::HEAD;
+    let version = header(req.headers(), "x-ms-version")
+        .unwrap_or(AZURE_API_VERSION)
+        .to_owned();
+    let has_body = request_has_body(req.headers());
+    let mut operation = "Unknown";
+    let result =
+        tracing::Instrument::instrument(route(server, backend, req, peer, &mut operation), span)
+            .await;
+    let failed = result.is_err();
+    let mut response = match result {
+        Ok(resp) => resp,
+        Err(f) => {
+            let context = ErrorContext {
+                is_head,
+                has_body,
+                request_id: &request_id,
+                resource: "",
+                subject: Default::default(),
+            };
+            error_answer(Front::Azure, in_azure_words(f), context).map(full_body)
+        }
+    };
+    Front::Azure.stamp(
+        response.headers_mut(),
+        &request_id,
+        &version,
+        server.server_name,
+    );
+    Handled {
+        response,
+        operation,
+        failed,
+    }
+}
+
+/// A failure in the words Azure uses for it: a backend speaks of buckets, keys and S3's
+/// preconditions; an Azure client reads of containers, blobs and conditional headers.
+fn in_azure_words(mut f: Failure) -> Failure {
+    let words = match f.error.kind() {
+        ErrorKind::NoSuchBucket => "The specified container does not exist.",
+        ErrorKind::NoSuchKey => "The specified blob does not exist.",
+        ErrorKind::PreconditionFailed | ErrorKind::NotModified => {
+            "The condition specified using HTTP conditional header(s) is not met."
+        }
+        ErrorKind::InvalidRange => {
+            "The range specified is invalid for the current size of the resource."
+        }
+        ErrorKind::BucketAlreadyExists => "The specified container already exists.",
+        _ => return f,
+    };
+    f.error = Error::new(f.error.kind(), words);
+    f
+}
+
+type Answer = Result<Response<AnswerBody>, Failure>;
+
+async fn route<B, Body>(
+    server: &AzureServer<'_>,
+    backend: &B,
+    req: Request<Body>,
+    peer: Option<IpAddr>,
+    operation: &mut &'static str,
+) -> Answer
+where
+    B: ObjectBackend,
+    Body: http_body::Body<Data = Bytes> + Send + 'static,
+    Body::Error: Into<crate::server::BoxError>,
+{
+    let (parts, body) = req.into_parts();
+    Front::Azure.check_header_size(&parts.headers, server.limits.max_header_bytes)?;
+    let raw_path = parts.uri.path();
+    let raw_query = parts.uri.query().unwrap_or("");
+    let request = AzureRequest::classify(
+        &parts.method,
+        server.addressing,
+        &parts.headers,
+        raw_path,
+        raw_query,
+    )?;
+    *operation = request.operation.name();
+    backend.admit(request.operation.name()).await?;
+    if request.account != server.identity.account {
+        return Err(Error::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "this server serves the account '{}' only",
+                server.identity.account
+            ),
+        )
+        .into());
+    }
+    let signed = SharedKeyParts {
+        method: parts.method.as_str(),
+        raw_path,
+        raw_query,
+        headers: &parts.headers,
+    };
+    let transport = Transport {
+        https: server.https,
+        client_ip: peer,
+    };
+    azure_auth::authenticate(
+        server.identity,
+        &request,
+        &signed,
+        transport,
+        SystemTime::now(),
+    )?;
+    let ctx = Ctx {
+        server,
+        headers: &parts.headers,
+        request: &request,
+    };
+    let streams_upload = matches!(
+        request.operation,
+        AzureOperation::PutBlob | AzureOperation::PutBlock
+    );
+    within_deadline(
+        &server.limits,
+        streams_upload,
+        dispatch(&ctx, backend, request_body(body)),
+    )
+    .await
+}
+
+/// One request's context.
+struct Ctx<'a> {
+    server: &'a AzureServer<'a>,
+    headers: &'a HeaderMap,
+    request: &'a AzureRequest,
+}
+
+impl Ctx<'_> {
+    fn container(&self) -> Result<&str, Error> {
+        self.request
+            .container
+            .as_deref()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidRequest, "the request names no container"))
+    }
+
+    fn object(&self) -> Result<Target<'_>, Error> {
+        let key =
+            self.request.blob.as_deref().ok_or_else(|| {
+                Error::new(ErrorKind::InvalidRequest, "the request names no blob")
+            })?;
+        Ok(Target {
+            bucket: self.container()?,
+            key,
+        })
+    }
+
+    fn query(&self, name: &str) -> Option<&str> {
+        self.request.query.get(name)
+    }
+
+    fn max_results(&self) -> Result<Option<usize>, Error> {
+        match self.query("maxresults") {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(|n| Some(n.min(MAX_RESULTS)))
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidArgument,
+                        "maxresults must be a positive integer",
+                    )
+                }),
+        }
+    }
+
+    /// The account's base URL, with a trailing `/`.
+    fn service_endpoint(&self) -> String {
+        match self.server.service_endpoint {
+            Some(e) => format!("{}/", e.trim_end_matches('/')),
+            None => {
+                let host = header(self.headers, "host").unwrap_or("localhost");
+                let scheme = if self.server.https { "https" } else { "http" };
+                format!("{scheme}://{host}/{}/", self.request.account)
+            }
+        }
+    }
+
+    /// What a write records. Put Blob (`put_blob`) also takes the plain content headers
+    /// (`x-ms-blob-*` wins, and a plain Content-Disposition is not the blob's); in Put
+    /// Block List they describe the request's own body.
+    fn write_spec(&self, put_blob: bool) -> Result<WriteSpec, Error> {
+        let h = self.headers;
+        let mut write =
+            WriteSpec::from_headers(h, "x-ms-blob-content-type", "x-ms-meta-", "x-ms-blob-")?;
+        if write.content_type.is_none() {
+            write.content_type = header(h, "content-type").map(str::to_owned);
+        }
+        if put_blob {
+            let plain = WriteSpec::from_headers(h, "content-type", "x-ms-meta-", "")?;
+            for (name, value) in plain.content_headers {
+                if name != "content-disposition" {
+                    write.content_headers.entry(name).or_insert(value);
+                }
+            }
+        }
+        write.if_modified_since = header(h, "if-modified-since").map(str::to_owned);
+        write.if_unmodified_since = header(h, "if-unmodified-since").map(str::to_owned);
+        // Azure writes no `Expires`.
+        write.expires = None;
+        Ok(write)
+    }
+
+    /// The verified stream of an upload's body (Put Blob, Put Block): exactly its
+    /// `Content-Length`, at most the upload limit.
+    fn upload(&self, body: RequestBody) -> Result<Upload, Error> {
+        let len: u64 = header(self.headers, "content-length")
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::MissingContentLength,
+                    "Content-Length is required.",
+                )
+            })?;
+        if len > self.server.limits.max_upload_bytes {
+            return Err(Error::new(
+                ErrorKind::EntityTooLarge,
+                "The request body is too large.",
+            ));
+        }
+        let mut claims = UploadClaims::azure(self.headers)?;
+        claims.announced_len = Some(len);
+        let (stream, outcome) = VerifyingStream::new(
+            body,
+            claims,
+            self.server.limits.max_upload_bytes,
+            self.server.limits.upload_idle_timeout,
+        );
+        Ok(Upload {
+            stream,
+            outcome,
+            checksum: None,
+            trailer_checksum: None,
+        })
+    }
+}
+
+async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) -> Answer {
+    use AzureOperation::*;
+    let op = ctx.request.operation;
+    if backend.relays(Operation::Azure(op)) {
+        return relay(ctx, backend, body).await;
+    }
+    match op {
+        ListContainers => list_containers(ctx, backend).await,
+        GetContainerProperties => {
+            let info = backend.head_bucket(ctx.container()?).await?;
+            let created = info.created.unwrap_or(UNIX_EPOCH);
+            let mut resp = answer(StatusCode::OK, empty_body());
+            let h = resp.headers_mut();
+            set_header(h, "etag", &container_etag(created));
+            set_header(h, "last-modified", &format_http_date(created));
+            set_header(h, "x-ms-lease-status", "unlocked");
+            set_header(h, "x-ms-lease-state", "available");
+            set_header(h, "x-ms-has-immutability-policy", "false");
+            set_header(h, "x-ms-has-legal-hold", "false");
+            Ok(resp)
+        }
+        CreateContainer => {
+            let container = ctx.container()?;
+            validate_container_name(container)?;
+            let info = backend.create_bucket(container).await?;
+            let created = info.created.unwrap_or_else(SystemTime::now);
+            let mut resp = answer(StatusCode::CREATED, empty_body());
+            set_header(resp.headers_mut(), "etag", &container_etag(created));
+            set_header(
+                resp.headers_mut(),
+                "last-modified",
+                &format_http_date(created),
+            );
+            Ok(resp)
+        }
+        DeleteContainer => {
+            backend.delete_bucket(ctx.container()?).await?;
+            Ok(answer(StatusCode::ACCEPTED, empty_body()))
+        }
+        ListBlobs => list_blobs(ctx, backend).await,
+        GetBlob => get_blob(ctx, backend, true).await,
+        GetBlobProperties => get_blob(ctx, backend, false).await,
+        PutBlob => {
+            let upload = ctx.upload(body)?;
+            let written = backend
+                .put(ctx.object()?, upload, ctx.write_spec(true)?)
+                .await?;
+            Ok(created(&written))
+        }
+        PutBlock => {
+            let object = ctx.object()?;
+            let block_id = ctx
+                .query("blockid")
+                .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "blockid is required"))?;
+            let upload = ctx.upload(body)?;
+            let md5 = backend.put_block(object, block_id, upload).await?;
+            let mut resp = answer(StatusCode::CREATED, empty_body());
+            set_header(resp.headers_mut(), "content-md5", &md5);
+            set_header(resp.headers_mut(), "x-ms-request-server-encrypted", "true");
+            Ok(resp)
+        }
+        PutBlockList => {
+            let object = ctx.object()?;
+            let write = ctx.write_spec(false)?;
+            let bytes = read_document(body, ctx.server.limits.max_xml_bytes).await?;
+            let request: xml::BlockListRequest = xml::parse_request(&bytes)?;
+            let written = backend.put_block_list(object, request.items, write).await?;
+            let mut resp = created(&written);
+            // Here Content-MD5 is the digest of the request (the block list), not of
+            // the blob.
+            set_header(resp.headers_mut(), "content-md5", &md5_base64(&bytes));
+            Ok(resp)
+        }
+        GetBlockList => {
+            let which = ctx
+                .query("blocklisttype")
+                .unwrap_or("committed")
+                .to_ascii_lowercase();
+            if !matches!(which.as_str(), "committed" | "uncommitted" | "all") {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("blocklisttype '{which}' is not valid"),
+                )
+                .into());
+            }
+            let lists = backend.get_block_list(ctx.object()?).await?;
+            let entries = |v: Vec<(String, u64)>| {
+                v.into_iter()
+                    .map(|(id, size)| xml::BlockEntry { id, size })
+                    .collect::<Vec<_>>()
+            };
+            let (committed, uncommitted) = match which.as_str() {
+                "committed" => (entries(lists.committed), Vec::new()),
+                "uncommitted" => (Vec::new(), entries(lists.uncommitted)),
+                _ => (entries(lists.committed), entries(lists.uncommitted)),
+            };
+            Ok(xml_answer(xml::block_list_xml(&committed, &uncommitted)))
+        }
+        DeleteBlob => {
+            backend.delete(ctx.object()?, true).await?;
+            Ok(answer(StatusCode::ACCEPTED, empty_body()))
+        }
+    }
+}
+
+fn xml_answer(doc: String) -> Response<AnswerBody> {
+    let mut resp = answer(StatusCode::OK, full_body(doc));
+    set_header(resp.headers_mut(), "content-type", "application/xml");
+    resp
+}
+
+/// A container's entity tag, derived from its creation time.
+fn container_etag(created: SystemTime) -> String {
+    let nanos = created
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("\"0x{nanos:X}\"")
+}
+
+/// Base64 of the MD5 of `bytes`, as `Content-MD5` carries it.
+fn md5_base64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    use md5::Digest as _;
+    base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(bytes))
+}
+
+/// The 201 of a stored blob.
+fn created(written: &Written) -> Response<AnswerBody> {
+    let mut resp = answer(StatusCode::CREATED, empty_body());
+    let h = resp.headers_mut();
+    set_header(h, "etag", &written.etag);
+    set_header(
+        h,
+        "last-modified",
+        &format_http_date(written.last_modified.unwrap_or_else(SystemTime::now)),
+    );
+    set_header(h, "x-ms-request-server-encrypted", "true");
+    if let Some(md5) = &written.content_md5 {
+        set_header(h, "content-md5", md5);
+    }
+    resp
+}
+
+async fn list_containers<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
+    let buckets = backend.list_buckets().await?;
+    let max = ctx.max_results()?;
+    let query = ListQuery {
+        prefix: ctx.query("prefix").unwrap_or(""),
+        delimiter: None,
+        marker: ctx.query("marker").filter(|m| !m.is_empty()),
+        max_keys: max.unwrap_or(MAX_RESULTS),
+    };
+    let page = paginate(buckets, |b| b.name.as_str(), &query).map_entries(|b| {
+        let created = b.created.unwrap_or(UNIX_EPOCH);
+        xml::ContainerEntry {
+            name: b.name,
+            last_modified: created,
+            etag: container_etag(created),
+        }
+    });
+    let echo = xml::ListEcho {
+        prefix: ctx.query("prefix"),
+        marker: ctx.query("marker"),
+        max_results: max,
+        delimiter: None,
+    };
+    Ok(xml_answer(xml::list_containers_xml(
+        &ctx.service_endpoint(),
+        &echo,
+        &page,
+    )))
+}
+
+async fn list_blobs<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
+    let container = ctx.container()?;
+    let max = ctx.max_results()?;
+    let delimiter = ctx.query("delimiter").filter(|d| !d.is_empty());
+    let include_metadata = super::request::include_lists_metadata(ctx.query("include"));
+    let spec = ListSpec {
+        prefix: ctx.query("prefix").unwrap_or(""),
+        delimiter,
+        from: ctx
+            .query("marker")
+            .filter(|m| !m.is_empty())
+            .map(ListFrom::Token)
+            .unwrap_or(ListFrom::Start),
+        max_keys: max.unwrap_or(MAX_RESULTS),
+        include_metadata,
+    };
+    let result = backend.list(container, &spec).await?;
+    let page = ListPage {
+        entries: result
+            .objects
+            .into_iter()
+            .map(|o| xml::BlobEntry {
+                name: o.key,
+                last_modified: o.last_modified,
+                etag: o.etag,
+                size: o.size,
+                content_type: o
+                    .content_type
+                    .unwrap_or_else(|| "application/octet-stream".into()),
+                content_md5: o.content_md5,
+                metadata: include_metadata.then(|| o.user_metadata.unwrap_or_default()),
+            })
+            .collect(),
+        common_prefixes: result.common_prefixes,
+        is_truncated: result.is_truncated,
+        next_marker: result.next_token.filter(|_| result.is_truncated),
+    };
+    let echo = xml::ListEcho {
+        prefix: ctx.query("prefix"),
+        marker: ctx.query("marker"),
+        max_results: max,
+        delimiter,
+    };
+    Ok(xml_answer(xml::list_blobs_xml(
+        &ctx.service_endpoint(),
+        container,
+        &echo,
+        &page,
+    )))
+}
+
+async fn get_blob<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: bool) -> Answer {
+    let object = ctx.object()?;
+    let conditions = Conditions::from_headers(ctx.headers);
+    // x-ms-range wins over Range; Azure defines no suffix ranges.
+    let range = match header(ctx.headers, "x-ms-range") {
+        Some(v) => Some(RangeSpec::parse(v).filter(|s| !s.is_suffix()).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidHeaderValue,
+                "The value for one of the HTTP headers is not in the correct format: x-ms-range",
+            )
+        })?),
+        None => header(ctx.headers, "range")
+            .and_then(RangeSpec::parse)
+            .filter(|s| !s.is_suffix()),
+    };
+    let spec = ReadSpec {
+        object,
+        conditions: &conditions,
+        range,
+        with_body,
+    };
+    // The MD5 of the range itself, which Azure computes for ranges of at most 4 MiB.
+    let range_md5 = with_body
+        && header(ctx.headers, "x-ms-range-get-content-md5")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let too_large_for_md5 = || {
+        Error::new(
+            ErrorKind::InvalidHeaderValue,
+            "x-ms-range-get-content-md5 needs a range of at most 4 MiB",
+        )
+    };
+    if range_md5 {
+        match range {
+            None => return Err(too_large_for_md5().into()),
+            Some(RangeSpec::Bounded { first, last })
+                if last.saturating_sub(first) >= MAX_RANGE_MD5_BYTES =>
+            {
+                return Err(too_large_for_md5().into());
+            }
+            Some(RangeSpec::From { first }) => {
+                // Its length needs the size: refuse before any byte is read or filled.
+                let head = ReadSpec {
+                    with_body: false,
+                    ..spec
+                };
+                let info = backend.read(head).await?.info;
+                if info.size.saturating_sub(first) > MAX_RANGE_MD5_BYTES {
+                    return Err(too_large_for_md5().into());
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    let read = backend.read(spec).await?;
+    let info = &read.info;
+    let (status, len) = match read.range {
+        Some(r) => (StatusCode::PARTIAL_CONTENT, r.len()),
+        None => (StatusCode::OK, info.size),
+    };
+    let mut range_digest = None;
+    let body = match read.body {
+        Some(body) if range_md5 => {
+            if len > MAX_RANGE_MD5_BYTES {
+                return Err(too_large_for_md5().into());
+            }
+            // The digest goes in a header, so the (small) range is read before answering.
+            let bytes = collect_body(body, len).await?;
+            range_digest = Some(md5_base64(&bytes));
+            full_body(bytes)
+        }
+        Some(body) => body,
+        None => empty_body(),
+    };
+    let mut resp = answer(status, body);
+    let h = resp.headers_mut();
+    set_header(h, "content-length", &len.to_string());
+    if let Some(r) = read.range {
+        set_header(h, "content-range", &r.content_range(info.size));
+    }
+    set_header(h, "etag", &info.etag);
+    set_header(h, "accept-ranges", "bytes");
+    set_header(
+        h,
+        "content-type",
+        info.content_type
+            .as_deref()
+            .unwrap_or("application/octet-stream"),
+    );
+    if let Some(digest) = &range_digest {
+        set_header(h, "content-md5", digest);
+    }
+    set_header(h, "x-ms-blob-type", "BlockBlob");
+    set_header(h, "x-ms-lease-status", "unlocked");
+    set_header(h, "x-ms-lease-state", "available");
+    set_header(h, "x-ms-server-encrypted", "true");
+    if let Some(t) = info.last_modified {
+        let date = format_http_date(t);
+        set_header(h, "last-modified", &date);
+        set_header(h, "x-ms-creation-time", &date);
+    }
+    let md5 = &info.headers.content_md5;
+    if !md5.is_empty() {
+        // On a range, Content-MD5 would claim to be the digest of the range.
+        let name = match read.range {
+            Some(_) => "x-ms-blob-content-md5",
+            None => "content-md5",
+        };
+        set_header(h, name, md5);
+    }
+    let set = &info.headers;
+    for (name, value) in [
+        ("content-encoding", &set.content_encoding),
+        ("content-language", &set.content_language),
+        ("content-disposition", &set.content_disposition),
+        ("cache-control", &set.cache_control),
+    ] {
+        if !value.is_empty() {
+            set_header(h, name, value);
+        }
+    }
+    for (name, value) in &set.user_metadata {
+        set_header(
+            h,
+            &format!("{}{name}", crate::origin::AZURE_META_PREFIX),
+            value,
+        );
+    }
+    Ok(resp)
+}
+
+/// Reads an answer body of `len` bytes into memory.
+async fn collect_body(mut body: AnswerBody, len: u64) -> Result<Bytes, Error> {
+    use http_body_util::BodyExt as _;
+    let mut buf = bytes::BytesMut::with_capacity(usize::try_from(len).unwrap_or(0));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            Error::new(
+                ErrorKind::ServiceUnavailable,
+                format!("reading the range failed: {e}"),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            buf.extend_from_slice(&data);
+        }
+    }
+    if buf.len() as u64 != len {
+        return Err(Error::new(
+            ErrorKind::InternalError,
+            format!("the range ended after {} of {len} bytes", buf.len()),
+        ));
+    }
+    Ok(buf.freeze())
+}
+
+/// Query parameters that authenticate the client (SAS); never relayed.
+fn is_auth_param(name: &str) -> bool {
+    matches!(
+        name,
+        "sv" | "ss"
+            | "srt"
+            | "sp"
+            | "se"
+            | "st"
+            | "sip"
+            | "spr"
+            | "sig"
+            | "sr"
+            | "si"
+            | "ses"
+            | "skoid"
+            | "sktid"
+    )
+}
+
+/// Hands an operation the backend relays to it, with its body: block uploads and block
+/// lists as verified uploads, anything else without one.
+async fn relay<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) -> Answer {
+    let op = ctx.request.operation;
+    let query = ctx
+        .request
+        .query
+        .0
+        .iter()
+        .filter(|(k, _)| !is_auth_param(k))
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                crate::uri_encoding::encode_strict(k),
+                crate::uri_encoding::encode_strict(v)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("&");
+    let body = match op {
+        AzureOperation::PutBlock | AzureOperation::PutBlockList | AzureOperation::PutBlob => {
+            RelayBody::Upload(Box::new(ctx.upload(body)?))
+        }
+        _ => RelayBody::Empty,
+    };
+    backend
+        .relay(Relay {
+            operation: Operation::Azure(op),
+            bucket: ctx.request.container.as_deref(),
+            key: ctx.request.blob.as_deref(),
+            query,
+            headers: ctx.headers,
+            body,
+        })
+        .await
+}

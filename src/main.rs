@@ -1,10 +1,14 @@
-//! `talon`: the one binary a newcomer runs. `talon up` starts a whole local deployment in
-//! one process on loopback: an origin (the origin stub over a local folder, or a real S3
-//! or Azure account), a coordinator, workers with their own cache folders, and the
-//! gateway with an S3 and an Azure Blob endpoint in front of them.
+//! `talon`: the one binary. `talon up` starts a whole local deployment in one process on
+//! loopback: an origin (the origin stub over a local folder, or a real S3 or Azure
+//! account), a coordinator, workers with their own cache folders, and the gateway with
+//! an S3 and an Azure Blob endpoint in front of them. `talon gateway | worker |
+//! coordinator | origin | loadgen` run one part each, with the flags of the part's own
+//! binary (`talon-gateway`, ... remain as aliases); every part shares one start-up path
+//! (`talon_process`: logs, ready file, drain on SIGTERM).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -40,6 +44,20 @@ struct Cli {
 enum Command {
     /// Run a whole local deployment on loopback: origin, coordinator, workers, gateway.
     Up(UpArgs),
+    /// Run a gateway: the S3 and Azure Blob fronts of a cluster, reading through its
+    /// cache (or straight from the origin) and writing to the origin once.
+    Gateway(talon_gateway::cli::Args),
+    /// Run a cache worker: a block store on local disk, filled from the origin on a
+    /// miss, serving the cluster's wire protocol.
+    Worker(talon_worker::cli::Args),
+    /// Run a coordinator: worker membership, the placement epoch and the admin API.
+    Coordinator(talon_coordinator::cli::Args),
+    /// Run an origin that speaks S3 and Azure Blob over a folder and generated objects
+    /// (for tests, demos and benches).
+    Origin(talon_origin_stub::cli::Args),
+    /// Drive a worker's data plane or an HTTP server with range reads and report
+    /// throughput, latency percentiles and the server's CPU.
+    Loadgen(talon_bench::loadgen_cli::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -440,12 +458,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             "origin_azure": stub.as_ref().and_then(|s| s.azure_url()),
             "origin_admin": stub.as_ref().and_then(|s| s.admin_url()),
         });
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&ready)?)?;
-        std::fs::rename(&tmp, path)?;
+        talon_process::write_ready_file(path, &ready)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     print_banner(&endpoints, &args, credentials);
-    talon_origin_stub::server::shutdown_signal().await;
+    talon_process::shutdown_signal().await;
     tracing::info!("shutting down");
     gateway.shutdown().await;
     for w in workers {
@@ -458,18 +475,31 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TALON_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    // The workers run in this process: they need a descriptor per cached block.
-    talon_worker::service::raise_open_files_limit();
-    match Cli::parse().command {
-        Command::Up(args) => up(args).await,
+fn main() -> anyhow::Result<ExitCode> {
+    let command = Cli::parse().command;
+    if let Command::Loadgen(args) = command {
+        // The load generator sizes and starts its own runtime.
+        return Ok(talon_bench::loadgen_cli::run(args));
     }
+    talon_process::init_logs();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async move {
+        match command {
+            Command::Up(args) => {
+                // The workers run in this process: they need a descriptor per cached
+                // block.
+                talon_worker::service::raise_open_files_limit();
+                up(args).await
+            }
+            Command::Gateway(args) => talon_gateway::cli::run(args).await,
+            Command::Worker(args) => talon_worker::cli::run(args).await,
+            Command::Coordinator(args) => talon_coordinator::cli::run(args).await,
+            Command::Origin(args) => talon_origin_stub::cli::run(args).await,
+            Command::Loadgen(_) => unreachable!("handled above"),
+        }
+    })?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -71,6 +71,7 @@
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod loadgen_cli;
 pub mod procfs;
 mod run;
 pub mod schedule;

@@ -17,6 +17,7 @@
 //! Start one in-process with [`start`], or run the `talon-coordinator` binary.
 
 pub mod auth;
+pub mod cli;
 pub mod membership;
 pub mod metrics;
 mod server;

@@ -15,6 +15,7 @@ pub mod admin;
 pub mod azure;
 pub mod backend;
 pub mod body;
+pub mod cli;
 pub mod faults;
 pub mod front;
 pub mod generated;

@@ -76,24 +76,3 @@ pub async fn serve<H, F>(
     };
     talon_listener::serve(listener, limits, service, stop).await;
 }
-
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM: the signals a binary drains and exits on.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}

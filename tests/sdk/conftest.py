@@ -1,4 +1,4 @@
-"""Fixtures that run a real ``talon-origin-stub`` process for the SDK suite.
+"""Fixtures that run a real origin stub process (``talon origin``) for the SDK suite.
 
 Each stub runs in its own temporary data dir with every listener on port 0;
 the fixture waits for the ``--ready-file`` JSON, yields a :class:`Stub`
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import generated  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-DEFAULT_BIN = REPO / "target" / "debug" / "talon-origin-stub"
+TALON_BIN = REPO / "target" / "debug" / "talon"
 
 # The well-known Azurite development key.
 AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -146,11 +146,16 @@ class Stub:
             )
 
 
-def stub_binary() -> pathlib.Path:
-    path = pathlib.Path(os.environ.get("TALON_ORIGIN_STUB_BIN", str(DEFAULT_BIN)))
+def stub_command() -> list:
+    """How the suite starts an origin stub: ``talon origin``, or the binary that
+    TALON_ORIGIN_STUB_BIN names (one that takes the stub's flags, such as the
+    ``talon-origin-stub`` alias)."""
+    override = os.environ.get("TALON_ORIGIN_STUB_BIN")
+    path = pathlib.Path(override) if override else TALON_BIN
     if not path.is_file():
-        pytest.fail(f"origin stub binary not found at {path} (set TALON_ORIGIN_STUB_BIN)", pytrace=False)
-    return path
+        pytest.fail(f"{path} not found: run `cargo build --workspace --bins` (or set TALON_ORIGIN_STUB_BIN)",
+                    pytrace=False)
+    return [str(path)] if override else [str(path), "origin"]
 
 
 def start_stub(
@@ -170,7 +175,7 @@ def start_stub(
     ready_file.unlink(missing_ok=True)  # a restart in the same workdir must not read a stale one
     stderr_path = workdir / "stderr.log"
     argv = [
-        str(stub_binary()),
+        *stub_command(),
         "--data-dir", str(data_dir),
         "--s3-listen", "127.0.0.1:0",
         "--azure-listen", "127.0.0.1:0",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import re
 import signal
 import subprocess
 
@@ -12,7 +14,7 @@ import requests
 from botocore.exceptions import ClientError
 
 import generated
-from conftest import AZURE_KEY, Stub, blob_service, s3_client, sha256, stub_binary, wait_until
+from conftest import AZURE_KEY, Stub, blob_service, s3_client, sha256, stub_command, wait_until
 
 
 def _clean_env() -> dict:
@@ -38,7 +40,7 @@ def test_configured_entirely_from_environment(tmp_path):
         TALON_STUB_REGION="eu-west-3",
     )
     stderr = open(tmp_path / "stderr.log", "wb")
-    proc = subprocess.Popen([str(stub_binary())], env=env, stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(stub_command(), env=env, stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL)
     stderr.close()
     try:
         def is_ready():
@@ -90,7 +92,7 @@ def test_configured_entirely_from_environment(tmp_path):
 ])
 def test_bad_arguments_fail_fast(tmp_path, args):
     ready = tmp_path / "ready.json"
-    argv = [str(stub_binary()), "--s3-listen", "127.0.0.1:0", "--azure-listen", "127.0.0.1:0",
+    argv = [*stub_command(), "--s3-listen", "127.0.0.1:0", "--azure-listen", "127.0.0.1:0",
             "--admin-listen", "127.0.0.1:0", "--ready-file", str(ready), *args]
     # A later --s3-listen overrides the first one where the case sets it.
     proc = subprocess.run(argv, env=_clean_env(), capture_output=True, timeout=30)
@@ -100,7 +102,7 @@ def test_bad_arguments_fail_fast(tmp_path, args):
 
 
 def test_help_lists_every_flag():
-    out = subprocess.run([str(stub_binary()), "--help"], capture_output=True, timeout=30, env=_clean_env())
+    out = subprocess.run([*stub_command(), "--help"], capture_output=True, timeout=30, env=_clean_env())
     assert out.returncode == 0
     text = out.stdout.decode()
     for flag in ("--data-dir", "--generate", "--s3-listen", "--azure-listen", "--admin-listen", "--ready-file",
@@ -108,3 +110,18 @@ def test_help_lists_every_flag():
                  "--error-rate", "--error-kinds"):
         assert flag in text, flag
         assert "TALON_STUB_" + flag[2:].upper().replace("-", "_") in text, flag
+
+
+def test_the_stub_binary_is_an_alias_of_talon_origin():
+    """`talon-origin-stub` stays as an alias: the same flags as `talon origin`."""
+    if len(stub_command()) != 2:
+        pytest.skip("TALON_ORIGIN_STUB_BIN names the binary under test")
+    alias = str(pathlib.Path(stub_command()[0]).with_name("talon-origin-stub"))
+    flags = []
+    for argv in ([*stub_command(), "--help"], [alias, "--help"]):
+        out = subprocess.run(argv, capture_output=True, timeout=30, env=_clean_env())
+        assert out.returncode == 0, out.stderr
+        # Only the alias answers --version (`talon --version` does for the subcommands).
+        flags.append(sorted(set(re.findall(r"--[a-z0-9-]+", out.stdout.decode())) - {"--version"}))
+    assert flags[0] == flags[1]
+    assert "--data-dir" in flags[0]

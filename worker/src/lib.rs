@@ -12,6 +12,7 @@
 //! wire format (talon-core).
 
 pub mod block_store;
+pub mod cli;
 pub mod data_plane;
 pub mod error;
 pub mod eviction;

@@ -4,9 +4,9 @@ Two deployments:
 
 * :func:`start_talon_up` — ``talon up`` (one process: origin stub over a data folder,
   coordinator, workers, gateway); endpoints come from its ``--ready-file``.
-* :func:`start_cluster` — separate processes: ``talon-origin-stub`` (authenticated,
-  generated objects), ``talon-coordinator``, three ``talon-worker``s and two
-  ``talon-gateway``s (one serving each front from its own protocol's origin, one serving
+* :func:`start_cluster` — separate processes: ``talon origin`` (authenticated,
+  generated objects), ``talon coordinator``, three ``talon worker``s and two
+  ``talon gateway``s (one serving each front from its own protocol's origin, one serving
   each front from the *other* protocol's origin). The gateway has no ready file, so its
   ports are picked here and the test waits until they accept connections.
 
@@ -70,6 +70,11 @@ def binary(name: str) -> pathlib.Path:
     if not path.is_file():
         pytest.fail(f"{path} not found: run `cargo build --workspace --bins` first", pytrace=False)
     return path
+
+
+def part(name: str) -> list:
+    """The command that runs one part: ``talon gateway``, ``talon worker``, ..."""
+    return [binary("talon"), name]
 
 
 # The cluster secret of the multi-process cluster (coordinator, workers, gateways):
@@ -334,7 +339,7 @@ def start_gateway(name: str, workdir: pathlib.Path, *, origin_s3: str, origin_az
                   identities: pathlib.Path, extra: list) -> tuple:
     s3_port, az_port, admin_port = free_port(), free_port(), free_port()
     argv = [
-        binary("talon-gateway"),
+        *part("gateway"),
         "--s3-listen", f"127.0.0.1:{s3_port}",
         "--azure-listen", f"127.0.0.1:{az_port}",
         "--admin-listen", f"127.0.0.1:{admin_port}",
@@ -363,7 +368,7 @@ def start_cluster(workdir: pathlib.Path) -> Cluster:
         data_dir.mkdir(parents=True)
         ready = stub_dir / "ready.json"
         argv = [
-            binary("talon-origin-stub"), "--data-dir", data_dir,
+            *part("origin"), "--data-dir", data_dir,
             "--s3-listen", "127.0.0.1:0", "--azure-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
             "--ready-file", ready, "--region", REGION, "--azure-account", AZURE_ACCOUNT,
             "--s3-credentials", f"{ORIGIN_S3[0]}:{ORIGIN_S3[1]}", "--azure-key", ORIGIN_AZURE_KEY,
@@ -379,7 +384,7 @@ def start_cluster(workdir: pathlib.Path) -> Cluster:
         coord_dir = workdir / "coordinator"
         ready = coord_dir / "ready.json"
         coord = spawn("coordinator", [
-            binary("talon-coordinator"), "--listen", "127.0.0.1:0", "--ready-file", ready,
+            *part("coordinator"), "--listen", "127.0.0.1:0", "--ready-file", ready,
             "--heartbeat-interval-ms", "200", "--expiry-ms", "1500",
         ], coord_dir, clean_env())
         procs.append(coord)
@@ -391,7 +396,7 @@ def start_cluster(workdir: pathlib.Path) -> Cluster:
             wdir = workdir / f"worker-{n}"
             ready = wdir / "ready.json"
             w = spawn(f"worker-w{n}", [
-                binary("talon-worker"), "--listen", "127.0.0.1:0", "--admin-listen", "off",
+                *part("worker"), "--listen", "127.0.0.1:0", "--admin-listen", "off",
                 "--cache-dir", wdir / "cache", "--capacity", "256MiB", "--page-size", PAGE_SIZE,
                 "--coordinator", coordinator, "--id", f"w{n}", "--heartbeat-interval-ms", "200",
                 "--origin", f"{origin_url('s3', origin_s3)},{origin_url('az', origin_azure)}",

@@ -1,0 +1,81 @@
+//! `talon coordinator` (and its alias, the `talon-coordinator` binary): worker
+//! membership, the placement epoch and the admin API, from the command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::CoordinatorConfig;
+use anyhow::Context;
+
+/// Talon's coordinator: tracks which workers are alive (register, heartbeat, expiry,
+/// drain), publishes the membership epoch, and serves the admin API and /metrics.
+/// Membership is soft state: after a restart it is rebuilt from the next heartbeats.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address of the admin API (HTTP/JSON under /v1, plus /healthz, /readyz, /metrics).
+    /// Port 0 picks a free port (see --ready-file).
+    #[arg(
+        long,
+        env = "TALON_COORDINATOR_LISTEN",
+        default_value = "127.0.0.1:7000"
+    )]
+    listen: SocketAddr,
+
+    /// How often workers are told to heartbeat, in milliseconds.
+    #[arg(
+        long,
+        env = "TALON_COORDINATOR_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    heartbeat_interval_ms: u64,
+
+    /// A worker missing heartbeats this long is dropped, in milliseconds. Must be longer
+    /// than --heartbeat-interval-ms; a few intervals is sensible.
+    #[arg(long, env = "TALON_COORDINATOR_EXPIRY_MS", default_value_t = 5000)]
+    expiry_ms: u64,
+
+    #[command(flatten)]
+    cluster: crate::auth::ClusterSecretArgs,
+
+    /// Most workers at once; registrations beyond are refused.
+    #[arg(long, env = "TALON_COORDINATOR_MAX_MEMBERS", default_value_t = 1024)]
+    max_members: usize,
+
+    /// Once listening, write {"url": "http://HOST:PORT"} to this file (atomically), so a
+    /// test or script that started the coordinator on port 0 can find it.
+    #[arg(long, env = "TALON_COORDINATOR_READY_FILE")]
+    ready_file: Option<PathBuf>,
+}
+
+/// Runs the part with `args` until SIGTERM or SIGINT, then drains.
+///
+/// # Errors
+/// A configuration that does not hold, or a listener that cannot start.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let cluster_secret = args.cluster.load()?;
+    let config = CoordinatorConfig {
+        listen: args.listen,
+        cluster_secret,
+        max_members: args.max_members,
+        heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
+        expiry: Duration::from_millis(args.expiry_ms),
+    };
+    let coordinator = crate::start(config).await?;
+    let url = coordinator.url();
+    tracing::info!(
+        %url,
+        heartbeat_interval_ms = args.heartbeat_interval_ms,
+        expiry_ms = args.expiry_ms,
+        "coordinator listening"
+    );
+    if let Some(path) = &args.ready_file {
+        talon_process::write_ready_file(path, &serde_json::json!({ "url": url }))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    talon_process::shutdown_signal().await;
+    tracing::info!("shutting down");
+    coordinator.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,395 @@
+//! `talon gateway` (and its alias, the `talon-gateway` binary): the S3 and Azure Blob
+//! fronts of a cluster, from the command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{
+    AzureFront, Backend, Identities, IdentitiesFile, Limits, Route, S3Front, S3Key,
+};
+use crate::{GatewayConfig, start};
+use anyhow::Context;
+use talon_cache_client::{CacheClient, CacheClientConfig};
+use talon_core::{BlockGeometry, parse_byte_size};
+use talon_protocols::access::AnonymousAccess;
+use talon_protocols::azure::request::AzureAddressing;
+use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::origin::Origins;
+use talon_protocols::origin_spec::{OriginSettings, OriginSpec};
+use talon_protocols::s3::request::S3Addressing;
+use talon_protocols::s3::sigv4::S3Credentials;
+
+/// Talon's gateway: unmodified S3 and Azure Blob clients read through the cache by
+/// changing only their endpoint.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// S3 listener ("off" to disable).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_S3_LISTEN",
+        default_value = "127.0.0.1:9000"
+    )]
+    s3_listen: String,
+    /// Azure Blob listener ("off" to disable).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_AZURE_LISTEN",
+        default_value = "127.0.0.1:10000"
+    )]
+    azure_listen: String,
+    /// Admin listener (/metrics, /healthz, /readyz; "off" to disable).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_ADMIN_LISTEN",
+        default_value = "127.0.0.1:9300"
+    )]
+    admin_listen: String,
+    /// How the S3 front reads: cache, cache-only, origin.
+    #[arg(long, env = "TALON_GATEWAY_S3_ROUTE", default_value = "cache")]
+    s3_route: Route,
+    /// How the Azure front reads: cache, cache-only, origin.
+    #[arg(long, env = "TALON_GATEWAY_AZURE_ROUTE", default_value = "cache")]
+    azure_route: Route,
+    /// Which origin the S3 front serves (s3 or azure; default: the S3 origin if set).
+    #[arg(long, env = "TALON_GATEWAY_S3_FRONT_ORIGIN")]
+    s3_front_origin: Option<Backend>,
+    /// Which origin the Azure front serves (s3 or azure; default: the Azure origin if set).
+    #[arg(long, env = "TALON_GATEWAY_AZURE_FRONT_ORIGIN")]
+    azure_front_origin: Option<Backend>,
+    /// Serve S3 virtual-hosted requests for BUCKET.DOMAIN too.
+    #[arg(long, env = "TALON_GATEWAY_S3_DOMAIN")]
+    s3_domain: Option<String>,
+    /// Serve Azure requests for ACCOUNT.blob.DOMAIN host names too.
+    #[arg(long, env = "TALON_GATEWAY_AZURE_DOMAIN")]
+    azure_domain: Option<String>,
+    /// The region the S3 front reports.
+    #[arg(long, env = "TALON_GATEWAY_REGION", default_value = "us-east-1")]
+    region: String,
+
+    /// The origins, as URLs (repeat the flag or separate with commas; at most one S3
+    /// and one Azure): s3, s3://HOST, s3+http://HOST:PORT, az://ACCOUNT,
+    /// az+http://HOST:PORT/ACCOUNT, az+https://HOST/ACCOUNT. Credentials come from
+    /// the flags below (AWS_*, AZURE_STORAGE_KEY).
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN", value_delimiter = ',')]
+    origin: Vec<String>,
+    /// S3 origin endpoint (e.g. https://s3.eu-west-1.amazonaws.com); the same as
+    /// `--origin s3://HOST`, kept for existing command lines.
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN_S3_ENDPOINT")]
+    origin_s3_endpoint: Option<String>,
+    /// S3 origin signing region.
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    origin_s3_region: String,
+    /// The gateway's own S3 access key for the origin.
+    #[arg(long, env = "AWS_ACCESS_KEY_ID")]
+    origin_s3_access_key: Option<String>,
+    /// The gateway's own S3 secret for the origin.
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    origin_s3_secret_key: Option<String>,
+    /// Azure origin account URL (e.g. https://acct.blob.core.windows.net), with
+    /// --origin-azure-account; the same as `--origin az://ACCOUNT`, kept for existing
+    /// command lines.
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN_AZURE_ENDPOINT")]
+    origin_azure_endpoint: Option<String>,
+    /// Azure origin account name.
+    #[arg(
+        long,
+        env = "AZURE_STORAGE_ACCOUNT",
+        default_value = "devstoreaccount1"
+    )]
+    origin_azure_account: String,
+    /// The Azure origin's account key.
+    #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
+    origin_azure_key: Option<String>,
+
+    /// Coordinator of the cache cluster (http://host:port).
+    #[arg(long, env = "TALON_GATEWAY_COORDINATOR")]
+    coordinator: Option<String>,
+    /// Bytes of fetched cache pieces all responses together may hold before their
+    /// clients take them (a reader that stops reading slows the reads behind it, not the
+    /// process's memory).
+    #[arg(long, env = "TALON_GATEWAY_BUFFER_BUDGET", default_value = "1GiB", value_parser = parse_byte_size)]
+    buffer_budget: u64,
+    /// Bytes of that budget the responses to one client address (IPv6: its /64) may
+    /// hold together, so that a few clients that stop reading cannot hold all of it.
+    /// Default: an eighth of `--buffer-budget`.
+    #[arg(long, env = "TALON_GATEWAY_BUFFER_BUDGET_PER_CLIENT", value_parser = parse_byte_size)]
+    buffer_budget_per_client: Option<u64>,
+    /// Uploads (PutObject, Put Blob) up to this size are also pushed into the cache
+    /// once the origin has stored them, so the writer's next read is a hit; 0 turns
+    /// that off. The gateway then joins the cluster in the ingester role.
+    #[arg(long, env = "TALON_GATEWAY_WRITE_THROUGH_MAX", default_value = "8MiB", value_parser = parse_byte_size)]
+    write_through_max: u64,
+    #[command(flatten)]
+    cluster: talon_coordinator_client::secret::ClusterSecretArgs,
+    /// The cluster's block size.
+    #[arg(long, env = "TALON_GATEWAY_BLOCK_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
+    block_size: u64,
+    /// Fall back to the origin when the cache fails mid-body (route cache only).
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN_FALLBACK", default_value_t = true)]
+    origin_fallback: bool,
+
+    /// Client identities (JSON: {"s3": [{"access_key", "secret_key"}], "azure": {"account", "key"}, "anonymous": "none"|"read"|"read-write"}).
+    /// A front with no credentials refuses to start unless anonymous access is allowed.
+    #[arg(long, env = "TALON_GATEWAY_IDENTITIES")]
+    identities: Option<PathBuf>,
+    /// An S3 client identity ACCESS_KEY:SECRET (repeatable); adds to the file's.
+    #[arg(
+        long = "s3-credentials",
+        env = "TALON_GATEWAY_S3_CREDENTIALS",
+        value_delimiter = ','
+    )]
+    s3_credentials: Vec<String>,
+    /// What unauthenticated requests may do on both fronts: none, read (GET, HEAD,
+    /// listings) or read-write; `--anonymous` alone means read. Overrides the
+    /// identities file's `anonymous`.
+    #[arg(long, env = "TALON_GATEWAY_ANONYMOUS", num_args = 0..=1, default_missing_value = "read")]
+    anonymous: Option<AnonymousAccess>,
+
+    /// How long object metadata is trusted, milliseconds.
+    #[arg(long, env = "TALON_GATEWAY_METADATA_TTL_MS", default_value_t = 1000)]
+    metadata_ttl_ms: u64,
+    /// After a write through the gateway, how long that object's metadata comes from
+    /// the origin instead of the cache, milliseconds; keep it above the workers'
+    /// --stat-ttl-ms.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_READ_YOUR_WRITES_MS",
+        default_value_t = 15_000
+    )]
+    read_your_writes_ms: u64,
+    /// Time until a response starts, milliseconds (not for uploads, which have
+    /// --upload-idle-timeout-ms instead).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_REQUEST_DEADLINE_MS",
+        default_value_t = 60_000
+    )]
+    request_deadline_ms: u64,
+    /// Most open connections per listener; one over the cap is closed at once.
+    #[arg(long, env = "TALON_GATEWAY_MAX_CONNECTIONS", default_value_t = 4096)]
+    max_connections: usize,
+    /// Most open connections per listener from one client IP address.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_MAX_CONNECTIONS_PER_PEER",
+        default_value_t = 512
+    )]
+    max_connections_per_peer: usize,
+    /// Longest wait for a complete request head once a connection is ready for one,
+    /// milliseconds: bounds slowly sent headers and idle keep-alive connections alike.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_HEADER_READ_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    header_read_timeout_ms: u64,
+    /// Longest time a response may make no progress towards its client before the
+    /// connection is cut, milliseconds.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_WRITE_STALL_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    write_stall_timeout_ms: u64,
+    /// Longest pause in an upload's body before the upload fails, milliseconds (an
+    /// upload has no total deadline).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_UPLOAD_IDLE_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    upload_idle_timeout_ms: u64,
+    /// PEM certificate chain for HTTPS on both fronts (with --tls-key); the admin
+    /// listener stays HTTP.
+    #[arg(long, env = "TALON_GATEWAY_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "TALON_GATEWAY_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Once listening, write {"s3", "azure", "admin"} URLs (null when off) to this file,
+    /// atomically, so a script that used port 0 can find the gateway.
+    #[arg(long, env = "TALON_GATEWAY_READY_FILE")]
+    ready_file: Option<PathBuf>,
+}
+
+fn listen(value: &str, flag: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if value == "off" {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .with_context(|| format!("{flag} '{value}' is not an address"))
+}
+
+/// Runs the part with `args` until SIGTERM or SIGINT, then drains.
+///
+/// # Errors
+/// A configuration that does not hold, or a listener that cannot start.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let settings = OriginSettings {
+        s3_region: args.origin_s3_region.clone(),
+        s3_credentials: match (&args.origin_s3_access_key, &args.origin_s3_secret_key) {
+            (Some(a), Some(s)) => Some(S3Credentials {
+                access_key: a.clone(),
+                secret_key: s.clone(),
+                session_token: None,
+            }),
+            _ => None,
+        },
+        s3_virtual_hosted: false,
+        azure_key: match &args.origin_azure_key {
+            Some(k) => Some(
+                AccountKey::from_base64(k)
+                    .map_err(|e| anyhow::anyhow!("azure key: {}", e.message()))?,
+            ),
+            None => None,
+        },
+    };
+    let mut specs = Vec::new();
+    for url in &args.origin {
+        specs.push(
+            OriginSpec::parse(url, &args.origin_s3_region)
+                .map_err(|e| anyhow::anyhow!("--origin: {}", e.message()))?,
+        );
+    }
+    if let Some(endpoint) = &args.origin_s3_endpoint {
+        specs.push(OriginSpec::S3 {
+            endpoint: endpoint.clone(),
+        });
+    }
+    if let Some(endpoint) = &args.origin_azure_endpoint {
+        specs.push(OriginSpec::Azure {
+            endpoint: endpoint.clone(),
+            account: args.origin_azure_account.clone(),
+        });
+    }
+    let Origins {
+        s3: s3_origin,
+        azure: azure_origin,
+    } = Origins::from_specs(&specs, &settings)?;
+    anyhow::ensure!(
+        s3_origin.is_some() || azure_origin.is_some(),
+        "configure an origin: --origin URL (s3+http://HOST:PORT, az://ACCOUNT, ...)"
+    );
+    let (has_s3, has_azure) = (s3_origin.is_some(), azure_origin.is_some());
+    let default_backend = move |preferred: Backend| match (preferred, has_s3, has_azure) {
+        (Backend::S3, true, _) | (Backend::Azure, false, true) => preferred,
+        (Backend::S3, false, _) => Backend::Azure,
+        (Backend::Azure, _, false) => Backend::S3,
+        (Backend::Azure, _, true) => Backend::Azure,
+    };
+    let mut file = match &args.identities {
+        Some(path) => serde_json::from_str::<IdentitiesFile>(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))?,
+        None => IdentitiesFile::default(),
+    };
+    for c in &args.s3_credentials {
+        let (a, s) = c
+            .split_once(':')
+            .with_context(|| format!("--s3-credentials '{c}' is not KEY:SECRET"))?;
+        file.s3.push(S3Key {
+            access_key: a.into(),
+            secret_key: s.into(),
+        });
+    }
+    if let Some(level) = args.anonymous {
+        file.anonymous = level;
+    }
+    let identities = Identities::from_parts(file)?;
+    let origins = Origins {
+        s3: s3_origin,
+        azure: azure_origin,
+    };
+    let geometry = BlockGeometry::new(args.block_size, args.block_size)
+        .context("--block-size must be a power of two")?;
+    let cache = match &args.coordinator {
+        Some(url) => {
+            let secret = args.cluster.load()?;
+            let mut config = CacheClientConfig::new(url.clone(), geometry, secret);
+            config.max_buffered_bytes = args.buffer_budget;
+            config.max_buffered_bytes_per_reader = args
+                .buffer_budget_per_client
+                .unwrap_or(args.buffer_budget / 8);
+            if args.write_through_max > 0 {
+                config.role = talon_core::cluster_auth::Role::Ingester;
+            }
+            if args.origin_fallback {
+                config.origin_fallback = Some(origins.clone());
+            }
+            Some(
+                CacheClient::connect(config)
+                    .await
+                    .context("connecting to the cache cluster")?,
+            )
+        }
+        None => None,
+    };
+    let config = GatewayConfig {
+        s3: listen(&args.s3_listen, "--s3-listen")?.map(|listen| S3Front {
+            listen,
+            route: args.s3_route,
+            backend: args
+                .s3_front_origin
+                .unwrap_or_else(|| default_backend(Backend::S3)),
+            addressing: match &args.s3_domain {
+                Some(d) => S3Addressing::VirtualHosted {
+                    domain: d.to_ascii_lowercase(),
+                },
+                None => S3Addressing::PathStyle,
+            },
+            region: args.region.clone(),
+        }),
+        azure: listen(&args.azure_listen, "--azure-listen")?.map(|listen| AzureFront {
+            listen,
+            route: args.azure_route,
+            backend: args
+                .azure_front_origin
+                .unwrap_or_else(|| default_backend(Backend::Azure)),
+            addressing: match &args.azure_domain {
+                Some(d) => AzureAddressing::HostStyle {
+                    domain: d.to_ascii_lowercase(),
+                },
+                None => AzureAddressing::PathStyle,
+            },
+        }),
+        admin_listen: listen(&args.admin_listen, "--admin-listen")?,
+        origins,
+        cache,
+        identities,
+        metadata_ttl: Duration::from_millis(args.metadata_ttl_ms),
+        read_your_writes: Duration::from_millis(args.read_your_writes_ms),
+        limits: Limits {
+            request_deadline: Duration::from_millis(args.request_deadline_ms),
+            upload_idle_timeout: Duration::from_millis(args.upload_idle_timeout_ms),
+            header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
+            write_stall_timeout: Duration::from_millis(args.write_stall_timeout_ms),
+            max_connections: args.max_connections,
+            max_connections_per_peer: args.max_connections_per_peer,
+            write_through_max_bytes: args.write_through_max,
+            ..Limits::default()
+        },
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(talon_listener::Tls::from_pem_files(cert, key)?),
+            _ => None,
+        },
+    };
+    let gateway = start(config).await?;
+    if let Some(path) = &args.ready_file {
+        let ready = serde_json::json!({
+            "s3": gateway.s3_url(),
+            "azure": gateway.azure_url(),
+            "admin": gateway.admin_addr.map(|a| format!("http://{a}")),
+        });
+        talon_process::write_ready_file(path, &ready)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    talon_process::shutdown_signal().await;
+    tracing::info!("shutting down");
+    gateway.shutdown().await;
+    Ok(())
+}

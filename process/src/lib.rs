@@ -1,0 +1,87 @@
+//! `talon-process`: what every Talon process does at start and stop, written once for
+//! `talon` and each part's own binary: logs to stderr filtered by `TALON_LOG`, the
+//! ready file a script waits for, and the signals a process drains on.
+//!
+//! It does not own any part's configuration or serving: each part's `cli` module
+//! (`talon_gateway::cli`, `talon_worker::cli`, ...) parses its flags and runs it, and
+//! calls these at the same points.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Starts logging to stderr, filtered by `TALON_LOG` (a `tracing` filter such as
+/// `info` or `talon_gateway=debug`; `info` when unset). Colours only for a person at a
+/// terminal. A second call does nothing (a test or an embedding program may have
+/// started logging first).
+pub fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TALON_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        .try_init();
+}
+
+/// Writes `body` as JSON to `path` through a temporary file beside it and a rename,
+/// so a reader that waits for the file never sees it half written.
+///
+/// # Errors
+/// The I/O error of writing or renaming.
+pub fn write_ready_file(path: &Path, body: &serde_json::Value) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, serde_json::to_vec_pretty(body)?)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM: what a Talon process drains and exits on.
+/// A signal that cannot be listened for is logged and never resolves by itself.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_ready_file_is_whole_json_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ready.json");
+        write_ready_file(&path, &serde_json::json!({"url": "http://127.0.0.1:1"})).unwrap();
+        let read: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(read["url"], "http://127.0.0.1:1");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("ready.json")]);
+    }
+}

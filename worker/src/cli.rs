@@ -1,0 +1,288 @@
+//! `talon worker` (and its alias, the `talon-worker` binary): one cache worker, from the
+//! command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::data_plane::{DataPlaneConfig, PlaneRequest};
+use crate::loader::LoaderConfig;
+use crate::origins::Origins;
+use crate::service::{MembershipConfig, WorkerConfig};
+use anyhow::Context;
+use talon_core::parse_byte_size;
+use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::origin_spec::{OriginSettings, OriginSpec};
+use talon_protocols::s3::sigv4::S3Credentials;
+
+/// A Talon cache worker: serves byte ranges of cached blocks from local disk with
+/// sendfile, fetching absent pages from the origin.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Data-plane listen address (16-byte-frame protocol).
+    #[arg(long, env = "TALON_WORKER_LISTEN", default_value = "127.0.0.1:7101")]
+    listen: SocketAddr,
+    /// Admin listen address (/metrics, /healthz, /readyz); "off" to disable.
+    #[arg(
+        long,
+        env = "TALON_WORKER_ADMIN_LISTEN",
+        default_value = "127.0.0.1:7201"
+    )]
+    admin_listen: String,
+    /// Folder of the block store.
+    #[arg(long, env = "TALON_WORKER_CACHE_DIR", default_value = "talon-cache")]
+    cache_dir: PathBuf,
+    /// Byte budget of the block store (bytes on disk, as du counts them), e.g. 64GiB.
+    #[arg(long, env = "TALON_WORKER_CAPACITY", default_value = "64GiB", value_parser = parse_byte_size)]
+    capacity: u64,
+    /// Page size: the unit of presence and of origin fetches (power of two), e.g. 1MiB.
+    #[arg(long, env = "TALON_WORKER_PAGE_SIZE", default_value = "1MiB", value_parser = parse_byte_size)]
+    page_size: u64,
+
+    /// Coordinator URL (http://host:port); without it the worker runs standalone.
+    #[arg(long, env = "TALON_WORKER_COORDINATOR")]
+    coordinator: Option<String>,
+    /// Unique worker id (default: worker-<data-plane port>).
+    #[arg(long, env = "TALON_WORKER_ID")]
+    id: Option<String>,
+    /// Address readers use to reach the data plane (default: the bound address).
+    #[arg(long, env = "TALON_WORKER_ADVERTISE_ADDR")]
+    advertise_addr: Option<String>,
+    /// Placement weight, proportional to capacity.
+    #[arg(long, env = "TALON_WORKER_WEIGHT", default_value_t = 1)]
+    weight: u32,
+    /// Failure-domain label.
+    #[arg(long, env = "TALON_WORKER_ZONE", default_value = "")]
+    zone: String,
+    /// Heartbeat period, milliseconds.
+    #[arg(
+        long,
+        env = "TALON_WORKER_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 1000
+    )]
+    heartbeat_interval_ms: u64,
+
+    /// The origins, as URLs (repeat the flag or separate with commas; at most one S3
+    /// and one Azure): s3, s3://HOST, s3+http://HOST:PORT, az://ACCOUNT,
+    /// az+http://HOST:PORT/ACCOUNT, az+https://HOST/ACCOUNT. Credentials come from
+    /// the flags below (AWS_*, AZURE_STORAGE_KEY).
+    #[arg(long, env = "TALON_WORKER_ORIGIN", value_delimiter = ',')]
+    origin: Vec<String>,
+    /// S3 origin endpoint, e.g. https://s3.eu-west-1.amazonaws.com or
+    /// http://127.0.0.1:9000; the same as `--origin`, kept for existing command lines.
+    #[arg(long, env = "TALON_WORKER_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    /// S3 signing region.
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    s3_region: String,
+    /// S3 access key (anonymous without).
+    #[arg(long, env = "AWS_ACCESS_KEY_ID")]
+    s3_access_key: Option<String>,
+    /// S3 secret key.
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    s3_secret_key: Option<String>,
+    /// Put the bucket in the host name (virtual-hosted addressing).
+    #[arg(long, env = "TALON_WORKER_S3_VIRTUAL_HOSTED")]
+    s3_virtual_hosted: bool,
+    /// Azure Blob account URL, e.g. https://acct.blob.core.windows.net or
+    /// http://127.0.0.1:10000/devstoreaccount1, with --azure-account; the same as
+    /// `--origin`, kept for existing command lines.
+    #[arg(long, env = "TALON_WORKER_AZURE_ENDPOINT")]
+    azure_endpoint: Option<String>,
+    /// Azure storage account name.
+    #[arg(
+        long,
+        env = "AZURE_STORAGE_ACCOUNT",
+        default_value = "devstoreaccount1"
+    )]
+    azure_account: String,
+    /// Azure account key (base64); anonymous without.
+    #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
+    azure_key: Option<String>,
+
+    /// Object metadata TTL, milliseconds.
+    #[arg(long, env = "TALON_WORKER_STAT_TTL_MS", default_value_t = 5000)]
+    stat_ttl_ms: u64,
+    /// TTL of not-found answers, milliseconds.
+    #[arg(
+        long,
+        env = "TALON_WORKER_NEGATIVE_STAT_TTL_MS",
+        default_value_t = 1000
+    )]
+    negative_stat_ttl_ms: u64,
+    /// Pages fetched beyond a read's last page.
+    #[arg(long, env = "TALON_WORKER_READAHEAD_PAGES", default_value_t = 1)]
+    readahead_pages: u32,
+    /// Most pages one origin fetch covers.
+    #[arg(long, env = "TALON_WORKER_MAX_FILL_PAGES", default_value_t = 16)]
+    max_fill_pages: u32,
+    /// Most origin requests in flight.
+    #[arg(long, env = "TALON_WORKER_MAX_ORIGIN_REQUESTS", default_value_t = 64)]
+    max_origin_requests: usize,
+    /// Retries of a transient origin failure.
+    #[arg(long, env = "TALON_WORKER_ORIGIN_RETRIES", default_value_t = 3)]
+    origin_retries: u32,
+
+    /// Most open data-plane connections.
+    #[arg(long, env = "TALON_WORKER_MAX_CONNECTIONS", default_value_t = 4096)]
+    max_connections: usize,
+    /// Most pipelined requests in flight per connection.
+    #[arg(long, env = "TALON_WORKER_PIPELINE_DEPTH", default_value_t = 64)]
+    pipeline_depth: usize,
+    /// Once a frame starts, the rest must arrive within this many milliseconds of its
+    /// first byte; the Hello exchange must finish within it too.
+    #[arg(long, env = "TALON_WORKER_FRAME_TIMEOUT_MS", default_value_t = 10_000)]
+    frame_timeout_ms: u64,
+    /// Idle connections are closed after this many milliseconds.
+    #[arg(long, env = "TALON_WORKER_IDLE_TIMEOUT_MS", default_value_t = 120_000)]
+    idle_timeout_ms: u64,
+
+    #[command(flatten)]
+    cluster: talon_coordinator_client::secret::ClusterSecretArgs,
+
+    /// Once listening, write {"addr": .., "admin": .., "data_plane": .., "rings": ..}
+    /// to this file (atomically).
+    #[arg(long, env = "TALON_WORKER_READY_FILE")]
+    ready_file: Option<PathBuf>,
+
+    /// io_uring ring threads, each pinned to a core with its own SO_REUSEPORT listener;
+    /// 0 = one per core this process may run on.
+    #[arg(long, env = "TALON_WORKER_DATA_PLANE_RINGS", default_value_t = 0)]
+    data_plane_rings: usize,
+    /// Serve on the Tokio plane even where io_uring works (the escape hatch);
+    /// TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 does the same.
+    #[arg(long)]
+    force_tokio_data_plane: bool,
+    /// How resident ranges are sent: sendfile (the default) or copy (pread + send),
+    /// kept to measure against (docs/data-plane.md).
+    #[arg(
+        long,
+        env = "TALON_WORKER_LAYER2",
+        default_value = "sendfile",
+        hide = true
+    )]
+    layer2: crate::data_plane::Layer2,
+    /// Test hook: act as if the io_uring probe failed with this reason.
+    #[arg(long, env = "TALON_WORKER_TEST_FAIL_IO_URING_PROBE", hide = true)]
+    test_fail_io_uring_probe: Option<String>,
+}
+
+fn origins(args: &Args) -> anyhow::Result<Origins> {
+    let settings = OriginSettings {
+        s3_region: args.s3_region.clone(),
+        s3_credentials: match (&args.s3_access_key, &args.s3_secret_key) {
+            (Some(ak), Some(sk)) => Some(S3Credentials {
+                access_key: ak.clone(),
+                secret_key: sk.clone(),
+                session_token: None,
+            }),
+            _ => None,
+        },
+        s3_virtual_hosted: args.s3_virtual_hosted,
+        azure_key: match &args.azure_key {
+            Some(k) => Some(
+                AccountKey::from_base64(k)
+                    .map_err(|e| anyhow::anyhow!("--azure-key: {}", e.message()))?,
+            ),
+            None => None,
+        },
+    };
+    let mut specs = Vec::new();
+    for url in &args.origin {
+        specs.push(
+            OriginSpec::parse(url, &args.s3_region)
+                .map_err(|e| anyhow::anyhow!("--origin: {}", e.message()))?,
+        );
+    }
+    if let Some(endpoint) = &args.s3_endpoint {
+        specs.push(OriginSpec::S3 {
+            endpoint: endpoint.clone(),
+        });
+    }
+    if let Some(endpoint) = &args.azure_endpoint {
+        specs.push(OriginSpec::Azure {
+            endpoint: endpoint.clone(),
+            account: args.azure_account.clone(),
+        });
+    }
+    let Origins { s3, azure } = Origins::from_specs(&specs, &settings)?;
+    if s3.is_none() && azure.is_none() {
+        tracing::warn!("no origin configured (--origin URL): only cached pages can be served");
+    }
+    Ok(Origins { s3, azure })
+}
+
+/// Runs the part with `args` until SIGTERM or SIGINT, then drains.
+///
+/// # Errors
+/// A configuration that does not hold, or a listener that cannot start.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    crate::service::raise_open_files_limit();
+    let admin_listen = match args.admin_listen.as_str() {
+        "off" => None,
+        a => Some(
+            a.parse::<SocketAddr>()
+                .with_context(|| format!("--admin-listen '{a}'"))?,
+        ),
+    };
+    let cluster_secret = args.cluster.load()?;
+    let config = WorkerConfig {
+        cluster_secret,
+        listen: args.listen,
+        admin_listen,
+        cache_dir: args.cache_dir.clone(),
+        capacity_bytes: args.capacity,
+        page_size: args.page_size,
+        origins: origins(&args)?,
+        stat_ttl: Duration::from_millis(args.stat_ttl_ms),
+        negative_stat_ttl: Duration::from_millis(args.negative_stat_ttl_ms),
+        loader: LoaderConfig {
+            readahead_pages: args.readahead_pages,
+            max_fill_pages: args.max_fill_pages.max(1),
+            max_origin_requests: args.max_origin_requests.max(1),
+            origin_retries: args.origin_retries,
+            ..LoaderConfig::default()
+        },
+        data_plane: DataPlaneConfig {
+            max_connections: args.max_connections.max(1),
+            pipeline_depth: args.pipeline_depth.max(1),
+            frame_timeout: Duration::from_millis(args.frame_timeout_ms),
+            idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+            plane: if args.force_tokio_data_plane {
+                PlaneRequest::ForceTokio
+            } else {
+                PlaneRequest::from_env()
+            },
+            rings: args.data_plane_rings,
+            simulated_probe_failure: args.test_fail_io_uring_probe.clone(),
+            layer2: args.layer2,
+            ..DataPlaneConfig::default()
+        },
+        membership: args.coordinator.as_ref().map(|url| MembershipConfig {
+            coordinator_url: url.clone(),
+            id: args
+                .id
+                .clone()
+                .unwrap_or_else(|| format!("worker-{}", args.listen.port())),
+            advertise_addr: args.advertise_addr.clone(),
+            weight: args.weight,
+            zone: args.zone.clone(),
+            heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms.max(10)),
+        }),
+    };
+    let worker = crate::service::start(config).await?;
+    if let Some(path) = &args.ready_file {
+        let ready = serde_json::json!({
+            "addr": worker.addr.to_string(),
+            "admin": worker.admin_addr.map(|a| format!("http://{a}")),
+            "data_plane": worker.plane.name(),
+            "rings": worker.plane.rings(),
+        });
+        talon_process::write_ready_file(path, &ready)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    talon_process::shutdown_signal().await;
+    tracing::info!("draining");
+    worker.shutdown().await;
+    Ok(())
+}

@@ -127,6 +127,30 @@ pub struct ObjectStat {
     /// Content-MD5, content headers and user metadata, or word that the origin
     /// must be asked for them.
     pub headers: ObjectHeaders,
+    /// Whether the origin answered because no worker could (the read fell back).
+    pub from_origin: bool,
+}
+
+/// How one read goes: whose it is, and whether it may fall back to the origin.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadOptions {
+    /// Whose read it is (the read budget's shares); `None` for the client's own.
+    pub reader: Option<ReaderId>,
+    /// Whether a piece (or a stat) that no worker can answer is read from the origin
+    /// instead, pinned to the version; it needs the client's
+    /// [`origin_fallback`](CacheClientConfig::origin_fallback) origins as well. A
+    /// reader that promises "the cache or an error" (the gateway's `cache-only` route)
+    /// says no.
+    pub origin_fallback: bool,
+}
+
+impl Default for ReadOptions {
+    fn default() -> ReadOptions {
+        ReadOptions {
+            reader: None,
+            origin_fallback: true,
+        }
+    }
 }
 
 /// A stream of the bytes of a range, in order.
@@ -303,6 +327,14 @@ impl CacheClient {
     /// [`CacheClientError::Refused`] with `NotFound` for a missing object; transport
     /// failures as [`CacheClientError::Unavailable`].
     pub async fn stat(&self, object: &ObjectId) -> Result<ObjectStat> {
+        self.stat_with(object, ReadOptions::default()).await
+    }
+
+    /// [`stat`](Self::stat), falling back to the origin only if `options` allow it.
+    ///
+    /// # Errors
+    /// As [`stat`](Self::stat).
+    pub async fn stat_with(&self, object: &ObjectId, options: ReadOptions) -> Result<ObjectStat> {
         let placement = self.placement();
         let key = stat_key(object);
         let request = Message::Stat(StatRequest {
@@ -319,6 +351,7 @@ impl CacheClient {
                         last_modified_ms: r.last_modified_ms,
                         content_type: r.content_type,
                         headers: r.headers,
+                        from_origin: false,
                     });
                 }
                 Ok(other) => match answer_error(other) {
@@ -329,7 +362,7 @@ impl CacheClient {
             }
         }
         self.spawn_refresh();
-        let Some(origins) = &self.inner.config.origin_fallback else {
+        let Some(origins) = self.fallback_origins(options) else {
             return Err(last);
         };
         let (client, bucket, key) = origins.route(object)?;
@@ -347,7 +380,19 @@ impl CacheClient {
                 .unwrap_or(0),
             content_type: info.content_type.unwrap_or_default(),
             headers: ObjectHeaders::from_origin(info.headers),
+            from_origin: true,
         })
+    }
+
+    /// The origins a read may fall back to: the client's, when it has them and the
+    /// read allows it. The one place that decides whether a read that no worker can
+    /// answer goes to the origin.
+    fn fallback_origins(&self, options: ReadOptions) -> Option<&Origins> {
+        if options.origin_fallback {
+            self.inner.config.origin_fallback.as_ref()
+        } else {
+            None
+        }
     }
 
     /// Bytes of fetched pieces held now by every read of this client (`None`) or by
@@ -411,6 +456,27 @@ impl CacheClient {
         object_size: u64,
         range: Range<u64>,
     ) -> Result<(ByteStream, Arc<PieceSources>)> {
+        let options = ReadOptions {
+            reader,
+            ..ReadOptions::default()
+        };
+        self.read_range_with(options, object, version, object_size, range)
+    }
+
+    /// [`read_range_for`](Self::read_range_for) with every choice of the read in
+    /// `options`: its reader, and whether its pieces may fall back to the origin.
+    ///
+    /// # Errors
+    /// As [`read_range`](Self::read_range).
+    pub fn read_range_with(
+        &self,
+        options: ReadOptions,
+        object: &ObjectId,
+        version: &ObjectVersion,
+        object_size: u64,
+        range: Range<u64>,
+    ) -> Result<(ByteStream, Arc<PieceSources>)> {
+        let reader = options.reader;
         if range.start > range.end || range.end > object_size {
             return Err(CacheClientError::InvalidRequest(format!(
                 "range {range:?} is outside an object of {object_size} bytes"
@@ -452,8 +518,9 @@ impl CacheClient {
                         .hold(reader, piece.len)
                         .await
                         .ok_or_else(|| CacheClientError::Unavailable("shutting down".into()))?;
-                    let (bytes, source) =
-                        me.read_piece(&object, &version, object_size, piece).await?;
+                    let (bytes, source) = me
+                        .read_piece(&object, &version, object_size, piece, options)
+                        .await?;
                     tally.count(source);
                     Ok((bytes, held))
                 }
@@ -567,6 +634,7 @@ impl CacheClient {
         version: &ObjectVersion,
         object_size: u64,
         piece: Piece,
+        options: ReadOptions,
     ) -> Result<(Bytes, PieceSource)> {
         let block = BlockId::new(
             object.clone(),
@@ -617,7 +685,7 @@ impl CacheClient {
             }
         }
         self.spawn_refresh();
-        let Some(origins) = &self.inner.config.origin_fallback else {
+        let Some(origins) = self.fallback_origins(options) else {
             return Err(last);
         };
         let start = piece.block_offset + piece.offset;

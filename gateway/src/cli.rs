@@ -125,7 +125,8 @@ pub struct Args {
     /// The cluster's block size.
     #[arg(long, env = "TALON_GATEWAY_BLOCK_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
     block_size: u64,
-    /// Fall back to the origin when the cache fails mid-body (route cache only).
+    /// On route cache, read what no worker can answer (metadata, then each piece) from
+    /// the origin, pinned to the version; route cache-only never does.
     #[arg(long, env = "TALON_GATEWAY_ORIGIN_FALLBACK", default_value_t = true)]
     origin_fallback: bool,
 

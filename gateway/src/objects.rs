@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use talon_cache_client::{CacheClient, ObjectHeaders, ReaderId};
+use talon_cache_client::{CacheClient, ObjectHeaders, ReadOptions, ReaderId};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_protocols::conditional::Conditions;
 use talon_protocols::origin::{ObjectInfo, OriginClient, Origins};
@@ -389,14 +389,23 @@ impl Objects {
             self.remember(backend, bucket, key, &meta);
             return Ok((meta, Outcome::Hit));
         }
-        match cache.stat(&id).await {
+        let options = ReadOptions {
+            reader: None,
+            origin_fallback: route == Route::Cache,
+        };
+        match cache.stat_with(&id, options).await {
             Ok(s) => {
+                let outcome = if s.from_origin {
+                    Outcome::Fallback
+                } else {
+                    Outcome::Hit
+                };
                 let ObjectHeaders::Carried(headers) = s.headers else {
                     // The headers cannot travel through the cache: take the metadata
                     // from the origin (its version then names the blocks read).
                     let meta = self.origin_meta(backend, bucket, key).await?;
                     self.remember(backend, bucket, key, &meta);
-                    return Ok((meta, Outcome::Hit));
+                    return Ok((meta, outcome));
                 };
                 let meta = ObjectInfo {
                     size: s.size,
@@ -409,7 +418,7 @@ impl Objects {
                     headers: *headers,
                 };
                 self.remember(backend, bucket, key, &meta);
-                Ok((meta, Outcome::Hit))
+                Ok((meta, outcome))
             }
             Err(e) if !e.is_transient() => {
                 let e = cache_error(e);
@@ -422,13 +431,6 @@ impl Objects {
                     Err(b) if b.kind() == ErrorKind::NoSuchBucket => Err(b),
                     _ => Err(e),
                 }
-            }
-            Err(e) if route == Route::Cache => {
-                tracing::warn!(error = %e, "the cache failed; reading metadata from the origin");
-                Ok((
-                    self.origin_meta(backend, bucket, key).await?,
-                    Outcome::Fallback,
-                ))
             }
             Err(e) => Err(Error::new(
                 ErrorKind::ServiceUnavailable,
@@ -474,7 +476,10 @@ impl Objects {
                 });
             }
             let (body, outcome) = match outcome {
-                Outcome::Hit => {
+                // Read through the cache: its client alone decides whether a piece no
+                // worker can serve goes to the origin (on route `cache`), piece by
+                // piece, pinned to this version.
+                Outcome::Hit | Outcome::Fallback => {
                     let (Some(cache), Some(id)) =
                         (&self.cache, self.object_id(backend, bucket, key))
                     else {
@@ -486,8 +491,12 @@ impl Objects {
                         &meta.etag,
                     ))
                     .map_err(|e| Error::new(ErrorKind::InternalError, e.to_string()))?;
+                    let options = ReadOptions {
+                        reader,
+                        origin_fallback: route == Route::Cache,
+                    };
                     let (mut stream, sources) = cache
-                        .read_range_for(reader, &id, &version, meta.size, start..end)
+                        .read_range_with(options, &id, &version, meta.size, start..end)
                         .map_err(cache_error)?;
                     // The first piece arrives before the response starts: a failure
                     // there is a clean error answer rather than a cut body, and the
@@ -497,7 +506,7 @@ impl Objects {
                         Some(Err(e)) => return Err(cache_error(e).into()),
                         None => Bytes::new(),
                     };
-                    let outcome = if sources.fallbacks() > 0 {
+                    let outcome = if outcome == Outcome::Fallback || sources.fallbacks() > 0 {
                         Outcome::Fallback
                     } else if sources.fills() > 0 {
                         Outcome::Fill

@@ -613,3 +613,43 @@ async fn an_empty_upload_that_expected_100_continue_ends_its_connection() {
     assert_eq!(plain.status(), 200);
     assert!(plain.headers().get("connection").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_no_worker_answers_route_cache_reads_the_origin_and_cache_only_refuses() {
+    let object = GeneratedObject::new("data", "orphan.bin", 700_000, 9);
+    let mut cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object.clone()],
+        // The cache client may fall back: whether a read does is the route's to say.
+        origin_fallback: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let cache = gateway(&cluster, Route::Cache, Backend::S3, Backend::Azure).await;
+    let cache_only = gateway(&cluster, Route::CacheOnly, Backend::S3, Backend::Azure).await;
+    cluster.kill_worker(0);
+    let (gets, heads) = (cluster.origin_gets(), cluster.origin_heads());
+    // cache-only: the cache or an error, and nothing is asked of the origin.
+    let resp = s3_get(&cache_only, "/data/orphan.bin", Some("bytes=10-300009")).await;
+    assert_eq!(resp.status(), 503);
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("<Code>ServiceUnavailable</Code>"), "{body}");
+    assert_eq!(
+        (cluster.origin_gets(), cluster.origin_heads()),
+        (gets, heads)
+    );
+    // cache: the origin answers instead, every byte right, and the read is labelled a
+    // fallback.
+    let resp = s3_get(&cache, "/data/orphan.bin", Some("bytes=10-300009")).await;
+    assert_eq!(resp.status(), 206);
+    assert_eq!(resp.bytes().await.unwrap(), expected(&object, 10, 300_010));
+    assert!(cluster.origin_gets() > gets);
+    let admin = cache.admin_addr.unwrap();
+    let metrics = talon_testkit::http_get(&format!("http://{admin}/metrics")).await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.contains("operation=\"GetObject\"") && l.contains("outcome=\"fallback\"")),
+        "{metrics}"
+    );
+}

@@ -367,7 +367,7 @@ impl CacheClient {
         };
         let (client, bucket, key) = origins.route(object)?;
         let info = client.head(&bucket, &key).await?;
-        let version = ObjectVersion::new(info.etag).map_err(|e| {
+        let version = ObjectVersion::from_etag(&info.etag).map_err(|e| {
             CacheClientError::Unavailable(format!("the origin's version is unusable: {e}"))
         })?;
         Ok(ObjectStat {

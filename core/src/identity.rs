@@ -366,12 +366,27 @@ fn validate_path(path: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// An entity tag in its canonical form: without surrounding whitespace, a weak `W/`
+/// prefix or the surrounding double quotes. S3 and Azure quote their ETags in headers
+/// and listings alike; the canonical form is what is left, and the one an
+/// [`ObjectVersion`] holds.
+pub fn canonical_etag(tag: &str) -> &str {
+    let tag = tag.trim();
+    let tag = tag.strip_prefix("W/").unwrap_or(tag);
+    tag.strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(tag)
+}
+
 /// The version of an object's content as the origin names it: the ETag (S3,
-/// Azure) or version id, kept verbatim (including any quotes) and compared
-/// byte for byte. Non-empty and at most [`MAX_VERSION_LEN`] bytes.
+/// Azure) or version id in its canonical form ([`canonical_etag`]: no quotes),
+/// compared byte for byte. Non-empty and at most [`MAX_VERSION_LEN`] bytes.
 ///
-/// Every component must take it from the origin's response unchanged, since
-/// it is part of each [`BlockId`] and hence of placement and file names.
+/// It is part of each [`BlockId`] and hence of placement and file names, so every
+/// component takes it from an entity tag with [`ObjectVersion::from_etag`]: the same
+/// version reached through a HEAD, a GET, a listing or a worker's stat is the same
+/// `ObjectVersion` and names the same blocks. [`ObjectVersion::new`] keeps its
+/// argument as it is (a version already canonical: off the wire, off disk).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectVersion(String);
 
@@ -392,6 +407,15 @@ impl ObjectVersion {
             return Err(invalid(field, problem));
         }
         Ok(Self(version))
+    }
+
+    /// The version an entity tag names, in canonical form: `"abc"`, `abc` and
+    /// `W/"abc"` are one version.
+    ///
+    /// # Errors
+    /// As [`ObjectVersion::new`], for what is left of the tag.
+    pub fn from_etag(etag: &str) -> Result<Self, Error> {
+        Self::new(canonical_etag(etag))
     }
 
     /// The version string, verbatim.
@@ -540,6 +564,27 @@ impl fmt::Display for BlockId {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_etag_names_one_version_however_it_is_quoted() {
+        let plain = ObjectVersion::from_etag("9b2cf535f27731c974343645a3985328").unwrap();
+        for tag in [
+            "\"9b2cf535f27731c974343645a3985328\"",
+            " \"9b2cf535f27731c974343645a3985328\" ",
+            "W/\"9b2cf535f27731c974343645a3985328\"",
+        ] {
+            assert_eq!(ObjectVersion::from_etag(tag).unwrap(), plain, "{tag}");
+        }
+        assert_eq!(plain.as_str(), "9b2cf535f27731c974343645a3985328");
+        // Azure's ETags and version ids are opaque text: only the quotes go.
+        assert_eq!(
+            ObjectVersion::from_etag("\"0x8DC1234567890AB\"")
+                .unwrap()
+                .as_str(),
+            "0x8DC1234567890AB"
+        );
+        assert!(ObjectVersion::from_etag("\"\"").is_err());
+    }
 
     fn name_err(field: NameField, problem: NameProblem) -> Error {
         Error::InvalidName { field, problem }

@@ -255,8 +255,7 @@ impl Objects {
         if bytes.is_empty() {
             return;
         }
-        let Ok(version) = ObjectVersion::new(talon_protocols::conditional::normalize_etag(etag))
-        else {
+        let Ok(version) = ObjectVersion::from_etag(etag) else {
             return;
         };
         if let Err(e) = cache.put_object(&id, &version, bytes).await {
@@ -487,10 +486,8 @@ impl Objects {
                             Error::new(ErrorKind::InternalError, "the cache vanished").into()
                         );
                     };
-                    let version = ObjectVersion::new(talon_protocols::conditional::normalize_etag(
-                        &meta.etag,
-                    ))
-                    .map_err(|e| Error::new(ErrorKind::InternalError, e.to_string()))?;
+                    let version = ObjectVersion::from_etag(&meta.etag)
+                        .map_err(|e| Error::new(ErrorKind::InternalError, e.to_string()))?;
                     let options = ReadOptions {
                         reader,
                         origin_fallback: route == Route::Cache,

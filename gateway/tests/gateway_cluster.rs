@@ -653,3 +653,81 @@ async fn when_no_worker_answers_route_cache_reads_the_origin_and_cache_only_refu
         "{metrics}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_version_reached_by_every_path_names_the_same_blocks() {
+    use talon_core::{ObjectId, ObjectVersion};
+    let object = GeneratedObject::new("data", "versions.bin", 300_000, 4);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::S3).await;
+    let id = ObjectId::s3("data", "versions.bin").unwrap();
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    let listing = s3
+        .list_with(
+            "data",
+            &talon_protocols::origin::ListOptions {
+                prefix: "versions",
+                delimiter: None,
+                token: None,
+                start_after: None,
+                max_keys: None,
+                include_metadata: false,
+            },
+        )
+        .await
+        .unwrap();
+    let client = cluster.client().await;
+    let resp = s3_get(&gw, "/data/versions.bin", Some("bytes=0-99")).await;
+    assert_eq!(resp.status(), 206);
+    let through_gateway = resp.headers()["etag"].to_str().unwrap().to_owned();
+    assert_eq!(resp.bytes().await.unwrap(), expected(&object, 0, 100));
+    let etags = [
+        ("the generator", object.etag()),
+        (
+            "an origin HEAD",
+            s3.head("data", "versions.bin").await.unwrap().etag,
+        ),
+        ("an origin listing", listing.objects[0].etag.clone()),
+        (
+            "an Azure HEAD of the same object",
+            origins
+                .azure
+                .as_ref()
+                .unwrap()
+                .1
+                .head("data", "versions.bin")
+                .await
+                .unwrap()
+                .etag,
+        ),
+        (
+            "a worker's stat",
+            client.stat(&id).await.unwrap().version.as_str().to_owned(),
+        ),
+        ("the gateway's answer", through_gateway),
+    ];
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    assert!(
+        !version.as_str().contains('"'),
+        "the canonical form has no quotes"
+    );
+    for (path, etag) in &etags {
+        assert_eq!(
+            ObjectVersion::from_etag(etag).unwrap(),
+            version,
+            "{path} gave the ETag {etag}"
+        );
+    }
+    // The gateway's read filled the block under that very id.
+    let block = cluster.block_id(&id, &version, 0);
+    assert!(
+        cluster.block_file(0, &block).is_file(),
+        "no block file for {block:?}"
+    );
+}

@@ -65,13 +65,10 @@ impl EtagList {
     }
 }
 
-/// Strips whitespace, a weak `W/` prefix and surrounding quotes from an entity tag.
+/// Strips whitespace, a weak `W/` prefix and surrounding quotes from an entity tag:
+/// the canonical form of `talon_core::canonical_etag`, which versions are made of.
 pub fn normalize_etag(tag: &str) -> &str {
-    let tag = tag.trim();
-    let tag = tag.strip_prefix("W/").unwrap_or(tag);
-    tag.strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .unwrap_or(tag)
+    talon_core::canonical_etag(tag)
 }
 
 /// Wraps an entity tag in double quotes unless it already is.

@@ -773,7 +773,7 @@ pub async fn assert_reads_back(
     object: &GeneratedObject,
     range: Range<u64>,
 ) {
-    let version = ObjectVersion::new(object.etag()).unwrap_or_else(|e| panic!("{e}"));
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap_or_else(|e| panic!("{e}"));
     let what = format!("{id} bytes {range:?}");
     let outcome = read_through(client, id, &version, object.size, range.clone()).await;
     assert!(

@@ -36,7 +36,7 @@ fn read(cluster: &Cluster) -> ReadRangeRequest {
     ReadRangeRequest {
         block: cluster.block_id(
             &ObjectId::s3("data", "secret.bin").unwrap(),
-            &ObjectVersion::new(object().etag()).unwrap(),
+            &ObjectVersion::from_etag(&object().etag()).unwrap(),
             0,
         ),
         object_size: object().size,

@@ -201,7 +201,7 @@ async fn layer2_serves_the_same_bytes(layer2: &str) {
         let req = Message::ReadRange(ReadRangeRequest {
             block: cluster.block_id(
                 &ObjectId::s3("gen", "planes.bin").expect("an id"),
-                &ObjectVersion::new(object.etag()).expect("a version"),
+                &ObjectVersion::from_etag(&object.etag()).expect("a version"),
                 block_size,
             ),
             object_size: object.size,

@@ -37,7 +37,7 @@ fn id_of(object: &GeneratedObject) -> ObjectId {
 }
 
 fn version_of(object: &GeneratedObject) -> ObjectVersion {
-    ObjectVersion::new(object.etag()).unwrap()
+    ObjectVersion::from_etag(&object.etag()).unwrap()
 }
 
 type Reader = JoinHandle<(String, ReadOutcome)>;

@@ -40,7 +40,7 @@ async fn a_second_read_of_the_same_ranges_makes_no_origin_get() {
             &azure,
         ),
     ] {
-        let version = ObjectVersion::new(object.etag()).unwrap();
+        let version = ObjectVersion::from_etag(&object.etag()).unwrap();
         let before = cluster.origin_gets();
         for range in &ranges {
             let got = read_through(&client, &id, &version, size, range.clone())
@@ -83,7 +83,7 @@ async fn sixty_four_concurrent_readers_of_one_cold_page_cause_one_origin_fetch()
     })
     .await;
     let id = ObjectId::s3("data", "crowd.bin").unwrap();
-    let version = ObjectVersion::new(object.etag()).unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
     // Several clients, so the readers arrive over many connections.
     let mut clients = Vec::new();
     for _ in 0..4 {
@@ -140,7 +140,7 @@ async fn replies_say_whether_the_worker_fetched_from_the_origin() {
     .await;
     let client = cluster.client().await;
     let id = ObjectId::s3("data", "flags.bin").unwrap();
-    let version = ObjectVersion::new(object.etag()).unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
     let range = BLOCK - PAGE..2 * BLOCK + PAGE;
     let read = |client: talon_cache_client::CacheClient| {
         let (id, version, range) = (id.clone(), version.clone(), range.clone());
@@ -178,7 +178,7 @@ async fn a_cached_block_out_of_the_page_cache_is_sent_from_the_blocking_pool() {
     .await;
     let client = cluster.client().await;
     let id = ObjectId::s3("data", "cold-pages.bin").unwrap();
-    let version = ObjectVersion::new(object.etag()).unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
     let whole = read_through(&client, &id, &version, size, 0..size)
         .await
         .unwrap("fill");

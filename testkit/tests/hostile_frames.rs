@@ -32,7 +32,7 @@ fn read_request(cluster: &Cluster, offset_in_object: u64, len: u32) -> ReadRange
     ReadRangeRequest {
         block: cluster.block_id(
             &id(),
-            &ObjectVersion::new(object.etag()).unwrap(),
+            &ObjectVersion::from_etag(&object.etag()).unwrap(),
             block_offset,
         ),
         object_size: object.size,

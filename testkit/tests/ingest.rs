@@ -28,7 +28,7 @@ fn object() -> GeneratedObject {
 fn block(cluster: &Cluster, index: u64) -> BlockId {
     cluster.block_id(
         &ObjectId::s3("data", "pushed.bin").unwrap(),
-        &ObjectVersion::new(object().etag()).unwrap(),
+        &ObjectVersion::from_etag(&object().etag()).unwrap(),
         index * BLOCK,
     )
 }
@@ -225,7 +225,7 @@ async fn put_object_through_the_cache_client_fills_every_block_for_readers() {
     })
     .await;
     let id = ObjectId::s3("data", "pushed.bin").unwrap();
-    let version = ObjectVersion::new(object().etag()).unwrap();
+    let version = ObjectVersion::from_etag(&object().etag()).unwrap();
     let data = pushed_bytes(object().size as usize, 4);
 
     // A reader may not push; nothing is sent.

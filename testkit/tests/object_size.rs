@@ -21,7 +21,7 @@ fn object() -> GeneratedObject {
 async fn read(cluster: &Cluster, object_size: u64, offset: u64, len: u32) -> RawAnswer {
     let block = cluster.block_id(
         &ObjectId::s3("data", "sized.bin").unwrap(),
-        &ObjectVersion::new(object().etag()).unwrap(),
+        &ObjectVersion::from_etag(&object().etag()).unwrap(),
         BLOCK,
     );
     let req = ReadRangeRequest {
@@ -67,7 +67,7 @@ async fn a_wrong_first_object_size_does_not_lock_the_object_out() {
     }
     let block = cluster.worker(0).store().get(&cluster.block_id(
         &ObjectId::s3("data", "sized.bin").unwrap(),
-        &ObjectVersion::new(object().etag()).unwrap(),
+        &ObjectVersion::from_etag(&object().etag()).unwrap(),
         BLOCK,
     ));
     assert_eq!(

@@ -72,7 +72,11 @@ fn check_random_ranges(
     let client = rt.block_on(cluster.client());
     let stat = rt.block_on(client.stat(id)).unwrap();
     assert_eq!(stat.size, object.size, "{id}: size");
-    assert_eq!(stat.version.as_str(), object.etag(), "{id}: version");
+    assert_eq!(
+        stat.version.as_str(),
+        talon_core::canonical_etag(&object.etag()),
+        "{id}: version"
+    );
     let ran = std::sync::atomic::AtomicU32::new(0);
     runner(cases)
         .run(&ranges(object.size, anchors), |range| {
@@ -141,7 +145,7 @@ fn an_object_over_4_gib_reads_right_near_across_and_after_4_gib() {
         ..ClusterConfig::default()
     }));
     let client = rt.block_on(cluster.client());
-    let version = ObjectVersion::new(object.etag()).unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
     let fixed = [
         FOUR_GIB - 1..FOUR_GIB,
         FOUR_GIB..FOUR_GIB + 1,

@@ -32,7 +32,7 @@ async fn warm_cluster(key: &str) -> Setup {
     .await;
     let client = cluster.client().await;
     let id = ObjectId::s3("data", key).unwrap();
-    let version = ObjectVersion::new(object.etag()).unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
     let setup = Setup {
         cluster,
         client,

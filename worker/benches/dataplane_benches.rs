@@ -95,7 +95,7 @@ fn serial_reads_on(
     }
     let block = BlockId::new(
         ObjectId::s3("bench", "block.bin").expect("id"),
-        ObjectVersion::new(object.etag()).expect("version"),
+        ObjectVersion::from_etag(&object.etag()).expect("version"),
         0,
         BLOCK,
     )

@@ -168,7 +168,7 @@ impl Loader {
             return first;
         };
         let info = self.stats.stat(req.block.object()).await?;
-        let origin_version = talon_core::ObjectVersion::new(info.etag.clone())?;
+        let origin_version = talon_core::ObjectVersion::from_etag(&info.etag)?;
         if origin_version != *req.block.version() {
             // The object has moved on: neither size can be checked; refuse as before.
             return Err(WorkerError::ObjectSizeConflict {

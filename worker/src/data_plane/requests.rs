@@ -184,7 +184,7 @@ pub(crate) async fn handle_ingest(
 
 async fn stat(services: &Services, req: &StatRequest) -> Result<StatReply> {
     let info = services.stats.stat(&req.object).await?;
-    let version = talon_core::ObjectVersion::new(info.etag.clone())?;
+    let version = talon_core::ObjectVersion::from_etag(&info.etag)?;
     if let Some(expected) = &req.expected_version
         && expected != &version
     {

@@ -35,6 +35,7 @@ use talon_core::cluster_auth::{ClusterSecret, Role};
 pub use talon_core::wire::{HeaderSet, ObjectHeaders};
 use talon_core::wire::{IngestMeta, IngestRequest, ReadRangeRequest, StatRequest};
 use talon_core::{BlockGeometry, BlockId, Message, ObjectId, ObjectVersion};
+use talon_protocols::origin::ObjectInfo;
 use talon_protocols::origin::Origins;
 use talon_protocols::range::ByteRange;
 use tokio::task::JoinHandle;
@@ -129,6 +130,29 @@ pub struct ObjectStat {
     pub headers: ObjectHeaders,
     /// Whether the origin answered because no worker could (the read fell back).
     pub from_origin: bool,
+}
+
+impl ObjectStat {
+    /// The object's metadata as the origin client gives it ([`ObjectInfo`], the one
+    /// metadata type from the origin to a client's answer), decoded from the wire's
+    /// encoding here and nowhere else: the version quoted back into an ETag, a
+    /// modification time of 0 as unknown, an empty content type as none. `None` when
+    /// the headers did not travel (the origin must be asked for them).
+    pub fn into_info(self) -> Option<ObjectInfo> {
+        let ObjectHeaders::Carried(headers) = self.headers else {
+            return None;
+        };
+        Some(ObjectInfo {
+            size: self.size,
+            etag: talon_protocols::conditional::quote_etag(self.version.as_str()),
+            last_modified: u64::try_from(self.last_modified_ms)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
+            content_type: Some(self.content_type).filter(|c| !c.is_empty()),
+            headers: *headers,
+        })
+    }
 }
 
 /// How one read goes: whose it is, and whether it may fall back to the origin.
@@ -774,5 +798,50 @@ async fn refresh(inner: &Inner) {
         Err(e) => {
             tracing::debug!(error = %e, "membership refresh failed; keeping the last snapshot")
         }
+    }
+}
+
+#[cfg(test)]
+mod stat_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn stat(headers: ObjectHeaders, last_modified_ms: i64, content_type: &str) -> ObjectStat {
+        ObjectStat {
+            size: 42,
+            version: ObjectVersion::from_etag("\"abc\"").unwrap(),
+            last_modified_ms,
+            content_type: content_type.into(),
+            headers,
+            from_origin: false,
+        }
+    }
+
+    #[test]
+    fn a_stat_decodes_into_the_origins_metadata_and_none_stays_none() {
+        let set = HeaderSet {
+            cache_control: "no-cache".into(),
+            ..HeaderSet::default()
+        };
+        let info = stat(
+            ObjectHeaders::Carried(Box::new(set.clone())),
+            1_000,
+            "text/plain",
+        )
+        .into_info()
+        .unwrap();
+        assert_eq!(info.etag, "\"abc\"");
+        assert_eq!(info.size, 42);
+        assert_eq!(
+            info.last_modified,
+            Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1))
+        );
+        assert_eq!(info.content_type.as_deref(), Some("text/plain"));
+        assert_eq!(info.headers, set);
+        let unknown = stat(ObjectHeaders::Carried(Box::default()), 0, "")
+            .into_info()
+            .unwrap();
+        assert_eq!((unknown.last_modified, unknown.content_type), (None, None));
+        assert!(stat(ObjectHeaders::AskOrigin, 1, "x").into_info().is_none());
     }
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use talon_cache_client::{CacheClient, ObjectHeaders, ReadOptions, ReaderId};
+use talon_cache_client::{CacheClient, ReadOptions, ReaderId};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_protocols::conditional::Conditions;
 use talon_protocols::origin::{ObjectInfo, OriginClient, Origins};
@@ -399,22 +399,12 @@ impl Objects {
                 } else {
                     Outcome::Hit
                 };
-                let ObjectHeaders::Carried(headers) = s.headers else {
+                let Some(meta) = s.into_info() else {
                     // The headers cannot travel through the cache: take the metadata
                     // from the origin (its version then names the blocks read).
                     let meta = self.origin_meta(backend, bucket, key).await?;
                     self.remember(backend, bucket, key, &meta);
                     return Ok((meta, outcome));
-                };
-                let meta = ObjectInfo {
-                    size: s.size,
-                    etag: talon_protocols::conditional::quote_etag(s.version.as_str()),
-                    last_modified: u64::try_from(s.last_modified_ms)
-                        .ok()
-                        .filter(|ms| *ms > 0)
-                        .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms)),
-                    content_type: Some(s.content_type).filter(|c| !c.is_empty()),
-                    headers: *headers,
                 };
                 self.remember(backend, bucket, key, &meta);
                 Ok((meta, outcome))

@@ -2,9 +2,11 @@
 //! loopback: an origin (the origin stub over a local folder, or a real S3 or Azure
 //! account), a coordinator, workers with their own cache folders, and the gateway with
 //! an S3 and an Azure Blob endpoint in front of them. `talon gateway | worker |
-//! coordinator | origin | loadgen` run one part each, with the flags of the part's own
+//! coordinator | origin | loadgen` run one part each and `talon status` shows a cluster, with the flags of the part's own
 //! binary (`talon-gateway`, ... remain as aliases); every part shares one start-up path
 //! (`talon_process`: logs, ready file, drain on SIGTERM).
+
+mod status;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -58,6 +60,9 @@ enum Command {
     /// Drive a worker's data plane or an HTTP server with range reads and report
     /// throughput, latency percentiles and the server's CPU.
     Loadgen(talon_bench::loadgen_cli::Args),
+    /// Show a cluster as its coordinator knows it: the epoch, every worker (address,
+    /// state, last heartbeat, bytes cached, hit ratio) and the totals.
+    Status(status::StatusArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -498,6 +503,7 @@ fn main() -> anyhow::Result<ExitCode> {
             Command::Worker(args) => talon_worker::cli::run(args).await,
             Command::Coordinator(args) => talon_coordinator::cli::run(args).await,
             Command::Origin(args) => talon_origin_stub::cli::run(args).await,
+            Command::Status(args) => status::status(args).await,
             Command::Loadgen(_) => unreachable!("handled above"),
         }
     })?;

@@ -91,3 +91,29 @@ def test_anonymous_flag_allows_reads_only(up_read):
         else:
             assert status == 403, f"{what}: {status}"
     assert _folder(up_read) == before, "an anonymous write changed the data folder"
+
+
+def test_talon_status_shows_the_cluster(cluster):
+    """`talon status` asks the coordinator (signed with the cluster secret) and shows
+    every worker: a table for a person, one JSON line for a script; without the secret
+    it says why and exits non-zero."""
+    import json
+
+    argv = [str(harness.binary("talon")), "status", "--coordinator", cluster.coordinator]
+    out = subprocess.run([*argv, "--json"], capture_output=True, timeout=60, env=harness.clean_env())
+    assert out.returncode == 0, out.stderr.decode()
+    report = json.loads(out.stdout)
+    assert report["cluster"]["live"] == 3
+    ids = sorted(m["id"] for m in report["members"])
+    assert len(ids) == 3 and all(m["state"] == "live" for m in report["members"])
+    table = subprocess.run(argv, capture_output=True, timeout=60, env=harness.clean_env())
+    assert table.returncode == 0, table.stderr.decode()
+    text = table.stdout.decode()
+    assert "3 workers (3 live, 0 draining)" in text, text
+    for worker in ids:
+        assert f"| {worker} |" in text, text
+    env = harness.clean_env()
+    del env["TALON_CLUSTER_SECRET"]
+    refused = subprocess.run(argv, capture_output=True, timeout=60, env=env)
+    assert refused.returncode != 0
+    assert b"secret" in refused.stderr.lower(), refused.stderr

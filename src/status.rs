@@ -1,0 +1,120 @@
+//! `talon status`: what a coordinator knows of its cluster, for a person (a table) and
+//! for a script (`--json`, one line).
+
+use anyhow::Context;
+use talon_coordinator::api::{ClusterSummary, MemberInfo, MembersResponse};
+use talon_coordinator::client::CoordinatorClient;
+use talon_core::cluster_auth::Role;
+
+/// `talon status`'s flags.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The coordinator's admin URL (http://HOST:PORT).
+    #[arg(
+        long,
+        env = "TALON_COORDINATOR",
+        default_value = "http://127.0.0.1:7000"
+    )]
+    coordinator: String,
+    #[command(flatten)]
+    cluster: talon_coordinator::auth::ClusterSecretArgs,
+    /// Print one line of JSON ({"cluster": …, "members": […]}) instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Asks the coordinator for its members and totals and prints them.
+///
+/// # Errors
+/// A missing cluster secret, or a coordinator that cannot be reached or refuses.
+pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let secret = args.cluster.load()?;
+    let client = CoordinatorClient::new(args.coordinator.clone())?.with_auth(secret, Role::Reader);
+    let members = client
+        .members()
+        .await
+        .with_context(|| format!("asking {} for its members", args.coordinator))?;
+    let cluster = client
+        .cluster()
+        .await
+        .with_context(|| format!("asking {} for its totals", args.coordinator))?;
+    if args.json {
+        let line = serde_json::json!({ "cluster": cluster, "members": members.members });
+        println!("{line}");
+    } else {
+        print!("{}", table(&cluster, &members));
+    }
+    Ok(())
+}
+
+/// Bytes as a person reads them (binary units).
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+fn hit_ratio(hits: u64, misses: u64) -> String {
+    match hits + misses {
+        0 => "-".into(),
+        all => format!("{:.1}%", hits as f64 * 100.0 / all as f64),
+    }
+}
+
+/// The cluster as a markdown table, under a one-line summary.
+fn table(cluster: &ClusterSummary, members: &MembersResponse) -> String {
+    let mut out = format!(
+        "epoch {} · {} workers ({} live, {} draining) · {} of {} cached · hit ratio {}\n\n",
+        cluster.epoch,
+        cluster.workers,
+        cluster.live,
+        cluster.draining,
+        bytes(cluster.bytes_cached),
+        bytes(cluster.capacity_bytes),
+        hit_ratio(cluster.hits, cluster.misses),
+    );
+    out.push_str("| id | address | zone | weight | state | last heartbeat | cached | capacity | hit ratio |\n");
+    out.push_str("|---|---|---|---:|---|---:|---:|---:|---:|\n");
+    for m in &members.members {
+        out.push_str(&row(m));
+    }
+    out
+}
+
+fn row(m: &MemberInfo) -> String {
+    format!(
+        "| {} | {} | {} | {} | {} | {} ms ago | {} | {} | {} |\n",
+        m.id,
+        m.addr,
+        if m.zone.is_empty() { "-" } else { &m.zone },
+        m.weight,
+        m.state.as_str(),
+        m.last_heartbeat_ms_ago,
+        bytes(m.bytes_cached),
+        bytes(m.capacity_bytes),
+        hit_ratio(m.hits, m.misses),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_ratios_read_as_a_person_expects() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(3 << 20), "3.0 MiB");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(hit_ratio(0, 0), "-");
+        assert_eq!(hit_ratio(7, 1), "87.5%");
+    }
+}

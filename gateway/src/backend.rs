@@ -114,6 +114,7 @@ fn relayed_to_s3(op: S3Operation) -> bool {
             | AbortMultipartUpload
             | ListParts
             | ListMultipartUploads
+            | ListObjectVersions
             | CreateBucket
             | DeleteBucket
     )

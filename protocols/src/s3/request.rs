@@ -62,6 +62,9 @@ pub enum S3Operation {
     ListObjects,
     /// `GET /bucket?list-type=2`.
     ListObjectsV2,
+    /// `GET /bucket?versions`: on an origin without versioning, every object once as
+    /// its `null` version.
+    ListObjectVersions,
     /// `GET /bucket?uploads`.
     ListMultipartUploads,
     /// `POST /bucket?delete`.
@@ -102,6 +105,7 @@ impl S3Operation {
                 | GetBucketLocation
                 | ListObjects
                 | ListObjectsV2
+                | ListObjectVersions
                 | ListMultipartUploads
                 | GetObject
                 | HeadObject
@@ -120,6 +124,7 @@ impl S3Operation {
             GetBucketLocation => "GetBucketLocation",
             ListObjects => "ListObjects",
             ListObjectsV2 => "ListObjectsV2",
+            ListObjectVersions => "ListObjectVersions",
             ListMultipartUploads => "ListMultipartUploads",
             DeleteObjects => "DeleteObjects",
             GetObject => "GetObject",
@@ -146,6 +151,7 @@ impl S3Operation {
                 | GetBucketLocation
                 | ListObjects
                 | ListObjectsV2
+                | ListObjectVersions
                 | ListMultipartUploads
                 | GetObject
                 | HeadObject
@@ -182,7 +188,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "tagging",
     "torrent",
     "versioning",
-    "versions",
     "website",
 ];
 
@@ -285,6 +290,7 @@ impl S3Request {
             (Some(_), None, m) => match *m {
                 Method::GET if query.has("location") => GetBucketLocation,
                 Method::GET if query.has("uploads") => ListMultipartUploads,
+                Method::GET if query.has("versions") => ListObjectVersions,
                 Method::GET if query.get("list-type") == Some("2") => ListObjectsV2,
                 Method::GET => ListObjects,
                 Method::HEAD => HeadBucket,
@@ -409,6 +415,43 @@ impl ListObjectsParams {
             continuation_token: non_empty("continuation-token"),
             encoding_url,
             fetch_owner: query.get("fetch-owner") == Some("true"),
+        })
+    }
+}
+
+/// The parameters of ListObjectVersions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListVersionsParams {
+    /// `prefix` (empty when absent).
+    pub prefix: String,
+    /// `delimiter`, if non-empty.
+    pub delimiter: Option<String>,
+    /// `max-keys`, 0..=1000 (default 1000).
+    pub max_keys: usize,
+    /// `key-marker`: the page starts after this key.
+    pub key_marker: Option<String>,
+    /// `version-id-marker`, echoed (every version is `null` without versioning).
+    pub version_id_marker: Option<String>,
+    /// `encoding-type=url`.
+    pub encoding_url: bool,
+}
+
+impl ListVersionsParams {
+    /// Reads the parameters from the query, with ListObjects' rules for `max-keys`
+    /// and `encoding-type`.
+    ///
+    /// # Errors
+    /// As [`ListObjectsParams::from_query`].
+    pub fn from_query(query: &QueryParams) -> Result<ListVersionsParams> {
+        let common = ListObjectsParams::from_query(query, ListVersion::V1)?;
+        let non_empty = |name| query.get(name).filter(|v| !v.is_empty()).map(str::to_owned);
+        Ok(ListVersionsParams {
+            prefix: common.prefix,
+            delimiter: common.delimiter,
+            max_keys: common.max_keys,
+            key_marker: non_empty("key-marker"),
+            version_id_marker: non_empty("version-id-marker"),
+            encoding_url: common.encoding_url,
         })
     }
 }

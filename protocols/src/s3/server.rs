@@ -14,8 +14,8 @@ use http_body_util::BodyExt as _;
 
 use super::auth::{self as s3_auth, S3Auth, S3Identities};
 use super::request::{
-    ListObjectsParams, ListVersion, S3Addressing, S3Operation, S3Request, parse_copy_source,
-    resolve_address, validate_bucket_name,
+    ListObjectsParams, ListVersion, ListVersionsParams, S3Addressing, S3Operation, S3Request,
+    parse_copy_source, resolve_address, validate_bucket_name,
 };
 use super::sigv4::RequestParts;
 use super::xml;
@@ -262,6 +262,7 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
         }
         ListObjects => list_objects(ctx, backend, ListVersion::V1).await,
         ListObjectsV2 => list_objects(ctx, backend, ListVersion::V2).await,
+        ListObjectVersions => list_versions(ctx, backend).await,
         GetObject => get_object(ctx, backend, true).await,
         HeadObject => get_object(ctx, backend, false).await,
         PutObject => {
@@ -470,6 +471,56 @@ async fn list_objects<B: ObjectBackend>(
         &page,
         next_token.as_deref(),
         owner,
+    )))
+}
+
+/// ListObjectVersions over a backend without versioning: the objects a listing gives,
+/// each as its `null` version; `key-marker` resumes where `NextKeyMarker` said.
+async fn list_versions<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
+    let bucket = ctx.bucket()?;
+    let params = ListVersionsParams::from_query(&ctx.request.query)?;
+    let owner = ctx.server.owner_id;
+    if params.max_keys == 0 {
+        let empty = ListPage {
+            entries: Vec::new(),
+            common_prefixes: Vec::new(),
+            is_truncated: false,
+            next_marker: None,
+        };
+        backend.head_bucket(bucket).await?;
+        return Ok(xml_answer(xml::list_versions_xml(
+            bucket, &params, &empty, owner,
+        )));
+    }
+    let spec = ListSpec {
+        prefix: &params.prefix,
+        delimiter: params.delimiter.as_deref(),
+        from: params
+            .key_marker
+            .as_deref()
+            .map(ListFrom::Marker)
+            .unwrap_or(ListFrom::Start),
+        max_keys: params.max_keys,
+        include_metadata: false,
+    };
+    let result = backend.list(bucket, &spec).await?;
+    let page = ListPage {
+        entries: result
+            .objects
+            .into_iter()
+            .map(|o| xml::ObjectEntry {
+                key: o.key,
+                last_modified: o.last_modified,
+                etag: o.etag,
+                size: o.size,
+            })
+            .collect(),
+        common_prefixes: result.common_prefixes,
+        is_truncated: result.is_truncated,
+        next_marker: result.next_marker.filter(|_| result.is_truncated),
+    };
+    Ok(xml_answer(xml::list_versions_xml(
+        bucket, &params, &page, owner,
     )))
 }
 

@@ -4,7 +4,7 @@ use std::time::SystemTime;
 
 use serde::Deserialize;
 
-use super::request::{ListObjectsParams, ListVersion};
+use super::request::{ListObjectsParams, ListVersion, ListVersionsParams};
 use crate::dates::format_iso8601_millis;
 use crate::error::{Error, ErrorKind, Result};
 use crate::listing::ListPage;
@@ -156,6 +156,69 @@ pub fn list_objects_xml(
                 .text("DisplayName", owner_id)
                 .close();
         }
+        w.text("StorageClass", "STANDARD").close();
+    }
+    for p in &page.common_prefixes {
+        w.open("CommonPrefixes", None)
+            .text("Prefix", &enc(p))
+            .close();
+    }
+    w.finish()
+}
+
+/// The ListVersionsResult document of ListObjectVersions over objects without
+/// versioning: each object once, as its `null` version, the latest.
+pub fn list_versions_xml(
+    bucket: &str,
+    params: &ListVersionsParams,
+    page: &ListPage<ObjectEntry>,
+    owner_id: &str,
+) -> String {
+    let enc = |s: &str| {
+        if params.encoding_url {
+            encode_path(s)
+        } else {
+            s.to_owned()
+        }
+    };
+    let mut w = XmlWriter::new("UTF-8");
+    w.open("ListVersionsResult", Some(S3_XMLNS));
+    w.text("Name", bucket).text("Prefix", &enc(&params.prefix));
+    w.text(
+        "KeyMarker",
+        &enc(params.key_marker.as_deref().unwrap_or("")),
+    );
+    w.text(
+        "VersionIdMarker",
+        params.version_id_marker.as_deref().unwrap_or(""),
+    );
+    if let Some(next) = page.next_marker.as_deref().filter(|_| page.is_truncated) {
+        w.text("NextKeyMarker", &enc(next));
+        w.text("NextVersionIdMarker", "null");
+    }
+    w.text("MaxKeys", &params.max_keys.to_string());
+    if let Some(d) = &params.delimiter {
+        w.text("Delimiter", &enc(d));
+    }
+    if params.encoding_url {
+        w.text("EncodingType", "url");
+    }
+    w.text(
+        "IsTruncated",
+        if page.is_truncated { "true" } else { "false" },
+    );
+    for o in &page.entries {
+        w.open("Version", None)
+            .text("Key", &enc(&o.key))
+            .text("VersionId", "null")
+            .text("IsLatest", "true")
+            .text("LastModified", &format_iso8601_millis(o.last_modified))
+            .text("ETag", &o.etag)
+            .text("Size", &o.size.to_string());
+        w.open("Owner", None)
+            .text("ID", owner_id)
+            .text("DisplayName", owner_id)
+            .close();
         w.text("StorageClass", "STANDARD").close();
     }
     for p in &page.common_prefixes {

@@ -121,3 +121,19 @@ def test_writes_cross_protocols(cluster):
     assert names == sorted(["from azure/blob+1.bin", "from s3/obj%1.bin", "s3 front to azure.bin",
                             "azure front to s3.bin"])
     assert sorted(x.name for x in cross_az.get_container_client(bucket).list_blobs()) == names
+
+
+def test_list_object_versions_over_an_azure_origin(cluster):
+    """An S3 client lists versions of a container through the S3 front over the Azure
+    origin: each blob once as its latest `null` version, paged with the Azure origin's
+    own markers."""
+    main, cross = s3_client(cluster.main), s3_client(cluster.cross)
+    bucket = unique("xver")
+    main.create_bucket(Bucket=bucket)
+    keys = [f"blob-{i}" for i in range(5)]
+    for k in keys:
+        main.put_object(Bucket=bucket, Key=k, Body=k.encode())
+    pages = cross.get_paginator("list_object_versions").paginate(Bucket=bucket, PaginationConfig={"PageSize": 2})
+    versions = [v for page in pages for v in page.get("Versions", [])]
+    assert [v["Key"] for v in versions] == keys
+    assert all(v["VersionId"] == "null" and v["IsLatest"] for v in versions)

@@ -479,3 +479,15 @@ def test_copy_object(gw, gw_s3, gw_bucket):
     with pytest.raises(ClientError) as ei:
         gw_s3.copy_object(Bucket=gw_bucket, Key="x", CopySource={"Bucket": gw_bucket, "Key": "no-such-source"})
     assert client_error(ei) == (404, "NoSuchKey")
+
+
+def test_list_object_versions_through_the_gateway(gw_s3, gw_bucket):
+    """ListObjectVersions through the gateway (relayed to the S3 origin): every object
+    once as its latest `null` version, paged."""
+    keys = ["k0", "k1", "k2", "sub/k3"]
+    for k in keys:
+        gw_s3.put_object(Bucket=gw_bucket, Key=k, Body=k.encode())
+    pages = gw_s3.get_paginator("list_object_versions").paginate(Bucket=gw_bucket, PaginationConfig={"PageSize": 3})
+    versions = [v for page in pages for v in page.get("Versions", [])]
+    assert [v["Key"] for v in versions] == keys
+    assert all(v["VersionId"] == "null" and v["IsLatest"] for v in versions)

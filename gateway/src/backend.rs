@@ -287,7 +287,7 @@ impl ObjectBackend for GatewayBackend {
     async fn part(&self, object: Target<'_>, number: u32) -> Result<PartBounds, Failure> {
         let unsatisfiable = || {
             Error::new(
-                ErrorKind::InvalidRange,
+                ErrorKind::InvalidPartNumber,
                 "The requested partnumber is not satisfiable",
             )
         };
@@ -311,7 +311,10 @@ impl ObjectBackend for GatewayBackend {
             })
             .await?;
         let status = resp.status();
-        if status == StatusCode::RANGE_NOT_SATISFIABLE {
+        // The part number is the request's only variable: an origin that refuses it
+        // (S3: 400 InvalidPartNumber; some answer 416) is saying the object has no such
+        // part.
+        if status == StatusCode::RANGE_NOT_SATISFIABLE || status == StatusCode::BAD_REQUEST {
             return Err(unsatisfiable().into());
         }
         if !status.is_success() {

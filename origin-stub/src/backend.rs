@@ -146,7 +146,7 @@ fn decode_token(token: &str) -> Result<String> {
 
 fn unsatisfiable_part() -> Failure {
     Error::new(
-        ErrorKind::InvalidRange,
+        ErrorKind::InvalidPartNumber,
         "The requested partnumber is not satisfiable",
     )
     .into()

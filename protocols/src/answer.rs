@@ -126,12 +126,63 @@ pub struct ErrorContext<'a> {
     pub subject: ErrorSubject<'a>,
 }
 
+/// The words a protocol uses for an error of `kind`, where a client learns nothing more
+/// from a backend's own message: a missing key or bucket, a failed condition, an
+/// internal error, an unavailable service. A backend speaks of buckets and keys, workers
+/// and origins; an S3 client reads S3's short text, an Azure client reads of containers,
+/// blobs and conditional headers. `None` keeps the backend's message (it says what was
+/// wrong with the request).
+pub fn protocol_words(front: Front, kind: ErrorKind) -> Option<&'static str> {
+    use ErrorKind::*;
+    Some(match (front, kind) {
+        (Front::S3, NoSuchKey) => "The specified key does not exist.",
+        (Front::S3, NoSuchBucket) => "The specified bucket does not exist.",
+        (Front::S3, NoSuchUpload) => {
+            "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed."
+        }
+        (Front::S3, InternalError) => "We encountered an internal error. Please try again.",
+        (Front::S3, ServiceUnavailable) => "Service is unable to handle request.",
+        (Front::Azure, NoSuchBucket) => "The specified container does not exist.",
+        (Front::Azure, NoSuchKey) => "The specified blob does not exist.",
+        (Front::Azure, PreconditionFailed | NotModified) => {
+            "The condition specified using HTTP conditional header(s) is not met."
+        }
+        (Front::Azure, InvalidRange) => {
+            "The range specified is invalid for the current size of the resource."
+        }
+        (Front::Azure, BucketAlreadyExists) => "The specified container already exists.",
+        (Front::Azure, InternalError) => {
+            "Server encountered an internal error. Please try again after some time."
+        }
+        (Front::Azure, ServiceUnavailable) => {
+            "The server is currently unable to receive requests. Please retry your request."
+        }
+        _ => return None,
+    })
+}
+
 /// The protocol's answer to a failed request: its status, `x-ms-error-code` (Azure),
 /// the XML error body (none on a HEAD or a 304) and the failure's extra headers. The
-/// failure is logged with its code and full message; the client sees the message only
-/// (the fronts keep internals out of it).
+/// failure is logged with its code and full message; the client sees the protocol's
+/// words for it ([`protocol_words`]) or, for a refusal of the request itself, the
+/// message.
 pub fn error_answer(front: Front, failure: Failure, request: ErrorContext<'_>) -> Response<Bytes> {
     let kind = failure.error.kind();
+    if kind != ErrorKind::NotModified {
+        tracing::info!(
+            code = kind.s3_code(),
+            message = failure.error.message(),
+            resource = request.resource,
+            "request failed"
+        );
+    }
+    let failure = match protocol_words(front, kind) {
+        Some(words) => Failure {
+            error: Error::new(kind, words),
+            headers: failure.headers,
+        },
+        None => failure,
+    };
     let with_body = !request.is_head && kind != ErrorKind::NotModified;
     let (status, code) = match front {
         Front::S3 => (kind.s3_status(), kind.s3_code()),
@@ -167,14 +218,6 @@ pub fn error_answer(front: Front, failure: Failure, request: ErrorContext<'_>) -
     }
     for (name, value) in failure.headers {
         set_header(h, name, &value);
-    }
-    if kind != ErrorKind::NotModified {
-        tracing::info!(
-            code,
-            message = failure.error.message(),
-            resource = request.resource,
-            "request failed"
-        );
     }
     resp
 }
@@ -277,6 +320,34 @@ mod tests {
         assert_eq!(resp.headers()["content-range"], "bytes */10");
         let body = std::str::from_utf8(resp.body()).unwrap();
         assert!(body.contains("<Code>InvalidRange</Code>"), "{body}");
+    }
+
+    #[test]
+    fn a_backends_internals_stay_out_of_the_answer() {
+        let internal = "worker refused: NotFound: origin: NoSuchKey: origin answered 404";
+        let f = Failure::from(Error::new(ErrorKind::NoSuchKey, internal));
+        let resp = error_answer(Front::S3, f, context(false, false));
+        let body = std::str::from_utf8(resp.body()).unwrap();
+        assert!(
+            body.contains("<Message>The specified key does not exist.</Message>"),
+            "{body}"
+        );
+        assert!(!body.contains("worker"), "{body}");
+        let f = Failure::from(Error::new(ErrorKind::NoSuchKey, internal));
+        let resp = error_answer(Front::Azure, f, context(false, false));
+        let body = std::str::from_utf8(resp.body()).unwrap();
+        assert!(
+            body.contains("The specified blob does not exist."),
+            "{body}"
+        );
+        // A refusal of the request itself keeps its own explanation.
+        let f = Failure::from(Error::new(
+            ErrorKind::InvalidArgument,
+            "max-keys must be a number",
+        ));
+        let resp = error_answer(Front::S3, f, context(false, false));
+        let body = std::str::from_utf8(resp.body()).unwrap();
+        assert!(body.contains("max-keys must be a number"), "{body}");
     }
 
     #[test]

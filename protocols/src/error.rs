@@ -78,6 +78,8 @@ pub enum ErrorKind {
     HeadersTooLarge,
     /// A multipart part or Azure block in a completion list is missing or wrong.
     InvalidPart,
+    /// A read named a part number the object does not have (`GET ?partNumber=N`).
+    InvalidPartNumber,
     /// Multipart parts were listed out of ascending order.
     InvalidPartOrder,
     /// A body is required and no `Content-Length` was given.
@@ -176,6 +178,7 @@ impl ErrorKind {
                 400,
             ),
             InvalidPart => row("InvalidPart", 400, "InvalidBlockList", 400),
+            InvalidPartNumber => row("InvalidPartNumber", 400, "InvalidQueryParameterValue", 400),
             InvalidPartOrder => row("InvalidPartOrder", 400, "InvalidBlockList", 400),
             MissingContentLength => row("MissingContentLength", 411, "MissingRequiredHeader", 411),
             MissingHeader => row("InvalidRequest", 400, "MissingRequiredHeader", 400),
@@ -368,6 +371,7 @@ pub const ALL_KINDS: &[ErrorKind] = &[
     ErrorKind::MetadataTooLarge,
     ErrorKind::HeadersTooLarge,
     ErrorKind::InvalidPart,
+    ErrorKind::InvalidPartNumber,
     ErrorKind::InvalidPartOrder,
     ErrorKind::MissingContentLength,
     ErrorKind::MissingHeader,

@@ -662,3 +662,24 @@ def test_list_object_versions_without_versioning(s3, bucket):
     with pytest.raises(ClientError) as ei:
         s3.list_object_versions(Bucket=unique("missing"))
     assert ei.value.response["Error"]["Code"] == "NoSuchBucket"
+
+
+def test_a_part_the_object_does_not_have_is_invalid_part_number(s3, bucket):
+    """GET or HEAD ?partNumber=N beyond an object's parts is 400 InvalidPartNumber, as S3
+    answers; part 1 of a single-part object is the whole object."""
+    s3.put_object(Bucket=bucket, Key="single", Body=b"one part")
+    resp = s3.get_object(Bucket=bucket, Key="single", PartNumber=1)
+    assert resp["Body"].read() == b"one part"
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bucket, Key="single", PartNumber=2)
+    assert client_error(ei) == (400, "InvalidPartNumber")
+    with pytest.raises(ClientError) as ei:
+        s3.head_object(Bucket=bucket, Key="single", PartNumber=2)
+    assert client_error(ei)[0] == 400
+
+
+def test_a_missing_key_is_answered_in_s3s_words(s3, bucket):
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bucket, Key="nothing-here")
+    assert client_error(ei) == (404, "NoSuchKey")
+    assert ei.value.response["Error"]["Message"] == "The specified key does not exist."

@@ -89,7 +89,7 @@ where
                 resource: "",
                 subject: Default::default(),
             };
-            error_answer(Front::Azure, in_azure_words(f), context).map(full_body)
+            error_answer(Front::Azure, f, context).map(full_body)
         }
     };
     Front::Azure.stamp(
@@ -103,25 +103,6 @@ where
         operation,
         failed,
     }
-}
-
-/// A failure in the words Azure uses for it: a backend speaks of buckets, keys and S3's
-/// preconditions; an Azure client reads of containers, blobs and conditional headers.
-fn in_azure_words(mut f: Failure) -> Failure {
-    let words = match f.error.kind() {
-        ErrorKind::NoSuchBucket => "The specified container does not exist.",
-        ErrorKind::NoSuchKey => "The specified blob does not exist.",
-        ErrorKind::PreconditionFailed | ErrorKind::NotModified => {
-            "The condition specified using HTTP conditional header(s) is not met."
-        }
-        ErrorKind::InvalidRange => {
-            "The range specified is invalid for the current size of the resource."
-        }
-        ErrorKind::BucketAlreadyExists => "The specified container already exists.",
-        _ => return f,
-    };
-    f.error = Error::new(f.error.kind(), words);
-    f
 }
 
 type Answer = Result<Response<AnswerBody>, Failure>;

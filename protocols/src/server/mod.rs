@@ -639,7 +639,7 @@ pub trait ObjectBackend: Send + Sync {
                 Ok(PartBounds::default())
             } else {
                 Err(Error::new(
-                    ErrorKind::InvalidRange,
+                    ErrorKind::InvalidPartNumber,
                     "The requested partnumber is not satisfiable",
                 )
                 .into())

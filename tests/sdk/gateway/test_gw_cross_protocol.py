@@ -137,3 +137,17 @@ def test_list_object_versions_over_an_azure_origin(cluster):
     versions = [v for page in pages for v in page.get("Versions", [])]
     assert [v["Key"] for v in versions] == keys
     assert all(v["VersionId"] == "null" and v["IsLatest"] for v in versions)
+
+
+def test_part_numbers_over_an_azure_origin(cluster):
+    """A blob is one part: part 1 is the whole blob, part 2 is 400 InvalidPartNumber."""
+    main, cross = s3_client(cluster.main), s3_client(cluster.cross)
+    bucket = unique("xpart")
+    main.create_bucket(Bucket=bucket)
+    main.put_object(Bucket=bucket, Key="blob", Body=b"the whole blob")
+    resp = cross.get_object(Bucket=bucket, Key="blob", PartNumber=1)
+    assert resp["Body"].read() == b"the whole blob"
+    assert resp.get("PartsCount") is None
+    with pytest.raises(ClientError) as ei:
+        cross.get_object(Bucket=bucket, Key="blob", PartNumber=2)
+    assert client_error(ei) == (400, "InvalidPartNumber")

@@ -491,3 +491,17 @@ def test_list_object_versions_through_the_gateway(gw_s3, gw_bucket):
     versions = [v for page in pages for v in page.get("Versions", [])]
     assert [v["Key"] for v in versions] == keys
     assert all(v["VersionId"] == "null" and v["IsLatest"] for v in versions)
+
+
+def test_gateway_errors_are_s3s_short_text_and_part_numbers_are_checked(gw_s3, gw_bucket):
+    """What the cache or the origin said stays in the gateway's log: a client reads S3's
+    own message. A part the object does not have is 400 InvalidPartNumber."""
+    with pytest.raises(ClientError) as ei:
+        gw_s3.get_object(Bucket=gw_bucket, Key="nothing-here")
+    assert client_error(ei) == (404, "NoSuchKey")
+    assert ei.value.response["Error"]["Message"] == "The specified key does not exist."
+    gw_s3.put_object(Bucket=gw_bucket, Key="single", Body=b"one part")
+    assert gw_s3.get_object(Bucket=gw_bucket, Key="single", PartNumber=1)["Body"].read() == b"one part"
+    with pytest.raises(ClientError) as ei:
+        gw_s3.get_object(Bucket=gw_bucket, Key="single", PartNumber=2)
+    assert client_error(ei) == (400, "InvalidPartNumber")

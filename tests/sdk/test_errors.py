@@ -539,3 +539,18 @@ def test_azure_request_id_everywhere(anon_stub):
         resp = requests.request(method, base + path, headers={"x-ms-version": "2020-10-02"}, timeout=30)
         assert resp.headers.get("x-ms-request-id"), (method, path, resp.status_code)
         assert resp.headers.get("x-ms-version") == "2020-10-02", (method, path)
+
+
+@pytest.mark.parametrize("lifetime", ["0", "-7", "604801"])
+def test_s3_presigned_lifetime_out_of_range_is_denied(s3, populated, lifetime):
+    """X-Amz-Expires outside 1..=604800 seconds grants nothing: 403 AccessDenied, as S3
+    answers, and nothing changes."""
+    bucket, snapshot = populated
+    before = snapshot()
+    for method, op, key in (("GET", "get_object", "one"), ("PUT", "put_object", "sneaky")):
+        url = s3.generate_presigned_url(op, Params={"Bucket": bucket, "Key": key}, ExpiresIn=300)
+        assert "X-Amz-Expires=300" in url
+        resp = requests.request(method, url.replace("X-Amz-Expires=300", f"X-Amz-Expires={lifetime}"),
+                                data=b"x" if method == "PUT" else None, timeout=30)
+        assert_s3_error(resp, 403, "AccessDenied")
+    assert snapshot() == before

@@ -253,15 +253,21 @@ fn parse_presigned(raw_query: &str) -> Result<SigV4Authorization> {
             format!("X-Amz-Algorithm '{algorithm}' is not supported"),
         ));
     }
-    let expires: u64 = get("X-Amz-Expires")?
+    let expires: i64 = get("X-Amz-Expires")?
         .parse()
         .map_err(|_| malformed("X-Amz-Expires must be a number of seconds"))?;
-    let expires = Duration::from_secs(expires);
-    if expires.is_zero() || expires > MAX_PRESIGNED_EXPIRY {
-        return Err(malformed(
-            "X-Amz-Expires must be between 1 and 604800 seconds",
-        ));
-    }
+    // A lifetime out of range is a URL that grants nothing: refused as an expired one
+    // (403, as S3 and SigV2's Expires here), not as a malformed one.
+    let expires = u64::try_from(expires)
+        .ok()
+        .map(Duration::from_secs)
+        .filter(|e| !e.is_zero() && *e <= MAX_PRESIGNED_EXPIRY)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::ExpiredRequest,
+                "X-Amz-Expires must be between 1 and 604800 seconds",
+            )
+        })?;
     build_authorization(
         get("X-Amz-Credential")?,
         get("X-Amz-SignedHeaders")?,

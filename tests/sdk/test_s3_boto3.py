@@ -683,3 +683,62 @@ def test_a_missing_key_is_answered_in_s3s_words(s3, bucket):
         s3.get_object(Bucket=bucket, Key="nothing-here")
     assert client_error(ei) == (404, "NoSuchKey")
     assert ei.value.response["Error"]["Message"] == "The specified key does not exist."
+
+
+def _list_buckets_in_pages(client, prefix: str, page: int) -> list:
+    names, token = [], None
+    while True:
+        kwargs = {"Prefix": prefix, "MaxBuckets": page}
+        if token:
+            kwargs["ContinuationToken"] = token
+        resp = client.list_buckets(**kwargs)
+        got = [b["Name"] for b in resp["Buckets"]]
+        assert len(got) <= page
+        names += got
+        token = resp.get("ContinuationToken")
+        if not token:
+            return names
+
+
+def test_list_buckets_pages_by_prefix_and_max_buckets(s3):
+    prefix = unique("lbp")
+    made = sorted(f"{prefix}-{i}" for i in range(3))
+    for name in made:
+        s3.create_bucket(Bucket=name)
+    assert _list_buckets_in_pages(s3, prefix, 2) == made
+    resp = s3.list_buckets(Prefix=prefix)
+    assert [b["Name"] for b in resp["Buckets"]] == made and "ContinuationToken" not in resp
+    assert resp["Prefix"] == prefix
+    everything = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert set(made) <= set(everything)
+
+
+
+def test_list_buckets_refuses_a_max_buckets_out_of_range(anon_stub):
+    from conftest import assert_s3_error
+
+    for bad in ("0", "10001", "many"):
+        assert_s3_error(requests.get(f"{anon_stub.s3}/", params={"max-buckets": bad}, timeout=30), 400,
+                        "InvalidArgument")
+
+
+def test_list_v2_with_an_empty_continuation_token_starts_at_the_first_key_and_echoes_it(s3, bucket):
+    for k in ("x1", "x2"):
+        s3.put_object(Bucket=bucket, Key=k, Body=b"x")
+    resp = s3.list_objects_v2(Bucket=bucket, ContinuationToken="")
+    assert resp["ContinuationToken"] == ""
+    assert [o["Key"] for o in resp["Contents"]] == ["x1", "x2"]
+
+
+def test_only_the_null_version_exists_without_versioning(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="v", Body=b"kept")
+    for call in (lambda: s3.get_object(Bucket=bucket, Key="v", VersionId="3HL4kqtJlcpXroDTDmJ"),
+                 lambda: s3.delete_object(Bucket=bucket, Key="v", VersionId="3HL4kqtJlcpXroDTDmJ")):
+        with pytest.raises(ClientError) as ei:
+            call()
+        assert client_error(ei) == (400, "InvalidArgument")
+    assert s3.get_object(Bucket=bucket, Key="v")["Body"].read() == b"kept"
+    s3.delete_object(Bucket=bucket, Key="v", VersionId="null")
+    with pytest.raises(ClientError) as ei:
+        s3.head_object(Bucket=bucket, Key="v")
+    assert client_error(ei)[0] == 404

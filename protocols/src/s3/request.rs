@@ -364,7 +364,8 @@ pub struct ListObjectsParams {
     pub marker: Option<String>,
     /// V2 `start-after`.
     pub start_after: Option<String>,
-    /// V2 `continuation-token`, opaque.
+    /// V2 `continuation-token`, opaque; an empty one is kept (S3 echoes it) and starts
+    /// at the first key.
     pub continuation_token: Option<String>,
     /// `encoding-type=url`: keys and prefixes in the answer are URL-encoded.
     pub encoding_url: bool,
@@ -412,7 +413,7 @@ impl ListObjectsParams {
             max_keys,
             marker: non_empty("marker"),
             start_after: non_empty("start-after"),
-            continuation_token: non_empty("continuation-token"),
+            continuation_token: query.get("continuation-token").map(str::to_owned),
             encoding_url,
             fetch_owner: query.get("fetch-owner") == Some("true"),
         })

@@ -181,6 +181,18 @@ impl Ctx<'_> {
         self.request.query.get(name)
     }
 
+    /// Refuses a `versionId` other than `null`: a backend without versioning has only
+    /// that version (as S3 answers for a bucket that never had versioning).
+    fn only_the_null_version(&self) -> Result<(), Error> {
+        match self.query("versionId").filter(|v| *v != "null") {
+            Some(v) => Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("Invalid version id specified: {v}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn upload_id(&self) -> Result<&str, Error> {
         self.query("uploadId")
             .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "uploadId is required"))
@@ -274,6 +286,7 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
         }
         CopyObject => copy_object(ctx, backend).await,
         DeleteObject => {
+            ctx.only_the_null_version()?;
             match backend.delete(ctx.object()?, false).await {
                 // S3 answers 204 whether or not the key existed.
                 Ok(()) => {}
@@ -397,9 +410,37 @@ fn written_answer(written: &crate::server::Written) -> Response<AnswerBody> {
     resp
 }
 
+/// ListBuckets, paginated as S3 does when asked: `prefix`, `max-buckets` (1..=10000)
+/// and `continuation-token` (the last bucket name of the page before, opaque to the
+/// client); without `max-buckets`, every bucket at once.
 async fn list_buckets<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
+    let prefix = ctx.query("prefix").filter(|p| !p.is_empty());
+    let max = match ctx.query("max-buckets") {
+        None => None,
+        Some(v) => Some(
+            v.parse::<usize>()
+                .ok()
+                .filter(|n| (1..=10_000).contains(n))
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidArgument,
+                        "max-buckets must be an integer between 1 and 10000",
+                    )
+                })?,
+        ),
+    };
+    let after = ctx.query("continuation-token").filter(|t| !t.is_empty());
     let buckets = backend.list_buckets().await?;
-    let entries: Vec<xml::BucketEntry> = buckets
+    let query = crate::listing::ListQuery {
+        prefix: prefix.unwrap_or(""),
+        delimiter: None,
+        marker: after,
+        max_keys: max.unwrap_or(usize::MAX),
+    };
+    let page = crate::listing::paginate(buckets, |b| b.name.as_str(), &query);
+    let next_token = page.next_marker.clone().filter(|_| page.is_truncated);
+    let entries: Vec<xml::BucketEntry> = page
+        .entries
         .into_iter()
         .map(|b| xml::BucketEntry {
             name: b.name,
@@ -409,6 +450,8 @@ async fn list_buckets<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
     Ok(xml_answer(xml::list_buckets_xml(
         ctx.server.owner_id,
         &entries,
+        next_token.as_deref(),
+        prefix,
     )))
 }
 
@@ -436,6 +479,7 @@ async fn list_objects<B: ObjectBackend>(
         ListVersion::V2 => params
             .continuation_token
             .as_deref()
+            .filter(|t| !t.is_empty())
             .map(ListFrom::Token)
             .or(params.start_after.as_deref().map(ListFrom::AfterKey)),
     };
@@ -526,13 +570,7 @@ async fn list_versions<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
 
 async fn get_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: bool) -> Answer {
     let object = ctx.object()?;
-    if let Some(v) = ctx.query("versionId").filter(|v| *v != "null") {
-        return Err(Error::new(
-            ErrorKind::InvalidArgument,
-            format!("Invalid version id specified: {v}"),
-        )
-        .into());
-    }
+    ctx.only_the_null_version()?;
     let conditions = Conditions::from_headers(ctx.headers);
     let mut range = header(ctx.headers, "range").and_then(RangeSpec::parse);
     let mut part = None;

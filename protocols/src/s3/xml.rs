@@ -65,7 +65,12 @@ pub struct BucketEntry {
 }
 
 /// The ListAllMyBucketsResult document.
-pub fn list_buckets_xml(owner_id: &str, buckets: &[BucketEntry]) -> String {
+pub fn list_buckets_xml(
+    owner_id: &str,
+    buckets: &[BucketEntry],
+    next_token: Option<&str>,
+    prefix: Option<&str>,
+) -> String {
     let mut w = XmlWriter::new("UTF-8");
     w.open("ListAllMyBucketsResult", Some(S3_XMLNS));
     w.open("Owner", None)
@@ -79,6 +84,10 @@ pub fn list_buckets_xml(owner_id: &str, buckets: &[BucketEntry]) -> String {
             .text("CreationDate", &format_iso8601_millis(b.created))
             .close();
     }
+    w.close();
+    // A paginated listing (max-buckets) names where the next page starts.
+    w.opt_text("ContinuationToken", next_token);
+    w.opt_text("Prefix", prefix);
     w.finish()
 }
 

@@ -505,3 +505,14 @@ def test_gateway_errors_are_s3s_short_text_and_part_numbers_are_checked(gw_s3, g
     with pytest.raises(ClientError) as ei:
         gw_s3.get_object(Bucket=gw_bucket, Key="single", PartNumber=2)
     assert client_error(ei) == (400, "InvalidPartNumber")
+
+
+def test_list_buckets_pages_through_the_gateway(gw_s3):
+    from test_s3_boto3 import _list_buckets_in_pages
+    from conftest import unique
+
+    prefix = unique("glbp")
+    made = sorted(f"{prefix}-{i}" for i in range(3))
+    for name in made:
+        gw_s3.create_bucket(Bucket=name)
+    assert _list_buckets_in_pages(gw_s3, prefix, 2) == made

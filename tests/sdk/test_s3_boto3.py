@@ -742,3 +742,17 @@ def test_only_the_null_version_exists_without_versioning(s3, bucket):
     with pytest.raises(ClientError) as ei:
         s3.head_object(Bucket=bucket, Key="v")
     assert client_error(ei)[0] == 404
+
+
+def test_acls_read_as_the_canned_private_acl_and_writes_are_not_implemented(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="acl-me", Body=b"x")
+    for acl in (s3.get_bucket_acl(Bucket=bucket), s3.get_object_acl(Bucket=bucket, Key="acl-me")):
+        owner = acl["Owner"]["ID"]
+        assert acl["Grants"] == [{"Grantee": {"ID": owner, "DisplayName": owner, "Type": "CanonicalUser"},
+                                  "Permission": "FULL_CONTROL"}]
+    with pytest.raises(ClientError) as ei:
+        s3.get_object_acl(Bucket=bucket, Key="no-such-key")
+    assert client_error(ei) == (404, "NoSuchKey")
+    with pytest.raises(ClientError) as ei:
+        s3.put_bucket_acl(Bucket=bucket, ACL="public-read")
+    assert client_error(ei) == (501, "NotImplemented")

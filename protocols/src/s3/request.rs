@@ -58,6 +58,10 @@ pub enum S3Operation {
     HeadBucket,
     /// `GET /bucket?location`.
     GetBucketLocation,
+    /// `GET /bucket?acl`: the canned private ACL (ACL writes are not implemented).
+    GetBucketAcl,
+    /// `GET /bucket/key?acl`: the canned private ACL.
+    GetObjectAcl,
     /// `GET /bucket` (V1 listing).
     ListObjects,
     /// `GET /bucket?list-type=2`.
@@ -103,6 +107,8 @@ impl S3Operation {
             ListBuckets
                 | HeadBucket
                 | GetBucketLocation
+                | GetBucketAcl
+                | GetObjectAcl
                 | ListObjects
                 | ListObjectsV2
                 | ListObjectVersions
@@ -122,6 +128,8 @@ impl S3Operation {
             DeleteBucket => "DeleteBucket",
             HeadBucket => "HeadBucket",
             GetBucketLocation => "GetBucketLocation",
+            GetBucketAcl => "GetBucketAcl",
+            GetObjectAcl => "GetObjectAcl",
             ListObjects => "ListObjects",
             ListObjectsV2 => "ListObjectsV2",
             ListObjectVersions => "ListObjectVersions",
@@ -149,6 +157,8 @@ impl S3Operation {
             ListBuckets
                 | HeadBucket
                 | GetBucketLocation
+                | GetBucketAcl
+                | GetObjectAcl
                 | ListObjects
                 | ListObjectsV2
                 | ListObjectVersions
@@ -276,7 +286,12 @@ impl S3Request {
             crate::names::check_s3_bucket(b)?;
         }
         let query = QueryParams::parse(raw_query);
-        if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| query.has(s)) {
+        // Reading an ACL is answered (the canned private one); writing one is not.
+        let reads_acl = query.has("acl") && *method == Method::GET;
+        if let Some(sub) = UNSUPPORTED_SUBRESOURCES
+            .iter()
+            .find(|s| query.has(s) && !(reads_acl && **s == "acl"))
+        {
             return Err(Error::new(
                 ErrorKind::NotImplemented,
                 format!("the '{sub}' sub-resource is not implemented"),
@@ -289,6 +304,7 @@ impl S3Request {
             (None, _, _) => return Err(not_allowed(method, "the service")),
             (Some(_), None, m) => match *m {
                 Method::GET if query.has("location") => GetBucketLocation,
+                Method::GET if reads_acl => GetBucketAcl,
                 Method::GET if query.has("uploads") => ListMultipartUploads,
                 Method::GET if query.has("versions") => ListObjectVersions,
                 Method::GET if query.get("list-type") == Some("2") => ListObjectsV2,
@@ -300,6 +316,7 @@ impl S3Request {
                 _ => return Err(not_allowed(method, "a bucket")),
             },
             (Some(_), Some(_), m) => match *m {
+                Method::GET if reads_acl => GetObjectAcl,
                 Method::GET if query.has("uploadId") => ListParts,
                 Method::GET => GetObject,
                 Method::HEAD => HeadObject,

@@ -260,6 +260,22 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
             backend.head_bucket(ctx.bucket()?).await?;
             Ok(xml_answer(xml::location_xml(ctx.server.region)))
         }
+        GetBucketAcl => {
+            backend.head_bucket(ctx.bucket()?).await?;
+            Ok(xml_answer(xml::private_acl_xml(ctx.server.owner_id)))
+        }
+        GetObjectAcl => {
+            ctx.only_the_null_version()?;
+            backend
+                .read(ReadSpec {
+                    object: ctx.object()?,
+                    conditions: &Conditions::default(),
+                    range: None,
+                    with_body: false,
+                })
+                .await?;
+            Ok(xml_answer(xml::private_acl_xml(ctx.server.owner_id)))
+        }
         CreateBucket => {
             let bucket = ctx.bucket()?;
             validate_bucket_name(bucket)?;

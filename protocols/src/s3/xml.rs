@@ -238,6 +238,30 @@ pub fn list_versions_xml(
     w.finish()
 }
 
+/// The AccessControlPolicy of GetBucketAcl and GetObjectAcl: the canned `private` ACL,
+/// the owner with full control and nobody else.
+pub fn private_acl_xml(owner_id: &str) -> String {
+    let mut w = XmlWriter::new("UTF-8");
+    w.open("AccessControlPolicy", Some(S3_XMLNS));
+    w.open("Owner", None)
+        .text("ID", owner_id)
+        .text("DisplayName", owner_id)
+        .close();
+    w.open("AccessControlList", None).open("Grant", None);
+    w.open_with_attrs(
+        "Grantee",
+        &[
+            ("xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance"),
+            ("xsi:type", "CanonicalUser"),
+        ],
+    )
+    .text("ID", owner_id)
+    .text("DisplayName", owner_id)
+    .close();
+    w.text("Permission", "FULL_CONTROL");
+    w.finish()
+}
+
 /// The GetBucketLocation answer; us-east-1 is written as an empty constraint, as S3 does.
 pub fn location_xml(region: &str) -> String {
     let mut w = XmlWriter::new("UTF-8");

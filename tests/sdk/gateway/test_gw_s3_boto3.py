@@ -516,3 +516,10 @@ def test_list_buckets_pages_through_the_gateway(gw_s3):
     for name in made:
         gw_s3.create_bucket(Bucket=name)
     assert _list_buckets_in_pages(gw_s3, prefix, 2) == made
+
+
+def test_acls_read_through_the_gateway(gw_s3, gw_bucket):
+    gw_s3.put_object(Bucket=gw_bucket, Key="acl-me", Body=b"x")
+    acl = gw_s3.get_object_acl(Bucket=gw_bucket, Key="acl-me")
+    assert [g["Permission"] for g in acl["Grants"]] == ["FULL_CONTROL"]
+    assert gw_s3.get_bucket_acl(Bucket=gw_bucket)["Grants"][0]["Grantee"]["Type"] == "CanonicalUser"

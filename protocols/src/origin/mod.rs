@@ -1106,10 +1106,10 @@ async fn check(resp: reqwest::Response) -> Result<reqwest::Response> {
         .map(|p| p.message)
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| status.to_string());
-    Err(Error::new(
-        kind,
-        format!("origin answered {status} {code}: {message}"),
-    ))
+    // The origin's own words are what a client of ours reads, when it says any; the
+    // status and code it answered go to the log.
+    tracing::debug!(%status, code, message, "the origin refused a request");
+    Err(Error::new(kind, message))
 }
 
 /// Header prefix of S3 user metadata.

@@ -523,3 +523,14 @@ def test_acls_read_through_the_gateway(gw_s3, gw_bucket):
     acl = gw_s3.get_object_acl(Bucket=gw_bucket, Key="acl-me")
     assert [g["Permission"] for g in acl["Grants"]] == ["FULL_CONTROL"]
     assert gw_s3.get_bucket_acl(Bucket=gw_bucket)["Grants"][0]["Grantee"]["Type"] == "CanonicalUser"
+
+
+def test_an_origin_refusal_reaches_the_client_in_the_origins_words(gw_s3, gw_bucket):
+    """A conditional PutObject the origin refuses: the client reads the origin's own
+    message (and code and status), not the gateway's account of the exchange."""
+    gw_s3.put_object(Bucket=gw_bucket, Key="cond", Body=b"first")
+    with pytest.raises(ClientError) as ei:
+        gw_s3.put_object(Bucket=gw_bucket, Key="cond", Body=b"second", IfMatch='"0123456789abcdef"')
+    assert client_error(ei) == (412, "PreconditionFailed")
+    assert ei.value.response["Error"]["Message"] == "At least one of the pre-conditions you specified did not hold"
+    assert gw_s3.get_object(Bucket=gw_bucket, Key="cond")["Body"].read() == b"first"

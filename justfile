@@ -37,6 +37,12 @@ run *ARGS:
 ci:
     ./.ci/run
 
+# ceph/s3-tests (the shared folder's copy, unmodified) against `talon up`; a table and
+# JSON (bench/results/s3-tests.json). Flags: --suite PATH, --select EXPR.
+s3-tests *ARGS:
+    cargo build --bins
+    python3 scripts/s3_tests.py {{ARGS}}
+
 # ---- measurement (docs/BENCHMARKS.md) ----
 
 # Criterion benches into bench/results/latest.json; `just bench -p talon-core` scopes.

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Runs ceph/s3-tests (the unmodified suite Ceph RGW, MinIO and s3s run against
+themselves) against `talon up` with its default origin, and reports what passed.
+
+    scripts/s3_tests.py [--suite ../shared/s3-tests] [--talon target/debug/talon]
+                        [--select EXPR] [--json-out bench/results/s3-tests.json]
+
+It starts `talon up` on free loopback ports over a fresh data folder, writes the
+suite's config (main and alt users both `talon`: `talon up` has one S3 identity),
+installs the suite's Python dependencies into the SDK venv (target/sdk-venv) when they
+are missing, and runs `s3tests/functional/test_s3.py` with the selection below. What
+Talon deliberately does not implement is deselected by marker or by name, each with its
+reason (DESELECTED_MARKERS, DESELECTED_NAMES); everything else selected counts. The
+end is a table a person can read and one JSON line (also written to --json-out).
+
+Not yet in CI: the suite is not part of a clone (it lives in the shared folder beside
+the repository), and the selection still fails where issue 11 has work left (keys the
+embedded origin cannot store as files, such as `foo/` beside `foo/bar`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Which tests: object reads, ranges, conditionals, HEAD, and bucket listings (V1, V2,
+# versions).
+SELECT = "bucket_list or object_read or ranged or head_object or get_object or list_versions"
+
+# Deselected by marker: features Talon does not implement, by design or not yet.
+DESELECTED_MARKERS = {
+    "fails_on_rgw": "the suite's own marker: fails on Ceph RGW, the reference it was written for",
+    "bucket_logging": "server access logging is not implemented",
+    "bucket_policy": "bucket policies are not implemented (access is the gateway's identities)",
+    "versioning": "turning versioning on is not implemented (every object is its null version)",
+    "delete_marker": "no versioning, so no delete markers",
+    "object_lock": "object lock is not implemented",
+    "lifecycle": "lifecycle rules are not implemented",
+    "tagging": "object and bucket tagging are not implemented",
+    "encryption": "server-side encryption settings are not implemented",
+    "sse_s3": "server-side encryption settings are not implemented",
+    "bucket_encryption": "server-side encryption settings are not implemented",
+    "s3website": "static website hosting is not implemented",
+    "s3select": "S3 Select is not implemented",
+    "sns": "bucket notifications are not implemented",
+    "appendobject": "RGW's append extension",
+    "iam_account": "IAM is not implemented",
+    "iam_user": "IAM is not implemented",
+    "iam_role": "IAM is not implemented",
+    "iam_tenant": "RGW tenants",
+    "object_ownership": "object ownership controls are not implemented",
+    "storage_class": "storage classes are not implemented",
+    "checksum": "selected separately once GetObjectAttributes exists",
+}
+
+# Deselected by name: tests of features without their own marker.
+DESELECTED_NAMES = {
+    "cors": "CORS is not implemented",
+    "torrent": "BitTorrent files are not implemented",
+    "unordered": "RGW's allow-unordered listing extension",
+    "anonymous": "public buckets need ACL writes, which are not implemented",
+    "get_object_attributes": "GetObjectAttributes is not implemented yet",
+    "tenant": "RGW tenants",
+    "policy": "bucket policies are not implemented",
+    "return_data_versioning": "turns versioning on, which is not implemented",
+}
+
+SUITE_DEPENDENCIES = ["munch", "isodate", "pytz", "httplib2", "lxml", "gevent", "PyYAML"]
+
+
+def die(msg: str) -> None:
+    print(f"s3-tests: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config(port: int) -> str:
+    user = "\n".join(["access_key = talon", "secret_key = talon", "user_id = talon", "display_name = talon"])
+    return f"""[DEFAULT]
+host = 127.0.0.1
+port = {port}
+is_secure = False
+ssl_verify = False
+[fixtures]
+bucket prefix = talon-{{random}}-
+iam name prefix = s3-tests-
+iam path prefix = /s3-tests/
+[s3 main]
+{user}
+email = main@example.com
+api_name = default
+[s3 alt]
+{user}
+email = alt@example.com
+[s3 tenant]
+{user}
+email = tenant@example.com
+tenant = testx
+[iam]
+{user}
+email = iam@example.com
+[iam root]
+{user}
+email = root@example.com
+[iam alt root]
+{user}
+email = altroot@example.com
+"""
+
+
+def ensure_dependencies(python: Path) -> None:
+    probe = subprocess.run([str(python), "-c", "import munch, isodate, pytz, httplib2, lxml, gevent, yaml"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        *SUITE_DEPENDENCIES], check=True)
+
+
+def start_talon(talon: Path, tmp: Path) -> tuple[subprocess.Popen, int]:
+    s3_port = free_port()
+    ready = tmp / "ready.json"
+    argv = [str(talon), "up", "--data-dir", str(tmp / "data"), "--s3-port", str(s3_port),
+            "--azure-port", str(free_port()), "--admin-port", str(free_port()), "--ready-file", str(ready)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "TALON_"))}
+    proc = subprocess.Popen(argv, stdout=open(tmp / "talon.log", "wb"), stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if proc.poll() is not None:
+            die(f"talon up exited with {proc.returncode}; see {tmp / 'talon.log'}")
+        if time.monotonic() > deadline:
+            die("talon up did not get ready within 60 s")
+        time.sleep(0.1)
+    return proc, s3_port
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--suite", type=Path, default=ROOT.parent / "shared" / "s3-tests")
+    p.add_argument("--talon", type=Path, default=ROOT / "target" / "debug" / "talon")
+    p.add_argument("--python", type=Path, default=ROOT / "target" / "sdk-venv" / "bin" / "python")
+    p.add_argument("--select", default=SELECT, help="pytest -k expression of the tests to run")
+    p.add_argument("--json-out", type=Path, default=ROOT / "bench" / "results" / "s3-tests.json")
+    args = p.parse_args()
+    if not (args.suite / "s3tests" / "functional" / "test_s3.py").is_file():
+        die(f"no ceph/s3-tests at {args.suite} (pass --suite)")
+    if not args.talon.is_file():
+        die(f"{args.talon} not found: cargo build --bins first")
+    if not args.python.is_file():
+        die(f"{args.python} not found: run scripts/test.sh once (it creates the venv)")
+    ensure_dependencies(args.python)
+    tmp = Path(tempfile.mkdtemp(prefix="talon-s3-tests-"))
+    proc, port = start_talon(args.talon, tmp)
+    try:
+        conf = tmp / "s3tests.conf"
+        conf.write_text(config(port))
+        junit = tmp / "junit.xml"
+        not_markers = " or ".join(DESELECTED_MARKERS)
+        not_names = " or ".join(DESELECTED_NAMES)
+        cmd = [str(args.python), "-m", "pytest", "s3tests/functional/test_s3.py", "-q", "-p", "no:cacheprovider",
+               "-k", f"({args.select}) and not ({not_names})", "-m", f"not ({not_markers})",
+               f"--junitxml={junit}"]
+        print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+        subprocess.run(cmd, cwd=args.suite, env=dict(os.environ, S3TEST_CONF=str(conf)))
+        if not junit.exists():
+            die("pytest wrote no report")
+        cases = ET.parse(junit).getroot().iter("testcase")
+        passed, failed = [], []
+        for case in cases:
+            outcome = [c.tag for c in case]
+            if "skipped" in outcome:
+                continue
+            (failed if ("failure" in outcome or "error" in outcome) else passed).append(case.get("name"))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    ran = len(passed) + len(failed)
+    rate = 100.0 * len(passed) / ran if ran else 0.0
+    print("\n| suite | selection | ran | passed | failed | pass rate |")
+    print("|---|---|---:|---:|---:|---:|")
+    print(f"| ceph/s3-tests against `talon up` | `{args.select}` | {ran} | {len(passed)} | {len(failed)} | {rate:.1f}% |")
+    if failed:
+        print("\nFailed: " + ", ".join(sorted(failed)))
+    report = {"suite": "ceph/s3-tests", "target": "talon up", "selection": args.select, "ran": ran,
+              "passed": len(passed), "failed": sorted(failed), "pass_rate": round(rate, 1),
+              "deselected_markers": DESELECTED_MARKERS, "deselected_names": DESELECTED_NAMES}
+    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    args.json_out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

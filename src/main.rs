@@ -2,11 +2,12 @@
 //! loopback: an origin (the origin stub over a local folder, or a real S3 or Azure
 //! account), a coordinator, workers with their own cache folders, and the gateway with
 //! an S3 and an Azure Blob endpoint in front of them. `talon gateway | worker |
-//! coordinator | origin | loadgen` run one part each and `talon status` shows a cluster, with the flags of the part's own
+//! coordinator | origin | loadgen` run one part each, `talon status` shows a cluster and `talon warm` fills its cache, with the flags of the part's own
 //! binary (`talon-gateway`, ... remain as aliases); every part shares one start-up path
 //! (`talon_process`: logs, ready file, drain on SIGTERM).
 
 mod status;
+mod warm;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -63,6 +64,9 @@ enum Command {
     /// Show a cluster as its coordinator knows it: the epoch, every worker (address,
     /// state, last heartbeat, bytes cached, hit ratio) and the totals.
     Status(status::StatusArgs),
+    /// Fill the cache with named objects before a job reads them, with progress and a
+    /// table (or --json) at the end.
+    Warm(warm::WarmArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -504,6 +508,7 @@ fn main() -> anyhow::Result<ExitCode> {
             Command::Coordinator(args) => talon_coordinator::cli::run(args).await,
             Command::Origin(args) => talon_origin_stub::cli::run(args).await,
             Command::Status(args) => status::status(args).await,
+            Command::Warm(args) => warm::warm(args).await,
             Command::Loadgen(_) => unreachable!("handled above"),
         }
     })?;

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import blob_service, s3_client
+from conftest import blob_service, s3_client, unique
 
 from . import harness
 
@@ -117,3 +117,40 @@ def test_talon_status_shows_the_cluster(cluster):
     refused = subprocess.run(argv, capture_output=True, timeout=60, env=env)
     assert refused.returncode != 0
     assert b"secret" in refused.stderr.lower(), refused.stderr
+
+
+def _origin_get_bytes(front) -> float:
+    text = requests.get(front.origin_admin + "/metrics", timeout=30).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("talon_origin_get_bytes_total"))
+
+
+def test_talon_warm_fills_the_cache_before_a_read(cluster):
+    """`talon warm` reads named objects through the cluster so that a job's first read is
+    a hit: after it, reading the object through the gateway costs the origin no bytes."""
+    import json
+
+    import boto3
+
+    origin = boto3.client("s3", endpoint_url=cluster.origin_s3, region_name="us-east-1",
+                          aws_access_key_id=harness.ORIGIN_S3[0], aws_secret_access_key=harness.ORIGIN_S3[1])
+    bucket = unique("warm")
+    origin.create_bucket(Bucket=bucket)
+    body = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MiB: three blocks and a bit
+    origin.put_object(Bucket=bucket, Key="weights.bin", Body=body)
+    argv = [str(harness.binary("talon")), "warm", "--coordinator", cluster.coordinator,
+            "--block-size", harness.BLOCK_SIZE, f"s3/{bucket}/weights.bin", "--json"]
+    first = subprocess.run(argv, capture_output=True, timeout=120, env=harness.clean_env())
+    assert first.returncode == 0, first.stderr.decode()
+    [warmed] = json.loads(first.stdout)["objects"]
+    assert warmed["bytes"] == len(body) and warmed["fills"] > 0 and warmed["hits"] == 0, warmed
+    again = subprocess.run(argv, capture_output=True, timeout=120, env=harness.clean_env())
+    [rewarmed] = json.loads(again.stdout)["objects"]
+    assert rewarmed["fills"] == 0 and rewarmed["hits"] > 0, rewarmed
+    before = _origin_get_bytes(cluster.main)
+    got = s3_client(cluster.main).get_object(Bucket=bucket, Key="weights.bin")["Body"].read()
+    assert hashlib.sha256(got).hexdigest() == hashlib.sha256(body).hexdigest()
+    assert _origin_get_bytes(cluster.main) == before
+    missing = subprocess.run([*argv[:-2], f"s3/{bucket}/absent.bin"], capture_output=True, timeout=60,
+                             env=harness.clean_env())
+    assert missing.returncode != 0 and b"absent.bin" in missing.stderr, missing.stderr

@@ -756,3 +756,16 @@ def test_acls_read_as_the_canned_private_acl_and_writes_are_not_implemented(s3, 
     with pytest.raises(ClientError) as ei:
         s3.put_bucket_acl(Bucket=bucket, ACL="public-read")
     assert client_error(ei) == (501, "NotImplemented")
+
+
+def test_listings_echo_the_prefix_as_botocore_reads_it(s3, bucket):
+    """boto3 asks for encoding-type=url and decodes what S3 encodes: every V1 element but
+    the Prefix, and the Prefix in V2 and ListObjectVersions. Each echo reads back as sent."""
+    prefix = "sp ace+\n/"
+    s3.put_object(Bucket=bucket, Key=prefix + "k", Body=b"x")
+    v1 = s3.list_objects(Bucket=bucket, Prefix=prefix)
+    v2 = s3.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    versions = s3.list_object_versions(Bucket=bucket, Prefix=prefix)
+    assert v1["Prefix"] == v2["Prefix"] == versions["Prefix"] == prefix
+    assert [o["Key"] for o in v1["Contents"]] == [o["Key"] for o in v2["Contents"]] == [prefix + "k"]
+    assert [v["Key"] for v in versions["Versions"]] == [prefix + "k"]

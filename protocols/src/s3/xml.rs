@@ -124,7 +124,13 @@ pub fn list_objects_xml(
     };
     let mut w = XmlWriter::new("UTF-8");
     w.open("ListBucketResult", Some(S3_XMLNS));
-    w.text("Name", bucket).text("Prefix", &enc(&params.prefix));
+    // V1 answers its Prefix as it came, even with encoding-type=url (S3 does, and so
+    // botocore decodes every V1 element but that one); V2 encodes it.
+    let prefix = match params.version {
+        ListVersion::V1 => params.prefix.clone(),
+        ListVersion::V2 => enc(&params.prefix),
+    };
+    w.text("Name", bucket).text("Prefix", &prefix);
     match params.version {
         ListVersion::V1 => {
             w.text("Marker", &enc(params.marker.as_deref().unwrap_or("")));

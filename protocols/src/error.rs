@@ -79,6 +79,8 @@ pub enum ErrorKind {
     /// A multipart part or Azure block in a completion list is missing or wrong.
     InvalidPart,
     /// A read named a part number the object does not have (`GET ?partNumber=N`).
+    /// S3 answers it with the code of a missing part, `InvalidPart` (ceph/s3-tests'
+    /// `test_non_multipart_get_part`, which is not marked as failing on AWS).
     InvalidPartNumber,
     /// Multipart parts were listed out of ascending order.
     InvalidPartOrder,
@@ -178,7 +180,7 @@ impl ErrorKind {
                 400,
             ),
             InvalidPart => row("InvalidPart", 400, "InvalidBlockList", 400),
-            InvalidPartNumber => row("InvalidPartNumber", 400, "InvalidQueryParameterValue", 400),
+            InvalidPartNumber => row("InvalidPart", 400, "InvalidQueryParameterValue", 400),
             InvalidPartOrder => row("InvalidPartOrder", 400, "InvalidBlockList", 400),
             MissingContentLength => row("MissingContentLength", 411, "MissingRequiredHeader", 411),
             MissingHeader => row("InvalidRequest", 400, "MissingRequiredHeader", 400),

@@ -140,7 +140,7 @@ def test_list_object_versions_over_an_azure_origin(cluster):
 
 
 def test_part_numbers_over_an_azure_origin(cluster):
-    """A blob is one part: part 1 is the whole blob, part 2 is 400 InvalidPartNumber."""
+    """A blob is one part: part 1 is the whole blob, part 2 is 400 InvalidPart."""
     main, cross = s3_client(cluster.main), s3_client(cluster.cross)
     bucket = unique("xpart")
     main.create_bucket(Bucket=bucket)
@@ -150,4 +150,4 @@ def test_part_numbers_over_an_azure_origin(cluster):
     assert resp.get("PartsCount") is None
     with pytest.raises(ClientError) as ei:
         cross.get_object(Bucket=bucket, Key="blob", PartNumber=2)
-    assert client_error(ei) == (400, "InvalidPartNumber")
+    assert client_error(ei) == (400, "InvalidPart")

@@ -495,7 +495,7 @@ def test_list_object_versions_through_the_gateway(gw_s3, gw_bucket):
 
 def test_gateway_errors_are_s3s_short_text_and_part_numbers_are_checked(gw_s3, gw_bucket):
     """What the cache or the origin said stays in the gateway's log: a client reads S3's
-    own message. A part the object does not have is 400 InvalidPartNumber."""
+    own message. A part the object does not have is 400 InvalidPart."""
     with pytest.raises(ClientError) as ei:
         gw_s3.get_object(Bucket=gw_bucket, Key="nothing-here")
     assert client_error(ei) == (404, "NoSuchKey")
@@ -504,7 +504,7 @@ def test_gateway_errors_are_s3s_short_text_and_part_numbers_are_checked(gw_s3, g
     assert gw_s3.get_object(Bucket=gw_bucket, Key="single", PartNumber=1)["Body"].read() == b"one part"
     with pytest.raises(ClientError) as ei:
         gw_s3.get_object(Bucket=gw_bucket, Key="single", PartNumber=2)
-    assert client_error(ei) == (400, "InvalidPartNumber")
+    assert client_error(ei) == (400, "InvalidPart")
 
 
 def test_list_buckets_pages_through_the_gateway(gw_s3):

@@ -15,10 +15,8 @@ use axum::body::Body;
 use axum::response::Response;
 use http::Request;
 use talon_cache_client::ReaderId;
-use talon_protocols::answer::{Front, answer};
+use talon_protocols::answer::Front;
 use talon_protocols::azure::server::AzureServer;
-use talon_protocols::server::ServerLimits;
-use talon_protocols::{Error, ErrorKind};
 
 use crate::Gateway;
 use crate::backend::GatewayBackend;
@@ -29,11 +27,7 @@ const PROTOCOL: &str = "azure";
 pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Response {
     let started = Instant::now();
     let Some(front) = gw.azure.as_ref() else {
-        let e = Error::new(ErrorKind::NotImplemented, "no Azure front");
-        let mut resp = answer(e.kind().azure_status(), Body::empty());
-        let id = Front::Azure.new_request_id();
-        Front::Azure.stamp(resp.headers_mut(), &id, "", "talon-gateway");
-        return resp;
+        return crate::reply::no_front(Front::Azure);
     };
     let backend = GatewayBackend::new(
         gw.clone(),
@@ -48,23 +42,9 @@ pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> R
         https: gw.https,
         service_endpoint: None,
         server_name: "talon-gateway",
-        limits: ServerLimits {
-            max_header_bytes: gw.limits.max_header_bytes,
-            max_xml_bytes: gw.limits.max_xml_bytes,
-            max_upload_bytes: gw.limits.max_upload_bytes,
-            upload_idle_timeout: gw.limits.upload_idle_timeout,
-            deadline: Some(gw.limits.request_deadline),
-        },
+        limits: gw.limits.server_limits(),
     };
     let handled =
         talon_protocols::azure::server::handle(&server, &backend, req, Some(peer.ip())).await;
-    gw.metrics.request(
-        PROTOCOL,
-        handled.operation,
-        front.route.name(),
-        backend.outcome(handled.failed),
-    );
-    gw.metrics
-        .latency(PROTOCOL, handled.operation, started.elapsed());
-    handled.response.map(Body::new)
+    backend.answer(handled, started)
 }

@@ -72,6 +72,20 @@ impl GatewayBackend {
             .unwrap_or(Outcome::Origin)
     }
 
+    /// The answer of a request this backend served, counted in the gateway's metrics
+    /// (operation, route, outcome, and the time since `started`).
+    pub fn answer(
+        &self,
+        handled: talon_protocols::server::Handled,
+        started: std::time::Instant,
+    ) -> axum::response::Response {
+        let outcome = self.outcome(handled.failed);
+        let metrics = &self.gw.metrics;
+        metrics.request(self.protocol, handled.operation, self.route.name(), outcome);
+        metrics.latency(self.protocol, handled.operation, started.elapsed());
+        handled.response.map(axum::body::Body::new)
+    }
+
     fn client(&self) -> Result<&talon_protocols::origin::OriginClient, Error> {
         self.gw.objects.origin(self.origin)
     }

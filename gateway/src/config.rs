@@ -314,3 +314,16 @@ impl Identities {
         Ok(())
     }
 }
+
+impl Limits {
+    /// The bounds the protocol servers hold every request on a front to.
+    pub fn server_limits(&self) -> talon_protocols::server::ServerLimits {
+        talon_protocols::server::ServerLimits {
+            max_header_bytes: self.max_header_bytes,
+            max_xml_bytes: self.max_xml_bytes,
+            max_upload_bytes: self.max_upload_bytes,
+            upload_idle_timeout: self.upload_idle_timeout,
+            deadline: Some(self.request_deadline),
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! Relaying an origin's answer to a client, for the operations the gateway passes on
-//! as they are. Failures, error answers and the header helpers are the protocols'
-//! ([`talon_protocols::answer`]), shared with the origin stub.
+//! as they are, and the answer of a front that is not configured. Failures, error
+//! answers and the header helpers are the protocols' ([`talon_protocols::answer`]),
+//! shared with the origin stub.
 
 use axum::response::Response;
 use futures_util::StreamExt;
@@ -46,4 +47,25 @@ pub fn relay(resp: reqwest::Response) -> Response<AnswerBody> {
     let mut out = answer(status, body);
     *out.headers_mut() = headers;
     out
+}
+
+/// The answer on a listener whose front is not configured: `NotImplemented` in that
+/// protocol's status, stamped like every answer.
+pub fn no_front(front: talon_protocols::answer::Front) -> Response {
+    let status = match front {
+        talon_protocols::answer::Front::S3 => {
+            talon_protocols::ErrorKind::NotImplemented.s3_status()
+        }
+        talon_protocols::answer::Front::Azure => {
+            talon_protocols::ErrorKind::NotImplemented.azure_status()
+        }
+    };
+    let mut resp = answer(status, axum::body::Body::empty());
+    front.stamp(
+        resp.headers_mut(),
+        &front.new_request_id(),
+        "",
+        "talon-gateway",
+    );
+    resp
 }

@@ -14,9 +14,8 @@ use axum::body::Body;
 use axum::response::Response;
 use http::Request;
 use talon_cache_client::ReaderId;
-use talon_protocols::answer::{Front, answer};
-use talon_protocols::s3::server::{S3Server, ServerLimits};
-use talon_protocols::{Error, ErrorKind};
+use talon_protocols::answer::Front;
+use talon_protocols::s3::server::S3Server;
 
 use crate::Gateway;
 use crate::backend::GatewayBackend;
@@ -28,15 +27,7 @@ const PROTOCOL: &str = "s3";
 pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
     let started = Instant::now();
     let Some(front) = gw.s3.as_ref() else {
-        let e = Error::new(ErrorKind::NotImplemented, "no S3 front");
-        let mut resp = answer(e.kind().s3_status(), Body::empty());
-        Front::S3.stamp(
-            resp.headers_mut(),
-            &Front::S3.new_request_id(),
-            "",
-            OWNER_ID,
-        );
-        return resp;
+        return crate::reply::no_front(Front::S3);
     };
     let reader = req
         .extensions()
@@ -49,22 +40,8 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
         region: &front.region,
         owner_id: OWNER_ID,
         server_name: "talon-gateway",
-        limits: ServerLimits {
-            max_header_bytes: gw.limits.max_header_bytes,
-            max_xml_bytes: gw.limits.max_xml_bytes,
-            max_upload_bytes: gw.limits.max_upload_bytes,
-            upload_idle_timeout: gw.limits.upload_idle_timeout,
-            deadline: Some(gw.limits.request_deadline),
-        },
+        limits: gw.limits.server_limits(),
     };
     let handled = talon_protocols::s3::server::handle(&server, &backend, req).await;
-    gw.metrics.request(
-        PROTOCOL,
-        handled.operation,
-        front.route.name(),
-        backend.outcome(handled.failed),
-    );
-    gw.metrics
-        .latency(PROTOCOL, handled.operation, started.elapsed());
-    handled.response.map(Body::new)
+    backend.answer(handled, started)
 }

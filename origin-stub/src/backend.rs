@@ -105,6 +105,35 @@ pub fn info_of(meta: &ObjectMeta) -> ObjectInfo {
     }
 }
 
+/// Checks a write's conditions against the version stored now (none when absent):
+/// blocking store work.
+///
+/// # Errors
+/// [`ErrorKind::PreconditionFailed`], or the store's error.
+fn check_write_conditions(
+    store: &crate::store::ObjectStore,
+    bucket: &str,
+    key: &str,
+    conditions: &talon_protocols::conditional::Conditions,
+) -> Result<()> {
+    if conditions.is_empty() {
+        return Ok(());
+    }
+    let current = match store.head(bucket, key) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == ErrorKind::NoSuchKey => None,
+        Err(e) => return Err(e),
+    };
+    conditions
+        .check_write(current.as_ref().map(|m| (m.etag.as_str(), m.last_modified)))
+        .map_err(|kind| {
+            Error::new(
+                kind,
+                "At least one of the pre-conditions you specified did not hold",
+            )
+        })
+}
+
 /// What a stored version answers to its writer.
 fn written(
     meta: &ObjectMeta,
@@ -328,22 +357,7 @@ impl ObjectBackend for StubBackend {
             let (b, k) = (bucket.clone(), key.clone());
             blocking(move || {
                 store.bucket_info(&b)?;
-                if conditions.is_empty() {
-                    return Ok(());
-                }
-                let current = match store.head(&b, &k) {
-                    Ok(m) => Some(m),
-                    Err(e) if e.kind() == ErrorKind::NoSuchKey => None,
-                    Err(e) => return Err(e),
-                };
-                conditions
-                    .check_write(current.as_ref().map(|m| (m.etag.as_str(), m.last_modified)))
-                    .map_err(|kind| {
-                        Error::new(
-                            kind,
-                            "At least one of the pre-conditions you specified did not hold",
-                        )
-                    })
+                check_write_conditions(&store, &b, &k, &conditions)
             })
             .await?;
         }
@@ -570,21 +584,7 @@ impl ObjectBackend for StubBackend {
         let store = self.state.store.clone();
         let (b, k) = (object.bucket.to_owned(), object.key.to_owned());
         let meta = blocking(move || {
-            if !conditions.is_empty() {
-                let current = match store.head(&b, &k) {
-                    Ok(m) => Some(m),
-                    Err(e) if e.kind() == ErrorKind::NoSuchKey => None,
-                    Err(e) => return Err(e),
-                };
-                conditions
-                    .check_write(current.as_ref().map(|m| (m.etag.as_str(), m.last_modified)))
-                    .map_err(|kind| {
-                        Error::new(
-                            kind,
-                            "At least one of the pre-conditions you specified did not hold",
-                        )
-                    })?;
-            }
+            check_write_conditions(&store, &b, &k, &conditions)?;
             store.put_block_list(&b, &k, &items, options)
         })
         .await?;

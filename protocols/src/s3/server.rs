@@ -480,12 +480,7 @@ async fn list_objects<B: ObjectBackend>(
     let params = ListObjectsParams::from_query(&ctx.request.query, version)?;
     let owner = ctx.server.owner_id;
     if params.max_keys == 0 {
-        let empty = ListPage {
-            entries: Vec::new(),
-            common_prefixes: Vec::new(),
-            is_truncated: false,
-            next_marker: None,
-        };
+        let empty = empty_page();
         return Ok(xml_answer(xml::list_objects_xml(
             bucket, &params, &empty, None, owner,
         )));
@@ -507,7 +502,34 @@ async fn list_objects<B: ObjectBackend>(
         include_metadata: false,
     };
     let result = backend.list(bucket, &spec).await?;
-    let page = ListPage {
+    let next_token = result
+        .next_token
+        .clone()
+        .filter(|_| result.is_truncated && version == ListVersion::V2);
+    let page = s3_page(result);
+    Ok(xml_answer(xml::list_objects_xml(
+        bucket,
+        &params,
+        &page,
+        next_token.as_deref(),
+        owner,
+    )))
+}
+
+/// A listing page with nothing on it (`max-keys=0`).
+fn empty_page() -> ListPage<xml::ObjectEntry> {
+    ListPage {
+        entries: Vec::new(),
+        common_prefixes: Vec::new(),
+        is_truncated: false,
+        next_marker: None,
+    }
+}
+
+/// A backend's listing page as S3's listing documents write it; the next marker only
+/// when more entries follow.
+fn s3_page(result: crate::server::ListResult) -> ListPage<xml::ObjectEntry> {
+    ListPage {
         entries: result
             .objects
             .into_iter()
@@ -521,17 +543,7 @@ async fn list_objects<B: ObjectBackend>(
         common_prefixes: result.common_prefixes,
         is_truncated: result.is_truncated,
         next_marker: result.next_marker.filter(|_| result.is_truncated),
-    };
-    let next_token = result
-        .next_token
-        .filter(|_| result.is_truncated && version == ListVersion::V2);
-    Ok(xml_answer(xml::list_objects_xml(
-        bucket,
-        &params,
-        &page,
-        next_token.as_deref(),
-        owner,
-    )))
+    }
 }
 
 /// ListObjectVersions over a backend without versioning: the objects a listing gives,
@@ -541,12 +553,7 @@ async fn list_versions<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
     let params = ListVersionsParams::from_query(&ctx.request.query)?;
     let owner = ctx.server.owner_id;
     if params.max_keys == 0 {
-        let empty = ListPage {
-            entries: Vec::new(),
-            common_prefixes: Vec::new(),
-            is_truncated: false,
-            next_marker: None,
-        };
+        let empty = empty_page();
         backend.head_bucket(bucket).await?;
         return Ok(xml_answer(xml::list_versions_xml(
             bucket, &params, &empty, owner,
@@ -564,21 +571,7 @@ async fn list_versions<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
         include_metadata: false,
     };
     let result = backend.list(bucket, &spec).await?;
-    let page = ListPage {
-        entries: result
-            .objects
-            .into_iter()
-            .map(|o| xml::ObjectEntry {
-                key: o.key,
-                last_modified: o.last_modified,
-                etag: o.etag,
-                size: o.size,
-            })
-            .collect(),
-        common_prefixes: result.common_prefixes,
-        is_truncated: result.is_truncated,
-        next_marker: result.next_marker.filter(|_| result.is_truncated),
-    };
+    let page = s3_page(result);
     Ok(xml_answer(xml::list_versions_xml(
         bucket, &params, &page, owner,
     )))

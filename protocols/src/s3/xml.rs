@@ -73,10 +73,7 @@ pub fn list_buckets_xml(
 ) -> String {
     let mut w = XmlWriter::new("UTF-8");
     w.open("ListAllMyBucketsResult", Some(S3_XMLNS));
-    w.open("Owner", None)
-        .text("ID", owner_id)
-        .text("DisplayName", owner_id)
-        .close();
+    write_owner(&mut w, owner_id);
     w.open("Buckets", None);
     for b in buckets {
         w.open("Bucket", None)
@@ -104,6 +101,42 @@ pub struct ObjectEntry {
     pub size: u64,
 }
 
+/// `s` URL-encoded when the listing asked for `encoding-type=url`.
+fn url_encoded_if(encoding_url: bool, s: &str) -> String {
+    if encoding_url {
+        encode_path(s)
+    } else {
+        s.to_owned()
+    }
+}
+
+/// `<Owner>` with the one owner every Talon listing names.
+fn write_owner(w: &mut XmlWriter, owner_id: &str) {
+    w.open("Owner", None)
+        .text("ID", owner_id)
+        .text("DisplayName", owner_id)
+        .close();
+}
+
+/// The elements every object listing carries after its markers: `MaxKeys`,
+/// `Delimiter`, `EncodingType` and `IsTruncated`.
+fn write_page_bounds(
+    w: &mut XmlWriter,
+    max_keys: usize,
+    delimiter: Option<&str>,
+    encoding_url: bool,
+    is_truncated: bool,
+) {
+    w.text("MaxKeys", &max_keys.to_string());
+    if let Some(d) = delimiter {
+        w.text("Delimiter", &url_encoded_if(encoding_url, d));
+    }
+    if encoding_url {
+        w.text("EncodingType", "url");
+    }
+    w.text("IsTruncated", if is_truncated { "true" } else { "false" });
+}
+
 /// The ListBucketResult document of ListObjects (V1) or ListObjectsV2.
 ///
 /// `next_token` is the V2 `NextContinuationToken` the caller derived from
@@ -115,13 +148,7 @@ pub fn list_objects_xml(
     next_token: Option<&str>,
     owner_id: &str,
 ) -> String {
-    let enc = |s: &str| {
-        if params.encoding_url {
-            encode_path(s)
-        } else {
-            s.to_owned()
-        }
-    };
+    let enc = |s: &str| url_encoded_if(params.encoding_url, s);
     let mut w = XmlWriter::new("UTF-8");
     w.open("ListBucketResult", Some(S3_XMLNS));
     // V1 answers its Prefix as it came, even with encoding-type=url (S3 does, and so
@@ -148,16 +175,12 @@ pub fn list_objects_xml(
             }
         }
     }
-    w.text("MaxKeys", &params.max_keys.to_string());
-    if let Some(d) = &params.delimiter {
-        w.text("Delimiter", &enc(d));
-    }
-    if params.encoding_url {
-        w.text("EncodingType", "url");
-    }
-    w.text(
-        "IsTruncated",
-        if page.is_truncated { "true" } else { "false" },
+    write_page_bounds(
+        &mut w,
+        params.max_keys,
+        params.delimiter.as_deref(),
+        params.encoding_url,
+        page.is_truncated,
     );
     for o in &page.entries {
         w.open("Contents", None)
@@ -166,10 +189,7 @@ pub fn list_objects_xml(
             .text("ETag", &o.etag)
             .text("Size", &o.size.to_string());
         if params.version == ListVersion::V1 || params.fetch_owner {
-            w.open("Owner", None)
-                .text("ID", owner_id)
-                .text("DisplayName", owner_id)
-                .close();
+            write_owner(&mut w, owner_id);
         }
         w.text("StorageClass", "STANDARD").close();
     }
@@ -189,13 +209,7 @@ pub fn list_versions_xml(
     page: &ListPage<ObjectEntry>,
     owner_id: &str,
 ) -> String {
-    let enc = |s: &str| {
-        if params.encoding_url {
-            encode_path(s)
-        } else {
-            s.to_owned()
-        }
-    };
+    let enc = |s: &str| url_encoded_if(params.encoding_url, s);
     let mut w = XmlWriter::new("UTF-8");
     w.open("ListVersionsResult", Some(S3_XMLNS));
     w.text("Name", bucket).text("Prefix", &enc(&params.prefix));
@@ -211,16 +225,12 @@ pub fn list_versions_xml(
         w.text("NextKeyMarker", &enc(next));
         w.text("NextVersionIdMarker", "null");
     }
-    w.text("MaxKeys", &params.max_keys.to_string());
-    if let Some(d) = &params.delimiter {
-        w.text("Delimiter", &enc(d));
-    }
-    if params.encoding_url {
-        w.text("EncodingType", "url");
-    }
-    w.text(
-        "IsTruncated",
-        if page.is_truncated { "true" } else { "false" },
+    write_page_bounds(
+        &mut w,
+        params.max_keys,
+        params.delimiter.as_deref(),
+        params.encoding_url,
+        page.is_truncated,
     );
     for o in &page.entries {
         w.open("Version", None)
@@ -230,10 +240,7 @@ pub fn list_versions_xml(
             .text("LastModified", &format_iso8601_millis(o.last_modified))
             .text("ETag", &o.etag)
             .text("Size", &o.size.to_string());
-        w.open("Owner", None)
-            .text("ID", owner_id)
-            .text("DisplayName", owner_id)
-            .close();
+        write_owner(&mut w, owner_id);
         w.text("StorageClass", "STANDARD").close();
     }
     for p in &page.common_prefixes {
@@ -249,10 +256,7 @@ pub fn list_versions_xml(
 pub fn private_acl_xml(owner_id: &str) -> String {
     let mut w = XmlWriter::new("UTF-8");
     w.open("AccessControlPolicy", Some(S3_XMLNS));
-    w.open("Owner", None)
-        .text("ID", owner_id)
-        .text("DisplayName", owner_id)
-        .close();
+    write_owner(&mut w, owner_id);
     w.open("AccessControlList", None).open("Grant", None);
     w.open_with_attrs(
         "Grantee",

@@ -78,8 +78,6 @@ pub enum NameProblem {
     /// The value contains a control character (content types become HTTP
     /// header values, where these are not allowed).
     ContainsControl,
-    /// A path has an empty segment: a leading, trailing or doubled `/`.
-    EmptySegment,
     /// A path has a `.` or `..` segment.
     DotSegment,
     /// A content MD5 has characters outside base64.
@@ -100,9 +98,6 @@ impl fmt::Display for NameProblem {
             Self::ContainsSlash => f.write_str("contains `/`"),
             Self::ContainsNul => f.write_str("contains a NUL character"),
             Self::ContainsControl => f.write_str("contains a control character"),
-            Self::EmptySegment => {
-                f.write_str("has an empty segment (leading, trailing or double `/`)")
-            }
             Self::DotSegment => f.write_str("has a `.` or `..` segment"),
             Self::NotBase64 => f.write_str("has characters outside base64"),
             Self::NotAToken => f.write_str("is not a lower-case HTTP token"),

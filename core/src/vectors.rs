@@ -109,6 +109,8 @@ pub fn vector_set() -> Result<Vec<Vector>, Error> {
         "s3/b/k",
         "s3/logs.example.com/année=2024/mois=05/événements 1.json",
         "s3/bucket/.hidden/..dots/a.b.c",
+        "s3/b/folder/marker/",
+        "s3/b//lead//double",
         "az/myaccount/mycontainer/dir/blob.bin",
         "az/a/c/x",
     ] {

@@ -1,22 +1,38 @@
 //! The stub's object store: a folder on disk (top-level folders are buckets, files are
 //! objects) overlaid on deterministic generated objects, with multipart uploads and
-//! Azure uncommitted blocks kept beside it.
+//! Azure uncommitted blocks kept beside it. It stores every key S3 accepts.
 //!
 //! Layout under the data folder:
 //!
 //! ```text
-//! <bucket>/<key>                         object bytes, exactly as uploaded
-//! .talon-stub/meta/<bucket>/<sha256(key)>.json   metadata of objects written through the stub
+//! <bucket>/<key>                         object bytes, exactly as uploaded, when a file can have the key's path
+//! .talon-stub/keyed/<bucket>/<sha256(key)>       object bytes of every other key
+//! .talon-stub/meta/<bucket>/<sha256(key)>.json   metadata of objects written through the stub (and their key)
 //! .talon-stub/tmp/                       uploads in progress (renamed into place when complete)
 //! .talon-stub/uploads/<upload id>/       S3 multipart parts
 //! .talon-stub/blocks/<sha256(bucket/key)>/  Azure uncommitted blocks
 //! ```
 //!
-//! An object becomes visible only by a rename of a complete file, so a reader never sees
-//! a partial write, and a reader that opened the old file keeps reading the old bytes.
-//! Metadata is written before that rename and names the file it describes (size, mtime,
-//! inode), so a file changed behind the stub's back falls back to derived metadata
-//! instead of inheriting stale ETags. All methods block; call them off the reactor.
+//! **Which keys are files.** S3's namespace is flat: `a` and `a/b` may both exist, keys
+//! may end in `/` (folder markers, as the AWS console, rclone and Hadoop's S3A write them)
+//! or hold `.`/`..` and empty segments. A key is kept as the file `<bucket>/<key>` when
+//! every segment is a file name (non-empty, not `.` or `..`, at most 255 bytes) and the
+//! path is free of a conflicting object (no file where a folder is needed, no folder
+//! where the file goes); otherwise its bytes are kept under the key's SHA-256 in
+//! `keyed/` and its key in its metadata record. A key kept there stays there until it is
+//! deleted, so a key has one home at a time. Files put into the bucket folders by hand
+//! are objects; a keyed object wins over a hand-made file of the same key.
+//!
+//! **Crash safety.** An object becomes visible only by the rename of a complete,
+//! `fsync`ed file, and the folders it was renamed in are synced after; so a reader, or a
+//! restart after a crash at any point, sees the old version or the new one, never a torn
+//! one, and a reader that opened the old file keeps reading the old bytes. Metadata is
+//! published before the bytes and names the file it describes (size, mtime, inode): cut
+//! short between the two, the old bytes keep derived metadata (a fresh ETag) rather than
+//! the new version's, and a new keyed object with no bytes yet is not listed. Staging
+//! files left by a crash are removed when the next process opens the folder (it holds a
+//! lock on `.talon-stub/lock`, so a second process on the same folder leaves them).
+//! All methods block; call them off the reactor.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -119,6 +135,9 @@ pub struct NewObject {
 /// What the stub stores beside an object written through it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Sidecar {
+    /// The key, which a keyed object's file name (a hash) cannot tell.
+    #[serde(default)]
+    key: Option<String>,
     etag: String,
     content_type: Option<String>,
     user_metadata: BTreeMap<String, String>,
@@ -145,7 +164,7 @@ pub struct BucketInfo {
     pub created: SystemTime,
 }
 
-/// A file being written in the staging folder; removed on drop unless committed.
+/// A file being written in the staging folder; removed on drop unless published.
 #[derive(Debug)]
 pub struct StagedFile {
     path: PathBuf,
@@ -234,6 +253,8 @@ pub struct ObjectStore {
     /// metadata) and listing hold it shared. So a reader always sees one version's bytes
     /// with that version's metadata, and folders are never removed under a publish.
     namespace: RwLock<()>,
+    /// The lock on `.talon-stub/lock`, held for the store's life when this process got it.
+    _owner: Option<File>,
 }
 
 fn internal(context: &str, err: io::Error) -> Error {
@@ -265,11 +286,11 @@ fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
 }
 
-/// Checks that a key can be stored as a file path: non-empty, at most 1024 bytes, no NUL,
-/// no empty, `.` or `..` segments, no segment longer than 255 bytes.
+/// Checks that S3 accepts a key, which the store can then keep: non-empty, at most
+/// 1,024 bytes, no NUL (which no XML listing could carry).
 ///
 /// # Errors
-/// [`ErrorKind::InvalidObjectName`] (and `KeyTooLong`-style messages for length).
+/// [`ErrorKind::InvalidObjectName`].
 pub fn check_key(key: &str) -> Result<()> {
     let bad = |why: &str| {
         Err(Error::new(
@@ -286,15 +307,66 @@ pub fn check_key(key: &str) -> Result<()> {
     if key.contains('\0') {
         return bad("contains NUL");
     }
-    for seg in key.split('/') {
-        match seg {
-            "" => return bad("has an empty path segment (a leading, trailing or double '/')"),
-            "." | ".." => return bad("has a '.' or '..' segment"),
-            s if s.len() > 255 => return bad("has a path segment longer than 255 bytes"),
-            _ => {}
-        }
-    }
     Ok(())
+}
+
+/// Whether every segment of a key is a file name: non-empty, not `.` or `..`, at most
+/// 255 bytes. Only such a key can be the path of a file in its bucket's folder.
+fn is_a_file_path(key: &str) -> bool {
+    !key.contains('\0')
+        && key
+            .split('/')
+            .all(|seg| !seg.is_empty() && seg != "." && seg != ".." && seg.len() <= 255)
+}
+
+/// Renames a staged file, whose bytes the caller has synced, to `target`, then syncs
+/// the folder the name was added to: after this returns, a crash keeps the file whole
+/// under its new name.
+fn publish(staged: &Path, target: &Path) -> io::Result<()> {
+    fs::rename(staged, target)?;
+    sync_folder_of(target)
+}
+
+/// Opens the regular file at `path`; `None` when there is none (nothing, or a folder).
+fn open_regular_file(path: &Path) -> Result<Option<(File, fs::Metadata)>> {
+    match File::open(path) {
+        Ok(file) => {
+            let meta = file
+                .metadata()
+                .map_err(|e| internal("reading object metadata", e))?;
+            Ok(meta.is_file().then_some((file, meta)))
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(internal("opening the object", e)),
+    }
+}
+
+/// Removes the regular file at `path` and syncs its folder; whether there was one.
+fn remove_regular_file(path: &Path) -> io::Result<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => {
+            fs::remove_file(path)?;
+            sync_folder_of(path)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Syncs the folder holding `path`, so that a rename into it or a removal from it
+/// survives a crash.
+fn sync_folder_of(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) => File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
 }
 
 fn check_bucket(bucket: &str) -> Result<()> {
@@ -325,9 +397,24 @@ impl ObjectStore {
     /// # Errors
     /// I/O errors creating the stub's folders.
     pub fn new(root: &Path, generated: Vec<GeneratedObject>) -> io::Result<ObjectStore> {
-        for sub in ["tmp", "meta", "uploads", "blocks"] {
+        for sub in ["tmp", "meta", "keyed", "uploads", "blocks"] {
             fs::create_dir_all(root.join(STUB_DIR).join(sub))?;
         }
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(root.join(STUB_DIR).join("lock"))?;
+        let owner = match lock.try_lock() {
+            Ok(()) => {
+                // No other process uses this folder: staging files are a crash's leftovers.
+                for entry in fs::read_dir(root.join(STUB_DIR).join("tmp"))?.flatten() {
+                    let _ = fs::remove_file(entry.path());
+                }
+                Some(lock)
+            }
+            Err(_) => None,
+        };
         let generated = generated
             .into_iter()
             .map(|g| ((g.bucket.clone(), g.key.clone()), g))
@@ -336,6 +423,7 @@ impl ObjectStore {
             root: root.to_owned(),
             generated: Mutex::new(generated),
             namespace: RwLock::new(()),
+            _owner: owner,
         })
     }
 
@@ -352,14 +440,31 @@ impl ObjectStore {
         self.root.join(bucket)
     }
 
-    fn object_path(&self, bucket: &str, key: &str) -> PathBuf {
-        self.root.join(bucket).join(key)
+    /// The file a key names in its bucket's folder, when a file can have its path.
+    fn file_path(&self, bucket: &str, key: &str) -> Option<PathBuf> {
+        is_a_file_path(key).then(|| self.root.join(bucket).join(key))
+    }
+
+    /// Where a key's bytes are kept when a file cannot have its path.
+    fn keyed_path(&self, bucket: &str, key: &str) -> PathBuf {
+        self.stub_dir("keyed").join(bucket).join(sha256_hex(key))
     }
 
     fn sidecar_path(&self, bucket: &str, key: &str) -> PathBuf {
+        self.sidecar_path_of_hash(bucket, &sha256_hex(key))
+    }
+
+    fn sidecar_path_of_hash(&self, bucket: &str, key_hash: &str) -> PathBuf {
         self.stub_dir("meta")
             .join(bucket)
-            .join(format!("{}.json", sha256_hex(key)))
+            .join(format!("{key_hash}.json"))
+    }
+
+    /// The metadata record stored under a key's hash, if any can be read.
+    fn sidecar_of_hash(&self, bucket: &str, key_hash: &str) -> Option<Sidecar> {
+        fs::read(self.sidecar_path_of_hash(bucket, key_hash))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Sidecar>(&b).ok())
     }
 
     fn read_namespace(&self) -> RwLockReadGuard<'_, ()> {
@@ -478,6 +583,7 @@ impl ObjectStore {
         if dir.exists() {
             fs::remove_dir_all(&dir).map_err(|e| internal("removing the bucket folder", e))?;
         }
+        let _ = fs::remove_dir_all(self.stub_dir("keyed").join(bucket));
         let _ = fs::remove_dir_all(self.stub_dir("meta").join(bucket));
         Ok(())
     }
@@ -485,12 +591,28 @@ impl ObjectStore {
     /// Metadata of a stored file, from its sidecar when the sidecar describes this very
     /// file, else derived from the file itself.
     fn file_meta(&self, bucket: &str, key: &str, meta: &fs::Metadata) -> ObjectMeta {
-        let (size, mtime, ino) = (meta.len(), mtime_ns(meta), meta.ino());
-        let sidecar = fs::read(self.sidecar_path(bucket, key))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Sidecar>(&b).ok())
-            .filter(|s| s.size == size && s.mtime_ns == mtime && s.ino == ino);
-        meta_from(key, meta, sidecar)
+        let sidecar = self
+            .sidecar_of_hash(bucket, &sha256_hex(key))
+            .filter(|s| s.key.as_deref().is_none_or(|k| k == key));
+        described(key, meta, sidecar)
+    }
+
+    /// Where a write of `key` puts its bytes: its keyed home when it has one already or
+    /// no file can have its path, else the file of its path (creating the folders the
+    /// path needs). Call with the namespace held exclusively.
+    fn home_for_write(&self, bucket: &str, key: &str) -> Result<PathBuf> {
+        let keyed = self.keyed_path(bucket, key);
+        if !keyed.exists()
+            && let Some(path) = self.file_path(bucket, key)
+            && path.parent().is_none_or(|p| fs::create_dir_all(p).is_ok())
+            && !path.is_dir()
+        {
+            return Ok(path);
+        }
+        if let Some(dir) = keyed.parent() {
+            fs::create_dir_all(dir).map_err(|e| internal("creating the keyed folder", e))?;
+        }
+        Ok(keyed)
     }
 
     fn generated_meta(g: &GeneratedObject) -> ObjectMeta {
@@ -526,27 +648,21 @@ impl ObjectStore {
             return Err(no_such_key(key));
         }
         let guard = self.read_namespace();
-        match File::open(self.object_path(bucket, key)) {
-            Ok(file) => {
-                let meta = file
-                    .metadata()
-                    .map_err(|e| internal("reading object metadata", e))?;
-                if meta.is_file() {
-                    let meta = self.file_meta(bucket, key, &meta);
-                    drop(guard);
-                    return Ok(OpenObject {
-                        meta,
-                        body: ObjectBody::File(file),
-                    });
-                }
+        let homes = [
+            Some(self.keyed_path(bucket, key)),
+            self.file_path(bucket, key),
+        ];
+        for path in homes.into_iter().flatten() {
+            if let Some((file, meta)) = open_regular_file(&path)? {
+                let meta = self.file_meta(bucket, key, &meta);
+                drop(guard);
+                return Ok(OpenObject {
+                    meta,
+                    body: ObjectBody::File(file),
+                });
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) => {}
-            Err(e) => return Err(internal("opening the object", e)),
         }
+        drop(guard);
         match self.generated_get(bucket, key) {
             Some(g) => Ok(OpenObject {
                 meta: Self::generated_meta(&g),
@@ -593,6 +709,28 @@ impl ObjectStore {
                         let m = self.file_meta(bucket, &key, &meta);
                         out.insert(key, m);
                     }
+                }
+            }
+        }
+        // Keyed objects: the key is in the metadata record; bytes without a record naming
+        // their hash's key (a publish cut short) are not an object yet.
+        if let Ok(entries) = fs::read_dir(self.stub_dir("keyed").join(bucket)) {
+            for entry in entries.flatten() {
+                let (Ok(meta), Some(hash)) = (
+                    entry.metadata(),
+                    entry.file_name().to_str().map(str::to_owned),
+                ) else {
+                    continue;
+                };
+                let Some(sidecar) = self.sidecar_of_hash(bucket, &hash) else {
+                    continue;
+                };
+                let Some(key) = sidecar.key.clone().filter(|k| sha256_hex(k) == hash) else {
+                    continue;
+                };
+                if meta.is_file() {
+                    let m = described(&key, &meta, Some(sidecar));
+                    out.insert(key, m);
                 }
             }
         }
@@ -648,6 +786,7 @@ impl ObjectStore {
             .metadata()
             .map_err(|e| internal("reading the staging file", e))?;
         let sidecar = Sidecar {
+            key: Some(key.to_owned()),
             etag: record.etag,
             content_type: record.options.content_type,
             user_metadata: record.options.user_metadata,
@@ -660,36 +799,26 @@ impl ObjectStore {
             mtime_ns: mtime_ns(&meta),
             ino: meta.ino(),
         };
+        // The bytes reach the disk before the lock: a large object's sync holds no reader up.
+        file.sync_all()
+            .map_err(|e| internal("writing the object", e))?;
         let json = serde_json::to_vec(&sidecar)
             .map_err(|e| internal("encoding metadata", io::Error::other(e)))?;
         let mut staged_sidecar = self.stage()?;
-        staged_sidecar
-            .file()
-            .and_then(|f| f.write_all(&json))
+        let sidecar_file = staged_sidecar.file().map_err(|e| internal("staging", e))?;
+        sidecar_file
+            .write_all(&json)
+            .and_then(|()| sidecar_file.sync_all())
             .map_err(|e| internal("writing metadata", e))?;
-        let target = self.object_path(bucket, key);
         let _guard = self.write_namespace();
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent).map_err(|e| {
-                Error::new(
-                    ErrorKind::InvalidObjectName,
-                    format!("key '{key}' needs a folder where an object is stored: {e}"),
-                )
-            })?;
-        }
-        if target.is_dir() {
-            return Err(Error::new(
-                ErrorKind::InvalidObjectName,
-                format!("key '{key}' is a folder of other objects"),
-            ));
-        }
+        let target = self.home_for_write(bucket, key)?;
         let sidecar_path = self.sidecar_path(bucket, key);
         if let Some(parent) = sidecar_path.parent() {
             fs::create_dir_all(parent).map_err(|e| internal("creating the metadata folder", e))?;
         }
-        fs::rename(&staged_sidecar.path, &sidecar_path)
+        publish(&staged_sidecar.path, &sidecar_path)
             .map_err(|e| internal("writing metadata", e))?;
-        fs::rename(&staged.path, &target).map_err(|e| internal("publishing the object", e))?;
+        publish(&staged.path, &target).map_err(|e| internal("publishing the object", e))?;
         // The staged path no longer exists; dropping `staged` is now a no-op.
         self.generated_lock()
             .remove(&(bucket.to_owned(), key.to_owned()));
@@ -712,24 +841,23 @@ impl ObjectStore {
             .generated_lock()
             .remove(&(bucket.to_owned(), key.to_owned()))
             .is_some();
-        let path = self.object_path(bucket, key);
-        let existed = match fs::metadata(&path) {
-            Ok(m) if m.is_file() => {
-                fs::remove_file(&path).map_err(|e| internal("deleting the object", e))?;
-                true
+        let mut existed = remove_regular_file(&self.keyed_path(bucket, key))
+            .map_err(|e| internal("deleting the object", e))?;
+        if let Some(path) = self.file_path(bucket, key)
+            && remove_regular_file(&path).map_err(|e| internal("deleting the object", e))?
+        {
+            existed = true;
+            // Remove folders the object leaves empty, up to the bucket.
+            let bucket_dir = self.bucket_dir(bucket);
+            let mut dir = path.parent().map(Path::to_path_buf);
+            while let Some(d) = dir {
+                if d == bucket_dir || fs::remove_dir(&d).is_err() {
+                    break;
+                }
+                dir = d.parent().map(Path::to_path_buf);
             }
-            _ => false,
-        };
-        let _ = fs::remove_file(self.sidecar_path(bucket, key));
-        // Remove folders the object leaves empty, up to the bucket.
-        let bucket_dir = self.bucket_dir(bucket);
-        let mut dir = path.parent().map(Path::to_path_buf);
-        while let Some(d) = dir {
-            if d == bucket_dir || fs::remove_dir(&d).is_err() {
-                break;
-            }
-            dir = d.parent().map(Path::to_path_buf);
         }
+        let _ = fs::remove_file(self.sidecar_path(bucket, key));
         Ok(existed || generated)
     }
 
@@ -765,6 +893,22 @@ impl ObjectStore {
         Ok((dir, info))
     }
 
+    /// Writes a small record file whole: staged, synced, renamed into place.
+    fn write_record(&self, target: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut staged = self.stage().map_err(io::Error::other)?;
+        let file = staged.file()?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        publish(&staged.path, target)
+    }
+
+    /// The stored record of part `number`, if any.
+    fn part_record(&self, dir: &Path, number: u32) -> Option<PartInfo> {
+        fs::read(dir.join(format!("{number}.json")))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
     /// Starts a multipart upload and returns its id.
     ///
     /// # Errors
@@ -783,7 +927,8 @@ impl ObjectStore {
         };
         let json = serde_json::to_vec(&info)
             .map_err(|e| internal("encoding the upload", io::Error::other(e)))?;
-        fs::write(dir.join("upload.json"), json).map_err(|e| internal("writing the upload", e))?;
+        self.write_record(&dir.join("upload.json"), &json)
+            .map_err(|e| internal("writing the upload", e))?;
         Ok(id)
     }
 
@@ -808,21 +953,35 @@ impl ObjectStore {
             ));
         }
         let (dir, _) = self.upload_info(upload_id, bucket, key)?;
-        let size = fs::metadata(&staged.path)
+        let mut staged = staged;
+        let file = staged.file().map_err(|e| internal("staging", e))?;
+        let size = file
+            .metadata()
             .map_err(|e| internal("reading the part", e))?
             .len();
+        file.sync_all()
+            .map_err(|e| internal("storing the part", e))?;
         let info = PartInfo {
             number,
             etag: format!("\"{md5_hex}\""),
             size,
             uploaded_ms: now_ms(),
         };
-        fs::rename(&staged.path, dir.join(format!("{number}.part")))
+        // The bytes go under a name of their own first, then the record naming them
+        // replaces the number's record: a part retried with other bytes is never the new
+        // record over the old bytes, whenever a crash comes.
+        let replaced = self.part_record(&dir, number);
+        publish(&staged.path, &part_file(&dir, &info))
             .map_err(|e| internal("storing the part", e))?;
         let json = serde_json::to_vec(&info)
             .map_err(|e| internal("encoding the part", io::Error::other(e)))?;
-        fs::write(dir.join(format!("{number}.json")), json)
+        self.write_record(&dir.join(format!("{number}.json")), &json)
             .map_err(|e| internal("storing the part", e))?;
+        if let Some(old) = replaced
+            && old.etag != info.etag
+        {
+            let _ = fs::remove_file(part_file(&dir, &old));
+        }
         Ok(info)
     }
 
@@ -932,8 +1091,8 @@ impl ObjectStore {
         {
             let out = staged.file().map_err(|e| internal("staging", e))?;
             for part in &chosen {
-                let mut f = File::open(dir.join(format!("{}.part", part.number)))
-                    .map_err(|e| internal("reading a part", e))?;
+                let mut f =
+                    File::open(part_file(&dir, part)).map_err(|e| internal("reading a part", e))?;
                 io::copy(&mut f, out).map_err(|e| internal("assembling the object", e))?;
                 let md5 = hex::decode(talon_protocols::conditional::normalize_etag(&part.etag))
                     .unwrap_or_default();
@@ -987,8 +1146,10 @@ impl ObjectStore {
         check_key(key)?;
         check_block_id(block_id)?;
         let dir = self.blocks_dir(bucket, key);
-        fs::create_dir_all(&dir).map_err(|e| internal("storing the block", e))?;
-        fs::rename(&staged.path, dir.join(hex::encode(block_id)))
+        let mut staged = staged;
+        fs::create_dir_all(&dir)
+            .and_then(|()| staged.file()?.sync_all())
+            .and_then(|()| publish(&staged.path, &dir.join(hex::encode(block_id))))
             .map_err(|e| internal("storing the block", e))
     }
 
@@ -1132,6 +1293,15 @@ impl ObjectStore {
     }
 }
 
+/// An object's metadata from its file and its sidecar, when the sidecar names this very
+/// file (a file changed behind the stub's back, or a publish cut short between the
+/// metadata and the bytes, keeps only what the file says).
+fn described(key: &str, meta: &fs::Metadata, sidecar: Option<Sidecar>) -> ObjectMeta {
+    let (size, mtime, ino) = (meta.len(), mtime_ns(meta), meta.ino());
+    let sidecar = sidecar.filter(|s| s.size == size && s.mtime_ns == mtime && s.ino == ino);
+    meta_from(key, meta, sidecar)
+}
+
 /// An object's metadata from its file and, when it describes that file, its sidecar.
 fn meta_from(key: &str, meta: &fs::Metadata, sidecar: Option<Sidecar>) -> ObjectMeta {
     let (size, mtime, ino) = (meta.len(), mtime_ns(meta), meta.ino());
@@ -1173,6 +1343,12 @@ fn meta_from(key: &str, meta: &fs::Metadata, sidecar: Option<Sidecar>) -> Object
             }
         }
     }
+}
+
+/// The file holding a part's bytes, named by its number and MD5.
+fn part_file(dir: &Path, part: &PartInfo) -> PathBuf {
+    let md5 = talon_protocols::conditional::normalize_etag(&part.etag);
+    dir.join(format!("{}.{md5}.part", part.number))
 }
 
 /// Checks an Azure block id: base64 of 1..=64 bytes.
@@ -1274,7 +1450,7 @@ mod tests {
         let (_d, s) = store();
         s.create_bucket("b1").unwrap();
         let m1 = write(&s, "b1", "k", b"one").unwrap();
-        fs::write(s.object_path("b1", "k"), b"two!").unwrap();
+        fs::write(s.file_path("b1", "k").unwrap(), b"two!").unwrap();
         let m2 = s.head("b1", "k").unwrap();
         assert_ne!(m1.etag, m2.etag);
         assert_eq!(m2.size, 4);
@@ -1301,23 +1477,230 @@ mod tests {
         );
     }
 
+    /// Every file under `root` that is not the store's own state or a bucket's folder.
+    fn stray_files(root: &Path, bucket: &str) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![root.to_owned()];
+        while let Some(dir) = stack.pop() {
+            for e in fs::read_dir(&dir).unwrap().flatten() {
+                let p = e.path();
+                if p == root.join(STUB_DIR) || p == root.join(bucket) {
+                    continue;
+                }
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
     #[test]
-    fn keys_that_cannot_be_files_are_rejected() {
+    fn any_key_s3_accepts_is_stored_read_and_listed_in_s3_order() {
+        let (d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let long_segment = "s".repeat(300);
+        let longest = "\u{e9}".repeat(MAX_KEY_LEN / 2);
+        let keys = [
+            "a",
+            "a/b",
+            "a/b/c",
+            "d/x",
+            "d",
+            "asdf/",
+            "0/",
+            "0/1000",
+            "x//y",
+            "/lead",
+            "./dot",
+            "a/../b",
+            "..",
+            ".",
+            "sp ace+plus%20",
+            "\u{e9}/\u{fc}",
+            &long_segment,
+            &longest,
+            "foo/bar",
+            "foo/bar/xyzzy",
+            "quux/thud",
+            "plain/file.txt",
+        ];
+        for (i, key) in keys.iter().enumerate() {
+            write(&s, "b1", key, format!("body {i}").as_bytes())
+                .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+        }
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(
+                read_all(&s, "b1", key),
+                format!("body {i}").as_bytes(),
+                "{key:?}"
+            );
+            assert_eq!(s.head("b1", key).unwrap().key, *key);
+        }
+        let mut sorted: Vec<&str> = keys.to_vec();
+        sorted.sort_unstable();
+        let listed: Vec<String> = s.list("b1").unwrap().into_iter().map(|m| m.key).collect();
+        assert_eq!(listed, sorted, "each key once, in UTF-8 byte order");
+        // Keys a file can have are files in the bucket's folder; nothing lands elsewhere.
+        assert_eq!(
+            fs::read(d.path().join("b1/plain/file.txt")).unwrap(),
+            b"body 21"
+        );
+        assert_eq!(fs::read(d.path().join("b1/a")).unwrap(), b"body 0");
+        assert!(
+            stray_files(d.path(), "b1").is_empty(),
+            "{:?}",
+            stray_files(d.path(), "b1")
+        );
+        // Overwrites keep one copy; deletes remove every one.
+        write(&s, "b1", "a/b", b"again").unwrap();
+        assert_eq!(read_all(&s, "b1", "a/b"), b"again");
+        assert_eq!(s.list("b1").unwrap().len(), keys.len());
+        for key in keys {
+            assert!(s.delete("b1", key).unwrap(), "{key:?}");
+            assert_eq!(
+                s.head("b1", key).unwrap_err().kind(),
+                ErrorKind::NoSuchKey,
+                "{key:?}"
+            );
+        }
+        assert!(s.list("b1").unwrap().is_empty());
+        assert_eq!(
+            fs::read_dir(s.stub_dir("keyed").join("b1"))
+                .unwrap()
+                .count(),
+            0
+        );
+        s.delete_bucket("b1").unwrap();
+    }
+
+    #[test]
+    fn keys_s3_refuses_are_refused_and_change_nothing() {
         let (_d, s) = store();
         s.create_bucket("b1").unwrap();
-        for bad in ["", "a//b", "a/../b", "./a", "a/", "x\0y"] {
+        let too_long = "k".repeat(MAX_KEY_LEN + 1);
+        for bad in ["", "x\0y", too_long.as_str()] {
             assert_eq!(
                 write(&s, "b1", bad, b"x").unwrap_err().kind(),
                 ErrorKind::InvalidObjectName,
                 "{bad:?}"
             );
         }
-        write(&s, "b1", "a", b"x").unwrap();
+        assert!(s.list("b1").unwrap().is_empty());
         assert_eq!(
-            write(&s, "b1", "a/b", b"x").unwrap_err().kind(),
-            ErrorKind::InvalidObjectName
+            fs::read_dir(s.stub_dir("tmp")).unwrap().count(),
+            0,
+            "no staging file left"
         );
-        assert_eq!(s.list("b1").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_keyed_object_keeps_its_home_until_deleted() {
+        let (d, s) = store();
+        s.create_bucket("b1").unwrap();
+        write(&s, "b1", "a", b"file a").unwrap();
+        write(&s, "b1", "a/b", b"keyed").unwrap();
+        assert!(s.delete("b1", "a").unwrap());
+        // Now a file could hold a/b, but the key already has a home: one copy, listed once.
+        write(&s, "b1", "a/b", b"still keyed").unwrap();
+        assert!(!d.path().join("b1/a/b").exists());
+        let listed: Vec<String> = s.list("b1").unwrap().into_iter().map(|m| m.key).collect();
+        assert_eq!(listed, ["a/b"]);
+        assert!(s.delete("b1", "a/b").unwrap());
+        write(&s, "b1", "a/b", b"a file now").unwrap();
+        assert_eq!(fs::read(d.path().join("b1/a/b")).unwrap(), b"a file now");
+    }
+
+    #[test]
+    fn a_publish_cut_short_shows_a_whole_old_version_or_nothing() {
+        let (_d, s) = store();
+        s.create_bucket("b1").unwrap();
+        // Cut between the metadata and the bytes of a new keyed object: the record is
+        // there, the bytes are not. Not listed, not found.
+        let ghost = Sidecar {
+            key: Some("ghost/".to_owned()),
+            etag: "\"new\"".to_owned(),
+            content_type: None,
+            user_metadata: BTreeMap::new(),
+            content_headers: BTreeMap::new(),
+            checksum: None,
+            content_md5: None,
+            parts: Vec::new(),
+            blocks: Vec::new(),
+            size: 3,
+            mtime_ns: 1,
+            ino: 1,
+        };
+        fs::create_dir_all(s.stub_dir("meta").join("b1")).unwrap();
+        fs::write(
+            s.sidecar_path("b1", "ghost/"),
+            serde_json::to_vec(&ghost).unwrap(),
+        )
+        .unwrap();
+        assert!(s.list("b1").unwrap().is_empty());
+        assert_eq!(
+            s.head("b1", "ghost/").unwrap_err().kind(),
+            ErrorKind::NoSuchKey
+        );
+        // Cut between the metadata and the bytes of an overwrite: the old bytes, whole,
+        // under an ETag of their own (neither the new version's nor a stale one), once.
+        let old = write(&s, "b1", "marker/", b"old bytes").unwrap();
+        let new = Sidecar {
+            key: Some("marker/".to_owned()),
+            etag: "\"new-version\"".to_owned(),
+            size: 99,
+            ..ghost
+        };
+        fs::write(
+            s.sidecar_path("b1", "marker/"),
+            serde_json::to_vec(&new).unwrap(),
+        )
+        .unwrap();
+        let seen = s.head("b1", "marker/").unwrap();
+        assert_eq!(read_all(&s, "b1", "marker/"), b"old bytes");
+        assert_eq!(seen.size, 9);
+        assert_ne!(seen.etag, new.etag);
+        assert_ne!(seen.etag, old.etag);
+        let listed: Vec<String> = s.list("b1").unwrap().into_iter().map(|m| m.key).collect();
+        assert_eq!(listed, ["marker/"]);
+    }
+
+    #[test]
+    fn staging_files_left_by_a_crash_go_when_the_folder_is_next_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ObjectStore::new(dir.path(), Vec::new()).unwrap();
+        let leftover = first.stub_dir("tmp").join("0123");
+        fs::write(&leftover, b"half an upload").unwrap();
+        // A second process on the same folder may be mid-upload: it leaves them.
+        let second = ObjectStore::new(dir.path(), Vec::new()).unwrap();
+        assert!(leftover.exists());
+        drop((first, second));
+        let _third = ObjectStore::new(dir.path(), Vec::new()).unwrap();
+        assert!(!leftover.exists());
+    }
+
+    #[test]
+    fn a_retried_part_replaces_the_bytes_with_its_record() {
+        let (_d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let id = s
+            .create_upload("b1", "k/", WriteOptions::default())
+            .unwrap();
+        let put = |data: &[u8]| {
+            let mut staged = s.stage().unwrap();
+            staged.file().unwrap().write_all(data).unwrap();
+            s.put_part("b1", "k/", &id, 1, staged, &hex::encode(Md5::digest(data)))
+                .unwrap()
+        };
+        put(b"first try");
+        let second = put(b"second try, longer");
+        let parts = s.list_parts("b1", "k/", &id).unwrap();
+        assert_eq!(parts, std::slice::from_ref(&second));
+        s.complete_upload("b1", "k/", &id, &[(1, second.etag)])
+            .unwrap();
+        assert_eq!(read_all(&s, "b1", "k/"), b"second try, longer");
     }
 
     #[test]

@@ -559,34 +559,45 @@ async fn url_encoded_listings_echo_the_encoding_and_encode_keys() {
     env.stub.shutdown().await;
 }
 
+/// S3 stores any key, `..`, `.` and empty segments included; the stub keeps the keys a
+/// file cannot have under their hash, inside its own folder, and nothing escapes the
+/// bucket or overwrites another object.
 #[tokio::test]
-async fn unsafe_keys_are_refused_and_nothing_is_written() {
+async fn keys_with_dot_and_empty_segments_are_stored_inside_the_stub_as_given() {
     let env = env().await;
     env.put("safe/b", b"kept").await;
     // Through a URL library: encoded slashes make `..` and empty segments in the key.
-    for raw in [
-        "safe%2F..%2Fb",
-        "a%2F%2Fb",
-        "%2E%2E%2Fescape",
-        "safe/a%2F.%2Fb",
+    let mut expected = vec!["safe/b".to_owned()];
+    for (raw, key) in [
+        ("safe%2F..%2Fb", "safe/../b"),
+        ("a%2F%2Fb", "a//b"),
+        ("%2E%2E%2Fescape", "../escape"),
+        ("safe/a%2F.%2Fb", "safe/a/./b"),
     ] {
         let url = format!("{}/{BUCKET}/{raw}", env.base());
-        let a = env.send("PUT", &url, &[], b"evil").await;
-        assert_eq!(a.status, 400, "{raw}: {}", a.text());
-        assert_eq!(a.code().as_deref(), Some("InvalidArgument"), "{raw}");
+        let a = env.send("PUT", &url, &[], key.as_bytes()).await;
+        assert_eq!(a.status, 200, "{raw}: {}", a.text());
+        let got = env.send("GET", &url, &[], b"").await;
+        assert_eq!(got.body, key.as_bytes(), "{raw}");
+        expected.push(key.to_owned());
     }
     // Over a bare connection: literal dot segments and empty segments in the path.
-    for path in [
-        "/raw/safe/../b",
-        "/raw/../raw/safe/b",
-        "/raw/./x",
-        "/raw/a//b",
-        "/raw//lead",
+    for (path, key) in [
+        ("/raw/safe/../c", "safe/../c"),
+        ("/raw/../raw/safe/b", "../raw/safe/b"),
+        ("/raw/./x", "./x"),
+        ("/raw/a//c", "a//c"),
+        ("/raw//lead", "/lead"),
     ] {
-        let (status, text) = env.raw("PUT", path, b"evil").await;
-        assert_eq!(status, 400, "{path}: {text}");
+        let (status, text) = env.raw("PUT", path, key.as_bytes()).await;
+        assert_eq!(status, 200, "{path}: {text}");
+        let (status, text) = env.raw("GET", path, b"").await;
+        assert_eq!(status, 200, "{path}: {text}");
+        assert!(text.ends_with(&format!("\r\n\r\n{key}")), "{path}: {text}");
+        expected.push(key.to_owned());
     }
-    assert_eq!(env.keys().await, ["safe/b"]);
+    expected.sort_unstable();
+    assert_eq!(env.keys().await, expected);
     assert_eq!(env.get("safe/b", &[]).await.body, b"kept");
     let outside: Vec<_> = std::fs::read_dir(env.stub.data_dir())
         .unwrap()

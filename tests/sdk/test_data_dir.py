@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import os
+import time
 import urllib.parse
 
 import numpy as np
@@ -81,22 +82,84 @@ def test_folders_are_not_objects(dd_stub, dd_s3):
 
 
 def test_key_that_is_also_a_folder(dd_stub, dd_s3):
-    """S3 is flat ('a' and 'a/b' may both exist); a folder-backed store must at least refuse cleanly."""
+    """S3 is flat: 'a' and 'a/b' both exist, as do folder markers ('asdf/') beside their contents."""
     name = unique("flat")
     dd_s3.create_bucket(Bucket=name)
-    dd_s3.put_object(Bucket=name, Key="a", Body=b"file a")
-    dd_s3.put_object(Bucket=name, Key="d/x", Body=b"file d/x")
-    for key, existing in (("a/b", "a"), ("d", "d/x")):
-        try:
-            dd_s3.put_object(Bucket=name, Key=key, Body=b"conflict")
-        except ClientError as exc:
-            status = exc.response["ResponseMetadata"]["HTTPStatusCode"]
-            assert 400 <= status < 500, f"PUT {key}: a conflict must be a client error, got {status} {exc}"
-        else:
-            assert dd_s3.get_object(Bucket=name, Key=key)["Body"].read() == b"conflict"
-        assert dd_s3.head_object(Bucket=name, Key=existing)["ContentLength"] > 0, existing
-    assert dd_s3.get_object(Bucket=name, Key="a")["Body"].read() == b"file a"
-    assert dd_s3.get_object(Bucket=name, Key="d/x")["Body"].read() == b"file d/x"
+    bodies = {
+        "a": b"file a", "a/b": b"under a file", "d/x": b"file d/x", "d": b"beside a folder",
+        "asdf/": b"", "0/": b"", "0/1000": b"zero", "foo/bar": b"bar", "foo/bar/xyzzy": b"xyzzy",
+        "x//y": b"double slash", "/lead": b"leading slash",
+    }
+    for key, body in bodies.items():
+        dd_s3.put_object(Bucket=name, Key=key, Body=body)
+    for key, body in bodies.items():
+        got = dd_s3.get_object(Bucket=name, Key=key)
+        assert got["Body"].read() == body and got["ContentLength"] == len(body), key
+    listed = [o["Key"] for o in dd_s3.list_objects_v2(Bucket=name)["Contents"]]
+    assert listed == sorted(bodies, key=lambda k: k.encode()), listed
+    resp = dd_s3.list_objects_v2(Bucket=name, Delimiter="/", Prefix="foo/")
+    assert [o["Key"] for o in resp["Contents"]] == ["foo/bar"]
+    assert [p["Prefix"] for p in resp["CommonPrefixes"]] == ["foo/bar/"]
+    # Keys a file can hold stay files in the folder, for anything else reading it.
+    assert (dd_stub.data_dir / name / "a").read_bytes() == b"file a"
+    assert (dd_stub.data_dir / name / "d" / "x").read_bytes() == b"file d/x"
+    blobs = [b.name for b in blob_service(dd_stub).get_container_client(name).list_blobs()]
+    assert blobs == listed
+    for key in bodies:
+        dd_s3.delete_object(Bucket=name, Key=key)
+    assert dd_s3.list_objects_v2(Bucket=name)["KeyCount"] == 0
+    dd_s3.delete_bucket(Bucket=name)
+
+
+def test_a_crash_mid_upload_leaves_the_old_version_whole(tmp_path, _isolated_client_env):
+    """kill -9 while a PUT streams in: after a restart the object is the old version, whole, under
+    its old ETag, listed once, and no staging file is left behind."""
+    import socket
+
+    workdir = tmp_path / "crash"
+    first = start_stub("crash-1", workdir, auth=False)
+    _LIVE_STUBS.append(first)
+    old = payload(2 * MiB, 20)
+    try:
+        s3 = s3_client(first)
+        s3.create_bucket(Bucket="crash")
+        for key in ("plain.bin", "marker/"):
+            s3.put_object(Bucket="crash", Key=key, Body=old)
+        etags = {k: s3.head_object(Bucket="crash", Key=k)["ETag"] for k in ("plain.bin", "marker/")}
+        host, port = urllib.parse.urlsplit(first.s3).netloc.rsplit(":", 1)
+        socks = []
+        for key in ("plain.bin", "marker/", "new-key"):
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            sock.sendall(
+                f"PUT /crash/{urllib.parse.quote(key)} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Content-Length: {64 * MiB}\r\n\r\n".encode()
+            )
+            sock.sendall(payload(8 * MiB, 21))
+            socks.append(sock)
+        tmp = first.data_dir / ".talon-stub" / "tmp"
+        deadline = time.monotonic() + 30
+        while sum(p.stat().st_size for p in tmp.iterdir()) < 3 * 4 * MiB:
+            assert time.monotonic() < deadline, "the uploads never reached the staging folder"
+            time.sleep(0.05)
+        first.proc.kill()
+        first.proc.wait()
+        for sock in socks:
+            sock.close()
+    finally:
+        _LIVE_STUBS.remove(first)
+    second = start_stub("crash-2", workdir, auth=False)
+    _LIVE_STUBS.append(second)
+    try:
+        s3 = s3_client(second)
+        listed = [o["Key"] for o in s3.list_objects_v2(Bucket="crash")["Contents"]]
+        assert listed == ["marker/", "plain.bin"], listed
+        for key, etag in etags.items():
+            got = s3.get_object(Bucket="crash", Key=key)
+            assert got["ETag"] == etag and sha256(got["Body"].read()) == sha256(old), key
+        assert list((second.data_dir / ".talon-stub" / "tmp").iterdir()) == []
+    finally:
+        _LIVE_STUBS.remove(second)
+        stop_stub(second)
 
 
 def _inside(stub, bucket: str, path: str) -> bool:

@@ -534,3 +534,43 @@ def test_an_origin_refusal_reaches_the_client_in_the_origins_words(gw_s3, gw_buc
     assert client_error(ei) == (412, "PreconditionFailed")
     assert ei.value.response["Error"]["Message"] == "At least one of the pre-conditions you specified did not hold"
     assert gw_s3.get_object(Bucket=gw_bucket, Key="cond")["Body"].read() == b"first"
+
+
+def test_folder_markers_and_keys_beside_their_folders_through_the_cache(gw, gw_s3, gw_bucket):
+    """Folder markers (what the AWS console, rclone and S3A write), 'a' beside 'a/b' and
+    doubled slashes are stored by the default origin and read through the cache, twice."""
+    s3, bucket = gw_s3, gw_bucket
+    bodies = {
+        "fm/": b"", "fm/a": payload(70_000, 30), "fm/a/b": payload(3 * BLOCK + 5, 31),
+        "fm/a/b/": b"", "fm//x": payload(10, 32), "fm/c/": b"not empty",
+    }
+    for key, body in bodies.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+    for _ in range(2):
+        for key, body in bodies.items():
+            resp, got = get_body(s3, bucket, key)
+            assert sha256(got) == sha256(body) and resp["ContentLength"] == len(body), key
+    resp, got = get_body(s3, bucket, "fm/a/b", Range="bytes=1048570-2097160")
+    assert got == bodies["fm/a/b"][1048570:2097161]
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="fm/")["Contents"]]
+    assert listed == sorted(bodies), listed
+    resp = s3.list_objects_v2(Bucket=bucket, Prefix="fm/a/", Delimiter="/")
+    assert [o["Key"] for o in resp["Contents"]] == ["fm/a/b"]
+    assert [p["Prefix"] for p in resp["CommonPrefixes"]] == ["fm/a/b/"]
+
+
+def test_dot_segment_keys_are_refused_at_the_gateway_and_reach_no_origin(gw, gw_s3, gw_bucket):
+    """The HTTP client a gateway reaches its origin with resolves '.' and '..' segments
+    (and their percent-encodings) as a URL does, into another object's name; the gateway
+    refuses such keys rather than writing or reading another object."""
+    s3, bucket = gw_s3, gw_bucket
+    s3.put_object(Bucket=bucket, Key="dots/b", Body=b"kept")
+    for key in ("dots/../dots/b", "dots/./b", "..", "dots/.."):
+        with pytest.raises(ClientError) as ei:
+            s3.put_object(Bucket=bucket, Key=key, Body=b"overwrite?")
+        assert client_error(ei) == (400, "InvalidArgument"), key
+        with pytest.raises(ClientError) as ei:
+            s3.get_object(Bucket=bucket, Key=key)
+        assert client_error(ei)[0] == 400, key
+    assert get_body(s3, bucket, "dots/b")[1] == b"kept"
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="dots")["Contents"]] == ["dots/b"]

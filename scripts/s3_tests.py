@@ -5,7 +5,7 @@ themselves) against `talon up` with its default origin, and reports what passed.
     scripts/s3_tests.py [--suite ../shared/s3-tests] [--talon target/debug/talon]
                         [--select EXPR] [--json-out bench/results/s3-tests.json]
 
-It starts `talon up` on free loopback ports over a fresh data folder, writes the
+It starts `talon up` on free loopback ports (it picks them) over a fresh data folder, writes the
 suite's config (main and alt users both `talon`: `talon up` has one S3 identity),
 installs the suite's Python dependencies into the SDK venv (target/sdk-venv) when they
 are missing, and runs `s3tests/functional/test_s3.py` with the selection below. What
@@ -13,9 +13,9 @@ Talon deliberately does not implement is deselected by marker or by name, each w
 reason (DESELECTED_MARKERS, DESELECTED_NAMES); everything else selected counts. The
 end is a table a person can read and one JSON line (also written to --json-out).
 
-Not yet in CI: the suite is not part of a clone (it lives in the shared folder beside
-the repository), and the selection still fails where issue 11 has work left (keys the
-embedded origin cannot store as files, such as `foo/` beside `foo/bar`).
+The test command (scripts/test.sh) runs it with --check when the suite is present
+(TALON_S3_TESTS, else ../shared/s3-tests beside the repository); a clone without the
+shared folder skips it and says so.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -76,18 +76,24 @@ DESELECTED_NAMES = {
     "return_data_versioning": "turns versioning on, which is not implemented",
 }
 
+# Tests of the selection that fail against `talon up`, each with its reason. `--check`
+# (what the test command runs) fails on any failure not listed here, and on a pass rate
+# under TARGET_PASS_RATE; a listed test that passes again is reported, to be removed.
+KNOWN_FAILURES = {
+    "test_object_raw_get_object_gone": "an unsigned GET of a bucket made public-read by a canned ACL: "
+    "`talon up` refuses unsigned requests (403) before any lookup, so an anonymous caller learns nothing "
+    "about which buckets and keys exist; public buckets need ACL writes, which are not implemented",
+}
+
+# Issue 11's target for the selection.
+TARGET_PASS_RATE = 97.0
+
 SUITE_DEPENDENCIES = ["munch", "isodate", "pytz", "httplib2", "lxml", "gevent", "PyYAML"]
 
 
 def die(msg: str) -> None:
     print(f"s3-tests: {msg}", file=sys.stderr)
     sys.exit(2)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def config(port: int) -> str:
@@ -133,10 +139,11 @@ def ensure_dependencies(python: Path) -> None:
 
 
 def start_talon(talon: Path, tmp: Path) -> tuple[subprocess.Popen, int]:
-    s3_port = free_port()
     ready = tmp / "ready.json"
-    argv = [str(talon), "up", "--data-dir", str(tmp / "data"), "--s3-port", str(s3_port),
-            "--azure-port", str(free_port()), "--admin-port", str(free_port()), "--ready-file", str(ready)]
+    # Port 0: talon up binds free ports itself and names them in its ready file (picking
+    # free ports here would race with the ports its workers bind).
+    argv = [str(talon), "up", "--data-dir", str(tmp / "data"), "--s3-port", "0",
+            "--azure-port", "0", "--admin-port", "0", "--ready-file", str(ready)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "TALON_"))}
     proc = subprocess.Popen(argv, stdout=open(tmp / "talon.log", "wb"), stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
@@ -147,7 +154,11 @@ def start_talon(talon: Path, tmp: Path) -> tuple[subprocess.Popen, int]:
         if time.monotonic() > deadline:
             die("talon up did not get ready within 60 s")
         time.sleep(0.1)
-    return proc, s3_port
+    try:  # written whole, by a rename
+        s3 = json.loads(ready.read_text())["s3"]
+    except (ValueError, KeyError) as exc:
+        die(f"talon up's ready file {ready} has no S3 endpoint: {exc}")
+    return proc, int(urllib.parse.urlsplit(s3).port)
 
 
 def main() -> None:
@@ -157,6 +168,8 @@ def main() -> None:
     p.add_argument("--python", type=Path, default=ROOT / "target" / "sdk-venv" / "bin" / "python")
     p.add_argument("--select", default=SELECT, help="pytest -k expression of the tests to run")
     p.add_argument("--json-out", type=Path, default=ROOT / "bench" / "results" / "s3-tests.json")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 on a failure not in KNOWN_FAILURES or a pass rate under the target")
     args = p.parse_args()
     if not (args.suite / "s3tests" / "functional" / "test_s3.py").is_file():
         die(f"no ceph/s3-tests at {args.suite} (pass --suite)")
@@ -200,9 +213,21 @@ def main() -> None:
     report = {"suite": "ceph/s3-tests", "target": "talon up", "selection": args.select, "ran": ran,
               "passed": len(passed), "failed": sorted(failed), "pass_rate": round(rate, 1),
               "deselected_markers": DESELECTED_MARKERS, "deselected_names": DESELECTED_NAMES}
+    report["known_failures"] = {n: KNOWN_FAILURES[n] for n in sorted(failed) if n in KNOWN_FAILURES}
     args.json_out.parent.mkdir(parents=True, exist_ok=True)
     args.json_out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report))
+    unexpected = sorted(n for n in failed if n not in KNOWN_FAILURES)
+    passing_again = sorted(n for n in KNOWN_FAILURES if n in passed)
+    for name in sorted(failed):
+        print(f"  {'known' if name in KNOWN_FAILURES else 'NEW'}: {name}: {KNOWN_FAILURES.get(name, 'no reason on file')}")
+    if passing_again:
+        print("Listed as failing but passed (remove from KNOWN_FAILURES): " + ", ".join(passing_again))
+    if args.check:
+        if unexpected:
+            die(f"{len(unexpected)} failure(s) not in KNOWN_FAILURES: {', '.join(unexpected)}")
+        if rate < TARGET_PASS_RATE:
+            die(f"pass rate {rate:.1f}% is under the target {TARGET_PASS_RATE}%")
 
 
 if __name__ == "__main__":

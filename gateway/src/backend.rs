@@ -18,7 +18,8 @@ use talon_protocols::origin::{BucketSummary, ForwardRequest, ListOptions, Origin
 use talon_protocols::s3::request::S3Operation;
 use talon_protocols::server::{
     AnswerBody, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend, ObjectRead, Operation,
-    PartBounds, ReadSpec, Relay, RelayBody, Target, Upload, WriteSpec, Written, stream_body,
+    PartBounds, PartSummary, ReadSpec, Relay, RelayBody, Target, Upload, WriteSpec, Written,
+    stream_body,
 };
 use talon_protocols::upload::settle;
 use talon_protocols::{Error, ErrorKind};
@@ -26,6 +27,7 @@ use talon_protocols::{Error, ErrorKind};
 use crate::Gateway;
 use crate::config::{Backend, Route};
 use crate::metrics::Outcome;
+use crate::multipart_over_azure;
 use crate::objects::ReadRequest;
 
 /// The gateway, for one request on one front.
@@ -88,6 +90,22 @@ impl GatewayBackend {
 
     fn client(&self) -> Result<&talon_protocols::origin::OriginClient, Error> {
         self.gw.objects.origin(self.origin)
+    }
+
+    /// The origin, for an S3 multipart operation this backend serves itself: over an S3
+    /// origin those are relayed ([`ObjectBackend::relays`]), so only an Azure origin
+    /// reaches here.
+    fn azure_origin_for(
+        &self,
+        operation: &str,
+    ) -> Result<&talon_protocols::origin::OriginClient, Error> {
+        match self.origin {
+            Backend::Azure => self.client(),
+            Backend::S3 => Err(Error::new(
+                ErrorKind::NotImplemented,
+                format!("{operation} is relayed to an S3 origin"),
+            )),
+        }
     }
 }
 
@@ -453,6 +471,54 @@ impl ObjectBackend for GatewayBackend {
                 .wrote(self.origin, object.bucket, object.key);
         }
         Ok(result?)
+    }
+
+    async fn create_upload(&self, object: Target<'_>, write: WriteSpec) -> Result<String, Failure> {
+        let client = self.azure_origin_for("CreateMultipartUpload")?;
+        Ok(multipart_over_azure::create(client, object, &write).await?)
+    }
+
+    async fn upload_part(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+        number: u32,
+        upload: Upload,
+    ) -> Result<Written, Failure> {
+        let client = self.azure_origin_for("UploadPart")?;
+        let len = upload.stream.announced().unwrap_or(0);
+        let written =
+            multipart_over_azure::upload_part(client, object, upload_id, number, upload).await?;
+        self.gw.metrics.bytes_in(self.protocol, len);
+        Ok(written)
+    }
+
+    async fn complete_upload(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+        parts: Vec<(u32, String)>,
+    ) -> Result<String, Failure> {
+        let client = self.azure_origin_for("CompleteMultipartUpload")?;
+        let etag = multipart_over_azure::complete(client, object, upload_id, &parts).await?;
+        self.gw
+            .objects
+            .wrote(self.origin, object.bucket, object.key);
+        Ok(etag)
+    }
+
+    async fn abort_upload(&self, object: Target<'_>, upload_id: &str) -> Result<(), Failure> {
+        let client = self.azure_origin_for("AbortMultipartUpload")?;
+        Ok(multipart_over_azure::abort(client, object, upload_id).await?)
+    }
+
+    async fn list_parts(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+    ) -> Result<Vec<PartSummary>, Failure> {
+        let client = self.azure_origin_for("ListParts")?;
+        Ok(multipart_over_azure::list_parts(client, object, upload_id).await?)
     }
 
     fn relays(&self, operation: Operation) -> bool {

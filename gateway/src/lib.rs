@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod multipart_over_azure;
 pub mod objects;
 pub mod reply;
 pub mod s3_front;

@@ -24,6 +24,7 @@ pub mod dates;
 pub mod error;
 pub mod expect_continue;
 pub mod listing;
+pub mod multipart_blocks;
 pub mod names;
 pub mod origin;
 pub mod origin_spec;

@@ -258,6 +258,63 @@ pub struct BlockListRequest {
     pub items: Vec<BlockListItem>,
 }
 
+/// The Put Block List request body for `items`, in order (what the origin client sends).
+pub fn block_list_request_xml(items: &[BlockListItem]) -> String {
+    let mut w = XmlWriter::new("utf-8");
+    w.open("BlockList", None);
+    for item in items {
+        let tag = match item {
+            BlockListItem::Latest(_) => "Latest",
+            BlockListItem::Committed(_) => "Committed",
+            BlockListItem::Uncommitted(_) => "Uncommitted",
+        };
+        w.text(tag, item.id());
+    }
+    w.finish()
+}
+
+/// A Get Block List answer, as the origin client reads it.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct BlockListAnswer {
+    #[serde(rename = "CommittedBlocks", default)]
+    committed: ListedBlocks,
+    #[serde(rename = "UncommittedBlocks", default)]
+    uncommitted: ListedBlocks,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct ListedBlocks {
+    #[serde(rename = "Block", default)]
+    block: Vec<ListedBlock>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ListedBlock {
+    #[serde(rename = "Name")]
+    name: String,
+    #[serde(rename = "Size")]
+    size: u64,
+}
+
+/// Reads a Get Block List answer ([`block_list_xml`]'s form): committed and uncommitted
+/// blocks (id, size), each in order.
+///
+/// # Errors
+/// [`ErrorKind::MalformedXml`].
+pub fn parse_block_list(body: &[u8]) -> Result<(Vec<BlockEntry>, Vec<BlockEntry>)> {
+    let answer: BlockListAnswer = parse_request(body)?;
+    let entries = |l: ListedBlocks| {
+        l.block
+            .into_iter()
+            .map(|b| BlockEntry {
+                id: b.name,
+                size: b.size,
+            })
+            .collect()
+    };
+    Ok((entries(answer.committed), entries(answer.uncommitted)))
+}
+
 /// Parses an XML request body.
 ///
 /// # Errors
@@ -484,5 +541,44 @@ mod tests {
             ]
         );
         assert!(parse_request::<BlockListRequest>(b"<BlockList><Latest>").is_err());
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn block_lists_round_trip_between_server_and_client() {
+        let items = vec![
+            BlockListItem::Uncommitted("QUFB".into()),
+            BlockListItem::Committed("QkJC".into()),
+            BlockListItem::Latest("Q0ND+/==".into()),
+        ];
+        let parsed: BlockListRequest =
+            parse_request(block_list_request_xml(&items).as_bytes()).unwrap();
+        assert_eq!(parsed.items, items);
+        let committed = vec![BlockEntry {
+            id: "QUFB".into(),
+            size: 3,
+        }];
+        let uncommitted = vec![
+            BlockEntry {
+                id: "QkJC".into(),
+                size: 0,
+            },
+            BlockEntry {
+                id: "Q0ND+/==".into(),
+                size: 5 << 30,
+            },
+        ];
+        let answer = block_list_xml(&committed, &uncommitted);
+        assert_eq!(
+            parse_block_list(answer.as_bytes()).unwrap(),
+            (committed, uncommitted)
+        );
+        assert_eq!(parse_block_list(b"<BlockList/>").unwrap(), (vec![], vec![]));
+        assert_eq!(
+            parse_block_list(b"<BlockList><Committed")
+                .unwrap_err()
+                .kind(),
+            ErrorKind::MalformedXml
+        );
     }
 }

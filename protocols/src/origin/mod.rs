@@ -12,6 +12,8 @@
 //! implementation per backend: [`s3`] and [`azure`]. This file holds what they share.
 
 mod azure;
+mod blocks;
+pub use blocks::OriginBlockLists;
 mod s3;
 
 use std::collections::BTreeMap;

@@ -151,3 +151,103 @@ def test_part_numbers_over_an_azure_origin(cluster):
     with pytest.raises(ClientError) as ei:
         cross.get_object(Bucket=bucket, Key="blob", PartNumber=2)
     assert client_error(ei) == (400, "InvalidPart")
+
+
+def _multipart(s3, bucket, key, body, part_size, **create):
+    """A multipart upload by the low-level calls (so that 0 and 1 bytes are multipart too)."""
+    up = s3.create_multipart_upload(Bucket=bucket, Key=key, **create)["UploadId"]
+    parts = []
+    for i, start in enumerate(range(0, max(len(body), 1), part_size), start=1):
+        etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=i,
+                              Body=body[start:start + part_size])["ETag"]
+        assert etag == '"' + hashlib.md5(body[start:start + part_size]).hexdigest() + '"'
+        parts.append({"PartNumber": i, "ETag": etag})
+    done = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})
+    return up, parts, done
+
+
+@pytest.mark.parametrize("size", [0, 1, 5 * MiB, 64 * MiB + 1, 300 * MiB])
+def test_s3_multipart_upload_over_an_azure_origin(cluster, size):
+    """An S3 client's multipart upload through the S3 front over the Azure origin lands as one
+    block blob: the same bytes (SHA-256), content type and metadata through either protocol."""
+    main_az, cross_s3 = blob_service(cluster.main), s3_client(cluster.cross)
+    bucket = unique("xmpu")
+    s3_client(cluster.main).create_bucket(Bucket=bucket)
+    body = payload(size, 10 + size % 97)
+    _, parts, done = _multipart(cross_s3, bucket, "big/file.bin", body, 8 * MiB,
+                                ContentType="application/x-talon", Metadata={"who": "s3-client"})
+    assert len(parts) == max(1, -(-size // (8 * MiB)))
+    head = cross_s3.head_object(Bucket=bucket, Key="big/file.bin")
+    assert (head["ContentLength"], head["ETag"]) == (size, done["ETag"])
+    assert head["ContentType"] == "application/x-talon" and head["Metadata"] == {"who": "s3-client"}
+    got = cross_s3.get_object(Bucket=bucket, Key="big/file.bin")["Body"].read()
+    assert sha256(got) == sha256(body)
+    blob = main_az.get_blob_client(bucket, "big/file.bin")
+    assert sha256(blob.download_blob().readall()) == sha256(body)
+    props = blob.get_blob_properties()
+    assert props.metadata == {"who": "s3-client"}
+    assert props.content_settings.content_type == "application/x-talon"
+
+
+def test_s3_upload_file_over_an_azure_origin(cluster, tmp_path):
+    """boto3's upload_file with its defaults (8 MiB parts, threads) over the Azure origin."""
+    cross_s3 = s3_client(cluster.cross)
+    bucket = unique("xupf")
+    s3_client(cluster.main).create_bucket(Bucket=bucket)
+    src = tmp_path / "src.bin"
+    body = payload(40 * MiB + 7, 20)
+    src.write_bytes(body)
+    cross_s3.upload_file(str(src), bucket, "uploaded.bin")
+    got = cross_s3.get_object(Bucket=bucket, Key="uploaded.bin")["Body"].read()
+    assert sha256(got) == sha256(body)
+
+
+def test_multipart_over_an_azure_origin_checks_parts_retries_and_aborts(cluster):
+    """ListParts, a retried part, S3's refusals at completion, a repeated completion and an
+    abort, all kept at the Azure origin: nothing refused changes the object."""
+    cross_s3 = s3_client(cluster.cross)
+    bucket = unique("xmpr")
+    s3_client(cluster.main).create_bucket(Bucket=bucket)
+    key = "k"
+    cross_s3.put_object(Bucket=bucket, Key=key, Body=b"before")
+    p1, p2 = payload(5 * MiB, 30), payload(1000, 31)
+    up = cross_s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    assert cross_s3.list_parts(Bucket=bucket, Key=key, UploadId=up).get("Parts", []) == []
+    e1 = cross_s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=1, Body=p1)["ETag"]
+    assert cross_s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=1, Body=p1)["ETag"] == e1
+    e2 = cross_s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=2, Body=p2)["ETag"]
+    listed = cross_s3.list_parts(Bucket=bucket, Key=key, UploadId=up)["Parts"]
+    assert [(p["PartNumber"], p["ETag"], p["Size"]) for p in listed] == [(1, e1, len(p1)), (2, e2, len(p2))]
+
+    def refused(parts, code):
+        with pytest.raises(ClientError) as ei:
+            cross_s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})
+        assert client_error(ei)[1] == code, parts
+        assert cross_s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"before"
+
+    refused([{"PartNumber": 1, "ETag": e2}], "InvalidPart")
+    refused([{"PartNumber": 2, "ETag": e2}, {"PartNumber": 1, "ETag": e1}], "InvalidPartOrder")
+    refused([{"PartNumber": 2, "ETag": e2}, {"PartNumber": 3, "ETag": e2}], "EntityTooSmall")
+    refused([{"PartNumber": 1, "ETag": e1}, {"PartNumber": 4, "ETag": e2}], "InvalidPart")
+    parts = [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]
+    done = cross_s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})
+    again = cross_s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})
+    assert again["ETag"] == done["ETag"] == cross_s3.head_object(Bucket=bucket, Key=key)["ETag"]
+    assert sha256(cross_s3.get_object(Bucket=bucket, Key=key)["Body"].read()) == sha256(p1 + p2)
+
+    # An abort: every later step of that upload is NoSuchUpload, and the object stays.
+    up2 = cross_s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    e = cross_s3.upload_part(Bucket=bucket, Key=key, UploadId=up2, PartNumber=1, Body=b"never")["ETag"]
+    cross_s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=up2)
+    for call in (
+        lambda: cross_s3.list_parts(Bucket=bucket, Key=key, UploadId=up2),
+        lambda: cross_s3.upload_part(Bucket=bucket, Key=key, UploadId=up2, PartNumber=2, Body=b"x"),
+        lambda: cross_s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up2,
+                                                   MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e}]}),
+        lambda: cross_s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=up2),
+        lambda: cross_s3.list_parts(Bucket=bucket, Key=key, UploadId="not-an-upload-id"),
+    ):
+        with pytest.raises(ClientError) as ei:
+            call()
+        assert client_error(ei) == (404, "NoSuchUpload")
+    assert sha256(cross_s3.get_object(Bucket=bucket, Key=key)["Body"].read()) == sha256(p1 + p2)

@@ -1,0 +1,163 @@
+//! S3 multipart uploads through a gateway whose origin is Azure Blob: each operation
+//! kept as the blob's blocks by [`talon_protocols::multipart_blocks`], so the gateway
+//! holds no state of its own and a retried part, another gateway or a restarted one
+//! carries on the same upload.
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use talon_protocols::azure::xml::BlockListItem;
+use talon_protocols::multipart_blocks::{BlockRole, BlockUpload};
+use talon_protocols::origin::{OriginBlockLists, OriginBody, OriginClient};
+use talon_protocols::server::{PartSummary, Target, Upload, Written};
+use talon_protocols::upload::settle;
+use talon_protocols::{Error, ErrorKind};
+
+use crate::backend::origin_write_headers;
+use crate::config::Backend;
+
+/// A marker block's content: Azure stores a block per id, the marker's content is not read.
+const MARKER: Bytes = Bytes::from_static(b"t");
+
+/// The blob's blocks; a blob with none yet has empty lists.
+async fn blocks(client: &OriginClient, object: Target<'_>) -> Result<OriginBlockLists, Error> {
+    match client.get_block_list(object.bucket, object.key).await {
+        Err(e) if e.kind() == ErrorKind::NoSuchKey => Ok(OriginBlockLists::default()),
+        other => other,
+    }
+}
+
+/// CreateMultipartUpload: a fresh upload id, and its created marker at the origin.
+pub async fn create(
+    client: &OriginClient,
+    object: Target<'_>,
+    write: &talon_protocols::server::WriteSpec,
+) -> Result<String, Error> {
+    let upload = BlockUpload::new(write)?;
+    let marker = upload.block_id(BlockRole::Created);
+    client
+        .put_block(
+            object.bucket,
+            object.key,
+            &marker,
+            OriginBody::Bytes(MARKER),
+        )
+        .await?;
+    Ok(upload.id().to_owned())
+}
+
+/// UploadPart: the part's bytes as its block (verified as they stream), then the block
+/// that records their MD5.
+pub async fn upload_part(
+    client: &OriginClient,
+    object: Target<'_>,
+    upload_id: &str,
+    number: u32,
+    upload: Upload,
+) -> Result<Written, Error> {
+    let mapping = BlockUpload::parse(upload_id)?;
+    mapping
+        .state(&blocks(client, object).await?.uncommitted)
+        .check_open()?;
+    let len = upload.stream.announced().ok_or_else(|| {
+        Error::new(
+            ErrorKind::MissingContentLength,
+            "You must provide the Content-Length HTTP header.",
+        )
+    })?;
+    let body = OriginBody::Stream {
+        body: upload.stream.into_origin_body().await?,
+        len,
+    };
+    let part = mapping.block_id(BlockRole::Part(number));
+    let result = client
+        .put_block(object.bucket, object.key, &part, body)
+        .await;
+    let ((), verified) = settle(&upload.outcome, result)?;
+    let tag = mapping.block_id(BlockRole::PartTag(number, verified.md5));
+    client
+        .put_block(object.bucket, object.key, &tag, OriginBody::Bytes(MARKER))
+        .await?;
+    Ok(Written {
+        etag: format!("\"{}\"", verified.md5_hex()),
+        content_md5: Some(verified.md5_base64()),
+        checksum: verified.checksum,
+        last_modified: None,
+    })
+}
+
+/// CompleteMultipartUpload: commits the listed parts' blocks, in order, with the
+/// upload's metadata; gives the blob's ETag. Completing again with the same parts
+/// answers the same.
+pub async fn complete(
+    client: &OriginClient,
+    object: Target<'_>,
+    upload_id: &str,
+    parts: &[(u32, String)],
+) -> Result<String, Error> {
+    let mapping = BlockUpload::parse(upload_id)?;
+    let lists = blocks(client, object).await?;
+    let state = mapping.state(&lists.uncommitted);
+    if !state.created && mapping.completed_with(&lists.committed, parts) {
+        return Ok(client.head(object.bucket, object.key).await?.etag);
+    }
+    let items: Vec<BlockListItem> = state
+        .plan_commit(parts)?
+        .into_iter()
+        .map(|n| BlockListItem::Uncommitted(mapping.block_id(BlockRole::Part(n))))
+        .collect();
+    let write = mapping.metadata().clone().into_write();
+    let headers = origin_write_headers(Backend::Azure, &write);
+    let headers: Vec<(&str, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    client
+        .put_block_list(object.bucket, object.key, &items, &headers)
+        .await
+}
+
+/// AbortMultipartUpload: the aborted marker (Azure keeps uncommitted blocks until a
+/// commit or its own expiry, a week; every operation of the upload now refuses it).
+pub async fn abort(
+    client: &OriginClient,
+    object: Target<'_>,
+    upload_id: &str,
+) -> Result<(), Error> {
+    let mapping = BlockUpload::parse(upload_id)?;
+    mapping
+        .state(&blocks(client, object).await?.uncommitted)
+        .check_open()?;
+    let marker = mapping.block_id(BlockRole::Aborted);
+    client
+        .put_block(
+            object.bucket,
+            object.key,
+            &marker,
+            OriginBody::Bytes(MARKER),
+        )
+        .await
+}
+
+/// ListParts: the parts uploaded whole so far. Azure keeps no time per block: each
+/// part's LastModified is the time of the listing.
+pub async fn list_parts(
+    client: &OriginClient,
+    object: Target<'_>,
+    upload_id: &str,
+) -> Result<Vec<PartSummary>, Error> {
+    let mapping = BlockUpload::parse(upload_id)?;
+    let state = mapping.state(&blocks(client, object).await?.uncommitted);
+    state.check_open()?;
+    let now = SystemTime::now();
+    Ok(state
+        .listed_parts()
+        .into_iter()
+        .map(|p| PartSummary {
+            number: p.number,
+            etag: p.etag,
+            size: p.size,
+            last_modified: now,
+        })
+        .collect())
+}

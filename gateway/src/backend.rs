@@ -14,17 +14,20 @@ use talon_cache_client::ReaderId;
 use talon_protocols::answer::Failure;
 use talon_protocols::answer::header;
 use talon_protocols::azure::request::AzureOperation;
+use talon_protocols::azure::xml::BlockListItem;
+use talon_protocols::block_staging::is_staging_key;
 use talon_protocols::origin::{BucketSummary, ForwardRequest, ListOptions, OriginBody};
 use talon_protocols::s3::request::S3Operation;
 use talon_protocols::server::{
-    AnswerBody, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend, ObjectRead, Operation,
-    PartBounds, PartSummary, ReadSpec, Relay, RelayBody, Target, Upload, WriteSpec, Written,
-    stream_body,
+    AnswerBody, BlockLists, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend,
+    ObjectRead, Operation, PartBounds, PartSummary, ReadSpec, Relay, RelayBody, Target, Upload,
+    WriteSpec, Written, stream_body,
 };
 use talon_protocols::upload::settle;
 use talon_protocols::{Error, ErrorKind};
 
 use crate::Gateway;
+use crate::blocks_over_s3;
 use crate::config::{Backend, Route};
 use crate::metrics::Outcome;
 use crate::multipart_over_azure;
@@ -90,6 +93,22 @@ impl GatewayBackend {
 
     fn client(&self) -> Result<&talon_protocols::origin::OriginClient, Error> {
         self.gw.objects.origin(self.origin)
+    }
+
+    /// The origin, for an Azure block operation this backend serves itself: over an
+    /// Azure origin those are relayed ([`ObjectBackend::relays`]), so only an S3 origin
+    /// reaches here.
+    fn s3_origin_for(
+        &self,
+        operation: &str,
+    ) -> Result<&talon_protocols::origin::OriginClient, Error> {
+        match self.origin {
+            Backend::S3 => self.client(),
+            Backend::Azure => Err(Error::new(
+                ErrorKind::NotImplemented,
+                format!("{operation} is relayed to an Azure origin"),
+            )),
+        }
     }
 
     /// The origin, for an S3 multipart operation this backend serves itself: over an S3
@@ -261,6 +280,11 @@ impl ObjectBackend for GatewayBackend {
             }
             Backend::Azure => page.next_token.clone(),
         };
+        // Staged Azure blocks and block lists are the gateway's own (blocks_over_s3),
+        // whichever origin (or other front of one store) the listing comes from; the
+        // page's marker still resumes after them.
+        page.objects.retain(|o| !is_staging_key(&o.key));
+        page.common_prefixes.retain(|p| !is_staging_key(p));
         Ok(ListResult {
             objects: page
                 .objects
@@ -519,6 +543,38 @@ impl ObjectBackend for GatewayBackend {
     ) -> Result<Vec<PartSummary>, Failure> {
         let client = self.azure_origin_for("ListParts")?;
         Ok(multipart_over_azure::list_parts(client, object, upload_id).await?)
+    }
+
+    async fn put_block(
+        &self,
+        object: Target<'_>,
+        block_id: &str,
+        upload: Upload,
+    ) -> Result<String, Failure> {
+        let client = self.s3_origin_for("Put Block")?;
+        let len = upload.stream.announced().unwrap_or(0);
+        let md5 = blocks_over_s3::put_block(client, object, block_id, upload).await?;
+        self.gw.metrics.bytes_in(self.protocol, len);
+        Ok(md5)
+    }
+
+    async fn put_block_list(
+        &self,
+        object: Target<'_>,
+        blocks: Vec<BlockListItem>,
+        write: WriteSpec,
+    ) -> Result<Written, Failure> {
+        let client = self.s3_origin_for("Put Block List")?;
+        let written = blocks_over_s3::put_block_list(client, object, &blocks, &write).await?;
+        self.gw
+            .objects
+            .wrote(self.origin, object.bucket, object.key);
+        Ok(written)
+    }
+
+    async fn get_block_list(&self, object: Target<'_>) -> Result<BlockLists, Failure> {
+        let client = self.s3_origin_for("Get Block List")?;
+        Ok(blocks_over_s3::get_block_list(client, object).await?)
     }
 
     fn relays(&self, operation: Operation) -> bool {

@@ -11,6 +11,7 @@
 
 pub mod azure_front;
 pub mod backend;
+pub mod blocks_over_s3;
 pub mod cli;
 pub mod config;
 pub mod error;

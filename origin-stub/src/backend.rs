@@ -548,7 +548,7 @@ impl ObjectBackend for StubBackend {
         block_id: &str,
         upload: Upload,
     ) -> std::result::Result<String, Failure> {
-        crate::store::check_block_id(block_id)?;
+        talon_protocols::names::check_block_id(block_id)?;
         let (b, k, id) = (
             object.bucket.to_owned(),
             object.key.to_owned(),

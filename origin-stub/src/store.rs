@@ -46,6 +46,7 @@ use md5::{Digest as _, Md5};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use talon_protocols::checksum::ChecksumAlgorithm;
+use talon_protocols::names::check_block_id;
 use talon_protocols::{Error, ErrorKind, Result};
 
 use crate::generated::GeneratedObject;
@@ -1349,21 +1350,6 @@ fn meta_from(key: &str, meta: &fs::Metadata, sidecar: Option<Sidecar>) -> Object
 fn part_file(dir: &Path, part: &PartInfo) -> PathBuf {
     let md5 = talon_protocols::conditional::normalize_etag(&part.etag);
     dir.join(format!("{}.{md5}.part", part.number))
-}
-
-/// Checks an Azure block id: base64 of 1..=64 bytes.
-///
-/// # Errors
-/// [`ErrorKind::InvalidHeaderValue`].
-pub fn check_block_id(id: &str) -> Result<()> {
-    use base64::Engine;
-    match base64::engine::general_purpose::STANDARD.decode(id) {
-        Ok(b) if !b.is_empty() && b.len() <= 64 => Ok(()),
-        _ => Err(Error::new(
-            ErrorKind::InvalidHeaderValue,
-            "The value for one of the HTTP headers is not in the correct format: blockid",
-        )),
-    }
 }
 
 #[cfg(test)]

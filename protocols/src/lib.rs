@@ -17,6 +17,7 @@
 pub mod access;
 pub mod answer;
 pub mod azure;
+pub mod block_staging;
 pub mod checksum;
 pub mod conditional;
 pub mod content_headers;

@@ -160,6 +160,21 @@ pub fn check_object_key(key: &str) -> Result<()> {
     ))
 }
 
+/// Checks an Azure block id: base64 of 1 to 64 bytes, as Azure requires; gives the bytes.
+///
+/// # Errors
+/// [`ErrorKind::InvalidHeaderValue`] (Azure's `InvalidQueryParameterValue` family).
+pub fn check_block_id(id: &str) -> Result<Vec<u8>> {
+    use base64::Engine as _;
+    match base64::engine::general_purpose::STANDARD.decode(id) {
+        Ok(b) if !b.is_empty() && b.len() <= 64 => Ok(b),
+        _ => Err(Error::new(
+            ErrorKind::InvalidHeaderValue,
+            "The value for one of the HTTP headers is not in the correct format: blockid",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

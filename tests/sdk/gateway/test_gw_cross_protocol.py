@@ -251,3 +251,85 @@ def test_multipart_over_an_azure_origin_checks_parts_retries_and_aborts(cluster)
             call()
         assert client_error(ei) == (404, "NoSuchUpload")
     assert sha256(cross_s3.get_object(Bucket=bucket, Key=key)["Body"].read()) == sha256(p1 + p2)
+
+
+def _block_id(i: int) -> str:
+    import base64
+
+    return base64.b64encode(f"block-{i:06d}".encode()).decode()
+
+
+@pytest.mark.parametrize("size", [0, 1, 5 * MiB, 64 * MiB + 1, 300 * MiB])
+def test_azure_block_upload_over_an_s3_origin(cluster, size):
+    """An Azure client's block upload (the SDK's own above its single-put size: 4 MiB
+    blocks) through the Azure front over the S3 origin lands as one object: the same bytes
+    (SHA-256), content type and metadata through either protocol, the committed block list
+    as uploaded, and no staged block left or listed."""
+    from azure.storage.blob import BlobBlock, ContentSettings
+
+    main_s3 = s3_client(cluster.main)
+    cross_az = blob_service(cluster.cross, max_single_put_size=4 * MiB, max_block_size=4 * MiB)
+    bucket = unique("xblk")
+    main_s3.create_bucket(Bucket=bucket)
+    body = payload(size, 40 + size % 89)
+    blob = cross_az.get_blob_client(bucket, "dir/blocks.bin")
+    settings = ContentSettings(content_type="application/x-blocks")
+    if size <= 1:  # below any single-put size: the block calls by hand
+        ids = [_block_id(0)] if size else []
+        for i in ids:
+            blob.stage_block(i, body)
+        blob.commit_block_list([BlobBlock(block_id=i) for i in ids], content_settings=settings,
+                               metadata={"who": "azure-client"})
+    else:
+        blob.upload_blob(body, content_settings=settings, metadata={"who": "azure-client"}, max_concurrency=4)
+    assert sha256(blob.download_blob().readall()) == sha256(body)
+    head = main_s3.head_object(Bucket=bucket, Key="dir/blocks.bin")
+    assert head["ContentLength"] == size and head["Metadata"] == {"who": "azure-client"}
+    assert head["ContentType"] == "application/x-blocks"
+    assert sha256(main_s3.get_object(Bucket=bucket, Key="dir/blocks.bin")["Body"].read()) == sha256(body)
+    committed, uncommitted = blob.get_block_list("all")
+    assert sum(b.size for b in committed) == size and uncommitted == []
+    assert len(committed) == (-(-size // (4 * MiB)) if size > 1 else size)
+    listed = [o["Key"] for o in main_s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert listed == ["dir/blocks.bin"]
+
+
+def test_azure_block_lists_over_an_s3_origin_resolve_as_azure_does(cluster):
+    """Latest, Committed and Uncommitted entries, a refused list that changes nothing, and
+    staged blocks hidden from listings through both fronts."""
+    from azure.core.exceptions import HttpResponseError
+    from azure.storage.blob import BlobBlock, BlockState
+
+    main_s3, cross_s3 = s3_client(cluster.main), s3_client(cluster.cross)
+    cross_az = blob_service(cluster.cross)
+    bucket = unique("xbls")
+    main_s3.create_bucket(Bucket=bucket)
+    blob = cross_az.get_blob_client(bucket, "b")
+    a, b, c = _block_id(1), _block_id(2), _block_id(3)
+    blob.stage_block(a, b"aaa")
+    blob.stage_block(b, b"bb")
+    committed, uncommitted = blob.get_block_list("all")
+    assert committed == [] and sorted((x.id, x.size) for x in uncommitted) == [(a, 3), (b, 2)]
+    # Staged blocks are the gateway's own: no listing through either front shows them.
+    assert main_s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+    resp = main_s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert resp.get("CommonPrefixes") is None and resp.get("KeyCount", 0) == 0
+    assert list(cross_az.get_container_client(bucket).list_blobs()) == []
+    blob.commit_block_list([BlobBlock(block_id=b), BlobBlock(block_id=a)])
+    assert blob.download_blob().readall() == b"bbaaa"
+    blob.stage_block(c, b"c")
+    blob.commit_block_list([BlobBlock(block_id=a, state=BlockState.Committed),
+                            BlobBlock(block_id=c, state=BlockState.Uncommitted)])
+    assert blob.download_blob().readall() == b"aaac"
+    assert [(x.id, x.size) for x in blob.get_block_list("committed")[0]] == [(a, 3), (c, 1)]
+    for bad in ([BlobBlock(block_id=b, state=BlockState.Uncommitted)],
+                [BlobBlock(block_id=_block_id(9))],
+                [BlobBlock(block_id=b, state=BlockState.Committed)]):
+        with pytest.raises(HttpResponseError) as ei:
+            blob.commit_block_list(bad)
+        assert ei.value.status_code == 400 and ei.value.error_code == "InvalidBlockList"
+        assert blob.download_blob().readall() == b"aaac"
+    # Written by S3 since: the recorded list describes another version, so none is committed.
+    main_s3.put_object(Bucket=bucket, Key="b", Body=b"plain put")
+    assert blob.get_block_list("committed")[0] == []
+    assert [o["Key"] for o in cross_s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["b"]

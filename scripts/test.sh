@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Talon test on a fresh machine: the Rust workspace (unit, property,
-# conformance and integration tests), then the SDK acceptance suite, which drives a
+# conformance and integration tests; the origin client's conformance suite also against
+# moto's S3 server and Azurite, installed here), then the SDK acceptance suite, which drives a
 # real origin-stub process and real Talon deployments (talon up, a multi-process cluster)
 # with unmodified boto3, aws CLI, azure-storage-blob and rclone.
 # Python packages go into a venv under target/ (pinned in tests/sdk/requirements.txt).
@@ -12,17 +13,6 @@ step() { printf '\n==> %s\n' "$*"; }
 # Binaries first: integration tests and the SDK suite start them as real processes.
 step "build the binaries"
 cargo build --workspace --bins
-
-# The data-plane conformance suite (talon-testkit's tests and the worker's) runs on
-# both planes: first everything on the default (io_uring where the probe passes), then
-# the data-plane suites again with the Tokio plane forced. Each run checks that every
-# worker it starts serves on the plane it names (TALON_TEST_EXPECT_DATA_PLANE).
-step "cargo test --workspace (data plane: the default)"
-TALON_TEST_EXPECT_DATA_PLANE=default cargo test --workspace
-
-step "the data-plane suites again on the Tokio plane"
-TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_TEST_EXPECT_DATA_PLANE=tokio \
-  cargo test -p talon-testkit -p talon-worker -p talon-cache-client
 
 VENV=target/sdk-venv
 if [ ! -x "$VENV/bin/python" ]; then
@@ -37,8 +27,40 @@ if [ ! -x "$VENV/bin/python" ]; then
     fi
   fi
 fi
-step "install the SDKs (pinned)"
+step "install the SDKs and moto's S3 server (pinned)"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt
+
+# Azurite, the Azure Storage emulator, an Azure origin nobody here wrote: npm into a
+# local folder, pinned.
+AZURITE_VERSION=3.37.0
+NODE_DIR=target/node
+if [ ! -x "$NODE_DIR/node_modules/.bin/azurite-blob" ] \
+  || ! grep -q "\"version\": \"$AZURITE_VERSION\"" "$NODE_DIR/node_modules/azurite/package.json"; then
+  step "install Azurite $AZURITE_VERSION into $NODE_DIR"
+  if ! command -v npm >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && apt-get install -y -qq npm
+    else
+      echo "npm is required: apt-get install npm" >&2
+      exit 1
+    fi
+  fi
+  mkdir -p "$NODE_DIR"
+  npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION"
+fi
+# The origin conformance suite runs against moto and Azurite; here they must be there.
+export TALON_REQUIRE_INDEPENDENT_ORIGINS=1
+
+# The data-plane conformance suite (talon-testkit's tests and the worker's) runs on
+# both planes: first everything on the default (io_uring where the probe passes), then
+# the data-plane suites again with the Tokio plane forced. Each run checks that every
+# worker it starts serves on the plane it names (TALON_TEST_EXPECT_DATA_PLANE).
+step "cargo test --workspace (data plane: the default)"
+TALON_TEST_EXPECT_DATA_PLANE=default cargo test --workspace
+
+step "the data-plane suites again on the Tokio plane"
+TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_TEST_EXPECT_DATA_PLANE=tokio \
+  cargo test -p talon-testkit -p talon-worker -p talon-cache-client
 
 step "rclone (the gateway suite drives the Debian package)"
 if ! command -v rclone >/dev/null; then

@@ -280,10 +280,8 @@ impl ErrorKind {
     ///
     /// Unknown codes give `None`; callers then fall back on [`ErrorKind::from_status`].
     pub fn from_s3_code(code: &str) -> Option<ErrorKind> {
-        ALL_KINDS
-            .iter()
-            .copied()
-            .find(|k| k.s3_code() == code)
+        read_as(S3_CODES_READ_AS, code)
+            .or_else(|| ALL_KINDS.iter().copied().find(|k| k.s3_code() == code))
             .or(match code {
                 "ExpiredToken" | "TokenRefreshRequired" => Some(ErrorKind::ExpiredRequest),
                 "RequestTimeout" => Some(ErrorKind::Timeout),
@@ -294,10 +292,8 @@ impl ErrorKind {
 
     /// The kind an Azure error code names, as read from `x-ms-error-code`.
     pub fn from_azure_code(code: &str) -> Option<ErrorKind> {
-        ALL_KINDS
-            .iter()
-            .copied()
-            .find(|k| k.azure_code() == code)
+        read_as(AZURE_CODES_READ_AS, code)
+            .or_else(|| ALL_KINDS.iter().copied().find(|k| k.azure_code() == code))
             .or(match code {
                 "ResourceNotFound" => Some(ErrorKind::NoSuchKey),
                 "TargetConditionNotMet" | "SourceConditionNotMet" => {
@@ -338,6 +334,36 @@ impl ErrorKind {
 
 fn status(code: u16) -> StatusCode {
     StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The kind an S3 error code from an origin is read as, where several kinds answer with
+/// that code (each such code must be here: `every_shared_code_is_read_as_one_kind`).
+const S3_CODES_READ_AS: &[(&str, ErrorKind)] = &[
+    ("AccessDenied", ErrorKind::AccessDenied),
+    ("InvalidArgument", ErrorKind::InvalidArgument),
+    ("InvalidRequest", ErrorKind::InvalidRequest),
+    ("InvalidPart", ErrorKind::InvalidPart),
+];
+
+/// The kind an Azure error code from an origin is read as, where several kinds answer
+/// with that code. `InvalidBlockList` is a block that is not where a list says, which
+/// an S3 client reads as a part that is not there (`InvalidPart`), never as a missing
+/// upload.
+const AZURE_CODES_READ_AS: &[(&str, ErrorKind)] = &[
+    ("InvalidBlockList", ErrorKind::InvalidPart),
+    ("ConditionNotMet", ErrorKind::PreconditionFailed),
+    ("AuthenticationFailed", ErrorKind::SignatureDoesNotMatch),
+    ("InvalidQueryParameterValue", ErrorKind::InvalidArgument),
+    ("InvalidHeaderValue", ErrorKind::InvalidHeaderValue),
+    ("InvalidInput", ErrorKind::InvalidRequest),
+    ("InvalidResourceName", ErrorKind::InvalidBucketName),
+    ("Md5Mismatch", ErrorKind::BadDigest),
+    ("MissingRequiredHeader", ErrorKind::MissingHeader),
+    ("ServerBusy", ErrorKind::SlowDown),
+];
+
+fn read_as(table: &[(&str, ErrorKind)], code: &str) -> Option<ErrorKind> {
+    table.iter().find(|(c, _)| *c == code).map(|(_, k)| *k)
 }
 
 /// Every kind, for reverse lookups and for tests that walk the whole table.
@@ -531,6 +557,36 @@ mod tests {
         assert_eq!(
             ErrorKind::from_status(StatusCode::BAD_GATEWAY),
             ErrorKind::InternalError
+        );
+    }
+
+    /// Where several kinds answer with one code, reading that code back from an origin
+    /// is a decision, not the accident of a table's order: each such code is listed in
+    /// its protocol's `*_CODES_READ_AS`, with a kind that answers with it.
+    #[test]
+    fn every_shared_code_is_read_as_one_kind() {
+        type Code = fn(ErrorKind) -> &'static str;
+        for (name, code_of, table) in [
+            ("S3", ErrorKind::s3_code as Code, S3_CODES_READ_AS),
+            ("Azure", ErrorKind::azure_code as Code, AZURE_CODES_READ_AS),
+        ] {
+            let mut by_code: std::collections::BTreeMap<&str, Vec<ErrorKind>> = Default::default();
+            for kind in ALL_KINDS {
+                by_code.entry(code_of(*kind)).or_default().push(*kind);
+            }
+            for (code, kinds) in by_code.into_iter().filter(|(_, k)| k.len() > 1) {
+                let chosen = read_as(table, code).unwrap_or_else(|| {
+                    panic!("{name} code {code} is shared by {kinds:?}: say which it reads as")
+                });
+                assert!(
+                    kinds.contains(&chosen),
+                    "{name} {code}: {chosen:?} does not answer with it"
+                );
+            }
+        }
+        assert_eq!(
+            ErrorKind::from_azure_code("InvalidBlockList"),
+            Some(ErrorKind::InvalidPart)
         );
     }
 }

@@ -17,8 +17,12 @@
 //! pipelined frames ([`raw::RawConnection`]), and the `talon-worker` binary run as a real
 //! process against the sandbox ([`WorkerProcess`]), and signed `aws-chunked` uploads
 //! with their spoilt variants for every server that verifies uploads
-//! ([`signed_upload`]).
+//! ([`signed_upload`]). The origin client's one conformance suite
+//! ([`origin_conformance`]) runs against the stub and against servers nobody here wrote,
+//! started as processes by [`independent_origins`] (moto's S3 server, Azurite).
 
+pub mod independent_origins;
+pub mod origin_conformance;
 pub mod raw;
 pub mod signed_upload;
 

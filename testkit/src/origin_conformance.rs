@@ -11,11 +11,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
-use http::Method;
 use talon_protocols::azure::xml::BlockListItem;
-use talon_protocols::origin::{
-    ForwardRequest, ListOptions, OriginBody, OriginClient, OriginConfig,
-};
+use talon_protocols::origin::{ListOptions, OriginBody, OriginClient, OriginConfig};
 use talon_protocols::range::ByteRange;
 use talon_protocols::{Error, ErrorKind};
 
@@ -47,33 +44,15 @@ fn is_azure(client: &OriginClient) -> bool {
     matches!(client.config(), OriginConfig::Azure { .. })
 }
 
-/// Creates a bucket (container) through the client's own signing.
+/// Creates a bucket (container).
 ///
 /// # Panics
 /// When the origin refuses.
 pub async fn create_bucket(client: &OriginClient, bucket: &str) {
-    let query = if is_azure(client) {
-        "restype=container"
-    } else {
-        ""
-    };
-    let resp = client
-        .forward(ForwardRequest {
-            method: Method::PUT,
-            bucket: Some(bucket),
-            key: None,
-            query,
-            headers: Vec::new(),
-            body: OriginBody::Empty,
-        })
+    client
+        .create_bucket(bucket)
         .await
-        .expect("create bucket: transport");
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    assert!(
-        status.is_success(),
-        "create bucket {bucket}: {status} {text}"
-    );
+        .unwrap_or_else(|e| panic!("create bucket {bucket}: {e}"));
 }
 
 /// Every key of a listing, page by page (`page` keys each), with the delimiter's
@@ -306,6 +285,32 @@ pub async fn run(client: &OriginClient, bucket: &str) {
     if azure {
         blocks(client, bucket).await;
     }
+
+    // Buckets: a second create is refused (Azure) or refused or accepted (S3, where
+    // us-east-1 answers 200 to the owner, as AWS and moto do); an empty bucket deletes.
+    match client.create_bucket(bucket).await {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::BucketAlreadyExists),
+        Ok(()) => assert!(!azure, "Azure refuses an existing container"),
+    }
+    assert_eq!(
+        client
+            .head(bucket, "small.txt")
+            .await
+            .expect("the origin answers")
+            .size,
+        1024,
+        "a second create leaves the bucket's objects"
+    );
+    let empty = format!("{bucket}-empty");
+    create_bucket(client, &empty).await;
+    client
+        .delete_bucket(&empty)
+        .await
+        .expect("delete an empty bucket");
+    assert_eq!(
+        kind(client.head_bucket(&empty).await),
+        ErrorKind::NoSuchBucket
+    );
 }
 
 /// Azure block uploads: staged blocks listed as uncommitted, a list committed in its

@@ -116,7 +116,7 @@ impl Dialect for AzureDialect {
             .collect())
     }
 
-    fn head_bucket_query(&self) -> &'static str {
+    fn bucket_query(&self) -> &'static str {
         "restype=container"
     }
 

@@ -311,8 +311,8 @@ trait Dialect: Send + Sync {
     fn list_buckets_query(&self) -> &'static str;
     /// Reads a bucket listing.
     fn parse_buckets(&self, body: &[u8]) -> Result<Vec<BucketSummary>>;
-    /// The query of a bucket existence check (a HEAD).
-    fn head_bucket_query(&self) -> &'static str;
+    /// The query that names a bucket (container) itself: its HEAD, create and delete.
+    fn bucket_query(&self) -> &'static str;
     /// The protocol's own query parameters of a key listing (prefix and delimiter are
     /// added by the caller).
     fn list_query(&self, options: &ListOptions<'_>) -> Vec<(&'static str, String)>;
@@ -744,12 +744,51 @@ impl OriginClient {
         self.dialect.parse_buckets(&body)
     }
 
+    /// Creates a bucket (container).
+    ///
+    /// # Errors
+    /// The origin's error as a kind ([`ErrorKind::BucketAlreadyExists`], ...).
+    pub async fn create_bucket(&self, bucket: &str) -> Result<()> {
+        let query = self.dialect.bucket_query();
+        let resp = self
+            .send(
+                Method::PUT,
+                Some(bucket),
+                None,
+                query,
+                &[],
+                OriginBody::Empty,
+            )
+            .await?;
+        check(resp).await.map(|_| ())
+    }
+
+    /// Deletes an empty bucket (container).
+    ///
+    /// # Errors
+    /// The origin's error as a kind ([`ErrorKind::NoSuchBucket`],
+    /// [`ErrorKind::BucketNotEmpty`], ...).
+    pub async fn delete_bucket(&self, bucket: &str) -> Result<()> {
+        let query = self.dialect.bucket_query();
+        let resp = self
+            .send(
+                Method::DELETE,
+                Some(bucket),
+                None,
+                query,
+                &[],
+                OriginBody::Empty,
+            )
+            .await?;
+        check(resp).await.map(|_| ())
+    }
+
     /// Whether a bucket (container) exists.
     ///
     /// # Errors
     /// [`ErrorKind::NoSuchBucket`] when it does not; the origin's other errors.
     pub async fn head_bucket(&self, bucket: &str) -> Result<()> {
-        let query = self.dialect.head_bucket_query();
+        let query = self.dialect.bucket_query();
         let resp = self
             .send(
                 Method::HEAD,

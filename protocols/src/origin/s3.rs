@@ -122,7 +122,7 @@ impl Dialect for S3Dialect {
             .collect())
     }
 
-    fn head_bucket_query(&self) -> &'static str {
+    fn bucket_query(&self) -> &'static str {
         ""
     }
 

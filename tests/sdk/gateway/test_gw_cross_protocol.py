@@ -333,3 +333,41 @@ def test_azure_block_lists_over_an_s3_origin_resolve_as_azure_does(cluster):
     main_s3.put_object(Bucket=bucket, Key="b", Body=b"plain put")
     assert blob.get_block_list("committed")[0] == []
     assert [o["Key"] for o in cross_s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["b"]
+
+
+def test_buckets_are_made_and_removed_across_protocols(cluster):
+    """CreateBucket through the S3 front over the Azure origin makes a container, Create
+    Container through the Azure front over the S3 origin a bucket; deletes keep S3's rule
+    (only an empty bucket), so no client loses objects it did not ask to delete."""
+    from azure.core.exceptions import HttpResponseError, ResourceExistsError
+
+    main_s3, main_az = s3_client(cluster.main), blob_service(cluster.main)
+    cross_s3, cross_az = s3_client(cluster.cross), blob_service(cluster.cross)
+    by_s3, by_az = unique("xcb"), unique("xca")
+    cross_s3.create_bucket(Bucket=by_s3)
+    assert main_az.get_container_client(by_s3).exists()
+    with pytest.raises(ClientError) as ei:
+        cross_s3.create_bucket(Bucket=by_s3)
+    assert client_error(ei) == (409, "BucketAlreadyOwnedByYou")
+    cross_az.create_container(by_az)
+    main_s3.head_bucket(Bucket=by_az)
+    with pytest.raises(ResourceExistsError):
+        cross_az.create_container(by_az)
+    # Not empty: refused through both, and the object stays.
+    main_s3.put_object(Bucket=by_s3, Key="keep", Body=b"kept")
+    main_s3.put_object(Bucket=by_az, Key="keep", Body=b"kept")
+    with pytest.raises(ClientError) as ei:
+        cross_s3.delete_bucket(Bucket=by_s3)
+    assert client_error(ei) == (409, "BucketNotEmpty")
+    with pytest.raises(HttpResponseError) as hi:
+        cross_az.delete_container(by_az)
+    assert hi.value.status_code == 409
+    for bucket in (by_s3, by_az):
+        assert main_s3.get_object(Bucket=bucket, Key="keep")["Body"].read() == b"kept"
+        main_s3.delete_object(Bucket=bucket, Key="keep")
+    cross_s3.delete_bucket(Bucket=by_s3)
+    cross_az.delete_container(by_az)
+    assert not main_az.get_container_client(by_s3).exists()
+    with pytest.raises(ClientError) as ei:
+        main_s3.head_bucket(Bucket=by_az)
+    assert client_error(ei)[0] == 404

@@ -3,7 +3,8 @@
 # conformance and integration tests; the origin client's conformance suite also against
 # moto's S3 server and Azurite, installed here), then the SDK acceptance suite, which drives a
 # real origin-stub process and real Talon deployments (talon up, a multi-process cluster)
-# with unmodified boto3, aws CLI, azure-storage-blob and rclone.
+# with unmodified boto3, aws CLI, azure-storage-blob, rclone and the JavaScript SDKs
+# (@aws-sdk/client-s3 with lib-storage, @azure/storage-blob).
 # Python packages go into a venv under target/ (pinned in tests/sdk/requirements.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,13 +31,14 @@ fi
 step "install the SDKs and moto's S3 server (pinned)"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt
 
-# Azurite, the Azure Storage emulator, an Azure origin nobody here wrote: npm into a
-# local folder, pinned.
-AZURITE_VERSION=3.37.0
-NODE_DIR=target/node
-if [ ! -x "$NODE_DIR/node_modules/.bin/azurite-blob" ] \
-  || ! grep -q "\"version\": \"$AZURITE_VERSION\"" "$NODE_DIR/node_modules/azurite/package.json"; then
-  step "install Azurite $AZURITE_VERSION into $NODE_DIR"
+# From npm, into tests/sdk/js/node_modules, exactly as tests/sdk/js/package-lock.json
+# pins them: the JavaScript SDKs the SDK suite drives and Azurite, the Azure Storage
+# emulator (an Azure origin nobody here wrote). Reinstalled only when the lock changes.
+JS_DIR=tests/sdk/js
+JS_STAMP="$JS_DIR/node_modules/.talon-lock-sha256"
+JS_LOCK_SHA=$(sha256sum "$JS_DIR/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$JS_STAMP" 2>/dev/null)" != "$JS_LOCK_SHA" ]; then
+  step "npm ci in $JS_DIR (the JavaScript SDKs and Azurite, pinned)"
   if ! command -v npm >/dev/null; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
       apt-get update -qq && apt-get install -y -qq npm
@@ -45,8 +47,8 @@ if [ ! -x "$NODE_DIR/node_modules/.bin/azurite-blob" ] \
       exit 1
     fi
   fi
-  mkdir -p "$NODE_DIR"
-  npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION"
+  npm ci --prefix "$JS_DIR" --no-audit --no-fund --loglevel=error
+  echo "$JS_LOCK_SHA" > "$JS_STAMP"
 fi
 # The origin conformance suite runs against moto and Azurite; here they must be there.
 export TALON_REQUIRE_INDEPENDENT_ORIGINS=1

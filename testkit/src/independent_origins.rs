@@ -1,7 +1,7 @@
 //! Origins nobody here wrote, started as real processes on loopback for a test: moto's
 //! S3 server (PyPI `moto[server]`) and Azurite's Blob service (npm `azurite`). The
 //! README's test command installs both (`scripts/test.sh`: moto into the SDK venv,
-//! Azurite under `target/node`); elsewhere name them with `TALON_MOTO_SERVER` and
+//! Azurite with `npm ci` in `tests/sdk/js`); elsewhere name them with `TALON_MOTO_SERVER` and
 //! `TALON_AZURITE_BLOB`.
 //!
 //! Where one is not installed, [`IndependentOrigin::start`] gives `None` and the test
@@ -51,7 +51,7 @@ fn binary(kind: OriginKind) -> Option<PathBuf> {
         OriginKind::Moto => ("TALON_MOTO_SERVER", "target/sdk-venv/bin/moto_server"),
         OriginKind::Azurite => (
             "TALON_AZURITE_BLOB",
-            "target/node/node_modules/.bin/azurite-blob",
+            "tests/sdk/js/node_modules/.bin/azurite-blob",
         ),
     };
     let path = std::env::var_os(var)

@@ -213,8 +213,12 @@ const RELAYED_S3_HEADERS: &[&str] = &[
 ];
 
 impl ObjectBackend for GatewayBackend {
+    /// The origin's buckets by name, as S3 and Azure both list them (and as the fronts'
+    /// paging assumes), whatever order the origin gave (moto gives creation order).
     async fn list_buckets(&self) -> Result<Vec<BucketSummary>, Failure> {
-        Ok(self.client()?.list_buckets().await?)
+        let mut buckets = self.client()?.list_buckets().await?;
+        buckets.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(buckets)
     }
 
     async fn head_bucket(&self, bucket: &str) -> Result<BucketSummary, Failure> {

@@ -43,11 +43,74 @@ def cluster(tmp_path_factory, _isolated_client_env):
     harness.stop_all(c.procs)
 
 
-@pytest.fixture(params=["up", "cluster"])
+# Gateway tests run with `talon up` in front of moto's S3 server and of Azurite too (the
+# `gw` fixture). What does not hold there is listed here, each with its reason: `skip`
+# where the test observes the origin stub itself (its data folder, its request counters),
+# `xfail` (strict: a test that starts passing fails, so the list stays true) where Talon
+# or the origin falls short. docs/gateway.md lists the same.
+OVER_INDEPENDENT_ORIGINS = {
+    ("test_conditional_upload_reaches_the_origin", "moto"): ("skip", "reads the origin stub's data folder"),
+    ("test_conditional_upload_reaches_the_origin", "azurite"): ("skip", "reads the origin stub's data folder"),
+    ("test_s3_second_pass_is_served_from_cache", "*"): ("skip", "counts the origin stub's requests"),
+    ("test_azure_second_pass_is_served_from_cache", "*"): ("skip", "counts the origin stub's requests"),
+    ("test_an_upload_through_the_gateway_is_read_back_from_the_cache", "*"): ("skip", "counts the origin stub's requests"),
+    ("test_parallel_download_twice", "*"): ("skip", "counts the origin stub's requests"),
+    ("test_content_md5_of_put_blob", "moto"): (
+        "xfail", "an S3 origin keeps no Content-MD5, so the Azure front over it cannot give x-ms-blob-content-md5 back"),
+    ("test_checksum_mode_full_object_only", "moto"): (
+        "xfail", "no full-object checksum comes back from moto with x-amz-checksum-mode (not yet established whether "
+        "moto keeps it or the gateway does not pass it on)"),
+    ("test_checksum_mode_full_object_only", "azurite"): ("xfail", "Azure has no flexible checksums to keep"),
+    ("test_put_with_default_sdk_checksums", "azurite"): ("xfail", "Azure has no flexible checksums to keep"),
+    ("test_part_number_reads", "moto"): (
+        "xfail", "the gateway reads moto's answer to HEAD ?partNumber as an object that changed (503 SlowDown)"),
+    ("test_part_number_reads", "azurite"): (
+        "xfail", "over an Azure origin an object uploaded in parts is one part (its blocks are not read as parts)"),
+    ("test_copy_object", "azurite"): ("xfail", "CopyObject over an Azure origin (Copy Blob) is not built (issue 11, item 3)"),
+    ("test_rclone_s3_ls_copy_check", "azurite"): (
+        "xfail", "over an Azure origin a single-part object's ETag is the blob's, not its MD5, so rclone cannot check hashes"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        origin = callspec.params.get("gw") if callspec else None
+        if origin not in ("moto", "azurite"):
+            continue
+        name = item.originalname or item.name
+        entry = OVER_INDEPENDENT_ORIGINS.get((name, origin)) or OVER_INDEPENDENT_ORIGINS.get((name, "*"))
+        if entry is None:
+            continue
+        kind, reason = entry
+        if kind == "skip":
+            item.add_marker(pytest.mark.skip(reason=f"over {origin}: {reason}"))
+        else:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"over {origin}: {reason}"))
+
+
+@pytest.fixture(scope="session")
+def up_moto(tmp_path_factory, _isolated_client_env):
+    front = harness.start_talon_up_over("moto", tmp_path_factory.mktemp("talon-up-moto"))
+    yield front
+    harness.stop_all(front.procs)
+
+
+@pytest.fixture(scope="session")
+def up_azurite(tmp_path_factory, _isolated_client_env):
+    front = harness.start_talon_up_over("azurite", tmp_path_factory.mktemp("talon-up-azurite"))
+    yield front
+    harness.stop_all(front.procs)
+
+
+@pytest.fixture(params=["up", "cluster", "moto", "azurite"])
 def gw(request) -> harness.Front:
-    """The gateway under test: ``talon up`` or the multi-process cluster's main gateway."""
+    """The gateway under test: ``talon up``, the multi-process cluster's main gateway, or
+    ``talon up`` in front of an origin nobody here wrote (moto's S3 server, Azurite)."""
     if request.param == "up":
         return request.getfixturevalue("up")
+    if request.param in ("moto", "azurite"):
+        return request.getfixturevalue(f"up_{request.param}")
     return request.getfixturevalue("cluster").main
 
 

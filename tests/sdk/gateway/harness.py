@@ -31,6 +31,8 @@ import time
 import pytest
 import requests
 
+import generated
+
 from conftest import _GENERATE_ARGS, AZURE_ACCOUNT, AZURE_KEY, GENERATED, REGION, wait_until
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -109,6 +111,8 @@ class Proc:
     argv: list
     popen: subprocess.Popen
     log: pathlib.Path
+    # A server nobody here wrote (moto, Azurite): stopped without judging how it exits.
+    ours: bool = True
 
     def tail(self, limit: int = 20000) -> str:
         try:
@@ -202,7 +206,7 @@ def stop_all(procs: list) -> None:
     errors = []
     for proc in reversed(procs):
         try:
-            stop(proc)
+            stop(proc, check=proc.ours)
         except BaseException as exc:  # pytest.fail raises a BaseException subclass
             errors.append(exc)
     if errors:
@@ -228,6 +232,29 @@ class Front:
     procs: list  # processes of this deployment (for logs on failure)
     azure_account: str = AZURE_ACCOUNT
     region: str = REGION
+    # name -> ETag of a generated object the origin stores as uploaded (moto, Azurite);
+    # the stub's are computed (generated.generated_etag).
+    seeded_etags: dict = dataclasses.field(default_factory=dict)
+    # What serves the objects: "stub" (the origin stub), "moto" (S3) or "azurite" (Azure).
+    origin_kind: str = "stub"
+
+    @property
+    def s3_multipart_etags(self) -> bool:
+        """Whether an S3 multipart upload's ETag is S3's ``<md5>-<parts>``: not over an Azure
+        origin, where it is the blob's (docs/gateway.md)."""
+        return self.origin_kind != "azurite"
+
+    @property
+    def default_content_type(self) -> str:
+        """The content type an object written without one reads back with (moto's is S3's)."""
+        return "binary/octet-stream" if self.origin_kind == "moto" else "application/octet-stream"
+
+    def generated_etag(self, name: str) -> str:
+        """The ETag a reader sees for ``generated[name]`` at this deployment's origin."""
+        if name in self.seeded_etags:
+            return self.seeded_etags[name]
+        b, k, size, seed = self.generated[name]
+        return generated.generated_etag(b, k, size, seed)
 
     @property
     def authenticated(self) -> bool:
@@ -257,7 +284,7 @@ class Front:
 
 
 def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int = 2,
-                   anonymous: str | None = None, extra: list | None = None) -> Front:
+                   anonymous: str | None = None, extra: list | None = None, env: dict | None = None) -> Front:
     """``talon up``: with ``auth``, the suite's own client identity; without, the
     well-known development identity. ``anonymous`` is passed as ``--anonymous``."""
     data_dir = workdir / "data"  # must not exist: `talon up` creates it with the sample
@@ -274,9 +301,11 @@ def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int
     if anonymous:
         argv += ["--anonymous", anonymous]
     argv += extra or []
-    proc = spawn(f"talon-up-{name}", argv, workdir, clean_env())
+    proc = spawn(f"talon-up-{name}", argv, workdir, clean_env(**(env or {})))
     info = wait_for(proc, lambda: read_json(ready), f"ready file {ready}")
-    for field in ("s3", "azure", "admin", "azure_account", "origin_admin", "coordinator"):
+    # With --origin there is no local origin, and no origin_admin.
+    local_origin = "--origin" not in [str(a) for a in argv]
+    for field in ("s3", "azure", "admin", "azure_account", "coordinator") + (("origin_admin",) if local_origin else ()):
         assert field in info, f"talon up ready file lacks {field!r}: {info}"
     assert info["azure"].endswith("/" + info["azure_account"]), info
     return Front(
@@ -284,7 +313,7 @@ def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int
         s3=info["s3"],
         blob_endpoint=info["azure"],
         admin=info["admin"],
-        origin_admin=info["origin_admin"],
+        origin_admin=info.get("origin_admin", ""),
         data_dir=data_dir,
         s3_credentials=[CLIENT_S3] if auth else [DEV_S3],
         azure_key=None if anonymous else CLIENT_AZURE_KEY,
@@ -292,6 +321,71 @@ def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int
         procs=[proc],
         azure_account=info["azure_account"],
     )
+
+
+# ------------------------------------------------- talon up over origins nobody here wrote
+
+MOTO_SERVER = REPO / "target" / "sdk-venv" / "bin" / "moto_server"
+AZURITE_BLOB = REPO / "tests" / "sdk" / "js" / "node_modules" / ".bin" / "azurite-blob"
+# Any credentials moto accepts; Azurite's is the emulator's published account and key.
+MOTO_S3 = ("AKIAMOTOORIGIN000001", "moto-origin-secret")
+AZURITE_KEY = AZURE_KEY
+
+
+def start_independent_origin(kind: str, workdir: pathlib.Path) -> tuple[Proc, str]:
+    """moto's S3 server or Azurite's Blob service on a free loopback port: the process and
+    its endpoint (Azurite's account URL)."""
+    port = free_port()
+    if kind == "moto":
+        if not MOTO_SERVER.is_file():
+            pytest.fail(f"{MOTO_SERVER} not found: scripts/test.sh installs moto[server]", pytrace=False)
+        argv = [MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)]
+        endpoint = f"http://127.0.0.1:{port}"
+    else:
+        if not AZURITE_BLOB.is_file():
+            pytest.fail(f"{AZURITE_BLOB} not found: scripts/test.sh installs Azurite", pytrace=False)
+        argv = [AZURITE_BLOB, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location",
+                workdir / "azurite", "--silent", "--skipApiVersionCheck"]
+        endpoint = f"http://127.0.0.1:{port}/{AZURE_ACCOUNT}"
+    proc = spawn(kind, argv, workdir, clean_env())
+    wait_for(proc, lambda: accepts(port), f"{kind} accepting on {port}")
+    return proc, endpoint
+
+
+def start_talon_up_over(kind: str, workdir: pathlib.Path) -> Front:
+    """``talon up --origin`` in front of moto (S3) or Azurite (Azure): both fronts over that
+    one origin, one of them across protocols. The origin is seeded first with what
+    ``talon up``'s own origin serves (``UP_GENERATED``), so the same tests read it."""
+    origin_proc, endpoint = start_independent_origin(kind, workdir)
+    bucket, key, size, seed = UP_GENERATED["big"]
+    body = generated.generated_bytes(bucket, key, seed, 0, size)
+    if kind == "moto":
+        import boto3
+        from botocore.config import Config
+
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id=MOTO_S3[0],
+                          aws_secret_access_key=MOTO_S3[1], config=Config(s3={"addressing_style": "path"}))
+        s3.create_bucket(Bucket=bucket)
+        etag = s3.put_object(Bucket=bucket, Key=key, Body=body)["ETag"]
+        origin = ["--origin", f"s3+http://{endpoint.removeprefix('http://')}"]
+        env = {"AWS_ACCESS_KEY_ID": MOTO_S3[0], "AWS_SECRET_ACCESS_KEY": MOTO_S3[1], "AWS_REGION": REGION}
+    else:
+        from azure.storage.blob import BlobServiceClient
+
+        az = BlobServiceClient.from_connection_string(
+            f"DefaultEndpointsProtocol=http;AccountName={AZURE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={endpoint};")
+        az.create_container(bucket)
+        etag = az.get_blob_client(bucket, key).upload_blob(body)["etag"]
+        origin = ["--origin", f"az+http://{endpoint.removeprefix('http://')}"]
+        env = {"AZURE_STORAGE_KEY": AZURITE_KEY}
+    front = start_talon_up(kind, workdir, auth=True, extra=origin, env=env)
+    front.name = f"up-over-{kind}"
+    front.seeded_etags = {"big": etag}
+    front.origin_kind = kind
+    origin_proc.ours = False
+    front.procs.append(origin_proc)
+    return front
 
 
 # ------------------------------------------------------------------ cluster

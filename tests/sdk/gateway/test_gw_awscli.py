@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -76,7 +77,8 @@ def test_ls_cp_both_ways_and_get_object_range(aws, gw, gw_s3, gw_bucket, tmp_pat
     aws("s3", "cp", tmp_path / "small file.bin", f"s3://{gw_bucket}/cli/small file.bin")
     aws("s3", "cp", tmp_path / "big.bin", f"s3://{gw_bucket}/cli/big.bin")
     assert sha256(gw_s3.get_object(Bucket=gw_bucket, Key="cli/small file.bin")["Body"].read()) == sha256(small)
-    assert gw_s3.head_object(Bucket=gw_bucket, Key="cli/big.bin")["ETag"].endswith('-2"')
+    if gw.s3_multipart_etags:
+        assert gw_s3.head_object(Bucket=gw_bucket, Key="cli/big.bin")["ETag"].endswith('-2"')
 
     # ls: buckets, a prefix, recursive.
     out = aws("s3", "ls").stdout.decode()
@@ -101,7 +103,7 @@ def test_ls_cp_both_ways_and_get_object_range(aws, gw, gw_s3, gw_bucket, tmp_pat
                               f"bytes={first}-{last}", out).stdout)
         assert meta["ContentRange"] == f"bytes {first}-{last}/{size}"
         assert meta["ContentLength"] == last - first + 1
-        assert meta["ETag"] == generated.generated_etag(b, k, size, seed)
+        assert meta["ETag"] == gw.generated_etag("big")
         assert sha256(out.read_bytes()) == sha256(generated.generated_bytes(b, k, seed, first, last + 1))
     proc = aws("s3api", "get-object", "--bucket", gw_bucket, "--key", "missing", os.devnull, check=False)
     assert proc.returncode != 0 and b"NoSuchKey" in proc.stderr, proc.stderr
@@ -121,6 +123,9 @@ def test_sync_up_and_back_down(aws, gw_s3, tmp_path):
         p = src / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
+        # sync uploads a file newer than its object; S3 (and moto) keep whole seconds, so a
+        # file written in the same second as its upload would look newer to the next sync.
+        os.utime(p, (time.time() - 5, time.time() - 5))
     aws("s3", "sync", src, f"s3://{bucket}/tree")
     listed = {o["Key"]: o["Size"] for o in gw_s3.list_objects_v2(Bucket=bucket)["Contents"]}
     assert listed == {f"tree/{rel}": len(data) for rel, data in files.items()}

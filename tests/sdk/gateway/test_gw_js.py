@@ -54,7 +54,8 @@ def test_aws_sdk_for_javascript_v3(gw, gw_s3, gw_bucket, tmp_path):
     assert sha256((tmp_path / "big.down").read_bytes()) == sha256(big)
     assert sha256((tmp_path / "small.down").read_bytes()) == sha256(small)
     assert report["size"] == len(big) and report["headEtag"] == report["etags"]["big"]
-    assert report["etags"]["big"].endswith('-5"'), "lib-storage's 5 MiB parts: 5 of them"
+    if gw.s3_multipart_etags:
+        assert report["etags"]["big"].endswith('-5"'), "lib-storage's 5 MiB parts: 5 of them"
     assert report["small"] == {"contentType": "application/x-js", "metadata": {"who": "aws-sdk-js"},
                                "etag": report["etags"]["small"]}
     assert report["listed"] == [["js/dir/big.bin", len(big)], ["js/small.bin", len(small)]]

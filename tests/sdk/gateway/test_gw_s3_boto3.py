@@ -142,7 +142,7 @@ def test_list_buckets_and_head_bucket(gw_s3, gw_bucket):
 
 def test_head_and_get_generated(gw, gw_s3):
     b, k, size, seed = gw.generated["big"]
-    etag = generated.generated_etag(b, k, size, seed)
+    etag = gw.generated_etag("big")
     head = gw_s3.head_object(Bucket=b, Key=k)
     assert head["ContentLength"] == size
     assert head["ETag"] == etag
@@ -156,7 +156,7 @@ def test_head_and_get_generated(gw, gw_s3):
 
 def test_ranged_gets(gw, gw_s3):
     b, k, size, seed = gw.generated["big"]
-    etag = generated.generated_etag(b, k, size, seed)
+    etag = gw.generated_etag("big")
     cases = [
         ("bytes=0-0", 0, 0),
         ("bytes=10-19", 10, 19),
@@ -320,7 +320,7 @@ def test_download_file_parallel_small_chunks(gw, gw_s3, tmp_path):
     assert file_sha(dest) == generated.sha256_of_generated(b, k, size, seed)
 
 
-def test_upload_file_multipart_and_download(gw_s3, gw_bucket, tmp_path):
+def test_upload_file_multipart_and_download(gw, gw_s3, gw_bucket, tmp_path):
     body = payload(12 * MiB + 333, 4)
     src = tmp_path / "twelve.bin"
     src.write_bytes(body)
@@ -330,7 +330,8 @@ def test_upload_file_multipart_and_download(gw_s3, gw_bucket, tmp_path):
     assert head["ContentLength"] == len(body)
     parts = [body[i:i + 5 * MiB] for i in range(0, len(body), 5 * MiB)]
     md5s = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest()
-    assert head["ETag"] == f'"{md5s}-3"'
+    if gw.s3_multipart_etags:
+        assert head["ETag"] == f'"{md5s}-3"'
     resp, got = get_body(gw_s3, gw_bucket, "multi/twelve.bin")
     assert resp["ETag"] == head["ETag"]
     assert sha256(got) == sha256(body)
@@ -525,14 +526,18 @@ def test_acls_read_through_the_gateway(gw_s3, gw_bucket):
     assert gw_s3.get_bucket_acl(Bucket=gw_bucket)["Grants"][0]["Grantee"]["Type"] == "CanonicalUser"
 
 
-def test_an_origin_refusal_reaches_the_client_in_the_origins_words(gw_s3, gw_bucket):
+def test_an_origin_refusal_reaches_the_client_in_the_origins_words(gw, gw_s3, gw_bucket):
     """A conditional PutObject the origin refuses: the client reads the origin's own
     message (and code and status), not the gateway's account of the exchange."""
     gw_s3.put_object(Bucket=gw_bucket, Key="cond", Body=b"first")
     with pytest.raises(ClientError) as ei:
         gw_s3.put_object(Bucket=gw_bucket, Key="cond", Body=b"second", IfMatch='"0123456789abcdef"')
     assert client_error(ei) == (412, "PreconditionFailed")
-    assert ei.value.response["Error"]["Message"] == "At least one of the pre-conditions you specified did not hold"
+    # An S3 origin's words, or an Azure origin's (with its request id and time) under the
+    # S3 code the client reads.
+    words = {"azurite": "The condition specified using HTTP conditional header(s) is not met."}
+    expected = words.get(gw.origin_kind, "At least one of the pre-conditions you specified did not hold")
+    assert ei.value.response["Error"]["Message"].startswith(expected)
     assert gw_s3.get_object(Bucket=gw_bucket, Key="cond")["Body"].read() == b"first"
 
 

@@ -38,7 +38,7 @@ ci:
     ./.ci/run
 
 # ceph/s3-tests (the shared folder's copy, unmodified) against `talon up`; a table and
-# JSON (bench/results/s3-tests.json). Flags: --suite PATH, --select EXPR.
+# JSON (bench/results/s3-tests.json). Flags: --suite PATH, --select EXPR, --origin moto, --check.
 s3-tests *ARGS:
     cargo build --bins
     python3 scripts/s3_tests.py {{ARGS}}

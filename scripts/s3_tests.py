@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -79,10 +80,26 @@ DESELECTED_NAMES = {
 # Tests of the selection that fail against `talon up`, each with its reason. `--check`
 # (what the test command runs) fails on any failure not listed here, and on a pass rate
 # under TARGET_PASS_RATE; a listed test that passes again is reported, to be removed.
-KNOWN_FAILURES = {
-    "test_object_raw_get_object_gone": "an unsigned GET of a bucket made public-read by a canned ACL: "
-    "`talon up` refuses unsigned requests (403) before any lookup, so an anonymous caller learns nothing "
-    "about which buckets and keys exist; public buckets need ACL writes, which are not implemented",
+_UNSIGNED_PUBLIC_READ = (
+    "an unsigned GET of a bucket made public-read by a canned ACL: `talon up` refuses unsigned requests "
+    "(403) before any lookup, so an anonymous caller learns nothing about which buckets and keys exist; "
+    "public buckets need ACL writes, which are not implemented")
+_MOTO_CLEANUP = (
+    "errors in teardown: the suite's cleanup (ListObjectVersions, relayed to moto, then DeleteObjects) does "
+    "not empty test_bucket_list_delimiter_not_skip_special's bucket of 1,000+ keys, so DeleteBucket is "
+    "BucketNotEmpty for it and for every later test's cleanup of the same prefix; the prefix tests pass alone. "
+    "Not yet established whether moto's version paging or the relay is at fault")
+KNOWN_FAILURES_BY_ORIGIN = {
+    "local": {
+        "test_object_raw_get_object_gone": _UNSIGNED_PUBLIC_READ,
+    },
+    "moto": {
+        "test_object_raw_get_object_gone": _UNSIGNED_PUBLIC_READ,
+        **{name: _MOTO_CLEANUP for name in (
+            "test_bucket_list_delimiter_not_skip_special", "test_bucket_list_prefix_alt",
+            "test_bucket_list_prefix_basic", "test_bucket_list_prefix_empty", "test_bucket_listv2_prefix_alt",
+            "test_bucket_listv2_prefix_basic", "test_bucket_listv2_prefix_empty")},
+    },
 }
 
 # Issue 11's target for the selection.
@@ -138,13 +155,38 @@ def ensure_dependencies(python: Path) -> None:
                         *SUITE_DEPENDENCIES], check=True)
 
 
-def start_talon(talon: Path, tmp: Path) -> tuple[subprocess.Popen, int]:
+def start_moto(python: Path, tmp: Path) -> tuple[subprocess.Popen, str]:
+    """moto's S3 server (installed into the SDK venv by the test command) on a free port."""
+    server = python.parent / "moto_server"
+    if not server.is_file():
+        die(f"{server} not found: scripts/test.sh installs moto[server] into the SDK venv")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=open(tmp / "moto.log", "wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, f"s3+http://127.0.0.1:{port}"
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                die(f"moto did not start; see {tmp / 'moto.log'}")
+            time.sleep(0.1)
+
+
+def start_talon(talon: Path, tmp: Path, origin: str | None) -> tuple[subprocess.Popen, int]:
     ready = tmp / "ready.json"
     # Port 0: talon up binds free ports itself and names them in its ready file (picking
     # free ports here would race with the ports its workers bind).
     argv = [str(talon), "up", "--data-dir", str(tmp / "data"), "--s3-port", "0",
             "--azure-port", "0", "--admin-port", "0", "--ready-file", str(ready)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "TALON_"))}
+    if origin:
+        argv += ["--origin", origin]
+        env.update(AWS_ACCESS_KEY_ID="AKIAMOTOORIGIN000001", AWS_SECRET_ACCESS_KEY="moto-origin-secret",
+                   AWS_REGION="us-east-1")
     proc = subprocess.Popen(argv, stdout=open(tmp / "talon.log", "wb"), stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
     deadline = time.monotonic() + 60
@@ -168,6 +210,8 @@ def main() -> None:
     p.add_argument("--python", type=Path, default=ROOT / "target" / "sdk-venv" / "bin" / "python")
     p.add_argument("--select", default=SELECT, help="pytest -k expression of the tests to run")
     p.add_argument("--json-out", type=Path, default=ROOT / "bench" / "results" / "s3-tests.json")
+    p.add_argument("--origin", choices=sorted(KNOWN_FAILURES_BY_ORIGIN), default="local",
+                   help="talon up's own origin (local), or talon up in front of moto's S3 server")
     p.add_argument("--check", action="store_true",
                    help="exit 1 on a failure not in KNOWN_FAILURES or a pass rate under the target")
     args = p.parse_args()
@@ -179,7 +223,13 @@ def main() -> None:
         die(f"{args.python} not found: run scripts/test.sh once (it creates the venv)")
     ensure_dependencies(args.python)
     tmp = Path(tempfile.mkdtemp(prefix="talon-s3-tests-"))
-    proc, port = start_talon(args.talon, tmp)
+    moto = None
+    origin = None
+    if args.origin == "moto":
+        moto, origin = start_moto(args.python, tmp)
+    proc, port = start_talon(args.talon, tmp, origin)
+    KNOWN_FAILURES = KNOWN_FAILURES_BY_ORIGIN[args.origin]
+    target = "talon up" if args.origin == "local" else "talon up over moto"
     try:
         conf = tmp / "s3tests.conf"
         conf.write_text(config(port))
@@ -203,14 +253,17 @@ def main() -> None:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+        if moto:
+            os.killpg(moto.pid, signal.SIGKILL)
+            moto.wait(timeout=30)
     ran = len(passed) + len(failed)
     rate = 100.0 * len(passed) / ran if ran else 0.0
     print("\n| suite | selection | ran | passed | failed | pass rate |")
     print("|---|---|---:|---:|---:|---:|")
-    print(f"| ceph/s3-tests against `talon up` | `{args.select}` | {ran} | {len(passed)} | {len(failed)} | {rate:.1f}% |")
+    print(f"| ceph/s3-tests against `{target}` | `{args.select}` | {ran} | {len(passed)} | {len(failed)} | {rate:.1f}% |")
     if failed:
         print("\nFailed: " + ", ".join(sorted(failed)))
-    report = {"suite": "ceph/s3-tests", "target": "talon up", "selection": args.select, "ran": ran,
+    report = {"suite": "ceph/s3-tests", "target": target, "selection": args.select, "ran": ran,
               "passed": len(passed), "failed": sorted(failed), "pass_rate": round(rate, 1),
               "deselected_markers": DESELECTED_MARKERS, "deselected_names": DESELECTED_NAMES}
     report["known_failures"] = {n: KNOWN_FAILURES[n] for n in sorted(failed) if n in KNOWN_FAILURES}

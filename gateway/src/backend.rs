@@ -458,12 +458,7 @@ impl ObjectBackend for GatewayBackend {
         write: WriteSpec,
     ) -> Result<Written, Failure> {
         let Target { bucket, key } = object;
-        let len = upload.stream.announced().ok_or_else(|| {
-            Error::new(
-                ErrorKind::MissingContentLength,
-                "You must provide the Content-Length HTTP header.",
-            )
-        })?;
+        let len = upload.stream.required_len()?;
         let mut headers = origin_write_headers(self.origin, &write);
         // A checksum the client sent as a header is known before the body: the origin
         // keeps it (and verifies it again). One announced as a trailer is known only at

@@ -31,12 +31,7 @@ pub async fn put_block(
     upload: Upload,
 ) -> Result<String, Error> {
     let key = BlobStaging::of(object.key).block_key(block_id)?;
-    let len = upload.stream.announced().ok_or_else(|| {
-        Error::new(
-            ErrorKind::MissingContentLength,
-            "Content-Length is required.",
-        )
-    })?;
+    let len = upload.stream.required_len()?;
     let body = upload.stream.into_origin_body().await?;
     let result = client.put_stream(object.bucket, &key, body, len, &[]).await;
     let (_, verified) = settle(&upload.outcome, result)?;

@@ -27,6 +27,13 @@ async fn blocks(client: &OriginClient, object: Target<'_>) -> Result<OriginBlock
     }
 }
 
+/// Puts a marker block (created, aborted, a part's tag), whose id is what it says.
+async fn put_marker(client: &OriginClient, object: Target<'_>, id: &str) -> Result<(), Error> {
+    client
+        .put_block(object.bucket, object.key, id, OriginBody::Bytes(MARKER))
+        .await
+}
+
 /// CreateMultipartUpload: a fresh upload id, and its created marker at the origin.
 pub async fn create(
     client: &OriginClient,
@@ -34,15 +41,7 @@ pub async fn create(
     write: &talon_protocols::server::WriteSpec,
 ) -> Result<String, Error> {
     let upload = BlockUpload::new(write)?;
-    let marker = upload.block_id(BlockRole::Created);
-    client
-        .put_block(
-            object.bucket,
-            object.key,
-            &marker,
-            OriginBody::Bytes(MARKER),
-        )
-        .await?;
+    put_marker(client, object, &upload.block_id(BlockRole::Created)).await?;
     Ok(upload.id().to_owned())
 }
 
@@ -59,12 +58,7 @@ pub async fn upload_part(
     mapping
         .state(&blocks(client, object).await?.uncommitted)
         .check_open()?;
-    let len = upload.stream.announced().ok_or_else(|| {
-        Error::new(
-            ErrorKind::MissingContentLength,
-            "You must provide the Content-Length HTTP header.",
-        )
-    })?;
+    let len = upload.stream.required_len()?;
     let body = OriginBody::Stream {
         body: upload.stream.into_origin_body().await?,
         len,
@@ -74,10 +68,12 @@ pub async fn upload_part(
         .put_block(object.bucket, object.key, &part, body)
         .await;
     let ((), verified) = settle(&upload.outcome, result)?;
-    let tag = mapping.block_id(BlockRole::PartTag(number, verified.md5));
-    client
-        .put_block(object.bucket, object.key, &tag, OriginBody::Bytes(MARKER))
-        .await?;
+    put_marker(
+        client,
+        object,
+        &mapping.block_id(BlockRole::PartTag(number, verified.md5)),
+    )
+    .await?;
     Ok(Written {
         etag: format!("\"{}\"", verified.md5_hex()),
         content_md5: Some(verified.md5_base64()),
@@ -128,15 +124,7 @@ pub async fn abort(
     mapping
         .state(&blocks(client, object).await?.uncommitted)
         .check_open()?;
-    let marker = mapping.block_id(BlockRole::Aborted);
-    client
-        .put_block(
-            object.bucket,
-            object.key,
-            &marker,
-            OriginBody::Bytes(MARKER),
-        )
-        .await
+    put_marker(client, object, &mapping.block_id(BlockRole::Aborted)).await
 }
 
 /// ListParts: the parts uploaded whole so far. Azure keeps no time per block: each

@@ -46,13 +46,13 @@ use md5::{Digest as _, Md5};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use talon_protocols::checksum::ChecksumAlgorithm;
+use talon_protocols::conditional::normalize_etag;
+use talon_protocols::multipart::check_completion;
 use talon_protocols::names::check_block_id;
 use talon_protocols::{Error, ErrorKind, Result};
 
 use crate::generated::GeneratedObject;
 
-/// Smallest size of a multipart part other than the last, as S3 enforces.
-pub const MIN_PART_SIZE: u64 = 5 << 20;
 /// Longest object key, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 
@@ -1048,45 +1048,20 @@ impl ObjectStore {
         listed: &[(u32, String)],
     ) -> Result<ObjectMeta> {
         let (dir, info) = self.upload_info(upload_id, bucket, key)?;
-        if listed.is_empty() {
-            return Err(Error::new(
-                ErrorKind::MalformedXml,
-                "You must specify at least one part",
-            ));
-        }
-        if listed.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err(Error::new(
-                ErrorKind::InvalidPartOrder,
-                "The list of parts was not in ascending order.",
-            ));
-        }
         let stored: BTreeMap<u32, PartInfo> = self
             .list_parts(bucket, key, upload_id)?
             .into_iter()
             .map(|p| (p.number, p))
             .collect();
-        let mut chosen = Vec::new();
-        for (i, (number, etag)) in listed.iter().enumerate() {
-            let part = stored
-                .get(number)
-                .filter(|p| {
-                    talon_protocols::conditional::normalize_etag(&p.etag)
-                        == talon_protocols::conditional::normalize_etag(etag)
-                })
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidPart,
-                        format!("Part {number} could not be found or its ETag does not match."),
-                    )
-                })?;
-            if i + 1 < listed.len() && part.size < MIN_PART_SIZE {
-                return Err(Error::new(
-                    ErrorKind::EntityTooSmall,
-                    "Your proposed upload is smaller than the minimum allowed size",
-                ));
-            }
-            chosen.push(part.clone());
-        }
+        let chosen: Vec<PartInfo> = check_completion(listed, |number, etag| {
+            stored
+                .get(&number)
+                .filter(|p| normalize_etag(&p.etag) == normalize_etag(etag))
+                .map(|p| p.size)
+        })?
+        .iter()
+        .filter_map(|n| stored.get(n).cloned())
+        .collect();
         let mut staged = self.stage()?;
         let mut md5s = Vec::with_capacity(chosen.len() * 16);
         {
@@ -1095,8 +1070,7 @@ impl ObjectStore {
                 let mut f =
                     File::open(part_file(&dir, part)).map_err(|e| internal("reading a part", e))?;
                 io::copy(&mut f, out).map_err(|e| internal("assembling the object", e))?;
-                let md5 = hex::decode(talon_protocols::conditional::normalize_etag(&part.etag))
-                    .unwrap_or_default();
+                let md5 = hex::decode(normalize_etag(&part.etag)).unwrap_or_default();
                 md5s.extend_from_slice(&md5);
             }
         }
@@ -1356,6 +1330,7 @@ fn part_file(dir: &Path, part: &PartInfo) -> PathBuf {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use talon_protocols::multipart::MIN_PART_SIZE;
 
     fn store() -> (tempfile::TempDir, ObjectStore) {
         let dir = tempfile::tempdir().unwrap();

@@ -25,6 +25,7 @@ pub mod dates;
 pub mod error;
 pub mod expect_continue;
 pub mod listing;
+pub mod multipart;
 pub mod multipart_blocks;
 pub mod names;
 pub mod origin;

@@ -36,11 +36,9 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+use crate::multipart::check_completion;
 use crate::server::WriteSpec;
 use crate::{Error, ErrorKind, Result};
-
-/// Smallest size of a part other than the last, as S3 enforces at completion.
-pub const MIN_PART_SIZE: u64 = 5 << 20;
 
 /// Longest upload id this mapping makes (S3 documents no limit; clients put it in a
 /// query string, so the metadata it carries is bounded by S3's own 2 KiB and this).
@@ -299,43 +297,19 @@ impl UploadState {
     /// [`ErrorKind::MalformedXml`] for no parts, [`ErrorKind::InvalidPartOrder`],
     /// [`ErrorKind::InvalidPart`] for a part not uploaded or a tag it never had,
     /// [`ErrorKind::EntityTooSmall`] for a part other than the last under
-    /// [`MIN_PART_SIZE`].
+    /// [`crate::multipart::MIN_PART_SIZE`].
     pub fn plan_commit(&self, listed: &[(u32, String)]) -> Result<Vec<u32>> {
         self.check_open()?;
-        if listed.is_empty() {
-            return Err(Error::new(
-                ErrorKind::MalformedXml,
-                "You must specify at least one part",
-            ));
-        }
-        if listed.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err(Error::new(
-                ErrorKind::InvalidPartOrder,
-                "The list of parts was not in ascending order. Parts must be ordered by part number.",
-            ));
-        }
-        let mut out = Vec::with_capacity(listed.len());
-        for (i, (n, etag)) in listed.iter().enumerate() {
+        check_completion(listed, |n, etag| {
             let tag = hex::decode(crate::conditional::normalize_etag(etag))
                 .ok()
-                .and_then(|b| <[u8; 16]>::try_from(b).ok());
-            let size = self.parts.get(n).copied();
-            let tagged = tag.is_some_and(|t| self.tags.get(n).is_some_and(|s| s.contains(&t)));
-            let (Some(size), true) = (size, tagged) else {
-                return Err(Error::new(
-                    ErrorKind::InvalidPart,
-                    "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
-                ));
-            };
-            if i + 1 < listed.len() && size < MIN_PART_SIZE {
-                return Err(Error::new(
-                    ErrorKind::EntityTooSmall,
-                    "Your proposed upload is smaller than the minimum allowed size",
-                ));
-            }
-            out.push(*n);
-        }
-        Ok(out)
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())?;
+            self.tags
+                .get(&n)
+                .is_some_and(|s| s.contains(&tag))
+                .then(|| self.parts.get(&n).copied())
+                .flatten()
+        })
     }
 }
 
@@ -343,6 +317,7 @@ impl UploadState {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::multipart::MIN_PART_SIZE;
 
     fn fixed(id: &str) -> BlockUpload {
         BlockUpload::parse(id).unwrap()

@@ -4,9 +4,11 @@
 
 use http::Method;
 
-use super::{MAX_ORIGIN_LISTING_BODY, OriginBody, OriginClient, OriginConfig, check, read_capped};
+use super::{
+    MAX_ORIGIN_LISTING_BODY, OriginBody, OriginClient, OriginConfig, check, read_capped,
+    written_etag,
+};
 use crate::azure::xml::{BlockEntry, BlockListItem, block_list_request_xml, parse_block_list};
-use crate::conditional::quote_etag;
 use crate::error::{Error, ErrorKind, Result};
 use crate::uri_encoding::encode_strict;
 
@@ -77,17 +79,7 @@ impl OriginClient {
                 OriginBody::Bytes(body),
             )
             .await?;
-        let resp = check(resp).await?;
-        resp.headers()
-            .get("etag")
-            .and_then(|v| v.to_str().ok())
-            .map(quote_etag)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::InternalError,
-                    "origin answered Put Block List without an ETag",
-                )
-            })
+        written_etag(check(resp).await?, "Put Block List")
     }
 
     /// The committed and uncommitted blocks of a blob. A blob with neither is

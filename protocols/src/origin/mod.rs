@@ -381,6 +381,23 @@ fn transport(err: reqwest::Error) -> Error {
     Error::new(kind, format!("origin request failed: {err}")).with_source(err)
 }
 
+/// The quoted ETag of a write the origin answered.
+///
+/// # Errors
+/// [`ErrorKind::InternalError`] when the answer has none (`what` names the write).
+fn written_etag(resp: reqwest::Response, what: &str) -> Result<String> {
+    resp.headers()
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .map(quote_etag)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::InternalError,
+                format!("origin answered {what} without an ETag"),
+            )
+        })
+}
+
 /// Reads an answer's body, at most `max` bytes.
 async fn read_capped(resp: reqwest::Response, max: usize) -> Result<Bytes> {
     let mut body = resp.bytes_stream();
@@ -717,17 +734,7 @@ impl OriginClient {
         let resp = self
             .send(Method::PUT, Some(bucket), Some(key), "", &headers, body)
             .await?;
-        let resp = check(resp).await?;
-        resp.headers()
-            .get("etag")
-            .and_then(|v| v.to_str().ok())
-            .map(quote_etag)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::InternalError,
-                    "origin answered a put without an ETag",
-                )
-            })
+        written_etag(check(resp).await?, "a put")
     }
 
     /// The buckets (containers) of the account.
@@ -749,18 +756,9 @@ impl OriginClient {
     /// # Errors
     /// The origin's error as a kind ([`ErrorKind::BucketAlreadyExists`], ...).
     pub async fn create_bucket(&self, bucket: &str) -> Result<()> {
-        let query = self.dialect.bucket_query();
-        let resp = self
-            .send(
-                Method::PUT,
-                Some(bucket),
-                None,
-                query,
-                &[],
-                OriginBody::Empty,
-            )
-            .await?;
-        check(resp).await.map(|_| ())
+        check(self.bucket_request(Method::PUT, bucket).await?)
+            .await
+            .map(|_| ())
     }
 
     /// Deletes an empty bucket (container).
@@ -769,18 +767,16 @@ impl OriginClient {
     /// The origin's error as a kind ([`ErrorKind::NoSuchBucket`],
     /// [`ErrorKind::BucketNotEmpty`], ...).
     pub async fn delete_bucket(&self, bucket: &str) -> Result<()> {
+        check(self.bucket_request(Method::DELETE, bucket).await?)
+            .await
+            .map(|_| ())
+    }
+
+    /// A request on the bucket (container) itself, in the dialect's form.
+    async fn bucket_request(&self, method: Method, bucket: &str) -> Result<reqwest::Response> {
         let query = self.dialect.bucket_query();
-        let resp = self
-            .send(
-                Method::DELETE,
-                Some(bucket),
-                None,
-                query,
-                &[],
-                OriginBody::Empty,
-            )
-            .await?;
-        check(resp).await.map(|_| ())
+        self.send(method, Some(bucket), None, query, &[], OriginBody::Empty)
+            .await
     }
 
     /// Whether a bucket (container) exists.
@@ -788,17 +784,7 @@ impl OriginClient {
     /// # Errors
     /// [`ErrorKind::NoSuchBucket`] when it does not; the origin's other errors.
     pub async fn head_bucket(&self, bucket: &str) -> Result<()> {
-        let query = self.dialect.bucket_query();
-        let resp = self
-            .send(
-                Method::HEAD,
-                Some(bucket),
-                None,
-                query,
-                &[],
-                OriginBody::Empty,
-            )
-            .await?;
+        let resp = self.bucket_request(Method::HEAD, bucket).await?;
         match check(resp).await {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == ErrorKind::NoSuchKey => Err(Error::new(

@@ -115,6 +115,20 @@ impl VerifyingStream {
         self.announced
     }
 
+    /// The announced length, for a backend that must state it to an origin before the
+    /// body (every origin write does).
+    ///
+    /// # Errors
+    /// [`ErrorKind::MissingContentLength`] when the client announced none.
+    pub fn required_len(&self) -> Result<u64, Error> {
+        self.announced.ok_or_else(|| {
+            Error::new(
+                ErrorKind::MissingContentLength,
+                "You must provide the Content-Length HTTP header.",
+            )
+        })
+    }
+
     /// Also keeps a copy of the decoded bytes, for [`Verified::kept`], when the
     /// announced length is at most `max` bytes (0, or no announced length, keeps
     /// nothing). The copy is bounded by the announced length, which the stream never

@@ -11,6 +11,17 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Installs a Debian package where this is a root shell with apt-get, else says what to
+# install and fails.
+apt_install() {
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq "$1"
+  else
+    echo "$1 is required: apt-get install $1" >&2
+    exit 1
+  fi
+}
+
 # Binaries first: integration tests and the SDK suite start them as real processes.
 step "build the binaries"
 cargo build --workspace --bins
@@ -19,13 +30,8 @@ VENV=target/sdk-venv
 if [ ! -x "$VENV/bin/python" ]; then
   step "create the Python venv at $VENV"
   if ! python3 -m venv "$VENV"; then
-    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-      apt-get update -qq && apt-get install -y -qq python3-venv
-      python3 -m venv "$VENV"
-    else
-      echo "python3 -m venv failed: install python3-venv" >&2
-      exit 1
-    fi
+    apt_install python3-venv
+    python3 -m venv "$VENV"
   fi
 fi
 step "install the SDKs and moto's S3 server (pinned)"
@@ -39,14 +45,7 @@ JS_STAMP="$JS_DIR/node_modules/.talon-lock-sha256"
 JS_LOCK_SHA=$(sha256sum "$JS_DIR/package-lock.json" | cut -d' ' -f1)
 if [ "$(cat "$JS_STAMP" 2>/dev/null)" != "$JS_LOCK_SHA" ]; then
   step "npm ci in $JS_DIR (the JavaScript SDKs and Azurite, pinned)"
-  if ! command -v npm >/dev/null; then
-    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-      apt-get update -qq && apt-get install -y -qq npm
-    else
-      echo "npm is required: apt-get install npm" >&2
-      exit 1
-    fi
-  fi
+  command -v npm >/dev/null || apt_install npm
   npm ci --prefix "$JS_DIR" --no-audit --no-fund --loglevel=error
   echo "$JS_LOCK_SHA" > "$JS_STAMP"
 fi
@@ -65,14 +64,7 @@ TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_TEST_EXPECT_DATA_PLANE=tokio \
   cargo test -p talon-testkit -p talon-worker -p talon-cache-client
 
 step "rclone (the gateway suite drives the Debian package)"
-if ! command -v rclone >/dev/null; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq rclone
-  else
-    echo "rclone is required: apt-get install rclone" >&2
-    exit 1
-  fi
-fi
+command -v rclone >/dev/null || apt_install rclone
 
 step "SDK acceptance suite (tests/sdk)"
 "$VENV/bin/python" -m pytest tests/sdk -q -p no:cacheprovider

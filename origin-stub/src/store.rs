@@ -206,6 +206,18 @@ struct UploadInfo {
     initiated_ms: u64,
 }
 
+/// The record a completed upload leaves (`completed.json` in its folder), for a
+/// repeated completion.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CompletedUpload {
+    /// The object's quoted ETag.
+    etag: String,
+    /// The parts it was completed with (number, quoted ETag).
+    parts: Vec<(u32, String)>,
+}
+
+const COMPLETED: &str = "completed.json";
+
 /// A stored multipart part.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PartInfo {
@@ -408,9 +420,15 @@ impl ObjectStore {
             .open(root.join(STUB_DIR).join("lock"))?;
         let owner = match lock.try_lock() {
             Ok(()) => {
-                // No other process uses this folder: staging files are a crash's leftovers.
+                // No other process uses this folder: staging files are a crash's leftovers,
+                // and the records of completed uploads are no longer needed.
                 for entry in fs::read_dir(root.join(STUB_DIR).join("tmp"))?.flatten() {
                     let _ = fs::remove_file(entry.path());
+                }
+                for entry in fs::read_dir(root.join(STUB_DIR).join("uploads"))?.flatten() {
+                    if entry.path().join(COMPLETED).exists() {
+                        let _ = fs::remove_dir_all(entry.path());
+                    }
                 }
                 Some(lock)
             }
@@ -874,7 +892,25 @@ impl ObjectStore {
         Ok(self.stub_dir("uploads").join(upload_id))
     }
 
+    /// An upload in progress (not completed): its folder and record.
     fn upload_info(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(PathBuf, UploadInfo)> {
+        let (dir, info) = self.any_upload_info(upload_id, bucket, key)?;
+        if dir.join(COMPLETED).exists() {
+            return Err(Error::new(
+                ErrorKind::NoSuchUpload,
+                "The specified upload does not exist.",
+            ));
+        }
+        Ok((dir, info))
+    }
+
+    /// An upload, in progress or completed: its folder and record.
+    fn any_upload_info(
         &self,
         upload_id: &str,
         bucket: &str,
@@ -1019,6 +1055,7 @@ impl ObjectStore {
             let Some(info) = fs::read(entry.path().join("upload.json"))
                 .ok()
                 .and_then(|b| serde_json::from_slice::<UploadInfo>(&b).ok())
+                .filter(|_| !entry.path().join(COMPLETED).exists())
             else {
                 continue;
             };
@@ -1035,6 +1072,8 @@ impl ObjectStore {
     }
 
     /// Completes an upload from the listed parts (number, quoted ETag), in ascending order.
+    /// Completing it again with the same parts answers the object it made, while that is
+    /// still the object stored (as S3 does; ceph/s3-tests' `test_multipart_upload`).
     ///
     /// # Errors
     /// [`ErrorKind::NoSuchUpload`], [`ErrorKind::InvalidPartOrder`],
@@ -1047,7 +1086,24 @@ impl ObjectStore {
         upload_id: &str,
         listed: &[(u32, String)],
     ) -> Result<ObjectMeta> {
-        let (dir, info) = self.upload_info(upload_id, bucket, key)?;
+        let (dir, info) = self.any_upload_info(upload_id, bucket, key)?;
+        if let Some(done) = fs::read(dir.join(COMPLETED))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<CompletedUpload>(&b).ok())
+        {
+            let same_parts =
+                done.parts.len() == listed.len()
+                    && done.parts.iter().zip(listed).all(|((n, e), (ln, le))| {
+                        n == ln && normalize_etag(e) == normalize_etag(le)
+                    });
+            return match self.head(bucket, key) {
+                Ok(meta) if same_parts && meta.etag == done.etag => Ok(meta),
+                _ => Err(Error::new(
+                    ErrorKind::NoSuchUpload,
+                    "The specified upload does not exist.",
+                )),
+            };
+        }
         let stored: BTreeMap<u32, PartInfo> = self
             .list_parts(bucket, key, upload_id)?
             .into_iter()
@@ -1085,7 +1141,21 @@ impl ObjectStore {
             ..NewObject::default()
         };
         let meta = self.commit(bucket, key, staged, record)?;
-        let _ = fs::remove_dir_all(&dir);
+        // Keep what was completed, for a repeated completion; free the parts.
+        let done = CompletedUpload {
+            etag: meta.etag.clone(),
+            parts: listed.to_vec(),
+        };
+        if let Ok(json) = serde_json::to_vec(&done) {
+            let _ = self.write_record(&dir.join(COMPLETED), &json);
+        }
+        if let Ok(entries) = fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                if e.file_name() != "upload.json" && e.file_name() != COMPLETED {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
         Ok(meta)
     }
 
@@ -1702,6 +1772,53 @@ mod tests {
             s.list_parts("b1", "big", &id).unwrap_err().kind(),
             ErrorKind::NoSuchUpload
         );
+    }
+
+    #[test]
+    fn a_completed_upload_completes_again_with_the_same_parts_only() {
+        let (d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let id = s.create_upload("b1", "k", WriteOptions::default()).unwrap();
+        let mut staged = s.stage().unwrap();
+        staged.file().unwrap().write_all(b"only part").unwrap();
+        let part = s
+            .put_part(
+                "b1",
+                "k",
+                &id,
+                1,
+                staged,
+                &hex::encode(Md5::digest(b"only part")),
+            )
+            .unwrap();
+        let listed = [(1, part.etag.clone())];
+        let first = s.complete_upload("b1", "k", &id, &listed).unwrap();
+        let again = s.complete_upload("b1", "k", &id, &listed).unwrap();
+        assert_eq!(again.etag, first.etag);
+        assert_eq!(read_all(&s, "b1", "k"), b"only part");
+        let no_such_upload =
+            |r: Result<ObjectMeta>| r.unwrap_err().kind() == ErrorKind::NoSuchUpload;
+        assert!(no_such_upload(s.complete_upload(
+            "b1",
+            "k",
+            &id,
+            &[(2, part.etag.clone())]
+        )));
+        assert_eq!(
+            s.list_parts("b1", "k", &id).unwrap_err().kind(),
+            ErrorKind::NoSuchUpload
+        );
+        assert!(s.list_uploads("b1").unwrap().is_empty());
+        // Once another write replaced the object, the upload's object is gone: refused.
+        write(&s, "b1", "k", b"replaced").unwrap();
+        assert!(no_such_upload(s.complete_upload("b1", "k", &id, &listed)));
+        assert_eq!(read_all(&s, "b1", "k"), b"replaced");
+        // The record goes when the folder is next opened.
+        let upload_dir = s.stub_dir("uploads").join(&id);
+        assert!(upload_dir.join(COMPLETED).exists());
+        drop(s);
+        let _reopened = ObjectStore::new(d.path(), Vec::new()).unwrap();
+        assert!(!upload_dir.exists());
     }
 
     #[test]

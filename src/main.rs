@@ -6,6 +6,7 @@
 //! binary (`talon-gateway`, ... remain as aliases); every part shares one start-up path
 //! (`talon_process`: logs, ready file, drain on SIGTERM).
 
+mod coordinator_args;
 mod status;
 mod warm;
 

@@ -9,15 +9,8 @@ use talon_core::cluster_auth::Role;
 /// `talon status`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// The coordinator's admin URL (http://HOST:PORT).
-    #[arg(
-        long,
-        env = "TALON_COORDINATOR",
-        default_value = "http://127.0.0.1:7000"
-    )]
-    coordinator: String,
     #[command(flatten)]
-    cluster: talon_coordinator::auth::ClusterSecretArgs,
+    target: crate::coordinator_args::CoordinatorArgs,
     /// Print one line of JSON ({"cluster": …, "members": […]}) instead of the table.
     #[arg(long)]
     json: bool,
@@ -28,16 +21,17 @@ pub struct StatusArgs {
 /// # Errors
 /// A missing cluster secret, or a coordinator that cannot be reached or refuses.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let secret = args.cluster.load()?;
-    let client = CoordinatorClient::new(args.coordinator.clone())?.with_auth(secret, Role::Reader);
+    let secret = args.target.cluster.load()?;
+    let client =
+        CoordinatorClient::new(args.target.coordinator.clone())?.with_auth(secret, Role::Reader);
     let members = client
         .members()
         .await
-        .with_context(|| format!("asking {} for its members", args.coordinator))?;
+        .with_context(|| format!("asking {} for its members", args.target.coordinator))?;
     let cluster = client
         .cluster()
         .await
-        .with_context(|| format!("asking {} for its totals", args.coordinator))?;
+        .with_context(|| format!("asking {} for its totals", args.target.coordinator))?;
     if args.json {
         let line = serde_json::json!({ "cluster": cluster, "members": members.members });
         println!("{line}");

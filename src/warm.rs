@@ -23,15 +23,8 @@ pub struct WarmArgs {
     /// Objects to warm, as key paths: s3/BUCKET/KEY or az/ACCOUNT/CONTAINER/BLOB.
     #[arg(required = true)]
     objects: Vec<String>,
-    /// The coordinator's admin URL (http://HOST:PORT).
-    #[arg(
-        long,
-        env = "TALON_COORDINATOR",
-        default_value = "http://127.0.0.1:7000"
-    )]
-    coordinator: String,
     #[command(flatten)]
-    cluster: talon_coordinator::auth::ClusterSecretArgs,
+    target: crate::coordinator_args::CoordinatorArgs,
     /// The cluster's block size: the gateways' --block-size (the blocks warmed are the
     /// blocks they read only if it is the same).
     #[arg(long, env = "TALON_BLOCK_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
@@ -70,10 +63,14 @@ pub async fn warm(args: WarmArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let geometry = BlockGeometry::new(args.block_size, args.block_size)
         .context("--block-size must be a power of two")?;
-    let config = CacheClientConfig::new(args.coordinator.clone(), geometry, args.cluster.load()?);
+    let config = CacheClientConfig::new(
+        args.target.coordinator.clone(),
+        geometry,
+        args.target.cluster.load()?,
+    );
     let client = CacheClient::connect(config)
         .await
-        .with_context(|| format!("connecting to the cluster at {}", args.coordinator))?;
+        .with_context(|| format!("connecting to the cluster at {}", args.target.coordinator))?;
     let started = Instant::now();
     let done_bytes = Arc::new(AtomicU64::new(0));
     let done_objects = Arc::new(AtomicU64::new(0));

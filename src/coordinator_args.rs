@@ -1,0 +1,16 @@
+//! The flags of a command that talks to a running cluster's coordinator (`talon status`,
+//! `talon warm`): where it is, and the cluster secret that proves the command may ask.
+
+/// Where the coordinator is and how to authenticate to it.
+#[derive(Debug, clap::Args)]
+pub struct CoordinatorArgs {
+    /// The coordinator's admin URL (http://HOST:PORT).
+    #[arg(
+        long,
+        env = "TALON_COORDINATOR",
+        default_value = "http://127.0.0.1:7000"
+    )]
+    pub coordinator: String,
+    #[command(flatten)]
+    pub cluster: talon_coordinator::auth::ClusterSecretArgs,
+}

@@ -19,9 +19,9 @@ use talon_protocols::block_staging::is_staging_key;
 use talon_protocols::origin::{BucketSummary, ForwardRequest, ListOptions, OriginBody};
 use talon_protocols::s3::request::S3Operation;
 use talon_protocols::server::{
-    AnswerBody, BlockLists, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend,
-    ObjectRead, Operation, PartBounds, PartSummary, ReadSpec, Relay, RelayBody, Target, Upload,
-    WriteSpec, Written, stream_body,
+    AnswerBody, BlockLists, Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject,
+    ObjectBackend, ObjectRead, Operation, PartBounds, PartSummary, ReadSpec, Relay, RelayBody,
+    Target, Upload, WriteSpec, Written, stream_body,
 };
 use talon_protocols::upload::settle;
 use talon_protocols::{Error, ErrorKind};
@@ -29,6 +29,7 @@ use talon_protocols::{Error, ErrorKind};
 use crate::Gateway;
 use crate::blocks_over_s3;
 use crate::config::{Backend, Route};
+use crate::copies;
 use crate::metrics::Outcome;
 use crate::multipart_over_azure;
 use crate::objects::ReadRequest;
@@ -207,6 +208,9 @@ const RELAYED_S3_HEADERS: &[&str] = &[
     "x-amz-copy-source-if-modified-since",
     "x-amz-copy-source-if-unmodified-since",
     "x-amz-metadata-directive",
+    // A copy's (and a completion's) conditions on its destination.
+    "if-match",
+    "if-none-match",
     "x-amz-tagging",
     "x-amz-storage-class",
     "content-md5",
@@ -537,6 +541,19 @@ impl ObjectBackend for GatewayBackend {
                 .wrote(self.origin, object.bucket, object.key);
         }
         Ok(result?)
+    }
+
+    /// CopyObject over an Azure origin and Copy Blob over either ([`copies`]); the new
+    /// object's blocks are keyed by its own version, so no cached block can answer for it.
+    async fn copy(&self, to: Target<'_>, copy: CopySpec<'_>) -> Result<Copied, Failure> {
+        let done = copies::copy(self.client()?, self.origin, to, &copy).await?;
+        self.gw.objects.wrote(self.origin, to.bucket, to.key);
+        Ok(Copied {
+            etag: done.etag,
+            last_modified: done
+                .last_modified
+                .unwrap_or_else(std::time::SystemTime::now),
+        })
     }
 
     async fn create_upload(&self, object: Target<'_>, write: WriteSpec) -> Result<String, Failure> {

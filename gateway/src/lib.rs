@@ -14,6 +14,7 @@ pub mod backend;
 pub mod blocks_over_s3;
 pub mod cli;
 pub mod config;
+pub mod copies;
 pub mod error;
 pub mod metrics;
 pub mod multipart_over_azure;

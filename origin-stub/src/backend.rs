@@ -398,6 +398,7 @@ impl ObjectBackend for StubBackend {
         let (bucket, key) = (to.bucket.to_owned(), to.key.to_owned());
         let (src_bucket, src_key) = (copy.from.bucket.to_owned(), copy.from.key.to_owned());
         let (conditions, replacement) = (copy.source_conditions, copy.replace);
+        let destination = copy.destination;
         let store = self.state.store.clone();
         let meta = blocking(move || {
             let src = store.open(&src_bucket, &src_key)?;
@@ -411,6 +412,7 @@ impl ObjectBackend for StubBackend {
                     )
                 })?;
             store.bucket_info(&bucket)?;
+            check_write_conditions(&store, &bucket, &key, &destination)?;
             let mut staged = store.stage()?;
             let copied = body::copy_object(src.body, src.meta.size, &mut staged)?;
             let options = replacement.map(write_options).unwrap_or(WriteOptions {

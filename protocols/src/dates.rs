@@ -59,6 +59,13 @@ pub fn parse_amz_date(s: &str) -> Result<SystemTime> {
     Ok(from_offset(dt.assume_utc()))
 }
 
+/// Parses an ISO 8601 (RFC 3339) time such as S3's `2026-01-02T03:04:05.000Z`.
+pub fn parse_iso8601(s: &str) -> Option<SystemTime> {
+    OffsetDateTime::parse(s.trim(), &Rfc3339)
+        .ok()
+        .map(from_offset)
+}
+
 /// Parses an Azure SAS time (`st`, `se`): `YYYY-MM-DD`, `YYYY-MM-DDThh:mmZ`,
 /// `YYYY-MM-DDThh:mm:ssZ` or with fractional seconds.
 ///

@@ -46,6 +46,9 @@ pub enum ErrorKind {
     ExpiredRequest,
     /// A SAS token does not grant the permission this operation needs.
     PermissionMismatch,
+    /// A copy's source cannot be read with what the request carries: another server or
+    /// account, or no authorization for the source (Azure's `CannotVerifyCopySource`).
+    CannotVerifyCopySource,
     /// An authorization header or query that cannot be parsed.
     MalformedAuthorization,
     /// A parameter has an invalid value.
@@ -154,6 +157,7 @@ impl ErrorKind {
             RequestTimeTooSkewed => row("RequestTimeTooSkewed", 403, "AuthenticationFailed", 403),
             ExpiredRequest => row("AccessDenied", 403, "AuthenticationFailed", 403),
             PermissionMismatch => row("AccessDenied", 403, "AuthorizationPermissionMismatch", 403),
+            CannotVerifyCopySource => row("AccessDenied", 403, "CannotVerifyCopySource", 403),
             MalformedAuthorization => row(
                 "AuthorizationHeaderMalformed",
                 400,
@@ -228,6 +232,7 @@ impl ErrorKind {
             | RequestTimeTooSkewed
             | ExpiredRequest
             | PermissionMismatch
+            | CannotVerifyCopySource
             | MalformedAuthorization => FrameCode::AccessDenied,
             EntityTooLarge | HeadersTooLarge | MetadataTooLarge => FrameCode::TooLarge,
             NotImplemented | MethodNotAllowed => FrameCode::Unsupported,
@@ -296,7 +301,9 @@ impl ErrorKind {
             .or_else(|| ALL_KINDS.iter().copied().find(|k| k.azure_code() == code))
             .or(match code {
                 "ResourceNotFound" => Some(ErrorKind::NoSuchKey),
-                "TargetConditionNotMet" | "SourceConditionNotMet" => {
+                // Azure refuses a write whose `If-None-Match: *` fails with 409
+                // BlobAlreadyExists: a failed precondition in S3's words.
+                "TargetConditionNotMet" | "SourceConditionNotMet" | "BlobAlreadyExists" => {
                     Some(ErrorKind::PreconditionFailed)
                 }
                 "ServerTimeout" | "OperationTimedOut" => Some(ErrorKind::Timeout),
@@ -383,6 +390,7 @@ pub const ALL_KINDS: &[ErrorKind] = &[
     ErrorKind::RequestTimeTooSkewed,
     ErrorKind::ExpiredRequest,
     ErrorKind::PermissionMismatch,
+    ErrorKind::CannotVerifyCopySource,
     ErrorKind::MalformedAuthorization,
     ErrorKind::InvalidArgument,
     ErrorKind::InvalidHeaderValue,
@@ -508,6 +516,15 @@ mod tests {
         assert_eq!(
             ErrorKind::from_azure_code("ServerBusy"),
             Some(ErrorKind::SlowDown)
+        );
+        // A write's `If-None-Match: *` failing at Azure.
+        assert_eq!(
+            ErrorKind::from_azure_code("BlobAlreadyExists"),
+            Some(ErrorKind::PreconditionFailed)
+        );
+        assert_eq!(
+            ErrorKind::from_azure_code("CannotVerifyCopySource"),
+            Some(ErrorKind::CannotVerifyCopySource)
         );
         assert_eq!(ErrorKind::from_s3_code("NoSuchThing"), None);
     }

@@ -64,7 +64,13 @@ async fn motos_s3_server() {
     let Some(moto) = IndependentOrigin::start(OriginKind::Moto) else {
         return;
     };
-    origin_conformance::run(&moto.client(), "conformance-moto").await;
+    // moto 5.2.5 ignores x-amz-copy-source-if-match and a copy's If-None-Match.
+    origin_conformance::run_except(
+        &moto.client(),
+        "conformance-moto",
+        &[origin_conformance::KnownGap::CopyConditions],
+    )
+    .await;
 }
 
 #[tokio::test]

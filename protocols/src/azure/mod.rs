@@ -1,6 +1,7 @@
 //! The Azure Blob REST protocol: requests, Shared Key, SAS and XML.
 
 pub mod auth;
+pub mod copy_source;
 pub mod request;
 pub mod sas;
 pub mod server;

@@ -48,6 +48,10 @@ pub enum AzureOperation {
     GetBlockList,
     /// `DELETE /<container>/<blob>`.
     DeleteBlob,
+    /// `PUT /<container>/<blob>` with `x-ms-copy-source`: Copy Blob, Copy Blob From URL
+    /// (`x-ms-requires-sync`) and Put Blob From URL (`x-ms-blob-type` too), all served
+    /// as one synchronous copy within the account.
+    CopyBlob,
 }
 
 impl AzureOperation {
@@ -82,6 +86,7 @@ impl AzureOperation {
             PutBlockList => "PutBlockList",
             GetBlockList => "GetBlockList",
             DeleteBlob => "DeleteBlob",
+            CopyBlob => "CopyBlob",
         }
     }
 
@@ -91,7 +96,7 @@ impl AzureOperation {
         match self {
             GetContainerProperties | GetBlob | GetBlobProperties | GetBlockList => 'r',
             ListContainers | ListBlobs => 'l',
-            PutBlob | PutBlock | PutBlockList => 'w',
+            PutBlob | PutBlock | PutBlockList | CopyBlob => 'w',
             CreateContainer => 'c',
             DeleteContainer | DeleteBlob => 'd',
         }
@@ -169,7 +174,7 @@ pub fn resolve_address(
 ///
 /// # Errors
 /// [`ErrorKind::InvalidArgument`] when two parameters differ only in case.
-fn canonical_query(raw_query: &str) -> Result<QueryParams> {
+pub(crate) fn canonical_query(raw_query: &str) -> Result<QueryParams> {
     let pairs: Vec<(String, String)> = QueryParams::parse(raw_query)
         .0
         .into_iter()
@@ -250,18 +255,23 @@ impl AzureRequest {
                 (&Method::HEAD, None) => GetBlobProperties,
                 (&Method::PUT, None) => {
                     if headers.contains_key("x-ms-copy-source") {
-                        return Err(unsupported("Copy Blob"));
-                    }
-                    match headers.get("x-ms-blob-type").map(|v| v.as_bytes()) {
-                        Some(b"BlockBlob") => PutBlob,
-                        Some(_) => return Err(unsupported("page and append blobs")),
-                        None => {
-                            return Err(Error::new(
-                                ErrorKind::MissingHeader,
-                                "An HTTP header that is mandatory for this request is not specified: x-ms-blob-type",
-                            ));
+                        CopyBlob
+                    } else {
+                        match headers.get("x-ms-blob-type").map(|v| v.as_bytes()) {
+                            Some(b"BlockBlob") => PutBlob,
+                            Some(_) => return Err(unsupported("page and append blobs")),
+                            None => {
+                                return Err(Error::new(
+                                    ErrorKind::MissingHeader,
+                                    "An HTTP header that is mandatory for this request is not specified: x-ms-blob-type",
+                                ));
+                            }
                         }
                     }
+                }
+                // Put Block From URL would otherwise store the empty body as the block.
+                (&Method::PUT, Some("block")) if headers.contains_key("x-ms-copy-source") => {
+                    return Err(unsupported("Put Block From URL"));
                 }
                 (&Method::PUT, Some("block")) => PutBlock,
                 (&Method::PUT, Some("blocklist")) => PutBlockList,
@@ -462,6 +472,31 @@ mod tests {
         assert_eq!(
             err(Method::PUT, "/acct/ctr/b", "", &[]),
             Some(ErrorKind::MissingHeader)
+        );
+        let source = ("x-ms-copy-source", "http://h:1/acct/ctr/a");
+        assert_eq!(
+            op(Method::PUT, "/acct/ctr/b", "", &[source]).ok(),
+            Some(AzureOperation::CopyBlob)
+        );
+        assert_eq!(
+            op(
+                Method::PUT,
+                "/acct/ctr/b",
+                "",
+                &[source, ("x-ms-blob-type", "BlockBlob")]
+            )
+            .ok(),
+            Some(AzureOperation::CopyBlob)
+        );
+        // Put Block From URL is refused, never read as a Put Block of the empty body.
+        assert_eq!(
+            err(
+                Method::PUT,
+                "/acct/ctr/b",
+                "comp=block&blockid=AA%3D%3D",
+                &[source]
+            ),
+            Some(ErrorKind::NotImplemented)
         );
     }
 }

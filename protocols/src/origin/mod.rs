@@ -13,7 +13,9 @@
 
 mod azure;
 mod blocks;
+mod copy;
 pub use blocks::OriginBlockLists;
+pub use copy::{CopiedProperties, OriginCopy, destination_condition_headers};
 mod s3;
 
 use std::collections::BTreeMap;

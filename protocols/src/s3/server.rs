@@ -730,6 +730,12 @@ async fn copy_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
             key: &src_key,
         },
         source_conditions: copy_source_conditions(ctx.headers),
+        // S3 conditions a copy's destination on its entity tag only.
+        destination: Conditions {
+            if_match: header(ctx.headers, "if-match").map(EtagList::parse),
+            if_none_match: header(ctx.headers, "if-none-match").map(EtagList::parse),
+            ..Conditions::default()
+        },
         replace: if replace {
             Some(ctx.write_spec()?)
         } else {

@@ -412,6 +412,37 @@ impl WriteSpec {
         })
     }
 
+    /// The write that gives a new object `info`'s properties: its content type,
+    /// content headers and user metadata (no conditions).
+    pub fn properties_of(info: &ObjectInfo) -> WriteSpec {
+        let h = &info.headers;
+        let content_headers = [
+            ("content-encoding", &h.content_encoding),
+            ("content-language", &h.content_language),
+            ("content-disposition", &h.content_disposition),
+            ("cache-control", &h.cache_control),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(n, v)| (n.to_owned(), v.clone()))
+        .collect();
+        WriteSpec {
+            content_type: info.content_type.clone(),
+            user_metadata: h.user_metadata.iter().cloned().collect(),
+            content_headers,
+            ..WriteSpec::default()
+        }
+    }
+
+    /// Whether a new object written with `self` has the properties `other` gives (the
+    /// content type, content headers and user metadata; conditions aside).
+    pub fn same_properties(&self, other: &WriteSpec) -> bool {
+        self.content_type == other.content_type
+            && self.content_headers == other.content_headers
+            && self.user_metadata == other.user_metadata
+            && self.expires == other.expires
+    }
+
     /// The write's conditions, to check against the version stored now.
     pub fn conditions(&self) -> Conditions {
         let date = |v: &Option<String>| v.as_deref().and_then(crate::dates::parse_http_date);
@@ -482,6 +513,9 @@ pub struct CopySpec<'a> {
     pub from: Target<'a>,
     /// Conditions on the source (a failed one is 412, never 304).
     pub source_conditions: Conditions,
+    /// Conditions on the destination, checked as a write's (S3's `If-Match` and
+    /// `If-None-Match`, Azure's four `If-*`).
+    pub destination: Conditions,
     /// New metadata, or `None` to copy the source's.
     pub replace: Option<WriteSpec>,
 }

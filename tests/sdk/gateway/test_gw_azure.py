@@ -267,6 +267,61 @@ def test_list_blobs_with_metadata(gw_azure, gw_container):
 # -------------------------------------------------------------- SAS and keys
 
 
+def test_copy_blob(gw, gw_azure, gw_container):
+    """Copy Blob, Copy Blob From URL and Put Blob From URL within the account: finished
+    when answered, SHA-256-equal, with the properties Azure gives each. A source on
+    another server, or one the request may not read, is CannotVerifyCopySource and
+    nothing is written."""
+    body = payload(2 * MiB + 17, 21)
+    src = gw_azure.get_blob_client(gw_container, "copy src/a+b c")
+    src.upload_blob(body, metadata={"m": "1"},
+                    content_settings=ContentSettings(content_type="text/x-src", cache_control="no-cache"))
+    dst = gw_azure.get_blob_client(gw_container, "copy dst/1")
+    r = dst.start_copy_from_url(src.url)
+    assert r["copy_status"] == "success" and r["copy_id"]
+    p = dst.get_blob_properties()
+    assert p.etag == r["etag"] and p.metadata == {"m": "1"}
+    assert (p.content_settings.content_type, p.content_settings.cache_control) == ("text/x-src", "no-cache")
+    assert sha256(dst.download_blob().readall()) == sha256(body)
+    # New metadata replaces the source's; the content properties stay the source's.
+    dst = gw_azure.get_blob_client(gw_container, "copy dst/2")
+    dst.start_copy_from_url(src.url, metadata={"n": "2"})
+    p = dst.get_blob_properties()
+    assert p.metadata == {"n": "2"} and p.content_settings.content_type == "text/x-src"
+    # Copy Blob From URL (synchronous) and Put Blob From URL.
+    dst = gw_azure.get_blob_client(gw_container, "copy dst/3")
+    assert dst.start_copy_from_url(src.url, requires_sync=True)["copy_status"] == "success"
+    assert sha256(dst.download_blob().readall()) == sha256(body)
+    dst = gw_azure.get_blob_client(gw_container, "copy dst/4")
+    dst.upload_blob_from_url(src.url, content_settings=ContentSettings(content_type="image/png"))
+    d = dst.download_blob()
+    assert sha256(d.readall()) == sha256(body) and d.properties.content_settings.content_type == "image/png"
+    # Refusals write nothing.
+    never = gw_azure.get_blob_client(gw_container, "copy never")
+    with pytest.raises(ResourceNotFoundError):
+        never.start_copy_from_url(gw_azure.get_blob_client(gw_container, "no such source").url)
+    with pytest.raises(HttpResponseError) as ei:
+        never.start_copy_from_url(f"http://192.0.2.1:9/{gw.azure_account}/{gw_container}/x")
+    assert (ei.value.status_code, ei.value.error_code) == (403, "CannotVerifyCopySource")
+    with pytest.raises(HttpResponseError) as ei:
+        never.start_copy_from_url(src.url, source_etag=src.get_blob_properties().etag,
+                                  source_match_condition=MatchConditions.IfModified)
+    assert ei.value.status_code == 412
+    # A SAS that may write the destination does not read the source: the source's own does.
+    write_sas = generate_blob_sas(gw.azure_account, gw_container, "copy never", account_key=gw.azure_key,
+                                  permission=BlobSasPermissions(write=True, create=True),
+                                  expiry=utcnow() + dt.timedelta(hours=1))
+    delegated = BlobClient.from_blob_url(f"{never.url}?{write_sas}", retry_total=0)
+    with pytest.raises(HttpResponseError) as ei:
+        delegated.start_copy_from_url(src.url)
+    assert (ei.value.status_code, ei.value.error_code) == (403, "CannotVerifyCopySource")
+    assert not never.exists()
+    read_sas = generate_blob_sas(gw.azure_account, gw_container, "copy src/a+b c", account_key=gw.azure_key,
+                                 permission=BlobSasPermissions(read=True), expiry=utcnow() + dt.timedelta(hours=1))
+    delegated.start_copy_from_url(f"{src.url}?{read_sas}")
+    assert sha256(never.download_blob().readall()) == sha256(body)
+
+
 def test_sas_url_download(gw):
     """generate_blob_sas with the emulator key against a gateway that requires a key."""
     b, k, size, seed = gw.generated["big"]

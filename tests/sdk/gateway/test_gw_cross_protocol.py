@@ -11,7 +11,7 @@ import hashlib
 
 import numpy as np
 import pytest
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
@@ -371,3 +371,48 @@ def test_buckets_are_made_and_removed_across_protocols(cluster):
     with pytest.raises(ClientError) as ei:
         main_s3.head_bucket(Bucket=by_az)
     assert client_error(ei)[0] == 404
+
+
+def test_copies_across_protocols(cluster):
+    """CopyObject through the S3 front over the Azure origin (Copy Blob there, or
+    streamed through the gateway when it asks for other content properties) and Copy
+    Blob through the Azure front over the S3 origin (CopyObject there): each copy is
+    SHA-256-equal and has the properties its protocol gives it, read back through the
+    origin's own protocol."""
+    main_s3 = s3_client(cluster.main)
+    cross_s3, cross_az = s3_client(cluster.cross), blob_service(cluster.cross)
+    bucket = unique("xcp")
+    main_s3.create_bucket(Bucket=bucket)
+    body = payload(3 * MiB + 5, 9)
+    main_s3.put_object(Bucket=bucket, Key="src/a b+1", Body=body, ContentType="text/x-src", Metadata={"m": "1"})
+    source = {"Bucket": bucket, "Key": "src/a b+1"}
+
+    def read(key):
+        got = main_s3.get_object(Bucket=bucket, Key=key)
+        return sha256(got["Body"].read()), got["ContentType"], got["Metadata"]
+
+    r = cross_s3.copy_object(Bucket=bucket, Key="by s3/copy", CopySource=source)
+    assert read("by s3/copy") == (sha256(body), "text/x-src", {"m": "1"})
+    assert r["CopyObjectResult"]["ETag"] == cross_s3.head_object(Bucket=bucket, Key="by s3/copy")["ETag"]
+    cross_s3.copy_object(Bucket=bucket, Key="by s3/meta", CopySource=source, MetadataDirective="REPLACE",
+                         ContentType="text/x-src", Metadata={"n": "2"})
+    assert read("by s3/meta") == (sha256(body), "text/x-src", {"n": "2"})
+    cross_s3.copy_object(Bucket=bucket, Key="by s3/type", CopySource=source, MetadataDirective="REPLACE",
+                         ContentType="image/png")
+    assert read("by s3/type") == (sha256(body), "image/png", {})
+    with pytest.raises(ClientError) as ei:
+        cross_s3.copy_object(Bucket=bucket, Key="by s3/never", CopySource=source, CopySourceIfMatch='"0123"')
+    assert client_error(ei) == (412, "PreconditionFailed")
+
+    src_url = cross_az.get_blob_client(bucket, "src/a b+1").url
+    dst = cross_az.get_blob_client(bucket, "by azure/copy")
+    assert dst.start_copy_from_url(src_url)["copy_status"] == "success"
+    assert read("by azure/copy") == (sha256(body), "text/x-src", {"m": "1"})
+    cross_az.get_blob_client(bucket, "by azure/meta").start_copy_from_url(src_url, metadata={"z": "9"})
+    assert read("by azure/meta") == (sha256(body), "text/x-src", {"z": "9"})
+    # A destination condition is the origin's to check: an existing blob is not overwritten.
+    with pytest.raises(HttpResponseError) as hi:
+        dst.upload_blob_from_url(src_url)  # overwrite=False: If-None-Match: *
+    assert hi.value.status_code in (409, 412)
+    names = sorted(o["Key"] for o in main_s3.list_objects_v2(Bucket=bucket)["Contents"])
+    assert names == ["by azure/copy", "by azure/meta", "by s3/copy", "by s3/meta", "by s3/type", "src/a b+1"]

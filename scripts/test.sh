@@ -67,7 +67,12 @@ step "rclone (the gateway suite drives the Debian package)"
 command -v rclone >/dev/null || apt_install rclone
 
 step "SDK acceptance suite (tests/sdk)"
+rm -rf target/compat
 "$VENV/bin/python" -m pytest tests/sdk -q -p no:cacheprovider
+
+# docs/gateway.md's compatibility table is what the gateway suite just served.
+step "the compatibility table against this run (scripts/compat_table.py)"
+python3 scripts/compat_table.py --check
 
 # ceph/s3-tests, unmodified, from the shared folder beside the repository (a clone does
 # not carry it): the read and listing selection against `talon up`, every failure named

@@ -234,9 +234,25 @@ impl ObjectBackend for GatewayBackend {
     }
 
     /// CreateBucket over an Azure origin, Create Container over an S3 origin (each is
-    /// relayed as it is to an origin of its own protocol).
+    /// relayed as it is to an origin of its own protocol). An S3 origin in us-east-1
+    /// answers its owner re-creating a bucket with 200, where Azure's answer is 409
+    /// ContainerAlreadyExists: over S3 the bucket is looked for first.
     async fn create_bucket(&self, bucket: &str) -> Result<BucketSummary, Failure> {
-        self.client()?.create_bucket(bucket).await?;
+        let client = self.client()?;
+        if self.origin == Backend::S3 {
+            match client.head_bucket(bucket).await {
+                Ok(()) => {
+                    return Err(Error::new(
+                        ErrorKind::BucketAlreadyExists,
+                        "The specified container already exists.",
+                    )
+                    .into());
+                }
+                Err(e) if e.kind() == ErrorKind::NoSuchBucket => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        client.create_bucket(bucket).await?;
         Ok(BucketSummary {
             name: bucket.to_owned(),
             created: None,

@@ -126,11 +126,12 @@ fn check_write_conditions(
     };
     conditions
         .check_write(current.as_ref().map(|m| (m.etag.as_str(), m.last_modified)))
-        .map_err(|kind| {
-            Error::new(
+        .map_err(|kind| match kind {
+            ErrorKind::NoSuchKey => Error::new(kind, "The specified key does not exist."),
+            _ => Error::new(
                 kind,
                 "At least one of the pre-conditions you specified did not hold",
-            )
+            ),
         })
 }
 

@@ -28,6 +28,16 @@ pub struct Conditions {
     pub if_unmodified_since: Option<SystemTime>,
 }
 
+/// The kind an Azure write answers with for `kind`: a write with `If-Match` over a
+/// missing object is S3's 404 `NoSuchKey` (what [`Conditions::check_write`] gives) but
+/// Azure's 412 `ConditionNotMet`.
+pub fn missing_for_if_match(kind: ErrorKind, has_if_match: bool) -> ErrorKind {
+    match kind {
+        ErrorKind::NoSuchKey if has_if_match => ErrorKind::PreconditionFailed,
+        other => other,
+    }
+}
+
 /// A list of entity tags from a conditional header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EtagList {
@@ -137,7 +147,8 @@ impl Conditions {
     ///
     /// # Errors
     /// [`ErrorKind::PreconditionFailed`] when a condition fails; on a missing object an
-    /// `If-Match` fails too (there is nothing to match).
+    /// `If-Match` fails with [`ErrorKind::NoSuchKey`], as S3 answers (there is nothing
+    /// to match; the Azure front answers Azure's 412, [`missing_for_if_match`]).
     pub fn check_write(&self, current: Option<(&str, SystemTime)>) -> Result<(), ErrorKind> {
         match current {
             Some((etag, last_modified)) => {
@@ -147,7 +158,7 @@ impl Conditions {
                 }
                 Ok(())
             }
-            None if self.if_match.is_some() => Err(ErrorKind::PreconditionFailed),
+            None if self.if_match.is_some() => Err(ErrorKind::NoSuchKey),
             None => Ok(()),
         }
     }
@@ -262,7 +273,7 @@ mod tests {
             Err(ErrorKind::PreconditionFailed)
         );
         let c = conds(&[("if-match", ETAG)]);
-        assert_eq!(c.check_write(None), Err(ErrorKind::PreconditionFailed));
+        assert_eq!(c.check_write(None), Err(ErrorKind::NoSuchKey));
         assert_eq!(c.check_write(Some((ETAG, t(1)))), Ok(()));
     }
 }

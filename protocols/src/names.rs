@@ -56,7 +56,8 @@ pub fn check_s3_bucket(name: &str) -> Result<()> {
 
 /// Checks the name of a new S3 bucket against the DNS-compatible rules (3–63 characters,
 /// lower-case letters, digits, `-` and `.`, starting and ending with a letter or digit,
-/// no `..`). These are also the names a virtual-hosted origin URL can carry.
+/// no `..`, `.-` or `-.`, not written as an IPv4 address). These are also the names a
+/// virtual-hosted origin URL can carry.
 ///
 /// # Errors
 /// [`ErrorKind::InvalidBucketName`].
@@ -73,7 +74,10 @@ pub fn validate_bucket_name(name: &str) -> Result<()> {
             .bytes()
             .last()
             .is_some_and(|b| b.is_ascii_alphanumeric())
-        && !name.contains("..");
+        && !name.contains("..")
+        && !name.contains(".-")
+        && !name.contains("-.")
+        && name.parse::<std::net::Ipv4Addr>().is_err();
     if ok {
         Ok(())
     } else {
@@ -214,6 +218,13 @@ mod tests {
                 validate_account_name(name).is_err(),
                 "account accepted {name:?}"
             );
+        }
+        // S3's rules for new buckets, beyond the characters.
+        for name in ["192.168.5.123", "foo.-bar", "foo-.bar"] {
+            assert!(validate_bucket_name(name).is_err(), "dns accepted {name:?}");
+        }
+        for name in ["192.168.5.a", "1.2.3", "foo.bar-baz"] {
+            assert!(validate_bucket_name(name).is_ok(), "dns refused {name:?}");
         }
         let long = "a".repeat(256);
         assert!(check_s3_bucket(&long).is_err());

@@ -17,7 +17,7 @@ use super::xml;
 use crate::answer::{
     ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
 };
-use crate::conditional::{Conditions, EtagList};
+use crate::conditional::{Conditions, EtagList, missing_for_if_match};
 use crate::dates::{format_http_date, parse_http_date};
 use crate::listing::{ListPage, ListQuery, paginate};
 use crate::names::validate_container_name;
@@ -273,6 +273,19 @@ impl Ctx<'_> {
         Ok(write)
     }
 
+    /// A write's failure in Azure's words: `If-Match` over a missing blob is 412
+    /// `ConditionNotMet` here, where S3 answers 404.
+    fn write_failure(&self, mut f: Failure) -> Failure {
+        let kind = missing_for_if_match(f.error.kind(), self.headers.contains_key("if-match"));
+        if kind != f.error.kind() {
+            f.error = Error::new(
+                kind,
+                "The condition specified using HTTP conditional header(s) is not met.",
+            );
+        }
+        f
+    }
+
     /// The verified stream of an upload's body (Put Blob, Put Block): exactly its
     /// `Content-Length`, at most the upload limit.
     fn upload(&self, body: RequestBody) -> Result<Upload, Error> {
@@ -353,7 +366,8 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
             let upload = ctx.upload(body)?;
             let written = backend
                 .put(ctx.object()?, upload, ctx.write_spec(true)?)
-                .await?;
+                .await
+                .map_err(|f| ctx.write_failure(f))?;
             Ok(created(&written))
         }
         PutBlock => {
@@ -373,7 +387,10 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
             let write = ctx.write_spec(false)?;
             let bytes = read_document(body, ctx.server.limits.max_xml_bytes).await?;
             let request: xml::BlockListRequest = xml::parse_request(&bytes)?;
-            let written = backend.put_block_list(object, request.items, write).await?;
+            let written = backend
+                .put_block_list(object, request.items, write)
+                .await
+                .map_err(|f| ctx.write_failure(f))?;
             let mut resp = created(&written);
             // Here Content-MD5 is the digest of the request (the block list), not of
             // the blob.

@@ -18,13 +18,18 @@ import pytest
 
 from conftest import blob_service, s3_client, unique
 
-from . import harness
+from . import compat, harness
+
+# The origin each front of a deployment reads, as the compatibility table names it.
+STUB = {"s3": "stub S3 API", "azure": "stub Azure API"}
+STUB_CROSSED = {"s3": "stub Azure API", "azure": "stub S3 API"}
 
 
 @pytest.fixture(scope="session")
 def up(tmp_path_factory, _isolated_client_env):
     front = harness.start_talon_up("auth", tmp_path_factory.mktemp("talon-up-auth"), auth=True)
     yield front
+    compat.record(front, "up", STUB)
     harness.stop_all(front.procs)
 
 
@@ -40,6 +45,8 @@ def up_open(tmp_path_factory, _isolated_client_env):
 def cluster(tmp_path_factory, _isolated_client_env):
     c = harness.start_cluster(tmp_path_factory.mktemp("cluster"))
     yield c
+    compat.record(c.main, "cluster-main", STUB)
+    compat.record(c.cross, "cluster-cross", STUB_CROSSED)
     harness.stop_all(c.procs)
 
 
@@ -93,6 +100,7 @@ def pytest_collection_modifyitems(config, items):
 def up_moto(tmp_path_factory, _isolated_client_env):
     front = harness.start_talon_up_over("moto", tmp_path_factory.mktemp("talon-up-moto"))
     yield front
+    compat.record(front, "up-moto", {"s3": "moto (S3)", "azure": "moto (S3)"})
     harness.stop_all(front.procs)
 
 
@@ -100,6 +108,7 @@ def up_moto(tmp_path_factory, _isolated_client_env):
 def up_azurite(tmp_path_factory, _isolated_client_env):
     front = harness.start_talon_up_over("azurite", tmp_path_factory.mktemp("talon-up-azurite"))
     yield front
+    compat.record(front, "up-azurite", {"s3": "Azurite (Azure)", "azure": "Azurite (Azure)"})
     harness.stop_all(front.procs)
 
 

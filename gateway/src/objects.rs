@@ -361,6 +361,19 @@ impl Objects {
         }))
     }
 
+    /// A key found missing through the cache, told apart from a missing bucket (S3 and
+    /// Azure answer each differently; a worker's miss says only "not found"): the
+    /// origin is asked for the bucket, on misses only.
+    async fn not_found(&self, backend: Backend, bucket: &str, missing: Error) -> Error {
+        match self.origin(backend) {
+            Ok(origin) => match origin.head_bucket(bucket).await {
+                Err(e) if e.kind() == ErrorKind::NoSuchBucket => e,
+                _ => missing,
+            },
+            Err(_) => missing,
+        }
+    }
+
     /// Metadata through the route: the cache (with fallback for `Cache`), or the origin.
     async fn meta(
         &self,
@@ -453,7 +466,12 @@ impl Objects {
         }
         let mut retried = false;
         loop {
-            let (meta, outcome) = self.meta(route, backend, bucket, key).await?;
+            let (meta, outcome) = match self.meta(route, backend, bucket, key).await {
+                Err(e) if e.kind() == ErrorKind::NoSuchKey => {
+                    return Err(self.not_found(backend, bucket, e).await.into());
+                }
+                other => other?,
+            };
             let resolved = talon_protocols::server::resolve_read(&meta, conditions, range)?;
             let (start, end) = resolved.map(|r| (r.start, r.end)).unwrap_or((0, meta.size));
             if !with_body || end == start {

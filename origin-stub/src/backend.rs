@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -17,8 +17,8 @@ use talon_protocols::listing::{ListQuery, paginate};
 use talon_protocols::origin::{BucketSummary, ObjectInfo};
 use talon_protocols::server::{
     BlockLists, Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend,
-    ObjectRead, PartBounds, PartSummary, ReadSpec, Target, Upload, UploadSummary, WriteSpec,
-    Written, resolve_read,
+    ObjectRead, PartBounds, PartCopySpec, PartSummary, ReadSpec, Target, Upload, UploadSummary,
+    WriteSpec, Written, resolve_read,
 };
 use talon_protocols::upload::Verified;
 use talon_protocols::{Error, ErrorKind, Result};
@@ -475,6 +475,57 @@ impl ObjectBackend for StubBackend {
             content_md5: Some(verified.md5_base64()),
             checksum: verified.checksum,
             last_modified: None,
+        })
+    }
+
+    async fn upload_part_copy(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+        number: u32,
+        copy: PartCopySpec<'_>,
+    ) -> std::result::Result<Copied, Failure> {
+        let (b, k, id) = (
+            object.bucket.to_owned(),
+            object.key.to_owned(),
+            upload_id.to_owned(),
+        );
+        let (src_bucket, src_key) = (copy.from.bucket.to_owned(), copy.from.key.to_owned());
+        let (range, conditions) = (copy.range, copy.source_conditions);
+        let store = self.state.store.clone();
+        let part = blocking(move || {
+            // An unknown upload first, as UploadPart answers it.
+            store.list_parts(&b, &k, &id)?;
+            let src = store.open(&src_bucket, &src_key)?;
+            conditions
+                .check_read(&src.meta.etag, src.meta.last_modified)
+                .map_err(|_| {
+                    Error::new(
+                        ErrorKind::PreconditionFailed,
+                        "At least one of the pre-conditions you specified did not hold",
+                    )
+                })?;
+            let (start, len) = match range {
+                None => (0, src.meta.size),
+                Some(r) if r.end <= src.meta.size => (r.start, r.end - r.start),
+                Some(_) => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidRange,
+                        format!(
+                            "The specified copy range is not valid for the source object of size {}",
+                            src.meta.size
+                        ),
+                    ));
+                }
+            };
+            let mut staged = store.stage()?;
+            let copied = body::copy_range(src.body, start, len, &mut staged)?;
+            store.put_part(&b, &k, &id, number, staged, &copied.md5_hex)
+        })
+        .await?;
+        Ok(Copied {
+            etag: part.etag,
+            last_modified: SystemTime::now(),
         })
     }
 

@@ -191,7 +191,22 @@ pub async fn read_small(body: Incoming, limit: usize) -> Result<Bytes> {
 /// # Errors
 /// I/O errors as [`ErrorKind::InternalError`].
 pub fn copy_object(body: ObjectBody, size: u64, staged: &mut StagedFile) -> Result<Received> {
-    use std::io::{Read, Write};
+    copy_range(body, 0, size, staged)
+}
+
+/// Copies `len` bytes of an object from offset `start` into a staging file (a copied
+/// part), returning the MD5. The caller keeps `start + len` within the object.
+///
+/// # Errors
+/// I/O errors as [`ErrorKind::InternalError`], and a file shorter than asked.
+pub fn copy_range(
+    body: ObjectBody,
+    start: u64,
+    len: u64,
+    staged: &mut StagedFile,
+) -> Result<Received> {
+    use std::io::{Read, Seek, Write};
+    let size = len;
     let io_err = |e: io::Error| {
         Error::new(ErrorKind::InternalError, format!("copying the object: {e}")).with_source(e)
     };
@@ -200,19 +215,26 @@ pub fn copy_object(body: ObjectBody, size: u64, staged: &mut StagedFile) -> Resu
     let mut buf = vec![0u8; CHUNK];
     let mut done = 0u64;
     match body {
-        ObjectBody::File(mut f) => loop {
-            let n = f.read(&mut buf).map_err(io_err)?;
-            if n == 0 {
-                break;
+        ObjectBody::File(mut f) => {
+            f.seek(io::SeekFrom::Start(start)).map_err(io_err)?;
+            while done < size {
+                let want = (size - done).min(CHUNK as u64) as usize;
+                let n = f.read(&mut buf[..want]).map_err(io_err)?;
+                if n == 0 {
+                    return Err(Error::new(
+                        ErrorKind::InternalError,
+                        "the object ended before the range copied",
+                    ));
+                }
+                md5.update(&buf[..n]);
+                out.write_all(&buf[..n]).map_err(io_err)?;
+                done += n as u64;
             }
-            md5.update(&buf[..n]);
-            out.write_all(&buf[..n]).map_err(io_err)?;
-            done += n as u64;
-        },
+        }
         ObjectBody::Generated(g) => {
             while done < size {
                 let n = (size - done).min(CHUNK as u64) as usize;
-                g.fill(done, &mut buf[..n]);
+                g.fill(start + done, &mut buf[..n]);
                 md5.update(&buf[..n]);
                 out.write_all(&buf[..n]).map_err(io_err)?;
                 done += n as u64;

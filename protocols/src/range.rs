@@ -223,6 +223,37 @@ pub fn check_served_exactly(
     ))
 }
 
+/// Parses UploadPartCopy's `x-amz-copy-source-range`: exactly `bytes=first-last`, both
+/// zero-based and inclusive, `first <= last` (no open or suffix forms, unlike `Range`).
+///
+/// # Errors
+/// [`crate::ErrorKind::InvalidArgument`] for any other form.
+pub fn parse_copy_source_range(value: &str) -> crate::Result<ByteRange> {
+    let bad = || {
+        crate::Error::new(
+            crate::ErrorKind::InvalidArgument,
+            "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy",
+        )
+    };
+    let (first, last) = value
+        .trim()
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(bad)?;
+    let digits = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
+    };
+    match (digits(first), digits(last)) {
+        (Some(first), Some(last)) if first <= last && last < u64::MAX => Ok(ByteRange {
+            start: first,
+            end: last + 1,
+        }),
+        _ => Err(bad()),
+    }
+}
+
 /// Parses a `Content-Range: bytes a-b/size` answer into the range and the total size.
 /// The size may be `*` (unknown), which gives `None`.
 pub fn parse_content_range(value: &str) -> Option<(ByteRange, Option<u64>)> {
@@ -289,6 +320,34 @@ mod served_exactly_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copy_source_ranges_are_exactly_bytes_first_last() {
+        assert_eq!(
+            parse_copy_source_range("bytes=0-9").ok(),
+            Some(ByteRange { start: 0, end: 10 })
+        );
+        assert_eq!(
+            parse_copy_source_range("bytes=5-5").ok(),
+            Some(ByteRange { start: 5, end: 6 })
+        );
+        for bad in [
+            "bytes=9-0",
+            "bytes=-5",
+            "bytes=5-",
+            "bytes=a-b",
+            "0-9",
+            "bytes=0-1,3-4",
+            "bytes=+1-2",
+            "",
+        ] {
+            assert_eq!(
+                parse_copy_source_range(bad).map_err(|e| e.kind()).err(),
+                Some(crate::ErrorKind::InvalidArgument),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn a_content_range_past_its_total_is_refused() {

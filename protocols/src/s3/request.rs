@@ -298,6 +298,9 @@ impl S3Request {
             ));
         }
         let copy = headers.contains_key("x-amz-copy-source");
+        if method == Method::OPTIONS && bucket.is_some() {
+            return Err(cors_preflight_refusal(headers));
+        }
         use S3Operation::*;
         let operation = match (&bucket, &key, method) {
             (None, _, &Method::GET) => ListBuckets,
@@ -347,6 +350,22 @@ impl S3Request {
             query,
             virtual_hosted,
         })
+    }
+}
+
+/// S3's answer to a CORS preflight (`OPTIONS` on a bucket or object) where no CORS
+/// rules exist, which is every bucket here: 400 without an `Origin`, 403 with one.
+fn cors_preflight_refusal(headers: &HeaderMap) -> Error {
+    if headers.contains_key(http::header::ORIGIN) {
+        Error::new(
+            ErrorKind::AccessDenied,
+            "CORSResponse: CORS is not enabled for this bucket.",
+        )
+    } else {
+        Error::new(
+            ErrorKind::InvalidRequest,
+            "Insufficient information. Origin request header needed.",
+        )
     }
 }
 
@@ -642,6 +661,17 @@ mod tests {
                 .map_err(|e| e.kind())
                 .err(),
             Some(ErrorKind::MethodNotAllowed)
+        );
+        // A CORS preflight, with no CORS rules to grant it.
+        let preflight = |extra: &[(&'static str, &str)]| {
+            op(Method::OPTIONS, "/bkt/k", "", extra)
+                .map_err(|e| e.kind())
+                .err()
+        };
+        assert_eq!(preflight(&[]), Some(ErrorKind::InvalidRequest));
+        assert_eq!(
+            preflight(&[("origin", "https://example.com")]),
+            Some(ErrorKind::AccessDenied)
         );
     }
 

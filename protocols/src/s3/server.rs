@@ -25,11 +25,11 @@ use crate::answer::{
 use crate::conditional::{Conditions, EtagList, same_version};
 use crate::dates::{format_http_date, parse_http_date};
 use crate::listing::ListPage;
-use crate::range::RangeSpec;
+use crate::range::{RangeSpec, parse_copy_source_range};
 use crate::server::{
-    AnswerBody, CopySpec, ListFrom, ListSpec, ObjectBackend, Operation, ReadSpec, Relay, RelayBody,
-    RequestBody, Target, Upload, WriteSpec, empty_body, full_body, read_document, request_body,
-    within_deadline,
+    AnswerBody, CopySpec, ListFrom, ListSpec, ObjectBackend, Operation, PartCopySpec, ReadSpec,
+    Relay, RelayBody, RequestBody, Target, Upload, WriteSpec, empty_body, full_body, read_document,
+    request_body, within_deadline,
 };
 pub use crate::server::{Handled, ServerLimits};
 use crate::upload::{UploadClaims, VerifyingStream};
@@ -346,11 +346,7 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
             let written = backend.upload_part(object, id, number, upload).await?;
             Ok(written_answer(&written))
         }
-        UploadPartCopy => Err(Error::new(
-            ErrorKind::NotImplemented,
-            "UploadPartCopy is not implemented",
-        )
-        .into()),
+        UploadPartCopy => upload_part_copy(ctx, backend).await,
         CompleteMultipartUpload => {
             let object = ctx.object()?;
             let id = ctx.upload_id()?;
@@ -760,6 +756,37 @@ async fn copy_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
         &copied.etag,
         copied.last_modified,
         false,
+    )))
+}
+
+/// UploadPartCopy: a part from another object's bytes, all of them or
+/// `x-amz-copy-source-range`, if the source conditions hold.
+async fn upload_part_copy<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
+    let object = ctx.object()?;
+    let id = ctx.upload_id()?;
+    let number: u32 = ctx
+        .query("partNumber")
+        .and_then(|n| n.parse().ok())
+        .filter(|n| (1..=10_000).contains(n))
+        .ok_or_else(part_number_error)?;
+    let source = header(ctx.headers, "x-amz-copy-source").unwrap_or_default();
+    let (src_bucket, src_key) = parse_copy_source(source)?;
+    let range = header(ctx.headers, "x-amz-copy-source-range")
+        .map(parse_copy_source_range)
+        .transpose()?;
+    let copy = PartCopySpec {
+        from: Target {
+            bucket: &src_bucket,
+            key: &src_key,
+        },
+        range,
+        source_conditions: copy_source_conditions(ctx.headers),
+    };
+    let copied = backend.upload_part_copy(object, id, number, copy).await?;
+    Ok(xml_answer(xml::copy_result_xml(
+        &copied.etag,
+        copied.last_modified,
+        true,
     )))
 }
 

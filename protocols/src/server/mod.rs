@@ -520,6 +520,17 @@ pub struct CopySpec<'a> {
     pub replace: Option<WriteSpec>,
 }
 
+/// A part copied from an object's bytes (UploadPartCopy).
+#[derive(Debug, Clone)]
+pub struct PartCopySpec<'a> {
+    /// The source object.
+    pub from: Target<'a>,
+    /// The source's bytes to copy (`x-amz-copy-source-range`), or `None` for all.
+    pub range: Option<ByteRange>,
+    /// Conditions on the source (a failed one is 412, never 304).
+    pub source_conditions: Conditions,
+}
+
 /// A finished copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Copied {
@@ -729,6 +740,19 @@ pub trait ObjectBackend: Send + Sync {
     ) -> impl Future<Output = Result<Written, Failure>> + Send {
         let _ = (object, upload_id, number, upload);
         async { Err(not_implemented("UploadPart")) }
+    }
+
+    /// Stores one part of a multipart upload copied from another object's bytes; the
+    /// part's entity tag and time.
+    fn upload_part_copy(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+        number: u32,
+        copy: PartCopySpec<'_>,
+    ) -> impl Future<Output = Result<Copied, Failure>> + Send {
+        let _ = (object, upload_id, number, copy);
+        async { Err(not_implemented("UploadPartCopy")) }
     }
 
     /// Completes a multipart upload from `parts` (number, quoted entity tag); gives

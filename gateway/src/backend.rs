@@ -16,6 +16,7 @@ use talon_protocols::answer::header;
 use talon_protocols::azure::request::AzureOperation;
 use talon_protocols::azure::xml::BlockListItem;
 use talon_protocols::block_staging::is_staging_key;
+use talon_protocols::conditional::DeleteConditions;
 use talon_protocols::origin::{BucketSummary, ForwardRequest, ListOptions, OriginBody};
 use talon_protocols::s3::request::S3Operation;
 use talon_protocols::server::{
@@ -540,13 +541,84 @@ impl ObjectBackend for GatewayBackend {
         })
     }
 
-    async fn delete(&self, object: Target<'_>, must_exist: bool) -> Result<(), Failure> {
+    /// A conditional delete goes to the origin with its conditions: S3's three headers
+    /// as they are; over Azure, which conditions a delete on `If-Match` only, a time or
+    /// size is checked against one HEAD and the delete pinned to that version.
+    async fn delete(
+        &self,
+        object: Target<'_>,
+        must_exist: bool,
+        conditions: &DeleteConditions,
+    ) -> Result<(), Failure> {
         let client = self.client()?;
         if must_exist && self.origin == Backend::S3 {
             // S3 deletes a missing key without complaint: ask first.
             client.head(object.bucket, object.key).await?;
         }
-        let result = client.delete(object.bucket, object.key).await;
+        let mut headers: Vec<(&str, String)> = Vec::new();
+        match self.origin {
+            Backend::S3 => {
+                if let Some(list) = &conditions.if_match {
+                    headers.push(("if-match", list.header_value()));
+                }
+                if let Some(t) = conditions.last_modified {
+                    headers.push((
+                        "x-amz-if-match-last-modified-time",
+                        talon_protocols::dates::format_http_date(t),
+                    ));
+                }
+                if let Some(size) = conditions.size {
+                    headers.push(("x-amz-if-match-size", size.to_string()));
+                }
+            }
+            Backend::Azure if conditions.last_modified.is_some() || conditions.size.is_some() => {
+                match client.head(object.bucket, object.key).await {
+                    Ok(info) => {
+                        conditions
+                            .check(Some((
+                                &info.etag,
+                                info.last_modified.unwrap_or(std::time::UNIX_EPOCH),
+                                info.size,
+                            )))
+                            .map_err(|kind| {
+                                Error::new(
+                                    kind,
+                                    "At least one of the pre-conditions you specified did not hold",
+                                )
+                            })?;
+                        headers.push(("if-match", info.etag));
+                    }
+                    // Nothing to delete: as S3 answers a conditional delete of nothing.
+                    Err(e) if e.kind() == ErrorKind::NoSuchKey && !must_exist => return Ok(()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Backend::Azure => {
+                if let Some(list) = &conditions.if_match {
+                    headers.push(("if-match", list.header_value()));
+                }
+            }
+        }
+        let mut result = client
+            .delete_with(object.bucket, object.key, &headers)
+            .await;
+        if self.origin == Backend::Azure
+            && !must_exist
+            && result
+                .as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::PreconditionFailed)
+            && client
+                .head(object.bucket, object.key)
+                .await
+                .is_err_and(|e| e.kind() == ErrorKind::NoSuchKey)
+        {
+            // Azure fails `If-Match` on a blob that is not there (and so does the Azure
+            // front); for the S3 front there was nothing to delete, which is 204.
+            result = Err(Error::new(
+                ErrorKind::NoSuchKey,
+                "The specified key does not exist.",
+            ));
+        }
         if result.is_ok()
             || result
                 .as_ref()

@@ -13,6 +13,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use talon_core::wire::HeaderSet;
 use talon_protocols::answer::Failure;
 use talon_protocols::azure::xml::BlockListItem;
+use talon_protocols::conditional::DeleteConditions;
 use talon_protocols::listing::{ListQuery, paginate};
 use talon_protocols::origin::{BucketSummary, ObjectInfo};
 use talon_protocols::server::{
@@ -380,10 +381,35 @@ impl ObjectBackend for StubBackend {
         &self,
         object: Target<'_>,
         _must_exist: bool,
+        conditions: &DeleteConditions,
     ) -> std::result::Result<(), Failure> {
         let store = self.state.store.clone();
         let (b, k) = (object.bucket.to_owned(), object.key.to_owned());
-        if blocking(move || store.delete(&b, &k)).await? {
+        let conditions = conditions.clone();
+        let deleted = blocking(move || {
+            if !conditions.is_empty() {
+                let current = match store.head(&b, &k) {
+                    Ok(m) => Some(m),
+                    Err(e) if e.kind() == ErrorKind::NoSuchKey => None,
+                    Err(e) => return Err(e),
+                };
+                conditions
+                    .check(
+                        current
+                            .as_ref()
+                            .map(|m| (m.etag.as_str(), m.last_modified, m.size)),
+                    )
+                    .map_err(|kind| {
+                        Error::new(
+                            kind,
+                            "At least one of the pre-conditions you specified did not hold",
+                        )
+                    })?;
+            }
+            store.delete(&b, &k)
+        })
+        .await?;
+        if deleted {
             Ok(())
         } else {
             Err(Error::new(ErrorKind::NoSuchKey, "The specified key does not exist.").into())

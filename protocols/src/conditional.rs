@@ -28,6 +28,48 @@ pub struct Conditions {
     pub if_unmodified_since: Option<SystemTime>,
 }
 
+/// A delete's conditions on the object it removes: S3's `If-Match` (an entity tag or
+/// `*`), `x-amz-if-match-last-modified-time` and `x-amz-if-match-size` (or a
+/// DeleteObjects entry's `ETag`, `LastModifiedTime` and `Size`); Azure's `If-Match`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteConditions {
+    /// The entity tags the object must have, or `*`.
+    pub if_match: Option<EtagList>,
+    /// The modification time it must have (compared to the second).
+    pub last_modified: Option<SystemTime>,
+    /// The size it must have, in bytes.
+    pub size: Option<u64>,
+}
+
+impl DeleteConditions {
+    /// True when none is present.
+    pub fn is_empty(&self) -> bool {
+        *self == DeleteConditions::default()
+    }
+
+    /// Evaluates the conditions against the object stored now (entity tag, modification
+    /// time, size), if any. Nothing stored passes: S3 answers such a delete 204 whatever
+    /// it asked.
+    ///
+    /// # Errors
+    /// [`ErrorKind::PreconditionFailed`] when a condition fails.
+    pub fn check(&self, current: Option<(&str, SystemTime, u64)>) -> Result<(), ErrorKind> {
+        let Some((etag, last_modified, size)) = current else {
+            return Ok(());
+        };
+        let fails = self.if_match.as_ref().is_some_and(|l| !l.matches(etag))
+            || self
+                .last_modified
+                .is_some_and(|t| truncate_to_seconds(t) != truncate_to_seconds(last_modified))
+            || self.size.is_some_and(|s| s != size);
+        if fails {
+            Err(ErrorKind::PreconditionFailed)
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// The kind an Azure write answers with for `kind`: a write with `If-Match` over a
 /// missing object is S3's 404 `NoSuchKey` (what [`Conditions::check_write`] gives) but
 /// Azure's 412 `ConditionNotMet`.
@@ -61,6 +103,19 @@ impl EtagList {
                 .map(str::to_owned)
                 .collect(),
         )
+    }
+
+    /// The list as a conditional header carries it: `*`, or the tags quoted and
+    /// comma-separated.
+    pub fn header_value(&self) -> String {
+        match self {
+            EtagList::Any => "*".to_owned(),
+            EtagList::Tags(tags) => tags
+                .iter()
+                .map(|t| quote_etag(t))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
     }
 
     /// Whether the list matches an object's entity tag (strong comparison of the tag text).
@@ -262,6 +317,33 @@ mod tests {
     fn invalid_dates_are_ignored() {
         let c = conds(&[("if-modified-since", "not a date")]);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn deletes_are_conditional_on_what_is_stored() {
+        let none = DeleteConditions::default();
+        assert!(none.is_empty() && none.check(Some((ETAG, t(1), 5))).is_ok());
+        let c = DeleteConditions {
+            if_match: Some(EtagList::parse("\"other\"")),
+            ..DeleteConditions::default()
+        };
+        assert_eq!(
+            c.check(Some((ETAG, t(1), 5))),
+            Err(ErrorKind::PreconditionFailed)
+        );
+        assert_eq!(c.check(None), Ok(()), "nothing stored: S3 answers 204");
+        let any = DeleteConditions {
+            if_match: Some(EtagList::Any),
+            size: Some(5),
+            last_modified: Some(t(1)),
+        };
+        assert_eq!(any.check(Some((ETAG, t(1), 5))), Ok(()));
+        for (when, size) in [(t(2), 5), (t(1), 6)] {
+            assert_eq!(
+                any.check(Some((ETAG, when, size))),
+                Err(ErrorKind::PreconditionFailed)
+            );
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::xml;
 use crate::answer::{
     ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
 };
-use crate::conditional::{Conditions, EtagList, missing_for_if_match};
+use crate::conditional::{Conditions, DeleteConditions, EtagList, missing_for_if_match};
 use crate::dates::{format_http_date, parse_http_date};
 use crate::listing::{ListPage, ListQuery, paginate};
 use crate::names::validate_container_name;
@@ -423,7 +423,23 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
             Ok(xml_answer(xml::block_list_xml(&committed, &uncommitted)))
         }
         DeleteBlob => {
-            backend.delete(ctx.object()?, true).await?;
+            // If-Match is honoured; a condition this front does not evaluate is refused
+            // rather than ignored (a delete it skipped would remove the wrong version).
+            if let Some(name) = ["if-none-match", "if-modified-since", "if-unmodified-since"]
+                .into_iter()
+                .find(|n| ctx.headers.contains_key(*n))
+            {
+                return Err(Error::new(
+                    ErrorKind::NotImplemented,
+                    format!("{name} on Delete Blob is not implemented"),
+                )
+                .into());
+            }
+            let conditions = DeleteConditions {
+                if_match: header(ctx.headers, "if-match").map(EtagList::parse),
+                ..DeleteConditions::default()
+            };
+            backend.delete(ctx.object()?, true, &conditions).await?;
             Ok(answer(StatusCode::ACCEPTED, empty_body()))
         }
         CopyBlob => copy_blob(ctx, backend).await,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use http::Method;
 
 use super::{OriginBody, OriginClient, OriginConfig, check, read_capped, written_etag};
-use crate::conditional::{Conditions, EtagList, quote_etag};
+use crate::conditional::{Conditions, quote_etag};
 use crate::dates::{format_http_date, parse_http_date, parse_iso8601};
 use crate::error::{Error, ErrorKind, Result};
 use crate::uri_encoding::{encode_path, encode_strict};
@@ -38,25 +38,14 @@ pub enum CopiedProperties<'a> {
     Replace(&'a [(String, String)]),
 }
 
-fn etag_list(list: &EtagList) -> String {
-    match list {
-        EtagList::Any => "*".to_owned(),
-        EtagList::Tags(tags) => tags
-            .iter()
-            .map(|t| quote_etag(t))
-            .collect::<Vec<_>>()
-            .join(", "),
-    }
-}
-
 /// The source conditions as headers named `<prefix>if-match` and so on.
 fn source_condition_headers(prefix: &str, c: &Conditions) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if let Some(l) = &c.if_match {
-        out.push((format!("{prefix}if-match"), etag_list(l)));
+        out.push((format!("{prefix}if-match"), l.header_value()));
     }
     if let Some(l) = &c.if_none_match {
-        out.push((format!("{prefix}if-none-match"), etag_list(l)));
+        out.push((format!("{prefix}if-none-match"), l.header_value()));
     }
     if let Some(t) = c.if_modified_since {
         out.push((format!("{prefix}if-modified-since"), format_http_date(t)));
@@ -286,6 +275,7 @@ fn names_checked(client: &OriginClient, from: (&str, &str)) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conditional::EtagList;
     use std::time::UNIX_EPOCH;
 
     #[test]

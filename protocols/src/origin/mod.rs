@@ -881,13 +881,28 @@ impl OriginClient {
     /// # Errors
     /// The origin's error as a kind.
     pub async fn delete(&self, bucket: &str, key: &str) -> Result<()> {
+        self.delete_with(bucket, key, &[]).await
+    }
+
+    /// Deletes an object with `headers` (a conditional delete's `If-Match`, S3's
+    /// `x-amz-if-match-*`).
+    ///
+    /// # Errors
+    /// The origin's error as a kind (a failed condition is
+    /// [`ErrorKind::PreconditionFailed`]).
+    pub async fn delete_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        headers: &[(&str, String)],
+    ) -> Result<()> {
         let resp = self
             .send(
                 Method::DELETE,
                 Some(bucket),
                 Some(key),
                 "",
-                &[],
+                headers,
                 OriginBody::Empty,
             )
             .await?;

@@ -22,7 +22,7 @@ use super::xml;
 use crate::answer::{
     ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
 };
-use crate::conditional::{Conditions, EtagList, same_version};
+use crate::conditional::{Conditions, DeleteConditions, EtagList, same_version};
 use crate::dates::{format_http_date, parse_http_date};
 use crate::listing::ListPage;
 use crate::range::{RangeSpec, parse_copy_source_range};
@@ -316,7 +316,22 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
         CopyObject => copy_object(ctx, backend).await,
         DeleteObject => {
             ctx.only_the_null_version()?;
-            match backend.delete(ctx.object()?, false).await {
+            let conditions = DeleteConditions {
+                if_match: header(ctx.headers, "if-match").map(EtagList::parse),
+                last_modified: header(ctx.headers, "x-amz-if-match-last-modified-time")
+                    .and_then(parse_http_date),
+                size: header(ctx.headers, "x-amz-if-match-size")
+                    .map(|v| {
+                        v.trim().parse::<u64>().map_err(|_| {
+                            Error::new(
+                                ErrorKind::InvalidArgument,
+                                "x-amz-if-match-size must be a number of bytes",
+                            )
+                        })
+                    })
+                    .transpose()?,
+            };
+            match backend.delete(ctx.object()?, false, &conditions).await {
                 // S3 answers 204 whether or not the key existed.
                 Ok(()) => {}
                 Err(f) if f.error.kind() == ErrorKind::NoSuchKey => {}
@@ -815,6 +830,15 @@ async fn delete_objects<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: Requ
     backend.head_bucket(bucket).await?;
     let mut outcomes = Vec::with_capacity(request.objects.len());
     for o in request.objects {
+        let conditions = DeleteConditions {
+            if_match: o.etag.as_deref().map(EtagList::parse),
+            // An HTTP date, as the SDKs write it here, or ISO 8601.
+            last_modified: o
+                .last_modified_time
+                .as_deref()
+                .and_then(|t| parse_http_date(t).or_else(|| crate::dates::parse_iso8601(t))),
+            size: o.size,
+        };
         let result = backend
             .delete(
                 Target {
@@ -822,6 +846,7 @@ async fn delete_objects<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: Requ
                     key: &o.key,
                 },
                 false,
+                &conditions,
             )
             .await;
         outcomes.push(match result {

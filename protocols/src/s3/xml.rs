@@ -458,6 +458,15 @@ pub struct DeleteRequestObject {
     /// The key.
     #[serde(rename = "Key")]
     pub key: String,
+    /// Delete only if the object has this entity tag (or `*`: if it exists).
+    #[serde(rename = "ETag", default)]
+    pub etag: Option<String>,
+    /// Delete only if the object was last modified at this ISO 8601 time.
+    #[serde(rename = "LastModifiedTime", default)]
+    pub last_modified_time: Option<String>,
+    /// Delete only if the object has this size in bytes.
+    #[serde(rename = "Size", default)]
+    pub size: Option<u64>,
 }
 
 /// Parses an XML request body.

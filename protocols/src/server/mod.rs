@@ -24,7 +24,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use crate::answer::{Failure, header};
 use crate::azure::request::AzureOperation;
 use crate::azure::xml::BlockListItem;
-use crate::conditional::{Conditions, EtagList};
+use crate::conditional::{Conditions, DeleteConditions, EtagList};
 use crate::content_headers::{CONTENT_HEADERS, stored_value};
 use crate::origin::{BucketSummary, ObjectInfo};
 use crate::range::{ByteRange, RangeSpec};
@@ -701,13 +701,16 @@ pub trait ObjectBackend: Send + Sync {
         write: WriteSpec,
     ) -> impl Future<Output = Result<Written, Failure>> + Send;
 
-    /// Deletes an object. When there was none the answer is [`ErrorKind::NoSuchKey`]
-    /// if `must_exist` (Azure answers 404); otherwise it may be either (S3 answers 204
-    /// all the same, so a backend need not ask first).
+    /// Deletes an object if `conditions` hold for it ([`DeleteConditions::check`]:
+    /// [`ErrorKind::PreconditionFailed`] otherwise, and nothing changes). When there was
+    /// none the answer is [`ErrorKind::NoSuchKey`] if `must_exist` (Azure answers 404);
+    /// otherwise it may be either (S3 answers 204 all the same, so a backend need not
+    /// ask first).
     fn delete(
         &self,
         object: Target<'_>,
         must_exist: bool,
+        conditions: &DeleteConditions,
     ) -> impl Future<Output = Result<(), Failure>> + Send;
 
     /// Copies an object within the backend.

@@ -267,6 +267,22 @@ def test_list_blobs_with_metadata(gw_azure, gw_container):
 # -------------------------------------------------------------- SAS and keys
 
 
+def test_delete_blob_if_match(gw_azure, gw_container):
+    """Delete Blob with If-Match: another version's ETag is 412 and the blob stays; its
+    own deletes it. A condition the front does not evaluate is refused, not ignored."""
+    bc = gw_azure.get_blob_client(gw_container, "cond/del")
+    etag = bc.upload_blob(b"kept")["etag"]
+    with pytest.raises(HttpResponseError) as ei:
+        bc.delete_blob(etag='"0x8D000000000"', match_condition=MatchConditions.IfNotModified)
+    assert ei.value.status_code == 412
+    with pytest.raises(HttpResponseError) as ei:
+        bc.delete_blob(if_modified_since=utcnow() - dt.timedelta(days=1))
+    assert ei.value.status_code == 501
+    assert bc.download_blob().readall() == b"kept"
+    bc.delete_blob(etag=etag, match_condition=MatchConditions.IfNotModified)
+    assert not bc.exists()
+
+
 def test_copy_blob(gw, gw_azure, gw_container):
     """Copy Blob, Copy Blob From URL and Put Blob From URL within the account: finished
     when answered, SHA-256-equal, with the properties Azure gives each. A source on

@@ -545,6 +545,32 @@ def test_upload_part_copy(gw, gw_s3, gw_bucket):
     assert sha256(got) == sha256(body[: 5 * MiB] + tail)
 
 
+def test_conditional_deletes(gw, gw_s3, gw_bucket):
+    """DeleteObject and DeleteObjects with If-Match, a size or a modification time: a
+    failed condition is 412 (an entry of DeleteObjects' Errors) and the object stays;
+    one that holds deletes it; nothing stored is 204."""
+    put = gw_s3.put_object(Bucket=gw_bucket, Key="cond/del", Body=b"0123456789")
+    head = gw_s3.head_object(Bucket=gw_bucket, Key="cond/del")
+    refusals = [{"IfMatch": '"0123"'}]
+    if gw.origin_kind != "moto":  # moto ignores a delete's conditions (S3 checks If-Match)
+        refusals += [{"IfMatchSize": 11}, {"IfMatchLastModifiedTime": head["LastModified"] - dt.timedelta(days=1)}]
+    for condition in refusals:
+        with pytest.raises(ClientError) as ei:
+            gw_s3.delete_object(Bucket=gw_bucket, Key="cond/del", **condition)
+        assert client_error(ei) == (412, "PreconditionFailed"), condition
+        assert gw_s3.head_object(Bucket=gw_bucket, Key="cond/del")["ETag"] == put["ETag"], condition
+    if gw.origin_kind != "moto":
+        r = gw_s3.delete_objects(Bucket=gw_bucket, Delete={"Objects": [{"Key": "cond/del", "ETag": '"0123"'}]})
+        assert [(e["Key"], e["Code"]) for e in r["Errors"]] == [("cond/del", "PreconditionFailed")]
+        assert gw_s3.head_object(Bucket=gw_bucket, Key="cond/del")["ETag"] == put["ETag"]
+    gw_s3.delete_object(Bucket=gw_bucket, Key="cond/del", IfMatch=put["ETag"], IfMatchSize=10)
+    with pytest.raises(ClientError) as ei:
+        gw_s3.head_object(Bucket=gw_bucket, Key="cond/del")
+    assert client_error(ei)[0] == 404
+    r = gw_s3.delete_object(Bucket=gw_bucket, Key="cond/del", IfMatch=put["ETag"])
+    assert r["ResponseMetadata"]["HTTPStatusCode"] == 204
+
+
 def test_list_object_versions_through_the_gateway(gw_s3, gw_bucket):
     """ListObjectVersions through the gateway (relayed to the S3 origin): every object
     once as its latest `null` version, paged."""

@@ -21,8 +21,8 @@ use talon_protocols::origin::{BucketSummary, ForwardRequest, ListOptions, Origin
 use talon_protocols::s3::request::S3Operation;
 use talon_protocols::server::{
     AnswerBody, BlockLists, Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject,
-    ObjectBackend, ObjectRead, Operation, PartBounds, PartSummary, ReadSpec, Relay, RelayBody,
-    Target, Upload, WriteSpec, Written, stream_body,
+    ObjectAttributes, ObjectBackend, ObjectRead, Operation, PartBounds, PartSummary, ReadSpec,
+    Relay, RelayBody, Target, Upload, WriteSpec, Written, stream_body,
 };
 use talon_protocols::upload::settle;
 use talon_protocols::{Error, ErrorKind};
@@ -168,6 +168,7 @@ fn relayed_to_s3(op: S3Operation) -> bool {
             | ListParts
             | ListMultipartUploads
             | ListObjectVersions
+            | GetObjectAttributes
             | CreateBucket
             | DeleteBucket
     )
@@ -209,6 +210,10 @@ const RELAYED_S3_HEADERS: &[&str] = &[
     "x-amz-copy-source-if-modified-since",
     "x-amz-copy-source-if-unmodified-since",
     "x-amz-metadata-directive",
+    // GetObjectAttributes' attributes and parts page.
+    "x-amz-object-attributes",
+    "x-amz-max-parts",
+    "x-amz-part-number-marker",
     // A copy's (and a completion's) conditions on its destination.
     "if-match",
     "if-none-match",
@@ -641,6 +646,16 @@ impl ObjectBackend for GatewayBackend {
             last_modified: done
                 .last_modified
                 .unwrap_or_else(std::time::SystemTime::now),
+        })
+    }
+
+    /// GetObjectAttributes over an Azure origin (an S3 origin is relayed): the blob's
+    /// properties, and no parts (a blob's blocks are not S3's parts).
+    async fn object_attributes(&self, object: Target<'_>) -> Result<ObjectAttributes, Failure> {
+        let info = self.client()?.head(object.bucket, object.key).await?;
+        Ok(ObjectAttributes {
+            info,
+            part_sizes: None,
         })
     }
 

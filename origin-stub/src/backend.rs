@@ -17,9 +17,9 @@ use talon_protocols::conditional::DeleteConditions;
 use talon_protocols::listing::{ListQuery, paginate};
 use talon_protocols::origin::{BucketSummary, ObjectInfo};
 use talon_protocols::server::{
-    BlockLists, Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject, ObjectBackend,
-    ObjectRead, PartBounds, PartCopySpec, PartSummary, ReadSpec, Target, Upload, UploadSummary,
-    WriteSpec, Written, resolve_read,
+    BlockLists, Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject, ObjectAttributes,
+    ObjectBackend, ObjectRead, PartBounds, PartCopySpec, PartSummary, ReadSpec, Target, Upload,
+    UploadSummary, WriteSpec, Written, resolve_read,
 };
 use talon_protocols::upload::Verified;
 use talon_protocols::{Error, ErrorKind, Result};
@@ -501,6 +501,19 @@ impl ObjectBackend for StubBackend {
             content_md5: Some(verified.md5_base64()),
             checksum: verified.checksum,
             last_modified: None,
+        })
+    }
+
+    async fn object_attributes(
+        &self,
+        object: Target<'_>,
+    ) -> std::result::Result<ObjectAttributes, Failure> {
+        let store = self.state.store.clone();
+        let (b, k) = (object.bucket.to_owned(), object.key.to_owned());
+        let meta = blocking(move || store.head(&b, &k)).await?;
+        Ok(ObjectAttributes {
+            info: info_of(&meta),
+            part_sizes: (!meta.parts.is_empty()).then(|| meta.parts.clone()),
         })
     }
 

@@ -95,6 +95,8 @@ pub enum S3Operation {
     AbortMultipartUpload,
     /// `GET /bucket/key?uploadId=U`.
     ListParts,
+    /// `GET /bucket/key?attributes`.
+    GetObjectAttributes,
 }
 
 impl S3Operation {
@@ -116,6 +118,7 @@ impl S3Operation {
                 | GetObject
                 | HeadObject
                 | ListParts
+                | GetObjectAttributes
         )
     }
 
@@ -146,6 +149,7 @@ impl S3Operation {
             CompleteMultipartUpload => "CompleteMultipartUpload",
             AbortMultipartUpload => "AbortMultipartUpload",
             ListParts => "ListParts",
+            GetObjectAttributes => "GetObjectAttributes",
         }
     }
 
@@ -175,7 +179,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "accelerate",
     "acl",
     "analytics",
-    "attributes",
     "cors",
     "encryption",
     "intelligent-tiering",
@@ -321,6 +324,7 @@ impl S3Request {
             (Some(_), Some(_), m) => match *m {
                 Method::GET if reads_acl => GetObjectAcl,
                 Method::GET if query.has("uploadId") => ListParts,
+                Method::GET if query.has("attributes") => GetObjectAttributes,
                 Method::GET => GetObject,
                 Method::HEAD => HeadObject,
                 Method::PUT if query.has("uploadId") && copy => UploadPartCopy,

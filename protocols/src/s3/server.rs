@@ -391,6 +391,7 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
                 .await?;
             Ok(answer(StatusCode::NO_CONTENT, empty_body()))
         }
+        GetObjectAttributes => object_attributes(ctx, backend).await,
         ListParts => {
             let object = ctx.object()?;
             let id = ctx.upload_id()?;
@@ -772,6 +773,86 @@ async fn copy_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
         copied.last_modified,
         false,
     )))
+}
+
+/// The attributes GetObjectAttributes may ask for.
+const OBJECT_ATTRIBUTES: [&str; 5] = [
+    "ETag",
+    "Checksum",
+    "ObjectParts",
+    "StorageClass",
+    "ObjectSize",
+];
+
+/// Most parts one GetObjectAttributes answer lists.
+const MAX_ATTRIBUTE_PARTS: usize = 1000;
+
+/// GetObjectAttributes: the attributes named in `x-amz-object-attributes`, parts paged
+/// by `x-amz-max-parts` and `x-amz-part-number-marker`.
+async fn object_attributes<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
+    ctx.only_the_null_version()?;
+    let asked: Vec<&str> = header(ctx.headers, "x-amz-object-attributes")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
+    if asked.is_empty() {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "x-amz-object-attributes names no attribute",
+        )
+        .into());
+    }
+    if let Some(bad) = asked
+        .iter()
+        .find(|a| !OBJECT_ATTRIBUTES.iter().any(|o| o.eq_ignore_ascii_case(a)))
+    {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("Invalid attribute name specified: {bad}"),
+        )
+        .into());
+    }
+    let number = |name: &str, default: u64| -> Result<u64, Error> {
+        match header(ctx.headers, name) {
+            None => Ok(default),
+            Some(v) => v.trim().parse().map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("{name} must be a number"),
+                )
+            }),
+        }
+    };
+    let max = usize::try_from(number("x-amz-max-parts", MAX_ATTRIBUTE_PARTS as u64)?)
+        .unwrap_or(MAX_ATTRIBUTE_PARTS)
+        .min(MAX_ATTRIBUTE_PARTS);
+    let marker = u32::try_from(number("x-amz-part-number-marker", 0)?).unwrap_or(u32::MAX);
+    let attributes = backend.object_attributes(ctx.object()?).await?;
+    let info = &attributes.info;
+    let page = attributes.part_sizes.as_ref().map(|sizes| xml::PartsPage {
+        count: sizes.len(),
+        marker,
+        max,
+        parts: (1u32..)
+            .zip(sizes.iter().copied())
+            .filter(|(n, _)| *n > marker)
+            .take(max)
+            .collect(),
+    });
+    let checksum = info.headers.checksum.split_once(':');
+    let mut resp = xml_answer(xml::object_attributes_xml(
+        &asked,
+        &info.etag,
+        info.size,
+        checksum,
+        page.as_ref(),
+    ));
+    if let Some(t) = info.last_modified {
+        set_header(resp.headers_mut(), "last-modified", &format_http_date(t));
+    }
+    Ok(resp)
 }
 
 /// UploadPartCopy: a part from another object's bytes, all of them or

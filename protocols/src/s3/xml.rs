@@ -393,6 +393,75 @@ pub fn list_parts_xml(bucket: &str, key: &str, upload_id: &str, parts: &[PartEnt
     w.finish()
 }
 
+/// One page of an object's parts in a GetObjectAttributes answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartsPage {
+    /// Parts of the object in all.
+    pub count: usize,
+    /// The marker asked for (parts after it are listed).
+    pub marker: u32,
+    /// Most parts asked for.
+    pub max: usize,
+    /// The parts of this page: (number, size).
+    pub parts: Vec<(u32, u64)>,
+}
+
+/// The GetObjectAttributesResponse answer, with the attributes asked for. The ETag is
+/// written without quotes, as S3 writes it here; `checksum` is `(algorithm, base64)`.
+pub fn object_attributes_xml(
+    asked: &[&str],
+    etag: &str,
+    size: u64,
+    checksum: Option<(&str, &str)>,
+    parts: Option<&PartsPage>,
+) -> String {
+    let wants = |name: &str| asked.iter().any(|a| a.eq_ignore_ascii_case(name));
+    let mut w = XmlWriter::new("UTF-8");
+    w.open("GetObjectAttributesResponse", Some(S3_XMLNS));
+    if wants("ETag") {
+        w.text("ETag", crate::conditional::normalize_etag(etag));
+    }
+    if wants("Checksum")
+        && let Some((algorithm, value)) = checksum
+    {
+        w.open("Checksum", None)
+            .text(
+                &format!("Checksum{}", algorithm.to_ascii_uppercase()),
+                value,
+            )
+            .text("ChecksumType", "FULL_OBJECT")
+            .close();
+    }
+    if wants("ObjectParts")
+        && let Some(page) = parts
+    {
+        let last = page.parts.last().map(|p| p.0);
+        let truncated = last.is_some_and(|l| (l as usize) < page.count);
+        w.open("ObjectParts", None)
+            .text("IsTruncated", if truncated { "true" } else { "false" })
+            .text("MaxParts", &page.max.to_string())
+            .text("PartNumberMarker", &page.marker.to_string());
+        if truncated && let Some(l) = last {
+            w.text("NextPartNumberMarker", &l.to_string());
+        }
+        for (number, size) in &page.parts {
+            w.open("Part", None)
+                .text("PartNumber", &number.to_string())
+                .text("Size", &size.to_string())
+                .close();
+        }
+        w.text("PartsCount", &page.count.to_string());
+        w.close();
+    }
+    if wants("StorageClass") {
+        w.text("StorageClass", "STANDARD");
+    }
+    if wants("ObjectSize") {
+        w.text("ObjectSize", &size.to_string());
+    }
+    w.finish()
+}
+
 /// An upload in a ListMultipartUploads answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadEntry {
@@ -574,6 +643,49 @@ mod tests {
     use crate::listing::{ListQuery, paginate};
     use crate::s3::request::QueryParams;
     use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn object_attributes_name_only_what_was_asked() {
+        let page = PartsPage {
+            count: 3,
+            marker: 1,
+            max: 1,
+            parts: vec![(2, 5)],
+        };
+        let doc = object_attributes_xml(&["ETag", "ObjectParts"], "\"ab\"", 15, None, Some(&page));
+        assert!(doc.contains("<ETag>ab</ETag>"), "{doc}");
+        assert!(doc.contains("<IsTruncated>true</IsTruncated>"), "{doc}");
+        assert!(
+            doc.contains("<NextPartNumberMarker>2</NextPartNumberMarker>"),
+            "{doc}"
+        );
+        assert!(
+            doc.contains("<Part><PartNumber>2</PartNumber><Size>5</Size></Part>"),
+            "{doc}"
+        );
+        assert!(doc.contains("<PartsCount>3</PartsCount>"), "{doc}");
+        assert!(
+            !doc.contains("ObjectSize") && !doc.contains("StorageClass"),
+            "{doc}"
+        );
+        let last = PartsPage {
+            marker: 2,
+            parts: vec![(3, 5)],
+            ..page
+        };
+        let doc = object_attributes_xml(
+            &["ObjectParts", "ObjectSize"],
+            "\"ab\"",
+            15,
+            None,
+            Some(&last),
+        );
+        assert!(
+            doc.contains("<IsTruncated>false</IsTruncated>")
+                && !doc.contains("NextPartNumberMarker")
+        );
+        assert!(doc.contains("<ObjectSize>15</ObjectSize>"), "{doc}");
+    }
 
     #[test]
     fn error_body_carries_code_and_request_id() {

@@ -520,6 +520,16 @@ pub struct CopySpec<'a> {
     pub replace: Option<WriteSpec>,
 }
 
+/// What GetObjectAttributes reports of an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectAttributes {
+    /// The version's metadata.
+    pub info: ObjectInfo,
+    /// The sizes of a multipart object's parts, in order; `None` for an object not
+    /// uploaded in parts (or one whose parts the backend cannot tell).
+    pub part_sizes: Option<Vec<u64>>,
+}
+
 /// A part copied from an object's bytes (UploadPartCopy).
 #[derive(Debug, Clone)]
 pub struct PartCopySpec<'a> {
@@ -743,6 +753,15 @@ pub trait ObjectBackend: Send + Sync {
     ) -> impl Future<Output = Result<Written, Failure>> + Send {
         let _ = (object, upload_id, number, upload);
         async { Err(not_implemented("UploadPart")) }
+    }
+
+    /// An object's attributes (GetObjectAttributes).
+    fn object_attributes(
+        &self,
+        object: Target<'_>,
+    ) -> impl Future<Output = Result<ObjectAttributes, Failure>> + Send {
+        let _ = object;
+        async { Err(not_implemented("GetObjectAttributes")) }
     }
 
     /// Stores one part of a multipart upload copied from another object's bytes; the

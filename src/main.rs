@@ -280,12 +280,18 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
                 azure_key: Some(origin_key.clone()),
                 admin_token: Some(hex::encode(origin_secret(24)?)),
                 data_dir: Some(args.data_dir.clone()),
-                generated: vec![GeneratedObject::new(
-                    "demo",
-                    "random-64MiB.bin",
-                    64 << 20,
-                    0,
-                )],
+                // The sample's generated 64 MiB object joins the sample's bucket only:
+                // a folder of the user's own is served as it is, with no extra bucket.
+                generated: if args.data_dir.join("demo").is_dir() {
+                    vec![GeneratedObject::new(
+                        "demo",
+                        "random-64MiB.bin",
+                        64 << 20,
+                        0,
+                    )]
+                } else {
+                    Vec::new()
+                },
                 s3_listen: Some(any_port),
                 azure_listen: Some(any_port),
                 admin_listen: Some(any_port),

@@ -684,9 +684,11 @@ impl ObjectBackend for GatewayBackend {
         object: Target<'_>,
         upload_id: &str,
         parts: Vec<(u32, String)>,
+        conditions: &talon_protocols::conditional::Conditions,
     ) -> Result<String, Failure> {
         let client = self.azure_origin_for("CompleteMultipartUpload")?;
-        let etag = multipart_over_azure::complete(client, object, upload_id, &parts).await?;
+        let etag =
+            multipart_over_azure::complete(client, object, upload_id, &parts, conditions).await?;
         self.gw
             .objects
             .wrote(self.origin, object.bucket, object.key);

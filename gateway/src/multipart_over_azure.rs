@@ -7,8 +7,11 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use talon_protocols::azure::xml::BlockListItem;
+use talon_protocols::conditional::Conditions;
 use talon_protocols::multipart_blocks::{BlockRole, BlockUpload};
-use talon_protocols::origin::{OriginBlockLists, OriginBody, OriginClient};
+use talon_protocols::origin::{
+    OriginBlockLists, OriginBody, OriginClient, destination_condition_headers,
+};
 use talon_protocols::server::{PartSummary, Target, Upload, Written};
 use talon_protocols::upload::settle;
 use talon_protocols::{Error, ErrorKind};
@@ -90,6 +93,7 @@ pub async fn complete(
     object: Target<'_>,
     upload_id: &str,
     parts: &[(u32, String)],
+    conditions: &Conditions,
 ) -> Result<String, Error> {
     let mapping = BlockUpload::parse(upload_id)?;
     let lists = blocks(client, object).await?;
@@ -103,7 +107,9 @@ pub async fn complete(
         .map(|n| BlockListItem::Uncommitted(mapping.block_id(BlockRole::Part(n))))
         .collect();
     let write = mapping.metadata().clone().into_write();
-    let headers = origin_write_headers(Backend::Azure, &write);
+    let mut headers = origin_write_headers(Backend::Azure, &write);
+    // The completion's conditions on what the blob is now go with the commit.
+    headers.extend(destination_condition_headers(true, conditions));
     let headers: Vec<(&str, String)> = headers
         .iter()
         .map(|(k, v)| (k.as_str(), v.clone()))

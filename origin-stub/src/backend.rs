@@ -573,6 +573,7 @@ impl ObjectBackend for StubBackend {
         object: Target<'_>,
         upload_id: &str,
         parts: Vec<(u32, String)>,
+        conditions: &talon_protocols::conditional::Conditions,
     ) -> std::result::Result<String, Failure> {
         let store = self.state.store.clone();
         let (b, k, id) = (
@@ -580,7 +581,12 @@ impl ObjectBackend for StubBackend {
             object.key.to_owned(),
             upload_id.to_owned(),
         );
-        let meta = blocking(move || store.complete_upload(&b, &k, &id, &parts)).await?;
+        let conditions = conditions.clone();
+        let meta = blocking(move || {
+            check_write_conditions(&store, &b, &k, &conditions)?;
+            store.complete_upload(&b, &k, &id, &parts)
+        })
+        .await?;
         Ok(meta.etag)
     }
 

@@ -372,7 +372,14 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
                 .into_iter()
                 .map(|p| (p.number, p.etag))
                 .collect();
-            let etag = backend.complete_upload(object, id, parts).await?;
+            let conditions = Conditions {
+                if_match: header(ctx.headers, "if-match").map(EtagList::parse),
+                if_none_match: header(ctx.headers, "if-none-match").map(EtagList::parse),
+                ..Conditions::default()
+            };
+            let etag = backend
+                .complete_upload(object, id, parts, &conditions)
+                .await?;
             let location = format!(
                 "/{}/{}",
                 object.bucket,

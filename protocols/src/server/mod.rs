@@ -777,15 +777,17 @@ pub trait ObjectBackend: Send + Sync {
         async { Err(not_implemented("UploadPartCopy")) }
     }
 
-    /// Completes a multipart upload from `parts` (number, quoted entity tag); gives
-    /// the object's entity tag.
+    /// Completes a multipart upload from `parts` (number, quoted entity tag) if
+    /// `conditions` (S3's `If-Match` / `If-None-Match`) hold for what the key holds now,
+    /// as [`Conditions::check_write`] decides; gives the object's entity tag.
     fn complete_upload(
         &self,
         object: Target<'_>,
         upload_id: &str,
         parts: Vec<(u32, String)>,
+        conditions: &Conditions,
     ) -> impl Future<Output = Result<String, Failure>> + Send {
-        let _ = (object, upload_id, parts);
+        let _ = (object, upload_id, parts, conditions);
         async { Err(not_implemented("CompleteMultipartUpload")) }
     }
 

@@ -106,6 +106,25 @@ pub fn info_of(meta: &ObjectMeta) -> ObjectInfo {
     }
 }
 
+/// Checks a copy's source conditions: a copy answers 412 for every failed one, never
+/// 304.
+///
+/// # Errors
+/// [`ErrorKind::PreconditionFailed`].
+fn check_copy_source(
+    conditions: &talon_protocols::conditional::Conditions,
+    source: &ObjectMeta,
+) -> Result<()> {
+    conditions
+        .check_read(&source.etag, source.last_modified)
+        .map_err(|_| {
+            Error::new(
+                ErrorKind::PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold",
+            )
+        })
+}
+
 /// Checks a write's conditions against the version stored now (none when absent):
 /// blocking store work.
 ///
@@ -429,15 +448,7 @@ impl ObjectBackend for StubBackend {
         let store = self.state.store.clone();
         let meta = blocking(move || {
             let src = store.open(&src_bucket, &src_key)?;
-            // A copy answers 412 for every failed source condition, never 304.
-            conditions
-                .check_read(&src.meta.etag, src.meta.last_modified)
-                .map_err(|_| {
-                    Error::new(
-                        ErrorKind::PreconditionFailed,
-                        "At least one of the pre-conditions you specified did not hold",
-                    )
-                })?;
+            check_copy_source(&conditions, &src.meta)?;
             store.bucket_info(&bucket)?;
             check_write_conditions(&store, &bucket, &key, &destination)?;
             let mut staged = store.stage()?;
@@ -536,14 +547,7 @@ impl ObjectBackend for StubBackend {
             // An unknown upload first, as UploadPart answers it.
             store.list_parts(&b, &k, &id)?;
             let src = store.open(&src_bucket, &src_key)?;
-            conditions
-                .check_read(&src.meta.etag, src.meta.last_modified)
-                .map_err(|_| {
-                    Error::new(
-                        ErrorKind::PreconditionFailed,
-                        "At least one of the pre-conditions you specified did not hold",
-                    )
-                })?;
+            check_copy_source(&conditions, &src.meta)?;
             let (start, len) = match range {
                 None => (0, src.meta.size),
                 Some(r) if r.end <= src.meta.size => (r.start, r.end - r.start),

@@ -112,7 +112,12 @@ impl IndependentOrigin {
                 if let Ok(Some(_)) = child.try_wait() {
                     break; // exited: most likely the port was taken; try another
                 }
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                // Ready once it answers a request, not merely accepts a connection:
+                // moto loads its S3 backend on the first request, which on a loaded
+                // machine outlasts a client's timeout.
+                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                    && answers_http(addr)
+                {
                     return Some(IndependentOrigin {
                         kind,
                         child,
@@ -166,4 +171,21 @@ impl Drop for IndependentOrigin {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether the server at `addr` answers an HTTP request (any status) within 60 s.
+fn answers_http(addr: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    if stream
+        .write_all(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 5];
+    stream.read_exact(&mut head).is_ok() && &head == b"HTTP/"
 }

@@ -114,6 +114,29 @@ impl OriginClient {
         matches!(self.config, OriginConfig::Azure { .. })
     }
 
+    /// The copy request itself: an empty PUT of `to` with `headers`, answered 2xx.
+    async fn put_copy(
+        &self,
+        to: (&str, &str),
+        headers: &[(String, String)],
+    ) -> Result<reqwest::Response> {
+        let refs: Vec<(&str, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let resp = self
+            .send(
+                Method::PUT,
+                Some(to.0),
+                Some(to.1),
+                "",
+                &refs,
+                OriginBody::Empty,
+            )
+            .await?;
+        check(resp).await
+    }
+
     async fn copy_object(
         &self,
         to: (&str, &str),
@@ -137,21 +160,7 @@ impl OriginClient {
                 headers.extend(write.iter().cloned());
             }
         }
-        let refs: Vec<(&str, String)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect();
-        let resp = self
-            .send(
-                Method::PUT,
-                Some(to.0),
-                Some(to.1),
-                "",
-                &refs,
-                OriginBody::Empty,
-            )
-            .await?;
-        let resp = check(resp).await?;
+        let resp = self.put_copy(to, &headers).await?;
         let body = read_capped(resp, MAX_COPY_RESULT_BODY).await?;
         let doc = String::from_utf8_lossy(&body);
         if doc.contains("<Error>") {
@@ -196,21 +205,7 @@ impl OriginClient {
                     .cloned(),
             );
         }
-        let refs: Vec<(&str, String)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect();
-        let resp = self
-            .send(
-                Method::PUT,
-                Some(to.0),
-                Some(to.1),
-                "",
-                &refs,
-                OriginBody::Empty,
-            )
-            .await?;
-        let resp = check(resp).await?;
+        let resp = self.put_copy(to, &headers).await?;
         let status_of = |r: &reqwest::Response| {
             r.headers()
                 .get("x-ms-copy-status")

@@ -201,6 +201,14 @@ impl Ctx<'_> {
             .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "uploadId is required"))
     }
 
+    /// An UploadPart's or UploadPartCopy's `partNumber`: 1 to 10,000.
+    fn part_number(&self) -> Result<u32, Error> {
+        self.query("partNumber")
+            .and_then(|n| n.parse().ok())
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(part_number_error)
+    }
+
     fn write_spec(&self) -> Result<WriteSpec, Error> {
         WriteSpec::from_headers(self.headers, "content-type", "x-amz-meta-", "")
     }
@@ -352,11 +360,7 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
         UploadPart => {
             let object = ctx.object()?;
             let id = ctx.upload_id()?;
-            let number: u32 = ctx
-                .query("partNumber")
-                .and_then(|n| n.parse().ok())
-                .filter(|n| (1..=10_000).contains(n))
-                .ok_or_else(part_number_error)?;
+            let number = ctx.part_number()?;
             let upload = ctx.upload(body)?;
             let written = backend.upload_part(object, id, number, upload).await?;
             Ok(written_answer(&written))
@@ -867,11 +871,7 @@ async fn object_attributes<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answ
 async fn upload_part_copy<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
     let object = ctx.object()?;
     let id = ctx.upload_id()?;
-    let number: u32 = ctx
-        .query("partNumber")
-        .and_then(|n| n.parse().ok())
-        .filter(|n| (1..=10_000).contains(n))
-        .ok_or_else(part_number_error)?;
+    let number = ctx.part_number()?;
     let source = header(ctx.headers, "x-amz-copy-source").unwrap_or_default();
     let (src_bucket, src_key) = parse_copy_source(source)?;
     let range = header(ctx.headers, "x-amz-copy-source-range")

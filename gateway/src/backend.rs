@@ -21,8 +21,8 @@ use talon_protocols::origin::{BucketSummary, ForwardRequest, ListOptions, Origin
 use talon_protocols::s3::request::S3Operation;
 use talon_protocols::server::{
     AnswerBody, BlockLists, Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject,
-    ObjectAttributes, ObjectBackend, ObjectRead, Operation, PartBounds, PartSummary, ReadSpec,
-    Relay, RelayBody, Target, Upload, WriteSpec, Written, stream_body,
+    ObjectAttributes, ObjectBackend, ObjectRead, Operation, PartBounds, PartCopySpec, PartSummary,
+    ReadSpec, Relay, RelayBody, Target, Upload, WriteSpec, Written, stream_body,
 };
 use talon_protocols::upload::settle;
 use talon_protocols::{Error, ErrorKind};
@@ -693,6 +693,26 @@ impl ObjectBackend for GatewayBackend {
             .objects
             .wrote(self.origin, object.bucket, object.key);
         Ok(etag)
+    }
+
+    /// UploadPartCopy over an Azure origin (an S3 origin is relayed): the bytes stream
+    /// through the gateway into the part's block ([`multipart_over_azure::upload_part_copy`]).
+    async fn upload_part_copy(
+        &self,
+        object: Target<'_>,
+        upload_id: &str,
+        number: u32,
+        copy: PartCopySpec<'_>,
+    ) -> Result<Copied, Failure> {
+        let client = self.azure_origin_for("UploadPartCopy")?;
+        let idle = self.gw.limits.upload_idle_timeout;
+        let written =
+            multipart_over_azure::upload_part_copy(client, object, upload_id, number, &copy, idle)
+                .await?;
+        Ok(Copied {
+            etag: written.etag,
+            last_modified: std::time::SystemTime::now(),
+        })
     }
 
     async fn abort_upload(&self, object: Target<'_>, upload_id: &str) -> Result<(), Failure> {

@@ -12,8 +12,10 @@ use talon_protocols::multipart_blocks::{BlockRole, BlockUpload};
 use talon_protocols::origin::{
     OriginBlockLists, OriginBody, OriginClient, destination_condition_headers,
 };
-use talon_protocols::server::{PartSummary, Target, Upload, Written};
-use talon_protocols::upload::settle;
+use talon_protocols::server::{
+    PartCopySpec, PartSummary, Target, Upload, Written, request_body, stream_body,
+};
+use talon_protocols::upload::{UploadClaims, VerifyingStream, settle};
 use talon_protocols::{Error, ErrorKind};
 
 use crate::backend::origin_write_headers;
@@ -117,6 +119,74 @@ pub async fn complete(
     client
         .put_block_list(object.bucket, object.key, &items, &headers)
         .await
+}
+
+/// UploadPartCopy: the source's bytes (all, or `copy.range`) streamed from the origin
+/// into the part's block as an UploadPart's body is, so the part keeps its MD5 as its
+/// ETag. The read is pinned to the version the source conditions were checked on.
+/// (Azure's Put Block From URL would copy at the origin but gives no MD5 to tag the
+/// part with.)
+///
+/// # Errors
+/// [`ErrorKind::PreconditionFailed`] for a failed source condition or a source that
+/// changed while it was read, [`ErrorKind::InvalidRange`] for a range past its end,
+/// and UploadPart's errors.
+pub async fn upload_part_copy(
+    client: &OriginClient,
+    object: Target<'_>,
+    upload_id: &str,
+    number: u32,
+    copy: &PartCopySpec<'_>,
+    idle: std::time::Duration,
+) -> Result<Written, Error> {
+    use futures_util::StreamExt as _;
+    let failed = || {
+        Error::new(
+            ErrorKind::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        )
+    };
+    let source = client.head(copy.from.bucket, copy.from.key).await?;
+    copy.source_conditions
+        .check_read(
+            &source.etag,
+            source.last_modified.unwrap_or(std::time::UNIX_EPOCH),
+        )
+        .map_err(|_| failed())?;
+    let range = match copy.range {
+        Some(r) if r.end > source.size => {
+            return Err(Error::new(
+                ErrorKind::InvalidRange,
+                format!(
+                    "The specified copy range is not valid for the source object of size {}",
+                    source.size
+                ),
+            ));
+        }
+        other => other,
+    };
+    let len = range.map_or(source.size, |r| r.end - r.start);
+    let read = client
+        .get(copy.from.bucket, copy.from.key, range, Some(&source.etag))
+        .await?;
+    if !talon_protocols::conditional::same_version(&read.info.etag, &source.etag) {
+        return Err(failed());
+    }
+    let body = request_body(stream_body(
+        read.body.map(|chunk| chunk.map_err(std::io::Error::other)),
+    ));
+    let claims = UploadClaims {
+        announced_len: Some(len),
+        ..UploadClaims::default()
+    };
+    let (stream, outcome) = VerifyingStream::new(body, claims, len, idle);
+    let upload = Upload {
+        stream,
+        outcome,
+        checksum: None,
+        trailer_checksum: None,
+    };
+    upload_part(client, object, upload_id, number, upload).await
 }
 
 /// AbortMultipartUpload: the aborted marker (Azure keeps uncommitted blocks until a

@@ -74,8 +74,6 @@ OVER_INDEPENDENT_ORIGINS = {
         "object's ETag and the part's Content-Range), so the gateway cannot place the part and answers 503 SlowDown"),
     ("test_part_number_reads", "azurite"): (
         "xfail", "over an Azure origin an object uploaded in parts is one part (its blocks are not read as parts)"),
-    ("test_upload_part_copy", "azurite"): (
-        "xfail", "UploadPartCopy over an Azure origin (Put Block From URL) is not built"),
     ("test_rclone_s3_ls_copy_check", "azurite"): (
         "xfail", "over an Azure origin a single-part object's ETag is the blob's, not its MD5, so rclone cannot check hashes"),
 }

@@ -405,6 +405,13 @@ def test_copies_across_protocols(cluster):
     with pytest.raises(ClientError) as ei:
         cross_s3.copy_object(Bucket=bucket, Key="by s3/never", CopySource=source, CopySourceIfMatch='"0123"')
     assert client_error(ei) == (412, "PreconditionFailed")
+    # UploadPartCopy over the Azure origin: the bytes stream through the gateway into the part's block.
+    up = cross_s3.create_multipart_upload(Bucket=bucket, Key="by s3/parts")["UploadId"]
+    part = cross_s3.upload_part_copy(Bucket=bucket, Key="by s3/parts", UploadId=up, PartNumber=1, CopySource=source,
+                                     CopySourceRange="bytes=5-1004")
+    cross_s3.complete_multipart_upload(Bucket=bucket, Key="by s3/parts", UploadId=up, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": part["CopyPartResult"]["ETag"]}]})
+    assert read("by s3/parts")[0] == sha256(body[5:1005])
 
     src_url = cross_az.get_blob_client(bucket, "src/a b+1").url
     dst = cross_az.get_blob_client(bucket, "by azure/copy")
@@ -417,4 +424,5 @@ def test_copies_across_protocols(cluster):
         dst.upload_blob_from_url(src_url)  # overwrite=False: If-None-Match: *
     assert hi.value.status_code in (409, 412)
     names = sorted(o["Key"] for o in main_s3.list_objects_v2(Bucket=bucket)["Contents"])
-    assert names == ["by azure/copy", "by azure/meta", "by s3/copy", "by s3/meta", "by s3/type", "src/a b+1"]
+    assert names == ["by azure/copy", "by azure/meta", "by s3/copy", "by s3/meta", "by s3/parts", "by s3/type",
+                     "src/a b+1"]

@@ -585,12 +585,7 @@ impl ObjectBackend for GatewayBackend {
                                 info.last_modified.unwrap_or(std::time::UNIX_EPOCH),
                                 info.size,
                             )))
-                            .map_err(|kind| {
-                                Error::new(
-                                    kind,
-                                    "At least one of the pre-conditions you specified did not hold",
-                                )
-                            })?;
+                            .map_err(|_| Error::precondition_failed())?;
                         headers.push(("if-match", info.etag));
                     }
                     // Nothing to delete: as S3 answers a conditional delete of nothing.

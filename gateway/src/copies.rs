@@ -10,12 +10,12 @@
 //! a PUT of the destination.
 
 use futures_util::StreamExt as _;
+use talon_protocols::Error;
 use talon_protocols::conditional::{Conditions, EtagList, same_version};
 use talon_protocols::origin::{
-    CopiedProperties, OriginClient, OriginCopy, destination_condition_headers,
+    CopiedProperties, ObjectInfo, OriginClient, OriginCopy, destination_condition_headers,
 };
 use talon_protocols::server::{CopySpec, Target, WriteSpec};
-use talon_protocols::{Error, ErrorKind};
 
 use crate::backend::origin_write_headers;
 use crate::config::Backend;
@@ -46,17 +46,32 @@ pub fn azure_copy_path(source: &WriteSpec, replace: Option<&WriteSpec>) -> Azure
     }
 }
 
-fn source_changed() -> Error {
-    Error::new(
-        ErrorKind::PreconditionFailed,
-        "At least one of the pre-conditions you specified did not hold",
-    )
+/// The version of a copy's source at an origin that cannot evaluate the source's
+/// conditions itself (Azure, for S3's `x-amz-copy-source-if-*`): one HEAD, the
+/// conditions checked against it. The caller pins its read or copy to that version.
+///
+/// # Errors
+/// The origin's error as a kind; [`talon_protocols::ErrorKind::PreconditionFailed`] for a failed
+/// condition (a copy never answers 304).
+pub async fn source_version(
+    origin: &OriginClient,
+    from: Target<'_>,
+    conditions: &Conditions,
+) -> Result<ObjectInfo, Error> {
+    let source = origin.head(from.bucket, from.key).await?;
+    conditions
+        .check_read(
+            &source.etag,
+            source.last_modified.unwrap_or(std::time::UNIX_EPOCH),
+        )
+        .map_err(|_| Error::precondition_failed())?;
+    Ok(source)
 }
 
 /// Copies `copy.from` to `to` at `origin` (its kind is `backend`).
 ///
 /// # Errors
-/// The origin's error as a kind; [`ErrorKind::PreconditionFailed`] for a source
+/// The origin's error as a kind; [`talon_protocols::ErrorKind::PreconditionFailed`] for a source
 /// condition that fails (never 304) or a source that changed while it was copied.
 pub async fn copy(
     origin: &OriginClient,
@@ -85,13 +100,7 @@ pub async fn copy(
             .await;
     }
     // Azure: the conditions are checked against one version, and the copy is pinned to it.
-    let source = origin.head(from.0, from.1).await?;
-    copy.source_conditions
-        .check_read(
-            &source.etag,
-            source.last_modified.unwrap_or(std::time::UNIX_EPOCH),
-        )
-        .map_err(|_| source_changed())?;
+    let source = source_version(origin, copy.from, &copy.source_conditions).await?;
     let pinned = Conditions {
         if_match: Some(EtagList::parse(&source.etag)),
         ..Conditions::default()
@@ -106,7 +115,7 @@ pub async fn copy(
         AzureCopyPath::Streamed => {
             let read = origin.get(from.0, from.1, None, Some(&source.etag)).await?;
             if !same_version(&read.info.etag, &source.etag) {
-                return Err(source_changed());
+                return Err(Error::precondition_failed());
             }
             let conditions = destination_condition_headers(true, &copy.destination);
             let header_refs: Vec<(&str, String)> = headers

@@ -140,19 +140,7 @@ pub async fn upload_part_copy(
     idle: std::time::Duration,
 ) -> Result<Written, Error> {
     use futures_util::StreamExt as _;
-    let failed = || {
-        Error::new(
-            ErrorKind::PreconditionFailed,
-            "At least one of the pre-conditions you specified did not hold",
-        )
-    };
-    let source = client.head(copy.from.bucket, copy.from.key).await?;
-    copy.source_conditions
-        .check_read(
-            &source.etag,
-            source.last_modified.unwrap_or(std::time::UNIX_EPOCH),
-        )
-        .map_err(|_| failed())?;
+    let source = crate::copies::source_version(client, copy.from, &copy.source_conditions).await?;
     let range = match copy.range {
         Some(r) if r.end > source.size => {
             return Err(Error::new(
@@ -170,7 +158,7 @@ pub async fn upload_part_copy(
         .get(copy.from.bucket, copy.from.key, range, Some(&source.etag))
         .await?;
     if !talon_protocols::conditional::same_version(&read.info.etag, &source.etag) {
-        return Err(failed());
+        return Err(Error::precondition_failed());
     }
     let body = request_body(stream_body(
         read.body.map(|chunk| chunk.map_err(std::io::Error::other)),

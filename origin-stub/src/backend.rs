@@ -117,12 +117,23 @@ fn check_copy_source(
 ) -> Result<()> {
     conditions
         .check_read(&source.etag, source.last_modified)
-        .map_err(|_| {
-            Error::new(
-                ErrorKind::PreconditionFailed,
-                "At least one of the pre-conditions you specified did not hold",
-            )
-        })
+        .map_err(|_| Error::precondition_failed())
+}
+
+/// The version stored now under `key`, or `None`: blocking store work.
+///
+/// # Errors
+/// The store's error other than a missing key.
+fn current_version(
+    store: &crate::store::ObjectStore,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<ObjectMeta>> {
+    match store.head(bucket, key) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == ErrorKind::NoSuchKey => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Checks a write's conditions against the version stored now (none when absent):
@@ -139,19 +150,12 @@ fn check_write_conditions(
     if conditions.is_empty() {
         return Ok(());
     }
-    let current = match store.head(bucket, key) {
-        Ok(m) => Some(m),
-        Err(e) if e.kind() == ErrorKind::NoSuchKey => None,
-        Err(e) => return Err(e),
-    };
+    let current = current_version(store, bucket, key)?;
     conditions
         .check_write(current.as_ref().map(|m| (m.etag.as_str(), m.last_modified)))
         .map_err(|kind| match kind {
             ErrorKind::NoSuchKey => Error::new(kind, "The specified key does not exist."),
-            _ => Error::new(
-                kind,
-                "At least one of the pre-conditions you specified did not hold",
-            ),
+            _ => Error::precondition_failed(),
         })
 }
 
@@ -407,23 +411,14 @@ impl ObjectBackend for StubBackend {
         let conditions = conditions.clone();
         let deleted = blocking(move || {
             if !conditions.is_empty() {
-                let current = match store.head(&b, &k) {
-                    Ok(m) => Some(m),
-                    Err(e) if e.kind() == ErrorKind::NoSuchKey => None,
-                    Err(e) => return Err(e),
-                };
+                let current = current_version(&store, &b, &k)?;
                 conditions
                     .check(
                         current
                             .as_ref()
                             .map(|m| (m.etag.as_str(), m.last_modified, m.size)),
                     )
-                    .map_err(|kind| {
-                        Error::new(
-                            kind,
-                            "At least one of the pre-conditions you specified did not hold",
-                        )
-                    })?;
+                    .map_err(|_| Error::precondition_failed())?;
             }
             store.delete(&b, &k)
         })

@@ -442,6 +442,14 @@ impl Error {
         }
     }
 
+    /// A condition that did not hold ([`ErrorKind::PreconditionFailed`]), in S3's words.
+    pub fn precondition_failed() -> Error {
+        Error::new(
+            ErrorKind::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        )
+    }
+
     /// Attaches the underlying cause (kept for logs, never sent to clients).
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Error {
         self.source = Some(Box::new(source));

@@ -292,9 +292,10 @@ impl CacheClient {
         let coordinator = CoordinatorClient::new(config.coordinator_url.clone())
             .map_err(|e| CacheClientError::NoMembership(e.to_string()))?
             .with_auth(config.cluster_secret.clone(), config.role);
-        let members = coordinator
+        let placement = coordinator
             .members()
             .await
+            .and_then(|members| members.checked_placement())
             .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
         let inner = Arc::new(Inner {
             budget: ReadBudget::new(
@@ -307,7 +308,7 @@ impl CacheClient {
                 config.cluster_secret.clone(),
                 config.role,
             ),
-            placement: RwLock::new(Arc::new(members.placement())),
+            placement: RwLock::new(Arc::new(placement)),
             coordinator,
             config,
             refresher: std::sync::Mutex::new(None),
@@ -762,9 +763,14 @@ fn answer_error(answer: Answer) -> CacheClientError {
 }
 
 async fn refresh(inner: &Inner) {
-    match inner.coordinator.members().await {
-        Ok(members) => {
-            let placement = Arc::new(members.placement());
+    match inner
+        .coordinator
+        .members()
+        .await
+        .and_then(|members| members.checked_placement())
+    {
+        Ok(placement) => {
+            let placement = Arc::new(placement);
             if placement.is_empty()
                 && !inner
                     .placement
@@ -794,6 +800,9 @@ async fn refresh(inner: &Inner) {
                 );
                 *inner.placement.write().unwrap_or_else(|p| p.into_inner()) = placement;
             }
+        }
+        Err(e @ talon_coordinator_client::error::CoordinatorError::PlacementVersion(_)) => {
+            tracing::warn!(error = %e, "membership refused; keeping the last snapshot")
         }
         Err(e) => {
             tracing::debug!(error = %e, "membership refresh failed; keeping the last snapshot")

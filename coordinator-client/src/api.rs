@@ -39,7 +39,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::CoordinatorError;
-use crate::placement::{PlacementMember, RendezvousPlacement};
+use crate::placement::{PlacementMember, RendezvousPlacement, check_placement_version};
 
 /// Longest worker id accepted, in bytes.
 pub const MAX_ID_LEN: usize = 128;
@@ -75,6 +75,18 @@ pub struct RegisterRequest {
     /// up to 32 characters of `[A-Za-z0-9._-]`; may be empty (an older worker).
     #[serde(default)]
     pub data_plane: String,
+    /// The placement scoring the worker was built with
+    /// ([`PLACEMENT_VERSION`](crate::placement::PLACEMENT_VERSION)); a worker that predates the field sends none and is
+    /// read as version 1. The coordinator refuses any other version than its own:
+    /// readers of two versions would place every block differently.
+    #[serde(default = "placement_version_1")]
+    pub placement_version: u32,
+}
+
+/// What a body without `placement_version` was built with: version 1, the
+/// scoring before the field existed.
+fn placement_version_1() -> u32 {
+    1
 }
 
 /// Largest placement weight accepted: a worker cannot claim more than this many
@@ -85,7 +97,8 @@ impl RegisterRequest {
     /// Checks every field; the error says which one is wrong and why.
     ///
     /// # Errors
-    /// [`CoordinatorError::InvalidRegistration`].
+    /// [`CoordinatorError::InvalidRegistration`], or
+    /// [`CoordinatorError::PlacementVersion`] for a worker of another placement version.
     pub fn validate(&self) -> Result<(), CoordinatorError> {
         validate_id(&self.id)?;
         validate_addr(&self.addr)?;
@@ -102,7 +115,8 @@ impl RegisterRequest {
                 "data_plane must be up to 32 characters of [A-Za-z0-9._-]",
             ));
         }
-        validate_zone(&self.zone)
+        validate_zone(&self.zone)?;
+        check_placement_version(self.placement_version)
     }
 
     /// The worker as placement sees it.
@@ -322,11 +336,25 @@ impl MemberInfo {
 pub struct MembersResponse {
     /// The membership epoch.
     pub epoch: u64,
+    /// The placement scoring every member and reader of this cluster uses
+    /// ([`PLACEMENT_VERSION`](crate::placement::PLACEMENT_VERSION)); read as 1 from a coordinator that predates the field.
+    #[serde(default = "placement_version_1")]
+    pub placement_version: u32,
     /// Live and draining members, sorted by id.
     pub members: Vec<MemberInfo>,
 }
 
 impl MembersResponse {
+    /// [`placement`](Self::placement), for a reader: refused when the membership
+    /// uses another placement version than this process.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::PlacementVersion`].
+    pub fn checked_placement(&self) -> Result<RendezvousPlacement, CoordinatorError> {
+        check_placement_version(self.placement_version)?;
+        Ok(self.placement())
+    }
+
     /// Placement over the live members; its [`epoch`](RendezvousPlacement::epoch)
     /// equals [`Self::epoch`].
     pub fn placement(&self) -> RendezvousPlacement {
@@ -408,6 +436,7 @@ pub struct ErrorBody {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::placement::PLACEMENT_VERSION;
 
     fn reg(id: &str, addr: &str, weight: u32) -> RegisterRequest {
         RegisterRequest {
@@ -418,6 +447,7 @@ mod tests {
             capacity_bytes: 1 << 30,
             instance: String::new(),
             data_plane: String::new(),
+            placement_version: PLACEMENT_VERSION,
         }
     }
 
@@ -469,9 +499,27 @@ mod tests {
 
     #[test]
     fn json_shapes_match_the_documented_api() {
-        let body = r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "zone": "z1", "capacity_bytes": 1073741824}"#;
+        let body = r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "zone": "z1", "capacity_bytes": 1073741824, "placement_version": 2}"#;
         let r: RegisterRequest = serde_json::from_str(body).unwrap();
         assert_eq!(r, reg("w1", "127.0.0.1:7101", 1));
+        // A worker from before the field is a version-1 worker, and refused.
+        let old = r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1}"#;
+        let old: RegisterRequest = serde_json::from_str(old).unwrap();
+        assert_eq!(old.placement_version, 1);
+        let refused = old.validate().unwrap_err();
+        assert!(
+            matches!(refused, CoordinatorError::PlacementVersion(1)),
+            "{refused}"
+        );
+        assert_eq!(refused.status_code(), 409);
+        assert!(refused.to_string().contains("must not mix"), "{refused}");
+        let members: MembersResponse =
+            serde_json::from_str(r#"{"epoch": 3, "members": []}"#).unwrap();
+        assert_eq!(members.placement_version, 1);
+        assert!(matches!(
+            members.checked_placement(),
+            Err(CoordinatorError::PlacementVersion(1))
+        ));
         let minimal: RegisterRequest =
             serde_json::from_str(r#"{"id": "w1", "addr": "h:1", "weight": 2}"#).unwrap();
         assert_eq!(minimal.zone, "");
@@ -515,6 +563,7 @@ mod tests {
         };
         let members = MembersResponse {
             epoch: 9,
+            placement_version: PLACEMENT_VERSION,
             members: vec![
                 m("a", MemberState::Live, 3, 1),
                 m("b", MemberState::Draining, 0, 0),

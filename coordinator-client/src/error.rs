@@ -35,6 +35,16 @@ pub enum CoordinatorError {
     #[error("conflict: {0}")]
     Conflict(String),
 
+    /// A worker or a membership uses another placement scoring than this process
+    /// ([`crate::placement::PLACEMENT_VERSION`]); readers of two versions would place
+    /// every block differently. HTTP 409.
+    #[error(
+        "placement version {0} differs from this process's {ours}: a cluster must not mix \
+         placement versions (upgrade every process together)",
+        ours = crate::placement::PLACEMENT_VERSION
+    )]
+    PlacementVersion(u32),
+
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
@@ -75,7 +85,7 @@ impl CoordinatorError {
             Self::Unauthenticated(_) => 401,
             Self::Forbidden(_) => 403,
             Self::UnknownWorker(_) => 404,
-            Self::Conflict(_) => 409,
+            Self::Conflict(_) | Self::PlacementVersion(_) => 409,
             Self::Api { status, .. } => *status,
             Self::InvalidConfig(_) | Self::Bind { .. } | Self::Transport(_) | Self::Decode(_) => {
                 500

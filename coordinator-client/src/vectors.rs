@@ -2,7 +2,7 @@
 //! fallback order, epochs and member hashes.
 //!
 //! [`render`] is the single source of the vectors. The committed file
-//! `coordinator/tests/vectors/placement_v1.txt` is its output, produced by
+//! `coordinator/tests/vectors/placement_v2.txt` is its output, produced by
 //! [`GENERATE_COMMAND`]; the `golden` integration test fails when the file
 //! and the generator disagree, so placement and epochs can never drift
 //! silently between versions. Another implementation can check itself
@@ -14,11 +14,13 @@ use sha2::{Digest, Sha256};
 use talon_core::{BlockId, ObjectId, ObjectVersion};
 
 use crate::epoch::placement_epoch;
-use crate::placement::{PlacementMember, RendezvousPlacement, member_hash};
+use crate::placement::{
+    PLACEMENT_VERSION, PlacementMember, RendezvousPlacement, member_hash, member_seed,
+};
 
 /// The command that regenerates the committed vector file, run from the
 /// workspace root.
-pub const GENERATE_COMMAND: &str = "cargo run -q -p talon-coordinator --example gen_placement_vectors > coordinator/tests/vectors/placement_v1.txt";
+pub const GENERATE_COMMAND: &str = "cargo run -q -p talon-coordinator --example gen_placement_vectors > coordinator/tests/vectors/placement_v2.txt";
 
 /// How many fallbacks each `locate` vector lists (or all members, if fewer).
 pub const TOP_K: usize = 4;
@@ -139,7 +141,7 @@ pub fn render() -> Result<String, talon_core::Error> {
     // Writing to a String cannot fail.
     let _ = writeln!(
         w,
-        "# Talon placement vectors v1: weighted rendezvous placement and membership epochs."
+        "# Talon placement vectors v{PLACEMENT_VERSION}: weighted rendezvous placement and membership epochs."
     );
     let _ = writeln!(
         w,
@@ -165,7 +167,11 @@ pub fn render() -> Result<String, talon_core::Error> {
     );
     let _ = writeln!(
         w,
-        "#   hash    <placement key: 64 hex>  <member id>  <h: first 8 bytes of SHA-256(key || 00 || id), 16 hex>"
+        "#   seed    <member id>  <seed: first 8 bytes of SHA-256(\"talon/placement/v2\" || 00 || id), 16 hex>"
+    );
+    let _ = writeln!(
+        w,
+        "#   hash    <placement key: 64 hex>  <member id>  <h: fmix64(first 8 bytes of key XOR seed), 16 hex>"
     );
     let _ = writeln!(
         w,
@@ -207,6 +213,10 @@ pub fn render() -> Result<String, talon_core::Error> {
                 hex::encode(block.placement_key()),
             );
         }
+    }
+    let _ = writeln!(w, "# member seeds, computed once per membership");
+    for id in ["solo", "w00", "w-e", "node31", "worker-00"] {
+        let _ = writeln!(w, "seed\t{id}\t{:016x}", member_seed(id));
     }
     let _ = writeln!(w, "# member hashes, the exact input of the score");
     for i in 0..4 {

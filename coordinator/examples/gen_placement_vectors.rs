@@ -1,7 +1,7 @@
 //! Prints the golden placement vectors in the committed text format.
 //!
 //! ```text
-//! cargo run -q -p talon-coordinator --example gen_placement_vectors > coordinator/tests/vectors/placement_v1.txt
+//! cargo run -q -p talon-coordinator --example gen_placement_vectors > coordinator/tests/vectors/placement_v2.txt
 //! ```
 
 use std::io::Write;

@@ -372,6 +372,7 @@ impl MembershipSnapshot {
     pub fn members_response(&self) -> MembersResponse {
         MembersResponse {
             epoch: self.epoch,
+            placement_version: crate::placement::PLACEMENT_VERSION,
             members: self.members.clone(),
         }
     }
@@ -399,6 +400,7 @@ mod tests {
             capacity_bytes: 1000,
             instance: String::new(),
             data_plane: String::new(),
+            placement_version: crate::placement::PLACEMENT_VERSION,
         }
     }
 

@@ -83,6 +83,7 @@ async fn serves_on_port_zero_and_exits_cleanly_on_sigterm() {
         capacity_bytes: 0,
         instance: String::new(),
         data_plane: String::new(),
+        placement_version: talon_coordinator::placement::PLACEMENT_VERSION,
     };
     assert!(
         unsigned.register(&reg).await.is_err(),

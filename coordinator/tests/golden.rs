@@ -1,4 +1,4 @@
-//! The committed golden vectors (`tests/vectors/placement_v1.txt`) must be exactly what
+//! The committed golden vectors (`tests/vectors/placement_v2.txt`) must be exactly what
 //! `talon_coordinator::vectors` generates, and every committed line must hold when checked
 //! directly against `RendezvousPlacement`, the epoch and `BlockId::placement_key`.
 
@@ -8,12 +8,14 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use talon_coordinator::epoch::placement_epoch;
-use talon_coordinator::placement::{PlacementMember, RendezvousPlacement, member_hash};
+use talon_coordinator::placement::{
+    PlacementMember, RendezvousPlacement, member_hash, member_seed,
+};
 use talon_coordinator::vectors::{GENERATE_COMMAND, KEYS_PER_SET, TOP_K, member_sets, render};
 use talon_core::{BlockId, ObjectId, ObjectVersion};
 
 fn committed_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/placement_v1.txt")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/placement_v2.txt")
 }
 
 fn committed() -> String {
@@ -93,7 +95,7 @@ fn id_list(top: &[&PlacementMember]) -> String {
 fn committed_vectors_hold() {
     let text = committed();
     let mut sets: HashMap<String, RendezvousPlacement> = HashMap::new();
-    let (mut locates, mut blocks, mut hashes) = (0, 0, 0);
+    let (mut locates, mut blocks, mut hashes, mut seeds) = (0, 0, 0, 0);
     for line in text
         .lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -136,6 +138,10 @@ fn committed_vectors_hold() {
                 assert_eq!(owner, f[7], "{line}");
                 blocks += 1;
             }
+            "seed" => {
+                assert_eq!(format!("{:016x}", member_seed(f[1])), f[2], "{line}");
+                seeds += 1;
+            }
             "hash" => {
                 let key = key_from_hex(f[1]);
                 assert_eq!(format!("{:016x}", member_hash(&key, f[2])), f[3], "{line}");
@@ -146,7 +152,7 @@ fn committed_vectors_hold() {
     }
     assert_eq!(sets.len(), member_sets().len());
     assert_eq!(locates, sets.len() * KEYS_PER_SET as usize);
-    assert!(blocks > 0 && hashes > 0);
+    assert!(blocks > 0 && hashes > 0 && seeds > 0);
 }
 
 #[test]

@@ -11,7 +11,7 @@ use talon_coordinator::api::{
 use talon_coordinator::auth::{AUTH_HEADER, unix_now};
 use talon_coordinator::client::{CoordinatorClient, Report};
 use talon_coordinator::epoch::placement_epoch;
-use talon_coordinator::placement::PlacementMember;
+use talon_coordinator::placement::{PLACEMENT_VERSION, PlacementMember};
 use talon_coordinator::{CoordinatorConfig, CoordinatorError, RunningCoordinator};
 use talon_core::cluster_auth::{ClusterSecret, Role, api_auth_header};
 
@@ -24,6 +24,7 @@ fn reg(id: &str, port: u16, weight: u32) -> RegisterRequest {
         capacity_bytes: 1 << 30,
         instance: String::new(),
         data_plane: String::new(),
+        placement_version: PLACEMENT_VERSION,
     }
 }
 
@@ -273,6 +274,49 @@ async fn bad_registrations_are_400_and_add_nobody() {
         )),
         "{metrics}"
     );
+    coordinator.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_worker_of_another_placement_version_is_refused_and_adds_nobody() {
+    let (coordinator, client) = start().await;
+    // A worker from before the field (version 1), and versions on either side of ours.
+    let bodies = [
+        r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1}"#,
+        r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "placement_version": 1}"#,
+        r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "placement_version": 3}"#,
+    ];
+    for body in bodies {
+        let resp = raw(
+            &coordinator,
+            Role::Worker,
+            reqwest::Method::POST,
+            "/v1/workers/register",
+            body,
+        )
+        .await;
+        assert_eq!(resp.status(), 409, "{body}");
+        let err: ErrorBody = json(resp).await;
+        assert!(err.error.contains("must not mix"), "{}", err.error);
+    }
+    let mut old = reg("w1", 7101, 1);
+    old.placement_version = PLACEMENT_VERSION - 1;
+    match client.register(&old).await {
+        Err(CoordinatorError::Api {
+            status: 409,
+            message,
+        }) => assert!(message.contains("placement version"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    let members = client.members().await.unwrap();
+    assert!(members.members.is_empty());
+    assert_eq!(members.epoch, 0);
+    // The coordinator's answer names its version, and a reader of it accepts it.
+    assert_eq!(members.placement_version, PLACEMENT_VERSION);
+    members.checked_placement().unwrap();
+    // The same worker with this version joins.
+    client.register(&reg("w1", 7101, 1)).await.unwrap();
+    assert_eq!(client.members().await.unwrap().members.len(), 1);
     coordinator.shutdown().await;
 }
 

@@ -296,6 +296,7 @@ fn per_worker(m: usize) -> (PerItem, PerItem) {
             capacity_bytes: 64 << 30,
             instance: format!("{i:016x}"),
             data_plane: String::new(),
+            placement_version: talon_coordinator_client::placement::PLACEMENT_VERSION,
         })
         .collect();
     let before = live();

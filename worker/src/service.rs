@@ -199,6 +199,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 weight: m.weight.max(1),
                 zone: m.zone.clone(),
                 capacity_bytes: config.capacity_bytes,
+                placement_version: talon_coordinator_client::placement::PLACEMENT_VERSION,
             };
             tasks.push(tokio::spawn(agent(
                 client.clone(),

@@ -86,6 +86,13 @@ gateway-proxy-bench *ARGS:
     command -v nginx >/dev/null 2>&1 || [ "$(id -u)" != 0 ] || apt-get install -y nginx >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y nginx >/dev/null 2>&1) || echo "nginx could not be installed: the peer arm will be skipped"
     ./target/release/talon-gateway-proxy-bench {{ARGS}}
 
+# Where the gateway's cache route spends its CPU: per-request CPU (user, kernel), context
+# switches, syscalls, mallocs and perf's top symbols of the gateway and the worker;
+# bench/results/profile/. `--range-size 64KiB --conns 64`, `--help`.
+profile-gateway *ARGS:
+    cargo build --release --workspace --bins
+    python3 scripts/profile_gateway.py {{ARGS}}
+
 # A/B under load: the worker and gateway at REV (A) against the working tree (B),
 # alternated with the order flipped every round; `--load gateway [--route origin]`, `--rounds N`, `--help`.
 bench-ab REV *ARGS:

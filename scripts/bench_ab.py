@@ -170,6 +170,16 @@ def wait_members(coordinator: str, n: int, secret: str, timeout: float = 30.0) -
 
 
 def start(dep: Deployment, a_bin: Path, b_bin: Path, load: str, route: str = "cache") -> dict[str, dict]:
+    """Arm A's worker and gateway from a_bin, arm B's from b_bin, over one origin stub."""
+    return start_arms(dep, {"A": a_bin, "B": b_bin}, b_bin, load, route)
+
+
+def start_arms(dep: Deployment, arm_bins: dict[str, Path], tools: Path, load: str,
+               route: str = "cache") -> dict[str, dict]:
+    """One origin stub (from `tools`), then for each arm its own coordinator (from
+    `tools`), worker and (with load "gateway") gateway (from the arm's folder); returns
+    each arm's addresses and process ids."""
+    b_bin = tools
     tmp = dep.tmp
     (tmp / "origin").mkdir(exist_ok=True)
     stub = dep.spawn(
@@ -184,7 +194,7 @@ def start(dep: Deployment, a_bin: Path, b_bin: Path, load: str, route: str = "ca
         tmp / "stub.json",
     )
     arms = {}
-    for arm, bins in (("A", a_bin), ("B", b_bin)):
+    for arm, bins in arm_bins.items():
         coord = dep.spawn(
             f"coordinator-{arm}",
             [str(b_bin / "talon-coordinator"), "--listen", "127.0.0.1:0", "--ready-file", str(tmp / f"coord-{arm}.json")],

@@ -79,11 +79,15 @@ gateway-bench *ARGS:
     cargo build --release --workspace --bins
     ./target/release/talon-gateway-bench {{ARGS}}
 
-# S3 × Azure × cache/origin through real deployments, plus a control arm and an nginx
-# slice-cache peer (installed with apt-get when running as root; skipped if it cannot be).
+# S3 × Azure × cache/origin through real deployments, plus a control arm and peers: nginx's
+# slice cache with sendfile on and off, and Varnish (installed with apt-get when running as
+# root; each skipped if it cannot be).
 gateway-proxy-bench *ARGS:
     cargo build --release --workspace --bins
-    command -v nginx >/dev/null 2>&1 || [ "$(id -u)" != 0 ] || apt-get install -y nginx >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y nginx >/dev/null 2>&1) || echo "nginx could not be installed: the peer arm will be skipped"
+    command -v nginx >/dev/null 2>&1 || [ "$(id -u)" != 0 ] || apt-get install -y nginx >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y nginx >/dev/null 2>&1) || echo "nginx could not be installed: the nginx arms will be skipped"
+    command -v varnishd >/dev/null 2>&1 || [ -x /usr/sbin/varnishd ] || [ "$(id -u)" != 0 ] || apt-get install -y varnish >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y varnish >/dev/null 2>&1) || echo "varnish could not be installed: the varnish arm will be skipped"
+    # The Debian packages start their own services; the bench runs its own instances.
+    [ "$(id -u)" != 0 ] || { systemctl stop varnish nginx 2>/dev/null || true; }
     ./target/release/talon-gateway-proxy-bench {{ARGS}}
 
 # Where the gateway's cache route spends its CPU: per-request CPU (user, kernel), context

@@ -272,6 +272,7 @@ def proxy_table(data: dict) -> str:
     for r in data["arms"]:
         spread = f"{f_int(r['rps_min'])}–{f_int(r['rps_max'])}"
         cpu = r.get("cpu_per_request_us")
+        per_gib = r.get("cpu_s_per_gib")
         busy = r.get("cores_busy")
         rows.append(
             [
@@ -281,18 +282,27 @@ def proxy_table(data: dict) -> str:
                 f_us(r["p50_us"]),
                 f_us(r["p99_us"]),
                 f_us(cpu) if cpu is not None else "—",
+                f"{per_gib:.2f}" if per_gib is not None else "—",
                 f"{busy:.2f}" if busy is not None else "—",
             ]
         )
-    headers = ["arm", "rps, median (min–max)", "MiB/s", "p50", "p99", "CPU/request", "cores busy"]
+    headers = ["arm", "rps, median (min–max)", "MiB/s", "p50", "p99", "CPU/request", "CPU-s per GiB", "cores busy"]
     wl = data.get("workload", {})
     note = (
-        f"\n\n{wl.get('range_bytes', 0) // (1 << 20)} MiB ranges, concurrency "
+        f"\n\n{range_text(wl.get('range_bytes', 0))} ranges, concurrency "
         f"{wl.get('concurrency', '?')}, {wl.get('rounds', '?')} paired, order-swapped rounds "
         f"of {wl.get('requests_per_arm_round', '?')} requests per arm; origin model: "
         f"{wl.get('origin_model', '?')}; client: {wl.get('client', '?')}."
     )
-    return table(headers, rows, "l" + "r" * 6) + note + "\n\n" + provenance(data)
+    return table(headers, rows, "l" + "r" * 7) + note + "\n\n" + provenance(data)
+
+
+def range_text(size: int) -> str:
+    """`1 MiB`, `64 KiB`."""
+    for shift, unit in ((20, "MiB"), (10, "KiB")):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
 
 
 def proxy_chart(data: dict, out: Path) -> None:
@@ -346,6 +356,12 @@ def render(asset_dir: Path) -> dict[str, str]:
     if (d := load("gateway_proxy")) is not None:
         tables["gateway-proxy"] = proxy_table(d)
         proxy_chart(d, asset_dir / "gateway_proxy.svg")
+    # Other range sizes of the proxy bench (bench_record.py names them by size).
+    for extra in sorted(DATA.glob("gateway_proxy_*.json")):
+        suffix = extra.stem.removeprefix("gateway_proxy_")
+        d = load(extra.stem)
+        tables[f"gateway-proxy-{suffix}"] = proxy_table(d)
+        proxy_chart(d, asset_dir / f"{extra.stem}.svg")
     if (d := load("memory")) is not None:
         tables["memory"] = memory_table(d)
     baseline = ROOT / "bench" / "baselines" / "main.json"

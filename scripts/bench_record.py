@@ -209,6 +209,7 @@ def gateway_proxy(lines: list[dict]) -> dict:
                 "p50_us": lat.get("p50_us"),
                 "p99_us": lat.get("p99_us"),
                 "cpu_per_request_us": s.get("arm_cpu_per_request_us"),
+                "cpu_s_per_gib": s.get("arm_cpu_s_per_gib"),
                 "cores_busy": s.get("arm_cores_busy"),
                 "stub_cpu_per_request_us": s.get("stub_cpu_per_request_us"),
                 "client_cores_busy": s.get("client_cores_busy"),
@@ -244,6 +245,16 @@ def gateway_proxy(lines: list[dict]) -> dict:
     }
 
 
+def data_suffix(data: dict) -> str:
+    """The proxy bench is recorded once per range size: its 1 MiB point in
+    gateway_proxy.json, any other in gateway_proxy_<size>.json (64KiB, ...)."""
+    size = data.get("workload", {}).get("range_bytes") if data.get("bench") == "gateway-proxy-bench" else None
+    if size is None or size == 1 << 20:
+        return ""
+    return "_" + next(f"{size >> s}{u}" for s, u in ((30, "GiB"), (20, "MiB"), (10, "KiB"), (0, "B"))
+                      if size % (1 << s) == 0 and size >= 1 << s)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("name", choices=sorted(SOURCES))
@@ -252,7 +263,7 @@ def main() -> None:
     lines = read_lines(args.source or RESULTS / SOURCES[args.name])
     data = {"dataplane": dataplane, "gateway": gateway, "gateway-proxy": gateway_proxy}[args.name](lines)
     DATA.mkdir(parents=True, exist_ok=True)
-    out = DATA / f"{TARGETS[args.name]}.json"
+    out = DATA / f"{TARGETS[args.name]}{data_suffix(data)}.json"
     out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"wrote {out.relative_to(ROOT)}; now `just bench-charts` and commit both")
 

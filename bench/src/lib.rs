@@ -88,6 +88,7 @@ pub mod nginx;
 pub mod results;
 pub mod rounds;
 pub mod summary;
+pub mod varnish;
 pub mod verify;
 pub mod watch;
 

@@ -91,6 +91,16 @@ pub fn sample_self() -> Option<ProcSample> {
     sample_one("self").ok()
 }
 
+/// Kills (SIGKILL) the children of `parent`: a peer's workers, which would outlive
+/// their killed master.
+pub fn kill_children(parent: u32) {
+    for pid in children_of(parent) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 /// The processes whose parent is `parent`.
 pub fn children_of(parent: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {

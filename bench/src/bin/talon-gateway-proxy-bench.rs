@@ -8,10 +8,13 @@
 //!
 //! * **control**: the same client straight to the stub's S3 API, no
 //!   gateway: the origin's own ceiling under the origin model;
-//! * **peer**: nginx as a caching reverse proxy (`proxy_cache` + `slice`,
-//!   slices the size of the ranges) in front of the stub's S3 API, warmed
-//!   like the cache arms. Skipped, with a line saying so, when nginx is not
-//!   installed.
+//! * **peers**, in front of the stub's S3 API and warmed like the cache arms:
+//!   nginx as a caching reverse proxy (`proxy_cache` + `slice`, slices the
+//!   size of the ranges) with `sendfile on`, the same nginx with `sendfile
+//!   off` (each cached byte copied once through its user space: the floor
+//!   for a gateway that relays bytes, as hyper cannot send a file), and
+//!   Varnish (whole objects cached in memory, ranges cut from them). Each is
+//!   skipped, with a line saying so, when it is not installed.
 //!
 //! The origin model is the stub's fault injection: a first-byte latency on
 //! every request and a bandwidth cap on every response body (defaults 2 ms
@@ -58,6 +61,7 @@ use talon_bench::http_load::{
 use talon_bench::nginx::{Nginx, find_nginx};
 use talon_bench::rounds::round_order;
 use talon_bench::summary::{LatencySummary, fmt_latency, median, mib, spread, thousands};
+use talon_bench::varnish::{Varnish, find_varnishd};
 use talon_bench::verify::ExpectedRanges;
 use talon_bench::watch::Watched;
 use talon_core::parse_byte_size;
@@ -112,9 +116,13 @@ struct Args {
     #[arg(long, env = "TALON_PROXY_BENCH_BLOCK_SIZE", default_value = "64MiB", value_parser = parse_byte_size)]
     block_size: u64,
 
-    /// Skip the nginx peer arm.
+    /// Skip the nginx peer arms.
     #[arg(long, env = "TALON_PROXY_BENCH_NO_NGINX")]
     no_nginx: bool,
+
+    /// Skip the Varnish peer arm.
+    #[arg(long, env = "TALON_PROXY_BENCH_NO_VARNISH")]
+    no_varnish: bool,
 
     /// nginx worker processes (default: one per core).
     #[arg(long, env = "TALON_PROXY_BENCH_NGINX_WORKERS")]
@@ -191,6 +199,8 @@ struct PendingArm {
     path: &'static str,
     target: ObjectTarget,
     pids: Vec<(&'static str, u32)>,
+    /// Whether the arm's CPU includes its processes' children (a peer's workers).
+    with_children: bool,
 }
 
 /// The deployments, kept alive until the run ends (dropping them kills
@@ -199,7 +209,8 @@ struct Deployments {
     stub: Stub,
     _clusters: Vec<(Coordinator, Worker)>,
     _gateways: Vec<Gateway>,
-    _nginx: Option<Nginx>,
+    _nginx: Vec<Nginx>,
+    _varnish: Option<Varnish>,
 }
 
 fn validate(args: &Args) -> anyhow::Result<()> {
@@ -314,6 +325,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 ("worker", worker.process.pid()),
                 ("coordinator", coordinator.process.pid()),
             ],
+            with_children: false,
         });
         gateways.push(gateway);
         clusters.push((coordinator, worker));
@@ -344,6 +356,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             path: "origin",
             target: target(protocol, &gateway.url, &object, client_auth(protocol)?)?,
             pids: vec![("gateway", gateway.process.pid())],
+            with_children: false,
         });
         gateways.push(gateway);
     }
@@ -359,39 +372,91 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             client_auth(Protocol::S3)?,
         )?,
         pids: Vec::new(),
+        with_children: false,
     });
-    let mut nginx = None;
+    let upstream = stub.s3_url.trim_start_matches("http://").to_owned();
+    let mut nginx = Vec::new();
     if args.no_nginx {
-        progress("nginx arm: skipped (--no-nginx)");
+        progress("nginx arms: skipped (--no-nginx)");
     } else {
         match find_nginx() {
             None => progress(
-                "nginx arm: SKIPPED, nginx is not installed (as root: apt-get install -y nginx; \
+                "nginx arms: SKIPPED, nginx is not installed (as root: apt-get install -y nginx; \
                  `just gateway-proxy-bench` installs it)",
             ),
             Some(binary) => {
-                progress(&format!("starting nginx ({})", binary.display()));
-                let upstream = stub.s3_url.trim_start_matches("http://").to_owned();
                 let workers = args
                     .nginx_workers
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-                let n = Nginx::start(
+                // sendfile on: nginx's default for a slice cache. Off: every cached byte
+                // is read into nginx's buffers and written, one copy through user space,
+                // as a relaying gateway must.
+                for (sendfile, name, key, folder) in [
+                    (
+                        true,
+                        "peer: nginx slice cache (S3, anonymous)",
+                        "nginx-slice-cache",
+                        "nginx",
+                    ),
+                    (
+                        false,
+                        "peer: nginx slice cache, sendfile off",
+                        "nginx-slice-cache-copy",
+                        "nginx-copy",
+                    ),
+                ] {
+                    progress(&format!("starting {name} ({})", binary.display()));
+                    let n = Nginx::start(
+                        &binary,
+                        &dir.join(folder),
+                        &upstream,
+                        args.range_size,
+                        workers,
+                        sendfile,
+                    )
+                    .await?;
+                    arms.push(PendingArm {
+                        name: name.into(),
+                        key: key.into(),
+                        protocol: Protocol::S3,
+                        path: "nginx",
+                        target: target(Protocol::S3, &n.url, &object, Auth::Anonymous)?,
+                        pids: vec![("nginx", n.process.pid())],
+                        with_children: true,
+                    });
+                    nginx.push(n);
+                }
+            }
+        }
+    }
+    let mut varnish = None;
+    if args.no_varnish {
+        progress("varnish arm: skipped (--no-varnish)");
+    } else {
+        match find_varnishd() {
+            None => progress(
+                "varnish arm: SKIPPED, varnishd is not installed (as root: apt-get install -y \
+                 varnish; `just gateway-proxy-bench` installs it)",
+            ),
+            Some(binary) => {
+                progress(&format!("starting varnish ({})", binary.display()));
+                let v = Varnish::start(
                     &binary,
-                    &dir.join("nginx"),
+                    &dir.join("varnish"),
                     &upstream,
-                    args.range_size,
-                    workers,
+                    args.object_size * 2 + (64 << 20),
                 )
                 .await?;
                 arms.push(PendingArm {
-                    name: "peer: nginx slice cache (S3, anonymous)".into(),
-                    key: "nginx-slice-cache".into(),
+                    name: "peer: varnish (S3, anonymous)".into(),
+                    key: "varnish".into(),
                     protocol: Protocol::S3,
-                    path: "nginx",
-                    target: target(Protocol::S3, &n.url, &object, Auth::Anonymous)?,
-                    pids: vec![("nginx", n.process.pid())],
+                    path: "varnish",
+                    target: target(Protocol::S3, &v.url, &object, Auth::Anonymous)?,
+                    pids: vec![("varnish", v.process.pid())],
+                    with_children: true,
                 });
-                nginx = Some(n);
+                varnish = Some(v);
             }
         }
     }
@@ -400,6 +465,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         _clusters: clusters,
         _gateways: gateways,
         _nginx: nginx,
+        _varnish: varnish,
     };
 
     progress(&format!(
@@ -420,6 +486,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         path,
         target,
         pids,
+        with_children,
     } in arms
     {
         progress(&format!(
@@ -444,7 +511,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         // reading (workers, cache manager, the short-lived cache loader).
         let processes = pids
             .iter()
-            .map(|&(role, pid)| (role.to_owned(), Watched::new(vec![pid], path == "nginx")))
+            .map(|&(role, pid)| (role.to_owned(), Watched::new(vec![pid], with_children)))
             .collect();
         ready_arms.push(Arm {
             name,
@@ -696,6 +763,13 @@ impl ArmSummary {
             .map(|c| c * 1e6 / self.requests as f64)
     }
 
+    /// CPU seconds per GiB served, for ranges of `range_bytes`.
+    fn per_gib_s(&self, cpu: Option<f64>, range_bytes: u64) -> Option<f64> {
+        self.per_request_us(cpu)
+            .filter(|_| range_bytes > 0)
+            .map(|us| us / 1e6 * (1u64 << 30) as f64 / range_bytes as f64)
+    }
+
     fn busy(&self, cpu: Option<f64>) -> Option<f64> {
         cpu.filter(|_| self.elapsed_s > 0.0)
             .map(|c| c / self.elapsed_s)
@@ -726,6 +800,7 @@ fn summary_json(args: &Args, host: &HostInfo, arm: &Arm, s: &ArmSummary) -> serd
         "latency_us_pooled": s.pooled,
         "percentiles": "pooled over every measured request of every round",
         "arm_cpu_per_request_us": s.per_request_us(s.arm_cpu_s),
+        "arm_cpu_s_per_gib": s.per_gib_s(s.arm_cpu_s, args.range_size),
         "arm_cores_busy": s.busy(s.arm_cpu_s),
         "stub_cpu_per_request_us": s.per_request_us(s.stub_cpu_s),
         "stub_cores_busy": s.busy(s.stub_cpu_s),
@@ -754,15 +829,15 @@ fn render(
         args.rounds
     );
     out.push_str(&format!(
-        "| arm | rps median [min–max] of {} | MiB/s | p50 | p99 | CPU/req | cores busy | stub CPU/req | client cores |\n",
+        "| arm | rps median [min–max] of {} | MiB/s | p50 | p99 | CPU/req | CPU-s/GiB | cores busy | stub CPU/req | client cores |\n",
         args.rounds
     ));
-    out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+    out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     let dash = || "-".to_owned();
     for (name, s) in rows {
         let (lo, hi) = spread(&s.rps).unwrap_or((0.0, 0.0));
         out.push_str(&format!(
-            "| {} | {} [{}–{}] | {:.0} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} [{}–{}] | {:.0} | {} | {} | {} | {} | {} | {} | {} |\n",
             name,
             thousands(median(&s.rps).unwrap_or(0.0)),
             thousands(lo),
@@ -776,6 +851,8 @@ fn render(
                 .map_or_else(dash, |l| fmt_latency(l.p99_us)),
             s.per_request_us(s.arm_cpu_s)
                 .map_or_else(dash, |us| format!("{us:.0} µs")),
+            s.per_gib_s(s.arm_cpu_s, args.range_size)
+                .map_or_else(dash, |c| format!("{c:.2}")),
             s.busy(s.arm_cpu_s).map_or_else(dash, |c| format!("{c:.2}")),
             s.per_request_us(s.stub_cpu_s)
                 .map_or_else(dash, |us| format!("{us:.0} µs")),
@@ -785,9 +862,10 @@ fn render(
     }
     out.push_str(&format!(
         "\n{}\n\
-         Client: {CLIENT}. Gateway arms sign (SigV4 / Shared Key) and the gateways verify; the control arm signs (unchecked); nginx is anonymous.\n\
+         Client: {CLIENT}. Gateway arms sign (SigV4 / Shared Key) and the gateways verify; the control arm signs (unchecked); the peers are anonymous.\n\
          p50/p99: pooled over every measured request of every round. CPU/req and cores busy: utime+stime of the arm's processes \
-         (cache: gateway + worker + coordinator; origin: gateway; nginx: master + workers) over the arm's measured time; the stub separately; \
+         (cache: gateway + worker + coordinator; origin: gateway; nginx: master + workers; varnish: manager + cache process) over the arm's measured time, \
+         and per GiB served; the stub separately; \
          client = this bench's own process.\n\
          Host: {}. Total time {:.0} s. {} Loopback, one shared host, synthetic origin: relative numbers, not a capacity claim.\n",
         origin_model_line(args),

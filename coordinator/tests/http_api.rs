@@ -121,7 +121,10 @@ async fn register_heartbeat_and_read_back() {
     assert_eq!(members.placement().epoch(), members.epoch);
     assert_eq!(members.placement().len(), 2);
 
-    let one = client.member("w2").await.unwrap();
+    let mut one = client.member("w2").await.unwrap();
+    // The heartbeat's age moves on between the two requests (a millisecond is enough).
+    assert!(one.last_heartbeat_ms_ago >= members.members[1].last_heartbeat_ms_ago);
+    one.last_heartbeat_ms_ago = members.members[1].last_heartbeat_ms_ago;
     assert_eq!(one, members.members[1]);
     assert!(matches!(
         client.member("nope").await,
@@ -221,6 +224,27 @@ async fn unknown_heartbeat_is_404_with_a_json_error() {
     coordinator.shutdown().await;
 }
 
+/// Registers `body` raw, as a non-Rust worker would, and checks that it is refused with
+/// `status` and a JSON error body, which it returns.
+async fn refused_registration(
+    coordinator: &RunningCoordinator,
+    body: &'static str,
+    status: u16,
+) -> ErrorBody {
+    let resp = raw(
+        coordinator,
+        Role::Worker,
+        reqwest::Method::POST,
+        "/v1/workers/register",
+        body,
+    )
+    .await;
+    assert_eq!(resp.status(), status, "{body}");
+    let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(ct.starts_with("application/json"), "{ct}");
+    json(resp).await
+}
+
 #[tokio::test]
 async fn bad_registrations_are_400_and_add_nobody() {
     let (coordinator, client) = start().await;
@@ -239,18 +263,7 @@ async fn bad_registrations_are_400_and_add_nobody() {
         r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": "1"}"#,
     ];
     for body in bodies {
-        let resp = raw(
-            &coordinator,
-            Role::Worker,
-            reqwest::Method::POST,
-            "/v1/workers/register",
-            body,
-        )
-        .await;
-        assert_eq!(resp.status(), 400, "{body}");
-        let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
-        assert!(ct.starts_with("application/json"), "{ct}");
-        let err: ErrorBody = json(resp).await;
+        let err = refused_registration(&coordinator, body, 400).await;
         assert!(!err.error.is_empty());
     }
     let members = client.members().await.unwrap();
@@ -287,16 +300,7 @@ async fn a_worker_of_another_placement_version_is_refused_and_adds_nobody() {
         r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "placement_version": 3}"#,
     ];
     for body in bodies {
-        let resp = raw(
-            &coordinator,
-            Role::Worker,
-            reqwest::Method::POST,
-            "/v1/workers/register",
-            body,
-        )
-        .await;
-        assert_eq!(resp.status(), 409, "{body}");
-        let err: ErrorBody = json(resp).await;
+        let err = refused_registration(&coordinator, body, 409).await;
         assert!(err.error.contains("must not mix"), "{}", err.error);
     }
     let mut old = reg("w1", 7101, 1);

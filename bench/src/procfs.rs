@@ -91,9 +91,15 @@ pub fn sample_self() -> Option<ProcSample> {
     sample_one("self").ok()
 }
 
-/// Kills (SIGKILL) the children of `parent`: a peer's workers, which would outlive
-/// their killed master.
+/// Stops `parent` (SIGSTOP) and kills (SIGKILL) its children: a peer's workers, which
+/// would outlive their killed master. Stopped first, the master cannot start
+/// replacements for the children it sees die (nginx's master and Varnish's manager
+/// both do), which would outlive it in turn; killing the stopped master is left to its
+/// [`Process`](crate::deployment::Process).
 pub fn kill_children(parent: u32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(parent as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::STOP);
+    }
     for pid in children_of(parent) {
         if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);

@@ -179,13 +179,12 @@ def start_arms(dep: Deployment, arm_bins: dict[str, Path], tools: Path, load: st
     """One origin stub (from `tools`), then for each arm its own coordinator (from
     `tools`), worker and (with load "gateway") gateway (from the arm's folder); returns
     each arm's addresses and process ids."""
-    b_bin = tools
     tmp = dep.tmp
     (tmp / "origin").mkdir(exist_ok=True)
     stub = dep.spawn(
         "origin-stub",
         [
-            str(b_bin / "talon-origin-stub"),
+            str(tools / "talon-origin-stub"),
             "--data-dir", str(tmp / "origin"),
             "--s3-listen", "127.0.0.1:0", "--azure-listen", "off", "--admin-listen", "off",
             "--generate", f"{OBJECT[0]}/{OBJECT[1]}={OBJECT_SIZE},7",
@@ -197,7 +196,7 @@ def start_arms(dep: Deployment, arm_bins: dict[str, Path], tools: Path, load: st
     for arm, bins in arm_bins.items():
         coord = dep.spawn(
             f"coordinator-{arm}",
-            [str(b_bin / "talon-coordinator"), "--listen", "127.0.0.1:0", "--ready-file", str(tmp / f"coord-{arm}.json")],
+            [str(tools / "talon-coordinator"), "--listen", "127.0.0.1:0", "--ready-file", str(tmp / f"coord-{arm}.json")],
             tmp / f"coord-{arm}.json",
         )["url"]
         worker_ready = tmp / f"worker-{arm}.json"

@@ -217,7 +217,7 @@ impl RendezvousPlacement {
                 score_from_hash(top_h, class.weight),
                 self.member_of[class.range.start + top_at],
             );
-            if best.is_none_or(|b| ranks_before(&candidate, &b)) {
+            if best.is_none_or(|b| ranking(&candidate, &b).is_lt()) {
                 best = Some(candidate);
             }
         }
@@ -267,8 +267,7 @@ impl RendezvousPlacement {
                 )
             }));
         }
-        let order = |a: &(f64, usize), b: &(f64, usize)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-        candidates.sort_unstable_by(order);
+        candidates.sort_unstable_by(ranking);
         candidates
             .into_iter()
             .take(k)
@@ -277,10 +276,10 @@ impl RendezvousPlacement {
     }
 }
 
-/// Whether `a` ranks before `b`: a higher score, or an equal score and a smaller id
-/// (member indexes follow id order).
-fn ranks_before(a: &(f64, usize), b: &(f64, usize)) -> bool {
-    a.0 > b.0 || (a.0 == b.0 && a.1 < b.1)
+/// The ranking of `(score, member index)` pairs, best first: the higher score, then
+/// the smaller id (member indexes follow id order).
+fn ranking(a: &(f64, usize), b: &(f64, usize)) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
 }
 
 /// `k` of the [module docs](self): the placement key's first 8 bytes.

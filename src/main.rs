@@ -353,6 +353,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             listen: any_port,
             admin_listen: None,
             cache_dir: cache_root.join(format!("w{i}")),
+            // The gateway runs in this process: it reads cached blocks through the
+            // workers' local sockets (the co-located fast path).
+            local_socket: Some(std::path::absolute(
+                cache_root.join(format!("w{i}")).join("local.sock"),
+            )?),
             capacity_bytes: args.capacity,
             page_size: args.page_size,
             origins: origins.clone(),

@@ -549,6 +549,10 @@ pub struct GatewaySpec<'a> {
     pub coordinator: Option<&'a str>,
     /// The cluster's block size.
     pub block_size: u64,
+    /// Whether it reads workers on this host through their local socket (the
+    /// co-located fast path); `false` reads every worker over TCP, as a gateway on
+    /// another host would.
+    pub local_reads: bool,
 }
 
 /// A gateway with one front.
@@ -615,6 +619,7 @@ impl Gateway {
             ("--origin-s3-endpoint", stub.s3_url.clone()),
             ("--origin-azure-endpoint", stub.azure_url.clone()),
             ("--block-size", spec.block_size.to_string()),
+            ("--local-reads", spec.local_reads.to_string()),
         ] {
             args.push(flag.into());
             args.push(value.into());

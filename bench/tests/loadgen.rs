@@ -56,6 +56,7 @@ async fn worker(stub: &RunningStub, dir: &std::path::Path) -> RunningWorker {
         loader: LoaderConfig::default(),
         data_plane: DataPlaneConfig::default(),
         membership: None,
+        local_socket: None,
         cluster_secret: secret(),
     })
     .await

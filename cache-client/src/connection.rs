@@ -5,8 +5,15 @@
 //! answer is matched to its request by position and checked against the request id it
 //! echoes; a mismatch, a broken socket or a timeout poisons the connection, fails what
 //! was in flight on it, and the pool opens a fresh one for the next request.
+//!
+//! A connection goes to a worker's data plane over TCP, or to its local socket
+//! ([`Endpoint::Local`]) when the worker runs on this host: there a cached read may be
+//! answered with the block file's descriptor ([`Answer::File`]), received with its
+//! frame (`SCM_RIGHTS`), and the caller reads the bytes itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -16,9 +23,8 @@ use bytes::{Bytes, BytesMut};
 use talon_core::Message;
 use talon_core::cluster_auth::{ClusterSecret, Role};
 use talon_core::wire::{BulkKind, Event, Flags, FrameDecoder};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -36,6 +42,36 @@ pub enum Answer {
         /// Whether the worker fetched bytes from the origin to answer (a fill).
         from_origin: bool,
     },
+    /// A FileHandoff (local socket only): the requested bytes are `len` bytes at
+    /// `offset` of `file`, a read-only descriptor of the block file.
+    File {
+        /// The block file.
+        file: std::fs::File,
+        /// Where the bytes start in it (the read's offset in the block).
+        offset: u64,
+        /// How many.
+        len: u32,
+        /// Whether the worker fetched bytes from the origin to answer (a fill).
+        from_origin: bool,
+    },
+}
+
+/// Where a worker is reached.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// Its data plane, `host:port`.
+    Tcp(String),
+    /// Its local socket, on this host.
+    Local(PathBuf),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(addr) => f.write_str(addr),
+            Endpoint::Local(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
 }
 
 struct Job {
@@ -67,30 +103,54 @@ fn lost(what: &str) -> CacheClientError {
 }
 
 impl Connection {
-    /// Connects to a worker's data plane and authenticates as `role` (the Hello
+    /// Connects to a worker at `endpoint` and authenticates as `role` (the Hello
     /// exchange, [`crate::hello`]).
     ///
     /// # Errors
     /// [`CacheClientError::Unavailable`] when the worker cannot be reached in time or
     /// the Hello exchange fails.
     pub async fn connect(
-        addr: &str,
+        endpoint: &Endpoint,
         timeout: Duration,
         secret: &ClusterSecret,
         role: Role,
     ) -> Result<Connection> {
-        let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| CacheClientError::Unavailable(format!("connecting to {addr} timed out")))?
-            .map_err(|e| CacheClientError::Unavailable(format!("connecting to {addr}: {e}")))?;
-        let _ = stream.set_nodelay(true);
-        crate::hello::authenticate(&mut stream, secret, role, timeout).await?;
-        let (rd, wr) = stream.into_split();
+        let failed = |e: std::io::Error| {
+            CacheClientError::Unavailable(format!("connecting to {endpoint}: {e}"))
+        };
+        let timed_out =
+            |_| CacheClientError::Unavailable(format!("connecting to {endpoint} timed out"));
         let alive = Arc::new(AtomicBool::new(true));
         let (jobs, job_rx) = mpsc::channel::<Job>(256);
         let (inflight_tx, inflight_rx) = mpsc::unbounded_channel::<Inflight>();
-        let writer = tokio::spawn(write_loop(wr, job_rx, inflight_tx, alive.clone()));
-        let reader = tokio::spawn(read_loop(rd, inflight_rx, alive.clone()));
+        let (writer, reader) = match endpoint {
+            Endpoint::Tcp(addr) => {
+                let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+                    .await
+                    .map_err(timed_out)?
+                    .map_err(failed)?;
+                let _ = stream.set_nodelay(true);
+                crate::hello::authenticate(&mut stream, secret, role, timeout).await?;
+                let (rd, wr) = stream.into_split();
+                (
+                    tokio::spawn(write_loop(wr, job_rx, inflight_tx, alive.clone())),
+                    tokio::spawn(read_loop(ReplySocket::Tcp(rd), inflight_rx, alive.clone())),
+                )
+            }
+            Endpoint::Local(path) => {
+                let mut stream = tokio::time::timeout(timeout, UnixStream::connect(path))
+                    .await
+                    .map_err(timed_out)?
+                    .map_err(failed)?;
+                crate::hello::authenticate(&mut stream, secret, role, timeout).await?;
+                let (rd, wr) = stream.into_split();
+                let socket = ReplySocket::Local(rd, VecDeque::new());
+                (
+                    tokio::spawn(write_loop(wr, job_rx, inflight_tx, alive.clone())),
+                    tokio::spawn(read_loop(socket, inflight_rx, alive.clone())),
+                )
+            }
+        };
         Ok(Connection {
             jobs,
             next_id: AtomicU32::new(1),
@@ -144,8 +204,8 @@ impl Connection {
     }
 }
 
-async fn write_loop(
-    mut wr: OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut wr: W,
     mut jobs: mpsc::Receiver<Job>,
     inflight: mpsc::UnboundedSender<Inflight>,
     alive: Arc<AtomicBool>,
@@ -168,8 +228,71 @@ async fn write_loop(
     alive.store(false, Ordering::Relaxed);
 }
 
+/// The reading half of a connection, with the descriptors its frames brought.
+enum ReplySocket {
+    Tcp(tokio::net::tcp::OwnedReadHalf),
+    /// The descriptors received, oldest first: each belongs to the next FileHandoff.
+    Local(tokio::net::unix::OwnedReadHalf, VecDeque<OwnedFd>),
+}
+
+/// Most descriptors taken from one read: a worker sends one per FileHandoff frame, and
+/// the kernel does not merge the bytes of two sends that carry descriptors into one read.
+const MAX_FDS_PER_READ: usize = 4;
+
+impl ReplySocket {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            ReplySocket::Tcp(rd) => rd.read(buf).await,
+            ReplySocket::Local(rd, fds) => loop {
+                let stream: &UnixStream = rd.as_ref();
+                stream.readable().await?;
+                match stream.try_io(tokio::io::Interest::READABLE, || receive(stream, buf, fds)) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    other => return other,
+                }
+            },
+        }
+    }
+
+    /// The descriptor that came with the FileHandoff just decoded.
+    fn take_fd(&mut self) -> Option<OwnedFd> {
+        match self {
+            ReplySocket::Tcp(_) => None,
+            ReplySocket::Local(_, fds) => fds.pop_front(),
+        }
+    }
+}
+
+/// One `recvmsg` on the local socket: bytes into `buf`, descriptors onto `fds`
+/// (close-on-exec). Descriptors cut off for lack of room break the connection: the
+/// frames they belonged to could not be answered.
+fn receive(
+    stream: &UnixStream,
+    buf: &mut [u8],
+    fds: &mut VecDeque<OwnedFd>,
+) -> std::io::Result<usize> {
+    use std::mem::MaybeUninit;
+
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags};
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_READ))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let got = rustix::net::recvmsg(stream, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)?;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
+        }
+    }
+    if got.flags.contains(ReturnFlags::CTRUNC) {
+        return Err(std::io::Error::other(
+            "the worker sent more descriptors than one read takes",
+        ));
+    }
+    Ok(got.bytes)
+}
+
 async fn read_loop(
-    mut rd: OwnedReadHalf,
+    mut rd: ReplySocket,
     mut inflight: mpsc::UnboundedReceiver<Inflight>,
     alive: Arc<AtomicBool>,
 ) {
@@ -202,7 +325,22 @@ async fn read_loop(
                         let _ = reply.send(Err(lost("answered out of order")));
                         break 'outer lost("answered out of order");
                     }
-                    let _ = reply.send(Ok(Answer::Message(frame.message)));
+                    let answer = match frame.message {
+                        Message::FileHandoff(handoff) => {
+                            let Some(fd) = rd.take_fd() else {
+                                let _ = reply.send(Err(lost("sent a FileHandoff without a file")));
+                                break 'outer lost("sent a FileHandoff without a file");
+                            };
+                            Answer::File {
+                                file: std::fs::File::from(fd),
+                                offset: handoff.offset,
+                                len: handoff.len,
+                                from_origin: handoff.from_origin,
+                            }
+                        }
+                        other => Answer::Message(other),
+                    };
+                    let _ = reply.send(Ok(answer));
                 }
                 Event::BulkStart(start) => {
                     if !matches!(start.kind, BulkKind::ReadRangeReply) {
@@ -256,7 +394,7 @@ pub struct Pool {
     connect_timeout: Duration,
     secret: ClusterSecret,
     role: Role,
-    conns: Mutex<HashMap<String, Slot>>,
+    conns: Mutex<HashMap<Endpoint, Slot>>,
     round_robin: AtomicUsize,
     changed: tokio::sync::Notify,
 }
@@ -296,18 +434,18 @@ impl Pool {
         }
     }
 
-    /// A live connection to `addr`, opening one when there are fewer than the limit.
-    /// A burst of first requests opens at most the limit: the others wait for those
-    /// connections and then pipeline on them.
+    /// A live connection to `endpoint`, opening one when there are fewer than the
+    /// limit. A burst of first requests opens at most the limit: the others wait for
+    /// those connections and then pipeline on them.
     ///
     /// # Errors
     /// [`CacheClientError::Unavailable`] when a needed connection cannot be opened.
-    pub async fn get(&self, addr: &str) -> Result<Arc<Connection>> {
+    pub async fn get(&self, endpoint: &Endpoint) -> Result<Arc<Connection>> {
         loop {
             let waiting = self.changed.notified();
             {
                 let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-                let slot = conns.entry(addr.to_owned()).or_default();
+                let slot = conns.entry(endpoint.clone()).or_default();
                 slot.conns.retain(|c| c.is_alive());
                 let open = slot.conns.len();
                 if open > 0 && open + slot.connecting >= self.per_worker {
@@ -323,12 +461,12 @@ impl Pool {
             // wake-up missed between the check and the wait costs little).
             let _ = tokio::time::timeout(Duration::from_millis(20), waiting).await;
         }
-        let result = Connection::connect(addr, self.connect_timeout, &self.secret, self.role)
+        let result = Connection::connect(endpoint, self.connect_timeout, &self.secret, self.role)
             .await
             .map(Arc::new);
         {
             let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-            let slot = conns.entry(addr.to_owned()).or_default();
+            let slot = conns.entry(endpoint.clone()).or_default();
             slot.connecting = slot.connecting.saturating_sub(1);
             if let Ok(conn) = &result {
                 slot.conns.push(conn.clone());
@@ -338,9 +476,9 @@ impl Pool {
         result
     }
 
-    /// Drops the connections to workers that are not in `keep`.
-    pub fn retain_workers(&self, keep: &[String]) {
+    /// Drops the connections to endpoints that are not in `keep`.
+    pub fn retain_workers(&self, keep: &[Endpoint]) {
         let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        conns.retain(|addr, _| keep.contains(addr));
+        conns.retain(|endpoint, _| keep.contains(endpoint));
     }
 }

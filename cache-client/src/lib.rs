@@ -8,6 +8,13 @@
 //! a few pieces are in flight at once, and the stream holds at most that window in
 //! memory, so a slow consumer slows the reads instead of growing the buffer.
 //!
+//! A worker on this host that offers a local socket (the co-located fast path, found
+//! through the membership's [`LocalEndpoint`](talon_coordinator_client::local_endpoint::LocalEndpoint)
+//! and this process's host identity) is asked there instead of over TCP: it answers a
+//! cached read with the block file's descriptor, and the piece is read from that file
+//! here, so the bytes cross no socket between the two processes. A local socket that
+//! fails is dropped until the next membership refresh and the worker is asked over TCP.
+//!
 //! A worker that refuses, times out or cuts a reply is retried for that piece on the next
 //! worker in rendezvous order, and, if configured, the piece is read from the origin as
 //! a last resort; the bytes a caller receives are exactly the object's bytes or an error,
@@ -21,7 +28,9 @@ pub mod error;
 pub mod hello;
 pub mod read_budget;
 
+use std::collections::HashMap;
 use std::ops::Range;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -29,6 +38,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
+use talon_coordinator_client::api::MembersResponse;
 use talon_coordinator_client::client::CoordinatorClient;
 use talon_coordinator_client::placement::RendezvousPlacement;
 use talon_core::cluster_auth::{ClusterSecret, Role};
@@ -40,7 +50,7 @@ use talon_protocols::origin::Origins;
 use talon_protocols::range::ByteRange;
 use tokio::task::JoinHandle;
 
-use crate::connection::{Answer, Pool};
+use crate::connection::{Answer, Endpoint, Pool};
 pub use crate::error::{CacheClientError, Result};
 pub use crate::read_budget::ReaderId;
 use crate::read_budget::{Held, ReadBudget};
@@ -85,6 +95,10 @@ pub struct CacheClientConfig {
     pub cluster_secret: ClusterSecret,
     /// The role this client claims ([`Role::Reader`] unless it ingests).
     pub role: Role,
+    /// Ask workers on this host over their local socket, where they hand over the
+    /// block file's descriptor for cached reads (the co-located fast path). `false`
+    /// reads every worker over TCP.
+    pub local_reads: bool,
 }
 
 impl CacheClientConfig {
@@ -110,6 +124,7 @@ impl CacheClientConfig {
             max_buffered_bytes_per_reader: 128 << 20,
             membership_refresh: Duration::from_secs(1),
             origin_fallback: None,
+            local_reads: true,
         }
     }
 }
@@ -231,6 +246,10 @@ struct Inner {
     budget: Arc<ReadBudget>,
     coordinator: CoordinatorClient,
     placement: RwLock<Arc<RendezvousPlacement>>,
+    /// The local socket of each worker (by data-plane address) that runs on this host.
+    local_routes: RwLock<Arc<HashMap<String, PathBuf>>>,
+    /// This process's host identity; `None` when local reads are off or it is unknown.
+    here: Option<String>,
     pool: Pool,
     refresher: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
@@ -292,12 +311,21 @@ impl CacheClient {
         let coordinator = CoordinatorClient::new(config.coordinator_url.clone())
             .map_err(|e| CacheClientError::NoMembership(e.to_string()))?
             .with_auth(config.cluster_secret.clone(), config.role);
-        let placement = coordinator
+        let members = coordinator
             .members()
             .await
-            .and_then(|members| members.checked_placement())
             .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
+        let placement = members
+            .checked_placement()
+            .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
+        let here = if config.local_reads {
+            talon_coordinator_client::local_endpoint::host_identity()
+        } else {
+            None
+        };
         let inner = Arc::new(Inner {
+            local_routes: RwLock::new(Arc::new(local_routes(&members, here.as_deref()))),
+            here,
             budget: ReadBudget::new(
                 config.max_buffered_bytes,
                 config.max_buffered_bytes_per_reader,
@@ -368,7 +396,7 @@ impl CacheClient {
         });
         let mut last = CacheClientError::Unavailable("no live worker".into());
         for member in placement.locate_top_k_key(&key, self.inner.config.attempts.max(1)) {
-            match self.call(&member.addr, &request).await {
+            match self.ask_worker(&member.addr, &request).await {
                 Ok(Answer::Message(Message::StatReply(r))) => {
                     return Ok(ObjectStat {
                         size: r.size,
@@ -602,7 +630,7 @@ impl CacheClient {
             .ok_or_else(|| CacheClientError::Unavailable("no live worker".into()))?;
         let len = data.len() as u64;
         let request = Message::Ingest(IngestRequest { meta, data });
-        match self.call(&owner, &request).await? {
+        match self.ask_worker(&owner, &request).await? {
             Answer::Message(Message::IngestAck(ack))
                 if ack.offset == offset && u64::from(ack.len) == len =>
             {
@@ -639,9 +667,38 @@ impl CacheClient {
         Ok(())
     }
 
-    async fn call(&self, addr: &str, request: &Message) -> Result<Answer> {
-        let conn = self.inner.pool.get(addr).await?;
+    async fn call(&self, endpoint: &Endpoint, request: &Message) -> Result<Answer> {
+        let conn = self.inner.pool.get(endpoint).await?;
         conn.call(request, self.inner.config.request_timeout).await
+    }
+
+    /// Asks the worker whose data plane is `addr`: over its local socket when it runs
+    /// on this host and offers one, else (or when the local socket fails) over TCP.
+    async fn ask_worker(&self, addr: &str, request: &Message) -> Result<Answer> {
+        let local = self
+            .inner
+            .local_routes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(addr)
+            .cloned();
+        if let Some(path) = local {
+            match self.call(&Endpoint::Local(path), request).await {
+                Ok(answer) => return Ok(answer),
+                Err(e) => {
+                    tracing::warn!(worker = %addr, error = %e, "the worker's local socket failed; asking over TCP until the next membership refresh");
+                    let mut routes = self
+                        .inner
+                        .local_routes
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner());
+                    let mut fewer = (**routes).clone();
+                    fewer.remove(addr);
+                    *routes = Arc::new(fewer);
+                }
+            }
+        }
+        self.call(&Endpoint::Tcp(addr.to_owned()), request).await
     }
 
     fn spawn_refresh(&self) {
@@ -679,7 +736,20 @@ impl CacheClient {
         let placement = self.placement();
         let mut last = CacheClientError::Unavailable("no live worker".into());
         for member in placement.locate_top_k(&block, self.inner.config.attempts.max(1)) {
-            match self.call(&member.addr, &request).await {
+            let answer = match self.ask_worker(&member.addr, &request).await {
+                Ok(Answer::File {
+                    file,
+                    offset,
+                    len,
+                    from_origin,
+                }) if offset == piece.offset && u64::from(len) == piece.len => {
+                    read_handed_off(file, offset, len)
+                        .await
+                        .map(|bytes| Answer::Data { bytes, from_origin })
+                }
+                other => other,
+            };
+            match answer {
                 Ok(Answer::Data { bytes, from_origin }) if bytes.len() as u64 == piece.len => {
                     let source = if from_origin {
                         PieceSource::Fill
@@ -749,6 +819,62 @@ struct Piece {
     len: u64,
 }
 
+/// The local socket of each member that runs where `here` says this process runs.
+fn local_routes(members: &MembersResponse, here: Option<&str>) -> HashMap<String, PathBuf> {
+    let Some(here) = here else {
+        return HashMap::new();
+    };
+    members
+        .members
+        .iter()
+        .filter_map(|m| Some((m.addr.clone(), m.local.path_on(here)?.to_owned())))
+        .collect()
+}
+
+/// Reads a handed-off piece from the block file: from the page cache without blocking
+/// when it is all there (`preadv2` with `RWF_NOWAIT`), the rest on the blocking pool
+/// (a read from the disk must not hold a runtime thread).
+///
+/// # Errors
+/// [`CacheClientError::Unavailable`] when the file is shorter than the piece or
+/// cannot be read: the piece is then asked of the next worker.
+async fn read_handed_off(file: std::fs::File, offset: u64, len: u32) -> Result<Bytes> {
+    use rustix::io::{Errno, ReadWriteFlags};
+    let len = len as usize;
+    let mut buf = bytes::BytesMut::zeroed(len);
+    let mut done = 0;
+    let unreadable = |e: std::io::Error| {
+        CacheClientError::Unavailable(format!("reading a handed-off block file: {e}"))
+    };
+    while done < len {
+        let mut iov = [std::io::IoSliceMut::new(&mut buf[done..])];
+        match rustix::io::preadv2(
+            &file,
+            &mut iov,
+            offset + done as u64,
+            ReadWriteFlags::NOWAIT,
+        ) {
+            Ok(0) => return Err(unreadable(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => done += n,
+            Err(Errno::INTR) => {}
+            // Not all in the page cache, or a filesystem without RWF_NOWAIT.
+            Err(Errno::AGAIN | Errno::OPNOTSUPP) => break,
+            Err(e) => return Err(unreadable(e.into())),
+        }
+    }
+    if done < len {
+        buf = tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::FileExt;
+            file.read_exact_at(&mut buf[done..], offset + done as u64)
+                .map(|()| buf)
+        })
+        .await
+        .map_err(|e| CacheClientError::Unavailable(format!("a disk task failed: {e}")))?
+        .map_err(unreadable)?;
+    }
+    Ok(buf.freeze())
+}
+
 fn answer_error(answer: Answer) -> CacheClientError {
     match answer {
         Answer::Message(Message::Error(e)) => CacheClientError::Refused {
@@ -758,18 +884,18 @@ fn answer_error(answer: Answer) -> CacheClientError {
         Answer::Message(other) => {
             CacheClientError::Unavailable(format!("unexpected answer {:?}", other.message_type()))
         }
-        Answer::Data { .. } => CacheClientError::Unavailable("unexpected data".into()),
+        Answer::Data { .. } | Answer::File { .. } => {
+            CacheClientError::Unavailable("unexpected data".into())
+        }
     }
 }
 
 async fn refresh(inner: &Inner) {
-    match inner
-        .coordinator
-        .members()
-        .await
-        .and_then(|members| members.checked_placement())
-    {
-        Ok(placement) => {
+    match inner.coordinator.members().await.and_then(|members| {
+        let placement = members.checked_placement()?;
+        Ok((placement, members))
+    }) {
+        Ok((placement, members)) => {
             let placement = Arc::new(placement);
             if placement.is_empty()
                 && !inner
@@ -789,17 +915,29 @@ async fn refresh(inner: &Inner) {
                     .read()
                     .unwrap_or_else(|p| p.into_inner())
                     .epoch();
+            // Rebuilt every time: a local socket dropped after a failure is tried again.
+            let routes = local_routes(&members, inner.here.as_deref());
             if changed {
-                let addrs: Vec<String> =
-                    placement.members().iter().map(|m| m.addr.clone()).collect();
-                inner.pool.retain_workers(&addrs);
+                let keep: Vec<Endpoint> = placement
+                    .members()
+                    .iter()
+                    .map(|m| Endpoint::Tcp(m.addr.clone()))
+                    .chain(routes.values().cloned().map(Endpoint::Local))
+                    .collect();
+                inner.pool.retain_workers(&keep);
+                let addrs = placement.members().len();
                 tracing::info!(
                     epoch = placement.epoch(),
-                    workers = addrs.len(),
+                    workers = addrs,
+                    local = routes.len(),
                     "membership changed"
                 );
                 *inner.placement.write().unwrap_or_else(|p| p.into_inner()) = placement;
             }
+            *inner
+                .local_routes
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = Arc::new(routes);
         }
         Err(e @ talon_coordinator_client::error::CoordinatorError::PlacementVersion(_)) => {
             tracing::warn!(error = %e, "membership refused; keeping the last snapshot")

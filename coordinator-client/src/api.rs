@@ -39,6 +39,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::CoordinatorError;
+use crate::local_endpoint::LocalEndpoint;
 use crate::placement::{PlacementMember, RendezvousPlacement, check_placement_version};
 
 /// Longest worker id accepted, in bytes.
@@ -81,6 +82,9 @@ pub struct RegisterRequest {
     /// readers of two versions would place every block differently.
     #[serde(default = "placement_version_1")]
     pub placement_version: u32,
+    /// The worker's local socket for readers on its host (empty: none).
+    #[serde(default)]
+    pub local: LocalEndpoint,
 }
 
 /// What a body without `placement_version` was built with: version 1, the
@@ -116,6 +120,7 @@ impl RegisterRequest {
             ));
         }
         validate_zone(&self.zone)?;
+        self.local.validate()?;
         check_placement_version(self.placement_version)
     }
 
@@ -322,6 +327,9 @@ pub struct MemberInfo {
     /// The data plane it serves on (`io_uring`, `tokio`; empty if not said).
     #[serde(default)]
     pub data_plane: String,
+    /// Its local socket for readers on its host (empty: none).
+    #[serde(default)]
+    pub local: LocalEndpoint,
 }
 
 impl MemberInfo {
@@ -447,6 +455,7 @@ mod tests {
             capacity_bytes: 1 << 30,
             instance: String::new(),
             data_plane: String::new(),
+            local: LocalEndpoint::default(),
             placement_version: PLACEMENT_VERSION,
         }
     }
@@ -537,6 +546,7 @@ mod tests {
             hits: 3,
             misses: 4,
             data_plane: "io_uring".into(),
+            local: LocalEndpoint::default(),
         };
         let v = serde_json::to_value(&info).unwrap();
         assert_eq!(v["state"], "draining");
@@ -560,6 +570,7 @@ mod tests {
             hits,
             misses,
             data_plane: String::new(),
+            local: LocalEndpoint::default(),
         };
         let members = MembersResponse {
             epoch: 9,

@@ -4,7 +4,7 @@
 //!
 //! It owns the admin API's JSON bodies and their validation ([`api`]), the typed
 //! [`client`] of that API (requests signed with the cluster [`secret`]), weighted
-//! rendezvous [`placement`] of a `BlockId` over the live workers with its golden
+//! rendezvous [`placement`], the co-located fast path's discovery ([`local_endpoint`]) of a `BlockId` over the live workers with its golden
 //! [`vectors`], the membership [`epoch`], and the API's one error type ([`error`]).
 //!
 //! It does not own membership itself, the HTTP server or its metrics: those are
@@ -14,6 +14,7 @@ pub mod api;
 pub mod client;
 pub mod epoch;
 pub mod error;
+pub mod local_endpoint;
 pub mod placement;
 pub mod secret;
 pub mod vectors;

@@ -57,6 +57,7 @@ struct Member {
     hits: u64,
     misses: u64,
     data_plane: String,
+    local: talon_coordinator_client::local_endpoint::LocalEndpoint,
 }
 
 #[derive(Debug, Default)]
@@ -195,6 +196,7 @@ impl Membership {
             hits: 0,
             misses: 0,
             data_plane: req.data_plane.clone(),
+            local: req.local.clone(),
         };
         match inner.members.insert(req.id.clone(), member) {
             None => tracing::info!(
@@ -323,6 +325,7 @@ impl Membership {
                 hits: m.hits,
                 misses: m.misses,
                 data_plane: m.data_plane.clone(),
+                local: m.local.clone(),
             })
             .collect();
         MembershipSnapshot {
@@ -400,6 +403,7 @@ mod tests {
             capacity_bytes: 1000,
             instance: String::new(),
             data_plane: String::new(),
+            local: Default::default(),
             placement_version: crate::placement::PLACEMENT_VERSION,
         }
     }

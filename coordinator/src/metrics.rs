@@ -203,6 +203,7 @@ mod tests {
                 capacity_bytes: 100,
                 instance: String::new(),
                 data_plane: String::new(),
+                local: Default::default(),
                 placement_version: crate::placement::PLACEMENT_VERSION,
             };
             membership.register(&req, now).unwrap();

@@ -25,6 +25,7 @@ fn reg(id: &str, port: u16, weight: u32) -> RegisterRequest {
         instance: String::new(),
         data_plane: String::new(),
         placement_version: PLACEMENT_VERSION,
+        local: Default::default(),
     }
 }
 

@@ -15,9 +15,9 @@ use crate::cluster_auth::{ClusterSecret, HELLO_VERSION, HelloSide, Nonce, Role};
 use crate::error::Error;
 use crate::identity::{BlockId, ObjectId, ObjectVersion};
 use crate::wire::{
-    ErrorCode, ErrorReply, Flags, FrameHeader, HEADER_LEN, HeaderSet, IngestAck, IngestMeta,
-    IngestRequest, MessageType, ObjectHeaders, ReadRangeRequest, StatReply, StatRequest,
-    encode_read_range_reply_header,
+    ErrorCode, ErrorReply, FileHandoff, Flags, FrameHeader, HEADER_LEN, HeaderSet, IngestAck,
+    IngestMeta, IngestRequest, MessageType, ObjectHeaders, ReadRangeRequest, StatReply,
+    StatRequest, encode_read_range_reply_header,
 };
 use crate::{Message, Namespace};
 
@@ -346,6 +346,18 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
         Message::IngestAck(IngestAck {
             offset: 512,
             len: 16,
+        }),
+    )?;
+    frame(
+        v,
+        "file_handoff",
+        "FileHandoff (local socket): 65536 bytes at offset 1048576, a fill; a descriptor rides with it",
+        8,
+        none,
+        Message::FileHandoff(FileHandoff {
+            offset: 1 << 20,
+            len: 64 << 10,
+            from_origin: true,
         }),
     )?;
     frame(

@@ -129,6 +129,11 @@ pub struct Args {
     /// the origin, pinned to the version; route cache-only never does.
     #[arg(long, env = "TALON_GATEWAY_ORIGIN_FALLBACK", default_value_t = true)]
     origin_fallback: bool,
+    /// Read cached blocks of workers on this host through their local socket, where
+    /// the worker hands over the block file and the bytes cross no socket between the
+    /// two (`--local-reads false`: every worker over TCP).
+    #[arg(long, env = "TALON_GATEWAY_LOCAL_READS", default_value_t = true, action = clap::ArgAction::Set)]
+    local_reads: bool,
 
     /// Client identities (JSON: {"s3": [{"access_key", "secret_key"}], "azure": {"account", "key"}, "anonymous": "none"|"read"|"read-write"}).
     /// A front with no credentials refuses to start unless anonymous access is allowed.
@@ -322,6 +327,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             if args.origin_fallback {
                 config.origin_fallback = Some(origins.clone());
             }
+            config.local_reads = args.local_reads;
             Some(
                 CacheClient::connect(config)
                     .await

@@ -76,6 +76,10 @@ pub struct ClusterConfig {
     pub loader: LoaderConfig,
     /// Whether cache clients may fall back to the origin.
     pub origin_fallback: bool,
+    /// Whether workers offer their local socket (`<cache dir>/local.sock`), which this
+    /// process's cache clients then use for cached reads (the co-located fast path, as
+    /// under `talon up`). Off: every read goes over the TCP data plane.
+    pub local_sockets: bool,
 }
 
 impl Default for ClusterConfig {
@@ -93,6 +97,7 @@ impl Default for ClusterConfig {
                 ..LoaderConfig::default()
             },
             origin_fallback: false,
+            local_sockets: true,
         }
     }
 }
@@ -271,6 +276,10 @@ impl Cluster {
                 ..DataPlaneConfig::default()
             },
             cluster_secret: self.cluster_secret().clone(),
+            local_socket: self
+                .config
+                .local_sockets
+                .then(|| slot.cache_dir.join("local.sock")),
             membership: Some(MembershipConfig {
                 coordinator_url: self.coordinator.url(),
                 id: slot.id.clone(),

@@ -216,7 +216,7 @@ async fn a_reader_refuses_a_worker_that_cannot_prove_the_secret() {
     });
     let secret = ClusterSecret::new(b"the reader's real cluster secret").unwrap();
     let err = talon_cache_client::connection::Connection::connect(
-        &addr.to_string(),
+        &talon_cache_client::connection::Endpoint::Tcp(addr.to_string()),
         Duration::from_secs(5),
         &secret,
         Role::Reader,

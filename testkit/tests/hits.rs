@@ -168,11 +168,24 @@ async fn replies_say_whether_the_worker_fetched_from_the_origin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cached_block_out_of_the_page_cache_is_sent_from_the_blocking_pool() {
+    cold_pages_are_read_off_the_reactor(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_off_block_out_of_the_page_cache_is_read_by_the_reader_from_disk() {
+    cold_pages_are_read_off_the_reactor(true).await;
+}
+
+/// A hit whose pages left the page cache is still a hit with the right bytes: over TCP
+/// the worker's `sendfile` runs on its blocking pool; over the local socket the reader's
+/// non-blocking read finds the pages absent and reads them on its own blocking pool.
+async fn cold_pages_are_read_off_the_reactor(local_sockets: bool) {
     let size = 2 * BLOCK;
     let object = GeneratedObject::new("data", "cold-pages.bin", size, 25);
     let cluster = Cluster::start(ClusterConfig {
         workers: 1,
         generated: vec![object.clone()],
+        local_sockets,
         ..ClusterConfig::default()
     })
     .await;
@@ -194,11 +207,16 @@ async fn a_cached_block_out_of_the_page_cache_is_sent_from_the_blocking_pool() {
     }
     let gets = cluster.origin_gets();
     let before = cluster.worker_metric(0, "talon_worker_sends_from_disk_total");
+    let handoffs = cluster.worker_metric(0, "talon_worker_file_handoffs_total");
     let again = read_through(&client, &id, &version, size, PAGE..size - PAGE)
         .await
         .unwrap("warm but not in the page cache");
     assert!(again == expected(&object, PAGE..size - PAGE));
     assert_eq!(cluster.origin_gets(), gets, "still a hit: no origin GET");
+    if local_sockets {
+        assert!(cluster.worker_metric(0, "talon_worker_file_handoffs_total") > handoffs);
+        return;
+    }
     if cold {
         // The kernel could tell (cachestat) that the pages were gone: the sends went
         // through the blocking pool, not the reactor.

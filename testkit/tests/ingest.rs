@@ -151,12 +151,14 @@ async fn pushed_bytes_read_back_equal_without_an_origin_fetch() {
         gets,
         "no origin fetch for pushed pages"
     );
-    // Only block files, their metadata and the instance id: no staging file is left.
+    // Only block files, their metadata, the instance id and the local socket: no
+    // staging file is left.
     let files = files_in(&dir);
     assert!(
-        files
-            .iter()
-            .all(|f| f.ends_with(".blk") || f.ends_with(".meta") || f == "instance"),
+        files.iter().all(|f| f.ends_with(".blk")
+            || f.ends_with(".meta")
+            || f == "instance"
+            || f == "local.sock"),
         "{files:?}"
     );
     assert!(cluster.worker(0).store().get(&block(&cluster, 1)).is_some());

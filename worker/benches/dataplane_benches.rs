@@ -83,6 +83,7 @@ fn serial_reads_on(
                 ..DataPlaneConfig::default()
             },
             membership: None,
+            local_socket: None,
             cluster_secret: secret(),
         })
         .await

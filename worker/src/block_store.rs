@@ -141,6 +141,8 @@ pub struct Block {
     pub pages: u32,
     page_size: u64,
     file: File,
+    /// A read-only descriptor of `file`, opened on first use, for readers on this host.
+    read_only: std::sync::OnceLock<File>,
     data_path: PathBuf,
     meta_path: PathBuf,
     state: Mutex<BlockState>,
@@ -188,6 +190,28 @@ impl Block {
     /// The open block file, for `sendfile`.
     pub fn file(&self) -> &File {
         &self.file
+    }
+
+    /// A read-only descriptor of the block file, for handing to a reader on this host
+    /// (the local socket's FileHandoff), which may then read present pages but never
+    /// write. Opened once, on first use, through this process's own descriptor
+    /// (`/proc/self/fd`), so it is the same file even when eviction has unlinked it;
+    /// it stays open as long as the block.
+    ///
+    /// # Errors
+    /// Opening it (no `/proc`, no descriptors left).
+    pub fn read_only_file(&self) -> io::Result<&File> {
+        use std::os::fd::AsRawFd;
+        if let Some(file) = self.read_only.get() {
+            return Ok(file);
+        }
+        let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        let file = File::open(path)?;
+        // A racing first use may have set it meanwhile: either descriptor will do.
+        let _ = self.read_only.set(file);
+        self.read_only
+            .get()
+            .ok_or_else(|| io::Error::other("the read-only descriptor vanished"))
     }
 
     /// Byte range of `page` within the block.
@@ -685,6 +709,7 @@ impl BlockStore {
             pages,
             page_size: self.page_size,
             file,
+            read_only: std::sync::OnceLock::new(),
             meta_path: self.dir.join(format!("{name}.meta")),
             data_path,
             name,

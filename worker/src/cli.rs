@@ -35,6 +35,13 @@ pub struct Args {
     /// Byte budget of the block store (bytes on disk, as du counts them), e.g. 64GiB.
     #[arg(long, env = "TALON_WORKER_CAPACITY", default_value = "64GiB", value_parser = parse_byte_size)]
     capacity: u64,
+    /// The local socket for readers on this host (a gateway beside the worker): cached
+    /// reads are answered with the block file's descriptor and the reader reads the
+    /// bytes itself, so they cross no socket. "auto" = <cache-dir>/local.sock, "off" =
+    /// none, or a path (at most 107 bytes once absolute). Same Hello and limits as the
+    /// data plane; the socket file is owner-only.
+    #[arg(long, env = "TALON_WORKER_LOCAL_SOCKET", default_value = "auto")]
+    local_socket: String,
     /// Page size: the unit of presence and of origin fetches (power of two), e.g. 1MiB.
     #[arg(long, env = "TALON_WORKER_PAGE_SIZE", default_value = "1MiB", value_parser = parse_byte_size)]
     page_size: u64,
@@ -226,7 +233,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ),
     };
     let cluster_secret = args.cluster.load()?;
+    let local_socket = match args.local_socket.as_str() {
+        "off" => None,
+        "auto" => Some(std::path::absolute(args.cache_dir.join("local.sock"))?),
+        path => Some(std::path::absolute(path)?),
+    };
     let config = WorkerConfig {
+        local_socket,
         cluster_secret,
         listen: args.listen,
         admin_listen,
@@ -277,6 +290,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "admin": worker.admin_addr.map(|a| format!("http://{a}")),
             "data_plane": worker.plane.name(),
             "rings": worker.plane.rings(),
+            "local_socket": worker.local_socket.as_ref().map(|p| p.display().to_string()),
         });
         talon_process::write_ready_file(path, &ready)
             .with_context(|| format!("writing {}", path.display()))?;

@@ -20,6 +20,8 @@ pub struct WorkerMetrics {
     misses: Counter,
     bytes_from_cache: Counter,
     sends_from_disk: Counter,
+    file_handoffs: Counter,
+    bytes_handed_off: Counter,
     bytes_from_origin: Counter,
     origin_requests: Counter,
     origin_retries: Counter,
@@ -51,6 +53,8 @@ impl WorkerMetrics {
             misses: Counter::default(),
             bytes_from_cache: Counter::default(),
             sends_from_disk: Counter::default(),
+            file_handoffs: Counter::default(),
+            bytes_handed_off: Counter::default(),
             bytes_from_origin: Counter::default(),
             origin_requests: Counter::default(),
             origin_retries: Counter::default(),
@@ -88,6 +92,16 @@ impl WorkerMetrics {
                 "sends_from_disk",
                 "Cached replies not all in the page cache, sent from the blocking pool",
                 m.sends_from_disk.clone(),
+            );
+            r.register(
+                "file_handoffs",
+                "Reads answered on the local socket with the block file's descriptor (the reader on this host reads the bytes itself)",
+                m.file_handoffs.clone(),
+            );
+            r.register(
+                "handed_off_bytes",
+                "Payload bytes of those reads (not in cache_bytes_served: this worker did not send them)",
+                m.bytes_handed_off.clone(),
             );
             r.register(
                 "origin_bytes",
@@ -187,6 +201,17 @@ impl WorkerMetrics {
     /// the blocking pool.
     pub fn send_from_disk(&self) {
         self.sends_from_disk.inc();
+    }
+
+    /// A read of `len` cached bytes answered with the block file's descriptor.
+    pub fn file_handoff(&self, len: u64) {
+        self.file_handoffs.inc();
+        self.bytes_handed_off.inc_by(len);
+    }
+
+    /// Reads answered with a descriptor so far.
+    pub fn file_handoffs(&self) -> u64 {
+        self.file_handoffs.get()
     }
 
     /// Bytes fetched from the origin.

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use talon_coordinator_client::api::{HeartbeatRequest, RegisterRequest};
 use talon_coordinator_client::client::CoordinatorClient;
+use talon_coordinator_client::local_endpoint::{LocalEndpoint, host_identity};
 use talon_core::cluster_auth::{ClusterSecret, Role};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -66,6 +67,10 @@ pub struct WorkerConfig {
     pub loader: LoaderConfig,
     /// The data plane's limits.
     pub data_plane: DataPlaneConfig,
+    /// Where to offer the local socket to readers on this host (the co-located fast
+    /// path: cached reads answered with the block file's descriptor); `None` for none.
+    /// A socket that cannot be bound is logged and skipped: readers then use TCP.
+    pub local_socket: Option<PathBuf>,
     /// Coordinator membership; `None` for a standalone worker.
     pub membership: Option<MembershipConfig>,
     /// The cluster secret: data-plane peers prove they know it in the Hello exchange,
@@ -82,6 +87,8 @@ pub struct RunningWorker {
     pub admin_addr: Option<SocketAddr>,
     /// The data plane serving (io_uring rings or Tokio).
     pub plane: PlaneKind,
+    /// The local socket, when one is served.
+    pub local_socket: Option<PathBuf>,
     services: Arc<Services>,
     membership: Option<(CoordinatorClient, String, String)>,
     shutdown: watch::Sender<bool>,
@@ -166,6 +173,33 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     let addr = plane.addr;
     services.metrics.set_data_plane(plane.kind);
     let mut tasks = vec![plane.task];
+    let local_socket = match &config.local_socket {
+        Some(path) => match data_plane::start_local(
+            path,
+            services.clone(),
+            config.data_plane.clone(),
+            shutdown_rx.clone(),
+        )
+        .await
+        {
+            Ok(task) => {
+                tasks.push(task);
+                Some(path.clone())
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "no local socket: readers on this host will use TCP");
+                None
+            }
+        },
+        None => None,
+    };
+    let local = match (&local_socket, host_identity()) {
+        (Some(path), Some(host)) => LocalEndpoint {
+            host,
+            socket: path.to_string_lossy().into_owned(),
+        },
+        _ => LocalEndpoint::default(),
+    };
 
     let admin_addr = match config.admin_listen {
         Some(a) => {
@@ -200,6 +234,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 zone: m.zone.clone(),
                 capacity_bytes: config.capacity_bytes,
                 placement_version: talon_coordinator_client::placement::PLACEMENT_VERSION,
+                local,
             };
             tasks.push(tokio::spawn(agent(
                 client.clone(),
@@ -217,6 +252,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         addr,
         admin_addr,
         plane: plane.kind,
+        local_socket,
         services,
         membership,
         shutdown,

@@ -317,6 +317,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 route: Route::Cache,
                 coordinator: Some(&coordinator_url),
                 block_size: args.block_size,
+                // The worker is modelled as remote, behind the delay line: over TCP.
+                local_reads: false,
             },
         )
         .await?;
@@ -340,6 +342,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     route: Route::Origin,
                     coordinator: None,
                     block_size: args.block_size,
+                    local_reads: false,
                 },
             )
             .await?,

@@ -120,6 +120,10 @@ struct Args {
     #[arg(long, env = "TALON_PROXY_BENCH_NO_NGINX")]
     no_nginx: bool,
 
+    /// Skip the arm that reads the S3 cache cluster over TCP (local reads off).
+    #[arg(long, env = "TALON_PROXY_BENCH_NO_TCP_ARM")]
+    no_tcp_arm: bool,
+
     /// Skip the Varnish peer arm.
     #[arg(long, env = "TALON_PROXY_BENCH_NO_VARNISH")]
     no_varnish: bool,
@@ -311,6 +315,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 route: Route::Cache,
                 coordinator: Some(&coordinator_url),
                 block_size: args.block_size,
+                local_reads: true,
             },
         )
         .await?;
@@ -328,6 +333,38 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             with_children: false,
         });
         gateways.push(gateway);
+        if protocol == Protocol::S3 && !args.no_tcp_arm {
+            // The same cluster read over TCP, as a gateway on another host would:
+            // what the local socket saves.
+            let tcp = Gateway::start(
+                &binaries,
+                dir,
+                &stub,
+                GatewaySpec {
+                    name: "gateway-s3-cache-tcp",
+                    front: protocol,
+                    route: Route::Cache,
+                    coordinator: Some(&coordinator_url),
+                    block_size: args.block_size,
+                    local_reads: false,
+                },
+            )
+            .await?;
+            arms.push(PendingArm {
+                name: "S3, cache over TCP (local reads off)".into(),
+                key: "s3-cache-tcp".into(),
+                protocol,
+                path: "cache",
+                target: target(protocol, &tcp.url, &object, client_auth(protocol)?)?,
+                pids: vec![
+                    ("gateway", tcp.process.pid()),
+                    ("worker", worker.process.pid()),
+                    ("coordinator", coordinator.process.pid()),
+                ],
+                with_children: false,
+            });
+            gateways.push(tcp);
+        }
         clusters.push((coordinator, worker));
     }
     for protocol in [Protocol::S3, Protocol::Azure] {
@@ -346,6 +383,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 route: Route::Origin,
                 coordinator: None,
                 block_size: args.block_size,
+                local_reads: false,
             },
         )
         .await?;

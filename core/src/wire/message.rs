@@ -293,6 +293,18 @@ pub struct IngestAck {
     pub len: u32,
 }
 
+/// ReadRange reply on the local socket: `len` bytes at `offset` (block coordinates)
+/// are present and verified in the block file whose descriptor travels with the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileHandoff {
+    /// The read's offset within the block, which is its offset in the block file.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: u32,
+    /// Whether the worker fetched bytes from the origin to answer (a fill).
+    pub from_origin: bool,
+}
+
 /// Error reply: why a request failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorReply {
@@ -374,6 +386,8 @@ pub enum Message {
     },
     /// The peer is authenticated.
     Welcome,
+    /// Read the bytes from the descriptor that comes with this frame (local socket).
+    FileHandoff(FileHandoff),
     /// A request failed.
     Error(ErrorReply),
 }
@@ -394,6 +408,7 @@ impl Message {
             Self::HelloReply { .. } => MessageType::HelloReply,
             Self::HelloProof { .. } => MessageType::HelloProof,
             Self::Welcome => MessageType::Welcome,
+            Self::FileHandoff(_) => MessageType::FileHandoff,
             Self::Error(_) => MessageType::Error,
         }
     }
@@ -510,6 +525,11 @@ impl Message {
             Self::IngestAck(ack) => {
                 w.u64(ack.offset);
                 w.u32(ack.len);
+            }
+            Self::FileHandoff(handoff) => {
+                w.u64(handoff.offset);
+                w.u32(handoff.len);
+                w.u8(u8::from(handoff.from_origin));
             }
             Self::Hello {
                 version,
@@ -646,6 +666,15 @@ impl Message {
             MessageType::IngestAck => Self::IngestAck(IngestAck {
                 offset: r.u64()?,
                 len: r.u32()?,
+            }),
+            MessageType::FileHandoff => Self::FileHandoff(FileHandoff {
+                offset: r.u64()?,
+                len: r.u32()?,
+                from_origin: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(r.malformed("from-origin flag must be 0 or 1")),
+                },
             }),
             MessageType::Hello => {
                 let version = r.u8()?;

@@ -39,6 +39,7 @@
 //! | `0x85` | HelloReply | worker nonce 16 bytes, worker proof 32 bytes | 64 |
 //! | `0x06` | HelloProof | peer proof 32 bytes | 64 |
 //! | `0x86` | Welcome | empty | 64 |
+//! | `0x87` | FileHandoff | offset in block `u64`, len `u32`, from origin `u8` (0/1); one descriptor rides with it (local socket only, below) | 13 |
 //! | `0xFF` | Error | code `u16` ([`ErrorCode`]), message string; ERROR flag set | 4 KiB |
 //!
 //! An *object id* is a backend tag `u8` (1 = S3, 2 = Azure) followed by its
@@ -75,6 +76,18 @@
 //! END_OF_STREAM on a frame says its sender will send nothing more on this
 //! connection (for example a draining worker's last reply).
 //!
+//! # The local socket
+//!
+//! A worker may also listen on a Unix socket for readers on its own host (the
+//! co-located fast path). The conversation is the same, with one more answer to
+//! ReadRange: a FileHandoff frame, sent with `SCM_RIGHTS` carrying one read-only
+//! descriptor of the block file (its bytes are at block offsets). It says that `len`
+//! bytes from `offset` are present and verified in that file, and the reader reads
+//! them itself. The worker may still answer a ReadRange there with a ReadRangeReply
+//! (bytes it could not cache) or an Error. Present pages are never rewritten and an
+//! evicted file is only unlinked, so the descriptor's bytes stay those of the block.
+//! FileHandoff on a TCP connection is a protocol error.
+//!
 //! ReadRange and Ingest carry the object size so a worker can size the
 //! block's [`PresentBitmap`](crate::PresentBitmap) and check the range
 //! without asking the origin first.
@@ -88,9 +101,9 @@ use std::ops::BitOr;
 
 pub use decoder::{BulkKind, BulkStart, Event, Frame, FrameDecoder};
 pub use message::{
-    ErrorReply, HeaderSet, IngestAck, IngestMeta, IngestRequest, MAX_CONTENT_HEADER_LEN,
-    MAX_CONTENT_MD5_LEN, Message, ObjectHeaders, ReadRangeRequest, StatReply, StatRequest,
-    encode_ingest_prefix, encode_read_range_reply_header,
+    ErrorReply, FileHandoff, HeaderSet, IngestAck, IngestMeta, IngestRequest,
+    MAX_CONTENT_HEADER_LEN, MAX_CONTENT_MD5_LEN, Message, ObjectHeaders, ReadRangeRequest,
+    StatReply, StatRequest, encode_ingest_prefix, encode_read_range_reply_header,
 };
 
 use crate::error::Error;
@@ -134,6 +147,9 @@ pub const MAX_INGEST_PAYLOAD: u32 = MAX_INGEST_DATA_LEN + MAX_CONTROL_PAYLOAD;
 /// Size of an IngestAck payload, in bytes.
 pub const INGEST_ACK_PAYLOAD: u32 = 12;
 
+/// Size of a FileHandoff payload, in bytes.
+pub const FILE_HANDOFF_PAYLOAD: u32 = 13;
+
 /// Cap on the payloads of the Hello exchange (Hello, HelloReply, HelloProof,
 /// Welcome), in bytes.
 pub const MAX_HELLO_PAYLOAD: u32 = 64;
@@ -166,13 +182,16 @@ pub enum MessageType {
     HelloReply = 0x85,
     /// Reply to HelloProof: the peer is authenticated.
     Welcome = 0x86,
+    /// Reply to ReadRange on the local socket: read these bytes from the block file
+    /// whose descriptor comes with this frame.
+    FileHandoff = 0x87,
     /// A request failed; carries an [`ErrorCode`] and a message.
     Error = 0xFF,
 }
 
 impl MessageType {
     /// Every message type, in wire-value order.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::Ping,
         Self::Stat,
         Self::ReadRange,
@@ -185,6 +204,7 @@ impl MessageType {
         Self::IngestAck,
         Self::HelloReply,
         Self::Welcome,
+        Self::FileHandoff,
         Self::Error,
     ];
 
@@ -204,6 +224,7 @@ impl MessageType {
             0x84 => Self::IngestAck,
             0x85 => Self::HelloReply,
             0x86 => Self::Welcome,
+            0x87 => Self::FileHandoff,
             0xFF => Self::Error,
             other => return Err(Error::UnknownMessageType(other)),
         })
@@ -234,6 +255,7 @@ impl MessageType {
             Self::ReadRangeReply => MAX_READ_LEN,
             Self::Ingest => MAX_INGEST_PAYLOAD,
             Self::IngestAck => INGEST_ACK_PAYLOAD,
+            Self::FileHandoff => FILE_HANDOFF_PAYLOAD,
             Self::Hello | Self::HelloProof | Self::HelloReply | Self::Welcome => MAX_HELLO_PAYLOAD,
             Self::Error => MAX_ERROR_PAYLOAD,
         }

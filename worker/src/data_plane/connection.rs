@@ -31,7 +31,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use talon_core::cluster_auth::{HELLO_VERSION, HelloSide, NONCE_LEN, Nonce, Role};
-use talon_core::wire::{BulkKind, Event, Frame, FrameDecoder, FrameHeader, IngestMeta};
+use talon_core::wire::{
+    BulkKind, Event, FileHandoff, Frame, FrameDecoder, FrameHeader, HEADER_LEN, IngestMeta,
+};
 use talon_core::{ErrorCode, Message};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -69,6 +71,13 @@ pub(crate) trait SocketWriter {
 
     /// Waits until the socket can take bytes, at most `timeout` (then `TimedOut`).
     async fn writable(&self, timeout: Duration) -> io::Result<()>;
+
+    /// Whether this connection answers a ReadRange of cached bytes with a FileHandoff
+    /// (the block file's descriptor) instead of the bytes: only the local socket, whose
+    /// peer shares this host.
+    fn hands_off_files(&self) -> bool {
+        false
+    }
 
     /// Sends `len` bytes of `file` from `offset` with the plane's own asynchronous
     /// file read and socket send (the `uring` Layer 2: io_uring read + send on the
@@ -650,6 +659,60 @@ async fn send_resident<W: SocketWriter>(
     send_copied(writer, file, offset, len, stall, copy_buf).await
 }
 
+/// Answers a ReadRange of cached bytes on the local socket: a FileHandoff frame with
+/// a read-only descriptor of the block file attached (`SCM_RIGHTS`). `Ok(false)` when
+/// no descriptor can be had: the caller sends the bytes instead, which the peer also
+/// accepts. The pages were checked present and verified when the answer was made; the
+/// file's present pages are never rewritten, and eviction only unlinks it, so the peer
+/// reads exactly those bytes through the descriptor however long it keeps it.
+async fn hand_off<W: SocketWriter>(
+    writer: &W,
+    header: &[u8; HEADER_LEN],
+    from_origin: bool,
+    block: &crate::block_store::Block,
+    offset: u64,
+    len: u64,
+    stall: Duration,
+) -> io::Result<bool> {
+    use std::mem::MaybeUninit;
+    use std::os::fd::AsFd;
+
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let file = match block.read_only_file() {
+        Ok(file) => file,
+        Err(e) => {
+            tracing::warn!(block = %block.name, error = %e, "no read-only descriptor to hand off; sending the bytes");
+            return Ok(false);
+        }
+    };
+    let request_id = FrameHeader::decode(header)
+        .map_err(|e| io::Error::other(e.to_string()))?
+        .request_id();
+    let frame = Message::FileHandoff(FileHandoff {
+        offset,
+        len: u32::try_from(len).map_err(|_| io::Error::other("a handoff over 4 GiB"))?,
+        from_origin,
+    })
+    .encode(request_id)
+    .map_err(|e| io::Error::other(e.to_string()))?;
+    // The descriptor rides with the frame's first byte; a partial send leaves the
+    // rest for plain sends.
+    let fds = [file.as_fd()];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let sent = write_when_ready(writer, stall, || {
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+            return Err(io::Error::other("no room for the descriptor"));
+        }
+        let iov = [io::IoSlice::new(&frame)];
+        rustix::net::sendmsg(writer.fd(), &iov, &mut control, SendFlags::NOSIGNAL)
+            .map_err(io::Error::from)
+    })
+    .await?;
+    write_all(writer, &frame[sent..], false, stall).await?;
+    Ok(true)
+}
+
 async fn write_loop<W: SocketWriter>(
     writer: &W,
     bulk_fd: Arc<OwnedFd>,
@@ -679,11 +742,25 @@ async fn write_loop<W: SocketWriter>(
                 }
                 Reply::File {
                     header,
+                    from_origin,
                     block,
                     offset,
                     len,
                     started,
                 } => {
+                    if writer.hands_off_files() {
+                        match hand_off(writer, &header, from_origin, &block, offset, len, stall)
+                            .await
+                        {
+                            Ok(true) => {
+                                metrics.file_handoff(len);
+                                metrics.read_done(started.elapsed());
+                                continue;
+                            }
+                            Ok(false) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
                     // After the header, any failure must close the connection: the
                     // client would otherwise read the next frame as payload.
                     write_all(writer, &header, len > 0, stall).await?;

@@ -277,3 +277,41 @@ pub async fn start(
     let task = tokio::spawn(tokio_plane::serve(listener, services, config, shutdown));
     Ok(RunningPlane { addr, kind, task })
 }
+
+/// Binds the local socket at `path` and serves it on Tokio until `shutdown`, then
+/// removes it: the co-located fast path, where a reader on this host gets each cached
+/// read as the block file's descriptor (a FileHandoff) and reads the bytes itself, so
+/// they cross no socket between the two. The protocol, the Hello exchange and every
+/// limit are the TCP plane's. The socket is made owner-only; a stale socket file left
+/// by a dead worker is replaced, a live one is not.
+///
+/// # Errors
+/// The path is taken by a live socket or anything else, or cannot be bound.
+pub async fn start_local(
+    path: &std::path::Path,
+    services: Arc<Services>,
+    config: DataPlaneConfig,
+    shutdown: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let bind_error = |e| WorkerError::io("binding the local socket", e);
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let stale =
+            meta.file_type().is_socket() && tokio::net::UnixStream::connect(path).await.is_err();
+        if !stale {
+            return Err(bind_error(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} exists and is not a dead socket", path.display()),
+            )));
+        }
+        std::fs::remove_file(path).map_err(bind_error)?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(bind_error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_error)?;
+    tracing::info!(path = %path.display(), "local socket for readers on this host");
+    let path = path.to_owned();
+    Ok(tokio::spawn(async move {
+        tokio_plane::serve(listener, services, config, shutdown).await;
+        let _ = std::fs::remove_file(&path);
+    }))
+}

@@ -40,6 +40,8 @@ pub(crate) enum Reply {
     /// A success header, then `len` bytes of the block file from `offset`.
     File {
         header: [u8; HEADER_LEN],
+        /// Whether answering fetched bytes from the origin (the header says so too).
+        from_origin: bool,
         block: Arc<Block>,
         offset: u64,
         len: u64,
@@ -84,6 +86,7 @@ pub(crate) fn answer_now(
             let header = encode_read_range_reply_header(id, req.len, false).ok()?;
             Some(Reply::File {
                 header,
+                from_origin: false,
                 block,
                 offset: req.offset,
                 len: u64::from(req.len),
@@ -231,6 +234,7 @@ async fn read_range(
     match services.loader.prepare(req).await? {
         Prepared::Cached { block, from_origin } => Ok(Reply::File {
             header: encode_read_range_reply_header(id, req.len, from_origin)?,
+            from_origin,
             block,
             offset: req.offset,
             len: u64::from(req.len),

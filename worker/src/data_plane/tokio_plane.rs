@@ -1,6 +1,10 @@
 //! Layer 1 on Tokio: the portable plane, and the fallback when io_uring is unavailable.
 //! One listener, a task per connection on Tokio's work-stealing pool, readiness from
 //! epoll. The protocol itself is [`super::connection`]'s.
+//!
+//! The same code serves the worker's local socket (a Unix socket for readers on this
+//! host, whatever the TCP plane is): there a ReadRange of cached bytes is answered with
+//! the block file's descriptor instead of the bytes ([`TokioStream::HANDS_OFF_FILES`]).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -8,17 +12,110 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::Interest;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{Semaphore, watch};
 
 use super::DataPlaneConfig;
 use super::connection::{SocketReader, SocketWriter, serve_connection};
 use super::requests::Services;
 
+/// A listener the plane accepts on: TCP, or the local Unix socket.
+pub trait TokioListener: Send + 'static {
+    /// Its connections.
+    type Stream: TokioStream;
+
+    /// The next connection and a name for its peer, for logs.
+    fn accept_one(&self) -> impl Future<Output = io::Result<(Self::Stream, String)>> + Send;
+}
+
+impl TokioListener for TcpListener {
+    type Stream = TcpStream;
+
+    async fn accept_one(&self) -> io::Result<(TcpStream, String)> {
+        let (stream, peer) = self.accept().await?;
+        let _ = stream.set_nodelay(true);
+        Ok((stream, peer.to_string()))
+    }
+}
+
+impl TokioListener for UnixListener {
+    type Stream = UnixStream;
+
+    async fn accept_one(&self) -> io::Result<(UnixStream, String)> {
+        let (stream, _) = self.accept().await?;
+        let peer = stream
+            .peer_cred()
+            .ok()
+            .and_then(|c| c.pid())
+            .map_or_else(|| "local".to_owned(), |pid| format!("local pid {pid}"));
+        Ok((stream, peer))
+    }
+}
+
+/// What the plane needs of a Tokio socket (Tokio's readiness is per direction, so one
+/// `&` serves both halves).
+pub trait TokioStream: AsFd + Send + Sync + 'static {
+    /// Whether cached reads are answered with the block file's descriptor (the local
+    /// socket) rather than its bytes.
+    const HANDS_OFF_FILES: bool;
+
+    /// Waits until the socket has bytes (or an error) to read.
+    fn ready_to_read(&self) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Waits until the socket can take bytes.
+    fn ready_to_write(&self) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// A non-blocking read appended to `buf`'s spare capacity.
+    fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize>;
+
+    /// Runs the non-blocking write `op`, clearing write readiness on `WouldBlock`.
+    fn try_write_with(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize>;
+}
+
+impl TokioStream for TcpStream {
+    const HANDS_OFF_FILES: bool = false;
+
+    async fn ready_to_read(&self) -> io::Result<()> {
+        self.readable().await
+    }
+
+    async fn ready_to_write(&self) -> io::Result<()> {
+        self.writable().await
+    }
+
+    fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        self.try_read_buf(buf)
+    }
+
+    fn try_write_with(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize> {
+        self.try_io(Interest::WRITABLE, op)
+    }
+}
+
+impl TokioStream for UnixStream {
+    const HANDS_OFF_FILES: bool = true;
+
+    async fn ready_to_read(&self) -> io::Result<()> {
+        self.readable().await
+    }
+
+    async fn ready_to_write(&self) -> io::Result<()> {
+        self.writable().await
+    }
+
+    fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        self.try_read_buf(buf)
+    }
+
+    fn try_write_with(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize> {
+        self.try_io(Interest::WRITABLE, op)
+    }
+}
+
 /// Serves the data plane on `listener` until `shutdown` turns true, then drains: the
 /// connections stop reading and finish the answers they owe (at most 10 s).
-pub async fn serve(
-    listener: TcpListener,
+pub async fn serve<L: TokioListener>(
+    listener: L,
     services: Arc<Services>,
     config: DataPlaneConfig,
     mut shutdown: watch::Receiver<bool>,
@@ -33,7 +130,7 @@ pub async fn serve(
         };
         let (stream, peer) = tokio::select! {
             _ = shutdown.changed() => break,
-            a = listener.accept() => match a {
+            a = listener.accept_one() => match a {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -62,13 +159,12 @@ pub async fn serve(
     }
 }
 
-async fn connection(
-    stream: TcpStream,
+async fn connection<S: TokioStream>(
+    stream: S,
     services: &Arc<Services>,
     config: &DataPlaneConfig,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    let _ = stream.set_nodelay(true);
     let bulk_fd: Arc<OwnedFd> = Arc::new(stream.as_fd().try_clone_to_owned()?);
     serve_connection(
         TokioSocket(&stream),
@@ -81,18 +177,17 @@ async fn connection(
     .await
 }
 
-/// A Tokio socket, read and written through readiness (`&TcpStream` for both halves:
-/// Tokio's readiness is per direction).
-struct TokioSocket<'a>(&'a TcpStream);
+/// A Tokio socket, read and written through readiness.
+struct TokioSocket<'a, S>(&'a S);
 
-impl SocketReader for TokioSocket<'_> {
+impl<S: TokioStream> SocketReader for TokioSocket<'_, S> {
     async fn read(&mut self, mut buf: Vec<u8>, timeout: Duration) -> (io::Result<usize>, Vec<u8>) {
         let stream = self.0;
         let read = async {
             loop {
-                stream.readable().await?;
+                stream.ready_to_read().await?;
                 buf.clear();
-                match stream.try_read_buf(&mut buf) {
+                match stream.try_read_into(&mut buf) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     r => return r,
                 }
@@ -106,17 +201,21 @@ impl SocketReader for TokioSocket<'_> {
     }
 }
 
-impl SocketWriter for TokioSocket<'_> {
+impl<S: TokioStream> SocketWriter for TokioSocket<'_, S> {
     fn fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
     }
 
     fn try_write(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize> {
-        self.0.try_io(Interest::WRITABLE, op)
+        self.0.try_write_with(op)
+    }
+
+    fn hands_off_files(&self) -> bool {
+        S::HANDS_OFF_FILES
     }
 
     async fn writable(&self, timeout: Duration) -> io::Result<()> {
-        match tokio::time::timeout(timeout, self.0.writable()).await {
+        match tokio::time::timeout(timeout, self.0.ready_to_write()).await {
             Ok(r) => r,
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,

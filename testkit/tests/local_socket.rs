@@ -1,0 +1,252 @@
+//! The co-located fast path: a worker's local socket hands a reader on the same host
+//! the block file's descriptor, and the reader reads the bytes itself. The bytes must be
+//! exactly the origin's, whichever way they travel; an evicted block must not be pulled
+//! out from under a read; a broken local socket must cost a TCP round trip, never a
+//! failed read; and the socket must demand the cluster secret like the TCP plane.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use talon_cache_client::connection::{Answer, Connection, Endpoint};
+use talon_core::cluster_auth::{ClusterSecret, Role};
+use talon_core::wire::ReadRangeRequest;
+use talon_core::{Message, ObjectId, ObjectVersion};
+use talon_origin_stub::generated::GeneratedObject;
+use talon_testkit::{Cluster, ClusterConfig, expected, read_through};
+
+const PAGE: u64 = 16 << 10;
+const BLOCK: u64 = 256 << 10;
+
+fn sum_metric(cluster: &Cluster, name: &str) -> f64 {
+    (0..cluster.config().workers)
+        .map(|i| cluster.worker_metric(i, name))
+        .sum()
+}
+
+fn local_socket(cluster: &Cluster, i: usize) -> PathBuf {
+    cluster
+        .worker(i)
+        .local_socket
+        .clone()
+        .expect("the worker serves a local socket")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_reads_on_this_host_are_handed_off_and_equal_the_origins_bytes() {
+    let size = 5 * BLOCK + 3 * PAGE + 99;
+    let object = GeneratedObject::new("data", "local.bin", size, 41);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 2,
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let id = ObjectId::s3("data", "local.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let ranges = [0..size, PAGE - 7..3 * BLOCK + 11, size - 99..size, 0..1];
+    let local = cluster.client().await;
+    let tcp = cluster.client_with(|c| c.local_reads = false).await;
+
+    // Cold, then warm, through the local socket: the right bytes, and the worker sent
+    // none of them itself.
+    for pass in ["fill", "hit"] {
+        let (sent, handoffs) = (
+            sum_metric(&cluster, "talon_worker_cache_bytes_served_total"),
+            sum_metric(&cluster, "talon_worker_file_handoffs_total"),
+        );
+        for range in ranges.clone() {
+            let bytes = read_through(&local, &id, &version, size, range.clone())
+                .await
+                .unwrap(pass);
+            assert!(
+                bytes == expected(&object, range.clone()),
+                "{pass} {range:?}"
+            );
+        }
+        assert_eq!(
+            sum_metric(&cluster, "talon_worker_cache_bytes_served_total"),
+            sent,
+            "{pass}: no payload byte crossed a socket"
+        );
+        assert!(sum_metric(&cluster, "talon_worker_file_handoffs_total") >= handoffs + 4.0);
+    }
+
+    // The same reads over TCP: the same bytes, sent by the workers.
+    let gets = cluster.origin_gets();
+    let (sent, handoffs) = (
+        sum_metric(&cluster, "talon_worker_cache_bytes_served_total"),
+        sum_metric(&cluster, "talon_worker_file_handoffs_total"),
+    );
+    for range in ranges {
+        let bytes = read_through(&tcp, &id, &version, size, range.clone())
+            .await
+            .unwrap("tcp");
+        assert!(bytes == expected(&object, range.clone()), "tcp {range:?}");
+    }
+    assert_eq!(cluster.origin_gets(), gets, "all hits");
+    assert!(sum_metric(&cluster, "talon_worker_cache_bytes_served_total") > sent);
+    assert_eq!(
+        sum_metric(&cluster, "talon_worker_file_handoffs_total"),
+        handoffs,
+        "a client with local reads off never gets a descriptor"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
+    // Room for about three blocks: reading five more evicts the first.
+    let objects: Vec<GeneratedObject> = (0..6)
+        .map(|i| GeneratedObject::new("data", &format!("evict-{i}.bin"), BLOCK, 50 + i))
+        .collect();
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        capacity_bytes: 3 * BLOCK + BLOCK / 2,
+        generated: objects.clone(),
+        ..ClusterConfig::default()
+    })
+    .await;
+    let secret = cluster.cluster_secret().clone();
+    let conn = Connection::connect(
+        &Endpoint::Local(local_socket(&cluster, 0)),
+        Duration::from_secs(5),
+        &secret,
+        Role::Reader,
+    )
+    .await
+    .unwrap();
+    let id = ObjectId::s3("data", "evict-0.bin").unwrap();
+    let version = ObjectVersion::from_etag(&objects[0].etag()).unwrap();
+    let block = cluster.block_id(&id, &version, 0);
+    let read = Message::ReadRange(ReadRangeRequest {
+        block: block.clone(),
+        object_size: BLOCK,
+        offset: PAGE,
+        len: u32::try_from(BLOCK - 2 * PAGE).unwrap(),
+    });
+    let Answer::File {
+        file,
+        offset,
+        len,
+        from_origin,
+    } = conn.call(&read, Duration::from_secs(5)).await.unwrap()
+    else {
+        panic!("a cached read on the local socket is handed off");
+    };
+    assert_eq!(
+        (offset, u64::from(len), from_origin),
+        (PAGE, BLOCK - 2 * PAGE, true)
+    );
+    let path = cluster.block_file(0, &block);
+    assert!(path.exists());
+
+    // Fill the cache with the other objects until the first block is evicted.
+    let client = cluster.client().await;
+    for object in &objects[1..] {
+        let other = ObjectId::s3("data", &object.key).unwrap();
+        let v = ObjectVersion::from_etag(&object.etag()).unwrap();
+        let bytes = read_through(&client, &other, &v, BLOCK, 0..BLOCK)
+            .await
+            .unwrap("filler");
+        assert!(bytes == expected(object, 0..BLOCK));
+    }
+    assert!(
+        !path.exists(),
+        "the first block was evicted and its file unlinked"
+    );
+    assert!(cluster.worker_metric(0, "talon_worker_evictions_total") >= 1.0);
+
+    // The descriptor still reads the block's bytes, and cannot write them.
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, offset).unwrap();
+    assert!(bytes == expected(&objects[0], PAGE..BLOCK - PAGE));
+    assert!(
+        file.write_at(b"x", offset).is_err(),
+        "the handed-off descriptor is read-only"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_local_socket_costs_a_tcp_read_not_an_error() {
+    let size = 3 * BLOCK;
+    let object = GeneratedObject::new("data", "nosock.bin", size, 61);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 2,
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    // The sockets vanish (an operator's cleanup, another mount namespace's view):
+    // readers find nothing at the advertised paths.
+    for i in 0..2 {
+        std::fs::remove_file(local_socket(&cluster, i)).unwrap();
+    }
+    let client = cluster.client().await;
+    let id = ObjectId::s3("data", "nosock.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    for _ in 0..2 {
+        let bytes = read_through(&client, &id, &version, size, 0..size)
+            .await
+            .unwrap("over tcp");
+        assert!(bytes == expected(&object, 0..size));
+    }
+    assert_eq!(
+        sum_metric(&cluster, "talon_worker_file_handoffs_total"),
+        0.0
+    );
+    assert!(sum_metric(&cluster, "talon_worker_cache_bytes_served_total") >= size as f64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_socket_is_owner_only_and_demands_the_cluster_secret() {
+    let object = GeneratedObject::new("data", "secret.bin", BLOCK, 71);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let path = local_socket(&cluster, 0);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "only the worker's user may connect");
+
+    let wrong = ClusterSecret::new(b"not this cluster's secret at all").unwrap();
+    let refused = Connection::connect(
+        &Endpoint::Local(path.clone()),
+        Duration::from_secs(5),
+        &wrong,
+        Role::Reader,
+    )
+    .await;
+    assert!(refused.is_err(), "another secret is refused");
+
+    // A request before the Hello exchange gets an error frame, never a descriptor.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut raw = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let id = ObjectId::s3("data", "secret.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let read = Message::ReadRange(ReadRangeRequest {
+        block: cluster.block_id(&id, &version, 0),
+        object_size: BLOCK,
+        offset: 0,
+        len: 16,
+    });
+    raw.write_all(&read.encode(1).unwrap()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut answer))
+        .await
+        .expect("the worker closes the connection")
+        .unwrap();
+    let header = talon_core::wire::FrameHeader::decode(answer[..16].try_into().unwrap()).unwrap();
+    assert_eq!(
+        header.message_type(),
+        talon_core::wire::MessageType::Error,
+        "an unauthenticated request is refused"
+    );
+    assert_eq!(
+        cluster.worker_metric(0, "talon_worker_file_handoffs_total"),
+        0.0
+    );
+    assert_eq!(cluster.origin_gets(), 0, "nothing was read on its behalf");
+}

@@ -55,12 +55,14 @@ export TALON_REQUIRE_INDEPENDENT_ORIGINS=1
 # The data-plane conformance suite (talon-testkit's tests and the worker's) runs on
 # both planes: first everything on the default (io_uring where the probe passes), then
 # the data-plane suites again with the Tokio plane forced. Each run checks that every
-# worker it starts serves on the plane it names (TALON_TEST_EXPECT_DATA_PLANE).
-step "cargo test --workspace (data plane: the default)"
+# worker it starts serves on the plane it names (TALON_TEST_EXPECT_DATA_PLANE). The first
+# run reads the workers over TCP; the second through their local sockets (the
+# co-located fast path, TALON_TEST_LOCAL_SOCKETS=1), which the Tokio plane's code serves.
+step "cargo test --workspace (data plane: the default, reads over TCP)"
 TALON_TEST_EXPECT_DATA_PLANE=default cargo test --workspace
 
-step "the data-plane suites again on the Tokio plane"
-TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_TEST_EXPECT_DATA_PLANE=tokio \
+step "the data-plane suites again on the Tokio plane, reads through the local sockets"
+TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_TEST_EXPECT_DATA_PLANE=tokio TALON_TEST_LOCAL_SOCKETS=1 \
   cargo test -p talon-testkit -p talon-worker -p talon-cache-client
 
 step "rclone (the gateway suite drives the Debian package)"

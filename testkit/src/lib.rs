@@ -78,7 +78,9 @@ pub struct ClusterConfig {
     pub origin_fallback: bool,
     /// Whether workers offer their local socket (`<cache dir>/local.sock`), which this
     /// process's cache clients then use for cached reads (the co-located fast path, as
-    /// under `talon up`). Off: every read goes over the TCP data plane.
+    /// under `talon up`). Off: every read goes over the TCP data plane. The default is
+    /// [`LOCAL_SOCKETS_ENV`]'s: `scripts/test.sh` runs the suite once over TCP (the
+    /// default plane) and once over the local sockets (with the Tokio plane forced).
     pub local_sockets: bool,
 }
 
@@ -97,9 +99,16 @@ impl Default for ClusterConfig {
                 ..LoaderConfig::default()
             },
             origin_fallback: false,
-            local_sockets: true,
+            local_sockets: local_sockets_by_default(),
         }
     }
+}
+
+/// Set to `1` to make clusters offer local sockets by default ([`ClusterConfig::local_sockets`]).
+pub const LOCAL_SOCKETS_ENV: &str = "TALON_TEST_LOCAL_SOCKETS";
+
+fn local_sockets_by_default() -> bool {
+    std::env::var(LOCAL_SOCKETS_ENV).is_ok_and(|v| v.trim() == "1")
 }
 
 /// A worker slot: running, or stopped with its folder kept for a restart.

@@ -40,6 +40,7 @@ async fn cached_reads_on_this_host_are_handed_off_and_equal_the_origins_bytes() 
     let cluster = Cluster::start(ClusterConfig {
         workers: 2,
         generated: vec![object.clone()],
+        local_sockets: true,
         ..ClusterConfig::default()
     })
     .await;
@@ -104,6 +105,7 @@ async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
         workers: 1,
         capacity_bytes: 3 * BLOCK + BLOCK / 2,
         generated: objects.clone(),
+        local_sockets: true,
         ..ClusterConfig::default()
     })
     .await;
@@ -174,6 +176,7 @@ async fn a_missing_local_socket_costs_a_tcp_read_not_an_error() {
     let cluster = Cluster::start(ClusterConfig {
         workers: 2,
         generated: vec![object.clone()],
+        local_sockets: true,
         ..ClusterConfig::default()
     })
     .await;
@@ -204,6 +207,7 @@ async fn the_local_socket_is_owner_only_and_demands_the_cluster_secret() {
     let cluster = Cluster::start(ClusterConfig {
         workers: 1,
         generated: vec![object.clone()],
+        local_sockets: true,
         ..ClusterConfig::default()
     })
     .await;

@@ -507,7 +507,10 @@ def start_cluster(workdir: pathlib.Path) -> Cluster:
             "anonymous": False,
         }))
         fronts = {}
-        for name, extra in (("gateway-main", []),
+        # The main gateway reads the workers over TCP, as a gateway on another host would;
+        # the cross gateway takes their local sockets (the co-located fast path), as
+        # `talon up` does: the suite covers both ways a gateway reaches a worker.
+        for name, extra in (("gateway-main", ["--local-reads", "false"]),
                             ("gateway-cross", ["--s3-front-origin", "azure", "--azure-front-origin", "s3"])):
             gw, s3_port, az_port, admin_port = start_gateway(
                 name, workdir / name, origin_s3=origin_s3, origin_azure=origin_azure, coordinator=coordinator,

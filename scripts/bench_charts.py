@@ -288,8 +288,13 @@ def proxy_table(data: dict) -> str:
         )
     headers = ["arm", "rps, median (min–max)", "MiB/s", "p50", "p99", "CPU/request", "CPU-s per GiB", "cores busy"]
     wl = data.get("workload", {})
+    what = (
+        f"whole GETs of a {range_text(wl.get('object_bytes', 0))} object"
+        if wl.get("whole_object")
+        else f"{range_text(wl.get('range_bytes', 0))} ranges"
+    )
     note = (
-        f"\n\n{range_text(wl.get('range_bytes', 0))} ranges, concurrency "
+        f"\n\n{what[0].upper()}{what[1:]}, concurrency "
         f"{wl.get('concurrency', '?')}, {wl.get('rounds', '?')} paired, order-swapped rounds "
         f"of {wl.get('requests_per_arm_round', '?')} requests per arm; origin model: "
         f"{wl.get('origin_model', '?')}; client: {wl.get('client', '?')}."

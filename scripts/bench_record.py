@@ -233,6 +233,7 @@ def gateway_proxy(lines: list[dict]) -> dict:
         "workload": {
             "range_bytes": first["range_bytes"],
             "object_bytes": first["object_bytes"],
+            "whole_object": bool(first.get("whole_object")),
             "concurrency": first["concurrency"],
             "rounds": first["rounds"],
             "requests_per_arm_round": first["requests_per_round"],
@@ -247,12 +248,15 @@ def gateway_proxy(lines: list[dict]) -> dict:
 
 def data_suffix(data: dict) -> str:
     """The proxy bench is recorded once per range size: its 1 MiB point in
-    gateway_proxy.json, any other in gateway_proxy_<size>.json (64KiB, ...)."""
-    size = data.get("workload", {}).get("range_bytes") if data.get("bench") == "gateway-proxy-bench" else None
-    if size is None or size == 1 << 20:
+    gateway_proxy.json, any other in gateway_proxy_<size>.json (64KiB, ...), and whole
+    GETs of a small object in gateway_proxy_whole_<size>.json."""
+    workload = data.get("workload", {})
+    size = workload.get("range_bytes") if data.get("bench") == "gateway-proxy-bench" else None
+    if size is None or (size == 1 << 20 and not workload.get("whole_object")):
         return ""
-    return "_" + next(f"{size >> s}{u}" for s, u in ((30, "GiB"), (20, "MiB"), (10, "KiB"), (0, "B"))
-                      if size % (1 << s) == 0 and size >= 1 << s)
+    text = next(f"{size >> s}{u}" for s, u in ((30, "GiB"), (20, "MiB"), (10, "KiB"), (0, "B"))
+                if size % (1 << s) == 0 and size >= 1 << s)
+    return ("_whole_" if workload.get("whole_object") else "_") + text
 
 
 def main() -> None:

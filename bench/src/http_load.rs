@@ -525,7 +525,8 @@ async fn one_request(
         return Err("no connection".into());
     };
     let expect = spec.expected.expect_range(k);
-    let req = spec.target.get(Some(expect.range.clone()))?;
+    let range = (!spec.expected.is_whole()).then(|| expect.range.clone());
+    let req = spec.target.get(range)?;
     let start = Instant::now();
     let fetched = match tokio::time::timeout(REQUEST_TIMEOUT, fetch(c, req)).await {
         Ok(Ok(f)) => f,

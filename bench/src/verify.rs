@@ -28,6 +28,8 @@ pub struct ExpectedRanges {
     object: GeneratedObject,
     range_size: u64,
     digests: Vec<[u8; 32]>,
+    /// Asked as whole GETs (no range; 200) rather than ranged ones.
+    whole: bool,
 }
 
 impl ExpectedRanges {
@@ -50,7 +52,23 @@ impl ExpectedRanges {
             object,
             range_size,
             digests,
+            whole: false,
         }
+    }
+
+    /// The whole `object` as one "range", asked with a plain GET (no `Range` header)
+    /// and answered 200: the small-object workload.
+    pub fn whole_object(object: GeneratedObject) -> ExpectedRanges {
+        let size = object.size;
+        ExpectedRanges {
+            whole: true,
+            ..ExpectedRanges::new(object, size)
+        }
+    }
+
+    /// Whether requests are whole GETs ([`ExpectedRanges::whole_object`]).
+    pub fn is_whole(&self) -> bool {
+        self.whole
     }
 
     /// The object.
@@ -79,11 +97,15 @@ impl ExpectedRanges {
         start..(start + self.range_size).min(self.object.size)
     }
 
-    /// What a ranged GET of range `k` must answer.
+    /// What a GET of range `k` must answer (a whole GET's: 200).
     pub fn expect_range(&self, k: usize) -> Expectation {
         let r = self.range(k);
         Expectation {
-            status: StatusCode::PARTIAL_CONTENT,
+            status: if self.whole {
+                StatusCode::OK
+            } else {
+                StatusCode::PARTIAL_CONTENT
+            },
             range: r,
             object_size: self.object.size,
             sha256: self.digests.get(k).copied().unwrap_or_default(),
@@ -335,6 +357,23 @@ mod tests {
         let mut v = vec![0u8; (r.end - r.start) as usize];
         o.fill(r.start, &mut v);
         v
+    }
+
+    #[test]
+    fn a_whole_object_is_one_range_answered_200() {
+        let o = GeneratedObject::new("bench", "small.bin", 4096, 9);
+        let whole = ExpectedRanges::whole_object(o.clone());
+        assert!(whole.is_whole());
+        assert_eq!(whole.len(), 1);
+        let e = whole.expect_range(0);
+        assert_eq!((e.status, e.range.clone()), (StatusCode::OK, 0..4096));
+        assert_eq!(
+            e.sha256,
+            <[u8; 32]>::from(Sha256::digest(bytes(&o, 0..4096)))
+        );
+        let ranged = ExpectedRanges::new(o, 4096);
+        assert!(!ranged.is_whole());
+        assert_eq!(ranged.expect_range(0).status, StatusCode::PARTIAL_CONTENT);
     }
 
     fn headers(pairs: &[(&str, String)]) -> HeaderMap {

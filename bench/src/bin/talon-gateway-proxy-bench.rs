@@ -98,6 +98,11 @@ struct Args {
     #[arg(long, env = "TALON_PROXY_BENCH_RANGE_SIZE", default_value = "1MiB", value_parser = parse_byte_size)]
     range_size: u64,
 
+    /// Whole GETs (no `Range` header, answered 200) of an object of --object-size
+    /// instead of ranges: the small-object point (`--whole-object --object-size 4KiB`).
+    #[arg(long, env = "TALON_PROXY_BENCH_WHOLE_OBJECT")]
+    whole_object: bool,
+
     /// Size of the generated object.
     #[arg(long, env = "TALON_PROXY_BENCH_OBJECT_SIZE", default_value = "64MiB", value_parser = parse_byte_size)]
     object_size: u64,
@@ -223,6 +228,9 @@ fn validate(args: &Args) -> anyhow::Result<()> {
     }
     if args.range_size == 0 || args.range_size > args.object_size {
         bail!("--range-size must be between 1 byte and --object-size");
+    }
+    if args.whole_object && args.range_size != args.object_size {
+        bail!("--whole-object reads the whole object: give --range-size equal to --object-size");
     }
     if !args.block_size.is_power_of_two() {
         bail!("--block-size must be a power of two");
@@ -511,7 +519,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         human_bytes(args.range_size),
         args.object_size >> 20
     ));
-    let expected = Arc::new(ExpectedRanges::new(object.clone(), args.range_size));
+    let expected = Arc::new(if args.whole_object {
+        ExpectedRanges::whole_object(object.clone())
+    } else {
+        ExpectedRanges::new(object.clone(), args.range_size)
+    });
     let stub_set = Watched::new(vec![deployments.stub.process.pid()], false);
 
     // Warm every arm: each range once (fills the caches; opens the
@@ -721,6 +733,7 @@ fn round_json(
         "concurrency": args.concurrency,
         "range_bytes": args.range_size,
         "object_bytes": args.object_size,
+        "whole_object": args.whole_object,
         "requests": o.requests,
         "elapsed_s": o.elapsed.as_secs_f64(),
         "rps": o.rps(),
@@ -830,6 +843,7 @@ fn summary_json(args: &Args, host: &HostInfo, arm: &Arm, s: &ArmSummary) -> serd
         "concurrency": args.concurrency,
         "range_bytes": args.range_size,
         "object_bytes": args.object_size,
+        "whole_object": args.whole_object,
         "rps_median": median(&s.rps),
         "rps_min": lo,
         "rps_max": hi,
@@ -857,11 +871,18 @@ fn render(
     took: Duration,
     loads: (Option<f64>, Option<f64>),
 ) -> String {
+    let workload = if args.whole_object {
+        format!("Whole GETs of a {} object", human_bytes(args.object_size))
+    } else {
+        format!(
+            "{} ranges at random aligned offsets of a {} object",
+            human_bytes(args.range_size),
+            human_bytes(args.object_size)
+        )
+    };
     let mut out = format!(
         "\n## Gateway proxy bench: S3 and Azure, cache and origin routes\n\n\
-         {} ranges at random aligned offsets of a {} MiB object, concurrency {}, {} measured requests per arm per round, {} paired order-swapped rounds.\n\n",
-        human_bytes(args.range_size),
-        args.object_size >> 20,
+         {workload}, concurrency {}, {} measured requests per arm per round, {} paired order-swapped rounds.\n\n",
         args.concurrency,
         thousands(args.requests as f64),
         args.rounds

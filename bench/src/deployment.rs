@@ -114,6 +114,16 @@ pub struct Process {
     log: PathBuf,
 }
 
+/// The `TALON_GATEWAY_*` and `TALON_WORKER_*` variables of this process's environment,
+/// which every part the harness starts inherits (its environment is otherwise cleared).
+pub fn passed_through_env() -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("TALON_GATEWAY_") || k.starts_with("TALON_WORKER_"))
+        .collect();
+    vars.sort();
+    vars
+}
+
 impl Process {
     /// Starts `program` with `args`, an empty environment plus `env`, and
     /// stdout and stderr appended to `log`.
@@ -141,6 +151,11 @@ impl Process {
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err));
+        // The parts' own tuning, set in the bench's environment (for an A/B of a
+        // setting: `TALON_GATEWAY_PIECE_SIZE=2MiB just gateway-bench ...`).
+        for (k, v) in passed_through_env() {
+            cmd.env(k, v);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -118,7 +118,10 @@ impl CacheClientConfig {
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(30),
             attempts: 3,
-            max_request_bytes: 4 << 20,
+            // 2 MiB: with the default window of 4, one response holds at most 8 MiB ahead
+            // of its client, plus the piece being written (docs/BENCHMARKS.md, slow
+            // consumer); 4 MiB pieces held twice that for no measured gain.
+            max_request_bytes: 2 << 20,
             read_window: 4,
             max_buffered_bytes: 1 << 30,
             max_buffered_bytes_per_reader: 128 << 20,

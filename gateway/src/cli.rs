@@ -115,6 +115,14 @@ pub struct Args {
     /// Default: an eighth of `--buffer-budget`.
     #[arg(long, env = "TALON_GATEWAY_BUFFER_BUDGET_PER_CLIENT", value_parser = parse_byte_size)]
     buffer_budget_per_client: Option<u64>,
+    /// Largest piece of a read asked of a worker at once (bytes); a read is split at
+    /// block boundaries and into pieces of at most this size.
+    #[arg(long, env = "TALON_GATEWAY_PIECE_SIZE", default_value = "2MiB", value_parser = parse_byte_size)]
+    piece_size: u64,
+    /// Pieces of one response in flight at once; with --piece-size, the most one
+    /// response holds ahead of its client (a slow client's memory bound).
+    #[arg(long, env = "TALON_GATEWAY_READ_WINDOW", default_value_t = 4)]
+    read_window: usize,
     /// Uploads (PutObject, Put Blob) up to this size are also pushed into the cache
     /// once the origin has stored them, so the writer's next read is a hit; 0 turns
     /// that off. The gateway then joins the cluster in the ingester role.
@@ -328,6 +336,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 config.origin_fallback = Some(origins.clone());
             }
             config.local_reads = args.local_reads;
+            config.max_request_bytes = args.piece_size.max(4096);
+            config.read_window = args.read_window.max(1);
             Some(
                 CacheClient::connect(config)
                     .await

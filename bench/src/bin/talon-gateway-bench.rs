@@ -278,6 +278,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let ranged = GeneratedObject::new("bench", "ranges.bin", args.object_size, 1);
     let streamed = GeneratedObject::new("bench", "stream.bin", args.stream_size, 2);
     progress(&format!("host: {}", host.describe()));
+    for (k, v) in talon_bench::deployment::passed_through_env() {
+        progress(&format!("passed to the parts: {k}={v}"));
+    }
     progress("starting the origin stub");
     let stub = Stub::start(&binaries, dir, &[ranged.clone(), streamed.clone()]).await?;
 

@@ -103,6 +103,17 @@ struct Args {
     #[arg(long, env = "TALON_PROXY_BENCH_WHOLE_OBJECT")]
     whole_object: bool,
 
+    /// Cold reads: after the rounds, this many fresh objects of --cold-size are each
+    /// read whole once through the S3 cache gateway (first reader: the worker fills
+    /// from the origin), once through the S3 cache gateway reading over TCP (another
+    /// fresh object), and once straight from the stub, in rotating order; 0 = none.
+    #[arg(long, env = "TALON_PROXY_BENCH_COLD_READS", default_value_t = 0)]
+    cold_reads: usize,
+
+    /// Size of each cold-read object.
+    #[arg(long, env = "TALON_PROXY_BENCH_COLD_SIZE", default_value = "64MiB", value_parser = parse_byte_size)]
+    cold_size: u64,
+
     /// Size of the generated object.
     #[arg(long, env = "TALON_PROXY_BENCH_OBJECT_SIZE", default_value = "64MiB", value_parser = parse_byte_size)]
     object_size: u64,
@@ -275,10 +286,27 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     )?;
     let dir = tmp.path();
     progress(&format!("host: {}", host.describe()));
+    for (k, v) in talon_bench::deployment::passed_through_env() {
+        progress(&format!("passed to the parts: {k}={v}"));
+    }
 
     let object = GeneratedObject::new("bench", "proxy.bin", args.object_size, 3);
     progress("starting the origin stub");
-    let stub = Stub::start(&binaries, dir, std::slice::from_ref(&object)).await?;
+    // Cold-read objects: two per cold read (one per cache arm), never read before.
+    let cold_objects: Vec<GeneratedObject> = (0..args.cold_reads * 2)
+        .map(|i| {
+            GeneratedObject::new(
+                "bench",
+                &format!("cold-{i}.bin"),
+                args.cold_size,
+                100 + i as u64,
+            )
+        })
+        .collect();
+    let stub_objects: Vec<GeneratedObject> = std::iter::once(object.clone())
+        .chain(cold_objects.iter().cloned())
+        .collect();
+    let stub = Stub::start(&binaries, dir, &stub_objects).await?;
     stub.set_faults(&FaultConfig {
         latency_ms: args.origin_latency_ms,
         bandwidth_bytes_per_sec: args.origin_bandwidth.0,
@@ -290,6 +318,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut clusters = Vec::new();
     let mut gateways = Vec::new();
     let mut arms: Vec<PendingArm> = Vec::new();
+    // The gateways cold reads go through (S3), by name.
+    let mut cold_arms: Vec<(&str, String)> = Vec::new();
     for protocol in [Protocol::S3, Protocol::Azure] {
         let p = protocol.label().to_ascii_lowercase();
         progress(&format!(
@@ -340,6 +370,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             ],
             with_children: false,
         });
+        if protocol == Protocol::S3 {
+            cold_arms.push(("through the cache (local socket)", gateway.url.clone()));
+        }
         gateways.push(gateway);
         if protocol == Protocol::S3 && !args.no_tcp_arm {
             // The same cluster read over TCP, as a gateway on another host would:
@@ -371,6 +404,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 ],
                 with_children: false,
             });
+            cold_arms.push(("through the cache over TCP", tcp.url.clone()));
             gateways.push(tcp);
         }
         clusters.push((coordinator, worker));
@@ -420,6 +454,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         pids: Vec::new(),
         with_children: false,
     });
+    cold_arms.push(("straight from the origin (the stub)", stub.s3_url.clone()));
     let upstream = stub.s3_url.trim_start_matches("http://").to_owned();
     let mut nginx = Vec::new();
     if args.no_nginx {
@@ -639,6 +674,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             }
         }
     }
+    let cold = match cold_reads(&args, &host, &cold_arms, &cold_objects, &mut lines).await? {
+        Some(cold) => cold,
+        None => return Ok(false),
+    };
     drop(deployments);
 
     let mut rows = Vec::new();
@@ -654,6 +693,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         began.elapsed(),
         (load_at_start, load_average()),
     );
+    let table = table + &render_cold(&args, &cold);
     if args.json {
         eprintln!("{table}");
     } else {
@@ -661,6 +701,124 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     }
     eprintln!("JSON Lines: {}", lines.path().display());
     Ok(true)
+}
+
+/// One cold-read arm's whole-GET times, seconds, in object order.
+struct ColdArm {
+    name: String,
+    seconds: Vec<f64>,
+}
+
+/// Reads each fresh object whole once per arm (the cache arms each get their own
+/// object: the first read of it is the cold one), rotating which arm goes first, and
+/// verifies every byte. `None` when a read failed (reported on stderr).
+async fn cold_reads(
+    args: &Args,
+    host: &HostInfo,
+    arms: &[(&str, String)],
+    objects: &[GeneratedObject],
+    lines: &mut talon_bench::results::JsonLines,
+) -> anyhow::Result<Option<Vec<ColdArm>>> {
+    let mut out: Vec<ColdArm> = arms
+        .iter()
+        .map(|(name, _)| ColdArm {
+            name: (*name).to_owned(),
+            seconds: Vec::new(),
+        })
+        .collect();
+    if args.cold_reads == 0 {
+        return Ok(Some(out));
+    }
+    progress(&format!(
+        "cold reads: {} × {} whole GETs of fresh {} objects",
+        args.cold_reads,
+        arms.len(),
+        human_bytes(args.cold_size)
+    ));
+    for i in 0..args.cold_reads {
+        let n = arms.len();
+        for j in 0..n {
+            let a = (i + j) % n;
+            let (name, url) = &arms[a];
+            // Arm a reads object 2i or 2i+1: each cache arm a fresh one; the stub
+            // keeps no cache, so it reads the first.
+            let object = &objects[2 * i + usize::from(a == 1)];
+            let expected = Arc::new(ExpectedRanges::whole_object(object.clone()));
+            let target = Arc::new(target(
+                Protocol::S3,
+                url,
+                object,
+                client_auth(Protocol::S3)?,
+            )?);
+            let outcome = run_load(LoadSpec {
+                target,
+                expected,
+                concurrency: 1,
+                pick: Pick::EachOnce,
+                length: Length::Requests(1),
+                watch: Vec::new(),
+            })
+            .await;
+            if let Some(e) = outcome.first_error {
+                eprintln!("\nFAILED: a cold read {name} went wrong. Verbatim:\n{e}");
+                return Ok(None);
+            }
+            let seconds = outcome.elapsed.as_secs_f64();
+            progress(&format!(
+                "cold read {}/{}: {name:<40} {:.0} ms",
+                i + 1,
+                args.cold_reads,
+                seconds * 1e3
+            ));
+            lines.emit(&serde_json::json!({
+                "bench": "gateway-proxy-bench",
+                "kind": "cold",
+                "arm": name,
+                "object": object.key,
+                "object_bytes": object.size,
+                "read": i,
+                "position": j,
+                "seconds": seconds,
+                "origin_model": origin_model(args),
+                "host": host,
+                "unix_time_s": unix_now(),
+            }))?;
+            out[a].seconds.push(seconds);
+        }
+    }
+    Ok(Some(out))
+}
+
+fn render_cold(args: &Args, cold: &[ColdArm]) -> String {
+    let Some(straight) = cold
+        .last()
+        .and_then(|a| median(&a.seconds))
+        .filter(|_| args.cold_reads > 0)
+    else {
+        return String::new();
+    };
+    let mut out = format!(
+        "\n## Cold reads\n\nA fresh {} object read whole, once per arm, {} times (arm order rotating).\n\n\
+         | arm | median | min | max | against straight from the origin |\n|---|--:|--:|--:|--:|\n",
+        human_bytes(args.cold_size),
+        args.cold_reads
+    );
+    for arm in cold {
+        let (lo, hi) = arm
+            .seconds
+            .iter()
+            .fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        let m = median(&arm.seconds).unwrap_or(f64::NAN);
+        out.push_str(&format!(
+            "| {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.2}× |\n",
+            arm.name,
+            m * 1e3,
+            lo * 1e3,
+            hi * 1e3,
+            m / straight
+        ));
+    }
+    out
 }
 
 fn target(

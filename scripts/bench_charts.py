@@ -302,6 +302,30 @@ def proxy_table(data: dict) -> str:
     return table(headers, rows, "l" + "r" * 7) + note + "\n\n" + provenance(data)
 
 
+def cold_table(data: dict) -> str:
+    """The proxy bench's cold reads: one row per arm."""
+    rows = [
+        [
+            need(r, "arm", "gateway_proxy_cold.json"),
+            f_us(r["median_s"] * 1e6),
+            f_us(r["min_s"] * 1e6),
+            f_us(r["max_s"] * 1e6),
+            f"{r['ratio_to_straight']:.2f}×",
+        ]
+        for r in data["arms"]
+    ]
+    headers = ["arm", "median", "min", "max", "median against straight from the origin"]
+    wl = data.get("workload", {})
+    model = wl.get("origin_model") or {}
+    note = (
+        f"\n\nA fresh {range_text(wl.get('object_bytes', 0))} object read whole, "
+        f"{wl.get('reads_per_arm', '?')} times per arm, arm order rotating; origin model: "
+        f"{model.get('latency_ms_per_request', '?')} ms added to every origin request, "
+        f"{(model.get('bandwidth_bytes_per_sec_per_response') or 0) / (1 << 20):g} MiB/s per response body."
+    )
+    return table(headers, rows, "l" + "r" * 4) + note + "\n\n" + provenance(data)
+
+
 def range_text(size: int) -> str:
     """`1 MiB`, `64 KiB`."""
     for shift, unit in ((20, "MiB"), (10, "KiB")):
@@ -361,8 +385,10 @@ def render(asset_dir: Path) -> dict[str, str]:
     if (d := load("gateway_proxy")) is not None:
         tables["gateway-proxy"] = proxy_table(d)
         proxy_chart(d, asset_dir / "gateway_proxy.svg")
+    if (d := load("gateway_proxy_cold")) is not None:
+        tables["gateway-proxy-cold"] = cold_table(d)
     # Other range sizes of the proxy bench (bench_record.py names them by size).
-    for extra in sorted(DATA.glob("gateway_proxy_*.json")):
+    for extra in sorted(p for p in DATA.glob("gateway_proxy_*.json") if p.stem != "gateway_proxy_cold"):
         suffix = extra.stem.removeprefix("gateway_proxy_")
         d = load(extra.stem)
         tables[f"gateway-proxy-{suffix}"] = proxy_table(d)

@@ -4,6 +4,7 @@
     scripts/bench_record.py dataplane       # bench/results/dataplane_loadtest.jsonl
     scripts/bench_record.py gateway         # bench/results/gateway-bench.jsonl
     scripts/bench_record.py gateway-proxy   # bench/results/gateway-proxy-bench.jsonl
+    scripts/bench_record.py gateway-proxy-cold --from FILE.jsonl   # its --cold-reads
     scripts/bench_record.py NAME --from FILE.jsonl
 
 Reads the JSON Lines a bench wrote under bench/results/ (ignored by git) and writes
@@ -31,8 +32,14 @@ SOURCES = {
     "dataplane": "dataplane_loadtest.jsonl",
     "gateway": "gateway-bench.jsonl",
     "gateway-proxy": "gateway-proxy-bench.jsonl",
+    "gateway-proxy-cold": "gateway-proxy-bench.jsonl",
 }
-TARGETS = {"dataplane": "dataplane", "gateway": "gateway", "gateway-proxy": "gateway_proxy"}
+TARGETS = {
+    "dataplane": "dataplane",
+    "gateway": "gateway",
+    "gateway-proxy": "gateway_proxy",
+    "gateway-proxy-cold": "gateway_proxy_cold",
+}
 
 
 def die(msg: str) -> None:
@@ -246,6 +253,47 @@ def gateway_proxy(lines: list[dict]) -> dict:
     }
 
 
+def gateway_proxy_cold(lines: list[dict]) -> dict:
+    """The proxy bench's cold reads: each arm's whole-GET times of fresh objects, and the
+    ratio of each arm's median to the median straight from the origin."""
+    cold = [x for x in lines if x.get("kind") == "cold"]
+    if not cold:
+        die("no cold-read lines: run the proxy bench with --cold-reads N")
+    arms: dict[str, list[float]] = {}
+    for x in cold:
+        arms.setdefault(x["arm"], []).append(x["seconds"])
+    straight = next((v for k, v in arms.items() if k.startswith("straight")), None)
+    if straight is None:
+        die("no straight-from-the-origin arm among the cold reads")
+
+    def median(v: list[float]) -> float:
+        v = sorted(v)
+        return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+
+    base = median(straight)
+    first = cold[0]
+    return {
+        "bench": "gateway-proxy-bench",
+        "recorded": host_of(first),
+        "workload": {
+            "object_bytes": first["object_bytes"],
+            "reads_per_arm": len(straight),
+            "origin_model": first.get("origin_model"),
+        },
+        "arms": [
+            {
+                "arm": arm,
+                "median_s": median(v),
+                "min_s": min(v),
+                "max_s": max(v),
+                "ratio_to_straight": median(v) / base,
+            }
+            for arm, v in arms.items()
+        ],
+        "raw": cold,
+    }
+
+
 def data_suffix(data: dict) -> str:
     """The proxy bench is recorded once per range size: its 1 MiB point in
     gateway_proxy.json, any other in gateway_proxy_<size>.json (64KiB, ...), and whole
@@ -265,9 +313,15 @@ def main() -> None:
     parser.add_argument("--from", dest="source", type=Path, help="JSON Lines to read instead of bench/results/")
     args = parser.parse_args()
     lines = read_lines(args.source or RESULTS / SOURCES[args.name])
-    data = {"dataplane": dataplane, "gateway": gateway, "gateway-proxy": gateway_proxy}[args.name](lines)
+    data = {
+        "dataplane": dataplane,
+        "gateway": gateway,
+        "gateway-proxy": gateway_proxy,
+        "gateway-proxy-cold": gateway_proxy_cold,
+    }[args.name](lines)
     DATA.mkdir(parents=True, exist_ok=True)
-    out = DATA / f"{TARGETS[args.name]}{data_suffix(data)}.json"
+    suffix = "" if args.name == "gateway-proxy-cold" else data_suffix(data)
+    out = DATA / f"{TARGETS[args.name]}{suffix}.json"
     out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"wrote {out.relative_to(ROOT)}; now `just bench-charts` and commit both")
 

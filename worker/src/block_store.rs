@@ -240,29 +240,35 @@ impl Block {
 
     /// Decides what a reader needing `need` must do; `readahead_end` (exclusive) and
     /// `max_pages` bound a fill this reader would start. Concurrent readers of the same
-    /// absent pages share one fill.
+    /// absent pages share one fill. A reader whose first absent page is being filled by
+    /// another still claims the absent pages after it that nobody fills, so pipelined
+    /// reads of consecutive pieces fetch in parallel instead of each waiting for the
+    /// fill its predecessor's readahead started; it waits once it has nothing to claim.
     pub fn plan(&self, need: Range<u32>, readahead_end: u32, max_pages: u32) -> FillPlan {
         let mut st = lock(&self.state);
         if st.evicted {
             // A new entry will be created by the caller; report readiness to re-plan.
             return FillPlan::Ready;
         }
-        let Some(first_absent) = need
-            .clone()
-            .find(|&p| !st.present.is_present(p).unwrap_or(true))
-        else {
+        let absent = |st: &BlockState, p: u32| !st.present.is_present(p).unwrap_or(true);
+        let filling = |st: &BlockState, p: u32| st.filling.is_present(p).unwrap_or(false);
+        let Some(first_absent) = need.clone().find(|&p| absent(&st, p)) else {
             return FillPlan::Ready;
         };
-        if st.filling.is_present(first_absent).unwrap_or(false) {
-            let rx = st
-                .inflight
-                .iter()
-                .find(|(r, _)| r.contains(&first_absent))
-                .map(|(_, rx)| rx.clone());
-            if let Some(rx) = rx {
-                return FillPlan::Wait(rx);
+        let first_absent = match need.clone().find(|&p| absent(&st, p) && !filling(&st, p)) {
+            Some(unclaimed) => unclaimed,
+            None => {
+                let rx = st
+                    .inflight
+                    .iter()
+                    .find(|(r, _)| r.contains(&first_absent))
+                    .map(|(_, rx)| rx.clone());
+                match rx {
+                    Some(rx) => return FillPlan::Wait(rx),
+                    None => first_absent,
+                }
             }
-        }
+        };
         let limit = readahead_end
             .max(need.end)
             .min(self.pages)
@@ -1313,5 +1319,37 @@ mod tests {
             matches!(block.plan(3..4, 4, 16), FillPlan::Fill { .. }),
             "a failed fill can be retried"
         );
+    }
+
+    #[test]
+    fn a_reader_claims_the_pages_nobody_fills_before_it_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+        let block = store.get_or_create(&block_id("k"), 4 * PAGE).unwrap();
+        // The first piece's fill reads one page ahead: pages 0..3.
+        let FillPlan::Fill { pages, done } = block.plan(0..2, 3, 16) else {
+            panic!("first reader fills")
+        };
+        assert_eq!(pages, 0..3);
+        // The next piece (pages 2..4, pipelined behind it) needs page 2, being filled,
+        // and page 3, which nobody fills: it claims page 3 now.
+        let FillPlan::Fill {
+            pages: next,
+            done: next_done,
+        } = block.plan(2..4, 5, 16)
+        else {
+            panic!("the next reader fills what nobody fills")
+        };
+        assert_eq!(next, 3..4);
+        // With every absent page it needs being filled, it waits for the first.
+        let FillPlan::Wait(mut rx) = block.plan(2..4, 5, 16) else {
+            panic!("then it waits")
+        };
+        fill(&store, &block, pages.clone(), 1);
+        block.finish_fill(pages, done, Ok(()));
+        assert!(matches!(*rx.borrow_and_update(), Some(Ok(()))));
+        fill(&store, &block, next.clone(), 2);
+        block.finish_fill(next, next_done, Ok(()));
+        assert!(matches!(block.plan(0..4, 4, 16), FillPlan::Ready));
     }
 }

@@ -117,8 +117,9 @@ pub struct Args {
         default_value_t = 1000
     )]
     negative_stat_ttl_ms: u64,
-    /// Pages fetched beyond a read's last page.
-    #[arg(long, env = "TALON_WORKER_READAHEAD_PAGES", default_value_t = 1)]
+    /// Pages fetched beyond a read's last page (0: none; the cache client already asks
+    /// for the pieces ahead of a reader).
+    #[arg(long, env = "TALON_WORKER_READAHEAD_PAGES", default_value_t = 0)]
     readahead_pages: u32,
     /// Most pages one origin fetch covers.
     #[arg(long, env = "TALON_WORKER_MAX_FILL_PAGES", default_value_t = 16)]

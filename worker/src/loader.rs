@@ -27,7 +27,9 @@ use crate::origins::{Origins, StatCache};
 /// Tuning of the miss path.
 #[derive(Debug, Clone)]
 pub struct LoaderConfig {
-    /// Pages fetched beyond a read's last page (within its block).
+    /// Pages fetched beyond a read's last page (within its block). Default 0: the
+    /// cache client already asks for the pieces ahead of a reader (its window), and a
+    /// page ahead of a random read is origin traffic nobody asked for.
     pub readahead_pages: u32,
     /// Most pages one origin fetch covers.
     pub max_fill_pages: u32,
@@ -42,7 +44,7 @@ pub struct LoaderConfig {
 impl Default for LoaderConfig {
     fn default() -> Self {
         LoaderConfig {
-            readahead_pages: 1,
+            readahead_pages: 0,
             max_fill_pages: 16,
             max_origin_requests: 64,
             origin_retries: 3,

@@ -297,7 +297,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         .map(|i| {
             GeneratedObject::new(
                 "bench",
-                &format!("cold-{i}.bin"),
+                format!("cold-{i}.bin"),
                 args.cold_size,
                 100 + i as u64,
             )

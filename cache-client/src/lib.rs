@@ -676,7 +676,10 @@ impl CacheClient {
     }
 
     /// Asks the worker whose data plane is `addr`: over its local socket when it runs
-    /// on this host and offers one, else (or when the local socket fails) over TCP.
+    /// on this host and offers one, else (or when the local socket cannot be connected)
+    /// over TCP. A worker that fails to answer on a connected local socket (a timeout,
+    /// a cut connection) is not asked again over TCP: the caller moves on to the next
+    /// worker, as it would after a TCP failure, rather than wait for the same worker twice.
     async fn ask_worker(&self, addr: &str, request: &Message) -> Result<Answer> {
         let local = self
             .inner
@@ -686,10 +689,10 @@ impl CacheClient {
             .get(addr)
             .cloned();
         if let Some(path) = local {
-            match self.call(&Endpoint::Local(path), request).await {
-                Ok(answer) => return Ok(answer),
+            match self.inner.pool.get(&Endpoint::Local(path)).await {
+                Ok(conn) => return conn.call(request, self.inner.config.request_timeout).await,
                 Err(e) => {
-                    tracing::warn!(worker = %addr, error = %e, "the worker's local socket failed; asking over TCP until the next membership refresh");
+                    tracing::warn!(worker = %addr, error = %e, "the worker's local socket cannot be reached; asking over TCP until the next membership refresh");
                     let mut routes = self
                         .inner
                         .local_routes

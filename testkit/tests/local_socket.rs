@@ -254,3 +254,87 @@ async fn the_local_socket_is_owner_only_and_demands_the_cluster_secret() {
     );
     assert_eq!(cluster.origin_gets(), 0, "nothing was read on its behalf");
 }
+
+/// Reads one whole frame (header, then payload) from `sock`.
+async fn read_frame(sock: &mut tokio::net::UnixStream) -> Message {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; talon_core::wire::HEADER_LEN];
+    sock.read_exact(&mut head).await.unwrap();
+    let header = talon_core::wire::FrameHeader::decode(&head).unwrap();
+    let mut payload = vec![0u8; header.payload_len() as usize];
+    sock.read_exact(&mut payload).await.unwrap();
+    Message::decode(&header, &payload).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_silent_on_its_local_socket_sends_the_piece_to_the_next_worker() {
+    use talon_core::cluster_auth::HelloSide;
+    use tokio::io::AsyncWriteExt;
+    let object = GeneratedObject::new("data", "silent.bin", BLOCK, 81);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 2,
+        generated: vec![object.clone()],
+        local_sockets: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let id = ObjectId::s3("data", "silent.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let block = cluster.block_id(&id, &version, 0);
+    let owner = cluster.placement().await.locate_top_k(&block, 1)[0]
+        .id
+        .clone();
+    let (owner, other) = {
+        let i = cluster.worker_index(&owner);
+        (i, 1 - i)
+    };
+    // The owner's local socket is replaced by one that completes the Hello exchange
+    // (it knows the cluster secret) and then never answers.
+    let path = local_socket(&cluster, owner);
+    std::fs::remove_file(&path).unwrap();
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let secret = cluster.cluster_secret().clone();
+    let (accepted_tx, mut accepted) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let _ = accepted_tx.send(());
+            let Message::Hello { role, nonce, .. } = read_frame(&mut sock).await else {
+                panic!("a Hello first")
+            };
+            let worker_nonce = [9u8; 16];
+            let reply = Message::HelloReply {
+                nonce: worker_nonce,
+                proof: secret.hello_proof(HelloSide::Worker, role, &nonce, &worker_nonce),
+            };
+            sock.write_all(&reply.encode(0).unwrap()).await.unwrap();
+            let Message::HelloProof { .. } = read_frame(&mut sock).await else {
+                panic!("then the proof")
+            };
+            sock.write_all(&Message::Welcome.encode(0).unwrap())
+                .await
+                .unwrap();
+            held.push(sock);
+        }
+    });
+    let client = cluster
+        .client_with(|c| c.request_timeout = Duration::from_millis(500))
+        .await;
+    let owner_sent = cluster.worker_metric(owner, "talon_worker_cache_bytes_served_total");
+    let bytes = read_through(&client, &id, &version, BLOCK, 0..BLOCK)
+        .await
+        .unwrap("through the next worker");
+    assert!(bytes == expected(&object, 0..BLOCK));
+    assert!(
+        accepted.try_recv().is_ok(),
+        "the owner's local socket was asked"
+    );
+    assert_eq!(
+        cluster.worker_metric(owner, "talon_worker_cache_bytes_served_total"),
+        owner_sent,
+        "the silent owner was not asked again over TCP"
+    );
+    assert!(cluster.worker_metric(other, "talon_worker_file_handoffs_total") >= 1.0);
+    silent.abort();
+}

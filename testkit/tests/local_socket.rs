@@ -99,7 +99,7 @@ async fn cached_reads_on_this_host_are_handed_off_and_equal_the_origins_bytes() 
 async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
     // Room for about three blocks: reading five more evicts the first.
     let objects: Vec<GeneratedObject> = (0..6)
-        .map(|i| GeneratedObject::new("data", &format!("evict-{i}.bin"), BLOCK, 50 + i))
+        .map(|i| GeneratedObject::new("data", format!("evict-{i}.bin"), BLOCK, 50 + i))
         .collect();
     let cluster = Cluster::start(ClusterConfig {
         workers: 1,

@@ -354,6 +354,8 @@ def deployment(procs: Processes, tmp: Path, k: int) -> dict:
             str(BIN / "talon-gateway"), "--s3-listen", "127.0.0.1:0", "--azure-listen", "off",
             "--admin-listen", "off", "--origin-s3-endpoint", stub_ready["s3"],
             "--coordinator", coordinator, "--block-size", str(BLOCK_SIZE), "--anonymous",
+            # Every connection comes from 127.0.0.1: lift the per-peer cap (512) above K.
+            "--max-connections-per-peer", str(k + 64), "--max-connections", str(max(4096, k + 64)),
             "--ready-file", str(tmp / "gateway.json"),
         ],
         tmp / "gateway.json",

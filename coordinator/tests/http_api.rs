@@ -675,3 +675,34 @@ async fn the_membership_is_capped() {
     assert_eq!(client.members().await.unwrap().members.len(), 2);
     coordinator.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_worker_with_a_bad_local_socket_is_refused_and_adds_nobody() {
+    let (coordinator, client) = start().await;
+    let bodies = [
+        // A relative path, an over-long path, a host that is no label, a path without a host.
+        r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "placement_version": 2, "local": {"host": "b.mnt1", "socket": "local.sock"}}"#,
+        concat!(
+            r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "placement_version": 2, "local": {"host": "b.mnt1", "socket": "/"#,
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            r#""}}"#
+        ),
+        r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "placement_version": 2, "local": {"host": "has space", "socket": "/run/w.sock"}}"#,
+        r#"{"id": "w1", "addr": "127.0.0.1:7101", "weight": 1, "placement_version": 2, "local": {"socket": "/run/w.sock"}}"#,
+    ];
+    for body in bodies {
+        let err = refused_registration(&coordinator, body, 400).await;
+        assert!(err.error.contains("local."), "{}", err.error);
+    }
+    let members = client.members().await.unwrap();
+    assert!(members.members.is_empty(), "nobody was added");
+    assert_eq!(members.epoch, 0);
+    // A valid endpoint is kept and listed as registered.
+    let mut good = reg("w1", 7101, 1);
+    good.local.host = "b00t.mnt4026531840".into();
+    good.local.socket = "/run/talon/w1.sock".into();
+    client.register(&good).await.unwrap();
+    let listed = client.members().await.unwrap();
+    assert_eq!(listed.members[0].local, good.local);
+    coordinator.shutdown().await;
+}

@@ -445,7 +445,13 @@ impl Pool {
             let waiting = self.changed.notified();
             {
                 let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-                let slot = conns.entry(endpoint.clone()).or_default();
+                // Look up before inserting: the key is cloned only for a new endpoint.
+                if !conns.contains_key(endpoint) {
+                    conns.insert(endpoint.clone(), Slot::default());
+                }
+                let Some(slot) = conns.get_mut(endpoint) else {
+                    continue;
+                };
                 slot.conns.retain(|c| c.is_alive());
                 let open = slot.conns.len();
                 if open > 0 && open + slot.connecting >= self.per_worker {

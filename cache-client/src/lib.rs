@@ -30,7 +30,6 @@ pub mod read_budget;
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -250,7 +249,7 @@ struct Inner {
     coordinator: CoordinatorClient,
     placement: RwLock<Arc<RendezvousPlacement>>,
     /// The local socket of each worker (by data-plane address) that runs on this host.
-    local_routes: RwLock<Arc<HashMap<String, PathBuf>>>,
+    local_routes: RwLock<Arc<HashMap<String, Endpoint>>>,
     /// This process's host identity; `None` when local reads are off or it is unknown.
     here: Option<String>,
     pool: Pool,
@@ -681,15 +680,15 @@ impl CacheClient {
     /// a cut connection) is not asked again over TCP: the caller moves on to the next
     /// worker, as it would after a TCP failure, rather than wait for the same worker twice.
     async fn ask_worker(&self, addr: &str, request: &Message) -> Result<Answer> {
-        let local = self
+        // A snapshot of the routes (one `Arc`), so the hot path clones no path.
+        let routes = self
             .inner
             .local_routes
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(addr)
-            .cloned();
-        if let Some(path) = local {
-            match self.inner.pool.get(&Endpoint::Local(path)).await {
+            .clone();
+        if let Some(local) = routes.get(addr) {
+            match self.inner.pool.get(local).await {
                 Ok(conn) => return conn.call(request, self.inner.config.request_timeout).await,
                 Err(e) => {
                     tracing::warn!(worker = %addr, error = %e, "the worker's local socket cannot be reached; asking over TCP until the next membership refresh");
@@ -826,14 +825,17 @@ struct Piece {
 }
 
 /// The local socket of each member that runs where `here` says this process runs.
-fn local_routes(members: &MembersResponse, here: Option<&str>) -> HashMap<String, PathBuf> {
+fn local_routes(members: &MembersResponse, here: Option<&str>) -> HashMap<String, Endpoint> {
     let Some(here) = here else {
         return HashMap::new();
     };
     members
         .members
         .iter()
-        .filter_map(|m| Some((m.addr.clone(), m.local.path_on(here)?.to_owned())))
+        .filter_map(|m| {
+            let path = m.local.path_on(here)?.to_owned();
+            Some((m.addr.clone(), Endpoint::Local(path)))
+        })
         .collect()
 }
 
@@ -928,7 +930,7 @@ async fn refresh(inner: &Inner) {
                     .members()
                     .iter()
                     .map(|m| Endpoint::Tcp(m.addr.clone()))
-                    .chain(routes.values().cloned().map(Endpoint::Local))
+                    .chain(routes.values().cloned())
                     .collect();
                 inner.pool.retain_workers(&keep);
                 let addrs = placement.members().len();

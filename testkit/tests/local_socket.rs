@@ -19,6 +19,18 @@ use talon_testkit::{Cluster, ClusterConfig, expected, read_through};
 const PAGE: u64 = 16 << 10;
 const BLOCK: u64 = 256 << 10;
 
+/// A cluster of `workers` whose workers offer their local sockets, the origin holding
+/// `object`.
+async fn local_cluster(workers: usize, object: &GeneratedObject) -> Cluster {
+    Cluster::start(ClusterConfig {
+        workers,
+        generated: vec![object.clone()],
+        local_sockets: true,
+        ..ClusterConfig::default()
+    })
+    .await
+}
+
 fn sum_metric(cluster: &Cluster, name: &str) -> f64 {
     (0..cluster.config().workers)
         .map(|i| cluster.worker_metric(i, name))
@@ -37,13 +49,7 @@ fn local_socket(cluster: &Cluster, i: usize) -> PathBuf {
 async fn cached_reads_on_this_host_are_handed_off_and_equal_the_origins_bytes() {
     let size = 5 * BLOCK + 3 * PAGE + 99;
     let object = GeneratedObject::new("data", "local.bin", size, 41);
-    let cluster = Cluster::start(ClusterConfig {
-        workers: 2,
-        generated: vec![object.clone()],
-        local_sockets: true,
-        ..ClusterConfig::default()
-    })
-    .await;
+    let cluster = local_cluster(2, &object).await;
     let id = ObjectId::s3("data", "local.bin").unwrap();
     let version = ObjectVersion::from_etag(&object.etag()).unwrap();
     let ranges = [0..size, PAGE - 7..3 * BLOCK + 11, size - 99..size, 0..1];
@@ -173,13 +179,7 @@ async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
 async fn a_missing_local_socket_costs_a_tcp_read_not_an_error() {
     let size = 3 * BLOCK;
     let object = GeneratedObject::new("data", "nosock.bin", size, 61);
-    let cluster = Cluster::start(ClusterConfig {
-        workers: 2,
-        generated: vec![object.clone()],
-        local_sockets: true,
-        ..ClusterConfig::default()
-    })
-    .await;
+    let cluster = local_cluster(2, &object).await;
     // The sockets vanish (an operator's cleanup, another mount namespace's view):
     // readers find nothing at the advertised paths.
     for i in 0..2 {
@@ -204,13 +204,7 @@ async fn a_missing_local_socket_costs_a_tcp_read_not_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_socket_is_owner_only_and_demands_the_cluster_secret() {
     let object = GeneratedObject::new("data", "secret.bin", BLOCK, 71);
-    let cluster = Cluster::start(ClusterConfig {
-        workers: 1,
-        generated: vec![object.clone()],
-        local_sockets: true,
-        ..ClusterConfig::default()
-    })
-    .await;
+    let cluster = local_cluster(1, &object).await;
     let path = local_socket(&cluster, 0);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "only the worker's user may connect");
@@ -271,13 +265,7 @@ async fn a_worker_silent_on_its_local_socket_sends_the_piece_to_the_next_worker(
     use talon_core::cluster_auth::HelloSide;
     use tokio::io::AsyncWriteExt;
     let object = GeneratedObject::new("data", "silent.bin", BLOCK, 81);
-    let cluster = Cluster::start(ClusterConfig {
-        workers: 2,
-        generated: vec![object.clone()],
-        local_sockets: true,
-        ..ClusterConfig::default()
-    })
-    .await;
+    let cluster = local_cluster(2, &object).await;
     let id = ObjectId::s3("data", "silent.bin").unwrap();
     let version = ObjectVersion::from_etag(&object.etag()).unwrap();
     let block = cluster.block_id(&id, &version, 0);

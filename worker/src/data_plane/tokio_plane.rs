@@ -72,45 +72,37 @@ pub trait TokioStream: AsFd + Send + Sync + 'static {
     fn try_write_with(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize>;
 }
 
-impl TokioStream for TcpStream {
-    const HANDS_OFF_FILES: bool = false;
+/// Implements [`TokioStream`] for a Tokio socket type by its inherent methods (TCP and
+/// Unix sockets have the same ones, but no trait in common).
+macro_rules! tokio_stream {
+    ($socket:ty, hands_off_files: $hands_off:expr) => {
+        impl TokioStream for $socket {
+            const HANDS_OFF_FILES: bool = $hands_off;
 
-    async fn ready_to_read(&self) -> io::Result<()> {
-        self.readable().await
-    }
+            async fn ready_to_read(&self) -> io::Result<()> {
+                self.readable().await
+            }
 
-    async fn ready_to_write(&self) -> io::Result<()> {
-        self.writable().await
-    }
+            async fn ready_to_write(&self) -> io::Result<()> {
+                self.writable().await
+            }
 
-    fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
-        self.try_read_buf(buf)
-    }
+            fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+                self.try_read_buf(buf)
+            }
 
-    fn try_write_with(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize> {
-        self.try_io(Interest::WRITABLE, op)
-    }
+            fn try_write_with(
+                &self,
+                op: &mut dyn FnMut() -> io::Result<usize>,
+            ) -> io::Result<usize> {
+                self.try_io(Interest::WRITABLE, op)
+            }
+        }
+    };
 }
 
-impl TokioStream for UnixStream {
-    const HANDS_OFF_FILES: bool = true;
-
-    async fn ready_to_read(&self) -> io::Result<()> {
-        self.readable().await
-    }
-
-    async fn ready_to_write(&self) -> io::Result<()> {
-        self.writable().await
-    }
-
-    fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
-        self.try_read_buf(buf)
-    }
-
-    fn try_write_with(&self, op: &mut dyn FnMut() -> io::Result<usize>) -> io::Result<usize> {
-        self.try_io(Interest::WRITABLE, op)
-    }
-}
+tokio_stream!(TcpStream, hands_off_files: false);
+tokio_stream!(UnixStream, hands_off_files: true);
 
 /// Serves the data plane on `listener` until `shutdown` turns true, then drains: the
 /// connections stop reading and finish the answers they owe (at most 10 s).

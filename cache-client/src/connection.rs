@@ -16,8 +16,8 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use talon_core::Message;
@@ -28,6 +28,7 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::deadline::HopDeadlines;
 use crate::error::{CacheClientError, Result};
 
 /// An answer from a worker.
@@ -41,6 +42,17 @@ pub enum Answer {
         bytes: Bytes,
         /// Whether the worker fetched bytes from the origin to answer (a fill).
         from_origin: bool,
+    },
+    /// A ReadRangeReply cut off: the worker sent `bytes` of it, then the connection
+    /// broke or went silent past a deadline (`error` says which). The bytes are the
+    /// answer's first bytes, exactly; the rest must be asked elsewhere.
+    Partial {
+        /// The bytes that arrived, from the start of the answer.
+        bytes: Bytes,
+        /// Whether the worker had fetched bytes from the origin to answer.
+        from_origin: bool,
+        /// Why the rest did not come.
+        error: CacheClientError,
     },
     /// A FileHandoff (local socket only): the requested bytes are `len` bytes at
     /// `offset` of `file`, a read-only descriptor of the block file.
@@ -82,11 +94,59 @@ struct Job {
 
 type Inflight = (u32, oneshot::Sender<Result<Answer>>);
 
+/// What the reading half has seen, for the callers' deadlines: when bytes last
+/// arrived, and whose answer is arriving.
+struct Progress {
+    base: Instant,
+    /// Nanoseconds after `base` when the last bytes arrived (or the connection opened).
+    last_bytes_ns: AtomicU64,
+    /// The request whose answer's body is arriving; 0 for none.
+    receiving: AtomicU32,
+    /// Told when a caller's deadline passed: the reader stops and hands back what it
+    /// has of the answer in progress.
+    cancel: tokio::sync::Notify,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            base: Instant::now(),
+            last_bytes_ns: AtomicU64::new(0),
+            receiving: AtomicU32::new(0),
+            cancel: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn touch(&self) {
+        self.last_bytes_ns.store(self.now_ns(), Ordering::Relaxed);
+    }
+
+    /// When the request `id`, sent at `sent_ns`, misses its deadline if nothing more
+    /// arrives, and which deadline that is: the stall deadline after the last bytes
+    /// once its answer is arriving, else the first-byte deadline after it was sent or
+    /// after the last bytes of any answer, whichever is later (a request queued behind
+    /// a long transfer is waiting its turn, not failing).
+    fn deadline(&self, id: u32, sent_ns: u64, hop: &HopDeadlines) -> (Instant, &'static str) {
+        let last = self.last_bytes_ns.load(Ordering::Relaxed);
+        let (from, allowed, what) = if self.receiving.load(Ordering::Relaxed) == id {
+            (last, hop.stall, "stall")
+        } else {
+            (last.max(sent_ns), hop.first_byte, "first-byte")
+        };
+        (self.base + Duration::from_nanos(from) + allowed, what)
+    }
+}
+
 /// One pipelined connection.
 pub struct Connection {
     jobs: mpsc::Sender<Job>,
     next_id: AtomicU32,
     alive: Arc<AtomicBool>,
+    progress: Arc<Progress>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -119,8 +179,9 @@ impl Connection {
             CacheClientError::Unavailable(format!("connecting to {endpoint}: {e}"))
         };
         let timed_out =
-            |_| CacheClientError::Unavailable(format!("connecting to {endpoint} timed out"));
+            |_| CacheClientError::DeadlineExceeded(format!("connecting to {endpoint} timed out"));
         let alive = Arc::new(AtomicBool::new(true));
+        let progress = Arc::new(Progress::new());
         let (jobs, job_rx) = mpsc::channel::<Job>(256);
         let (inflight_tx, inflight_rx) = mpsc::unbounded_channel::<Inflight>();
         let (writer, reader) = match endpoint {
@@ -134,7 +195,12 @@ impl Connection {
                 let (rd, wr) = stream.into_split();
                 (
                     tokio::spawn(write_loop(wr, job_rx, inflight_tx, alive.clone())),
-                    tokio::spawn(read_loop(ReplySocket::Tcp(rd), inflight_rx, alive.clone())),
+                    tokio::spawn(read_loop(
+                        ReplySocket::Tcp(rd),
+                        inflight_rx,
+                        alive.clone(),
+                        progress.clone(),
+                    )),
                 )
             }
             Endpoint::Local(path) => {
@@ -147,7 +213,12 @@ impl Connection {
                 let socket = ReplySocket::Local(rd, VecDeque::new());
                 (
                     tokio::spawn(write_loop(wr, job_rx, inflight_tx, alive.clone())),
-                    tokio::spawn(read_loop(socket, inflight_rx, alive.clone())),
+                    tokio::spawn(read_loop(
+                        socket,
+                        inflight_rx,
+                        alive.clone(),
+                        progress.clone(),
+                    )),
                 )
             }
         };
@@ -155,6 +226,7 @@ impl Connection {
             jobs,
             next_id: AtomicU32::new(1),
             alive,
+            progress,
             tasks: vec![writer, reader],
         })
     }
@@ -172,17 +244,27 @@ impl Connection {
         }
     }
 
-    /// Sends the request `message` and waits for its answer, at most `timeout`.
+    /// Sends the request `message` and waits for its answer within the hop's
+    /// deadlines (`hop`: first byte and stall, [`Progress::deadline`]) and never past
+    /// `until`.
     ///
     /// # Errors
-    /// [`CacheClientError::Unavailable`] when the connection breaks or times out (it is
-    /// then poisoned); an error frame is returned as `Ok(Answer::Message(Error(..)))`.
-    pub async fn call(&self, message: &Message, timeout: Duration) -> Result<Answer> {
+    /// [`CacheClientError::Unavailable`] when the connection breaks,
+    /// [`CacheClientError::DeadlineExceeded`] when a deadline passes (the connection is
+    /// then poisoned, and everything in flight on it fails); an error frame is returned
+    /// as `Ok(Answer::Message(Error(..)))`, and an answer cut after some of its bytes as
+    /// `Ok(Answer::Partial { .. })`.
+    pub async fn call(
+        &self,
+        message: &Message,
+        hop: &HopDeadlines,
+        until: Instant,
+    ) -> Result<Answer> {
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = message.encode(request_id).map_err(|e| {
             CacheClientError::InvalidRequest(format!("cannot encode the request: {e}"))
         })?;
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         self.jobs
             .send(Job {
                 frame,
@@ -191,15 +273,47 @@ impl Connection {
             })
             .await
             .map_err(|_| lost("is closed"))?;
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(lost("closed before answering")),
-            Err(_) => {
-                self.poison();
-                Err(CacheClientError::Unavailable(format!(
-                    "the worker did not answer within {timeout:?}"
-                )))
+        let sent_ns = self.progress.now_ns();
+        loop {
+            let (deadline, _) = self.progress.deadline(request_id, sent_ns, hop);
+            let wake = tokio::time::Instant::from_std(deadline.min(until));
+            match tokio::time::timeout_at(wake, &mut rx).await {
+                Ok(Ok(answer)) => return answer,
+                Ok(Err(_)) => return Err(lost("closed before answering")),
+                Err(_) => {}
             }
+            // Bytes that arrived meanwhile move the deadline on.
+            let (deadline, what) = self.progress.deadline(request_id, sent_ns, hop);
+            let now = Instant::now();
+            if deadline.min(until) > now {
+                continue;
+            }
+            let missed = if until <= deadline {
+                "the piece's deadline budget ran out"
+            } else {
+                what
+            };
+            let error = CacheClientError::DeadlineExceeded(format!(
+                "the worker missed its {missed} deadline"
+            ));
+            // The reader hands back the bytes of the answer in progress (or fails it)
+            // as soon as it is told; everything else in flight here fails with it.
+            self.alive.store(false, Ordering::Relaxed);
+            self.progress.cancel.notify_one();
+            let handed_back = tokio::time::timeout(Duration::from_millis(200), &mut rx).await;
+            self.poison();
+            return match handed_back {
+                Ok(Ok(Ok(Answer::Partial {
+                    bytes, from_origin, ..
+                }))) => Ok(Answer::Partial {
+                    bytes,
+                    from_origin,
+                    error,
+                }),
+                // It completed as the deadline passed.
+                Ok(Ok(Ok(answer))) => Ok(answer),
+                _ => Err(error),
+            };
         }
     }
 }
@@ -295,16 +409,25 @@ async fn read_loop(
     mut rd: ReplySocket,
     mut inflight: mpsc::UnboundedReceiver<Inflight>,
     alive: Arc<AtomicBool>,
+    progress: Arc<Progress>,
 ) {
     let mut decoder = FrameDecoder::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut current: Option<(Inflight, BytesMut, bool)> = None;
     let failure: CacheClientError = 'outer: loop {
-        let n = match rd.read(&mut buf).await {
+        let read = tokio::select! {
+            biased;
+            read = rd.read(&mut buf) => read,
+            () = progress.cancel.notified() => {
+                break CacheClientError::DeadlineExceeded("the worker missed a deadline".into());
+            }
+        };
+        let n = match read {
             Ok(0) => break lost("was closed by the worker"),
             Ok(n) => n,
             Err(e) => break CacheClientError::Unavailable(format!("reading from the worker: {e}")),
         };
+        progress.touch();
         let mut input = &buf[..n];
         loop {
             let event = match decoder.decode(&mut input) {
@@ -354,6 +477,7 @@ async fn read_loop(
                         break 'outer lost("answered out of order");
                     }
                     let from_origin = start.header.flags().contains(Flags::FROM_ORIGIN);
+                    progress.receiving.store(id, Ordering::Relaxed);
                     current = Some((
                         (id, reply),
                         BytesMut::with_capacity(start.len as usize),
@@ -366,6 +490,7 @@ async fn read_loop(
                     }
                 }
                 Event::BulkEnd => {
+                    progress.receiving.store(0, Ordering::Relaxed);
                     if let Some(((_, reply), data, from_origin)) = current.take() {
                         let _ = reply.send(Ok(Answer::Data {
                             bytes: data.freeze(),
@@ -377,9 +502,18 @@ async fn read_loop(
         }
     };
     alive.store(false, Ordering::Relaxed);
-    // A reply cut mid-body, and everything queued behind it, fail: never a short success.
-    if let Some(((_, reply), _, _)) = current.take() {
-        let _ = reply.send(Err(failure.clone()));
+    // A reply cut mid-body is handed back as what it is, a part (never a short
+    // success), and everything queued behind it fails.
+    if let Some(((_, reply), data, from_origin)) = current.take() {
+        let _ = reply.send(if data.is_empty() {
+            Err(failure.clone())
+        } else {
+            Ok(Answer::Partial {
+                bytes: data.freeze(),
+                from_origin,
+                error: failure.clone(),
+            })
+        });
     }
     inflight.close();
     while let Some((_, reply)) = inflight.recv().await {

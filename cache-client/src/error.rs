@@ -19,6 +19,11 @@ pub enum CacheClientError {
     /// connection) and no origin fallback was allowed or it failed too.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A worker missed a deadline of the piece's budget (no first byte, a stall
+    /// mid-body, or the budget ran out); the piece moves on to the next worker or the
+    /// origin.
+    #[error("deadline exceeded: {0}")]
+    DeadlineExceeded(String),
     /// The origin answered (fallback path).
     #[error("origin: {0}")]
     Origin(String, ErrorKind),
@@ -35,9 +40,9 @@ impl CacheClientError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             CacheClientError::Refused { code, .. } => ErrorKind::from_frame_code(*code),
-            CacheClientError::Unavailable(_) | CacheClientError::NoMembership(_) => {
-                ErrorKind::ServiceUnavailable
-            }
+            CacheClientError::Unavailable(_)
+            | CacheClientError::DeadlineExceeded(_)
+            | CacheClientError::NoMembership(_) => ErrorKind::ServiceUnavailable,
             CacheClientError::Origin(_, kind) => *kind,
             CacheClientError::InvalidRequest(_) => ErrorKind::InvalidRange,
         }
@@ -47,7 +52,9 @@ impl CacheClientError {
     pub fn is_transient(&self) -> bool {
         match self {
             CacheClientError::Refused { code, .. } => code.is_transient(),
-            CacheClientError::Unavailable(_) | CacheClientError::NoMembership(_) => true,
+            CacheClientError::Unavailable(_)
+            | CacheClientError::DeadlineExceeded(_)
+            | CacheClientError::NoMembership(_) => true,
             CacheClientError::Origin(_, kind) => kind.is_retryable(),
             CacheClientError::InvalidRequest(_) => false,
         }

@@ -43,7 +43,8 @@ async fn read_frame<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Message> {
 ///
 /// # Errors
 /// [`CacheClientError::Unavailable`] when the worker refuses (another secret), cannot
-/// prove the secret itself, answers out of protocol, or does not finish in time.
+/// prove the secret itself or answers out of protocol;
+/// [`CacheClientError::DeadlineExceeded`] when it does not finish in time.
 pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     secret: &ClusterSecret,
@@ -52,7 +53,11 @@ pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<()> {
     tokio::time::timeout(timeout, exchange(stream, secret, role))
         .await
-        .map_err(|_| refused(format!("no answer within {timeout:?}")))?
+        .map_err(|_| {
+            CacheClientError::DeadlineExceeded(format!(
+                "the worker's Hello had no answer within {timeout:?}"
+            ))
+        })?
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(

@@ -24,17 +24,20 @@
 //! object-store protocols (talon-protocols).
 
 pub mod connection;
+pub mod deadline;
 pub mod error;
+pub mod health;
 pub mod hello;
 pub mod read_budget;
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 use talon_coordinator_client::api::MembersResponse;
@@ -50,7 +53,10 @@ use talon_protocols::range::ByteRange;
 use tokio::task::JoinHandle;
 
 use crate::connection::{Answer, Endpoint, Pool};
+pub use crate::deadline::{DeadlineBudget, HopDeadlines};
 pub use crate::error::{CacheClientError, Result};
+use crate::health::{Admission, Failure, WorkerHealth};
+pub use crate::health::{CircuitState, HealthConfig, WorkerHealthView};
 pub use crate::read_budget::ReaderId;
 use crate::read_budget::{Held, ReadBudget};
 
@@ -64,10 +70,11 @@ pub struct CacheClientConfig {
     pub geometry: BlockGeometry,
     /// Connections kept per worker.
     pub connections_per_worker: usize,
-    /// Connect timeout per worker.
-    pub connect_timeout: Duration,
-    /// Longest wait for one answer.
-    pub request_timeout: Duration,
+    /// Each piece's deadlines: connect, first byte and stall on the worker hop, the
+    /// workers' share, and what the origin has left ([`DeadlineBudget`]).
+    pub deadlines: DeadlineBudget,
+    /// When a worker's circuit opens and for how long ([`HealthConfig`]).
+    pub health: HealthConfig,
     /// Workers tried per piece (the owner, then the next in rendezvous order).
     pub attempts: usize,
     /// Largest piece one request asks for, in bytes.
@@ -114,8 +121,8 @@ impl CacheClientConfig {
             coordinator_url: coordinator_url.into(),
             geometry,
             connections_per_worker: 2,
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(30),
+            deadlines: DeadlineBudget::default(),
+            health: HealthConfig::default(),
             attempts: 3,
             // 2 MiB: with the default window of 4, one response holds at most 8 MiB ahead
             // of its client, plus the piece being written (docs/BENCHMARKS.md, slow
@@ -253,7 +260,41 @@ struct Inner {
     /// This process's host identity; `None` when local reads are off or it is unknown.
     here: Option<String>,
     pool: Pool,
+    /// Each worker's circuit.
+    health: WorkerHealth,
+    /// What fail-open reads did.
+    counters: FailOpenCounters,
+    /// When this client was made: the base of the times below.
+    created: Instant,
+    /// Milliseconds after `created` of the last refresh a failed read asked for (0:
+    /// none yet).
+    last_forced_refresh_ms: AtomicU64,
     refresher: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What this client's reads did when a worker failed them, since it was made.
+#[derive(Debug, Default)]
+struct FailOpenCounters {
+    retries: AtomicU64,
+    resumed: AtomicU64,
+    kept_bytes: AtomicU64,
+    skipped: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+/// A snapshot of [`CacheClient::fail_open_stats`]: how often reads moved on, and how.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailOpenStats {
+    /// Requests for a piece (or its rest) sent to a worker after another failed it.
+    pub retries: u64,
+    /// Pieces continued elsewhere from the exact byte where a worker's answer stopped.
+    pub resumed: u64,
+    /// Bytes of cut answers kept (not asked again) by those resumptions.
+    pub kept_bytes: u64,
+    /// Owners skipped because their circuit was open.
+    pub skipped: u64,
+    /// Pieces (or their rests) read from the origin because no worker answered.
+    pub fallbacks: u64,
 }
 
 impl Drop for Inner {
@@ -332,9 +373,13 @@ impl CacheClient {
                 config.max_buffered_bytes,
                 config.max_buffered_bytes_per_reader,
             ),
+            health: WorkerHealth::new(config.health),
+            counters: FailOpenCounters::default(),
+            created: Instant::now(),
+            last_forced_refresh_ms: AtomicU64::new(0),
             pool: Pool::new(
                 config.connections_per_worker,
-                config.connect_timeout,
+                config.deadlines.worker.connect,
                 config.cluster_secret.clone(),
                 config.role,
             ),
@@ -397,8 +442,12 @@ impl CacheClient {
             expected_version: None,
         });
         let mut last = CacheClientError::Unavailable("no live worker".into());
-        for member in placement.locate_top_k_key(&key, self.inner.config.attempts.max(1)) {
-            match self.ask_worker(&member.addr, &request).await {
+        let owners = placement.locate_top_k_key(&key, self.inner.config.attempts.max(1));
+        let workers_until = Instant::now() + self.inner.config.deadlines.workers_share;
+        for addr in self.admitted(&owners, options) {
+            let answer = self.ask_worker(addr, &request, workers_until).await;
+            self.note_health(addr, &answer);
+            match answer {
                 Ok(Answer::Message(Message::StatReply(r))) => {
                     return Ok(ObjectStat {
                         size: r.size,
@@ -632,7 +681,8 @@ impl CacheClient {
             .ok_or_else(|| CacheClientError::Unavailable("no live worker".into()))?;
         let len = data.len() as u64;
         let request = Message::Ingest(IngestRequest { meta, data });
-        match self.ask_worker(&owner, &request).await? {
+        let until = Instant::now() + self.inner.config.deadlines.workers_share;
+        match self.ask_worker(&owner, &request, until).await? {
             Answer::Message(Message::IngestAck(ack))
                 if ack.offset == offset && u64::from(ack.len) == len =>
             {
@@ -669,9 +719,71 @@ impl CacheClient {
         Ok(())
     }
 
-    async fn call(&self, endpoint: &Endpoint, request: &Message) -> Result<Answer> {
+    async fn call(&self, endpoint: &Endpoint, request: &Message, until: Instant) -> Result<Answer> {
         let conn = self.inner.pool.get(endpoint).await?;
-        conn.call(request, self.inner.config.request_timeout).await
+        conn.call(request, &self.inner.config.deadlines.worker, until)
+            .await
+    }
+
+    /// Every known worker's circuit, for metrics and member views.
+    pub fn worker_health(&self) -> Vec<WorkerHealthView> {
+        self.inner.health.views()
+    }
+
+    /// What reads did when workers failed them, since this client was made.
+    pub fn fail_open_stats(&self) -> FailOpenStats {
+        let c = &self.inner.counters;
+        FailOpenStats {
+            retries: c.retries.load(Ordering::Relaxed),
+            resumed: c.resumed.load(Ordering::Relaxed),
+            kept_bytes: c.kept_bytes.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+            fallbacks: c.fallbacks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The owners a request goes to, in rendezvous order, less those whose circuit is
+    /// open. When every owner's is open and the read cannot fall back to the origin,
+    /// all of them, in order: a slow answer beats an error.
+    fn admitted<'m>(
+        &self,
+        owners: &[&'m talon_coordinator_client::placement::PlacementMember],
+        options: ReadOptions,
+    ) -> Vec<&'m str> {
+        let mut admitted = Vec::with_capacity(owners.len());
+        for member in owners {
+            match self.inner.health.admit(&member.addr) {
+                Admission::Go | Admission::Probe => admitted.push(member.addr.as_str()),
+                Admission::Skip => {
+                    self.inner.counters.skipped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if admitted.is_empty() && self.fallback_origins(options).is_none() {
+            admitted.extend(owners.iter().map(|m| m.addr.as_str()));
+        }
+        admitted
+    }
+
+    /// Tells the worker's circuit how a request went: any answer from the worker is a
+    /// success (a refusal too: the worker is alive and said why), except a transient
+    /// refusal; a broken connection or a missed deadline is a failure.
+    fn note_health(&self, addr: &str, answer: &Result<Answer>) {
+        let health = &self.inner.health;
+        match answer {
+            Ok(Answer::Partial { error, .. }) | Err(error) => health.failed(
+                addr,
+                if matches!(error, CacheClientError::DeadlineExceeded(_)) {
+                    Failure::Deadline
+                } else {
+                    Failure::Error
+                },
+            ),
+            Ok(Answer::Message(Message::Error(e))) if e.code.is_transient() => {
+                health.failed(addr, Failure::Error)
+            }
+            Ok(_) => health.succeeded(addr),
+        }
     }
 
     /// Asks the worker whose data plane is `addr`: over its local socket when it runs
@@ -679,7 +791,7 @@ impl CacheClient {
     /// over TCP. A worker that fails to answer on a connected local socket (a timeout,
     /// a cut connection) is not asked again over TCP: the caller moves on to the next
     /// worker, as it would after a TCP failure, rather than wait for the same worker twice.
-    async fn ask_worker(&self, addr: &str, request: &Message) -> Result<Answer> {
+    async fn ask_worker(&self, addr: &str, request: &Message, until: Instant) -> Result<Answer> {
         // A snapshot of the routes (one `Arc`), so the hot path clones no path.
         let routes = self
             .inner
@@ -689,7 +801,11 @@ impl CacheClient {
             .clone();
         if let Some(local) = routes.get(addr) {
             match self.inner.pool.get(local).await {
-                Ok(conn) => return conn.call(request, self.inner.config.request_timeout).await,
+                Ok(conn) => {
+                    return conn
+                        .call(request, &self.inner.config.deadlines.worker, until)
+                        .await;
+                }
                 Err(e) => {
                     tracing::warn!(worker = %addr, error = %e, "the worker's local socket cannot be reached; asking over TCP until the next membership refresh");
                     let mut routes = self
@@ -703,10 +819,28 @@ impl CacheClient {
                 }
             }
         }
-        self.call(&Endpoint::Tcp(addr.to_owned()), request).await
+        self.call(&Endpoint::Tcp(addr.to_owned()), request, until)
+            .await
     }
 
+    /// Refreshes the membership in the background after a read found no worker to
+    /// answer it: at most once per refresh period however many reads fail (a hung
+    /// worker fails every piece it owns, and the coordinator must not pay for each).
     fn spawn_refresh(&self) {
+        let now = u64::try_from(self.inner.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let period = u64::try_from(self.inner.config.membership_refresh.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let last = self.inner.last_forced_refresh_ms.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < period
+            || self
+                .inner
+                .last_forced_refresh_ms
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
         let inner = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
             if let Some(inner) = inner.upgrade() {
@@ -715,6 +849,11 @@ impl CacheClient {
         });
     }
 
+    /// Reads one piece: from its owners in rendezvous order (skipping open circuits),
+    /// each asked for what is still missing, then from the origin pinned to `version`.
+    /// A worker's answer cut after some bytes keeps them: the next source is asked from
+    /// the exact byte where it stopped. Every hop runs within the piece's
+    /// [`DeadlineBudget`].
     async fn read_piece(
         &self,
         object: &ObjectId,
@@ -723,6 +862,9 @@ impl CacheClient {
         piece: Piece,
         options: ReadOptions,
     ) -> Result<(Bytes, PieceSource)> {
+        let started = Instant::now();
+        let budget = self.inner.config.deadlines;
+        let workers_until = started + budget.workers_share;
         let block = BlockId::new(
             object.clone(),
             version.clone(),
@@ -730,56 +872,90 @@ impl CacheClient {
             self.inner.config.geometry.block_size(),
         )
         .map_err(|e| CacheClientError::InvalidRequest(e.to_string()))?;
-        let len = u32::try_from(piece.len)
+        u32::try_from(piece.len)
             .map_err(|_| CacheClientError::InvalidRequest("piece too large".into()))?;
-        let request = Message::ReadRange(ReadRangeRequest {
-            block: block.clone(),
-            object_size,
-            offset: piece.offset,
-            len,
-        });
         let placement = self.placement();
+        let owners = placement.locate_top_k(&block, self.inner.config.attempts.max(1));
+        let counters = &self.inner.counters;
+        // The bytes of the piece received so far, when an answer was cut.
+        let mut kept = BytesMut::new();
+        let mut filled = false;
         let mut last = CacheClientError::Unavailable("no live worker".into());
-        for member in placement.locate_top_k(&block, self.inner.config.attempts.max(1)) {
-            let answer = match self.ask_worker(&member.addr, &request).await {
+        for (attempt, addr) in self.admitted(&owners, options).into_iter().enumerate() {
+            if Instant::now() >= workers_until {
+                last = CacheClientError::DeadlineExceeded(
+                    "the workers' share of the piece's deadline budget ran out".into(),
+                );
+                break;
+            }
+            if attempt > 0 {
+                counters.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            let done = kept.len() as u64;
+            let want = piece.len - done;
+            let request = Message::ReadRange(ReadRangeRequest {
+                block: block.clone(),
+                object_size,
+                offset: piece.offset + done,
+                // Fits: checked above, and `want` only shrinks.
+                len: want as u32,
+            });
+            let answer = match self.ask_worker(addr, &request, workers_until).await {
                 Ok(Answer::File {
                     file,
                     offset,
                     len,
                     from_origin,
-                }) if offset == piece.offset && u64::from(len) == piece.len => {
+                }) if offset == piece.offset + done && u64::from(len) == want => {
                     read_handed_off(file, offset, len)
                         .await
                         .map(|bytes| Answer::Data { bytes, from_origin })
                 }
                 other => other,
             };
+            self.note_health(addr, &answer);
             match answer {
-                Ok(Answer::Data { bytes, from_origin }) if bytes.len() as u64 == piece.len => {
-                    let source = if from_origin {
+                Ok(Answer::Data { bytes, from_origin }) if bytes.len() as u64 == want => {
+                    let source = if filled || from_origin {
                         PieceSource::Fill
                     } else {
                         PieceSource::Hit
                     };
-                    return Ok((bytes, source));
+                    if kept.is_empty() {
+                        return Ok((bytes, source));
+                    }
+                    kept.extend_from_slice(&bytes);
+                    return Ok((kept.freeze(), source));
                 }
-                Ok(Answer::Data { bytes, .. }) => {
+                Ok(Answer::Partial {
+                    bytes,
+                    from_origin,
+                    error,
+                }) if (bytes.len() as u64) < want => {
+                    tracing::debug!(worker = %addr, kept = bytes.len(), of = want, error = %error, "a worker's answer was cut; asking for the rest elsewhere");
+                    counters.resumed.fetch_add(1, Ordering::Relaxed);
+                    counters
+                        .kept_bytes
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    filled |= from_origin;
+                    kept.extend_from_slice(&bytes);
+                    last = error;
+                }
+                Ok(Answer::Data { bytes, .. } | Answer::Partial { bytes, .. }) => {
                     last = CacheClientError::Unavailable(format!(
-                        "worker {} sent {} of {} bytes",
-                        member.id,
+                        "worker {addr} sent {} of {want} bytes",
                         bytes.len(),
-                        piece.len
                     ));
                 }
                 Ok(other) => match answer_error(other) {
                     e if e.is_transient() => {
-                        tracing::debug!(worker = %member.id, error = %e, "retrying a piece on the next worker");
+                        tracing::debug!(worker = %addr, error = %e, "retrying a piece on the next worker");
                         last = e;
                     }
                     e => return Err(e),
                 },
                 Err(e) => {
-                    tracing::debug!(worker = %member.id, error = %e, "retrying a piece on the next worker");
+                    tracing::debug!(worker = %addr, error = %e, "retrying a piece on the next worker");
                     last = e;
                 }
             }
@@ -788,18 +964,27 @@ impl CacheClient {
         let Some(origins) = self.fallback_origins(options) else {
             return Err(last);
         };
-        let start = piece.block_offset + piece.offset;
-        self.origin_range(
-            origins,
-            object,
-            version,
-            ByteRange {
-                start,
-                end: start + piece.len,
-            },
-        )
-        .await
-        .map(|bytes| (bytes, PieceSource::Fallback))
+        counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+        let done = kept.len() as u64;
+        let start = piece.block_offset + piece.offset + done;
+        let range = ByteRange {
+            start,
+            end: start + piece.len - done,
+        };
+        let until = tokio::time::Instant::from_std(started + budget.total);
+        let rest =
+            tokio::time::timeout_at(until, self.origin_range(origins, object, version, range))
+                .await
+                .map_err(|_| {
+                    CacheClientError::DeadlineExceeded(
+                        "the origin did not answer within the piece's deadline budget".into(),
+                    )
+                })??;
+        if kept.is_empty() {
+            return Ok((rest, PieceSource::Fallback));
+        }
+        kept.extend_from_slice(&rest);
+        Ok((kept.freeze(), PieceSource::Fallback))
     }
 
     async fn origin_range(
@@ -892,7 +1077,7 @@ fn answer_error(answer: Answer) -> CacheClientError {
         Answer::Message(other) => {
             CacheClientError::Unavailable(format!("unexpected answer {:?}", other.message_type()))
         }
-        Answer::Data { .. } | Answer::File { .. } => {
+        Answer::Data { .. } | Answer::File { .. } | Answer::Partial { .. } => {
             CacheClientError::Unavailable("unexpected data".into())
         }
     }
@@ -933,6 +1118,12 @@ async fn refresh(inner: &Inner) {
                     .chain(routes.values().cloned())
                     .collect();
                 inner.pool.retain_workers(&keep);
+                let addrs: Vec<&str> = placement
+                    .members()
+                    .iter()
+                    .map(|m| m.addr.as_str())
+                    .collect();
+                inner.health.retain(&addrs);
                 let addrs = placement.members().len();
                 tracing::info!(
                     epoch = placement.epoch(),

@@ -21,6 +21,7 @@
 //! ([`origin_conformance`]) runs against the stub and against servers nobody here wrote,
 //! started as processes by [`independent_origins`] (moto's S3 server, Azurite).
 
+pub mod fault_proxy;
 pub mod independent_origins;
 pub mod origin_conformance;
 pub mod raw;
@@ -300,6 +301,35 @@ impl Cluster {
         }
     }
 
+    /// Adds a worker (a new slot with its own folder) that advertises `advertise_addr`
+    /// as its data plane, e.g. a [`fault_proxy::FaultProxy`] in front of it, starts it
+    /// and waits until it is live. Returns its slot and its real data-plane address.
+    ///
+    /// # Panics
+    /// When it fails to start.
+    pub async fn add_worker_advertising(
+        &mut self,
+        advertise_addr: std::net::SocketAddr,
+    ) -> (usize, std::net::SocketAddr) {
+        let i = self.workers.len();
+        self.workers.push(WorkerSlot {
+            id: format!("w{i}"),
+            cache_dir: self._dirs.path().join(format!("worker-{i}")),
+            running: None,
+        });
+        let mut config = self.worker_config(i);
+        if let Some(m) = &mut config.membership {
+            m.advertise_addr = Some(advertise_addr.to_string());
+        }
+        let worker = talon_worker::start(config)
+            .await
+            .unwrap_or_else(|e| panic!("worker {i}: {e}"));
+        let real = worker.addr;
+        self.workers[i].running = Some(worker);
+        self.wait_for_live(i + 1).await;
+        (i, real)
+    }
+
     /// Starts (or restarts, on its kept folder) worker `i`.
     ///
     /// # Panics
@@ -395,7 +425,6 @@ impl Cluster {
             self.cluster_secret().clone(),
         );
         config.membership_refresh = Duration::from_millis(100);
-        config.request_timeout = Duration::from_secs(5);
         config.max_request_bytes = self.config.geometry.block_size();
         if self.config.origin_fallback {
             config.origin_fallback = Some(self.origins());

@@ -138,7 +138,14 @@ async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
         offset,
         len,
         from_origin,
-    } = conn.call(&read, Duration::from_secs(5)).await.unwrap()
+    } = conn
+        .call(
+            &read,
+            &talon_cache_client::DeadlineBudget::default().worker,
+            std::time::Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap()
     else {
         panic!("a cached read on the local socket is handed off");
     };
@@ -307,7 +314,13 @@ async fn a_worker_silent_on_its_local_socket_sends_the_piece_to_the_next_worker(
         }
     });
     let client = cluster
-        .client_with(|c| c.request_timeout = Duration::from_millis(500))
+        .client_with(|c| {
+            c.deadlines = talon_cache_client::DeadlineBudget::from_total(Duration::from_secs(3))
+                .with_worker(
+                    Some(Duration::from_millis(500)),
+                    Some(Duration::from_millis(500)),
+                );
+        })
         .await;
     let owner_sent = cluster.worker_metric(owner, "talon_worker_cache_bytes_served_total");
     let bytes = read_through(&client, &id, &version, BLOCK, 0..BLOCK)

@@ -1,0 +1,352 @@
+//! A sick worker costs a read latency, never an error and never a wrong byte
+//! (issue 13): a worker that stops mid-answer, one whose connection is cut mid-answer,
+//! and one that answers nothing at all, each behind a fault proxy in front of a real
+//! worker; and a real `talon-worker` process frozen with SIGSTOP under load. The piece's
+//! deadline budget moves a read on; the bytes a cut answer delivered are kept and only
+//! the rest is asked of the next owner; a worker that missed a deadline has its circuit
+//! opened, is skipped, and is let back in by a probe once it answers again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use talon_cache_client::{CacheClient, CircuitState, DeadlineBudget, HealthConfig};
+use talon_core::{ObjectId, ObjectVersion};
+use talon_origin_stub::generated::GeneratedObject;
+use talon_testkit::fault_proxy::{Fault, FaultProxy};
+use talon_testkit::{Cluster, ClusterConfig, WorkerProcess, expected, read_through, wait_for};
+
+const BLOCK: u64 = 256 << 10;
+/// The piece's whole budget in these tests: a read that takes longer is stuck.
+const BUDGET: Duration = Duration::from_secs(10);
+const FIRST_BYTE: Duration = Duration::from_millis(800);
+const STALL: Duration = Duration::from_millis(300);
+
+fn objects(n: usize) -> Vec<GeneratedObject> {
+    (0..n)
+        .map(|i| GeneratedObject::new("data", &format!("o{i}.bin"), BLOCK, 100 + i as u64))
+        .collect()
+}
+
+fn id_of(object: &GeneratedObject) -> ObjectId {
+    ObjectId::s3(object.bucket.clone(), object.key.clone()).unwrap()
+}
+
+fn version_of(object: &GeneratedObject) -> ObjectVersion {
+    ObjectVersion::from_etag(&object.etag()).unwrap()
+}
+
+/// Two plain workers and a third, `w2`, reached only through a fault proxy; every read
+/// over TCP (the proxy sits on the TCP path).
+async fn cluster_with_a_proxied_worker(generated: Vec<GeneratedObject>) -> (Cluster, FaultProxy) {
+    let mut cluster = Cluster::start(ClusterConfig {
+        workers: 2,
+        generated,
+        local_sockets: false,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let proxy = FaultProxy::bind().await;
+    let (_, real) = cluster.add_worker_advertising(proxy.addr()).await;
+    proxy.forward_to(real);
+    (cluster, proxy)
+}
+
+/// A client with the tests' budget, whose circuits open for `backoff` first.
+async fn client(cluster: &Cluster, backoff: Duration) -> CacheClient {
+    let client = cluster
+        .client_with(|c| {
+            c.deadlines =
+                DeadlineBudget::from_total(BUDGET).with_worker(Some(FIRST_BYTE), Some(STALL));
+            c.health = HealthConfig {
+                min_backoff: backoff,
+                ..HealthConfig::default()
+            };
+        })
+        .await;
+    cluster.sync_client(&client).await;
+    client
+}
+
+/// The objects whose only block `w2` (behind the proxy) owns, with the slot of the
+/// worker next in rendezvous order.
+async fn owned_by_the_proxied_worker(
+    cluster: &Cluster,
+    objects: &[GeneratedObject],
+) -> Vec<(GeneratedObject, usize)> {
+    let placement = cluster.placement().await;
+    objects
+        .iter()
+        .filter_map(|o| {
+            let block = cluster.block_id(&id_of(o), &version_of(o), 0);
+            let owners = placement.locate_top_k(&block, 2);
+            (owners[0].id == "w2").then(|| (o.clone(), cluster.worker_index(&owners[1].id)))
+        })
+        .collect()
+}
+
+/// Fills the cache with `objects` through a client with the default budget, so that
+/// the tests' tight deadlines only ever meet hits (a fill on this 2-core machine, with
+/// other tests running, may take longer than they allow).
+async fn warm(cluster: &Cluster, objects: &[GeneratedObject]) {
+    let client = cluster.client().await;
+    cluster.sync_client(&client).await;
+    for o in objects {
+        read_checked(&client, o, "warm-up").await;
+    }
+}
+
+/// Reads the whole object and checks every byte; returns how long it took.
+async fn read_checked(client: &CacheClient, object: &GeneratedObject, what: &str) -> Duration {
+    let started = Instant::now();
+    let bytes = read_through(
+        client,
+        &id_of(object),
+        &version_of(object),
+        object.size,
+        0..object.size,
+    )
+    .await
+    .unwrap(what);
+    let took = started.elapsed();
+    assert!(
+        bytes == expected(object, 0..object.size),
+        "{what}: wrong bytes"
+    );
+    assert!(
+        took < BUDGET,
+        "{what}: the read took {took:?}, past its deadline budget {BUDGET:?}"
+    );
+    took
+}
+
+fn circuit_of(client: &CacheClient, proxy: &FaultProxy) -> (CircuitState, u64) {
+    let addr = proxy.addr().to_string();
+    client
+        .worker_health()
+        .into_iter()
+        .find(|w| w.addr == addr)
+        .map(|w| (w.state, w.deadlines_missed))
+        .unwrap_or((CircuitState::Closed, 0))
+}
+
+fn served(cluster: &Cluster, i: usize) -> u64 {
+    cluster.worker_metric(i, "talon_worker_cache_bytes_served_total") as u64
+}
+
+/// Waits until worker `i` has counted `rest` bytes served since `before` (it counts an
+/// answer once its send returns, which may be after the reader has it all), and checks
+/// that it is exactly that: the next owner was asked for the rest of the piece, not
+/// the whole piece again.
+async fn next_serves_exactly(cluster: &Cluster, i: usize, before: u64, rest: u64) {
+    let counted = wait_for(
+        "the next owner to count its answer",
+        Duration::from_secs(5),
+        || async {
+            let n = served(cluster, i) - before;
+            (n > 0).then_some(n)
+        },
+    )
+    .await;
+    assert_eq!(
+        counted, rest,
+        "the next owner was asked for exactly the rest"
+    );
+}
+
+/// A worker that sends part of a cached answer and then goes silent: the read keeps
+/// the bytes it got, asks the next owner for exactly the rest (its served bytes say so),
+/// and the stalled worker's circuit opens, so the next read skips it without waiting.
+/// Once the worker answers again, a probe closes the circuit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_that_stalls_mid_answer_costs_only_the_rest_and_is_skipped_until_it_recovers() {
+    let all = objects(24);
+    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
+    // Long enough that the read below certainly comes while the circuit is open.
+    let client = client(&cluster, Duration::from_secs(3)).await;
+    let owned = owned_by_the_proxied_worker(&cluster, &all).await;
+    let (object, next) = owned.first().cloned().expect("w2 owns some object");
+    warm(&cluster, std::slice::from_ref(&object)).await;
+
+    proxy.set(Fault::StallAfter(100_000));
+    let next_served = served(&cluster, next);
+    read_checked(&client, &object, "a read whose owner stalls mid-answer").await;
+    let stats = client.fail_open_stats();
+    assert_eq!(stats.resumed, 1, "the piece was continued once: {stats:?}");
+    assert!(
+        stats.kept_bytes > 0 && stats.kept_bytes < 100_000,
+        "the bytes before the stall were kept: {stats:?}"
+    );
+    next_serves_exactly(&cluster, next, next_served, BLOCK - stats.kept_bytes).await;
+    let (state, missed) = circuit_of(&client, &proxy);
+    assert_eq!(
+        state,
+        CircuitState::Open,
+        "one missed deadline opens the circuit"
+    );
+    assert!(missed >= 1);
+
+    // Skipped while open: nothing more reaches the stalled worker.
+    let asked = proxy.requested_bytes();
+    read_checked(&client, &object, "a read while the circuit is open").await;
+    assert_eq!(
+        proxy.requested_bytes(),
+        asked,
+        "the open circuit was skipped"
+    );
+    assert!(client.fail_open_stats().skipped >= 1);
+
+    // It answers again: a probe (a real read) closes the circuit.
+    proxy.set(Fault::Pass);
+    wait_for(
+        "a probe to close the recovered worker's circuit",
+        Duration::from_secs(20),
+        || async {
+            read_checked(&client, &object, "a read while the worker recovers").await;
+            (circuit_of(&client, &proxy).0 == CircuitState::Closed).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        proxy.requested_bytes() > asked,
+        "the probe reached the worker"
+    );
+}
+
+/// A worker whose connection dies mid-answer: the bytes before the cut are kept and
+/// the rest comes from the next owner; one broken connection does not open the circuit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_connection_cut_mid_answer_resumes_at_the_exact_byte() {
+    let all = objects(24);
+    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
+    let client = client(&cluster, Duration::from_secs(60)).await;
+    let owned = owned_by_the_proxied_worker(&cluster, &all).await;
+    let (object, next) = owned.first().cloned().expect("w2 owns some object");
+    warm(&cluster, std::slice::from_ref(&object)).await;
+
+    proxy.set(Fault::CutAfter(150_000));
+    let next_served = served(&cluster, next);
+    read_checked(&client, &object, "a read whose owner's connection is cut").await;
+    let stats = client.fail_open_stats();
+    assert_eq!(stats.resumed, 1, "{stats:?}");
+    assert!(
+        stats.kept_bytes > 100_000 && stats.kept_bytes < 150_000,
+        "{stats:?}"
+    );
+    next_serves_exactly(&cluster, next, next_served, BLOCK - stats.kept_bytes).await;
+    assert_eq!(circuit_of(&client, &proxy), (CircuitState::Closed, 0));
+}
+
+/// A worker that answers nothing (its connections open, its answers never arriving):
+/// a read costs one deadline once (the first-byte deadline on a pooled connection, the
+/// shorter connect deadline on a new one, whose Hello never completes), then the
+/// circuit is open and the reads of the other objects it owns go straight to their
+/// next owners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_owner_costs_one_first_byte_deadline_then_is_skipped() {
+    let all = objects(24);
+    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
+    // No probe during the test: every read below must skip the worker.
+    let client = client(&cluster, Duration::from_secs(60)).await;
+    let owned = owned_by_the_proxied_worker(&cluster, &all).await;
+    assert!(owned.len() >= 2, "w2 owns at least two objects");
+    let owned_objects: Vec<GeneratedObject> = owned.iter().map(|(o, _)| o.clone()).collect();
+    warm(&cluster, &owned_objects).await;
+    // Connect the pool through the proxy first, so the fault meets a live connection.
+    read_checked(&client, &owned[0].0, "a read through w2").await;
+
+    proxy.set(Fault::StallAfter(0));
+    let first = read_checked(&client, &owned[1].0, "a read whose owner is silent").await;
+    let connect = DeadlineBudget::from_total(BUDGET).worker.connect;
+    assert!(
+        first >= connect.min(FIRST_BYTE),
+        "the read waited for a deadline ({first:?})"
+    );
+    assert_eq!(circuit_of(&client, &proxy).0, CircuitState::Open);
+    let asked = proxy.requested_bytes();
+    for (object, _) in &owned {
+        read_checked(&client, object, "a read of another of its objects").await;
+    }
+    assert_eq!(
+        proxy.requested_bytes(),
+        asked,
+        "nothing more was asked of it"
+    );
+    assert_eq!(client.fail_open_stats().resumed, 0);
+}
+
+/// The hang of the issue, on a real worker process: SIGSTOP it while eight readers
+/// read objects it owns, SIGCONT it after three seconds. No read fails, none waits for
+/// the whole stop: the longest read is bounded by the first-byte deadline, not the
+/// stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_worker_process_fails_no_read_and_holds_none_for_the_whole_stop() {
+    let all = objects(24);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 2,
+        generated: all.clone(),
+        local_sockets: false,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let process = WorkerProcess::start(&cluster, "w2", &dir.path().join("cache")).await;
+    cluster.wait_for_live(3).await;
+    let client = client(&cluster, Duration::from_millis(200)).await;
+    let placement = cluster.placement().await;
+    let owned: Vec<GeneratedObject> = all
+        .iter()
+        .filter(|o| {
+            placement
+                .locate(&cluster.block_id(&id_of(o), &version_of(o), 0))
+                .is_some_and(|m| m.id == "w2")
+        })
+        .cloned()
+        .collect();
+    assert!(!owned.is_empty(), "the process owns some objects");
+    warm(&cluster, &all).await;
+
+    let stop = Duration::from_secs(3);
+    let stopped = Instant::now();
+    signal(process.pid(), "STOP");
+    let mut readers = Vec::new();
+    for r in 0..8 {
+        let (client, objects) = (client.clone(), owned.clone());
+        readers.push(tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            let mut reads = 0;
+            while stopped.elapsed() < stop + Duration::from_secs(1) {
+                let object = &objects[(r + reads) % objects.len()];
+                longest =
+                    longest.max(read_checked(&client, object, "a read across the stop").await);
+                reads += 1;
+            }
+            (reads, longest)
+        }));
+    }
+    // Resume it when the stop is over (the readers run across it).
+    tokio::time::sleep_until((stopped + stop).into()).await;
+    signal(process.pid(), "CONT");
+    let mut longest = Duration::ZERO;
+    let mut reads = 0;
+    for r in readers {
+        let (n, l) = r.await.unwrap();
+        reads += n;
+        longest = longest.max(l);
+    }
+    assert!(reads > 8, "the readers kept reading ({reads} reads)");
+    assert!(
+        longest < stop,
+        "a read was held {longest:?}, the whole stop ({stop:?}): the first-byte deadline \
+         ({FIRST_BYTE:?}) did not move it on"
+    );
+    eprintln!("{reads} reads across a {stop:?} stop; the longest took {longest:?}");
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}

@@ -123,6 +123,20 @@ pub struct Args {
     /// response holds ahead of its client (a slow client's memory bound).
     #[arg(long, env = "TALON_GATEWAY_READ_WINDOW", default_value_t = 4)]
     read_window: usize,
+    /// Each piece's deadline budget through the cache (ms): the workers in rendezvous
+    /// order get half of it together and the origin the rest; a worker's connect,
+    /// first-byte and stall deadlines are derived from it (1/30, 1/6, 1/15:
+    /// docs/reliability.md).
+    #[arg(long, env = "TALON_GATEWAY_READ_DEADLINE_MS", default_value_t = 30_000)]
+    read_deadline_ms: u64,
+    /// A worker's first-byte deadline (ms), replacing the one derived from
+    /// --read-deadline-ms: how long a worker may be silent before a piece moves on.
+    #[arg(long, env = "TALON_GATEWAY_WORKER_FIRST_BYTE_MS")]
+    worker_first_byte_ms: Option<u64>,
+    /// A worker's stall deadline (ms), replacing the derived one: how long an answer
+    /// may stop mid-body before the rest is asked elsewhere.
+    #[arg(long, env = "TALON_GATEWAY_WORKER_STALL_MS")]
+    worker_stall_ms: Option<u64>,
     /// Uploads (PutObject, Put Blob) up to this size are also pushed into the cache
     /// once the origin has stored them, so the writer's next read is a hit; 0 turns
     /// that off. The gateway then joins the cluster in the ingester role.
@@ -338,6 +352,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             config.local_reads = args.local_reads;
             config.max_request_bytes = args.piece_size.max(4096);
             config.read_window = args.read_window.max(1);
+            config.deadlines = talon_cache_client::DeadlineBudget::from_total(
+                Duration::from_millis(args.read_deadline_ms),
+            )
+            .with_worker(
+                args.worker_first_byte_ms.map(Duration::from_millis),
+                args.worker_stall_ms.map(Duration::from_millis),
+            );
             Some(
                 CacheClient::connect(config)
                     .await

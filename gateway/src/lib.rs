@@ -253,6 +253,8 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                     async move {
                         if let Some(cache) = gw.objects.cache() {
                             gw.metrics.read_budget_held(cache.buffered_bytes(None));
+                            gw.metrics
+                                .fail_open(cache.fail_open_stats(), &cache.worker_health());
                         }
                         (
                             [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],

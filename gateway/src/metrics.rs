@@ -54,6 +54,10 @@ pub struct GatewayMetrics {
     bytes_in: Family<[(&'static str, &'static str); 1], Counter>,
     latency: Family<OpLabels, Histogram>,
     read_budget_held: Gauge,
+    fail_open: Family<[(&'static str, &'static str); 1], Gauge>,
+    circuit_open: Family<[(&'static str, String); 1], Gauge>,
+    circuit_opened: Family<[(&'static str, String); 1], Gauge>,
+    deadlines_missed: Family<[(&'static str, String); 1], Gauge>,
 }
 
 impl Default for GatewayMetrics {
@@ -74,6 +78,10 @@ impl GatewayMetrics {
             bytes_in: Family::default(),
             latency,
             read_budget_held: Gauge::default(),
+            fail_open: Family::default(),
+            circuit_open: Family::default(),
+            circuit_opened: Family::default(),
+            deadlines_missed: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -101,6 +109,26 @@ impl GatewayMetrics {
                 "read_budget_held_bytes",
                 "Bytes of fetched cache pieces the responses hold now (of --buffer-budget)",
                 m.read_budget_held.clone(),
+            );
+            r.register(
+                "fail_open",
+                "What cache reads did when a worker failed them, since start, by event: retries (a piece asked of the next worker), resumed (continued from the byte where an answer was cut), kept_bytes (bytes of cut answers kept), skipped (owners passed over for an open circuit), fallbacks (read from the origin)",
+                m.fail_open.clone(),
+            );
+            r.register(
+                "worker_circuit_open",
+                "1 when reads skip the worker (its circuit is open or being probed), by data-plane address",
+                m.circuit_open.clone(),
+            );
+            r.register(
+                "worker_circuit_opened",
+                "Times the worker's circuit opened since start, by data-plane address",
+                m.circuit_opened.clone(),
+            );
+            r.register(
+                "worker_deadlines_missed",
+                "Deadlines (first byte, stall) the worker missed since start, by data-plane address",
+                m.deadlines_missed.clone(),
             );
         }
         m
@@ -149,6 +177,38 @@ impl GatewayMetrics {
     pub fn read_budget_held(&self, bytes: u64) {
         self.read_budget_held
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Records the cache client's fail-open tallies and each worker's circuit (read
+    /// when `/metrics` is served).
+    pub fn fail_open(
+        &self,
+        stats: talon_cache_client::FailOpenStats,
+        workers: &[talon_cache_client::WorkerHealthView],
+    ) {
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for (event, value) in [
+            ("retries", stats.retries),
+            ("resumed", stats.resumed),
+            ("kept_bytes", stats.kept_bytes),
+            ("skipped", stats.skipped),
+            ("fallbacks", stats.fallbacks),
+        ] {
+            self.fail_open
+                .get_or_create(&[("event", event)])
+                .set(gauge(value));
+        }
+        for w in workers {
+            let label = [("worker", w.addr.clone())];
+            let open = w.state != talon_cache_client::CircuitState::Closed;
+            self.circuit_open.get_or_create(&label).set(i64::from(open));
+            self.circuit_opened
+                .get_or_create(&label)
+                .set(gauge(w.opened));
+            self.deadlines_missed
+                .get_or_create(&label)
+                .set(gauge(w.deadlines_missed));
+        }
     }
 
     /// Renders the Prometheus text format.

@@ -652,6 +652,15 @@ async fn when_no_worker_answers_route_cache_reads_the_origin_and_cache_only_refu
             .any(|l| l.contains("operation=\"GetObject\"") && l.contains("outcome=\"fallback\"")),
         "{metrics}"
     );
+    // The fail-open tallies and the dead worker's circuit are on /metrics.
+    let fallbacks = talon_testkit::metric(&metrics, "talon_gateway_fail_open{event=\"fallbacks\"}");
+    assert!(fallbacks.is_some_and(|n| n >= 1.0), "{metrics}");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("talon_gateway_worker_circuit_opened{worker=")),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

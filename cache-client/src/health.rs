@@ -7,10 +7,12 @@
 //! period is over, one read is let through as a probe; its success closes the circuit,
 //! its failure opens it again for twice as long (up to [`HealthConfig::max_backoff`]).
 //!
-//! The hot path of a healthy worker is two atomic loads and a map read.
+//! The hot path while every worker is healthy is one atomic load per request and per
+//! answer: a count of the workers that are not (a failure since their last success,
+//! or a circuit not closed) says whether the map needs looking at.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -121,6 +123,9 @@ struct Timing {
 pub struct WorkerHealth {
     config: HealthConfig,
     workers: RwLock<HashMap<String, Arc<Worker>>>,
+    /// Workers with a failure since their last success or a circuit not closed: while
+    /// none, nothing else is looked at.
+    unwell: AtomicUsize,
 }
 
 impl WorkerHealth {
@@ -129,7 +134,17 @@ impl WorkerHealth {
         WorkerHealth {
             config,
             workers: RwLock::default(),
+            unwell: AtomicUsize::new(0),
         }
+    }
+
+    /// The worker's entry if it has one (a worker that never failed has none).
+    fn known(&self, addr: &str) -> Option<Arc<Worker>> {
+        self.workers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(addr)
+            .cloned()
     }
 
     fn worker(&self, addr: &str) -> Arc<Worker> {
@@ -166,7 +181,12 @@ impl WorkerHealth {
     }
 
     fn admit_at(&self, addr: &str, now: Instant) -> Admission {
-        let w = self.worker(addr);
+        if self.unwell.load(Ordering::Acquire) == 0 {
+            return Admission::Go;
+        }
+        let Some(w) = self.known(addr) else {
+            return Admission::Go;
+        };
         match CircuitState::from_u8(w.state.load(Ordering::Acquire)) {
             CircuitState::Closed => Admission::Go,
             CircuitState::Probing => Admission::Skip,
@@ -189,16 +209,25 @@ impl WorkerHealth {
 
     /// The worker at `addr` answered: its circuit closes and its backoff resets.
     pub fn succeeded(&self, addr: &str) {
-        let w = self.worker(addr);
-        if w.state.load(Ordering::Acquire) == 0
-            && w.consecutive_failures.load(Ordering::Relaxed) == 0
-        {
+        if self.unwell.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let Some(w) = self.known(addr) else { return };
+        let well = |w: &Worker| {
+            w.state.load(Ordering::Acquire) == 0
+                && w.consecutive_failures.load(Ordering::Relaxed) == 0
+        };
+        if well(&w) {
             return;
         }
         let mut timing = w.timing.lock().unwrap_or_else(|p| p.into_inner());
+        if well(&w) {
+            return;
+        }
         w.consecutive_failures.store(0, Ordering::Relaxed);
         timing.backoff = self.config.min_backoff;
         w.state.store(0, Ordering::Release);
+        self.unwell.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// A request to the worker at `addr` failed: counted, and the circuit opens when
@@ -217,10 +246,12 @@ impl WorkerHealth {
             }
         };
         let mut timing = w.timing.lock().unwrap_or_else(|p| p.into_inner());
-        let failures = w
-            .consecutive_failures
-            .fetch_add(weight, Ordering::Relaxed)
-            .saturating_add(weight);
+        let before = w.consecutive_failures.fetch_add(weight, Ordering::Relaxed);
+        if before == 0 && w.state.load(Ordering::Acquire) == 0 {
+            // Well until now.
+            self.unwell.fetch_add(1, Ordering::AcqRel);
+        }
+        let failures = before.saturating_add(weight);
         match CircuitState::from_u8(w.state.load(Ordering::Acquire)) {
             CircuitState::Probing => {
                 timing.backoff = (timing.backoff * 2).min(self.config.max_backoff);
@@ -259,10 +290,20 @@ impl WorkerHealth {
 
     /// Forgets workers that left the membership.
     pub fn retain(&self, addrs: &[&str]) {
-        self.workers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|addr, _| addrs.contains(&addr.as_str()));
+        let mut workers = self.workers.write().unwrap_or_else(|p| p.into_inner());
+        workers.retain(|addr, w| {
+            let keep = addrs.contains(&addr.as_str());
+            if !keep {
+                let timing = w.timing.lock().unwrap_or_else(|p| p.into_inner());
+                if w.state.load(Ordering::Acquire) != 0
+                    || w.consecutive_failures.load(Ordering::Relaxed) != 0
+                {
+                    self.unwell.fetch_sub(1, Ordering::AcqRel);
+                }
+                drop(timing);
+            }
+            keep
+        });
     }
 }
 
@@ -299,6 +340,14 @@ mod tests {
         assert_eq!(state(&h, "w"), CircuitState::Open);
         assert_eq!(h.admit_at("w", t0), Admission::Skip);
         assert_eq!(h.admit_at("other", t0), Admission::Go);
+        assert_eq!(h.unwell.load(Ordering::Relaxed), 1);
+        h.retain(&["other"]);
+        assert_eq!(
+            h.unwell.load(Ordering::Relaxed),
+            0,
+            "a worker that left is forgotten"
+        );
+        assert_eq!(h.admit_at("w", t0), Admission::Go);
     }
 
     #[test]
@@ -318,6 +367,7 @@ mod tests {
         );
         h.succeeded("w");
         assert_eq!(h.admit_at("w", later), Admission::Go);
+        assert_eq!(h.unwell.load(Ordering::Relaxed), 0, "all well again");
         let v = &h.views()[0];
         assert_eq!(
             (v.opened, v.deadlines_missed, v.consecutive_failures),

@@ -442,9 +442,11 @@ impl CacheClient {
             expected_version: None,
         });
         let mut last = CacheClientError::Unavailable("no live worker".into());
-        let owners = placement.locate_top_k_key(&key, self.inner.config.attempts.max(1));
+        let attempts = self.inner.config.attempts.max(1);
+        let owners = self.admitted(|| placement.locate_top_k_key(&key, attempts), options);
         let workers_until = Instant::now() + self.inner.config.deadlines.workers_share;
-        for addr in self.admitted(&owners, options) {
+        for member in owners {
+            let addr = member.addr.as_str();
             let answer = self.ask_worker(addr, &request, workers_until).await;
             self.note_health(addr, &answer);
             match answer {
@@ -743,26 +745,31 @@ impl CacheClient {
     }
 
     /// The owners a request goes to, in rendezvous order, less those whose circuit is
-    /// open. When every owner's is open and the read cannot fall back to the origin,
-    /// all of them, in order: a slow answer beats an error.
+    /// open (kept in place: no allocation while every worker is well). When every
+    /// owner's is open and the read cannot fall back to the origin, all of them, in
+    /// order: a slow answer beats an error.
     fn admitted<'m>(
         &self,
-        owners: &[&'m talon_coordinator_client::placement::PlacementMember],
+        locate: impl Fn() -> Vec<&'m talon_coordinator_client::placement::PlacementMember>,
         options: ReadOptions,
-    ) -> Vec<&'m str> {
-        let mut admitted = Vec::with_capacity(owners.len());
-        for member in owners {
-            match self.inner.health.admit(&member.addr) {
-                Admission::Go | Admission::Probe => admitted.push(member.addr.as_str()),
-                Admission::Skip => {
-                    self.inner.counters.skipped.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+    ) -> Vec<&'m talon_coordinator_client::placement::PlacementMember> {
+        let mut owners = locate();
+        let all = owners.len();
+        owners.retain(|member| match self.inner.health.admit(&member.addr) {
+            Admission::Go | Admission::Probe => true,
+            Admission::Skip => false,
+        });
+        let skipped = (all - owners.len()) as u64;
+        if skipped > 0 {
+            self.inner
+                .counters
+                .skipped
+                .fetch_add(skipped, Ordering::Relaxed);
         }
-        if admitted.is_empty() && self.fallback_origins(options).is_none() {
-            admitted.extend(owners.iter().map(|m| m.addr.as_str()));
+        if owners.is_empty() && self.fallback_origins(options).is_none() {
+            return locate();
         }
-        admitted
+        owners
     }
 
     /// Tells the worker's circuit how a request went: any answer from the worker is a
@@ -875,13 +882,15 @@ impl CacheClient {
         u32::try_from(piece.len)
             .map_err(|_| CacheClientError::InvalidRequest("piece too large".into()))?;
         let placement = self.placement();
-        let owners = placement.locate_top_k(&block, self.inner.config.attempts.max(1));
+        let attempts = self.inner.config.attempts.max(1);
+        let owners = self.admitted(|| placement.locate_top_k(&block, attempts), options);
         let counters = &self.inner.counters;
         // The bytes of the piece received so far, when an answer was cut.
         let mut kept = BytesMut::new();
         let mut filled = false;
         let mut last = CacheClientError::Unavailable("no live worker".into());
-        for (attempt, addr) in self.admitted(&owners, options).into_iter().enumerate() {
+        for (attempt, member) in owners.into_iter().enumerate() {
+            let addr = member.addr.as_str();
             if Instant::now() >= workers_until {
                 last = CacheClientError::DeadlineExceeded(
                     "the workers' share of the piece's deadline budget ran out".into(),

@@ -740,3 +740,50 @@ async fn one_version_reached_by_every_path_names_the_same_blocks() {
         "no block file for {block:?}"
     );
 }
+
+/// An origin that throttles every request: both fronts answer their protocol's 503
+/// (S3 `SlowDown`, Azure `ServerBusy`) with `Retry-After`, and each request reaches the
+/// origin once, through the one worker that owns the object's metadata; before, every
+/// owner asked in turn and then the gateway itself (four requests for one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttling_origin_gets_503_with_retry_after_on_both_fronts_and_no_more_load() {
+    let object = GeneratedObject::new("data", "busy.bin", 300_000, 12);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        origin_fallback: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::S3).await;
+    cluster
+        .origin
+        .faults()
+        .set(talon_origin_stub::faults::FaultConfig {
+            error_rate: 1.0,
+            ..Default::default()
+        })
+        .unwrap();
+    let asked = || cluster.origin.metrics().requests_total();
+    let before = asked();
+    let resp = s3_get(&gw, "/data/busy.bin", Some("bytes=0-99")).await;
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("<Code>SlowDown</Code>"), "{body}");
+    assert_eq!(asked() - before, 1, "one origin request for one S3 request");
+    let before = asked();
+    let resp = reqwest::Client::new()
+        .get(format!("{}/data/busy.bin", gw.azure_url().unwrap()))
+        .header("x-ms-version", "2025-01-05")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    assert_eq!(resp.headers()["x-ms-error-code"], "ServerBusy");
+    assert_eq!(
+        asked() - before,
+        1,
+        "one origin request for one Azure request"
+    );
+}

@@ -161,8 +161,16 @@ pub fn protocol_words(front: Front, kind: ErrorKind) -> Option<&'static str> {
     })
 }
 
+/// `Retry-After` on every 503 (throttled, unavailable): the SDKs' retry policies
+/// (the AWS SDKs' and azure-core's) wait at least this long before they try again,
+/// instead of their own first backoff, which may be a few milliseconds. One second:
+/// long enough for a throttled origin or a full gateway to drain some work, short
+/// enough not to stall a reader that a retry would serve.
+pub const RETRY_AFTER_SECONDS: &str = "1";
+
 /// The protocol's answer to a failed request: its status, `x-ms-error-code` (Azure),
-/// the XML error body (none on a HEAD or a 304) and the failure's extra headers. The
+/// the XML error body (none on a HEAD or a 304), `Retry-After` on a 503, and the
+/// failure's extra headers. The
 /// failure is logged with its code and full message; the client sees the protocol's
 /// words for it ([`protocol_words`]) or, for a refusal of the request itself, the
 /// message.
@@ -215,6 +223,9 @@ pub fn error_answer(front: Front, failure: Failure, request: ErrorContext<'_>) -
     }
     if request.has_body {
         set_header(h, "connection", "close");
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        set_header(h, "retry-after", RETRY_AFTER_SECONDS);
     }
     for (name, value) in failure.headers {
         set_header(h, name, &value);
@@ -320,6 +331,40 @@ mod tests {
         assert_eq!(resp.headers()["content-range"], "bytes */10");
         let body = std::str::from_utf8(resp.body()).unwrap();
         assert!(body.contains("<Code>InvalidRange</Code>"), "{body}");
+    }
+
+    #[test]
+    fn throttled_and_unavailable_answers_say_when_to_retry_and_no_other_does() {
+        for (front, kind, code) in [
+            (Front::S3, ErrorKind::SlowDown, "<Code>SlowDown</Code>"),
+            (Front::Azure, ErrorKind::SlowDown, "<Code>ServerBusy</Code>"),
+            (
+                Front::S3,
+                ErrorKind::ServiceUnavailable,
+                "<Code>ServiceUnavailable</Code>",
+            ),
+            (
+                Front::Azure,
+                ErrorKind::ServiceUnavailable,
+                "<Code>ServerBusy</Code>",
+            ),
+        ] {
+            let resp = error_answer(
+                front,
+                Failure::from(Error::new(kind, "busy")),
+                context(false, false),
+            );
+            assert_eq!(resp.status(), 503);
+            assert_eq!(resp.headers()["retry-after"], "1", "{front:?} {kind:?}");
+            let body = std::str::from_utf8(resp.body()).unwrap();
+            assert!(body.contains(code), "{body}");
+        }
+        let resp = error_answer(
+            Front::S3,
+            Failure::from(Error::new(ErrorKind::InternalError, "x")),
+            context(false, false),
+        );
+        assert!(!resp.headers().contains_key("retry-after"));
     }
 
     #[test]

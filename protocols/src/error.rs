@@ -236,7 +236,10 @@ impl ErrorKind {
             | MalformedAuthorization => FrameCode::AccessDenied,
             EntityTooLarge | HeadersTooLarge | MetadataTooLarge => FrameCode::TooLarge,
             NotImplemented | MethodNotAllowed => FrameCode::Unsupported,
-            SlowDown | ServiceUnavailable => FrameCode::Unavailable,
+            // The origin throttled: said as such, so that no reader retries it through
+            // another worker (which would ask the same origin again).
+            SlowDown => FrameCode::OriginThrottled,
+            ServiceUnavailable => FrameCode::Unavailable,
             Timeout => FrameCode::Timeout,
             InternalError => FrameCode::OriginError,
             _ => FrameCode::InvalidRequest,
@@ -255,6 +258,7 @@ impl ErrorKind {
             FrameCode::TooLarge => ErrorKind::EntityTooLarge,
             FrameCode::Unsupported => ErrorKind::NotImplemented,
             FrameCode::Unavailable => ErrorKind::ServiceUnavailable,
+            FrameCode::OriginThrottled => ErrorKind::SlowDown,
             FrameCode::Timeout => ErrorKind::Timeout,
             FrameCode::InvalidRequest => ErrorKind::InvalidRequest,
             FrameCode::OriginError | FrameCode::Internal | FrameCode::Unknown(_) => {

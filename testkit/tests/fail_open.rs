@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 
 use talon_cache_client::{CacheClient, CircuitState, DeadlineBudget, HealthConfig};
 use talon_core::{ObjectId, ObjectVersion};
+use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedObject;
+use talon_protocols::ErrorKind;
 use talon_testkit::fault_proxy::{Fault, FaultProxy};
 use talon_testkit::{Cluster, ClusterConfig, WorkerProcess, expected, read_through, wait_for};
+use talon_worker::loader::LoaderConfig;
 
 const BLOCK: u64 = 256 << 10;
 /// The piece's whole budget in these tests: a read that takes longer is stuck.
@@ -349,4 +352,66 @@ fn signal(pid: u32, name: &str) {
         .status()
         .unwrap();
     assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// An origin that throttles (503 SlowDown on every request) is asked by one worker
+/// only, within that worker's bounded retries: the read is not tried again through the
+/// other owners (each would ask the same origin again), and it fails with SlowDown, the
+/// answer a client must back off on. The worker is not blamed for it: its circuit stays
+/// closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_throttled_origin_is_asked_through_one_worker_only_and_the_read_says_slow_down() {
+    let object = GeneratedObject::new("data", "throttled.bin", BLOCK, 300);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 3,
+        generated: vec![object.clone()],
+        local_sockets: false,
+        // Even with the origin as the cache client's last resort.
+        origin_fallback: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let client = client(&cluster, Duration::from_secs(60)).await;
+    cluster
+        .origin
+        .faults()
+        .set(FaultConfig {
+            error_rate: 1.0,
+            ..FaultConfig::default()
+        })
+        .unwrap();
+    let gets = cluster.origin_gets();
+    let before = cluster.origin.metrics().requests_total();
+    let outcome = read_through(
+        &client,
+        &id_of(&object),
+        &version_of(&object),
+        object.size,
+        0..object.size,
+    )
+    .await;
+    assert!(outcome.bytes.is_empty(), "no byte of a throttled read");
+    let error = outcome.error.expect("the read fails");
+    assert_eq!(error.kind(), ErrorKind::SlowDown, "{error}");
+    // One worker's fill: its first GET and its bounded retries, nothing else (no
+    // other owner's fill, no fallback GET).
+    let tries = u64::from(LoaderConfig::default().origin_retries) + 1;
+    assert_eq!(
+        (
+            cluster.origin_gets() - gets,
+            cluster.origin.metrics().requests_total() - before
+        ),
+        (tries, tries),
+        "the origin was asked through one worker only"
+    );
+    let stats = client.fail_open_stats();
+    assert_eq!((stats.retries, stats.fallbacks), (0, 0), "{stats:?}");
+    assert!(
+        client
+            .worker_health()
+            .iter()
+            .all(|w| w.state == CircuitState::Closed && w.consecutive_failures == 0),
+        "{:?}",
+        client.worker_health()
+    );
 }

@@ -110,6 +110,10 @@ mod tests {
         );
         assert_eq!(
             origin(ErrorKind::SlowDown).frame_code(),
+            ErrorCode::OriginThrottled
+        );
+        assert_eq!(
+            origin(ErrorKind::ServiceUnavailable).frame_code(),
             ErrorCode::Unavailable
         );
         assert_eq!(

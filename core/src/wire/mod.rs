@@ -475,6 +475,11 @@ pub enum ErrorCode {
     Unauthenticated,
     /// 13: the peer's role may not make this request (an Ingest from a reader).
     Forbidden,
+    /// 14: the origin throttled the worker's fetch (S3 `SlowDown`, Azure `ServerBusy`)
+    /// after the worker's own bounded retries. Not retried on another worker: that
+    /// would multiply a throttled origin's load; the reader says so to its client
+    /// (503 with `Retry-After`).
+    OriginThrottled,
     /// Any other value, kept as received.
     Unknown(u16),
 }
@@ -497,6 +502,7 @@ impl ErrorCode {
             11 => Self::AccessDenied,
             12 => Self::Unauthenticated,
             13 => Self::Forbidden,
+            14 => Self::OriginThrottled,
             other => Self::Unknown(other),
         }
     }
@@ -518,6 +524,7 @@ impl ErrorCode {
             Self::AccessDenied => 11,
             Self::Unauthenticated => 12,
             Self::Forbidden => 13,
+            Self::OriginThrottled => 14,
             Self::Unknown(other) => other,
         }
     }
@@ -526,7 +533,8 @@ impl ErrorCode {
     /// with this code: it was busy or draining, ran out of time, failed inside, or the
     /// origin failed it; a code this build does not know counts too. Not found, a
     /// version mismatch, a bad range or request, a limit, and refused credentials or
-    /// roles are the answer wherever the request goes.
+    /// roles are the answer wherever the request goes; a throttled origin is not asked
+    /// again through another worker.
     pub const fn is_transient(self) -> bool {
         matches!(
             self,
@@ -555,12 +563,12 @@ mod tests {
 
     #[test]
     fn transient_codes_are_the_ones_another_worker_may_answer() {
-        let transient: Vec<u16> = (0..=14)
+        let transient: Vec<u16> = (0..=15)
             .filter(|n| ErrorCode::from_u16(*n).is_transient())
             .collect();
         // OriginError, Unavailable, Timeout, Internal, and codes this build does not
-        // know (0 and 14 here).
-        assert_eq!(transient, [0, 4, 5, 6, 7, 14]);
+        // know (0 and 15 here). Not OriginThrottled (14).
+        assert_eq!(transient, [0, 4, 5, 6, 7, 15]);
     }
 
     #[test]
@@ -679,6 +687,7 @@ mod tests {
             (ErrorCode::AccessDenied, 11),
             (ErrorCode::Unauthenticated, 12),
             (ErrorCode::Forbidden, 13),
+            (ErrorCode::OriginThrottled, 14),
         ];
         for (code, value) in named {
             assert_eq!(code.as_u16(), value);

@@ -90,6 +90,13 @@ gateway-proxy-bench *ARGS:
     [ "$(id -u)" != 0 ] || { systemctl stop varnish nginx 2>/dev/null || true; }
     ./target/release/talon-gateway-proxy-bench {{ARGS}}
 
+# Workers killed and frozen under SHA-verified readers of both fronts (route cache): every
+# request must succeed; bench/results/chaos.jsonl. `--faults kill --seconds 330` for the
+# 100 kills of docs/reliability.md, `--help` for the rest.
+chaos *ARGS:
+    cargo build --release --workspace --bins
+    ./target/release/talon-chaos {{ARGS}}
+
 # Where the gateway's cache route spends its CPU: per-request CPU (user, kernel), context
 # switches, syscalls, mallocs and perf's top symbols of the gateway and the worker;
 # bench/results/profile/. `--range-size 64KiB --conns 64`, `--help`.

@@ -65,6 +65,13 @@ step "the data-plane suites again on the Tokio plane, reads through the local so
 TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_TEST_EXPECT_DATA_PLANE=tokio TALON_TEST_LOCAL_SOCKETS=1 \
   cargo test -p talon-testkit -p talon-worker -p talon-cache-client
 
+# The fail-open promise under faults, bounded (docs/reliability.md): SIGKILL and SIGSTOP
+# of workers under readers of both fronts; any failed, wrong or stuck request fails it.
+# A first-byte deadline of 1 s, so the 3 s hangs also exercise it.
+step "talon-chaos, 30 s of kills and hangs (debug binaries)"
+TALON_GATEWAY_WORKER_FIRST_BYTE_MS=1000 ./target/debug/talon-chaos --seconds 30 --hang-ms 3000 \
+  --out target/chaos-ci.jsonl
+
 step "rclone (the gateway suite drives the Debian package)"
 command -v rclone >/dev/null || apt_install rclone
 

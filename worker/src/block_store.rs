@@ -355,6 +355,8 @@ struct Inner {
     used: u64,
     reserved: u64,
     evictions: u64,
+    /// Present pages dropped because their bytes no longer matched their checksum.
+    corrupt_pages: u64,
 }
 
 /// Counters of the store, for metrics and heartbeats.
@@ -368,6 +370,9 @@ pub struct StoreStats {
     pub blocks: u64,
     /// Blocks evicted since start.
     pub evictions: u64,
+    /// Present pages found corrupt (their checksum failed) and dropped since start:
+    /// never served, refetched when next read.
+    pub corrupt_pages: u64,
 }
 
 /// Bytes reserved for a fill; returned to the budget when dropped (a committed fill
@@ -546,6 +551,7 @@ impl BlockStore {
                 used: 0,
                 reserved: 0,
                 evictions: 0,
+                corrupt_pages: 0,
             }),
         };
         store.rebuild()?;
@@ -566,6 +572,7 @@ impl BlockStore {
             capacity_bytes: self.capacity,
             blocks: inner.blocks.len() as u64,
             evictions: inner.evictions,
+            corrupt_pages: inner.corrupt_pages,
         }
     }
 
@@ -1092,6 +1099,7 @@ impl BlockStore {
             tracing::warn!(block = %block.name, pages = ?bad, "dropped pages that failed their checksum; they will be refetched");
             let mut inner = lock(&self.inner);
             inner.used = inner.used.saturating_sub(freed);
+            inner.corrupt_pages += bad.len() as u64;
             inner.policy.resize(&block.name, lock(&block.state).cost);
             drop(inner);
             block.persist_meta()?;
@@ -1215,6 +1223,11 @@ mod tests {
         let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
         let block = store.get(&id).unwrap();
         assert!(!store.verify(&block, 0..4).unwrap());
+        assert_eq!(
+            store.stats().corrupt_pages,
+            2,
+            "both damaged pages are counted"
+        );
         let st = lock(&block.state);
         assert!(st.present.is_present(0).unwrap() && st.present.is_present(2).unwrap());
         assert!(!st.present.is_present(1).unwrap() && !st.present.is_present(3).unwrap());

@@ -28,6 +28,7 @@ pub struct WorkerMetrics {
     fills_in_flight: Gauge,
     connections: Gauge,
     evictions: Counter,
+    corrupt_pages: Counter,
     used_bytes: Gauge,
     capacity_bytes: Gauge,
     blocks: Gauge,
@@ -61,6 +62,7 @@ impl WorkerMetrics {
             fills_in_flight: Gauge::default(),
             connections: Gauge::default(),
             evictions: Counter::default(),
+            corrupt_pages: Counter::default(),
             used_bytes: Gauge::default(),
             capacity_bytes: Gauge::default(),
             blocks: Gauge::default(),
@@ -132,6 +134,11 @@ impl WorkerMetrics {
                 "evictions",
                 "Blocks evicted to stay within the byte budget",
                 m.evictions.clone(),
+            );
+            r.register(
+                "corrupt_pages",
+                "Present pages whose bytes failed their CRC32C (damaged on disk, or changed behind the worker): dropped, never served, refetched when next read",
+                m.corrupt_pages.clone(),
             );
             r.register(
                 "cache_used_bytes",
@@ -270,9 +277,14 @@ impl WorkerMetrics {
         self.used_bytes.set(i(store.used_bytes));
         self.capacity_bytes.set(i(store.capacity_bytes));
         self.blocks.set(i(store.blocks));
-        let seen = self.evictions.get();
-        if store.evictions > seen {
-            self.evictions.inc_by(store.evictions - seen);
+        for (counter, total) in [
+            (&self.evictions, store.evictions),
+            (&self.corrupt_pages, store.corrupt_pages),
+        ] {
+            let seen = counter.get();
+            if total > seen {
+                counter.inc_by(total - seen);
+            }
         }
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -299,10 +311,12 @@ mod tests {
             capacity_bytes: 100,
             blocks: 1,
             evictions: 3,
+            corrupt_pages: 2,
         });
         assert!(text.contains("talon_worker_hits_total 1"), "{text}");
         assert!(text.contains("talon_worker_cache_bytes_served_total 4096"));
         assert!(text.contains("talon_worker_evictions_total 3"));
+        assert!(text.contains("talon_worker_corrupt_pages_total 2"));
         assert!(text.contains("talon_worker_cache_used_bytes 10"));
         assert!(text.contains("talon_worker_read_duration_seconds_count 1"));
     }

@@ -248,6 +248,20 @@ where
     }
 }
 
+/// `path`, with whatever a previous instance left there removed: a part restarted in
+/// the same folder (a worker after a kill) must not be taken as ready on its
+/// predecessor's file, with the predecessor's address.
+///
+/// # Errors
+/// [`HarnessError::Io`] when an old file cannot be removed.
+fn fresh_ready_file(path: PathBuf) -> HarnessResult<PathBuf> {
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(path),
+        Err(e) => Err(HarnessError::io(format!("removing {}", path.display()), e)),
+    }
+}
+
 /// Waits for `process`'s ready file and returns its JSON.
 async fn ready_file(process: &mut Process, path: &Path) -> HarnessResult<serde_json::Value> {
     let what = format!("{}'s ready file {}", process.name(), path.display());
@@ -297,7 +311,7 @@ impl Stub {
         let data = dir.join("origin-data");
         std::fs::create_dir_all(&data)
             .map_err(|e| HarnessError::io(format!("creating {}", data.display()), e))?;
-        let ready = dir.join("stub.ready.json");
+        let ready = fresh_ready_file(dir.join("stub.ready.json"))?;
         let mut args = os(&[
             "--s3-listen",
             "127.0.0.1:0",
@@ -367,7 +381,7 @@ impl Coordinator {
     /// # Errors
     /// As [`Process::spawn`]; one that dies or never becomes ready.
     pub async fn start(binaries: &Binaries, dir: &Path, name: &str) -> HarnessResult<Coordinator> {
-        let ready = dir.join(format!("{name}.ready.json"));
+        let ready = fresh_ready_file(dir.join(format!("{name}.ready.json")))?;
         let mut args = os(&[
             "--listen",
             "127.0.0.1:0",
@@ -470,7 +484,7 @@ impl Worker {
         coordinator: &mut Coordinator,
         spec: WorkerSpec<'_>,
     ) -> HarnessResult<Worker> {
-        let ready = dir.join(format!("{}.ready.json", spec.id));
+        let ready = fresh_ready_file(dir.join(format!("{}.ready.json", spec.id)))?;
         let cache = dir.join(format!("{}-cache", spec.id));
         std::fs::create_dir_all(&cache)
             .map_err(|e| HarnessError::io(format!("creating {}", cache.display()), e))?;
@@ -605,7 +619,7 @@ impl Gateway {
         });
         std::fs::write(&identities, doc.to_string())
             .map_err(|e| HarnessError::io(format!("writing {}", identities.display()), e))?;
-        let ready = dir.join(format!("{}.ready.json", spec.name));
+        let ready = fresh_ready_file(dir.join(format!("{}.ready.json", spec.name)))?;
         let (s3, azure) = match spec.front {
             Protocol::S3 => ("127.0.0.1:0", "off"),
             Protocol::Azure => ("off", "127.0.0.1:0"),

@@ -248,11 +248,12 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
     let stuck = Duration::from_secs(args.stuck_s);
     let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
     let first_wrong = Arc::new(Mutex::new(None::<String>));
-    let mut readers = Vec::new();
+    // Aborted when dropped: a run that ends in an error stops its readers with it.
+    let mut readers = tokio::task::JoinSet::new();
     for r in 0..args.readers.max(1) {
         let (readable, samples, first_wrong) =
             (readable.clone(), samples.clone(), first_wrong.clone());
-        readers.push(tokio::spawn(async move {
+        readers.spawn(async move {
             let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (r as u64 + 1));
             let mut conns: [Option<Connection>; 2] = [None, None];
             while Instant::now() < until {
@@ -309,7 +310,7 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                         verdict,
                     });
             }
-        }));
+        });
     }
 
     // The faults, one at a time, on a random worker.
@@ -358,8 +359,8 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         );
         windows.push((fault, from, to));
     }
-    for r in readers {
-        r.await.context("a reader panicked")?;
+    while let Some(r) = readers.join_next().await {
+        r.context("a reader panicked")?;
     }
     for w in workers.iter_mut().flatten() {
         w.process.ensure_running("at the end of the run")?;
@@ -376,9 +377,14 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
     let outside = tally(samples.iter().filter(|s| !overlaps(s)));
     let kills = windows.iter().filter(|w| w.0 == Fault::Kill).count();
     let hangs = windows.iter().filter(|w| w.0 == Fault::Hang).count();
+    let hung = if hangs > 0 {
+        format!(" of {} ms", args.hang_ms)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "\n### talon-chaos: {} s, {} workers, {} readers, {kills} kills, {hangs} hangs of {} ms\n",
-        args.seconds, args.workers, args.readers, args.hang_ms
+        "\n### talon-chaos: {} s, {} workers, {} readers, {kills} kills, {hangs} hangs{hung}\n",
+        args.seconds, args.workers, args.readers
     );
     eprintln!("| requests | count | right | failed | wrong | stuck | p50 | p99 | max |");
     eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");

@@ -415,12 +415,14 @@ async fn read_loop(
     let mut buf = vec![0u8; 256 * 1024];
     let mut current: Option<(Inflight, BytesMut, bool)> = None;
     let failure: CacheClientError = 'outer: loop {
+        // The cancel first: a caller whose deadline passed is answered even while
+        // bytes keep coming (a worker dribbling past the piece's budget).
         let read = tokio::select! {
             biased;
-            read = rd.read(&mut buf) => read,
             () = progress.cancel.notified() => {
                 break CacheClientError::DeadlineExceeded("the worker missed a deadline".into());
             }
+            read = rd.read(&mut buf) => read,
         };
         let n = match read {
             Ok(0) => break lost("was closed by the worker"),

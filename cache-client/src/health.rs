@@ -6,6 +6,9 @@
 //! next owner in rendezvous order (or the origin) without waiting for it. When the
 //! period is over, one read is let through as a probe; its success closes the circuit,
 //! its failure opens it again for twice as long (up to [`HealthConfig::max_backoff`]).
+//! A probe is claimed only by a read about to ask the worker, and one that never
+//! reports (its read was dropped) lets another read probe after
+//! [`HealthConfig::probe_timeout`].
 //!
 //! The hot path while every worker is healthy is one atomic load per request and per
 //! answer: a count of the workers that are not (a failure since their last success,
@@ -26,6 +29,11 @@ pub struct HealthConfig {
     pub min_backoff: Duration,
     /// The longest backoff period (it doubles after each failed probe).
     pub max_backoff: Duration,
+    /// How long a probe may go without an outcome before another read may probe: a
+    /// probe whose read was dropped (its client went away) must not leave the worker
+    /// skipped for good. At least the workers' share of a piece's budget, so that a
+    /// probe still in flight normally ends first.
+    pub probe_timeout: Duration,
 }
 
 impl Default for HealthConfig {
@@ -34,6 +42,7 @@ impl Default for HealthConfig {
             failures_to_open: 3,
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(30),
+            probe_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -187,22 +196,21 @@ impl WorkerHealth {
         let Some(w) = self.known(addr) else {
             return Admission::Go;
         };
+        if w.state.load(Ordering::Acquire) == 0 {
+            return Admission::Go;
+        }
+        let mut timing = w.timing.lock().unwrap_or_else(|p| p.into_inner());
+        // Under the lock: open and probing change only with it held.
         match CircuitState::from_u8(w.state.load(Ordering::Acquire)) {
             CircuitState::Closed => Admission::Go,
-            CircuitState::Probing => Admission::Skip,
-            CircuitState::Open => {
-                let timing = w.timing.lock().unwrap_or_else(|p| p.into_inner());
-                if now < timing.open_until {
-                    return Admission::Skip;
-                }
-                // One read wins the probe.
-                match w
-                    .state
-                    .compare_exchange(1, 2, Ordering::AcqRel, Ordering::Acquire)
-                {
-                    Ok(_) => Admission::Probe,
-                    Err(_) => Admission::Skip,
-                }
+            // Open and its period not over, or a probe out and not yet timed out.
+            _ if now < timing.open_until => Admission::Skip,
+            CircuitState::Open | CircuitState::Probing => {
+                // This read is the probe; the next may probe only if this one never
+                // reports.
+                w.state.store(2, Ordering::Release);
+                timing.open_until = now + self.config.probe_timeout;
+                Admission::Probe
             }
         }
     }
@@ -316,6 +324,7 @@ mod tests {
             failures_to_open: 3,
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(4),
+            probe_timeout: Duration::from_secs(10),
         })
     }
 
@@ -372,6 +381,24 @@ mod tests {
         assert_eq!(
             (v.opened, v.deadlines_missed, v.consecutive_failures),
             (1, 1, 0)
+        );
+    }
+
+    #[test]
+    fn a_probe_that_never_reports_lets_another_read_probe_after_its_timeout() {
+        let (h, t0) = (health(), Instant::now());
+        h.failed_at("w", Failure::Deadline, t0);
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!(h.admit_at("w", later), Admission::Probe);
+        // Its read was dropped: no success, no failure.
+        assert_eq!(
+            h.admit_at("w", later + Duration::from_secs(9)),
+            Admission::Skip
+        );
+        assert_eq!(
+            h.admit_at("w", later + Duration::from_secs(10)),
+            Admission::Probe,
+            "the worker is not skipped for good"
         );
     }
 

@@ -443,10 +443,9 @@ impl CacheClient {
         });
         let mut last = CacheClientError::Unavailable("no live worker".into());
         let attempts = self.inner.config.attempts.max(1);
-        let owners = self.admitted(|| placement.locate_top_k_key(&key, attempts), options);
+        let mut owners = self.owners_to_ask(placement.locate_top_k_key(&key, attempts), options);
         let workers_until = Instant::now() + self.inner.config.deadlines.workers_share;
-        for member in owners {
-            let addr = member.addr.as_str();
+        while let Some(addr) = self.next_owner(&mut owners) {
             let answer = self.ask_worker(addr, &request, workers_until).await;
             self.note_health(addr, &answer);
             match answer {
@@ -744,32 +743,25 @@ impl CacheClient {
         }
     }
 
-    /// The owners a request goes to, in rendezvous order, less those whose circuit is
-    /// open (kept in place: no allocation while every worker is well). When every
-    /// owner's is open and the read cannot fall back to the origin, all of them, in
-    /// order: a slow answer beats an error.
-    fn admitted<'m>(
+    /// The owners of a request, in rendezvous order, to be asked one at a time
+    /// ([`OwnersToAsk`]).
+    fn owners_to_ask<'m>(
         &self,
-        locate: impl Fn() -> Vec<&'m talon_coordinator_client::placement::PlacementMember>,
+        owners: Vec<&'m talon_coordinator_client::placement::PlacementMember>,
         options: ReadOptions,
-    ) -> Vec<&'m talon_coordinator_client::placement::PlacementMember> {
-        let mut owners = locate();
-        let all = owners.len();
-        owners.retain(|member| match self.inner.health.admit(&member.addr) {
-            Admission::Go | Admission::Probe => true,
-            Admission::Skip => false,
-        });
-        let skipped = (all - owners.len()) as u64;
-        if skipped > 0 {
-            self.inner
-                .counters
-                .skipped
-                .fetch_add(skipped, Ordering::Relaxed);
+    ) -> OwnersToAsk<'m> {
+        OwnersToAsk {
+            owners,
+            next: 0,
+            asked: 0,
+            circuits_ignored: false,
+            may_ignore_circuits: self.fallback_origins(options).is_none(),
         }
-        if owners.is_empty() && self.fallback_origins(options).is_none() {
-            return locate();
-        }
-        owners
+    }
+
+    /// The next owner `owners` says to ask, if any.
+    fn next_owner<'m>(&self, owners: &mut OwnersToAsk<'m>) -> Option<&'m str> {
+        owners.next(&self.inner.health, &self.inner.counters.skipped)
     }
 
     /// Tells the worker's circuit how a request went: any answer from the worker is a
@@ -883,21 +875,20 @@ impl CacheClient {
             .map_err(|_| CacheClientError::InvalidRequest("piece too large".into()))?;
         let placement = self.placement();
         let attempts = self.inner.config.attempts.max(1);
-        let owners = self.admitted(|| placement.locate_top_k(&block, attempts), options);
+        let mut owners = self.owners_to_ask(placement.locate_top_k(&block, attempts), options);
         let counters = &self.inner.counters;
         // The bytes of the piece received so far, when an answer was cut.
         let mut kept = BytesMut::new();
         let mut filled = false;
         let mut last = CacheClientError::Unavailable("no live worker".into());
-        for (attempt, member) in owners.into_iter().enumerate() {
-            let addr = member.addr.as_str();
+        while let Some(addr) = self.next_owner(&mut owners) {
             if Instant::now() >= workers_until {
                 last = CacheClientError::DeadlineExceeded(
                     "the workers' share of the piece's deadline budget ran out".into(),
                 );
                 break;
             }
-            if attempt > 0 {
+            if owners.asked > 1 {
                 counters.retries.fetch_add(1, Ordering::Relaxed);
             }
             let done = kept.len() as u64;
@@ -1007,6 +998,43 @@ impl CacheClient {
         Ok(client
             .get_pinned_range(&bucket, &key, range, version.as_str())
             .await?)
+    }
+}
+
+/// The owners of one request in rendezvous order, handed out as the request gets to
+/// them: the one place that decides which worker is asked next. A worker whose circuit
+/// is open is skipped (and counted); a probe is claimed only for the worker about to
+/// be asked, so a read that ends early never strands one. When every owner was
+/// skipped and the read may not fall back to the origin, they are handed out again
+/// with their circuits ignored: a slow answer beats an error.
+struct OwnersToAsk<'m> {
+    owners: Vec<&'m talon_coordinator_client::placement::PlacementMember>,
+    next: usize,
+    /// Owners handed out so far.
+    asked: usize,
+    circuits_ignored: bool,
+    may_ignore_circuits: bool,
+}
+
+impl<'m> OwnersToAsk<'m> {
+    fn next(&mut self, health: &WorkerHealth, skipped: &AtomicU64) -> Option<&'m str> {
+        loop {
+            if self.next == self.owners.len() {
+                if self.asked > 0 || self.circuits_ignored || !self.may_ignore_circuits {
+                    return None;
+                }
+                self.circuits_ignored = true;
+                self.next = 0;
+            }
+            let member = *self.owners.get(self.next)?;
+            self.next += 1;
+            if !self.circuits_ignored && health.admit(&member.addr) == Admission::Skip {
+                skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            self.asked += 1;
+            return Some(member.addr.as_str());
+        }
     }
 }
 

@@ -415,3 +415,45 @@ async fn a_throttled_origin_is_asked_through_one_worker_only_and_the_read_says_s
         client.worker_health()
     );
 }
+
+/// A read whose first owner answers never claims the probe of a worker further down
+/// its list: after a worker recovers, the first read that actually asks it is the probe,
+/// and it closes the circuit. (A probe claimed and never used left the worker skipped.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_probe_is_claimed_only_by_a_read_that_asks_the_recovered_worker() {
+    let all = objects(24);
+    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
+    warm(&cluster, &all).await;
+    // Circuits may probe as soon as they open: what is tested is who claims the probe.
+    let client = client(&cluster, Duration::from_millis(1)).await;
+    let placement = cluster.placement().await;
+    let owners = |o: &GeneratedObject| -> Vec<String> {
+        placement
+            .locate_top_k(&cluster.block_id(&id_of(o), &version_of(o), 0), 2)
+            .iter()
+            .map(|m| m.id.clone())
+            .collect()
+    };
+    let first = all
+        .iter()
+        .find(|o| owners(o)[0] == "w2")
+        .expect("w2 owns one");
+    let second = all
+        .iter()
+        .find(|o| owners(o)[1] == "w2")
+        .expect("w2 is second for one");
+    read_checked(&client, first, "a read through w2").await;
+    proxy.set(Fault::StallAfter(0));
+    read_checked(&client, first, "a read whose owner is silent").await;
+    assert_ne!(circuit_of(&client, &proxy).0, CircuitState::Closed);
+
+    proxy.set(Fault::Pass);
+    // Its first owner answers: w2, second on its list, is not asked and not probed.
+    let asked = proxy.requested_bytes();
+    read_checked(&client, second, "a read whose first owner answers").await;
+    assert_eq!(proxy.requested_bytes(), asked, "w2 was not asked");
+    // The next read that needs w2 asks it, as the probe, and closes the circuit.
+    read_checked(&client, first, "the probe").await;
+    assert!(proxy.requested_bytes() > asked, "w2 was asked");
+    assert_eq!(circuit_of(&client, &proxy).0, CircuitState::Closed);
+}

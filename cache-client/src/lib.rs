@@ -881,13 +881,17 @@ impl CacheClient {
         let mut kept = BytesMut::new();
         let mut filled = false;
         let mut last = CacheClientError::Unavailable("no live worker".into());
-        while let Some(addr) = self.next_owner(&mut owners) {
+        loop {
+            // Time first, so that no probe is claimed for a worker then not asked.
             if Instant::now() >= workers_until {
                 last = CacheClientError::DeadlineExceeded(
                     "the workers' share of the piece's deadline budget ran out".into(),
                 );
                 break;
             }
+            let Some(addr) = self.next_owner(&mut owners) else {
+                break;
+            };
             if owners.asked > 1 {
                 counters.retries.fetch_add(1, Ordering::Relaxed);
             }

@@ -26,7 +26,7 @@ const STALL: Duration = Duration::from_millis(300);
 
 fn objects(n: usize) -> Vec<GeneratedObject> {
     (0..n)
-        .map(|i| GeneratedObject::new("data", &format!("o{i}.bin"), BLOCK, 100 + i as u64))
+        .map(|i| GeneratedObject::new("data", format!("o{i}.bin"), BLOCK, 100 + i as u64))
         .collect()
 }
 

@@ -156,30 +156,50 @@ async fn next_serves_exactly(cluster: &Cluster, i: usize, before: u64, rest: u64
     );
 }
 
+/// The setup both resumption tests share: a cluster with `w2` behind the proxy, a
+/// client whose circuits open for `backoff`, and an object `w2` owns, cached there.
+/// Then one read of it with `fault` on `w2`'s answers, checked: every byte right, the
+/// piece continued once with `kept` bytes of the cut answer kept, and the next owner
+/// asked for exactly the rest.
+async fn read_through_a_cut(
+    fault: Fault,
+    kept: std::ops::Range<u64>,
+    backoff: Duration,
+) -> (Cluster, FaultProxy, CacheClient, GeneratedObject) {
+    let all = objects(24);
+    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
+    let client = client(&cluster, backoff).await;
+    let owned = owned_by_the_proxied_worker(&cluster, &all).await;
+    let (object, next) = owned.first().cloned().expect("w2 owns some object");
+    warm(&cluster, std::slice::from_ref(&object)).await;
+
+    proxy.set(fault);
+    let next_served = served(&cluster, next);
+    read_checked(&client, &object, &format!("a read through {fault:?}")).await;
+    let stats = client.fail_open_stats();
+    assert_eq!(stats.resumed, 1, "the piece was continued once: {stats:?}");
+    assert!(
+        kept.contains(&stats.kept_bytes),
+        "the bytes before the fault were kept: {stats:?}"
+    );
+    next_serves_exactly(&cluster, next, next_served, BLOCK - stats.kept_bytes).await;
+    (cluster, proxy, client, object)
+}
+
 /// A worker that sends part of a cached answer and then goes silent: the read keeps
 /// the bytes it got, asks the next owner for exactly the rest (its served bytes say so),
 /// and the stalled worker's circuit opens, so the next read skips it without waiting.
 /// Once the worker answers again, a probe closes the circuit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_that_stalls_mid_answer_costs_only_the_rest_and_is_skipped_until_it_recovers() {
-    let all = objects(24);
-    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
-    // Long enough that the read below certainly comes while the circuit is open.
-    let client = client(&cluster, Duration::from_secs(3)).await;
-    let owned = owned_by_the_proxied_worker(&cluster, &all).await;
-    let (object, next) = owned.first().cloned().expect("w2 owns some object");
-    warm(&cluster, std::slice::from_ref(&object)).await;
-
-    proxy.set(Fault::StallAfter(100_000));
-    let next_served = served(&cluster, next);
-    read_checked(&client, &object, "a read whose owner stalls mid-answer").await;
-    let stats = client.fail_open_stats();
-    assert_eq!(stats.resumed, 1, "the piece was continued once: {stats:?}");
-    assert!(
-        stats.kept_bytes > 0 && stats.kept_bytes < 100_000,
-        "the bytes before the stall were kept: {stats:?}"
-    );
-    next_serves_exactly(&cluster, next, next_served, BLOCK - stats.kept_bytes).await;
+    // A backoff long enough that the read below certainly comes while the circuit is
+    // open.
+    let (_cluster, proxy, client, object) = read_through_a_cut(
+        Fault::StallAfter(100_000),
+        1..100_000,
+        Duration::from_secs(3),
+    )
+    .await;
     let (state, missed) = circuit_of(&client, &proxy);
     assert_eq!(
         state,
@@ -219,23 +239,12 @@ async fn a_worker_that_stalls_mid_answer_costs_only_the_rest_and_is_skipped_unti
 /// the rest comes from the next owner; one broken connection does not open the circuit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_connection_cut_mid_answer_resumes_at_the_exact_byte() {
-    let all = objects(24);
-    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
-    let client = client(&cluster, Duration::from_secs(60)).await;
-    let owned = owned_by_the_proxied_worker(&cluster, &all).await;
-    let (object, next) = owned.first().cloned().expect("w2 owns some object");
-    warm(&cluster, std::slice::from_ref(&object)).await;
-
-    proxy.set(Fault::CutAfter(150_000));
-    let next_served = served(&cluster, next);
-    read_checked(&client, &object, "a read whose owner's connection is cut").await;
-    let stats = client.fail_open_stats();
-    assert_eq!(stats.resumed, 1, "{stats:?}");
-    assert!(
-        stats.kept_bytes > 100_000 && stats.kept_bytes < 150_000,
-        "{stats:?}"
-    );
-    next_serves_exactly(&cluster, next, next_served, BLOCK - stats.kept_bytes).await;
+    let (_cluster, proxy, client, _) = read_through_a_cut(
+        Fault::CutAfter(150_000),
+        100_001..150_000,
+        Duration::from_secs(60),
+    )
+    .await;
     assert_eq!(circuit_of(&client, &proxy), (CircuitState::Closed, 0));
 }
 

@@ -447,9 +447,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         origins,
         cache: Some(cache),
         identities,
-        metadata_ttl: Duration::from_secs(1),
+        freshness: talon_gateway::Freshness::within(Duration::from_secs(1)),
         // Longer than the workers' stat TTLs below.
-        read_your_writes: Duration::from_secs(10),
         limits: Limits::default(),
         tls: match (&args.tls_cert, &args.tls_key) {
             (Some(cert), Some(key)) => Some(talon_listener::Tls::from_pem_files(cert, key)?),

@@ -260,6 +260,7 @@ pub(crate) async fn prepare(
     let stat = Message::Stat(StatRequest {
         object: object.clone(),
         expected_version: None,
+        max_age_ms: None,
     });
     let reply = conn.request(&stat, 1, Duration::from_secs(30)).await?;
     let (object_size, version) = match reply {

@@ -278,6 +278,7 @@ async fn fake_worker(mode: Fake) -> SocketAddr {
                                     last_modified_ms: 0,
                                     content_type: String::new(),
                                     headers: Default::default(),
+                                    age_ms: None,
                                 });
                                 out.extend(reply.encode(id).unwrap_or_default());
                             }

@@ -154,6 +154,10 @@ pub struct ObjectStat {
     pub headers: ObjectHeaders,
     /// Whether the origin answered because no worker could (the read fell back).
     pub from_origin: bool,
+    /// How long before the answer the origin said this: the worker's age for it when
+    /// the request gave a max age, zero otherwise (and from a worker that does not
+    /// say).
+    pub age: Duration,
 }
 
 impl ObjectStat {
@@ -427,19 +431,28 @@ impl CacheClient {
     /// [`CacheClientError::Refused`] with `NotFound` for a missing object; transport
     /// failures as [`CacheClientError::Unavailable`].
     pub async fn stat(&self, object: &ObjectId) -> Result<ObjectStat> {
-        self.stat_with(object, ReadOptions::default()).await
+        self.stat_with(object, ReadOptions::default(), None).await
     }
 
-    /// [`stat`](Self::stat), falling back to the origin only if `options` allow it.
+    /// [`stat`](Self::stat), falling back to the origin only if `options` allow it, and
+    /// accepting only metadata learned from the origin at most `max_age` ago (a worker
+    /// holding older metadata revalidates it first; `None` leaves it to the worker's
+    /// TTL).
     ///
     /// # Errors
     /// As [`stat`](Self::stat).
-    pub async fn stat_with(&self, object: &ObjectId, options: ReadOptions) -> Result<ObjectStat> {
+    pub async fn stat_with(
+        &self,
+        object: &ObjectId,
+        options: ReadOptions,
+        max_age: Option<Duration>,
+    ) -> Result<ObjectStat> {
         let placement = self.placement();
         let key = stat_key(object);
         let request = Message::Stat(StatRequest {
             object: object.clone(),
             expected_version: None,
+            max_age_ms: max_age.map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX)),
         });
         let mut last = CacheClientError::Unavailable("no live worker".into());
         let attempts = self.inner.config.attempts.max(1);
@@ -457,6 +470,7 @@ impl CacheClient {
                         content_type: r.content_type,
                         headers: r.headers,
                         from_origin: false,
+                        age: Duration::from_millis(r.age_ms.map_or(0, u64::from)),
                     });
                 }
                 Ok(other) => match answer_error(other) {
@@ -486,6 +500,7 @@ impl CacheClient {
             content_type: info.content_type.unwrap_or_default(),
             headers: ObjectHeaders::from_origin(info.headers),
             from_origin: true,
+            age: Duration::ZERO,
         })
     }
 
@@ -1201,6 +1216,7 @@ mod stat_tests {
             content_type: content_type.into(),
             headers,
             from_origin: false,
+            age: Duration::ZERO,
         }
     }
 

@@ -235,6 +235,7 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
         Message::Stat(StatRequest {
             object: ObjectId::s3("my-bucket", "data/part-0001.parquet")?,
             expected_version: None,
+            max_age_ms: None,
         }),
     )?;
     frame(
@@ -246,6 +247,7 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
         Message::Stat(StatRequest {
             object: ObjectId::azure("myaccount", "mycontainer", "dir/blob.bin")?,
             expected_version: Some(ObjectVersion::new("0x8DC1234567890AB")?),
+            max_age_ms: None,
         }),
     )?;
     frame(
@@ -260,6 +262,7 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
             last_modified_ms: 1_714_564_800_250,
             content_type: "application/vnd.apache.parquet".to_owned(),
             headers: ObjectHeaders::default(),
+            age_ms: None,
         }),
     )?;
     frame(
@@ -285,6 +288,7 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
                     ("owner".to_owned(), "talon".to_owned()),
                 ],
             }),
+            age_ms: None,
         }),
     )?;
     frame(
@@ -299,6 +303,34 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
             last_modified_ms: 0,
             content_type: String::new(),
             headers: ObjectHeaders::AskOrigin,
+            age_ms: None,
+        }),
+    )?;
+    frame(
+        v,
+        "stat_max_age",
+        "Stat of s3/my-bucket/data/part-0001.parquet accepting metadata learned at most 1500 ms ago",
+        6,
+        none,
+        Message::Stat(StatRequest {
+            object: ObjectId::s3("my-bucket", "data/part-0001.parquet")?,
+            expected_version: None,
+            max_age_ms: Some(1500),
+        }),
+    )?;
+    frame(
+        v,
+        "stat_reply_with_age",
+        "StatReply to a Stat with a max age: version v1 of 5 bytes, learned from the origin 250 ms ago",
+        6,
+        none,
+        Message::StatReply(StatReply {
+            size: 5,
+            version: ObjectVersion::new("v1")?,
+            last_modified_ms: 0,
+            content_type: String::new(),
+            headers: ObjectHeaders::default(),
+            age_ms: Some(250),
         }),
     )?;
     frame(
@@ -587,6 +619,7 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
     let mut trailing = Message::Stat(StatRequest {
         object: ObjectId::s3("b", "k")?,
         expected_version: None,
+        max_age_ms: Some(5000),
     })
     .encode(1)?;
     let len = u32::from_be_bytes([trailing[12], trailing[13], trailing[14], trailing[15]]) + 1;
@@ -595,11 +628,30 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
     reject(
         v,
         "stat_trailing_byte",
-        "Stat of s3/b/k with one extra payload byte",
+        "Stat of s3/b/k, max age 5 s, with one extra payload byte after the last field",
         trailing,
         Error::Malformed {
             message_type: MessageType::Stat,
             reason: "trailing bytes after the last field",
+        },
+    );
+    let mut cut_age = Message::Stat(StatRequest {
+        object: ObjectId::s3("b", "k")?,
+        expected_version: None,
+        max_age_ms: None,
+    })
+    .encode(1)?;
+    let len = u32::from_be_bytes([cut_age[12], cut_age[13], cut_age[14], cut_age[15]]) + 1;
+    cut_age[12..16].copy_from_slice(&len.to_be_bytes());
+    cut_age.push(0);
+    reject(
+        v,
+        "stat_max_age_cut_short",
+        "Stat of s3/b/k followed by one byte: a max age cut short",
+        cut_age,
+        Error::Malformed {
+            message_type: MessageType::Stat,
+            reason: "payload ends inside a field",
         },
     );
     let mut ack = Message::IngestAck(IngestAck { offset: 0, len: 0 }).encode(1)?;

@@ -97,12 +97,18 @@ fn message() -> impl Strategy<Value = Message> {
     prop_oneof![
         any::<u64>().prop_map(|nonce| Message::Ping { nonce }),
         any::<u64>().prop_map(|nonce| Message::Pong { nonce }),
-        (object(), prop::option::of(version())).prop_map(|(object, expected_version)| {
-            Message::Stat(StatRequest {
-                object,
-                expected_version,
-            })
-        }),
+        (
+            object(),
+            prop::option::of(version()),
+            prop::option::of(any::<u32>())
+        )
+            .prop_map(|(object, expected_version, max_age_ms)| {
+                Message::Stat(StatRequest {
+                    object,
+                    expected_version,
+                    max_age_ms,
+                })
+            }),
         (
             any::<u64>(),
             version(),
@@ -114,29 +120,33 @@ fn message() -> impl Strategy<Value = Message> {
                 prop::collection::vec("[ -~\t]{0,12}|\\PC{0,6}", 4),
                 prop::collection::btree_map("[a-z0-9_.-]{1,12}", "[ -~\t]{0,20}|\\PC{0,8}", 0..5),
             )),
+            prop::option::of(any::<u32>()),
         )
-            .prop_map(|(size, version, last_modified_ms, content_type, headers)| {
-                Message::StatReply(StatReply {
-                    size,
-                    version,
-                    last_modified_ms,
-                    content_type,
-                    headers: match headers {
-                        Some((content_md5, checksum, content, metadata)) => {
-                            ObjectHeaders::from(HeaderSet {
-                                content_md5,
-                                checksum,
-                                content_encoding: content[0].clone(),
-                                content_language: content[1].clone(),
-                                content_disposition: content[2].clone(),
-                                cache_control: content[3].clone(),
-                                user_metadata: metadata.into_iter().collect(),
-                            })
-                        }
-                        None => ObjectHeaders::AskOrigin,
-                    },
-                })
-            }),
+            .prop_map(
+                |(size, version, last_modified_ms, content_type, headers, age_ms)| {
+                    Message::StatReply(StatReply {
+                        size,
+                        version,
+                        last_modified_ms,
+                        content_type,
+                        headers: match headers {
+                            Some((content_md5, checksum, content, metadata)) => {
+                                ObjectHeaders::from(HeaderSet {
+                                    content_md5,
+                                    checksum,
+                                    content_encoding: content[0].clone(),
+                                    content_language: content[1].clone(),
+                                    content_disposition: content[2].clone(),
+                                    cache_control: content[3].clone(),
+                                    user_metadata: metadata.into_iter().collect(),
+                                })
+                            }
+                            None => ObjectHeaders::AskOrigin,
+                        },
+                        age_ms,
+                    })
+                }
+            ),
         read_range().prop_map(Message::ReadRange),
         prop::collection::vec(any::<u8>(), 0..300).prop_map(Message::ReadRangeReply),
         ingest().prop_map(Message::Ingest),

@@ -395,6 +395,9 @@ impl ObjectBackend for GatewayBackend {
             })
             .await?;
         *self.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(done.outcome);
+        if done.stale.is_some() {
+            self.gw.metrics.stale_served();
+        }
         let body = done.body.map(|stream| {
             let (metrics, protocol) = (self.gw.metrics.clone(), self.protocol);
             stream_body(stream.inspect(move |c| {
@@ -407,6 +410,7 @@ impl ObjectBackend for GatewayBackend {
             info: done.meta,
             range: done.range,
             body,
+            stale: done.stale,
         })
     }
 

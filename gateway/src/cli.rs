@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::config::{
     AzureFront, Backend, Identities, IdentitiesFile, Limits, Route, S3Front, S3Key,
 };
-use crate::{GatewayConfig, start};
+use crate::{Freshness, GatewayConfig, start};
 use anyhow::Context;
 use talon_cache_client::{CacheClient, CacheClientConfig};
 use talon_core::{BlockGeometry, parse_byte_size};
@@ -174,18 +174,24 @@ pub struct Args {
     #[arg(long, env = "TALON_GATEWAY_ANONYMOUS", num_args = 0..=1, default_missing_value = "read")]
     anonymous: Option<AnonymousAccess>,
 
-    /// How long object metadata is trusted, milliseconds.
-    #[arg(long, env = "TALON_GATEWAY_METADATA_TTL_MS", default_value_t = 1000)]
-    metadata_ttl_ms: u64,
-    /// After a write through the gateway, how long that object's metadata comes from
-    /// the origin instead of the cache, milliseconds; keep it above the workers'
-    /// --stat-ttl-ms.
+    /// Declared staleness, milliseconds: a read sees a write made elsewhere (at the
+    /// origin, or through another gateway) at most this long after it. One setting for
+    /// the gateway's metadata cache and the workers' (each Stat says how old an answer
+    /// it accepts; the workers' --stat-ttl-ms applies only to requests that do not).
+    /// Writes through this gateway are seen at once.
     #[arg(
         long,
-        env = "TALON_GATEWAY_READ_YOUR_WRITES_MS",
-        default_value_t = 15_000
+        alias = "metadata-ttl-ms",
+        env = "TALON_GATEWAY_MAX_STALENESS_MS",
+        default_value_t = 5000
     )]
-    read_your_writes_ms: u64,
+    max_staleness_ms: u64,
+    /// Stale-if-error, milliseconds past --max-staleness-ms: when the origin cannot be
+    /// reached (5xx, throttling, timeouts, refused connections) the last known version
+    /// of an object may serve this much longer, flagged with `x-talon-stale` and
+    /// `Age` headers and counted in `talon_gateway_stale_served_total`. 0 turns it off.
+    #[arg(long, env = "TALON_GATEWAY_STALE_IF_ERROR_MS", default_value_t = 0)]
+    stale_if_error_ms: u64,
     /// Time until a response starts, milliseconds (not for uploads, which have
     /// --upload-idle-timeout-ms instead).
     #[arg(
@@ -399,8 +405,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         origins,
         cache,
         identities,
-        metadata_ttl: Duration::from_millis(args.metadata_ttl_ms),
-        read_your_writes: Duration::from_millis(args.read_your_writes_ms),
+        freshness: Freshness {
+            max_staleness: Duration::from_millis(args.max_staleness_ms),
+            stale_if_error: Duration::from_millis(args.stale_if_error_ms),
+        },
         limits: Limits {
             request_deadline: Duration::from_millis(args.request_deadline_ms),
             upload_idle_timeout: Duration::from_millis(args.upload_idle_timeout_ms),

@@ -24,7 +24,6 @@ pub mod s3_front;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
 use talon_protocols::expect_continue::ContinueRisk;
@@ -35,6 +34,7 @@ use tokio::task::JoinHandle;
 use crate::config::{AzureFront, Identities, Limits, S3Front};
 pub use crate::error::GatewayError;
 use crate::metrics::GatewayMetrics;
+pub use crate::objects::Freshness;
 use crate::objects::Objects;
 
 /// Everything a gateway serves.
@@ -51,12 +51,10 @@ pub struct GatewayConfig {
     pub cache: Option<talon_cache_client::CacheClient>,
     /// Who may call.
     pub identities: Identities,
-    /// How long object metadata is trusted before it is asked again.
-    pub metadata_ttl: Duration,
-    /// After a write through this gateway, how long that object's metadata is taken
-    /// from the origin rather than the cache; must exceed the workers' metadata TTLs
-    /// (`talon-worker --stat-ttl-ms`, default 5 s) for reads to see the write.
-    pub read_your_writes: Duration,
+    /// How stale object metadata may be, in this gateway and in the workers it asks
+    /// (declared staleness), and whether the last known version may serve when the
+    /// origin cannot be reached.
+    pub freshness: Freshness,
     /// Protective limits.
     pub limits: Limits,
     /// TLS for both fronts (the admin listener stays plain HTTP); `None` for HTTP.
@@ -187,8 +185,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         objects: Objects::new(
             config.origins,
             config.cache,
-            config.metadata_ttl,
-            config.read_your_writes,
+            config.freshness,
             config.limits.write_through_max_bytes,
         ),
         limits: config.limits.clone(),

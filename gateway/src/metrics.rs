@@ -58,6 +58,7 @@ pub struct GatewayMetrics {
     circuit_open: Family<[(&'static str, String); 1], Gauge>,
     circuit_opened: Family<[(&'static str, String); 1], Gauge>,
     deadlines_missed: Family<[(&'static str, String); 1], Gauge>,
+    stale_served: Counter,
 }
 
 impl Default for GatewayMetrics {
@@ -82,6 +83,7 @@ impl GatewayMetrics {
             circuit_open: Family::default(),
             circuit_opened: Family::default(),
             deadlines_missed: Family::default(),
+            stale_served: Counter::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -130,6 +132,11 @@ impl GatewayMetrics {
                 "Deadlines (first byte, stall) the worker missed since start, by data-plane address",
                 m.deadlines_missed.clone(),
             );
+            r.register(
+                "stale_served",
+                "Reads answered with the last known version past --max-staleness-ms because the origin could not be reached (stale-if-error)",
+                m.stale_served.clone(),
+            );
         }
         m
     }
@@ -171,6 +178,11 @@ impl GatewayMetrics {
         self.bytes_in
             .get_or_create(&[("protocol", protocol)])
             .inc_by(n);
+    }
+
+    /// Counts a read served stale (stale-if-error).
+    pub fn stale_served(&self) {
+        self.stale_served.inc();
     }
 
     /// Records the bytes of the read budget held now (read when `/metrics` is served).

@@ -1,18 +1,23 @@
 //! Reading objects for either front: metadata (through the cache, or the origin), the
 //! client's conditions and range, and the bytes as a stream, by the front's route.
 //!
-//! The metadata of an object is cached here for a short TTL and pinned for the whole
-//! response: the version (ETag) it names is part of every block the cache reads, so a
-//! response is always one version's bytes.
+//! The metadata of an object is pinned for the whole response: the version (ETag) it
+//! names is part of every block the cache reads, so a response is always one version's
+//! bytes.
 //!
-//! Read-your-writes: the workers keep object metadata for their own TTL, so after a
-//! write through this gateway (put, copy, multipart completion, delete) the gateway
-//! takes that object's metadata from the origin, not the cache, for
-//! [`GatewayConfig::read_your_writes`](crate::GatewayConfig) — longer than the workers'
-//! metadata TTLs. The bytes still come through the cache: the version the origin names
-//! is part of every block, so a worker that still remembers the old version fetches the
-//! new one's blocks instead of serving the old ones. Writes made elsewhere (directly at
-//! the origin, or through another gateway) are seen within the TTLs.
+//! Declared staleness ([`Freshness`]): a read sees a write made elsewhere at most
+//! `max_staleness` (T) after it, the gateway's and the workers' metadata caches
+//! together. The gateway keeps metadata only until T after the origin said it, and asks
+//! the workers for metadata no older than what remains (a Stat's max age); a worker
+//! holding older metadata revalidates it with a conditional HEAD first. Writes through
+//! this gateway (put, copy, multipart completion, delete) are seen at once: until T has
+//! passed since such a write, the gateway accepts only metadata the origin gave after
+//! it. The bytes come through the cache either way: the version is part of every block,
+//! so a worker that still holds the old version's blocks fetches the new one's.
+//!
+//! Stale-if-error: when the metadata cannot be had because the origin (or every worker)
+//! fails as an outage does, the last known version may be served for
+//! `stale_if_error` past T, flagged as stale ([`Read::stale`]).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -45,12 +50,46 @@ pub struct Read {
     pub body: Option<BodyStream>,
     /// How it was served.
     pub outcome: Outcome,
+    /// `Some(age)` when this is the last known version served past its freshness
+    /// because the origin could not be reached (stale-if-error): how long ago the origin
+    /// last confirmed it.
+    pub stale: Option<Duration>,
+}
+
+/// How stale object metadata may be: the gateway's one staleness setting, which
+/// governs the workers' metadata caches too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Freshness {
+    /// T: a read sees a write made elsewhere (at the origin, or through another
+    /// gateway) at most this long after it was acknowledged.
+    pub max_staleness: Duration,
+    /// How long past T the last known version may still be served when the origin
+    /// cannot be reached (5xx, throttling, timeouts, no connection); zero turns
+    /// stale-if-error off.
+    pub stale_if_error: Duration,
+}
+
+impl Freshness {
+    /// Metadata fresh for `max_staleness`, never served stale.
+    pub fn within(max_staleness: Duration) -> Freshness {
+        Freshness {
+            max_staleness,
+            stale_if_error: Duration::ZERO,
+        }
+    }
+}
+
+/// Metadata, how it was had, and its staleness when served stale.
+struct Meta {
+    info: ObjectInfo,
+    outcome: Outcome,
+    stale: Option<Duration>,
 }
 
 /// An object as the gateway names it: (backend, bucket, key).
 type ObjectKey = (Backend, String, String);
 
-/// Object metadata by object, with the time it was learned.
+/// Object metadata by object, with when the origin said it (or earlier: never later).
 type MetaCache = HashMap<ObjectKey, (Instant, ObjectInfo)>;
 
 /// Objects written through this gateway, with when; swept when the table doubles.
@@ -90,9 +129,8 @@ pub struct Objects {
     origins: Origins,
     cache: Option<CacheClient>,
     azure_account: String,
-    meta_ttl: Duration,
+    freshness: Freshness,
     meta: Mutex<MetaCache>,
-    read_your_writes: Duration,
     written: Mutex<RecentWrites>,
     write_through: WriteThrough,
 }
@@ -122,13 +160,12 @@ fn cache_error(e: talon_cache_client::CacheClientError) -> Error {
 }
 
 impl Objects {
-    /// Objects read from `origins`, through `cache` when given; metadata is trusted for
-    /// `meta_ttl`, and taken from the origin for `read_your_writes` after a write.
+    /// Objects read from `origins`, through `cache` when given, with metadata as fresh
+    /// as `freshness` says.
     pub fn new(
         origins: Origins,
         cache: Option<CacheClient>,
-        meta_ttl: Duration,
-        read_your_writes: Duration,
+        freshness: Freshness,
         write_through_max_bytes: u64,
     ) -> Objects {
         let azure_account = origins
@@ -140,9 +177,8 @@ impl Objects {
             origins,
             cache,
             azure_account,
-            meta_ttl,
+            freshness,
             meta: Mutex::new(HashMap::new()),
-            read_your_writes,
             written: Mutex::new(RecentWrites {
                 at: HashMap::new(),
                 sweep_at: MIN_WRITES_SWEEP_AT,
@@ -220,13 +256,13 @@ impl Objects {
     }
 
     /// Records a write through the gateway (put, copy, multipart completion, delete):
-    /// the object's metadata comes from the origin for the read-your-writes window.
-    /// Call it once the origin has acknowledged the write.
+    /// until T has passed, only metadata the origin gave after it is accepted for that
+    /// object. Call it once the origin has acknowledged the write.
     pub fn wrote(&self, backend: Backend, bucket: &str, key: &str) {
         self.invalidate(backend, bucket, key);
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
         if written.at.len() >= written.sweep_at {
-            let window = self.read_your_writes;
+            let window = self.freshness.max_staleness;
             written.at.retain(|_, at| at.elapsed() < window);
             written.sweep_at = (written.at.len() * 2).max(MIN_WRITES_SWEEP_AT);
         }
@@ -263,13 +299,14 @@ impl Objects {
         }
     }
 
-    /// Whether the object was written through this gateway within the window.
-    fn recently_written(&self, backend: Backend, bucket: &str, key: &str) -> bool {
+    /// When the object was last written through this gateway, if less than T ago.
+    fn written_at(&self, backend: Backend, bucket: &str, key: &str) -> Option<Instant> {
         let written = self.written.lock().unwrap_or_else(|p| p.into_inner());
         written
             .at
             .get(&(backend, bucket.to_owned(), key.to_owned()))
-            .is_some_and(|at| at.elapsed() < self.read_your_writes)
+            .copied()
+            .filter(|at| at.elapsed() < self.freshness.max_staleness)
     }
 
     /// Drops the cached metadata of an object (it changed under a read).
@@ -280,21 +317,35 @@ impl Objects {
             .remove(&(backend, bucket.to_owned(), key.to_owned()));
     }
 
-    fn cached_meta(&self, backend: Backend, bucket: &str, key: &str) -> Option<ObjectInfo> {
+    /// The last metadata learned of an object, with when the origin said it; fresh or
+    /// not (a stale entry may still serve under stale-if-error).
+    fn known_meta(
+        &self,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+    ) -> Option<(Instant, ObjectInfo)> {
         let meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
         meta.get(&(backend, bucket.to_owned(), key.to_owned()))
-            .filter(|(at, _)| at.elapsed() < self.meta_ttl)
-            .map(|(_, m)| m.clone())
+            .cloned()
     }
 
-    fn remember(&self, backend: Backend, bucket: &str, key: &str, meta: &ObjectInfo) {
+    /// Keeps metadata the origin said at `observed`.
+    fn remember(
+        &self,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+        observed: Instant,
+        meta: &ObjectInfo,
+    ) {
         let mut all = self.meta.lock().unwrap_or_else(|p| p.into_inner());
         if all.len() > 100_000 {
             all.clear();
         }
         all.insert(
             (backend, bucket.to_owned(), key.to_owned()),
-            (Instant::now(), meta.clone()),
+            (observed, meta.clone()),
         );
     }
 
@@ -358,6 +409,7 @@ impl Objects {
             range: served,
             body,
             outcome: Outcome::Bypass,
+            stale: None,
         }))
     }
 
@@ -374,53 +426,105 @@ impl Objects {
         }
     }
 
-    /// Metadata through the route: the cache (with fallback for `Cache`), or the origin.
+    /// Metadata through the route: the cache (with fallback for `Cache`), or the origin;
+    /// no older than T, and after the last write through this gateway; or, when the
+    /// origin cannot be reached, the last known version within stale-if-error.
     async fn meta(
         &self,
         route: Route,
         backend: Backend,
         bucket: &str,
         key: &str,
-    ) -> Result<(ObjectInfo, Outcome), Error> {
+    ) -> Result<Meta, Error> {
         let id = self.object_id(backend, bucket, key);
         let (cache, id) = match (route, &self.cache, id) {
             (Route::Origin, _, _) | (_, None, _) | (_, _, None) => {
-                return Ok((
-                    self.origin_meta(backend, bucket, key).await?,
-                    Outcome::Bypass,
-                ));
+                return Ok(Meta {
+                    info: self.origin_meta(backend, bucket, key).await?,
+                    outcome: Outcome::Bypass,
+                    stale: None,
+                });
             }
             (_, Some(cache), Some(id)) => (cache, id),
         };
-        if let Some(m) = self.cached_meta(backend, bucket, key) {
-            return Ok((m, Outcome::Hit));
+        let asked = Instant::now();
+        let written = self.written_at(backend, bucket, key);
+        let known = self.known_meta(backend, bucket, key);
+        let t = self.freshness.max_staleness;
+        if let Some((observed, info)) = &known
+            && asked.saturating_duration_since(*observed) < t
+            && written.is_none_or(|w| *observed >= w)
+        {
+            return Ok(Meta {
+                info: info.clone(),
+                outcome: Outcome::Hit,
+                stale: None,
+            });
         }
-        if self.recently_written(backend, bucket, key) {
-            // The workers may still hold the previous version's metadata.
-            let meta = self.origin_meta(backend, bucket, key).await?;
-            self.remember(backend, bucket, key, &meta);
-            return Ok((meta, Outcome::Hit));
+        // What the workers may answer with: no older than T, nor than the last write.
+        let max_age = written.map_or(t, |w| t.min(asked.saturating_duration_since(w)));
+        match self
+            .meta_from_cache(cache, &id, route, backend, bucket, key, asked, max_age)
+            .await
+        {
+            Err(e) if e.kind().is_retryable() => match known {
+                Some((observed, info))
+                    if asked.saturating_duration_since(observed)
+                        < t + self.freshness.stale_if_error
+                        && written.is_none_or(|w| observed >= w) =>
+                {
+                    tracing::warn!(%bucket, %key, error = %e, "serving the last known version (stale-if-error)");
+                    Ok(Meta {
+                        info,
+                        outcome: Outcome::Hit,
+                        stale: Some(asked.saturating_duration_since(observed)),
+                    })
+                }
+                _ => Err(e),
+            },
+            other => other,
         }
+    }
+
+    /// Metadata from the workers (or the origin when they cannot answer and the route
+    /// allows it), no older than `max_age`, remembered with when the origin said it.
+    #[allow(clippy::too_many_arguments)]
+    async fn meta_from_cache(
+        &self,
+        cache: &CacheClient,
+        id: &ObjectId,
+        route: Route,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+        asked: Instant,
+        max_age: Duration,
+    ) -> Result<Meta, Error> {
         let options = ReadOptions {
             reader: None,
             origin_fallback: route == Route::Cache,
         };
-        match cache.stat_with(&id, options).await {
+        match cache.stat_with(id, options, Some(max_age)).await {
             Ok(s) => {
                 let outcome = if s.from_origin {
                     Outcome::Fallback
                 } else {
                     Outcome::Hit
                 };
-                let Some(meta) = s.into_info() else {
+                // Taken from when it was asked, not answered: never younger than it is.
+                let observed = asked.checked_sub(s.age).unwrap_or(asked);
+                let info = match s.into_info() {
+                    Some(info) => info,
                     // The headers cannot travel through the cache: take the metadata
                     // from the origin (its version then names the blocks read).
-                    let meta = self.origin_meta(backend, bucket, key).await?;
-                    self.remember(backend, bucket, key, &meta);
-                    return Ok((meta, outcome));
+                    None => self.origin_meta(backend, bucket, key).await?,
                 };
-                self.remember(backend, bucket, key, &meta);
-                Ok((meta, outcome))
+                self.remember(backend, bucket, key, observed, &info);
+                Ok(Meta {
+                    info,
+                    outcome,
+                    stale: None,
+                })
             }
             Err(e) if !e.is_transient() => {
                 let e = cache_error(e);
@@ -434,6 +538,8 @@ impl Objects {
                     _ => Err(e),
                 }
             }
+            // The origin answered the fallback: its failure, in its own terms.
+            Err(e @ talon_cache_client::CacheClientError::Origin(..)) => Err(cache_error(e)),
             Err(e) => Err(Error::new(
                 ErrorKind::ServiceUnavailable,
                 format!("the cache is unavailable: {e}"),
@@ -466,7 +572,11 @@ impl Objects {
         }
         let mut retried = false;
         loop {
-            let (meta, outcome) = match self.meta(route, backend, bucket, key).await {
+            let Meta {
+                info: meta,
+                outcome,
+                stale,
+            } = match self.meta(route, backend, bucket, key).await {
                 Err(e) if e.kind() == ErrorKind::NoSuchKey => {
                     return Err(self.not_found(backend, bucket, e).await.into());
                 }
@@ -480,6 +590,7 @@ impl Objects {
                     range: resolved,
                     body: None,
                     outcome,
+                    stale,
                 });
             }
             let (body, outcome) = match outcome {
@@ -550,6 +661,7 @@ impl Objects {
                 range: resolved,
                 body: Some(body),
                 outcome,
+                stale,
             });
         }
     }

@@ -59,8 +59,7 @@ fn config(stub: &RunningStub, identities: IdentitiesFile) -> GatewayConfig {
         },
         cache: None,
         identities: Identities::from_parts(identities).unwrap(),
-        metadata_ttl: Duration::from_millis(100),
-        read_your_writes: Duration::from_secs(10),
+        freshness: talon_gateway::Freshness::within(Duration::from_millis(100)),
         limits: Limits::default(),
         tls: None,
     }

@@ -47,8 +47,7 @@ async fn env(limits: Limits) -> (RunningStub, RunningGateway) {
             ..IdentitiesFile::default()
         })
         .unwrap(),
-        metadata_ttl: Duration::from_millis(100),
-        read_your_writes: Duration::from_secs(10),
+        freshness: talon_gateway::Freshness::within(Duration::from_millis(100)),
         limits,
         tls: None,
     })

@@ -54,8 +54,7 @@ async fn gateway(cache: CacheClient, cluster: &Cluster) -> RunningGateway {
         origins: cluster.origins(),
         cache: Some(cache),
         identities,
-        metadata_ttl: Duration::from_secs(60),
-        read_your_writes: Duration::from_secs(10),
+        freshness: talon_gateway::Freshness::within(Duration::from_secs(60)),
         limits: Limits {
             // Far longer than the test: the stalled clients are not cut while it runs.
             write_stall_timeout: Duration::from_secs(300),

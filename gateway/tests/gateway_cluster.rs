@@ -50,8 +50,7 @@ async fn gateway(
         origins: cluster.origins(),
         cache: Some(cluster.client().await),
         identities,
-        metadata_ttl: Duration::from_millis(200),
-        read_your_writes: Duration::from_secs(10),
+        freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits::default(),
         tls: None,
     })

@@ -77,8 +77,7 @@ async fn gateway(front: Backend, origin: OriginClient, origin_kind: Backend) -> 
             anonymous: AnonymousAccess::ReadWrite,
         })
         .unwrap(),
-        metadata_ttl: Duration::from_millis(200),
-        read_your_writes: Duration::from_secs(10),
+        freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits::default(),
         tls: None,
     })

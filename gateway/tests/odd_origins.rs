@@ -92,8 +92,7 @@ async fn gateway(origin: String) -> RunningGateway {
             anonymous: talon_protocols::access::AnonymousAccess::ReadOnly,
         })
         .unwrap(),
-        metadata_ttl: Duration::from_millis(200),
-        read_your_writes: Duration::from_secs(10),
+        freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits::default(),
         tls: None,
     })

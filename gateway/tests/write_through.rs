@@ -43,8 +43,7 @@ async fn gateway(cluster: &Cluster, write_through_max_bytes: u64) -> RunningGate
         origins: cluster.origins(),
         cache: Some(cache),
         identities,
-        metadata_ttl: Duration::from_millis(200),
-        read_your_writes: Duration::from_secs(10),
+        freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits {
             write_through_max_bytes,
             ..Limits::default()

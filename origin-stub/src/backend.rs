@@ -330,7 +330,12 @@ impl ObjectBackend for StubBackend {
                 self.state.metrics.clone(),
             )
         });
-        Ok(ObjectRead { info, range, body })
+        Ok(ObjectRead {
+            info,
+            range,
+            body,
+            stale: None,
+        })
     }
 
     async fn part(

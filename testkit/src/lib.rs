@@ -550,7 +550,7 @@ impl Cluster {
     /// When the worker is stopped or has no such metric.
     pub fn worker_metric(&self, i: usize, name: &str) -> f64 {
         let w = self.worker(i);
-        let text = w.metrics().render(w.store().stats());
+        let text = w.metrics_text();
         metric(&text, name).unwrap_or_else(|| panic!("worker {i} has no metric {name}"))
     }
 

@@ -252,6 +252,7 @@ async fn a_stalled_or_hostile_connection_does_not_stop_the_others() {
     let valid = Message::Stat(StatRequest {
         object: id(),
         expected_version: None,
+        max_age_ms: None,
     })
     .encode(1)
     .unwrap();

@@ -75,6 +75,7 @@ async fn pipelined_requests_are_all_answered_in_order_with_their_ids() {
                 Message::Stat(StatRequest {
                     object: id.clone(),
                     expected_version: None,
+                    max_age_ms: None,
                 }),
                 Want::Stat {
                     size: object.size,

@@ -107,10 +107,11 @@ pub struct Args {
     #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
     azure_key: Option<String>,
 
-    /// Object metadata TTL, milliseconds.
+    /// Object metadata TTL, milliseconds, for Stat requests that do not say how old an
+    /// answer they accept (a gateway's do: its --max-staleness-ms governs).
     #[arg(long, env = "TALON_WORKER_STAT_TTL_MS", default_value_t = 5000)]
     stat_ttl_ms: u64,
-    /// TTL of not-found answers, milliseconds.
+    /// TTL of not-found answers, milliseconds (also caps a Stat's max age for them).
     #[arg(
         long,
         env = "TALON_WORKER_NEGATIVE_STAT_TTL_MS",

@@ -11,6 +11,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::block_store::StoreStats;
+use crate::origins::StatOriginRequests;
 
 /// Every metric of a worker.
 #[derive(Debug)]
@@ -37,6 +38,7 @@ pub struct WorkerMetrics {
     errors: Counter,
     data_plane: Family<Vec<(String, String)>, Gauge>,
     rings: Gauge,
+    stat_origin_requests: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for WorkerMetrics {
@@ -72,6 +74,7 @@ impl WorkerMetrics {
             errors: Counter::default(),
             data_plane: Family::default(),
             rings: Gauge::default(),
+            stat_origin_requests: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -176,6 +179,12 @@ impl WorkerMetrics {
                 "io_uring ring threads (0 on the Tokio plane)",
                 m.rings.clone(),
             );
+            r.register(
+                "stat_origin_requests",
+                "Metadata requests made of the origin (label result: fetched, a plain HEAD; \
+                 unchanged, a revalidation that kept the version; changed, one that did not)",
+                m.stat_origin_requests.clone(),
+            );
         }
         m
     }
@@ -271,8 +280,9 @@ impl WorkerMetrics {
         (self.hits.get(), self.misses.get())
     }
 
-    /// Renders the Prometheus text format, refreshing the store gauges first.
-    pub fn render(&self, store: StoreStats) -> String {
+    /// Renders the Prometheus text format, refreshing the store gauges and the
+    /// metadata cache's counts first.
+    pub fn render(&self, store: StoreStats, stat_requests: StatOriginRequests) -> String {
         let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.used_bytes.set(i(store.used_bytes));
         self.capacity_bytes.set(i(store.capacity_bytes));
@@ -281,10 +291,19 @@ impl WorkerMetrics {
             (&self.evictions, store.evictions),
             (&self.corrupt_pages, store.corrupt_pages),
         ] {
-            let seen = counter.get();
-            if total > seen {
-                counter.inc_by(total - seen);
-            }
+            catch_up(counter, total);
+        }
+        for (result, total) in [
+            ("fetched", stat_requests.fetched),
+            ("unchanged", stat_requests.unchanged),
+            ("changed", stat_requests.changed),
+        ] {
+            catch_up(
+                &self
+                    .stat_origin_requests
+                    .get_or_create(&vec![("result".to_owned(), result.to_owned())]),
+                total,
+            );
         }
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -292,6 +311,14 @@ impl WorkerMetrics {
             out.clear();
         }
         out
+    }
+}
+
+/// Brings a counter mirroring a running total up to it.
+fn catch_up(counter: &Counter, total: u64) {
+    let seen = counter.get();
+    if total > seen {
+        counter.inc_by(total - seen);
     }
 }
 
@@ -306,18 +333,27 @@ mod tests {
         m.miss();
         m.bytes_from_cache(4096);
         m.read_done(Duration::from_micros(150));
-        let text = m.render(StoreStats {
-            used_bytes: 10,
-            capacity_bytes: 100,
-            blocks: 1,
-            evictions: 3,
-            corrupt_pages: 2,
-        });
+        let text = m.render(
+            StoreStats {
+                used_bytes: 10,
+                capacity_bytes: 100,
+                blocks: 1,
+                evictions: 3,
+                corrupt_pages: 2,
+            },
+            StatOriginRequests {
+                fetched: 4,
+                unchanged: 5,
+                changed: 0,
+            },
+        );
         assert!(text.contains("talon_worker_hits_total 1"), "{text}");
         assert!(text.contains("talon_worker_cache_bytes_served_total 4096"));
         assert!(text.contains("talon_worker_evictions_total 3"));
         assert!(text.contains("talon_worker_corrupt_pages_total 2"));
         assert!(text.contains("talon_worker_cache_used_bytes 10"));
         assert!(text.contains("talon_worker_read_duration_seconds_count 1"));
+        assert!(text.contains("talon_worker_stat_origin_requests_total{result=\"unchanged\"} 5"));
+        assert!(text.contains("talon_worker_stat_origin_requests_total{result=\"fetched\"} 4"));
     }
 }

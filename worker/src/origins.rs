@@ -3,21 +3,25 @@
 //!
 //! A block names its object by backend (S3 or Azure), namespace and path; [`Origins`]
 //! (from talon-protocols) turns that into a request on the right origin client.
-//! [`StatCache`] answers "what
-//! is this object's size and version" from memory for a configurable TTL (and caches
-//! "not found" for a shorter one), so a hot object's metadata reaches the origin at
-//! most once per TTL; concurrent misses for one object share one HEAD. Expired entries
-//! are swept whenever the table has doubled since the last sweep, so its size stays
-//! within about twice the objects looked up within one TTL.
+//! [`StatCache`] answers "what is this object's size and version" from memory: for as
+//! long as the requester accepts (a Stat's max age, which the gateway's staleness bound
+//! sets), or for the worker's own TTL when it does not say; "not found" is cached for a
+//! shorter one. So a hot object's metadata reaches the origin at most once per TTL, and
+//! concurrent misses for one object share one request. An expired entry is revalidated
+//! with a conditional HEAD (`If-None-Match` on the version remembered) rather than
+//! fetched blind. Expired entries are swept whenever the table has doubled since the
+//! last sweep, so its size stays within about twice the objects looked up within one
+//! TTL.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use talon_core::ObjectId;
 use talon_protocols::ErrorKind;
-use talon_protocols::origin::ObjectInfo;
 pub use talon_protocols::origin::Origins;
+use talon_protocols::origin::{ObjectInfo, Revalidation};
 use tokio::sync::watch;
 
 use crate::error::{Result, WorkerError};
@@ -38,6 +42,9 @@ pub struct StatCache {
     ttl: Duration,
     negative_ttl: Duration,
     entries: Mutex<Entries>,
+    fetched: AtomicU64,
+    unchanged: AtomicU64,
+    changed: AtomicU64,
 }
 
 /// The table and the size at which it is next swept.
@@ -80,6 +87,9 @@ impl StatCache {
                 map: HashMap::new(),
                 sweep_at: MIN_SWEEP_AT,
             }),
+            fetched: AtomicU64::new(0),
+            unchanged: AtomicU64::new(0),
+            changed: AtomicU64::new(0),
         }
     }
 
@@ -124,44 +134,81 @@ impl StatCache {
     /// The origin's error (not-found is cached for the negative TTL; other failures are
     /// not cached).
     pub async fn stat(&self, object: &ObjectId) -> Result<Arc<ObjectInfo>> {
+        self.stat_within(object, None).await.map(|(info, _)| info)
+    }
+
+    /// The object's metadata learned from the origin at most `max_age` ago (the
+    /// cache's TTL when `None`), and how long ago it was learned. An entry older than
+    /// that is revalidated with one conditional HEAD (`If-None-Match` on the version
+    /// remembered) shared by every caller that asks meanwhile; a not-found is never
+    /// trusted longer than the negative TTL.
+    ///
+    /// # Errors
+    /// As [`stat`](Self::stat).
+    pub async fn stat_within(
+        &self,
+        object: &ObjectId,
+        max_age: Option<Duration>,
+    ) -> Result<(Arc<ObjectInfo>, Duration)> {
         loop {
             let action = {
                 let mut entries = self.lock_entries();
-                match entries.map.get(object) {
+                let mut known = None;
+                let waiting = match entries.map.get(object) {
                     Some(Entry::Ready { at, outcome }) => {
-                        if at.elapsed() < self.ttl_of(outcome) {
-                            return outcome.clone().map_err(WorkerError::Shared);
+                        let age = at.elapsed();
+                        let limit = match (outcome, max_age) {
+                            (Ok(_), Some(max_age)) => max_age,
+                            (Err(_), Some(max_age)) => max_age.min(self.negative_ttl),
+                            (outcome, None) => self.ttl_of(outcome),
+                        };
+                        if age < limit {
+                            return outcome
+                                .clone()
+                                .map(|info| (info, age))
+                                .map_err(WorkerError::Shared);
                         }
+                        known = outcome.as_ref().ok().cloned();
                         None
                     }
                     Some(Entry::Pending(rx)) => Some(rx.clone()),
                     None => None,
+                };
+                match waiting {
+                    Some(rx) => Err(rx),
+                    None => {
+                        let (tx, rx) = watch::channel(None);
+                        self.insert(&mut entries, object.clone(), Entry::Pending(rx));
+                        Ok((tx, known))
+                    }
                 }
-                .map(Err)
-                .unwrap_or_else(|| {
-                    let (tx, rx) = watch::channel(None);
-                    self.insert(&mut entries, object.clone(), Entry::Pending(rx));
-                    Ok(tx)
-                })
             };
             match action {
                 Err(mut rx) => {
                     let outcome = rx.wait_for(Option::is_some).await.map(|v| v.clone());
                     match outcome {
-                        Ok(Some(outcome)) => return outcome.map_err(WorkerError::Shared),
+                        // Learned just now, on this caller's behalf.
+                        Ok(Some(outcome)) => {
+                            return outcome
+                                .map(|info| (info, Duration::ZERO))
+                                .map_err(WorkerError::Shared);
+                        }
                         // The fetching task went away; try again.
                         _ => continue,
                     }
                 }
-                Ok(tx) => {
+                Ok((tx, known)) => {
                     let mut guard = PendingGuard {
                         cache: self,
                         object,
                         armed: true,
                     };
-                    let outcome = self.fetch(object).await;
+                    let shared: StatOutcome = match known {
+                        Some(known) => self.revalidate(object, known).await,
+                        None => self.fetch(object).await.map(Arc::new),
+                    }
+                    .map_err(Arc::new);
                     guard.armed = false;
-                    let shared: StatOutcome = outcome.map(Arc::new).map_err(Arc::new);
                     {
                         let mut entries = self.lock_entries();
                         let cacheable = match &shared {
@@ -179,24 +226,64 @@ impl StatCache {
                         }
                     }
                     let _ = tx.send(Some(shared.clone()));
-                    return shared.map_err(WorkerError::Shared);
+                    return shared
+                        .map(|info| (info, Duration::ZERO))
+                        .map_err(WorkerError::Shared);
                 }
             }
         }
     }
 
+    /// Origin requests made for metadata so far, by what they found.
+    pub fn origin_requests(&self) -> StatOriginRequests {
+        StatOriginRequests {
+            fetched: self.fetched.load(Ordering::Relaxed),
+            unchanged: self.unchanged.load(Ordering::Relaxed),
+            changed: self.changed.load(Ordering::Relaxed),
+        }
+    }
+
     async fn fetch(&self, object: &ObjectId) -> Result<ObjectInfo> {
+        self.fetched.fetch_add(1, Ordering::Relaxed);
         let (client, bucket, key) = self.origins.route(object).map_err(WorkerError::Origin)?;
-        client.head(&bucket, &key).await.map_err(|e| {
-            if e.kind() == ErrorKind::NoSuchBucket {
-                WorkerError::Origin(talon_protocols::Error::new(
-                    ErrorKind::NoSuchKey,
-                    e.message().to_owned(),
-                ))
-            } else {
-                WorkerError::Origin(e)
+        client
+            .head(&bucket, &key)
+            .await
+            .map_err(missing_bucket_is_missing_key)
+    }
+
+    /// Asks the origin whether `known` is still the object's version: the entry is kept
+    /// (one 304, no headers) when it is, replaced when it is not.
+    async fn revalidate(
+        &self,
+        object: &ObjectId,
+        known: Arc<ObjectInfo>,
+    ) -> Result<Arc<ObjectInfo>> {
+        let (client, bucket, key) = self.origins.route(object).map_err(WorkerError::Origin)?;
+        match client
+            .revalidate(&bucket, &key, &known.etag)
+            .await
+            .map_err(missing_bucket_is_missing_key)
+        {
+            Ok(Revalidation::Current(None)) => {
+                self.unchanged.fetch_add(1, Ordering::Relaxed);
+                Ok(known)
             }
-        })
+            Ok(Revalidation::Current(Some(info))) => {
+                self.unchanged.fetch_add(1, Ordering::Relaxed);
+                Ok(Arc::new(info))
+            }
+            Ok(Revalidation::Changed(info)) => {
+                self.changed.fetch_add(1, Ordering::Relaxed);
+                Ok(Arc::new(info))
+            }
+            Err(e) => {
+                if e.frame_code() == talon_core::ErrorCode::NotFound {
+                    self.changed.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Forgets an object's metadata (its version changed at the origin).
@@ -206,6 +293,31 @@ impl StatCache {
             entries.map.remove(object);
         }
     }
+}
+
+/// A worker's stat cannot tell a missing bucket from a missing key (the gateway asks
+/// the origin which it is): both are "not found", and cached as such.
+fn missing_bucket_is_missing_key(e: talon_protocols::Error) -> WorkerError {
+    if e.kind() == ErrorKind::NoSuchBucket {
+        WorkerError::Origin(talon_protocols::Error::new(
+            ErrorKind::NoSuchKey,
+            e.message().to_owned(),
+        ))
+    } else {
+        WorkerError::Origin(e)
+    }
+}
+
+/// Metadata requests a worker made of the origin, by what they found (Prometheus
+/// `talon_worker_stat_origin_requests_total{result}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatOriginRequests {
+    /// Plain HEADs: nothing was remembered.
+    pub fetched: u64,
+    /// Revalidations that found the remembered version current.
+    pub unchanged: u64,
+    /// Revalidations that found another version, or none, or failed.
+    pub changed: u64,
 }
 
 #[cfg(test)]
@@ -274,6 +386,64 @@ mod tests {
             .expect("a later caller fetches again instead of waiting on nobody")
             .unwrap();
         assert_eq!(info.size, 1000);
+    }
+
+    #[tokio::test]
+    async fn an_entry_older_than_the_max_age_is_revalidated_and_a_new_version_is_seen() {
+        let (_stub, origins) = stub(FaultConfig::default()).await;
+        let cache = StatCache::new(
+            origins.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        );
+        let object = s3("present");
+        let counts = |fetched, unchanged, changed| StatOriginRequests {
+            fetched,
+            unchanged,
+            changed,
+        };
+        let minute = Some(Duration::from_secs(60));
+        let (first, age) = cache.stat_within(&object, minute).await.unwrap();
+        assert_eq!(age, Duration::ZERO, "learned just now");
+        let (again, _) = cache.stat_within(&object, minute).await.unwrap();
+        assert_eq!(again, first);
+        assert_eq!(
+            cache.origin_requests(),
+            counts(1, 0, 0),
+            "answered from memory"
+        );
+
+        // Older than the requester accepts: one conditional HEAD, which finds it current.
+        let (current, age) = cache
+            .stat_within(&object, Some(Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(
+            (current.etag.as_str(), age),
+            (first.etag.as_str(), Duration::ZERO)
+        );
+        assert_eq!(current.size, 1000);
+        assert_eq!(cache.origin_requests(), counts(1, 1, 0));
+
+        // Overwritten at the origin: the next revalidation takes the new version, and
+        // the worker's own TTL then answers from memory again.
+        let s3 = origins.s3.as_ref().unwrap();
+        let etag = s3
+            .put("bkt", "present", bytes::Bytes::from_static(b"new"), None)
+            .await
+            .unwrap();
+        let (changed, _) = cache
+            .stat_within(&object, Some(Duration::ZERO))
+            .await
+            .unwrap();
+        assert!(talon_protocols::conditional::same_version(
+            &changed.etag,
+            &etag
+        ));
+        assert_eq!(changed.size, 3);
+        assert_eq!(cache.origin_requests(), counts(1, 1, 1));
+        assert_eq!(cache.stat(&object).await.unwrap(), changed);
+        assert_eq!(cache.origin_requests(), counts(1, 1, 1));
     }
 
     #[tokio::test]

@@ -59,7 +59,7 @@ pub struct WorkerConfig {
     pub page_size: u64,
     /// Origin clients.
     pub origins: Origins,
-    /// Metadata TTL.
+    /// Metadata TTL for Stats without a max age.
     pub stat_ttl: Duration,
     /// TTL of not-found answers.
     pub negative_stat_ttl: Duration,
@@ -104,6 +104,11 @@ impl RunningWorker {
     /// The block store.
     pub fn store(&self) -> &Arc<BlockStore> {
         self.services.loader.store()
+    }
+
+    /// The Prometheus text `/metrics` serves.
+    pub fn metrics_text(&self) -> String {
+        render_metrics(&self.services)
     }
 
     /// Drains and stops: leaves placement, stops accepting, finishes in-flight answers.
@@ -323,6 +328,14 @@ async fn agent(
     }
 }
 
+/// Every metric, the store's gauges and the metadata cache's counts refreshed.
+fn render_metrics(services: &Services) -> String {
+    services.metrics.render(
+        services.loader.store().stats(),
+        services.stats.origin_requests(),
+    )
+}
+
 /// `/metrics`, `/healthz`, `/readyz`.
 async fn admin(
     listener: TcpListener,
@@ -337,13 +350,12 @@ async fn admin(
             get(move || {
                 let s = metrics_services.clone();
                 async move {
-                    let stats = s.loader.store().stats();
                     (
                         [(
                             axum::http::header::CONTENT_TYPE,
                             "text/plain; version=0.0.4",
                         )],
-                        s.metrics.render(stats),
+                        render_metrics(&s),
                     )
                 }
             }),

@@ -21,6 +21,11 @@ pub struct StatRequest {
     pub object: ObjectId,
     /// The version the requester pinned, if any.
     pub expected_version: Option<ObjectVersion>,
+    /// The oldest answer the requester accepts, milliseconds: metadata the worker
+    /// learned from the origin longer ago than this is revalidated first. `None`: the
+    /// worker's own TTL decides. A trailing field, sent only when set, so a worker from
+    /// before it still decodes requests without one (upgrade workers first).
+    pub max_age_ms: Option<u32>,
 }
 
 /// Stat reply: the object's metadata as the origin reported it.
@@ -38,6 +43,10 @@ pub struct StatReply {
     /// The object's other headers, or word that they must be asked of the
     /// origin.
     pub headers: ObjectHeaders,
+    /// How long ago the worker learned this from the origin, milliseconds, when the
+    /// request said how old an answer it accepts (`max_age_ms`); `None` otherwise, and
+    /// from a worker from before the field. A trailing field, sent only when set.
+    pub age_ms: Option<u32>,
 }
 
 /// Longest `content_md5` a [`StatReply`] carries, in bytes (an MD5 in
@@ -136,7 +145,8 @@ impl StatReply {
                         .sum::<usize>()
             }
         };
-        8 + 2 + self.version.as_str().len() + 8 + 2 + self.content_type.len() + 1 + headers
+        let age = if self.age_ms.is_some() { 4 } else { 0 };
+        8 + 2 + self.version.as_str().len() + 8 + 2 + self.content_type.len() + 1 + headers + age
     }
 
     /// This reply, with its headers replaced by [`ObjectHeaders::AskOrigin`]
@@ -484,6 +494,9 @@ impl Message {
                     }
                     None => w.u8(0),
                 }
+                if let Some(max_age) = req.max_age_ms {
+                    w.u32(max_age);
+                }
             }
             Self::StatReply(reply) => {
                 validate_content_type(&reply.content_type)?;
@@ -507,6 +520,9 @@ impl Message {
                             w.str(value, ty)?;
                         }
                     }
+                }
+                if let Some(age) = reply.age_ms {
+                    w.u32(age);
                 }
             }
             Self::ReadRange(req) => {
@@ -588,9 +604,15 @@ impl Message {
                     1 => Some(read_version(&mut r)?),
                     _ => return Err(r.malformed("version flag must be 0 or 1")),
                 };
+                let max_age_ms = if r.remaining() == 0 {
+                    None
+                } else {
+                    Some(r.u32()?)
+                };
                 Self::Stat(StatRequest {
                     object,
                     expected_version,
+                    max_age_ms,
                 })
             }
             MessageType::StatReply => {
@@ -631,12 +653,18 @@ impl Message {
                         _ => return Err(r.malformed("headers flag must be 0 or 1")),
                     }
                 };
+                let age_ms = if r.remaining() == 0 {
+                    None
+                } else {
+                    Some(r.u32()?)
+                };
                 Self::StatReply(StatReply {
                     size,
                     version,
                     last_modified_ms,
                     content_type,
                     headers,
+                    age_ms,
                 })
             }
             MessageType::ReadRange => {
@@ -1034,10 +1062,12 @@ mod tests {
             Message::Stat(StatRequest {
                 object: az.clone(),
                 expected_version: None,
+                max_age_ms: None,
             }),
             Message::Stat(StatRequest {
                 object: az,
                 expected_version: Some(ObjectVersion::new("v1").unwrap()),
+                max_age_ms: None,
             }),
             Message::StatReply(StatReply {
                 size: u64::MAX,
@@ -1045,6 +1075,7 @@ mod tests {
                 last_modified_ms: -1,
                 content_type: String::new(),
                 headers: ObjectHeaders::AskOrigin,
+                age_ms: None,
             }),
             Message::StatReply(StatReply {
                 size: 3,
@@ -1063,6 +1094,7 @@ mod tests {
                         ("owner".into(), "tālon".into()),
                     ],
                 }),
+                age_ms: None,
             }),
             Message::ReadRangeReply(vec![9; 100]),
             Message::ReadRangeReply(Vec::new()),
@@ -1099,6 +1131,7 @@ mod tests {
             Message::Stat(StatRequest {
                 object,
                 expected_version: Some(version.clone()),
+                max_age_ms: None,
             }),
             Message::ReadRange(ReadRangeRequest {
                 block: block.clone(),
@@ -1120,6 +1153,7 @@ mod tests {
                     cache_control: "c".repeat(MAX_CONTENT_HEADER_LEN),
                     user_metadata: Vec::new(),
                 }),
+                age_ms: None,
             }),
             Message::Error(ErrorReply::new(ErrorCode::Internal, "é".repeat(5000))),
         ];
@@ -1195,6 +1229,7 @@ mod tests {
                 user_metadata,
                 ..HeaderSet::default()
             }),
+            age_ms: None,
         }
     }
 
@@ -1210,8 +1245,13 @@ mod tests {
             headers: ObjectHeaders::AskOrigin,
             ..stat_with(Vec::new())
         };
+        let aged = StatReply {
+            age_ms: Some(u32::MAX),
+            ..stat_with(pairs(&[("a", "1")]))
+        };
         for reply in [
             ask,
+            aged,
             stat_with(Vec::new()),
             stat_with(pairs(&[("a", "1"), ("b", "xyz")])),
         ] {
@@ -1402,6 +1442,7 @@ mod tests {
             last_modified_ms: 0,
             content_type: "text/html\r\nSet-Cookie: x".to_owned(),
             headers: ObjectHeaders::default(),
+            age_ms: None,
         });
         assert!(matches!(
             bad_ct.encode_into(1, Flags::NONE, &mut out),
@@ -1496,6 +1537,7 @@ mod tests {
         let mut stat = Message::Stat(StatRequest {
             object: ObjectId::s3("b", "k").unwrap(),
             expected_version: None,
+            max_age_ms: Some(1000),
         })
         .encode(0)
         .unwrap();
@@ -1508,10 +1550,10 @@ mod tests {
                 reason: "trailing bytes after the last field"
             })
         );
-        // Version flag other than 0/1.
-        let last = stat.len() - 2;
+        // Version flag other than 0/1 (the max age and the extra byte dropped).
+        stat.truncate(stat.len() - 5);
+        let last = stat.len() - 1;
         stat[last] = 2;
-        stat.pop();
         let h = header(MessageType::Stat, (stat.len() - 16) as u32);
         assert!(matches!(
             Message::decode(&h, &stat[16..]),

@@ -815,6 +815,7 @@ async fn get_blob<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: bool)
     if let Some(digest) = &range_digest {
         set_header(h, "content-md5", digest);
     }
+    crate::server::set_staleness_headers(h, read.stale);
     set_header(h, "x-ms-blob-type", "BlockBlob");
     set_header(h, "x-ms-lease-status", "unlocked");
     set_header(h, "x-ms-lease-state", "available");

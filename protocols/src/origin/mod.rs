@@ -137,6 +137,17 @@ pub struct ObjectInfo {
 /// A stream of body bytes.
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send + 'static>>;
 
+/// What a conditional `HEAD` said of a remembered version
+/// ([`OriginClient::revalidate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revalidation {
+    /// The object is still at that version; the metadata when the origin sent it (an
+    /// origin that ignored the condition), `None` after a 304.
+    Current(Option<ObjectInfo>),
+    /// The object has another version now: its metadata.
+    Changed(ObjectInfo),
+}
+
 /// The answer to a GET: the object's metadata, the range served, and its bytes.
 pub struct GetResponse {
     /// Metadata of the object (size is the whole object's size).
@@ -473,6 +484,39 @@ impl OriginClient {
             .await?;
         let resp = check(resp).await?;
         object_info(resp.headers(), None)
+    }
+
+    /// Asks whether an object is still at version `etag`, in one conditional request
+    /// (`HEAD` with `If-None-Match`): the origin answers 304 without the object's
+    /// headers when it is, and the new version's metadata when it is not. An origin
+    /// that ignores the condition answers 200 with the same ETag; that is reported as
+    /// [`Revalidation::Current`] too, carrying the headers it sent.
+    ///
+    /// # Errors
+    /// As [`head`](Self::head): [`ErrorKind::NoSuchKey`] when the object is gone.
+    pub async fn revalidate(&self, bucket: &str, key: &str, etag: &str) -> Result<Revalidation> {
+        let mut headers = self.dialect.whole_object_headers();
+        headers.push(("if-none-match", quote_etag(etag)));
+        let resp = self
+            .send(
+                Method::HEAD,
+                Some(bucket),
+                Some(key),
+                "",
+                &headers,
+                OriginBody::Empty,
+            )
+            .await?;
+        if resp.status() == StatusCode::NOT_MODIFIED {
+            return Ok(Revalidation::Current(None));
+        }
+        let resp = check(resp).await?;
+        let info = object_info(resp.headers(), None)?;
+        if crate::conditional::same_version(&info.etag, etag) {
+            Ok(Revalidation::Current(Some(info)))
+        } else {
+            Ok(Revalidation::Changed(info))
+        }
     }
 
     /// Reads exactly `range` of version `version` of an object, for a cache fill: the

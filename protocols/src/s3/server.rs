@@ -696,6 +696,7 @@ async fn get_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: boo
     if let Some(count) = part.and_then(|p| p.count) {
         set_header(h, "x-amz-mp-parts-count", &count.to_string());
     }
+    crate::server::set_staleness_headers(h, read.stale);
     for (name, v) in
         crate::content_headers::s3_response_overrides(&ctx.request.query, ctx.auth.caller)
     {

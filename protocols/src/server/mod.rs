@@ -199,6 +199,21 @@ pub struct ObjectRead {
     pub range: Option<ByteRange>,
     /// The bytes of `range` (or of the whole object); `None` for HEAD or nothing to send.
     pub body: Option<AnswerBody>,
+    /// `Some(age)` when a cache serves the last version it knows past its freshness
+    /// because the origin could not be reached (stale-if-error): how long ago the origin
+    /// last confirmed it. Said in [`set_staleness_headers`].
+    pub stale: Option<Duration>,
+}
+
+/// Marks an answer served stale (stale-if-error), on either front: `Age` (whole
+/// seconds since the origin last confirmed the version, RFC 9111) and
+/// `x-talon-stale: revalidation-failed`, so that a client or a log can tell. Nothing
+/// for a fresh answer.
+pub fn set_staleness_headers(h: &mut HeaderMap, stale: Option<Duration>) {
+    if let Some(age) = stale {
+        crate::answer::set_header(h, "age", &age.as_secs().to_string());
+        crate::answer::set_header(h, "x-talon-stale", "revalidation-failed");
+    }
 }
 
 impl std::fmt::Debug for ObjectRead {

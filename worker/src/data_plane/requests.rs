@@ -3,7 +3,7 @@
 //! an answer is a [`Reply`] that the plane's writer sends (Layer 2 moves a file range).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use talon_core::cluster_auth::ClusterSecret;
@@ -186,7 +186,10 @@ pub(crate) async fn handle_ingest(
 }
 
 async fn stat(services: &Services, req: &StatRequest) -> Result<StatReply> {
-    let info = services.stats.stat(&req.object).await?;
+    let max_age = req
+        .max_age_ms
+        .map(|ms| Duration::from_millis(u64::from(ms)));
+    let (info, age) = services.stats.stat_within(&req.object, max_age).await?;
     let version = talon_core::ObjectVersion::from_etag(&info.etag)?;
     if let Some(expected) = &req.expected_version
         && expected != &version
@@ -213,6 +216,9 @@ async fn stat(services: &Services, req: &StatRequest) -> Result<StatReply> {
         last_modified_ms,
         content_type,
         headers: ObjectHeaders::from_origin(info.headers.clone()),
+        age_ms: req
+            .max_age_ms
+            .map(|_| u32::try_from(age.as_millis()).unwrap_or(u32::MAX)),
     }
     .fitted_to_frame())
 }

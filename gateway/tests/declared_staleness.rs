@@ -1,0 +1,248 @@
+//! Declared staleness through a whole sandbox cluster: one setting (T) bounds how late
+//! a read sees a write made at the origin, whatever the workers' own metadata TTL, and
+//! stale-if-error serves the last known version, flagged, while the origin fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use talon_gateway::config::{
+    AzureFront, Backend, Identities, IdentitiesFile, Limits, Route, S3Front,
+};
+use talon_gateway::{Freshness, GatewayConfig, RunningGateway};
+use talon_origin_stub::faults::{FaultConfig, FaultKind};
+use talon_origin_stub::generated::GeneratedObject;
+use talon_protocols::s3::request::S3Addressing;
+use talon_testkit::{Cluster, ClusterConfig, http_get, metric};
+
+async fn gateway(cluster: &Cluster, freshness: Freshness) -> RunningGateway {
+    let identities = Identities::from_parts(IdentitiesFile {
+        s3: Vec::new(),
+        azure: None,
+        anonymous: talon_protocols::access::AnonymousAccess::ReadWrite,
+    })
+    .unwrap();
+    talon_gateway::start(GatewayConfig {
+        s3: Some(S3Front {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            route: Route::Cache,
+            backend: Backend::S3,
+            addressing: S3Addressing::PathStyle,
+            region: "us-east-1".into(),
+        }),
+        azure: Some(AzureFront {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            route: Route::Cache,
+            backend: Backend::Azure,
+            addressing: Default::default(),
+        }),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        origins: cluster.origins(),
+        cache: Some(cluster.client().await),
+        identities,
+        freshness,
+        limits: Limits::default(),
+        tls: None,
+    })
+    .await
+    .unwrap()
+}
+
+/// The object's URL on both fronts.
+fn urls(gw: &RunningGateway, key: &str) -> [String; 2] {
+    [
+        format!("{}/data/{key}", gw.s3_url().unwrap()),
+        format!("{}/data/{key}", gw.azure_url().unwrap()),
+    ]
+}
+
+async fn get(url: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(url)
+        .header("x-ms-version", "2025-01-05")
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Status, ETag and bytes of a GET.
+async fn read(url: &str) -> (u16, String, Bytes) {
+    let resp = get(url).await;
+    let status = resp.status().as_u16();
+    let etag = resp
+        .headers()
+        .get("etag")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, etag, resp.bytes().await.unwrap())
+}
+
+/// The sum of a worker counter over every worker, for one label set.
+fn worker_total(cluster: &Cluster, sample: &str) -> f64 {
+    (0..cluster.workers.len())
+        .map(|i| cluster.worker_metric(i, sample))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_at_the_origin_is_seen_within_t_though_the_workers_trust_metadata_for_a_minute() {
+    // Workers that would keep object metadata for a minute on their own: T must bound
+    // both layers (before, a read could lag by the gateway's TTL plus the workers').
+    let cluster = Cluster::start(ClusterConfig {
+        stat_ttl: Duration::from_secs(60),
+        generated: vec![GeneratedObject::new("data", "seed.bin", 10, 1)],
+        origin_fallback: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let t = Duration::from_millis(400);
+    let gw = gateway(&cluster, Freshness::within(t)).await;
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    let v1 = Bytes::from(vec![1u8; 100_000]);
+    let etag1 = s3.put("data", "doc.bin", v1.clone(), None).await.unwrap();
+    for url in urls(&gw, "doc.bin") {
+        let (status, etag, body) = read(&url).await;
+        assert_eq!((status, body.as_ref()), (200, v1.as_ref()), "{url}");
+        assert!(talon_protocols::conditional::same_version(&etag, &etag1));
+    }
+
+    // Overwritten at the origin, not through the gateway.
+    let v2 = Bytes::from(vec![2u8; 70_000]);
+    let etag2 = s3.put("data", "doc.bin", v2.clone(), None).await.unwrap();
+    let written = Instant::now();
+    // The contract is about time: any read that starts T after the write sees it.
+    tokio::time::sleep_until((written + t).into()).await;
+    for url in urls(&gw, "doc.bin") {
+        let (status, etag, body) = read(&url).await;
+        assert_eq!(status, 200, "{url}");
+        assert!(
+            talon_protocols::conditional::same_version(&etag, &etag2),
+            "{url}: {etag}, the write was {etag2}"
+        );
+        assert_eq!(body.as_ref(), v2.as_ref(), "{url}");
+    }
+    // The workers revalidated what they held (a conditional HEAD found the new
+    // version) rather than answering from their minute-long TTL.
+    let changed = worker_total(
+        &cluster,
+        "talon_worker_stat_origin_requests_total{result=\"changed\"}",
+    );
+    assert!(
+        changed >= 1.0,
+        "revalidations that found a change: {changed}"
+    );
+
+    // Unchanged for another T: the revalidation is a 304, and the version stays.
+    let unchanged_before = worker_total(
+        &cluster,
+        "talon_worker_stat_origin_requests_total{result=\"unchanged\"}",
+    );
+    let since = Instant::now();
+    tokio::time::sleep_until((since + t).into()).await;
+    let [s3_url, _] = urls(&gw, "doc.bin");
+    let (status, etag, body) = read(&s3_url).await;
+    assert_eq!((status, body.as_ref()), (200, v2.as_ref()));
+    assert!(talon_protocols::conditional::same_version(&etag, &etag2));
+    let unchanged = worker_total(
+        &cluster,
+        "talon_worker_stat_origin_requests_total{result=\"unchanged\"}",
+    );
+    assert!(
+        unchanged > unchanged_before,
+        "{unchanged_before} -> {unchanged}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_origin_fails_the_last_known_version_serves_flagged_and_only_when_allowed() {
+    let object = GeneratedObject::new("data", "model.bin", 300_000, 5);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        // As a gateway's own cache client: a read no worker can serve may go to the
+        // origin (route `cache`).
+        origin_fallback: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let t = Duration::from_millis(300);
+    let stale_ok = gateway(
+        &cluster,
+        Freshness {
+            max_staleness: t,
+            stale_if_error: Duration::from_secs(60),
+        },
+    )
+    .await;
+    let strict = gateway(&cluster, Freshness::within(t)).await;
+    let expected = talon_testkit::expected(&object, 0..300_000);
+    for gw in [&stale_ok, &strict] {
+        for url in urls(gw, "model.bin") {
+            let (status, _, body) = read(&url).await;
+            assert_eq!((status, body.as_ref()), (200, expected.as_slice()), "{url}");
+        }
+    }
+    let read_at = Instant::now();
+
+    // Every origin request now fails with a 500.
+    cluster
+        .origin
+        .faults()
+        .set(FaultConfig {
+            error_rate: 1.0,
+            error_kinds: vec![FaultKind::Internal],
+            ..FaultConfig::default()
+        })
+        .unwrap();
+    tokio::time::sleep_until((read_at + t).into()).await;
+
+    for url in urls(&stale_ok, "model.bin") {
+        let resp = get(&url).await;
+        assert_eq!(resp.status(), 200, "{url}");
+        assert_eq!(
+            resp.headers()["x-talon-stale"],
+            "revalidation-failed",
+            "{url}"
+        );
+        let age: u64 = resp.headers()["age"].to_str().unwrap().parse().unwrap();
+        assert!(age < 60, "{url}: age {age}");
+        assert_eq!(
+            resp.bytes().await.unwrap().as_ref(),
+            expected.as_slice(),
+            "{url}"
+        );
+    }
+    let metrics = http_get(&format!("http://{}/metrics", stale_ok.admin_addr.unwrap())).await;
+    assert_eq!(
+        metric(&metrics, "talon_gateway_stale_served_total"),
+        Some(2.0),
+        "{metrics}"
+    );
+
+    // Without stale-if-error the same read is the origin's failure, in each
+    // protocol's words, and nothing was served stale.
+    let [s3_url, azure_url] = urls(&strict, "model.bin");
+    let resp = get(&s3_url).await;
+    assert_eq!(resp.status(), 500);
+    assert!(resp.headers().get("x-talon-stale").is_none());
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("<Code>InternalError</Code>"), "{body}");
+    let resp = get(&azure_url).await;
+    assert_eq!(resp.status(), 500);
+    assert_eq!(resp.headers()["x-ms-error-code"], "InternalError");
+    let metrics = http_get(&format!("http://{}/metrics", strict.admin_addr.unwrap())).await;
+    assert_eq!(
+        metric(&metrics, "talon_gateway_stale_served_total"),
+        Some(0.0)
+    );
+
+    // The origin answers again: fresh, unflagged.
+    cluster.origin.faults().set(FaultConfig::default()).unwrap();
+    for url in urls(&stale_ok, "model.bin") {
+        let resp = get(&url).await;
+        assert_eq!(resp.status(), 200, "{url}");
+        assert!(resp.headers().get("x-talon-stale").is_none(), "{url}");
+        assert!(resp.headers().get("age").is_none(), "{url}");
+        assert_eq!(resp.bytes().await.unwrap().as_ref(), expected.as_slice());
+    }
+}

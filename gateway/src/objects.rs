@@ -259,6 +259,13 @@ impl Objects {
     /// until T has passed, only metadata the origin gave after it is accepted for that
     /// object. Call it once the origin has acknowledged the write.
     pub fn wrote(&self, backend: Backend, bucket: &str, key: &str) {
+        self.saw_new_version(backend, bucket, key);
+    }
+
+    /// Records that the origin holds a newer version than any metadata known now (a
+    /// write acknowledged, or a read pinned to the old version refused): until T has
+    /// passed, only metadata the origin gives from now on is accepted for the object.
+    fn saw_new_version(&self, backend: Backend, bucket: &str, key: &str) {
         self.invalidate(backend, bucket, key);
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
         if written.at.len() >= written.sweep_at {
@@ -619,7 +626,18 @@ impl Objects {
                     // pieces in by then say whether this read was a hit or a fill.
                     let first = match stream.next().await {
                         Some(Ok(bytes)) => bytes,
-                        Some(Err(e)) => return Err(cache_error(e).into()),
+                        Some(Err(e)) => {
+                            let e = cache_error(e);
+                            if e.kind() == ErrorKind::PreconditionFailed && !retried {
+                                // The origin moved on from the version pinned (a worker's
+                                // fill was refused): nothing is sent yet, so this read
+                                // starts again on the version the origin holds now.
+                                self.saw_new_version(backend, bucket, key);
+                                retried = true;
+                                continue;
+                            }
+                            return Err(e.into());
+                        }
                         None => Bytes::new(),
                     };
                     let outcome = if outcome == Outcome::Fallback || sources.fallbacks() > 0 {
@@ -648,7 +666,7 @@ impl Objects {
                         }
                         Err(e) if e.kind() == ErrorKind::PreconditionFailed && !retried => {
                             // The object changed between its metadata and its bytes.
-                            self.invalidate(backend, bucket, key);
+                            self.saw_new_version(backend, bucket, key);
                             retried = true;
                             continue;
                         }

@@ -246,3 +246,54 @@ async fn while_the_origin_fails_the_last_known_version_serves_flagged_and_only_w
         assert_eq!(resp.bytes().await.unwrap().as_ref(), expected.as_slice());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_pinned_to_a_version_the_origin_replaced_starts_again_on_the_new_one() {
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![GeneratedObject::new("data", "seed.bin", 10, 1)],
+        origin_fallback: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    // The gateway trusts metadata for a minute: it still names the old version when
+    // the origin has moved on, and a worker's fill pinned to it is refused.
+    let gw = gateway(&cluster, Freshness::within(Duration::from_secs(60))).await;
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    let [s3_url, _] = urls(&gw, "s3.bin");
+    let [_, azure_url] = urls(&gw, "azure.bin");
+    for (key, url) in [("s3.bin", s3_url), ("azure.bin", azure_url)] {
+        let v1 = Bytes::from(vec![1u8; 600_000]);
+        let v2 = Bytes::from(vec![2u8; 600_000]);
+        s3.put("data", key, v1.clone(), None).await.unwrap();
+        // The first block (256 KiB) is cached at v1, with v1's metadata.
+        let resp = reqwest::Client::new()
+            .get(&url)
+            .header("range", "bytes=0-99")
+            .header("x-ms-version", "2025-01-05")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 206, "{url}");
+        assert_eq!(resp.bytes().await.unwrap(), v1.slice(0..100));
+
+        let etag2 = s3.put("data", key, v2.clone(), None).await.unwrap();
+        // A range in the second block, not cached: its fill pinned to v1 is refused,
+        // and the read starts again (nothing was sent yet) on v2 instead of failing
+        // with 412 though the client set no condition.
+        let resp = reqwest::Client::new()
+            .get(&url)
+            .header("range", "bytes=400000-400099")
+            .header("x-ms-version", "2025-01-05")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 206, "{url}");
+        let etag = resp.headers()["etag"].to_str().unwrap().to_owned();
+        assert!(
+            talon_protocols::conditional::same_version(&etag, &etag2),
+            "{url}: {etag}"
+        );
+        assert_eq!(resp.bytes().await.unwrap(), v2.slice(400_000..400_100));
+    }
+}

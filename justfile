@@ -90,9 +90,11 @@ gateway-proxy-bench *ARGS:
     [ "$(id -u)" != 0 ] || { systemctl stop varnish nginx 2>/dev/null || true; }
     ./target/release/talon-gateway-proxy-bench {{ARGS}}
 
-# Workers killed and frozen under SHA-verified readers of both fronts (route cache): every
-# request must succeed; bench/results/chaos.jsonl. `--faults kill --seconds 330` for the
-# 100 kills of docs/reliability.md, `--help` for the rest.
+# Workers killed and frozen, the origin failing or slow, an object overwritten at the
+# origin, under SHA-verified readers of both fronts (route cache): no wrong byte, no stuck
+# request, no error the origin did not cause; bench/results/chaos.jsonl. `--faults kill
+# --seconds 330` for the 100 kills of docs/reliability.md, `--faults
+# kill,hang,origin,origin-slow --overwrite-ms 1500` for everything, `--help` for the rest.
 chaos *ARGS:
     cargo build --release --workspace --bins
     ./target/release/talon-chaos {{ARGS}}

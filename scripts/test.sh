@@ -66,10 +66,13 @@ TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_TEST_EXPECT_DATA_PLANE=tokio TALON_T
   cargo test -p talon-testkit -p talon-worker -p talon-cache-client
 
 # The fail-open promise under faults, bounded (docs/reliability.md): SIGKILL and SIGSTOP
-# of workers under readers of both fronts; any failed, wrong or stuck request fails it.
-# A first-byte deadline of 1 s, so the 3 s hangs also exercise it.
-step "talon-chaos, 30 s of kills and hangs (debug binaries)"
-TALON_GATEWAY_WORKER_FIRST_BYTE_MS=1000 ./target/debug/talon-chaos --seconds 30 --hang-ms 3000 \
+# of workers, an origin failing 30% of its requests, a slow origin, and an object
+# overwritten at the origin every 1.5 s, under readers of both fronts; a wrong byte, a
+# stuck request or an error the origin did not cause fails it. A first-byte deadline of
+# 1 s, so the 3 s hangs and the slow origin also exercise it.
+step "talon-chaos, 40 s of kills, hangs, origin faults and overwrites (debug binaries)"
+TALON_GATEWAY_WORKER_FIRST_BYTE_MS=1000 ./target/debug/talon-chaos --seconds 40 --hang-ms 3000 \
+  --faults kill,hang,origin,origin-slow --origin-fault-ms 3000 --overwrite-ms 1500 \
   --out target/chaos-ci.jsonl
 
 step "rclone (the gateway suite drives the Debian package)"

@@ -582,6 +582,8 @@ pub struct GatewaySpec<'a> {
     /// co-located fast path); `false` reads every worker over TCP, as a gateway on
     /// another host would.
     pub local_reads: bool,
+    /// Its `--max-staleness-ms` (declared staleness); `None` keeps the gateway's default.
+    pub max_staleness_ms: Option<u64>,
 }
 
 /// A gateway with one front.
@@ -656,6 +658,10 @@ impl Gateway {
         if let Some(c) = spec.coordinator {
             args.push("--coordinator".into());
             args.push(c.into());
+        }
+        if let Some(ms) = spec.max_staleness_ms {
+            args.push("--max-staleness-ms".into());
+            args.push(ms.to_string().into());
         }
         args.push("--identities".into());
         args.push(identities.into());

@@ -12,15 +12,27 @@
 //! random worker, with `--every-ms` between them:
 //!
 //! - `kill`: SIGKILL, then a restart on the same cache folder after `--down-ms`;
-//! - `hang`: SIGSTOP for `--hang-ms`, then SIGCONT.
+//! - `hang`: SIGSTOP for `--hang-ms`, then SIGCONT;
+//! - `origin`: for `--origin-fault-ms`, the origin fails `--origin-error-rate` of its
+//!   requests with a 500, a 503 SlowDown, a reset connection or a truncated body;
+//! - `origin-slow`: for `--origin-fault-ms`, every origin request waits
+//!   `--origin-latency-ms` first.
 //!
-//! Every request is classed: right, an error the client saw (an error status, or a
-//! body cut off), wrong (a 2xx whose bytes, length or range are not the object's), or
-//! stuck (no end within `--stuck-s`). The report gives them overall, for requests that
-//! overlapped a fault, and for the rest, with latency percentiles; a table on stderr,
-//! one JSON line in `bench/results/chaos.jsonl` (and on stdout with `--json`). It
-//! exits 1 on any wrong, stuck or failed request: on route `cache` with a healthy
-//! origin there must be none.
+//! With `--overwrite-ms`, one more object (`flip.bin`, two blocks) is overwritten at
+//! the origin, not through the gateways, that often, alternating between two contents
+//! of one size: a response for it is right when it is wholly one of them.
+//!
+//! Every request is classed: right, wrong (a 2xx whose bytes, length or range are not
+//! the object's, or not wholly one version's), stuck (no end within `--stuck-s`), an
+//! origin error (during an `origin` window, an error answer in the protocol's terms
+//! for an origin failure — 500 InternalError, 503 SlowDown/ServerBusy/ServiceUnavailable
+//! with `Retry-After` — or a body cut off: the origin failed and no worker held the
+//! bytes), an overwrite abort (a body of `flip.bin` cut off: its version changed
+//! mid-response and the old one's bytes were gone), or failed (any other error the
+//! client saw). The report gives them overall, for requests that overlapped a fault,
+//! and for the rest, with latency percentiles; a table on stderr, one JSON line in
+//! `bench/results/chaos.jsonl` (and on stdout with `--json`). It exits 1 on any wrong,
+//! stuck or failed request.
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -29,13 +41,14 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use talon_bench::deployment::{
-    BenchSetup, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
-    run_bench,
+    BenchSetup, Coordinator, Gateway, GatewaySpec, ORIGIN_ACCESS_KEY, ORIGIN_SECRET_KEY, Route,
+    Stub, Worker, WorkerSpec, client_auth, run_bench,
 };
 use talon_bench::http_load::{Connection, ObjectTarget, Protocol, fetch};
 use talon_bench::summary::{LatencySummary, fmt_latency, thousands};
 use talon_bench::verify::{ExpectedRanges, Received, check_response};
 use talon_core::parse_byte_size;
+use talon_origin_stub::faults::{FaultConfig, FaultKind};
 use talon_origin_stub::generated::GeneratedObject;
 
 /// A fault the run injects.
@@ -46,6 +59,10 @@ enum Fault {
     Kill,
     /// SIGSTOP a worker for --hang-ms, then SIGCONT.
     Hang,
+    /// The origin fails --origin-error-rate of its requests for --origin-fault-ms.
+    Origin,
+    /// Every origin request waits --origin-latency-ms, for --origin-fault-ms.
+    OriginSlow,
 }
 
 /// Talon under injected worker faults: every response checked, nothing may fail.
@@ -73,6 +90,23 @@ struct Args {
     /// How long a killed worker stays down before its restart, milliseconds.
     #[arg(long, default_value_t = 500)]
     down_ms: u64,
+    /// How long an `origin` or `origin-slow` window lasts, milliseconds.
+    #[arg(long, default_value_t = 4000)]
+    origin_fault_ms: u64,
+    /// The share of origin requests an `origin` window fails (0 to 1).
+    #[arg(long, default_value_t = 0.3)]
+    origin_error_rate: f64,
+    /// What an `origin-slow` window adds to every origin request, milliseconds.
+    #[arg(long, default_value_t = 1500)]
+    origin_latency_ms: u64,
+    /// Overwrite `flip.bin` at the origin this often, milliseconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    overwrite_ms: u64,
+    /// The gateways' declared staleness (`--max-staleness-ms`): a read of `flip.bin`
+    /// may start on the version the gateway knew up to this long after an overwrite,
+    /// and is then cut when a page it needs is no longer at the origin.
+    #[arg(long, default_value_t = 5000)]
+    max_staleness_ms: u64,
     /// The largest object (others: 4 KiB, 300 KiB, 5 MiB).
     #[arg(long, default_value = "24MiB", value_parser = parse_byte_size)]
     max_size: u64,
@@ -96,26 +130,49 @@ struct Args {
 const BLOCK_SIZE: u64 = 4 << 20;
 const RANGE_SIZE: u64 = 1 << 20;
 
-/// How one request ended.
+/// How one request ended, as seen by its reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Right,
+    Wrong,
+    Stuck,
+    /// An error answer; whether it is one an origin failure may cause, in the
+    /// protocol's terms.
+    ErrorAnswer {
+        origin_failure: bool,
+    },
+    /// The body broke off.
+    Cut,
+    /// No answer at all (the connection failed before one).
+    NoAnswer,
+}
+
+/// How one request is judged, once the fault windows are known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
     Right,
     Failed,
     Wrong,
     Stuck,
+    OriginError,
+    OverwriteAbort,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     started: Duration,
     took: Duration,
-    verdict: Verdict,
+    ending: Ending,
+    /// Whether it read the object being overwritten.
+    flip: bool,
 }
 
-/// One object as the readers ask for it: by aligned ranges, and whole.
+/// One object as the readers ask for it: by aligned ranges, and whole; with a second
+/// content of the same size when it is being overwritten.
 struct Readable {
     ranged: ExpectedRanges,
     whole: ExpectedRanges,
+    other: Option<(ExpectedRanges, ExpectedRanges)>,
     s3: ObjectTarget,
     azure: ObjectTarget,
 }
@@ -127,21 +184,25 @@ struct Tally {
     failed: u64,
     wrong: u64,
     stuck: u64,
+    origin_errors: u64,
+    overwrite_aborts: u64,
     p50_ms: f64,
     p99_ms: f64,
     max_ms: f64,
 }
 
-fn tally<'a>(samples: impl Iterator<Item = &'a Sample>) -> Tally {
+fn tally<'a>(samples: impl Iterator<Item = (&'a Sample, Verdict)>) -> Tally {
     let mut t = Tally::default();
     let mut took = Vec::new();
-    for s in samples {
+    for (s, verdict) in samples {
         t.requests += 1;
-        match s.verdict {
+        match verdict {
             Verdict::Right => t.right += 1,
             Verdict::Failed => t.failed += 1,
             Verdict::Wrong => t.wrong += 1,
             Verdict::Stuck => t.stuck += 1,
+            Verdict::OriginError => t.origin_errors += 1,
+            Verdict::OverwriteAbort => t.overwrite_aborts += 1,
         }
         took.push(s.took);
     }
@@ -215,6 +276,7 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         coordinator: Some(&coordinator_url),
         block_size: BLOCK_SIZE,
         local_reads: false,
+        max_staleness_ms: Some(args.max_staleness_ms),
     };
     let s3 = Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Protocol::S3)).await?;
     let azure = Gateway::start(
@@ -224,24 +286,59 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         gateway("gw-azure", Protocol::Azure),
     )
     .await?;
-    let readable: Arc<Vec<Readable>> = Arc::new(
-        objects
-            .iter()
-            .map(|o| -> anyhow::Result<Readable> {
-                Ok(Readable {
-                    ranged: ExpectedRanges::new(o.clone(), RANGE_SIZE),
-                    whole: ExpectedRanges::whole_object(o.clone()),
-                    s3: ObjectTarget::s3(&s3.url, &o.bucket, &o.key, client_auth(Protocol::S3)?)?,
-                    azure: ObjectTarget::azure(
-                        &azure.url,
-                        &o.bucket,
-                        &o.key,
-                        client_auth(Protocol::Azure)?,
-                    )?,
-                })
+    // The object overwritten at the origin: two contents of one size, two blocks.
+    let flip = (args.overwrite_ms > 0).then(|| {
+        let size = BLOCK_SIZE + (1 << 20) + 777;
+        [
+            GeneratedObject::new("chaos", "flip.bin", size, 90),
+            GeneratedObject::new("chaos", "flip.bin", size, 91),
+        ]
+    });
+    let origin =
+        talon_protocols::origin::OriginClient::new(talon_protocols::origin::OriginConfig::S3 {
+            endpoint: stub.s3_url.clone(),
+            region: "us-east-1".into(),
+            credentials: Some(talon_protocols::s3::sigv4::S3Credentials {
+                access_key: ORIGIN_ACCESS_KEY.into(),
+                secret_key: ORIGIN_SECRET_KEY.into(),
+                session_token: None,
+            }),
+            virtual_hosted: false,
+        })?;
+    if let Some([first, _]) = &flip {
+        origin
+            .put(&first.bucket, &first.key, generated_bytes(first), None)
+            .await
+            .context("writing flip.bin")?;
+    }
+    let target =
+        |o: &GeneratedObject, second: Option<&GeneratedObject>| -> anyhow::Result<Readable> {
+            Ok(Readable {
+                ranged: ExpectedRanges::new(o.clone(), RANGE_SIZE),
+                whole: ExpectedRanges::whole_object(o.clone()),
+                other: second.map(|b| {
+                    (
+                        ExpectedRanges::new(b.clone(), RANGE_SIZE),
+                        ExpectedRanges::whole_object(b.clone()),
+                    )
+                }),
+                s3: ObjectTarget::s3(&s3.url, &o.bucket, &o.key, client_auth(Protocol::S3)?)?,
+                azure: ObjectTarget::azure(
+                    &azure.url,
+                    &o.bucket,
+                    &o.key,
+                    client_auth(Protocol::Azure)?,
+                )?,
             })
-            .collect::<anyhow::Result<_>>()?,
-    );
+        };
+    let mut all_readable: Vec<Readable> = objects
+        .iter()
+        .map(|o| target(o, None))
+        .collect::<anyhow::Result<_>>()?;
+    if let Some([a, b]) = &flip {
+        all_readable.push(target(a, Some(b))?);
+    }
+    let readable = Arc::new(all_readable);
 
     let started = Instant::now();
     let until = started + Duration::from_secs(args.seconds);
@@ -261,19 +358,32 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                 let azure = dice.below(2) == 1;
                 let target = if azure { &object.azure } else { &object.s3 };
                 let whole = dice.below(3) == 0;
-                let (expected, range) = if whole {
-                    (object.whole.expect_range(0), None)
+                let (mut expected, range) = if whole {
+                    (vec![object.whole.expect_range(0)], None)
                 } else {
                     let k = dice.below(object.ranged.len());
-                    (object.ranged.expect_range(k), Some(object.ranged.range(k)))
+                    (
+                        vec![object.ranged.expect_range(k)],
+                        Some(object.ranged.range(k)),
+                    )
                 };
+                if let Some((ranged, whole_b)) = &object.other {
+                    expected.push(match &range {
+                        None => whole_b.expect_range(0),
+                        Some(r) => ranged.expect_range((r.start / RANGE_SIZE) as usize),
+                    });
+                }
                 let at = Instant::now();
                 let slot = &mut conns[usize::from(azure)];
-                let verdict = match one_request(slot, target, range, stuck).await {
-                    Err(Outcome::Stuck) => Verdict::Stuck,
+                let ending = match one_request(slot, target, range, stuck).await {
+                    Err(Outcome::Stuck) => Ending::Stuck,
                     Err(Outcome::Failed(why)) => {
                         eprintln!("[chaos] a request failed: {why}");
-                        Verdict::Failed
+                        if why.starts_with("the body broke off") {
+                            Ending::Cut
+                        } else {
+                            Ending::NoAnswer
+                        }
                     }
                     Ok(got) => {
                         let received = Received {
@@ -282,23 +392,39 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                             body: &got.body,
                             sha256: got.sha256,
                         };
-                        match check_response(&expected, &received) {
-                            Ok(()) => Verdict::Right,
-                            Err(why) if got.status.is_success() => {
+                        // Right when it is wholly one of the contents the object had.
+                        let checks: Vec<Result<(), String>> = expected
+                            .iter()
+                            .map(|e| check_response(e, &received))
+                            .collect();
+                        match checks.iter().find_map(|c| c.as_ref().err()) {
+                            _ if checks.iter().any(Result::is_ok) => Ending::Right,
+                            Some(why) if got.status.is_success() => {
                                 first_wrong
                                     .lock()
                                     .unwrap_or_else(|p| p.into_inner())
-                                    .get_or_insert(why);
-                                Verdict::Wrong
+                                    .get_or_insert(why.clone());
+                                Ending::Wrong
                             }
-                            Err(why) => {
-                                eprintln!("[chaos] an error answer: {}", first_line(&why));
-                                Verdict::Failed
+                            _ => {
+                                let code = error_code(&got);
+                                let origin_failure = is_origin_failure_answer(&got, &code);
+                                eprintln!(
+                                    "[chaos] an error answer{}: {} {code} to a GET of {}",
+                                    if origin_failure {
+                                        " (an origin failure's)"
+                                    } else {
+                                        ""
+                                    },
+                                    got.status.as_u16(),
+                                    target.url(),
+                                );
+                                Ending::ErrorAnswer { origin_failure }
                             }
                         }
                     }
                 };
-                if verdict != Verdict::Right {
+                if ending != Ending::Right {
                     *slot = None;
                 }
                 samples
@@ -307,13 +433,42 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                     .push(Sample {
                         started: at - started,
                         took: at.elapsed(),
-                        verdict,
+                        ending,
+                        flip: object.other.is_some(),
                     });
             }
         });
     }
 
-    // The faults, one at a time, on a random worker.
+    // Overwrites of flip.bin at the origin, alternating its two contents; one that
+    // fails (in an `origin` window) is simply tried again at the next turn.
+    let overwrites = Arc::new(Mutex::new(Vec::<Duration>::new()));
+    let mut overwriter = tokio::task::JoinSet::new();
+    if let Some(contents) = flip.clone() {
+        let (origin, overwrites) = (origin.clone(), overwrites.clone());
+        let every = Duration::from_millis(args.overwrite_ms);
+        let bodies = contents.each_ref().map(generated_bytes);
+        overwriter.spawn(async move {
+            let mut next = 1;
+            while Instant::now() + every < until {
+                tokio::time::sleep(every).await;
+                let o = &contents[next];
+                if origin
+                    .put(&o.bucket, &o.key, bodies[next].clone(), None)
+                    .await
+                    .is_ok()
+                {
+                    overwrites
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(started.elapsed());
+                    next = 1 - next;
+                }
+            }
+        });
+    }
+
+    // The faults, one at a time, on a random worker or on the origin.
     let mut windows: Vec<(Fault, Duration, Duration)> = Vec::new();
     let mut dice = Dice(0x5851_f42d_4c95_7f2d);
     let mut turn = 0usize;
@@ -350,10 +505,36 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                 tokio::time::sleep(Duration::from_millis(args.hang_ms)).await;
                 signal(pid, "CONT")?;
             }
+            Fault::Origin | Fault::OriginSlow => {
+                let faults = if fault == Fault::Origin {
+                    FaultConfig {
+                        error_rate: args.origin_error_rate,
+                        error_kinds: vec![
+                            FaultKind::Internal,
+                            FaultKind::Slowdown,
+                            FaultKind::Reset,
+                            FaultKind::Truncate,
+                        ],
+                        ..FaultConfig::default()
+                    }
+                } else {
+                    FaultConfig {
+                        latency_ms: args.origin_latency_ms,
+                        ..FaultConfig::default()
+                    }
+                };
+                stub.set_faults(&faults).await?;
+                tokio::time::sleep(Duration::from_millis(args.origin_fault_ms)).await;
+                stub.set_faults(&FaultConfig::default()).await?;
+            }
         }
         let to = started.elapsed();
+        let on = match fault {
+            Fault::Kill | Fault::Hang => id.as_str(),
+            Fault::Origin | Fault::OriginSlow => "the origin",
+        };
         eprintln!(
-            "[chaos] {fault:?} {id}: {:.1}–{:.1} s",
+            "[chaos] {fault:?} {on}: {:.1}–{:.1} s",
             from.as_secs_f64(),
             to.as_secs_f64()
         );
@@ -362,44 +543,95 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
     while let Some(r) = readers.join_next().await {
         r.context("a reader panicked")?;
     }
+    while let Some(r) = overwriter.join_next().await {
+        r.context("the overwriter panicked")?;
+    }
     for w in workers.iter_mut().flatten() {
         w.process.ensure_running("at the end of the run")?;
     }
 
     let samples = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let overlaps = |s: &Sample| {
-        windows
-            .iter()
-            .any(|(_, from, to)| s.started < *to && s.started + s.took > *from)
+    let overlaps = |s: &Sample, kinds: &[Fault]| {
+        windows.iter().any(|(fault, from, to)| {
+            kinds.contains(fault) && s.started < *to && s.started + s.took > *from
+        })
     };
-    let all = tally(samples.iter());
-    let during = tally(samples.iter().filter(|s| overlaps(s)));
-    let outside = tally(samples.iter().filter(|s| !overlaps(s)));
-    let kills = windows.iter().filter(|w| w.0 == Fault::Kill).count();
-    let hangs = windows.iter().filter(|w| w.0 == Fault::Hang).count();
+    let all_faults = [Fault::Kill, Fault::Hang, Fault::Origin, Fault::OriginSlow];
+    let overwrites = overwrites.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    // The object was overwritten while the request ran, or so shortly before that the
+    // gateway could still name the version replaced (declared staleness).
+    let staleness = Duration::from_millis(args.max_staleness_ms);
+    let overwritten_during = |s: &Sample| {
+        overwrites
+            .iter()
+            .any(|at| *at + staleness > s.started && *at < s.started + s.took)
+    };
+    let judged: Vec<(&Sample, Verdict)> = samples
+        .iter()
+        .map(|s| {
+            let verdict = match s.ending {
+                Ending::Right => Verdict::Right,
+                Ending::Wrong => Verdict::Wrong,
+                Ending::Stuck => Verdict::Stuck,
+                Ending::ErrorAnswer {
+                    origin_failure: true,
+                }
+                | Ending::Cut
+                    if overlaps(s, &[Fault::Origin]) =>
+                {
+                    Verdict::OriginError
+                }
+                Ending::Cut if s.flip && overwritten_during(s) => Verdict::OverwriteAbort,
+                Ending::ErrorAnswer { .. } | Ending::Cut | Ending::NoAnswer => Verdict::Failed,
+            };
+            (s, verdict)
+        })
+        .collect();
+    let all = tally(judged.iter().copied());
+    let during = tally(
+        judged
+            .iter()
+            .copied()
+            .filter(|(s, _)| overlaps(s, &all_faults)),
+    );
+    let outside = tally(
+        judged
+            .iter()
+            .copied()
+            .filter(|(s, _)| !overlaps(s, &all_faults)),
+    );
+    let count = |kind: Fault| windows.iter().filter(|w| w.0 == kind).count();
+    let (kills, hangs) = (count(Fault::Kill), count(Fault::Hang));
+    let (origin_faults, origin_slow) = (count(Fault::Origin), count(Fault::OriginSlow));
+    let overwrites = overwrites.len();
     let hung = if hangs > 0 {
         format!(" of {} ms", args.hang_ms)
     } else {
         String::new()
     };
     eprintln!(
-        "\n### talon-chaos: {} s, {} workers, {} readers, {kills} kills, {hangs} hangs{hung}\n",
+        "\n### talon-chaos: {} s, {} workers, {} readers, {kills} kills, {hangs} hangs{hung}, \
+         {origin_faults} origin fault windows, {origin_slow} slow-origin windows, {overwrites} overwrites\n",
         args.seconds, args.workers, args.readers
     );
-    eprintln!("| requests | count | right | failed | wrong | stuck | p50 | p99 | max |");
-    eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    eprintln!(
+        "| requests | count | right | failed | wrong | stuck | origin errors | overwrite aborts | p50 | p99 | max |"
+    );
+    eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (name, t) in [
         ("all", &all),
         ("overlapping a fault", &during),
         ("outside faults", &outside),
     ] {
         eprintln!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             thousands(t.requests as f64),
             thousands(t.right as f64),
             t.failed,
             t.wrong,
             t.stuck,
+            t.origin_errors,
+            t.overwrite_aborts,
             fmt_latency(t.p50_ms * 1e3),
             fmt_latency(t.p99_ms * 1e3),
             fmt_latency(t.max_ms * 1e3),
@@ -423,6 +655,13 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         "hangs": hangs,
         "hang_ms": args.hang_ms,
         "down_ms": args.down_ms,
+        "origin_fault_windows": origin_faults,
+        "origin_slow_windows": origin_slow,
+        "origin_fault_ms": args.origin_fault_ms,
+        "origin_error_rate": args.origin_error_rate,
+        "origin_latency_ms": args.origin_latency_ms,
+        "overwrites": overwrites,
+        "overwrite_ms": args.overwrite_ms,
         "max_size": args.max_size,
         "all": all,
         "overlapping_a_fault": during,
@@ -430,7 +669,9 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
     }))?;
     let ok = all.failed == 0 && all.wrong == 0 && all.stuck == 0 && all.requests > 0;
     if !ok {
-        eprintln!("\ntalon-chaos: FAILED: a cache failure reached a client");
+        eprintln!(
+            "\ntalon-chaos: FAILED: a wrong byte, a stuck request, or an error the origin did not cause"
+        );
     }
     Ok(ok)
 }
@@ -439,11 +680,45 @@ fn fault_length(args: &Args, fault: Fault) -> Duration {
     Duration::from_millis(match fault {
         Fault::Kill => args.down_ms + 2000,
         Fault::Hang => args.hang_ms,
+        Fault::Origin | Fault::OriginSlow => args.origin_fault_ms,
     })
 }
 
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
+/// Every byte of a generated object (what the overwriter uploads).
+fn generated_bytes(object: &GeneratedObject) -> bytes::Bytes {
+    let mut buf = vec![0u8; usize::try_from(object.size).unwrap_or(0)];
+    object.fill(0, &mut buf);
+    buf.into()
+}
+
+/// The error code of an error answer: Azure's `x-ms-error-code`, or S3's `<Code>`.
+fn error_code(got: &talon_bench::http_load::Fetched) -> String {
+    got.headers
+        .get("x-ms-error-code")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| {
+            let body: Vec<u8> = got.body.iter().flat_map(|b| b.iter().copied()).collect();
+            let text = String::from_utf8_lossy(&body);
+            let start = text.find("<Code>")? + "<Code>".len();
+            let end = text[start..].find("</Code>")? + start;
+            Some(text[start..end].to_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// Whether an error answer is what an origin failure may become, in the front's
+/// protocol: 500 InternalError, or 503 SlowDown / ServerBusy / ServiceUnavailable with
+/// `Retry-After`.
+fn is_origin_failure_answer(got: &talon_bench::http_load::Fetched, code: &str) -> bool {
+    match got.status.as_u16() {
+        500 => code == "InternalError",
+        503 => {
+            matches!(code, "SlowDown" | "ServerBusy" | "ServiceUnavailable")
+                && got.headers.contains_key("retry-after")
+        }
+        _ => false,
+    }
 }
 
 enum Outcome {

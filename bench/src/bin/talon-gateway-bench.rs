@@ -322,6 +322,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 block_size: args.block_size,
                 // The worker is modelled as remote, behind the delay line: over TCP.
                 local_reads: false,
+                max_staleness_ms: None,
             },
         )
         .await?;
@@ -346,6 +347,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     coordinator: None,
                     block_size: args.block_size,
                     local_reads: false,
+                    max_staleness_ms: None,
                 },
             )
             .await?,

@@ -354,6 +354,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 coordinator: Some(&coordinator_url),
                 block_size: args.block_size,
                 local_reads: true,
+                max_staleness_ms: None,
             },
         )
         .await?;
@@ -388,6 +389,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     coordinator: Some(&coordinator_url),
                     block_size: args.block_size,
                     local_reads: false,
+                    max_staleness_ms: None,
                 },
             )
             .await?;
@@ -426,6 +428,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 coordinator: None,
                 block_size: args.block_size,
                 local_reads: false,
+                max_staleness_ms: None,
             },
         )
         .await?;

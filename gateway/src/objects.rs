@@ -102,6 +102,17 @@ struct RecentWrites {
 /// [`RecentWrites`] is never swept below this many entries.
 const MIN_WRITES_SWEEP_AT: usize = 1024;
 
+/// What the gateway knows of objects' metadata, and the writes through it that this
+/// metadata must be newer than. One lock for both, so that a read remembering an
+/// answer older than a racing write cannot leave it behind: every entry in `known` was
+/// said by the origin after the last write in `writes` to its object (checked when it
+/// is remembered; a write drops it).
+#[derive(Debug, Default)]
+struct MetaState {
+    known: MetaCache,
+    writes: RecentWrites,
+}
+
 /// What a front asks of a read.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadRequest<'a> {
@@ -130,8 +141,7 @@ pub struct Objects {
     cache: Option<CacheClient>,
     azure_account: String,
     freshness: Freshness,
-    meta: Mutex<MetaCache>,
-    written: Mutex<RecentWrites>,
+    meta: Mutex<MetaState>,
     write_through: WriteThrough,
 }
 
@@ -178,10 +188,12 @@ impl Objects {
             cache,
             azure_account,
             freshness,
-            meta: Mutex::new(HashMap::new()),
-            written: Mutex::new(RecentWrites {
-                at: HashMap::new(),
-                sweep_at: MIN_WRITES_SWEEP_AT,
+            meta: Mutex::new(MetaState {
+                known: HashMap::new(),
+                writes: RecentWrites {
+                    at: HashMap::new(),
+                    sweep_at: MIN_WRITES_SWEEP_AT,
+                },
             }),
             write_through: WriteThrough {
                 max_bytes: write_through_max_bytes,
@@ -266,16 +278,20 @@ impl Objects {
     /// write acknowledged, or a read pinned to the old version refused): until T has
     /// passed, only metadata the origin gives from now on is accepted for the object.
     fn saw_new_version(&self, backend: Backend, bucket: &str, key: &str) {
-        self.invalidate(backend, bucket, key);
-        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let object = (backend, bucket.to_owned(), key.to_owned());
+        let mut state = self.lock_meta();
+        state.known.remove(&object);
+        let written = &mut state.writes;
         if written.at.len() >= written.sweep_at {
             let window = self.freshness.max_staleness;
             written.at.retain(|_, at| at.elapsed() < window);
             written.sweep_at = (written.at.len() * 2).max(MIN_WRITES_SWEEP_AT);
         }
-        written
-            .at
-            .insert((backend, bucket.to_owned(), key.to_owned()), Instant::now());
+        written.at.insert(object, Instant::now());
+    }
+
+    fn lock_meta(&self) -> std::sync::MutexGuard<'_, MetaState> {
+        self.meta.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Fills the cache with the bytes of an object the origin has just stored through
@@ -308,8 +324,8 @@ impl Objects {
 
     /// When the object was last written through this gateway, if less than T ago.
     fn written_at(&self, backend: Backend, bucket: &str, key: &str) -> Option<Instant> {
-        let written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        written
+        self.lock_meta()
+            .writes
             .at
             .get(&(backend, bucket.to_owned(), key.to_owned()))
             .copied()
@@ -318,9 +334,8 @@ impl Objects {
 
     /// Drops the cached metadata of an object (it changed under a read).
     pub fn invalidate(&self, backend: Backend, bucket: &str, key: &str) {
-        self.meta
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.lock_meta()
+            .known
             .remove(&(backend, bucket.to_owned(), key.to_owned()));
     }
 
@@ -332,12 +347,14 @@ impl Objects {
         bucket: &str,
         key: &str,
     ) -> Option<(Instant, ObjectInfo)> {
-        let meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
-        meta.get(&(backend, bucket.to_owned(), key.to_owned()))
+        self.lock_meta()
+            .known
+            .get(&(backend, bucket.to_owned(), key.to_owned()))
             .cloned()
     }
 
-    /// Keeps metadata the origin said at `observed`.
+    /// Keeps metadata the origin said at `observed`, unless a write through this
+    /// gateway came after that.
     fn remember(
         &self,
         backend: Backend,
@@ -346,14 +363,15 @@ impl Objects {
         observed: Instant,
         meta: &ObjectInfo,
     ) {
-        let mut all = self.meta.lock().unwrap_or_else(|p| p.into_inner());
-        if all.len() > 100_000 {
-            all.clear();
+        let object = (backend, bucket.to_owned(), key.to_owned());
+        let mut state = self.lock_meta();
+        if state.writes.at.get(&object).is_some_and(|w| observed < *w) {
+            return;
         }
-        all.insert(
-            (backend, bucket.to_owned(), key.to_owned()),
-            (observed, meta.clone()),
-        );
+        if state.known.len() > 100_000 {
+            state.known.clear();
+        }
+        state.known.insert(object, (observed, meta.clone()));
     }
 
     async fn origin_meta(
@@ -455,12 +473,11 @@ impl Objects {
             (_, Some(cache), Some(id)) => (cache, id),
         };
         let asked = Instant::now();
-        let written = self.written_at(backend, bucket, key);
         let known = self.known_meta(backend, bucket, key);
         let t = self.freshness.max_staleness;
+        // Newer than any write through this gateway (MetaState's invariant).
         if let Some((observed, info)) = &known
             && asked.saturating_duration_since(*observed) < t
-            && written.is_none_or(|w| *observed >= w)
         {
             return Ok(Meta {
                 info: info.clone(),
@@ -469,6 +486,7 @@ impl Objects {
             });
         }
         // What the workers may answer with: no older than T, nor than the last write.
+        let written = self.written_at(backend, bucket, key);
         let max_age = written.map_or(t, |w| t.min(asked.saturating_duration_since(w)));
         match self
             .meta_from_cache(cache, &id, route, backend, bucket, key, asked, max_age)
@@ -477,8 +495,7 @@ impl Objects {
             Err(e) if e.kind().is_retryable() => match known {
                 Some((observed, info))
                     if asked.saturating_duration_since(observed)
-                        < t + self.freshness.stale_if_error
-                        && written.is_none_or(|w| observed >= w) =>
+                        < t + self.freshness.stale_if_error =>
                 {
                     tracing::warn!(%bucket, %key, error = %e, "serving the last known version (stale-if-error)");
                     Ok(Meta {

@@ -75,6 +75,13 @@ TALON_GATEWAY_WORKER_FIRST_BYTE_MS=1000 ./target/debug/talon-chaos --seconds 40 
   --faults kill,hang,origin,origin-slow --origin-fault-ms 3000 --overwrite-ms 1500 \
   --out target/chaos-ci.jsonl
 
+# A short soak (docs/reliability.md): 60 s of mixed reads of both fronts, one worker
+# restarted in the middle; every byte checked, and every process's memory and open
+# descriptors must not grow from the warm-up to the end.
+step "talon-chaos --soak, 60 s, one worker restarted (debug binaries)"
+./target/debug/talon-chaos --soak --seconds 60 --faults kill --every-ms 30000 \
+  --out target/chaos-soak-ci.jsonl
+
 step "rclone (the gateway suite drives the Debian package)"
 command -v rclone >/dev/null || apt_install rclone
 

@@ -168,6 +168,26 @@ impl ProcessSet {
     }
 }
 
+/// What a long run watches for leaks in one process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Footprint {
+    /// Resident set size, bytes (`VmRSS`).
+    pub rss_bytes: u64,
+    /// Open file descriptors (entries of `/proc/PID/fd`).
+    pub open_fds: u64,
+}
+
+/// The footprint of process `pid`; `None` when it cannot be read (it has gone).
+pub fn footprint(pid: u32) -> Option<Footprint> {
+    let status = read(&pid.to_string(), "status").ok()?;
+    let rss_bytes = parse_status_rss(&status)?;
+    let open_fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+    Some(Footprint {
+        rss_bytes,
+        open_fds,
+    })
+}
+
 /// The soft limit on open files of this process, from `/proc/self/limits`.
 pub fn open_files_limit() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/limits").ok()?;
@@ -196,6 +216,14 @@ pub use crate::host::load_average;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_process_has_a_footprint() {
+        let me = footprint(std::process::id()).unwrap();
+        assert!(me.rss_bytes > 0);
+        // At least stdin, stdout, stderr and the descriptor reading the folder.
+        assert!(me.open_fds >= 3, "{me:?}");
+    }
 
     #[test]
     fn stat_with_awkward_command_name() {

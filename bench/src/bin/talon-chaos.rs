@@ -33,6 +33,12 @@
 //! and for the rest, with latency percentiles; a table on stderr, one JSON line in
 //! `bench/results/chaos.jsonl` (and on stdout with `--json`). It exits 1 on any wrong,
 //! stuck or failed request.
+//!
+//! Every process's resident memory and open descriptors are sampled through the run
+//! (`/proc`): the report gives each after the warm-up and at the end. With `--soak`, a
+//! growth beyond [`RSS_GROWTH_ALLOWED`] or [`FD_GROWTH_ALLOWED`] also fails the run (a
+//! soak is `--soak --faults kill --every-ms <half the run>`: one worker restarted in the
+//! middle).
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -45,6 +51,7 @@ use talon_bench::deployment::{
     Stub, Worker, WorkerSpec, client_auth, run_bench,
 };
 use talon_bench::http_load::{Connection, ObjectTarget, Protocol, fetch};
+use talon_bench::procfs::{Footprint, footprint};
 use talon_bench::summary::{LatencySummary, fmt_latency, thousands};
 use talon_bench::verify::{ExpectedRanges, Received, check_response};
 use talon_core::parse_byte_size;
@@ -125,6 +132,88 @@ struct Args {
     /// Keep the scratch folder (the processes' logs).
     #[arg(long)]
     keep_dir: bool,
+    /// Fail the run when a process's memory or descriptors grew between the warm-up
+    /// and the end.
+    #[arg(long)]
+    soak: bool,
+    /// How long after its start a process is first measured for the soak, seconds.
+    #[arg(long, default_value_t = 10)]
+    warmup_s: u64,
+    /// How often every process is measured, milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    sample_ms: u64,
+}
+
+/// With `--soak`, the most a process's RSS may grow from the warm-up to the end: a
+/// quarter, plus this many bytes (allocator arenas and pools settle in steps).
+const RSS_GROWTH_ALLOWED: u64 = 32 << 20;
+
+/// With `--soak`, the most a process's open descriptors may grow from the warm-up to
+/// the end (pooled connections come and go).
+const FD_GROWTH_ALLOWED: u64 = 32;
+
+/// The run's processes by name: pid, and when that process started.
+type Processes = Arc<Mutex<std::collections::BTreeMap<String, (u32, Instant)>>>;
+
+/// One process's footprint through the run.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct Watched {
+    pid: u32,
+    /// The first measurement at least the warm-up after the process started.
+    after_warmup: Option<Footprint>,
+    /// The last measurement.
+    at_end: Footprint,
+    peak_rss_bytes: u64,
+}
+
+impl Watched {
+    /// Whether it grew beyond what a soak allows; `None` without a warm-up measurement.
+    fn grew(&self) -> Option<bool> {
+        let base = self.after_warmup?;
+        let end = self.at_end;
+        Some(
+            end.rss_bytes > base.rss_bytes + base.rss_bytes / 4 + RSS_GROWTH_ALLOWED
+                || end.open_fds > base.open_fds + FD_GROWTH_ALLOWED,
+        )
+    }
+}
+
+/// Measures every process of `processes` once into `watched`.
+fn measure(
+    processes: &Processes,
+    watched: &Mutex<std::collections::BTreeMap<String, Watched>>,
+    warmup: Duration,
+) {
+    let now: Vec<(String, u32, Instant)> = processes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(name, (pid, since))| (name.clone(), *pid, *since))
+        .collect();
+    let mut watched = watched.lock().unwrap_or_else(|p| p.into_inner());
+    for (name, pid, since) in now {
+        let Some(f) = footprint(pid) else { continue };
+        let w = watched.entry(name).or_insert(Watched {
+            pid,
+            after_warmup: None,
+            at_end: f,
+            peak_rss_bytes: 0,
+        });
+        if w.pid != pid {
+            // Restarted: a new process, measured afresh.
+            *w = Watched {
+                pid,
+                after_warmup: None,
+                at_end: f,
+                peak_rss_bytes: 0,
+            };
+        }
+        if w.after_warmup.is_none() && since.elapsed() >= warmup {
+            w.after_warmup = Some(f);
+        }
+        w.at_end = f;
+        w.peak_rss_bytes = w.peak_rss_bytes.max(f.rss_bytes);
+    }
 }
 
 const BLOCK_SIZE: u64 = 4 << 20;
@@ -286,6 +375,25 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         gateway("gw-azure", Protocol::Azure),
     )
     .await?;
+    let processes: Processes = Arc::new(Mutex::new(Default::default()));
+    {
+        let mut p = processes.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        p.insert("origin-stub".into(), (stub.process.pid(), now));
+        p.insert("coordinator".into(), (coordinator.process.pid(), now));
+        p.insert("gw-s3".into(), (s3.process.pid(), now));
+        p.insert("gw-azure".into(), (azure.process.pid(), now));
+        for (id, w) in ids.iter().zip(&workers) {
+            if let Some(w) = w {
+                p.insert(id.clone(), (w.process.pid(), now));
+            }
+        }
+    }
+    let watched = Arc::new(Mutex::new(
+        std::collections::BTreeMap::<String, Watched>::new(),
+    ));
+    let warmup = Duration::from_secs(args.warmup_s);
+
     // The object overwritten at the origin: two contents of one size, two blocks.
     let flip = (args.overwrite_ms > 0).then(|| {
         let size = BLOCK_SIZE + (1 << 20) + 777;
@@ -468,6 +576,19 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         });
     }
 
+    // Every process measured every --sample-ms.
+    let mut sampler = tokio::task::JoinSet::new();
+    {
+        let (processes, watched) = (processes.clone(), watched.clone());
+        let every = Duration::from_millis(args.sample_ms.max(100));
+        sampler.spawn(async move {
+            while Instant::now() < until {
+                measure(&processes, &watched, warmup);
+                tokio::time::sleep(every).await;
+            }
+        });
+    }
+
     // The faults, one at a time, on a random worker or on the origin.
     let mut windows: Vec<(Fault, Duration, Duration)> = Vec::new();
     let mut dice = Dice(0x5851_f42d_4c95_7f2d);
@@ -491,10 +612,13 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                     drop(w);
                 }
                 tokio::time::sleep(Duration::from_millis(args.down_ms)).await;
-                workers[victim] = Some(
-                    start_worker(&setup, &dir, &stub, &mut coordinator, &id, &coordinator_url)
-                        .await?,
-                );
+                let w = start_worker(&setup, &dir, &stub, &mut coordinator, &id, &coordinator_url)
+                    .await?;
+                processes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id.clone(), (w.process.pid(), Instant::now()));
+                workers[victim] = Some(w);
             }
             Fault::Hang => {
                 let pid = workers[victim]
@@ -546,6 +670,11 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
     while let Some(r) = overwriter.join_next().await {
         r.context("the overwriter panicked")?;
     }
+    while let Some(r) = sampler.join_next().await {
+        r.context("the sampler panicked")?;
+    }
+    measure(&processes, &watched, warmup);
+    let watched = watched.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for w in workers.iter_mut().flatten() {
         w.process.ensure_running("at the end of the run")?;
     }
@@ -637,6 +766,35 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
             fmt_latency(t.max_ms * 1e3),
         );
     }
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1 << 20));
+    eprintln!(
+        "\n| process | pid | RSS after warm-up | RSS at end | peak RSS | fds after warm-up | fds at end |"
+    );
+    eprintln!("|---|---:|---:|---:|---:|---:|---:|");
+    for (name, w) in &watched {
+        let (rss0, fds0) = w
+            .after_warmup
+            .map_or(("–".to_owned(), "–".to_owned()), |f| {
+                (mib(f.rss_bytes), f.open_fds.to_string())
+            });
+        eprintln!(
+            "| {name}{} | {} | {rss0} | {} | {} | {fds0} | {} |",
+            if w.grew() == Some(true) {
+                " (grew)"
+            } else {
+                ""
+            },
+            w.pid,
+            mib(w.at_end.rss_bytes),
+            mib(w.peak_rss_bytes),
+            w.at_end.open_fds,
+        );
+    }
+    let grown: Vec<&String> = watched
+        .iter()
+        .filter(|(_, w)| w.grew() == Some(true))
+        .map(|(name, _)| name)
+        .collect();
     if let Some(why) = first_wrong
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -662,12 +820,19 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         "origin_latency_ms": args.origin_latency_ms,
         "overwrites": overwrites,
         "overwrite_ms": args.overwrite_ms,
+        "soak": args.soak,
+        "warmup_s": args.warmup_s,
+        "processes": watched,
         "max_size": args.max_size,
         "all": all,
         "overlapping_a_fault": during,
         "outside_faults": outside,
     }))?;
-    let ok = all.failed == 0 && all.wrong == 0 && all.stuck == 0 && all.requests > 0;
+    let mut ok = all.failed == 0 && all.wrong == 0 && all.stuck == 0 && all.requests > 0;
+    if args.soak && !grown.is_empty() {
+        eprintln!("\ntalon-chaos: FAILED: memory or descriptors grew in {grown:?}");
+        ok = false;
+    }
     if !ok {
         eprintln!(
             "\ntalon-chaos: FAILED: a wrong byte, a stuck request, or an error the origin did not cause"

@@ -8,8 +8,9 @@
 //! sets), or for the worker's own TTL when it does not say; "not found" is cached for a
 //! shorter one. So a hot object's metadata reaches the origin at most once per TTL, and
 //! concurrent misses for one object share one request. An expired entry is revalidated
-//! with a conditional HEAD (`If-None-Match` on the version remembered) rather than
-//! fetched blind. Expired entries are swept whenever the table has doubled since the
+//! ([`OriginClient::revalidate`](talon_protocols::origin::OriginClient::revalidate):
+//! conditional where the origin's ETags change with every write) rather than fetched
+//! blind. Expired entries are swept whenever the table has doubled since the
 //! last sweep, so its size stays within about twice the objects looked up within one
 //! TTL.
 
@@ -139,8 +140,8 @@ impl StatCache {
 
     /// The object's metadata learned from the origin at most `max_age` ago (the
     /// cache's TTL when `None`), and how long ago it was learned. An entry older than
-    /// that is revalidated with one conditional HEAD (`If-None-Match` on the version
-    /// remembered) shared by every caller that asks meanwhile; a not-found is never
+    /// that is revalidated with one HEAD (conditional where the origin allows it)
+    /// shared by every caller that asks meanwhile; a not-found is never
     /// trusted longer than the negative TTL.
     ///
     /// # Errors
@@ -261,7 +262,7 @@ impl StatCache {
     ) -> Result<Arc<ObjectInfo>> {
         let (client, bucket, key) = self.origins.route(object).map_err(WorkerError::Origin)?;
         match client
-            .revalidate(&bucket, &key, &known.etag)
+            .revalidate(&bucket, &key, &known)
             .await
             .map_err(missing_bucket_is_missing_key)
         {
@@ -354,6 +355,10 @@ mod tests {
         (stub, origins)
     }
 
+    fn s3_id(key: &str) -> ObjectId {
+        s3(key)
+    }
+
     fn s3(key: &str) -> ObjectId {
         ObjectId::from_key_path(&format!("s3/bkt/{key}")).unwrap()
     }
@@ -413,7 +418,7 @@ mod tests {
             "answered from memory"
         );
 
-        // Older than the requester accepts: one conditional HEAD, which finds it current.
+        // Older than the requester accepts: one revalidation, which finds it current.
         let (current, age) = cache
             .stat_within(&object, Some(Duration::ZERO))
             .await
@@ -444,6 +449,55 @@ mod tests {
         assert_eq!(cache.origin_requests(), counts(1, 1, 1));
         assert_eq!(cache.stat(&object).await.unwrap(), changed);
         assert_eq!(cache.origin_requests(), counts(1, 1, 1));
+    }
+
+    #[tokio::test]
+    async fn the_same_bytes_rewritten_with_new_metadata_are_seen_by_a_revalidation() {
+        // S3 keeps the ETag (the content's MD5) when an object is rewritten with the
+        // same bytes and other metadata: a 304 to If-None-Match would keep the old
+        // metadata for good (ceph's test_object_set_get_metadata_overwrite_to_empty).
+        let (_stub, origins) = stub(FaultConfig::default()).await;
+        let cache = StatCache::new(
+            origins.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        );
+        let s3 = origins.s3.as_ref().unwrap();
+        let body = bytes::Bytes::from_static(b"same bytes");
+        let put = |meta: &'static str| {
+            let body = body.clone();
+            async move {
+                s3.put_stream(
+                    "bkt",
+                    "meta.txt",
+                    body.clone().into(),
+                    body.len() as u64,
+                    &[("x-amz-meta-colour", meta.to_owned())],
+                )
+                .await
+                .unwrap()
+            }
+        };
+        let first = put("blue").await;
+        let object = s3_id("meta.txt");
+        let (info, _) = cache.stat_within(&object, None).await.unwrap();
+        assert_eq!(
+            info.headers.user_metadata,
+            vec![("colour".to_owned(), "blue".to_owned())]
+        );
+        let second = put("green").await;
+        assert!(
+            talon_protocols::conditional::same_version(&first, &second),
+            "one ETag"
+        );
+        let (info, _) = cache
+            .stat_within(&object, Some(Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(
+            info.headers.user_metadata,
+            vec![("colour".to_owned(), "green".to_owned())]
+        );
     }
 
     #[tokio::test]

@@ -90,6 +90,11 @@ impl Dialect for AzureDialect {
         false
     }
 
+    fn etag_changes_with_every_write(&self) -> bool {
+        // Every write, Set Blob Metadata and Properties included, makes a new ETag.
+        true
+    }
+
     fn takes_trailer_checksums(&self) -> bool {
         false
     }

@@ -316,6 +316,11 @@ trait Dialect: Send + Sync {
     fn whole_object_headers(&self) -> Vec<(&'static str, String)>;
     /// Whether `bytes=-n` is understood.
     fn has_suffix_ranges(&self) -> bool;
+    /// Whether every write makes a new ETag, its metadata included, so that a 304 to
+    /// `If-None-Match` proves the metadata remembered current (Azure). S3's ETag is the
+    /// content's digest: an object rewritten with the same bytes and new metadata keeps
+    /// it, and only a full `HEAD` tells.
+    fn etag_changes_with_every_write(&self) -> bool;
     /// Whether an upload may carry its checksum in an `aws-chunked` trailer.
     fn takes_trailer_checksums(&self) -> bool;
     /// Headers every object PUT carries.
@@ -486,37 +491,58 @@ impl OriginClient {
         object_info(resp.headers(), None)
     }
 
-    /// Asks whether an object is still at version `etag`, in one conditional request
-    /// (`HEAD` with `If-None-Match`): the origin answers 304 without the object's
-    /// headers when it is, and the new version's metadata when it is not. An origin
-    /// that ignores the condition answers 200 with the same ETag; that is reported as
+    /// Asks whether an object is still the version `known` describes, its metadata
+    /// included. Where every write makes a new ETag (Azure) the request is conditional
+    /// (`HEAD` with `If-None-Match`): a 304 whose `Last-Modified` (when it has one) is
+    /// the one remembered proves nothing changed, and costs no headers. Where it does
+    /// not (S3: the same bytes rewritten with new metadata keep their ETag), or when the
+    /// 304's `Last-Modified` moved (an origin whose ETags are digests behind an Azure
+    /// API, such as the origin stub), it is a plain `HEAD`, whose metadata is returned.
+    /// An origin that ignores the condition answers 200 with the same ETag; that is
     /// [`Revalidation::Current`] too, carrying the headers it sent.
     ///
     /// # Errors
     /// As [`head`](Self::head): [`ErrorKind::NoSuchKey`] when the object is gone.
-    pub async fn revalidate(&self, bucket: &str, key: &str, etag: &str) -> Result<Revalidation> {
-        let mut headers = self.dialect.whole_object_headers();
-        headers.push(("if-none-match", quote_etag(etag)));
-        let resp = self
-            .send(
-                Method::HEAD,
-                Some(bucket),
-                Some(key),
-                "",
-                &headers,
-                OriginBody::Empty,
-            )
-            .await?;
-        if resp.status() == StatusCode::NOT_MODIFIED {
-            return Ok(Revalidation::Current(None));
+    pub async fn revalidate(
+        &self,
+        bucket: &str,
+        key: &str,
+        known: &ObjectInfo,
+    ) -> Result<Revalidation> {
+        let same = |info: ObjectInfo| {
+            if crate::conditional::same_version(&info.etag, &known.etag) {
+                Revalidation::Current(Some(info))
+            } else {
+                Revalidation::Changed(info)
+            }
+        };
+        if self.dialect.etag_changes_with_every_write() {
+            let mut headers = self.dialect.whole_object_headers();
+            headers.push(("if-none-match", quote_etag(&known.etag)));
+            let resp = self
+                .send(
+                    Method::HEAD,
+                    Some(bucket),
+                    Some(key),
+                    "",
+                    &headers,
+                    OriginBody::Empty,
+                )
+                .await?;
+            if resp.status() != StatusCode::NOT_MODIFIED {
+                let resp = check(resp).await?;
+                return Ok(same(object_info(resp.headers(), None)?));
+            }
+            let modified = resp
+                .headers()
+                .get("last-modified")
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_http_date);
+            if modified.is_none() || modified == known.last_modified {
+                return Ok(Revalidation::Current(None));
+            }
         }
-        let resp = check(resp).await?;
-        let info = object_info(resp.headers(), None)?;
-        if crate::conditional::same_version(&info.etag, etag) {
-            Ok(Revalidation::Current(Some(info)))
-        } else {
-            Ok(Revalidation::Changed(info))
-        }
+        Ok(same(self.head(bucket, key).await?))
     }
 
     /// Reads exactly `range` of version `version` of an object, for a cache fill: the

@@ -97,6 +97,12 @@ impl Dialect for S3Dialect {
         true
     }
 
+    fn etag_changes_with_every_write(&self) -> bool {
+        // The ETag is the content's digest (or the parts'): rewriting the same bytes
+        // with other metadata keeps it.
+        false
+    }
+
     fn takes_trailer_checksums(&self) -> bool {
         true
     }

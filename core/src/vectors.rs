@@ -616,15 +616,20 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
             problem: crate::error::NameProblem::DotSegment,
         },
     );
-    let mut trailing = Message::Stat(StatRequest {
-        object: ObjectId::s3("b", "k")?,
-        expected_version: None,
-        max_age_ms: Some(5000),
-    })
-    .encode(1)?;
-    let len = u32::from_be_bytes([trailing[12], trailing[13], trailing[14], trailing[15]]) + 1;
-    trailing[12..16].copy_from_slice(&len.to_be_bytes());
-    trailing.push(0);
+    // A Stat of s3/b/k followed by one more payload byte (its length says so).
+    let stat_and_a_byte = |max_age_ms| -> Result<Vec<u8>, Error> {
+        let mut frame = Message::Stat(StatRequest {
+            object: ObjectId::s3("b", "k")?,
+            expected_version: None,
+            max_age_ms,
+        })
+        .encode(1)?;
+        let len = u32::from_be_bytes([frame[12], frame[13], frame[14], frame[15]]) + 1;
+        frame[12..16].copy_from_slice(&len.to_be_bytes());
+        frame.push(0);
+        Ok(frame)
+    };
+    let trailing = stat_and_a_byte(Some(5000))?;
     reject(
         v,
         "stat_trailing_byte",
@@ -635,15 +640,7 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
             reason: "trailing bytes after the last field",
         },
     );
-    let mut cut_age = Message::Stat(StatRequest {
-        object: ObjectId::s3("b", "k")?,
-        expected_version: None,
-        max_age_ms: None,
-    })
-    .encode(1)?;
-    let len = u32::from_be_bytes([cut_age[12], cut_age[13], cut_age[14], cut_age[15]]) + 1;
-    cut_age[12..16].copy_from_slice(&len.to_be_bytes());
-    cut_age.push(0);
+    let cut_age = stat_and_a_byte(None)?;
     reject(
         v,
         "stat_max_age_cut_short",

@@ -478,17 +478,28 @@ impl OriginClient {
     /// The origin's error as a kind ([`ErrorKind::NoSuchKey`], ...).
     pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
         let resp = self
-            .send(
-                Method::HEAD,
-                Some(bucket),
-                Some(key),
-                "",
-                &self.dialect.whole_object_headers(),
-                OriginBody::Empty,
-            )
+            .send_head(bucket, key, self.dialect.whole_object_headers())
             .await?;
         let resp = check(resp).await?;
         object_info(resp.headers(), None)
+    }
+
+    /// Sends an object `HEAD` with `headers`; the answer whatever its status.
+    async fn send_head(
+        &self,
+        bucket: &str,
+        key: &str,
+        headers: Vec<(&str, String)>,
+    ) -> Result<reqwest::Response> {
+        self.send(
+            Method::HEAD,
+            Some(bucket),
+            Some(key),
+            "",
+            &headers,
+            OriginBody::Empty,
+        )
+        .await
     }
 
     /// Asks whether an object is still the version `known` describes, its metadata
@@ -519,16 +530,7 @@ impl OriginClient {
         if self.dialect.etag_changes_with_every_write() {
             let mut headers = self.dialect.whole_object_headers();
             headers.push(("if-none-match", quote_etag(&known.etag)));
-            let resp = self
-                .send(
-                    Method::HEAD,
-                    Some(bucket),
-                    Some(key),
-                    "",
-                    &headers,
-                    OriginBody::Empty,
-                )
-                .await?;
+            let resp = self.send_head(bucket, key, headers).await?;
             if resp.status() != StatusCode::NOT_MODIFIED {
                 let resp = check(resp).await?;
                 return Ok(same(object_info(resp.headers(), None)?));

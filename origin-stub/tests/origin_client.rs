@@ -871,3 +871,67 @@ async fn put_of_an_empty_object_succeeds() {
     }
     stub.shutdown().await;
 }
+
+/// A keep-alive connection idle longer than [`ORIGIN_POOL_IDLE`] is not reused: an
+/// origin that closes idle connections after 5 s (Node's default, Azurite's) could
+/// close it just as a request goes out on it, and a streamed upload sent on it then
+/// fails with nothing to resend (seen in CI as a 503 on UploadPart over Azurite). A
+/// plain HTTP server here counts the connections its HEAD answers come on.
+#[tokio::test]
+async fn an_idle_origin_connection_is_not_reused_past_the_pool_idle_time() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use talon_protocols::origin::ORIGIN_POOL_IDLE;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 << 10];
+                let mut seen = Vec::new();
+                loop {
+                    let Ok(n) = conn.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\netag: \"abc\"\r\n\
+                                      last-modified: Wed, 02 Dec 2026 10:00:00 GMT\r\n\r\n";
+                        if conn.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let client = OriginClient::new(OriginConfig::S3 {
+        endpoint: format!("http://{addr}"),
+        region: "us-east-1".into(),
+        credentials: None,
+        virtual_hosted: false,
+    })
+    .unwrap();
+    for _ in 0..2 {
+        let info = client.head("bucket", "key").await.unwrap();
+        assert_eq!((info.size, info.etag.as_str()), (5, "\"abc\""));
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "reused while fresh");
+    // The idle time itself is what is tested.
+    tokio::time::sleep(ORIGIN_POOL_IDLE + Duration::from_millis(500)).await;
+    client.head("bucket", "key").await.unwrap();
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        2,
+        "a connection idle past the pool idle time was reused"
+    );
+}

@@ -433,6 +433,13 @@ async fn read_capped(resp: reqwest::Response, max: usize) -> Result<Bytes> {
     Ok(out.freeze())
 }
 
+/// How long an idle keep-alive connection to the origin is kept for reuse: less than
+/// the shortest idle timeout origins close connections after (Node's 5 s, Azurite's).
+/// A connection the server closes just as a request is sent on it fails that request
+/// ("error sending request"), and a streamed upload cannot be sent again; a connection
+/// dropped here first is never picked.
+pub const ORIGIN_POOL_IDLE: Duration = Duration::from_secs(4);
+
 impl OriginClient {
     /// Creates a client with a connect timeout and a pool of keep-alive connections.
     ///
@@ -450,7 +457,7 @@ impl OriginClient {
         let builder = || {
             reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
-                .pool_idle_timeout(Duration::from_secs(60))
+                .pool_idle_timeout(ORIGIN_POOL_IDLE)
         };
         let built = |r: reqwest::Result<reqwest::Client>| {
             r.map_err(|e| {

@@ -11,6 +11,7 @@
 //! | `GET /v1/members` | | [`MembersResponse`] |
 //! | `GET /v1/members/{id}` | | [`MemberInfo`]; 404 if unknown |
 //! | `GET /v1/cluster` | | [`ClusterSummary`] |
+//! | `POST /v1/readers/{id}/circuits` | [`CircuitsReport`] | [`CircuitsResponse`]; 400 if invalid |
 //!
 //! plus `GET /healthz`, `GET /readyz` and `GET /metrics` (Prometheus text).
 //!
@@ -330,6 +331,85 @@ pub struct MemberInfo {
     /// Its local socket for readers on its host (empty: none).
     #[serde(default)]
     pub local: LocalEndpoint,
+    /// What the readers' circuits say about it (none reported: all zero).
+    #[serde(default)]
+    pub circuits: MemberCircuits,
+}
+
+/// What the readers' circuits say about one member: the sums over the readers whose
+/// last [`CircuitsReport`] (within the coordinator's expiry window) named it. A reader
+/// reports only once some worker has failed it, so `readers: 0` means no reader has
+/// had trouble with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberCircuits {
+    /// Readers that reported on it.
+    pub readers: u32,
+    /// Of those, the readers whose circuit for it is not closed (open or probing):
+    /// they skip it.
+    pub open: u32,
+    /// Times those readers' circuits for it opened, summed.
+    pub opened: u64,
+    /// Deadlines it missed for those readers, summed.
+    pub deadlines_missed: u64,
+}
+
+/// One reader's circuit for one worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCircuit {
+    /// The worker's data-plane address (as [`MemberInfo::addr`]).
+    pub addr: String,
+    /// `closed`, `open` or `probing`.
+    pub state: String,
+    /// Failures since its last success.
+    pub consecutive_failures: u32,
+    /// Times the circuit opened.
+    pub opened: u64,
+    /// Deadlines the worker missed.
+    pub deadlines_missed: u64,
+}
+
+/// Most workers one [`CircuitsReport`] may name.
+pub const MAX_REPORTED_WORKERS: usize = 4096;
+
+/// `POST /v1/readers/{id}/circuits`: a reader's (a cache client's) circuits, each
+/// report replacing that reader's last. The reader id has the alphabet of a worker id
+/// ([`validate_id`]). Informational: placement does not change with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CircuitsReport {
+    /// The workers the reader has a circuit for.
+    pub workers: Vec<WorkerCircuit>,
+}
+
+impl CircuitsReport {
+    /// Checks the report's size and fields.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidRequest`].
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
+        let bad = |why: String| CoordinatorError::InvalidRequest(why);
+        if self.workers.len() > MAX_REPORTED_WORKERS {
+            return Err(bad(format!(
+                "a report names at most {MAX_REPORTED_WORKERS} workers"
+            )));
+        }
+        for w in &self.workers {
+            validate_addr(&w.addr).map_err(|e| bad(e.to_string()))?;
+            if !matches!(w.state.as_str(), "closed" | "open" | "probing") {
+                return Err(bad(format!(
+                    "circuit state {:?} is not closed, open or probing",
+                    w.state
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The answer to a [`CircuitsReport`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CircuitsResponse {
+    /// The membership epoch.
+    pub epoch: u64,
 }
 
 impl MemberInfo {
@@ -547,6 +627,7 @@ mod tests {
             misses: 4,
             data_plane: "io_uring".into(),
             local: LocalEndpoint::default(),
+            circuits: MemberCircuits::default(),
         };
         let v = serde_json::to_value(&info).unwrap();
         assert_eq!(v["state"], "draining");
@@ -554,6 +635,45 @@ mod tests {
         assert_eq!(v["data_plane"], "io_uring");
         let hr: HeartbeatResponse = serde_json::from_str(r#"{"epoch": 7}"#).unwrap();
         assert_eq!(hr.state, MemberState::Live);
+    }
+
+    #[test]
+    fn a_circuits_report_names_workers_by_address_and_says_a_known_state() {
+        let circuit = |addr: &str, state: &str| WorkerCircuit {
+            addr: addr.into(),
+            state: state.into(),
+            consecutive_failures: 3,
+            opened: 1,
+            deadlines_missed: 1,
+        };
+        let good = CircuitsReport {
+            workers: vec![circuit("h:1", "open"), circuit("10.0.0.1:7", "probing")],
+        };
+        good.validate().unwrap();
+        let json = serde_json::to_value(&good).unwrap();
+        assert_eq!(json["workers"][0]["state"], "open");
+        for bad in [
+            CircuitsReport {
+                workers: vec![circuit("h:1", "half-open")],
+            },
+            CircuitsReport {
+                workers: vec![circuit("no-port", "open")],
+            },
+            CircuitsReport {
+                workers: vec![circuit("h:1", "closed"); MAX_REPORTED_WORKERS + 1],
+            },
+        ] {
+            assert!(matches!(
+                bad.validate(),
+                Err(CoordinatorError::InvalidRequest(_))
+            ));
+        }
+        // A member view from a coordinator without circuits reads as none reported.
+        let old: MemberInfo = serde_json::from_str(
+            r#"{"id":"w","addr":"h:1","weight":1,"zone":"","state":"live","last_heartbeat_ms_ago":0,"bytes_cached":0,"capacity_bytes":0,"hits":0,"misses":0}"#,
+        )
+        .unwrap();
+        assert_eq!(old.circuits, MemberCircuits::default());
     }
 
     #[test]
@@ -571,6 +691,7 @@ mod tests {
             misses,
             data_plane: String::new(),
             local: LocalEndpoint::default(),
+            circuits: MemberCircuits::default(),
         };
         let members = MembersResponse {
             epoch: 9,

@@ -15,8 +15,9 @@ use serde::de::DeserializeOwned;
 use talon_core::cluster_auth::{ClusterSecret, Role, api_auth_header};
 
 use crate::api::{
-    ClusterSummary, DrainRequest, DrainResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse,
-    MemberInfo, MembersResponse, RegisterRequest, RegisterResponse,
+    CircuitsReport, CircuitsResponse, ClusterSummary, DrainRequest, DrainResponse, ErrorBody,
+    HeartbeatRequest, HeartbeatResponse, MemberInfo, MembersResponse, RegisterRequest,
+    RegisterResponse,
 };
 use crate::error::CoordinatorError;
 
@@ -241,6 +242,22 @@ impl CoordinatorClient {
     pub async fn member(&self, id: &str) -> Result<MemberInfo, CoordinatorError> {
         let path = format!("/v1/members/{}", path_segment(id));
         self.call::<(), _>(Method::GET, &path, None, Kind::Worker(id))
+            .await
+    }
+
+    /// Reports reader `reader`'s circuits (a cache client's view of the workers'
+    /// health), replacing its last report.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidRequest`] for a bad report or reader id; transport
+    /// and decoding failures.
+    pub async fn report_circuits(
+        &self,
+        reader: &str,
+        report: &CircuitsReport,
+    ) -> Result<CircuitsResponse, CoordinatorError> {
+        let path = format!("/v1/readers/{}/circuits", path_segment(reader));
+        self.call(Method::POST, &path, Some(report), Kind::Other)
             .await
     }
 

@@ -10,6 +10,8 @@
 //! - register and heartbeat need the `worker` role;
 //! - drain needs `worker` (the worker's own id, see the membership's instance binding)
 //!   or `admin`.
+//! - a reader's circuit report (`POST /v1/readers/{id}/circuits`) needs `reader`,
+//!   `ingester` or `admin`; it only informs the member view, never placement.
 //!
 //! `/healthz`, `/readyz` and `/metrics` stay open: they reveal no addresses and change
 //! nothing. The secret itself never travels; traffic is not encrypted.
@@ -48,6 +50,10 @@ fn allowed(method: &Method, path: &str) -> &'static [Role] {
     }
     if path.ends_with("/drain") {
         return &[Role::Worker, Role::Admin];
+    }
+    if path.starts_with("/v1/readers/") {
+        // What readers saw of the workers: any role that reads may say.
+        return &[Role::Reader, Role::Ingester, Role::Admin];
     }
     &[Role::Worker]
 }

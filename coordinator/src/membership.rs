@@ -17,8 +17,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::api::{
-    ClusterSummary, HeartbeatRequest, HeartbeatResponse, MemberInfo, MemberState, MembersResponse,
-    RegisterRequest,
+    CircuitsReport, ClusterSummary, HeartbeatRequest, HeartbeatResponse, MemberCircuits,
+    MemberInfo, MemberState, MembersResponse, RegisterRequest,
 };
 use crate::epoch::placement_epoch;
 use crate::error::CoordinatorError;
@@ -60,9 +60,22 @@ struct Member {
     local: talon_coordinator_client::local_endpoint::LocalEndpoint,
 }
 
+/// Most readers whose circuit reports are kept at once.
+pub const MAX_READERS: usize = 1024;
+
+/// A reader's last circuit report and when it came.
+#[derive(Debug)]
+struct ReaderReport {
+    at: Instant,
+    report: CircuitsReport,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     members: BTreeMap<String, Member>,
+    /// Each reader's last circuit report, by reader id; dropped after the expiry window
+    /// like a silent worker.
+    readers: BTreeMap<String, ReaderReport>,
     epoch: u64,
     counters: MembershipCounters,
 }
@@ -97,6 +110,8 @@ impl Inner {
 
     /// Drops members whose last heartbeat is at least `expiry` before `now`.
     fn expire(&mut self, expiry: Duration, now: Instant) -> Vec<String> {
+        self.readers
+            .retain(|_, r| now.saturating_duration_since(r.at) < expiry);
         let expired: Vec<String> = self
             .members
             .iter()
@@ -297,6 +312,35 @@ impl Membership {
         self.lock().expire(self.expiry, now)
     }
 
+    /// Keeps `report` as reader `reader`'s circuits, replacing its last. Returns the
+    /// epoch.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidRequest`] for a bad reader id or report;
+    /// [`CoordinatorError::Conflict`] when [`MAX_READERS`] other readers have reported
+    /// within the expiry window. Neither changes anything.
+    pub fn report_circuits(
+        &self,
+        reader: &str,
+        report: CircuitsReport,
+        now: Instant,
+    ) -> Result<u64, CoordinatorError> {
+        crate::api::validate_id(reader)
+            .map_err(|e| CoordinatorError::InvalidRequest(format!("reader {e}")))?;
+        report.validate()?;
+        let mut inner = self.lock();
+        inner.expire(self.expiry, now);
+        if inner.readers.len() >= MAX_READERS && !inner.readers.contains_key(reader) {
+            return Err(CoordinatorError::Conflict(format!(
+                "{MAX_READERS} readers already report their circuits"
+            )));
+        }
+        inner
+            .readers
+            .insert(reader.to_owned(), ReaderReport { at: now, report });
+        Ok(inner.epoch)
+    }
+
     /// The current epoch (without expiring anything).
     pub fn epoch(&self) -> u64 {
         self.lock().epoch
@@ -307,6 +351,16 @@ impl Membership {
     pub fn snapshot(&self, now: Instant) -> MembershipSnapshot {
         let mut inner = self.lock();
         inner.expire(self.expiry, now);
+        let mut circuits: BTreeMap<&str, MemberCircuits> = BTreeMap::new();
+        for reader in inner.readers.values() {
+            for w in &reader.report.workers {
+                let c = circuits.entry(w.addr.as_str()).or_default();
+                c.readers += 1;
+                c.open += u32::from(w.state != "closed");
+                c.opened = c.opened.saturating_add(w.opened);
+                c.deadlines_missed = c.deadlines_missed.saturating_add(w.deadlines_missed);
+            }
+        }
         let members = inner
             .members
             .iter()
@@ -326,6 +380,7 @@ impl Membership {
                 misses: m.misses,
                 data_plane: m.data_plane.clone(),
                 local: m.local.clone(),
+                circuits: circuits.get(m.addr.as_str()).copied().unwrap_or_default(),
             })
             .collect();
         MembershipSnapshot {
@@ -637,5 +692,113 @@ mod tests {
         assert_ne!(one.epoch(), two.epoch());
         two.drain("x", None).unwrap();
         assert_eq!(one.epoch(), two.epoch());
+    }
+
+    #[test]
+    fn readers_circuits_show_on_the_member_they_name_until_they_go_quiet() {
+        use crate::api::WorkerCircuit;
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        m.register(&reg("a", "a:1", 1), t0).unwrap();
+        m.register(&reg("b", "b:1", 1), t0).unwrap();
+        let circuit = |addr: &str, state: &str, opened| WorkerCircuit {
+            addr: addr.into(),
+            state: state.into(),
+            consecutive_failures: 0,
+            opened,
+            deadlines_missed: opened,
+        };
+        let report = |workers| CircuitsReport { workers };
+        m.report_circuits("gw-1", report(vec![circuit("a:1", "open", 2)]), t0)
+            .unwrap();
+        m.report_circuits(
+            "gw-2",
+            report(vec![
+                circuit("a:1", "closed", 1),
+                circuit("gone:1", "open", 1),
+            ]),
+            t0 + ms(2000),
+        )
+        .unwrap();
+        let snap = m.snapshot(t0 + ms(3000));
+        assert_eq!(
+            snap.member("a").unwrap().circuits,
+            MemberCircuits {
+                readers: 2,
+                open: 1,
+                opened: 3,
+                deadlines_missed: 3
+            }
+        );
+        assert_eq!(
+            snap.member("b").unwrap().circuits,
+            MemberCircuits::default()
+        );
+        // A newer report replaces the reader's last.
+        m.report_circuits(
+            "gw-1",
+            report(vec![circuit("a:1", "closed", 2)]),
+            t0 + ms(3000),
+        )
+        .unwrap();
+        assert_eq!(
+            m.snapshot(t0 + ms(3000)).member("a").unwrap().circuits.open,
+            0
+        );
+        // A bad report or reader changes nothing.
+        assert!(matches!(
+            m.report_circuits("gw/1", report(vec![]), t0 + ms(3000)),
+            Err(CoordinatorError::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            m.report_circuits(
+                "gw-1",
+                report(vec![circuit("a:1", "ajar", 9)]),
+                t0 + ms(3000)
+            ),
+            Err(CoordinatorError::InvalidRequest(_))
+        ));
+        assert_eq!(
+            m.snapshot(t0 + ms(3000))
+                .member("a")
+                .unwrap()
+                .circuits
+                .opened,
+            3
+        );
+        // A reader silent for the expiry window is forgotten (the members heartbeat on).
+        m.heartbeat("a", &HeartbeatRequest::default(), t0 + ms(4000))
+            .unwrap();
+        m.heartbeat("b", &HeartbeatRequest::default(), t0 + ms(4000))
+            .unwrap();
+        let later = m.snapshot(t0 + ms(2000) + EXPIRY);
+        assert_eq!(
+            later.member("a").unwrap().circuits,
+            MemberCircuits {
+                readers: 1,
+                open: 0,
+                opened: 2,
+                deadlines_missed: 2
+            },
+            "gw-1's report only"
+        );
+    }
+
+    #[test]
+    fn the_number_of_reporting_readers_is_capped() {
+        let m = Membership::new(EXPIRY);
+        let t0 = Instant::now();
+        for i in 0..MAX_READERS {
+            m.report_circuits(&format!("r{i}"), CircuitsReport::default(), t0)
+                .unwrap();
+        }
+        assert!(matches!(
+            m.report_circuits("one-more", CircuitsReport::default(), t0),
+            Err(CoordinatorError::Conflict(_))
+        ));
+        m.report_circuits("r0", CircuitsReport::default(), t0)
+            .unwrap();
+        m.report_circuits("one-more", CircuitsReport::default(), t0 + EXPIRY)
+            .unwrap();
     }
 }

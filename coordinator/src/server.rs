@@ -16,8 +16,8 @@ use serde::de::DeserializeOwned;
 
 use crate::CoordinatorConfig;
 use crate::api::{
-    DrainRequest, DrainResponse, ErrorBody, HeartbeatRequest, HeartbeatResponse, RegisterRequest,
-    RegisterResponse,
+    CircuitsReport, CircuitsResponse, DrainRequest, DrainResponse, ErrorBody, HeartbeatRequest,
+    HeartbeatResponse, RegisterRequest, RegisterResponse,
 };
 use crate::error::CoordinatorError;
 use crate::membership::Membership;
@@ -42,6 +42,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/members", get(members))
         .route("/v1/members/{id}", get(member))
         .route("/v1/cluster", get(cluster))
+        .route("/v1/readers/{id}/circuits", post(circuits))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -137,6 +138,18 @@ async fn drain(
     };
     let epoch = state.membership.drain(&id, instance)?;
     Ok(Json(DrainResponse { epoch }))
+}
+
+async fn circuits(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<CircuitsResponse>, ApiError> {
+    let report: CircuitsReport = parse_body(&body, CoordinatorError::InvalidRequest)?;
+    let epoch = state
+        .membership
+        .report_circuits(&id, report, Instant::now())?;
+    Ok(Json(CircuitsResponse { epoch }))
 }
 
 async fn members(State(state): State<Arc<AppState>>) -> Response {

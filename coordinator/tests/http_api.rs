@@ -706,3 +706,71 @@ async fn a_worker_with_a_bad_local_socket_is_refused_and_adds_nobody() {
     assert_eq!(listed.members[0].local, good.local);
     coordinator.shutdown().await;
 }
+
+/// A reader's circuit report shows on the member it names, through the typed client
+/// and over raw HTTP; a worker may not send one, and a bad one is a 400 that changes
+/// nothing.
+#[tokio::test]
+async fn readers_report_their_circuits_into_the_member_view() {
+    use talon_coordinator::api::{CircuitsReport, MemberCircuits, WorkerCircuit};
+    let (coordinator, client) = start().await;
+    client.register(&reg("w1", 7201, 1)).await.unwrap();
+    let reader = CoordinatorClient::new(coordinator.url())
+        .unwrap()
+        .with_auth(coordinator.cluster_secret().clone(), Role::Reader);
+    let report = CircuitsReport {
+        workers: vec![WorkerCircuit {
+            addr: "127.0.0.1:7201".into(),
+            state: "open".into(),
+            consecutive_failures: 3,
+            opened: 1,
+            deadlines_missed: 1,
+        }],
+    };
+    reader.report_circuits("gw-a", &report).await.unwrap();
+    let expected = MemberCircuits {
+        readers: 1,
+        open: 1,
+        opened: 1,
+        deadlines_missed: 1,
+    };
+    assert_eq!(reader.member("w1").await.unwrap().circuits, expected);
+    // A worker does not speak for readers; a bad state is refused: nothing changes.
+    let path = "/v1/readers/gw-b/circuits";
+    let body = r#"{"workers":[{"addr":"127.0.0.1:7201","state":"open","consecutive_failures":1,"opened":9,"deadlines_missed":9}]}"#;
+    let resp = raw(
+        &coordinator,
+        Role::Worker,
+        reqwest::Method::POST,
+        path,
+        body,
+    )
+    .await;
+    assert_eq!(resp.status(), 403);
+    let bad = r#"{"workers":[{"addr":"127.0.0.1:7201","state":"ajar","consecutive_failures":1,"opened":9,"deadlines_missed":9}]}"#;
+    let resp = raw(&coordinator, Role::Reader, reqwest::Method::POST, path, bad).await;
+    assert_eq!(resp.status(), 400);
+    let error: ErrorBody = json(resp).await;
+    assert!(error.error.contains("ajar"), "{}", error.error);
+    assert_eq!(reader.member("w1").await.unwrap().circuits, expected);
+    // The same report over raw HTTP from a second reader adds to the sums.
+    let resp = raw(
+        &coordinator,
+        Role::Reader,
+        reqwest::Method::POST,
+        path,
+        body,
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        reader.member("w1").await.unwrap().circuits,
+        MemberCircuits {
+            readers: 2,
+            open: 2,
+            opened: 10,
+            deadlines_missed: 10,
+        }
+    );
+    coordinator.shutdown().await;
+}

@@ -584,6 +584,9 @@ pub struct GatewaySpec<'a> {
     pub local_reads: bool,
     /// Its `--max-staleness-ms` (declared staleness); `None` keeps the gateway's default.
     pub max_staleness_ms: Option<u64>,
+    /// Its `--hedge-budget` (hedged reads; 0 turns them off); `None` keeps the
+    /// gateway's default.
+    pub hedge_budget: Option<f64>,
 }
 
 /// A gateway with one front.
@@ -662,6 +665,10 @@ impl Gateway {
         if let Some(ms) = spec.max_staleness_ms {
             args.push("--max-staleness-ms".into());
             args.push(ms.to_string().into());
+        }
+        if let Some(fraction) = spec.hedge_budget {
+            args.push("--hedge-budget".into());
+            args.push(fraction.to_string().into());
         }
         args.push("--identities".into());
         args.push(identities.into());

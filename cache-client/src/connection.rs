@@ -88,11 +88,25 @@ impl std::fmt::Display for Endpoint {
 
 struct Job {
     frame: Vec<u8>,
-    request_id: u32,
-    reply: oneshot::Sender<Result<Answer>>,
+    inflight: Inflight,
 }
 
-type Inflight = (u32, oneshot::Sender<Result<Answer>>);
+/// A request sent and not yet answered.
+struct Inflight {
+    request_id: u32,
+    reply: oneshot::Sender<Result<Answer>>,
+    /// Told when the answer begins (its first frame is decoded), for a caller that
+    /// hedges on the first byte.
+    started: Option<oneshot::Sender<()>>,
+}
+
+impl Inflight {
+    fn start(&mut self) {
+        if let Some(started) = self.started.take() {
+            let _ = started.send(());
+        }
+    }
+}
 
 /// What the reading half has seen, for the callers' deadlines: when bytes last
 /// arrived, and whose answer is arriving.
@@ -246,7 +260,8 @@ impl Connection {
 
     /// Sends the request `message` and waits for its answer within the hop's
     /// deadlines (`hop`: first byte and stall, [`Progress::deadline`]) and never past
-    /// `until`.
+    /// `until`. `started`, if given, is told when the answer begins (before the answer
+    /// itself when it is one frame).
     ///
     /// # Errors
     /// [`CacheClientError::Unavailable`] when the connection breaks,
@@ -259,6 +274,7 @@ impl Connection {
         message: &Message,
         hop: &HopDeadlines,
         until: Instant,
+        started: Option<oneshot::Sender<()>>,
     ) -> Result<Answer> {
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = message.encode(request_id).map_err(|e| {
@@ -268,8 +284,11 @@ impl Connection {
         self.jobs
             .send(Job {
                 frame,
-                request_id,
-                reply: tx,
+                inflight: Inflight {
+                    request_id,
+                    reply: tx,
+                    started,
+                },
             })
             .await
             .map_err(|_| lost("is closed"))?;
@@ -326,11 +345,11 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 ) {
     while let Some(job) = jobs.recv().await {
         if !alive.load(Ordering::Relaxed) {
-            let _ = job.reply.send(Err(lost("is broken")));
+            let _ = job.inflight.reply.send(Err(lost("is broken")));
             continue;
         }
         // Register before writing so the reader never sees an answer it cannot place.
-        if inflight.send((job.request_id, job.reply)).is_err() {
+        if inflight.send(job.inflight).is_err() {
             break;
         }
         if let Err(e) = wr.write_all(&job.frame).await {
@@ -443,17 +462,20 @@ async fn read_loop(
             };
             match event {
                 Event::Frame(frame) => {
-                    let Some((id, reply)) = inflight.recv().await else {
+                    let Some(mut asked) = inflight.recv().await else {
                         break 'outer lost("answered nothing asked");
                     };
+                    let id = asked.request_id;
                     if frame.header.request_id() != id && frame.header.request_id() != 0 {
-                        let _ = reply.send(Err(lost("answered out of order")));
+                        let _ = asked.reply.send(Err(lost("answered out of order")));
                         break 'outer lost("answered out of order");
                     }
                     let answer = match frame.message {
                         Message::FileHandoff(handoff) => {
                             let Some(fd) = rd.take_fd() else {
-                                let _ = reply.send(Err(lost("sent a FileHandoff without a file")));
+                                let _ = asked
+                                    .reply
+                                    .send(Err(lost("sent a FileHandoff without a file")));
                                 break 'outer lost("sent a FileHandoff without a file");
                             };
                             Answer::File {
@@ -465,23 +487,27 @@ async fn read_loop(
                         }
                         other => Answer::Message(other),
                     };
-                    let _ = reply.send(Ok(answer));
+                    asked.start();
+                    let _ = asked.reply.send(Ok(answer));
                 }
                 Event::BulkStart(start) => {
                     if !matches!(start.kind, BulkKind::ReadRangeReply) {
                         break 'outer lost("sent an unexpected bulk frame");
                     }
-                    let Some((id, reply)) = inflight.recv().await else {
+                    let Some(mut asked) = inflight.recv().await else {
                         break 'outer lost("answered nothing asked");
                     };
-                    if start.header.request_id() != id {
-                        let _ = reply.send(Err(lost("answered out of order")));
+                    if start.header.request_id() != asked.request_id {
+                        let _ = asked.reply.send(Err(lost("answered out of order")));
                         break 'outer lost("answered out of order");
                     }
                     let from_origin = start.header.flags().contains(Flags::FROM_ORIGIN);
-                    progress.receiving.store(id, Ordering::Relaxed);
+                    progress
+                        .receiving
+                        .store(asked.request_id, Ordering::Relaxed);
+                    asked.start();
                     current = Some((
-                        (id, reply),
+                        asked,
                         BytesMut::with_capacity(start.len as usize),
                         from_origin,
                     ));
@@ -493,8 +519,8 @@ async fn read_loop(
                 }
                 Event::BulkEnd => {
                     progress.receiving.store(0, Ordering::Relaxed);
-                    if let Some(((_, reply), data, from_origin)) = current.take() {
-                        let _ = reply.send(Ok(Answer::Data {
+                    if let Some((asked, data, from_origin)) = current.take() {
+                        let _ = asked.reply.send(Ok(Answer::Data {
                             bytes: data.freeze(),
                             from_origin,
                         }));
@@ -506,8 +532,8 @@ async fn read_loop(
     alive.store(false, Ordering::Relaxed);
     // A reply cut mid-body is handed back as what it is, a part (never a short
     // success), and everything queued behind it fails.
-    if let Some(((_, reply), data, from_origin)) = current.take() {
-        let _ = reply.send(if data.is_empty() {
+    if let Some((asked, data, from_origin)) = current.take() {
+        let _ = asked.reply.send(if data.is_empty() {
             Err(failure.clone())
         } else {
             Ok(Answer::Partial {
@@ -518,8 +544,8 @@ async fn read_loop(
         });
     }
     inflight.close();
-    while let Some((_, reply)) = inflight.recv().await {
-        let _ = reply.send(Err(failure.clone()));
+    while let Some(asked) = inflight.recv().await {
+        let _ = asked.reply.send(Err(failure.clone()));
     }
 }
 

@@ -33,6 +33,12 @@ pub enum CacheClientError {
     /// No membership could be obtained from the coordinator and none was known.
     #[error("no cluster membership: {0}")]
     NoMembership(String),
+    /// This client's own read budget had no room for the read's first piece within
+    /// [`CacheClientConfig::admission_wait`](crate::CacheClientConfig::admission_wait):
+    /// the reader should come back later (a gateway answers its protocol's throttling
+    /// error). Nothing was asked of any worker.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
 }
 
 impl CacheClientError {
@@ -45,6 +51,7 @@ impl CacheClientError {
             | CacheClientError::NoMembership(_) => ErrorKind::ServiceUnavailable,
             CacheClientError::Origin(_, kind) => *kind,
             CacheClientError::InvalidRequest(_) => ErrorKind::InvalidRange,
+            CacheClientError::Overloaded(_) => ErrorKind::SlowDown,
         }
     }
 
@@ -56,7 +63,8 @@ impl CacheClientError {
             | CacheClientError::DeadlineExceeded(_)
             | CacheClientError::NoMembership(_) => true,
             CacheClientError::Origin(_, kind) => kind.is_retryable(),
-            CacheClientError::InvalidRequest(_) => false,
+            // Another worker has no more room in this client's budget.
+            CacheClientError::InvalidRequest(_) | CacheClientError::Overloaded(_) => false,
         }
     }
 }

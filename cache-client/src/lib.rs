@@ -27,6 +27,7 @@ pub mod connection;
 pub mod deadline;
 pub mod error;
 pub mod health;
+pub mod hedge;
 pub mod hello;
 pub mod read_budget;
 
@@ -50,6 +51,7 @@ use talon_core::{BlockGeometry, BlockId, Message, ObjectId, ObjectVersion};
 use talon_protocols::origin::ObjectInfo;
 use talon_protocols::origin::Origins;
 use talon_protocols::range::ByteRange;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::connection::{Answer, Endpoint, Pool};
@@ -57,6 +59,8 @@ pub use crate::deadline::{DeadlineBudget, HopDeadlines};
 pub use crate::error::{CacheClientError, Result};
 use crate::health::{Admission, Failure, WorkerHealth};
 pub use crate::health::{CircuitState, HealthConfig, WorkerHealthView};
+pub use crate::hedge::HedgeConfig;
+use crate::hedge::{HedgePlan, Hedging};
 pub use crate::read_budget::ReaderId;
 use crate::read_budget::{Held, ReadBudget};
 
@@ -75,6 +79,9 @@ pub struct CacheClientConfig {
     pub deadlines: DeadlineBudget,
     /// When a worker's circuit opens and for how long ([`HealthConfig`]).
     pub health: HealthConfig,
+    /// When a piece whose first byte is late is asked of the next owner too
+    /// ([`HedgeConfig`]; off by default).
+    pub hedge: HedgeConfig,
     /// Workers tried per piece (the owner, then the next in rendezvous order).
     pub attempts: usize,
     /// Largest piece one request asks for, in bytes.
@@ -92,6 +99,12 @@ pub struct CacheClientConfig {
     /// few readers that stop reading cannot hold all of it (reads without a reader use
     /// the whole budget only).
     pub max_buffered_bytes_per_reader: u64,
+    /// How long a read's first piece may wait for room in the read budget (the whole
+    /// budget, and its reader's share) before the read is refused with
+    /// [`CacheClientError::Overloaded`]: before its response has started a reader can
+    /// still be told to come back, where a wait would only hold its connection. The
+    /// pieces after the first wait as long as it takes (their response has started).
+    pub admission_wait: Duration,
     /// How often the membership snapshot is refreshed.
     pub membership_refresh: Duration,
     /// Read from the origin when every worker failed; `None` to report the failure.
@@ -123,6 +136,7 @@ impl CacheClientConfig {
             connections_per_worker: 2,
             deadlines: DeadlineBudget::default(),
             health: HealthConfig::default(),
+            hedge: HedgeConfig::default(),
             attempts: 3,
             // 2 MiB: with the default window of 4, one response holds at most 8 MiB ahead
             // of its client, plus the piece being written (docs/BENCHMARKS.md, slow
@@ -131,6 +145,7 @@ impl CacheClientConfig {
             read_window: 4,
             max_buffered_bytes: 1 << 30,
             max_buffered_bytes_per_reader: 128 << 20,
+            admission_wait: Duration::from_secs(2),
             membership_refresh: Duration::from_secs(1),
             origin_fallback: None,
             local_reads: true,
@@ -266,8 +281,12 @@ struct Inner {
     pool: Pool,
     /// Each worker's circuit.
     health: WorkerHealth,
+    /// Each worker's first-byte latencies and the hedge budget.
+    hedging: Hedging,
     /// What fail-open reads did.
     counters: FailOpenCounters,
+    /// This client's name in its circuit reports to the coordinator.
+    reader_id: String,
     /// When this client was made: the base of the times below.
     created: Instant,
     /// Milliseconds after `created` of the last refresh a failed read asked for (0:
@@ -284,6 +303,8 @@ struct FailOpenCounters {
     kept_bytes: AtomicU64,
     skipped: AtomicU64,
     fallbacks: AtomicU64,
+    hedged: AtomicU64,
+    hedges_won: AtomicU64,
 }
 
 /// A snapshot of [`CacheClient::fail_open_stats`]: how often reads moved on, and how.
@@ -299,6 +320,11 @@ pub struct FailOpenStats {
     pub skipped: u64,
     /// Pieces (or their rests) read from the origin because no worker answered.
     pub fallbacks: u64,
+    /// Pieces asked of a second owner because the first owner's first byte was late
+    /// ([`HedgeConfig`]).
+    pub hedged: u64,
+    /// Hedged pieces whose second owner answered first.
+    pub hedges_won: u64,
 }
 
 impl Drop for Inner {
@@ -378,7 +404,9 @@ impl CacheClient {
                 config.max_buffered_bytes_per_reader,
             ),
             health: WorkerHealth::new(config.health),
+            hedging: Hedging::new(config.hedge),
             counters: FailOpenCounters::default(),
+            reader_id: reader_id(),
             created: Instant::now(),
             last_forced_refresh_ms: AtomicU64::new(0),
             pool: Pool::new(
@@ -399,6 +427,7 @@ impl CacheClient {
                 tokio::time::sleep(period).await;
                 let Some(inner) = weak.upgrade() else { return };
                 refresh(&inner).await;
+                report_circuits(&inner).await;
             }
         });
         *inner.refresher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
@@ -459,7 +488,7 @@ impl CacheClient {
         let mut owners = self.owners_to_ask(placement.locate_top_k_key(&key, attempts), options);
         let workers_until = Instant::now() + self.inner.config.deadlines.workers_share;
         while let Some(addr) = self.next_owner(&mut owners) {
-            let answer = self.ask_worker(addr, &request, workers_until).await;
+            let answer = self.ask_worker(addr, &request, workers_until, None).await;
             self.note_health(addr, &answer);
             match answer {
                 Ok(Answer::Message(Message::StatReply(r))) => {
@@ -628,16 +657,26 @@ impl CacheClient {
         let sources = Arc::new(PieceSources::default());
         let tally = sources.clone();
         let budget = self.inner.budget.clone();
-        let stream = futures_util::stream::iter(pieces)
-            .map(move |piece| {
+        let admission_wait = self.inner.config.admission_wait;
+        let stream = futures_util::stream::iter(pieces.into_iter().enumerate())
+            .map(move |(i, piece)| {
                 let me = me.clone();
                 let (object, version, tally) = (object.clone(), version.clone(), tally.clone());
                 let budget = budget.clone();
                 async move {
-                    let held = budget
-                        .hold(reader, piece.len)
-                        .await
-                        .ok_or_else(|| CacheClientError::Unavailable("shutting down".into()))?;
+                    let hold = budget.hold(reader, piece.len);
+                    let held = if i == 0 {
+                        tokio::time::timeout(admission_wait, hold)
+                            .await
+                            .map_err(|_| {
+                                CacheClientError::Overloaded(format!(
+                                    "no room in the read budget for {admission_wait:?}"
+                                ))
+                            })?
+                    } else {
+                        hold.await
+                    }
+                    .ok_or_else(|| CacheClientError::Unavailable("shutting down".into()))?;
                     let (bytes, source) = me
                         .read_piece(&object, &version, object_size, piece, options)
                         .await?;
@@ -698,7 +737,7 @@ impl CacheClient {
         let len = data.len() as u64;
         let request = Message::Ingest(IngestRequest { meta, data });
         let until = Instant::now() + self.inner.config.deadlines.workers_share;
-        match self.ask_worker(&owner, &request, until).await? {
+        match self.ask_worker(&owner, &request, until, None).await? {
             Answer::Message(Message::IngestAck(ack))
                 if ack.offset == offset && u64::from(ack.len) == len =>
             {
@@ -735,12 +774,6 @@ impl CacheClient {
         Ok(())
     }
 
-    async fn call(&self, endpoint: &Endpoint, request: &Message, until: Instant) -> Result<Answer> {
-        let conn = self.inner.pool.get(endpoint).await?;
-        conn.call(request, &self.inner.config.deadlines.worker, until)
-            .await
-    }
-
     /// Every known worker's circuit, for metrics and member views.
     pub fn worker_health(&self) -> Vec<WorkerHealthView> {
         self.inner.health.views()
@@ -755,6 +788,8 @@ impl CacheClient {
             kept_bytes: c.kept_bytes.load(Ordering::Relaxed),
             skipped: c.skipped.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
+            hedged: c.hedged.load(Ordering::Relaxed),
+            hedges_won: c.hedges_won.load(Ordering::Relaxed),
         }
     }
 
@@ -805,7 +840,14 @@ impl CacheClient {
     /// over TCP. A worker that fails to answer on a connected local socket (a timeout,
     /// a cut connection) is not asked again over TCP: the caller moves on to the next
     /// worker, as it would after a TCP failure, rather than wait for the same worker twice.
-    async fn ask_worker(&self, addr: &str, request: &Message, until: Instant) -> Result<Answer> {
+    /// `started`, if given, is told when the answer begins.
+    async fn ask_worker(
+        &self,
+        addr: &str,
+        request: &Message,
+        until: Instant,
+        started: Option<oneshot::Sender<()>>,
+    ) -> Result<Answer> {
         // A snapshot of the routes (one `Arc`), so the hot path clones no path.
         let routes = self
             .inner
@@ -813,13 +855,10 @@ impl CacheClient {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let hop = &self.inner.config.deadlines.worker;
         if let Some(local) = routes.get(addr) {
             match self.inner.pool.get(local).await {
-                Ok(conn) => {
-                    return conn
-                        .call(request, &self.inner.config.deadlines.worker, until)
-                        .await;
-                }
+                Ok(conn) => return conn.call(request, hop, until, started).await,
                 Err(e) => {
                     tracing::warn!(worker = %addr, error = %e, "the worker's local socket cannot be reached; asking over TCP until the next membership refresh");
                     let mut routes = self
@@ -833,8 +872,8 @@ impl CacheClient {
                 }
             }
         }
-        self.call(&Endpoint::Tcp(addr.to_owned()), request, until)
-            .await
+        let conn = self.inner.pool.get(&Endpoint::Tcp(addr.to_owned())).await?;
+        conn.call(request, hop, until, started).await
     }
 
     /// Refreshes the membership in the background after a read found no worker to
@@ -861,6 +900,171 @@ impl CacheClient {
                 refresh(&inner).await;
             }
         });
+    }
+
+    /// Asks `addr` for the piece `request` names (`want` bytes) and returns the bytes in
+    /// hand: a block file handed over is read here.
+    async fn ask_bytes(
+        &self,
+        addr: &str,
+        request: &Message,
+        want: u64,
+        until: Instant,
+        started: Option<oneshot::Sender<()>>,
+    ) -> Result<Answer> {
+        let asked_at = match request {
+            Message::ReadRange(r) => r.offset,
+            _ => u64::MAX,
+        };
+        match self.ask_worker(addr, request, until, started).await {
+            Ok(Answer::File {
+                file,
+                offset,
+                len,
+                from_origin,
+            }) if offset == asked_at && u64::from(len) == want => {
+                read_handed_off(file, offset, len)
+                    .await
+                    .map(|bytes| Answer::Data { bytes, from_origin })
+            }
+            other => other,
+        }
+    }
+
+    /// [`ask_bytes`](Self::ask_bytes) as a future that owns what it needs, so that a
+    /// hedge's loser can be left to finish on its own.
+    fn ask_bytes_owned(
+        &self,
+        addr: &str,
+        request: &Message,
+        want: u64,
+        until: Instant,
+        started: Option<oneshot::Sender<()>>,
+    ) -> Pin<Box<dyn std::future::Future<Output = Result<Answer>> + Send + 'static>> {
+        let (me, addr, request) = (self.clone(), addr.to_owned(), request.clone());
+        Box::pin(async move { me.ask_bytes(&addr, &request, want, until, started).await })
+    }
+
+    /// Lets the request a hedge did not need finish in the background, so that its
+    /// worker's circuit still hears how it went (a hung worker still misses its
+    /// deadline and is skipped after, instead of being hedged around forever).
+    fn finish_unneeded(
+        &self,
+        addr: &str,
+        answer: Pin<Box<dyn std::future::Future<Output = Result<Answer>> + Send + 'static>>,
+    ) {
+        let (me, addr) = (self.clone(), addr.to_owned());
+        tokio::spawn(async move {
+            let answer = answer.await;
+            me.note_health(&addr, &answer);
+        });
+    }
+
+    /// Asks `addr` for a piece and returns the answer and who gave it. When hedging
+    /// watches the piece ([`HedgeConfig`]) and its first byte is later than `addr`'s
+    /// threshold, the next owner `owners` hands out is asked for it too, and the first
+    /// answer that settles the piece wins; the other request finishes in the background.
+    /// When neither settles it, the one that delivered more bytes is returned (its
+    /// bytes are kept and the rest asked elsewhere). Every worker's circuit is told how
+    /// its request went, and a worker that had not begun its answer when the next owner
+    /// had finished is told of a failure (a latency outlier).
+    async fn ask_piece<'m>(
+        &self,
+        addr: &'m str,
+        owners: &mut OwnersToAsk<'m>,
+        request: Message,
+        want: u64,
+        until: Instant,
+    ) -> (&'m str, Result<Answer>) {
+        let plan = if owners.has_more() {
+            self.inner
+                .hedging
+                .plan(addr, self.inner.config.deadlines.worker.first_byte)
+        } else {
+            None
+        };
+        let Some(plan) = plan else {
+            let answer = self.ask_bytes(addr, &request, want, until, None).await;
+            self.note_health(addr, &answer);
+            return (addr, answer);
+        };
+        let (tell, mut started) = oneshot::channel();
+        let sent = Instant::now();
+        let mut first = self.ask_bytes_owned(addr, &request, want, until, Some(tell));
+        // With no threshold yet the piece is only watched (its latency learned).
+        let hedge_at = (sent + plan.after.unwrap_or_default()).min(until);
+        tokio::select! {
+            biased;
+            began = &mut started => {
+                if began.is_ok() {
+                    plan.record(sent.elapsed());
+                }
+                let answer = first.await;
+                self.note_health(addr, &answer);
+                return (addr, answer);
+            }
+            answer = &mut first => {
+                self.note_health(addr, &answer);
+                return (addr, answer);
+            }
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(hedge_at)),
+                if plan.after.is_some() => {}
+        }
+        // The first byte is late. From here on the sample is the time until the whole
+        // answer, an upper bound of the first byte's, so that a worker slow for a while
+        // raises its own threshold instead of being hedged on every piece.
+        let late = |plan: &HedgePlan| plan.record(sent.elapsed());
+        let second = if self.inner.hedging.try_spend() {
+            self.next_owner(owners)
+        } else {
+            None
+        };
+        let Some(second) = second else {
+            let answer = first.await;
+            late(&plan);
+            self.note_health(addr, &answer);
+            return (addr, answer);
+        };
+        let counters = &self.inner.counters;
+        counters.hedged.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(worker = %addr, next = %second, after = ?plan.after, "a piece's first byte is late; asking the next owner too");
+        let mut hedge = self.ask_bytes_owned(second, &request, want, until, None);
+        tokio::select! {
+            answer = &mut first => {
+                late(&plan);
+                self.note_health(addr, &answer);
+                if settles(&answer, want) {
+                    self.finish_unneeded(second, hedge);
+                    return (addr, answer);
+                }
+                let other = hedge.await;
+                self.note_health(second, &other);
+                if settles(&other, want) {
+                    counters.hedges_won.fetch_add(1, Ordering::Relaxed);
+                }
+                more_delivered((addr, answer), (second, other), want)
+            }
+            other = &mut hedge => {
+                self.note_health(second, &other);
+                if settles(&other, want) {
+                    counters.hedges_won.fetch_add(1, Ordering::Relaxed);
+                    if matches!(started.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+                        // A latency outlier: the next owner answered in full before this
+                        // one began. It counts towards the worker's circuit like a
+                        // failure (three in a row open it, so a frozen worker is skipped
+                        // before its first deadline passes); its answer, when it comes,
+                        // counts as the success it is.
+                        self.inner.health.failed(addr, Failure::Error);
+                    }
+                    self.finish_unneeded(addr, first);
+                    return (second, other);
+                }
+                let answer = first.await;
+                late(&plan);
+                self.note_health(addr, &answer);
+                more_delivered((addr, answer), (second, other), want)
+            }
+        }
     }
 
     /// Reads one piece: from its owners in rendezvous order (skipping open circuits),
@@ -919,20 +1123,9 @@ impl CacheClient {
                 // Fits: checked above, and `want` only shrinks.
                 len: want as u32,
             });
-            let answer = match self.ask_worker(addr, &request, workers_until).await {
-                Ok(Answer::File {
-                    file,
-                    offset,
-                    len,
-                    from_origin,
-                }) if offset == piece.offset + done && u64::from(len) == want => {
-                    read_handed_off(file, offset, len)
-                        .await
-                        .map(|bytes| Answer::Data { bytes, from_origin })
-                }
-                other => other,
-            };
-            self.note_health(addr, &answer);
+            let (addr, answer) = self
+                .ask_piece(addr, &mut owners, request, want, workers_until)
+                .await;
             match answer {
                 Ok(Answer::Data { bytes, from_origin }) if bytes.len() as u64 == want => {
                     let source = if filled || from_origin {
@@ -1036,6 +1229,11 @@ struct OwnersToAsk<'m> {
 }
 
 impl<'m> OwnersToAsk<'m> {
+    /// Whether any owner is left to hand out (its circuit not looked at).
+    fn has_more(&self) -> bool {
+        self.next < self.owners.len()
+    }
+
     fn next(&mut self, health: &WorkerHealth, skipped: &AtomicU64) -> Option<&'m str> {
         loop {
             if self.next == self.owners.len() {
@@ -1124,6 +1322,35 @@ async fn read_handed_off(file: std::fs::File, offset: u64, len: u32) -> Result<B
     Ok(buf.freeze())
 }
 
+/// Whether `answer` ends a piece's search: all `want` bytes, or a refusal that holds
+/// on any worker (not found, a version mismatch). A transient refusal, a cut answer or
+/// a failure does not.
+fn settles(answer: &Result<Answer>, want: u64) -> bool {
+    match answer {
+        Ok(Answer::Data { bytes, .. }) => bytes.len() as u64 == want,
+        Ok(Answer::Message(Message::Error(e))) => !e.code.is_transient(),
+        Ok(Answer::Message(_) | Answer::Partial { .. } | Answer::File { .. }) | Err(_) => false,
+    }
+}
+
+/// Of two answers that did not settle a piece, the one to go on from: a cut answer with
+/// more bytes (kept, the rest asked elsewhere), else the first.
+fn more_delivered<'m>(
+    first: (&'m str, Result<Answer>),
+    second: (&'m str, Result<Answer>),
+    want: u64,
+) -> (&'m str, Result<Answer>) {
+    let delivered = |a: &Result<Answer>| match a {
+        Ok(Answer::Partial { bytes, .. }) if (bytes.len() as u64) < want => bytes.len(),
+        _ => 0,
+    };
+    if delivered(&second.1) > delivered(&first.1) {
+        second
+    } else {
+        first
+    }
+}
+
 fn answer_error(answer: Answer) -> CacheClientError {
     match answer {
         Answer::Message(Message::Error(e)) => CacheClientError::Refused {
@@ -1136,6 +1363,46 @@ fn answer_error(answer: Answer) -> CacheClientError {
         Answer::Data { .. } | Answer::File { .. } | Answer::Partial { .. } => {
             CacheClientError::Unavailable("unexpected data".into())
         }
+    }
+}
+
+/// A name for this client in the coordinator's member view: the process id and a
+/// random suffix (two clients in one process, or two hosts' processes with one id, do
+/// not collide).
+fn reader_id() -> String {
+    let mut suffix = [0u8; 4];
+    let _ = getrandom::getrandom(&mut suffix);
+    let suffix: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
+    format!("reader-{}-{suffix}", std::process::id())
+}
+
+/// Tells the coordinator this client's circuits, for its member view. Only once some
+/// worker has failed this client (before that there is nothing to say, and a healthy
+/// cluster's readers send nothing); from then on every refresh period, so that a
+/// circuit that closed again is seen to close. A failed report is only logged.
+async fn report_circuits(inner: &Inner) {
+    let views = inner.health.views();
+    if views.is_empty() {
+        return;
+    }
+    let report = talon_coordinator_client::api::CircuitsReport {
+        workers: views
+            .into_iter()
+            .map(|v| talon_coordinator_client::api::WorkerCircuit {
+                addr: v.addr,
+                state: v.state.name().to_owned(),
+                consecutive_failures: v.consecutive_failures,
+                opened: v.opened,
+                deadlines_missed: v.deadlines_missed,
+            })
+            .collect(),
+    };
+    if let Err(e) = inner
+        .coordinator
+        .report_circuits(&inner.reader_id, &report)
+        .await
+    {
+        tracing::debug!(error = %e, "reporting circuits to the coordinator failed");
     }
 }
 
@@ -1180,6 +1447,7 @@ async fn refresh(inner: &Inner) {
                     .map(|m| m.addr.as_str())
                     .collect();
                 inner.health.retain(&addrs);
+                inner.hedging.retain(&addrs);
                 let addrs = placement.members().len();
                 tracing::info!(
                     epoch = placement.epoch(),

@@ -115,6 +115,11 @@ pub struct Args {
     /// Default: an eighth of `--buffer-budget`.
     #[arg(long, env = "TALON_GATEWAY_BUFFER_BUDGET_PER_CLIENT", value_parser = parse_byte_size)]
     buffer_budget_per_client: Option<u64>,
+    /// How long a response's first piece may wait for room in the buffer budget (the
+    /// whole one and its client's share) before the request is answered 503 SlowDown
+    /// (S3) or ServerBusy (Azure) with Retry-After (ms).
+    #[arg(long, env = "TALON_GATEWAY_BUDGET_WAIT_MS", default_value_t = 2000)]
+    budget_wait_ms: u64,
     /// Largest piece of a read asked of a worker at once (bytes); a read is split at
     /// block boundaries and into pieces of at most this size.
     #[arg(long, env = "TALON_GATEWAY_PIECE_SIZE", default_value = "2MiB", value_parser = parse_byte_size)]
@@ -137,6 +142,18 @@ pub struct Args {
     /// may stop mid-body before the rest is asked elsewhere.
     #[arg(long, env = "TALON_GATEWAY_WORKER_STALL_MS")]
     worker_stall_ms: Option<u64>,
+    /// Hedged reads: the fraction of pieces that may also be asked of the next owner
+    /// when the owner's first byte is later than its recent --hedge-quantile (0 turns
+    /// hedging off; it is off anyway with one worker). Docs: docs/reliability.md.
+    #[arg(long, env = "TALON_GATEWAY_HEDGE_BUDGET", default_value_t = 0.05)]
+    hedge_budget: f64,
+    /// The quantile of each worker's recent first-byte latencies past which a piece
+    /// is hedged.
+    #[arg(long, env = "TALON_GATEWAY_HEDGE_QUANTILE", default_value_t = 0.99)]
+    hedge_quantile: f64,
+    /// Never hedge a piece sooner than this after asking (ms).
+    #[arg(long, env = "TALON_GATEWAY_HEDGE_MIN_DELAY_MS", default_value_t = 5)]
+    hedge_min_delay_ms: u64,
     /// Uploads (PutObject, Put Blob) up to this size are also pushed into the cache
     /// once the origin has stored them, so the writer's next read is a hit; 0 turns
     /// that off. The gateway then joins the cluster in the ingester role.
@@ -349,6 +366,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             config.max_buffered_bytes_per_reader = args
                 .buffer_budget_per_client
                 .unwrap_or(args.buffer_budget / 8);
+            config.admission_wait = Duration::from_millis(args.budget_wait_ms);
             if args.write_through_max > 0 {
                 config.role = talon_core::cluster_auth::Role::Ingester;
             }
@@ -365,6 +383,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 args.worker_first_byte_ms.map(Duration::from_millis),
                 args.worker_stall_ms.map(Duration::from_millis),
             );
+            if !((0.0..=1.0).contains(&args.hedge_budget)
+                && args.hedge_quantile > 0.0
+                && args.hedge_quantile <= 1.0)
+            {
+                anyhow::bail!("--hedge-budget must be in [0, 1] and --hedge-quantile in (0, 1]");
+            }
+            config.hedge = talon_cache_client::HedgeConfig {
+                quantile: args.hedge_quantile,
+                min_delay: Duration::from_millis(args.hedge_min_delay_ms),
+                max_fraction: args.hedge_budget,
+                ..talon_cache_client::HedgeConfig::P99
+            };
             Some(
                 CacheClient::connect(config)
                     .await

@@ -205,6 +205,8 @@ impl GatewayMetrics {
             ("kept_bytes", stats.kept_bytes),
             ("skipped", stats.skipped),
             ("fallbacks", stats.fallbacks),
+            ("hedged", stats.hedged),
+            ("hedges_won", stats.hedges_won),
         ] {
             self.fail_open
                 .get_or_create(&[("event", event)])

@@ -172,6 +172,35 @@ async fn clients_that_never_read_hold_only_their_share_of_the_buffer_budget() {
     tokio::time::timeout(Duration::from_secs(60), read)
         .await
         .expect("a client was kept waiting by others' buffered bytes");
+    // A client already holding its whole share is told to come back, in its
+    // protocol's words, once its read has waited the admission wait (issue 13,
+    // "overload is said"); what the stalled clients hold is unchanged.
+    for (source, url, code) in [
+        (sources[0], format!("http://{s3}/data/big.bin"), "SlowDown"),
+        (
+            sources[4],
+            format!("http://{azure}{azure_path}"),
+            "ServerBusy",
+        ),
+    ] {
+        let resp = reqwest::Client::builder()
+            .local_address(source)
+            .build()
+            .unwrap()
+            .get(url)
+            .header("range", "bytes=0-1048575")
+            .header("x-ms-version", "2025-01-05")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 503, "{code}");
+        assert_eq!(resp.headers()["retry-after"], "1", "{code}");
+        if let Some(azure_code) = resp.headers().get("x-ms-error-code") {
+            assert_eq!(azure_code, code);
+        }
+        let body = resp.text().await.unwrap();
+        assert!(body.contains(&format!("<Code>{code}</Code>")), "{body}");
+    }
     for r in &readers {
         assert_eq!(
             cache.buffered_bytes(Some(*r)),

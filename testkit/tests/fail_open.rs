@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use talon_cache_client::{CacheClient, CircuitState, DeadlineBudget, HealthConfig};
+use talon_cache_client::{CacheClient, CircuitState, DeadlineBudget, HealthConfig, HedgeConfig};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedObject;
@@ -284,6 +284,20 @@ async fn a_silent_owner_costs_one_first_byte_deadline_then_is_skipped() {
         "nothing more was asked of it"
     );
     assert_eq!(client.fail_open_stats().resumed, 0);
+    // The coordinator's member view says so: one reader skips w2.
+    let coordinator = cluster.coordinator_client(talon_core::cluster_auth::Role::Admin);
+    let circuits = wait_for(
+        "the client's circuit report to reach the coordinator",
+        Duration::from_secs(5),
+        || async {
+            let c = coordinator.member("w2").await.ok()?.circuits;
+            (c.open == 1).then_some(c)
+        },
+    )
+    .await;
+    assert_eq!((circuits.readers, circuits.opened), (1, 1), "{circuits:?}");
+    let w0 = coordinator.member("w0").await.unwrap().circuits;
+    assert_eq!(w0.open, 0, "a healthy worker is not reported open: {w0:?}");
 }
 
 /// The hang of the issue, on a real worker process: SIGSTOP it while eight readers
@@ -465,4 +479,87 @@ async fn a_probe_is_claimed_only_by_a_read_that_asks_the_recovered_worker() {
     read_checked(&client, first, "the probe").await;
     assert!(proxy.requested_bytes() > asked, "w2 was asked");
     assert_eq!(circuit_of(&client, &proxy).0, CircuitState::Closed);
+}
+
+/// A hedged read (issue 13, item 3): once the client knows how fast `w2` usually
+/// begins its answers, a piece whose first byte from `w2` is later than that is asked
+/// of the next owner too, and the next owner's complete answer is taken without waiting
+/// for `w2`'s first-byte deadline. The request to `w2` is left to finish on its own:
+/// it misses its deadline and opens `w2`'s circuit, so later reads skip `w2` instead of
+/// being hedged around it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_first_byte_is_hedged_to_the_next_owner_and_the_silent_worker_is_still_found_out() {
+    let all = objects(48);
+    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
+    let owned: Vec<GeneratedObject> = owned_by_the_proxied_worker(&cluster, &all)
+        .await
+        .into_iter()
+        .map(|(o, _)| o)
+        .collect();
+    assert!(owned.len() >= 2, "w2 owns at least two objects");
+    warm(&cluster, &all).await;
+    // A first-byte deadline far above any hedge threshold this machine can produce, so
+    // that only a hedge ends the silent read before it.
+    let first_byte = Duration::from_secs(6);
+    let client = cluster
+        .client_with(|c| {
+            c.deadlines = DeadlineBudget::from_total(Duration::from_secs(30))
+                .with_worker(Some(first_byte), Some(STALL));
+            c.health = HealthConfig {
+                min_backoff: Duration::from_secs(60),
+                ..HealthConfig::default()
+            };
+            c.hedge = HedgeConfig {
+                min_samples: 16,
+                max_fraction: 1.0,
+                min_delay: Duration::from_millis(20),
+                ..HedgeConfig::P99
+            };
+        })
+        .await;
+    cluster.sync_client(&client).await;
+    // Learn w2's first-byte latencies.
+    for i in 0..32 {
+        read_checked(
+            &client,
+            &owned[i % owned.len()],
+            "a read to learn w2's latency",
+        )
+        .await;
+    }
+    // (A learning read may itself have been hedged, on this busy machine: count from
+    // here.)
+    let before = client.fail_open_stats();
+
+    proxy.set(Fault::StallAfter(0));
+    read_checked(&client, &owned[0], "a read whose owner went silent").await;
+    let stats = client.fail_open_stats();
+    assert_eq!(
+        (
+            stats.hedged - before.hedged,
+            stats.hedges_won - before.hedges_won
+        ),
+        (1, 1),
+        "the piece was hedged and the next owner's answer taken: {stats:?}"
+    );
+    // The silent request still meets its deadline in the background and opens the
+    // circuit.
+    wait_for(
+        "the silent worker's circuit to open",
+        first_byte * 2,
+        || async { (circuit_of(&client, &proxy).0 == CircuitState::Open).then_some(()) },
+    )
+    .await;
+    let asked = proxy.requested_bytes();
+    read_checked(&client, &owned[1], "a read after the circuit opened").await;
+    assert_eq!(
+        proxy.requested_bytes(),
+        asked,
+        "the silent worker was skipped"
+    );
+    assert_eq!(
+        client.fail_open_stats().hedged,
+        stats.hedged,
+        "no hedge once it is skipped"
+    );
 }

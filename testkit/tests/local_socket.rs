@@ -143,6 +143,7 @@ async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
             &read,
             &talon_cache_client::DeadlineBudget::default().worker,
             std::time::Instant::now() + Duration::from_secs(5),
+            None,
         )
         .await
         .unwrap()

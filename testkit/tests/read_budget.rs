@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use talon_core::{ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
-use talon_testkit::{Cluster, ClusterConfig, assert_reads_back, expected};
+use talon_testkit::{Cluster, ClusterConfig, assert_reads_back, expected, wait_for};
 
 const PIECE: u64 = 64 << 10;
 
@@ -72,4 +72,63 @@ async fn reads_share_one_budget_and_a_stalled_reader_holds_only_its_share() {
         .unwrap()
         .unwrap();
     assert_eq!(&piece[..], &expected(&object(), 0..PIECE)[..]);
+}
+
+/// Issue 13, "overload is said": a read whose first piece finds no room in the budget
+/// for the admission wait is refused as overloaded (a gateway answers SlowDown or
+/// ServerBusy with Retry-After), before anything is asked of a worker; a read that
+/// starts once there is room again is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_finds_no_room_for_its_first_piece_is_refused_as_overloaded() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let client = cluster
+        .client_with(|c| {
+            c.max_request_bytes = PIECE;
+            c.max_buffered_bytes = PIECE;
+            c.admission_wait = Duration::from_millis(300);
+        })
+        .await;
+    let id = ObjectId::s3("data", "budget.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object().etag()).unwrap();
+    let size = object().size;
+    let mut stalled = client
+        .read_range(&id, &version, size, 0..4 * PIECE)
+        .unwrap();
+    let first = stalled.next().await.unwrap().unwrap();
+    // The worker counts an answer once its send returns, which may be after the
+    // reader has it.
+    let served = wait_for(
+        "the worker to count the first piece",
+        Duration::from_secs(10),
+        || async {
+            let n = cluster.worker_metric(0, "talon_worker_cache_bytes_served_total");
+            (n >= PIECE as f64).then_some(n)
+        },
+    )
+    .await;
+    let mut refused = client.read_range(&id, &version, size, 0..PIECE).unwrap();
+    let error = tokio::time::timeout(Duration::from_secs(30), refused.next())
+        .await
+        .expect("the refusal comes after the admission wait")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(error, talon_cache_client::CacheClientError::Overloaded(_)),
+        "{error}"
+    );
+    assert_eq!(error.kind(), talon_protocols::ErrorKind::SlowDown);
+    assert!(refused.next().await.is_none(), "a refused read ends there");
+    assert_eq!(
+        cluster.worker_metric(0, "talon_worker_cache_bytes_served_total"),
+        served,
+        "nothing was asked of the worker for the refused read"
+    );
+    drop(first);
+    drop(stalled);
+    assert_reads_back(&client, &id, &object(), 0..PIECE).await;
 }

@@ -114,6 +114,10 @@ struct Args {
     /// and is then cut when a page it needs is no longer at the origin.
     #[arg(long, default_value_t = 5000)]
     max_staleness_ms: u64,
+    /// The gateways' `--hedge-budget`: the share of pieces that may also be asked of
+    /// the next owner when the owner's first byte is late (0: no hedged reads).
+    #[arg(long, default_value_t = 0.05)]
+    hedge_budget: f64,
     /// The largest object (others: 4 KiB, 300 KiB, 5 MiB).
     #[arg(long, default_value = "24MiB", value_parser = parse_byte_size)]
     max_size: u64,
@@ -366,6 +370,7 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         block_size: BLOCK_SIZE,
         local_reads: false,
         max_staleness_ms: Some(args.max_staleness_ms),
+        hedge_budget: Some(args.hedge_budget),
     };
     let s3 = Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Protocol::S3)).await?;
     let azure = Gateway::start(
@@ -679,6 +684,19 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         w.process.ensure_running("at the end of the run")?;
     }
 
+    // What the gateways' cache clients did to get there, and what the origin was asked.
+    let mut fail_open = std::collections::BTreeMap::<String, u64>::new();
+    for gateway in [&s3, &azure] {
+        for (event, n) in samples_of(&gateway.admin_url, "talon_gateway_fail_open{event=\"").await?
+        {
+            *fail_open.entry(event).or_default() += n;
+        }
+    }
+    let origin_requests: u64 = samples_of(&stub.admin_url, "talon_origin_requests_total{")
+        .await?
+        .values()
+        .sum();
+
     let samples = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let overlaps = |s: &Sample, kinds: &[Fault]| {
         windows.iter().any(|(fault, from, to)| {
@@ -766,6 +784,21 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
             fmt_latency(t.max_ms * 1e3),
         );
     }
+    eprintln!(
+        "\n| origin requests | piece retries | resumed | skipped (open circuit) | fallbacks | hedged | hedges won |"
+    );
+    eprintln!("|---:|---:|---:|---:|---:|---:|---:|");
+    let event = |name: &str| fail_open.get(name).copied().unwrap_or(0);
+    eprintln!(
+        "| {} | {} | {} | {} | {} | {} | {} |",
+        thousands(origin_requests as f64),
+        event("retries"),
+        event("resumed"),
+        event("skipped"),
+        event("fallbacks"),
+        event("hedged"),
+        event("hedges_won"),
+    );
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1 << 20));
     eprintln!(
         "\n| process | pid | RSS after warm-up | RSS at end | peak RSS | fds after warm-up | fds at end |"
@@ -824,6 +857,9 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         "warmup_s": args.warmup_s,
         "processes": watched,
         "max_size": args.max_size,
+        "hedge_budget": args.hedge_budget,
+        "fail_open": fail_open,
+        "origin_requests": origin_requests,
         "all": all,
         "overlapping_a_fault": during,
         "outside_faults": outside,
@@ -839,6 +875,32 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         );
     }
     Ok(ok)
+}
+
+/// The samples of `/metrics` at `admin_url` whose line starts with `prefix`, by what
+/// follows the prefix up to the next `"` (a label's value), summed.
+async fn samples_of(
+    admin_url: &str,
+    prefix: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
+    let url = format!("{admin_url}/metrics");
+    let (status, text) =
+        talon_bench::http_load::control_request(hyper::Method::GET, &url, None).await?;
+    anyhow::ensure!(status.is_success(), "GET {url}: {status}");
+    let mut found = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(prefix) else {
+            continue;
+        };
+        let label = rest.split('"').next().unwrap_or_default().to_owned();
+        let value = rest
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        *found.entry(label).or_default() += value as u64;
+    }
+    Ok(found)
 }
 
 fn fault_length(args: &Args, fault: Fault) -> Duration {

@@ -323,6 +323,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 // The worker is modelled as remote, behind the delay line: over TCP.
                 local_reads: false,
                 max_staleness_ms: None,
+                hedge_budget: None,
             },
         )
         .await?;
@@ -348,6 +349,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     block_size: args.block_size,
                     local_reads: false,
                     max_staleness_ms: None,
+                    hedge_budget: None,
                 },
             )
             .await?,

@@ -355,6 +355,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 block_size: args.block_size,
                 local_reads: true,
                 max_staleness_ms: None,
+                hedge_budget: None,
             },
         )
         .await?;
@@ -390,6 +391,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     block_size: args.block_size,
                     local_reads: false,
                     max_staleness_ms: None,
+                    hedge_budget: None,
                 },
             )
             .await?;
@@ -429,6 +431,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 block_size: args.block_size,
                 local_reads: false,
                 max_staleness_ms: None,
+                hedge_budget: None,
             },
         )
         .await?;

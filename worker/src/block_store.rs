@@ -708,13 +708,25 @@ impl BlockStore {
             .map_err(|_| WorkerError::InvalidRequest("too many pages in a block".into()))?;
         let name = id.storage_name();
         let data_path = self.dir.join(format!("{name}.blk"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&data_path)
-            .map_err(|e| WorkerError::io("opening a block file", e))?;
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&data_path)
+        };
+        let file = match open() {
+            // The cache folder was removed under the running worker: make it again (the
+            // blocks whose files went with it are refetched when next read).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                tracing::warn!(dir = %self.dir.display(), "the cache folder is gone; making it again");
+                fs::create_dir_all(&self.dir)
+                    .and_then(|()| open())
+                    .map_err(|e| WorkerError::io("opening a block file", e))?
+            }
+            other => other.map_err(|e| WorkerError::io("opening a block file", e))?,
+        };
         Ok(Block {
             id,
             object_size,

@@ -78,6 +78,18 @@ impl Drop for FillGuard {
     }
 }
 
+/// What a fill did with the pages it was to fetch.
+#[derive(Debug)]
+enum Filled {
+    /// Fetched and stored in the block.
+    Stored,
+    /// Not fetched: they do not fit in the byte budget.
+    NoRoom,
+    /// Fetched, but the cache disk refused them (full, failing, its folder removed):
+    /// `data` holds the pages' bytes, from `span_start` in the block.
+    NotStored { data: Bytes, span_start: u64 },
+}
+
 /// How a read will be served.
 #[derive(Debug)]
 pub enum Prepared {
@@ -199,7 +211,17 @@ impl Loader {
     /// # Errors
     /// The origin's error (not found, version mismatch, ...) after retries; disk errors.
     pub async fn prepare(&self, req: &ReadRangeRequest) -> Result<Prepared> {
-        let mut block = self.block_for(req).await?;
+        let mut block = match self.block_for(req).await {
+            Ok(block) => block,
+            // The cache disk refuses a new block file (full, failing, its folder
+            // removed): the read is served from the origin rather than failed.
+            Err(e @ WorkerError::Io { .. }) => {
+                tracing::warn!(error = %e, "the cache disk failed; serving the read from the origin");
+                self.metrics.disk_error("create");
+                return self.uncached(req, "disk_error").await;
+            }
+            Err(e) => return Err(e),
+        };
         let need = block.pages_for(req.offset, u64::from(req.len));
         let mut missed = false;
         loop {
@@ -247,11 +269,33 @@ impl Loader {
                     let result = self.fill(&block, pages).await;
                     self.metrics.fill_ended();
                     match result {
-                        Ok(true) => fill.finish(Ok(())),
-                        Ok(false) => {
+                        Ok(Filled::Stored) => fill.finish(Ok(())),
+                        Ok(Filled::NoRoom) => {
                             fill.finish(Ok(()));
-                            self.metrics.miss();
-                            return self.pass_through(req).await.map(Prepared::PassThrough);
+                            return self.uncached(req, "no_room").await;
+                        }
+                        Ok(Filled::NotStored { data, span_start }) => {
+                            // The waiting readers plan again (and meet the disk
+                            // themselves); this one has the bytes already.
+                            fill.finish(Ok(()));
+                            let (store, b) = (self.store.clone(), block.clone());
+                            let _ = blocking(move || {
+                                store.forget_if_empty(&b);
+                                Ok(())
+                            })
+                            .await;
+                            let start = req.offset.checked_sub(span_start);
+                            let end = start.map(|s| s + u64::from(req.len));
+                            if let (Some(start), Some(end)) = (start, end)
+                                && end <= data.len() as u64
+                            {
+                                self.metrics.miss();
+                                self.metrics.pass_through("disk_error");
+                                return Ok(Prepared::PassThrough(
+                                    data.slice(start as usize..end as usize),
+                                ));
+                            }
+                            return self.uncached(req, "disk_error").await;
                         }
                         Err(e) => {
                             let e = Arc::new(e);
@@ -271,12 +315,20 @@ impl Loader {
         }
     }
 
-    /// Fetches `pages` of `block` and stores them; `Ok(false)` when they cannot fit.
-    async fn fill(&self, block: &Arc<Block>, pages: Range<u32>) -> Result<bool> {
+    /// Answers `req` from the origin without caching it, counted as a miss and a pass
+    /// through for `reason`.
+    async fn uncached(&self, req: &ReadRangeRequest, reason: &str) -> Result<Prepared> {
+        self.metrics.miss();
+        self.metrics.pass_through(reason);
+        self.pass_through(req).await.map(Prepared::PassThrough)
+    }
+
+    /// Fetches `pages` of `block` and stores them.
+    async fn fill(&self, block: &Arc<Block>, pages: Range<u32>) -> Result<Filled> {
         let store = self.store.clone();
         let (b, p) = (block.clone(), pages.clone());
         let Some(reservation) = blocking(move || Ok(store.reserve(&b, p))).await? else {
-            return Ok(false);
+            return Ok(Filled::NoRoom);
         };
         let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
         let base = block.id.block_offset();
@@ -285,10 +337,19 @@ impl Loader {
             end: base + span.end,
         };
         let data = self.fetch(block, range).await?;
-        let store = self.store.clone();
-        let b = block.clone();
-        blocking(move || store.commit_fill(&b, pages, &data, reservation)).await?;
-        Ok(true)
+        let (store, b, kept) = (self.store.clone(), block.clone(), data.clone());
+        match blocking(move || store.commit_fill(&b, pages, &kept, reservation)).await {
+            Ok(()) => Ok(Filled::Stored),
+            Err(e @ WorkerError::Io { .. }) => {
+                tracing::warn!(error = %e, "the cache disk failed; serving the read from the origin");
+                self.metrics.disk_error("store");
+                Ok(Filled::NotStored {
+                    data,
+                    span_start: span.start,
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Serves a read that cannot be cached, straight from the origin.

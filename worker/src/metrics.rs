@@ -39,6 +39,8 @@ pub struct WorkerMetrics {
     data_plane: Family<Vec<(String, String)>, Gauge>,
     rings: Gauge,
     stat_origin_requests: Family<Vec<(String, String)>, Counter>,
+    disk_errors: Family<Vec<(String, String)>, Counter>,
+    pass_through: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for WorkerMetrics {
@@ -75,6 +77,8 @@ impl WorkerMetrics {
             data_plane: Family::default(),
             rings: Gauge::default(),
             stat_origin_requests: Family::default(),
+            disk_errors: Family::default(),
+            pass_through: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -185,8 +189,35 @@ impl WorkerMetrics {
                  unchanged, a revalidation that kept the version; changed, one that did not)",
                 m.stat_origin_requests.clone(),
             );
+            r.register(
+                "disk_errors",
+                "Cache-disk operations that failed (label op: create, a block file; \
+                 store, writing a fill's pages); the read was served from the origin instead",
+                m.disk_errors.clone(),
+            );
+            r.register(
+                "pass_through",
+                "Reads answered from the origin without caching (label reason: no_room, \
+                 the byte budget; disk_error, the cache disk failed)",
+                m.pass_through.clone(),
+            );
         }
         m
+    }
+
+    /// Counts a failed cache-disk operation (`op`: `create` or `store`).
+    pub fn disk_error(&self, op: &str) {
+        self.disk_errors
+            .get_or_create(&vec![("op".to_owned(), op.to_owned())])
+            .inc();
+    }
+
+    /// Counts a read answered from the origin without caching (`reason`: `no_room` or
+    /// `disk_error`).
+    pub fn pass_through(&self, reason: &str) {
+        self.pass_through
+            .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
+            .inc();
     }
 
     /// Records which plane serves.

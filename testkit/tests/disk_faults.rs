@@ -1,0 +1,187 @@
+//! Issue 13's disk suite: a cache disk that fills up, and a cache folder removed under
+//! a running `talon-worker` process. The worker degrades to serving from the origin
+//! (never an error frame, never a wrong byte), says so in its metrics, and caches
+//! again without a restart once the disk allows it.
+//!
+//! The full disk is a real one: a 1 MiB tmpfs mounted by the test as the worker's
+//! cache folder (the test needs root, as CI runs it), while the worker's byte budget
+//! is 64 MiB, so its fills meet `ENOSPC` rather than its own budget.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use talon_cache_client::CacheClient;
+use talon_core::{ObjectId, ObjectVersion};
+use talon_origin_stub::generated::GeneratedObject;
+use talon_testkit::{Cluster, ClusterConfig, WorkerProcess, expected, http_get, read_through};
+
+const BLOCK: u64 = 256 << 10;
+
+fn objects(prefix: &str, n: usize) -> Vec<GeneratedObject> {
+    (0..n)
+        .map(|i| GeneratedObject::new("data", format!("{prefix}{i}.bin"), BLOCK, 400 + i as u64))
+        .collect()
+}
+
+/// One worker process with its cache in `cache_dir`, and a client of it.
+async fn cluster_of_one_process(
+    generated: Vec<GeneratedObject>,
+    cache_dir: &Path,
+) -> (Cluster, WorkerProcess, CacheClient) {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 0,
+        generated,
+        local_sockets: false,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let process = WorkerProcess::start(&cluster, "w0", cache_dir).await;
+    cluster.wait_for_live(1).await;
+    let client = cluster.client().await;
+    cluster.sync_client(&client).await;
+    (cluster, process, client)
+}
+
+/// Reads the whole object through the worker (the client has no origin fallback: an
+/// error frame would fail the read) and checks every byte.
+async fn read_checked(client: &CacheClient, object: &GeneratedObject) {
+    let id = ObjectId::s3(object.bucket.clone(), object.key.clone()).unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let bytes = read_through(client, &id, &version, object.size, 0..object.size)
+        .await
+        .unwrap(&format!("a read of {}", object.key));
+    assert!(
+        bytes == expected(object, 0..object.size),
+        "{}: wrong bytes",
+        object.key
+    );
+}
+
+/// The worker's counters: `(hits, pass-throughs for disk errors, disk errors, error
+/// frames)`.
+async fn counters(process: &WorkerProcess) -> (f64, f64, f64, f64) {
+    let text = http_get(&format!("{}/metrics", process.admin_url)).await;
+    let sum = |prefix: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (
+        sum("talon_worker_hits_total "),
+        sum("talon_worker_pass_through_total{reason=\"disk_error\"}"),
+        sum("talon_worker_disk_errors_total{"),
+        sum("talon_worker_error_frames_total "),
+    )
+}
+
+/// A tmpfs of `size` mounted at a fresh folder, unmounted when dropped.
+struct Tmpfs {
+    dir: PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("cache");
+        std::fs::create_dir_all(&dir).unwrap();
+        run(
+            "mount",
+            &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"],
+            &dir,
+        );
+        Tmpfs {
+            dir,
+            _parent: parent,
+        }
+    }
+
+    fn resize(&self, size: &str) {
+        run("mount", &["-o", &format!("remount,size={size}")], &self.dir);
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+fn run(program: &str, args: &[&str], path: &Path) {
+    let status = Command::new(program)
+        .args(args)
+        .arg(path)
+        .status()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        status.success(),
+        "{program} {args:?} {} failed: the disk suite mounts a tmpfs and needs root",
+        path.display()
+    );
+}
+
+/// A cache disk that is full: every read is still served by the worker, from the
+/// origin, with every byte right, and the metrics say why; once the disk has room
+/// again, reads are cached and the next ones are hits, with no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_cache_disk_serves_from_the_origin_and_caches_again_once_it_has_room() {
+    let all = objects("full", 8);
+    let disk = Tmpfs::mount("1m");
+    let (_cluster, process, client) = cluster_of_one_process(all.clone(), &disk.dir).await;
+    // 2 MiB of objects on a 1 MiB disk, twice.
+    for object in all.iter().chain(&all) {
+        read_checked(&client, object).await;
+    }
+    let (_, passed, disk_errors, error_frames) = counters(&process).await;
+    assert!(passed >= 1.0, "no read was served past the full disk");
+    assert!(disk_errors >= 1.0, "the disk errors are not counted");
+    assert_eq!(error_frames, 0.0, "a read was refused");
+
+    disk.resize("64m");
+    for object in &all {
+        read_checked(&client, object).await;
+    }
+    let (hits, passed, _, _) = counters(&process).await;
+    for object in &all {
+        read_checked(&client, object).await;
+    }
+    let (hits_after, passed_after, _, error_frames) = counters(&process).await;
+    assert_eq!(
+        hits_after - hits,
+        all.len() as f64,
+        "with room again, every object was cached and then hit"
+    );
+    assert_eq!(
+        passed_after, passed,
+        "nothing passed through once there was room"
+    );
+    assert_eq!(error_frames, 0.0);
+}
+
+/// The cache folder removed under the running worker: a new object is still served
+/// (the worker makes the folder again) and cached (its next read is a hit), and an
+/// object cached before is still served right (from the file it holds open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_folder_removed_under_the_worker_is_made_again_without_a_restart() {
+    let all = objects("gone", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let (_cluster, process, client) = cluster_of_one_process(all.clone(), &cache).await;
+    let (before, after) = (&all[0], &all[1]);
+    read_checked(&client, before).await;
+
+    std::fs::remove_dir_all(&cache).unwrap();
+    read_checked(&client, after).await;
+    assert!(
+        cache.join("blocks").is_dir(),
+        "the folder was not made again"
+    );
+    let (hits, _, _, _) = counters(&process).await;
+    read_checked(&client, after).await;
+    read_checked(&client, before).await;
+    let (hits_after, _, _, error_frames) = counters(&process).await;
+    assert_eq!(hits_after - hits, 2.0, "both reads were hits");
+    assert_eq!(error_frames, 0.0, "a read was refused");
+}

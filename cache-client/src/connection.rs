@@ -644,6 +644,18 @@ impl Pool {
         result
     }
 
+    /// Closes every connection to `endpoint` (its circuit just opened): the requests
+    /// in flight on them fail at once and move on, instead of each waiting for its own
+    /// deadline.
+    pub fn poison_endpoint(&self, endpoint: &Endpoint) {
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = conns.get_mut(endpoint) {
+            for conn in slot.conns.drain(..) {
+                conn.poison();
+            }
+        }
+    }
+
     /// Drops the connections to endpoints that are not in `keep`.
     pub fn retain_workers(&self, keep: &[Endpoint]) {
         let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());

@@ -239,12 +239,14 @@ impl WorkerHealth {
     }
 
     /// A request to the worker at `addr` failed: counted, and the circuit opens when
-    /// the failures are enough (or a probe failed).
-    pub fn failed(&self, addr: &str, failure: Failure) {
-        self.failed_at(addr, failure, Instant::now());
+    /// the failures are enough (or a probe failed). Returns whether this failure opened
+    /// a circuit that was closed (the requests still waiting on the worker should move
+    /// on now).
+    pub fn failed(&self, addr: &str, failure: Failure) -> bool {
+        self.failed_at(addr, failure, Instant::now())
     }
 
-    fn failed_at(&self, addr: &str, failure: Failure, now: Instant) {
+    fn failed_at(&self, addr: &str, failure: Failure, now: Instant) -> bool {
         let w = self.worker(addr);
         let weight = match failure {
             Failure::Error => 1,
@@ -266,16 +268,18 @@ impl WorkerHealth {
                 timing.open_until = now + timing.backoff;
                 w.opened.fetch_add(1, Ordering::Relaxed);
                 w.state.store(1, Ordering::Release);
+                false
             }
             CircuitState::Closed if failures >= self.config.failures_to_open.max(1) => {
                 timing.open_until = now + timing.backoff;
                 w.opened.fetch_add(1, Ordering::Relaxed);
                 w.state.store(1, Ordering::Release);
                 tracing::warn!(worker = %addr, failures, backoff = ?timing.backoff, "worker circuit opened: reads skip it until a probe succeeds");
+                true
             }
             // Already open (a failure of a request sent before it opened), or not yet
             // enough failures.
-            _ => {}
+            _ => false,
         }
     }
 
@@ -345,8 +349,15 @@ mod tests {
         h.failed_at("w", Failure::Error, t0);
         h.failed_at("w", Failure::Error, t0);
         assert_eq!(h.admit_at("w", t0), Admission::Go);
-        h.failed_at("w", Failure::Error, t0);
+        assert!(
+            h.failed_at("w", Failure::Error, t0),
+            "the third one opens it"
+        );
         assert_eq!(state(&h, "w"), CircuitState::Open);
+        assert!(
+            !h.failed_at("w", Failure::Error, t0),
+            "a failure while open opens nothing"
+        );
         assert_eq!(h.admit_at("w", t0), Admission::Skip);
         assert_eq!(h.admit_at("other", t0), Admission::Go);
         assert_eq!(h.unwell.load(Ordering::Relaxed), 1);

@@ -818,9 +818,8 @@ impl CacheClient {
     /// success (a refusal too: the worker is alive and said why), except a transient
     /// refusal; a broken connection or a missed deadline is a failure.
     fn note_health(&self, addr: &str, answer: &Result<Answer>) {
-        let health = &self.inner.health;
         match answer {
-            Ok(Answer::Partial { error, .. }) | Err(error) => health.failed(
+            Ok(Answer::Partial { error, .. }) | Err(error) => self.worker_failed(
                 addr,
                 if matches!(error, CacheClientError::DeadlineExceeded(_)) {
                     Failure::Deadline
@@ -829,9 +828,31 @@ impl CacheClient {
                 },
             ),
             Ok(Answer::Message(Message::Error(e))) if e.code.is_transient() => {
-                health.failed(addr, Failure::Error)
+                self.worker_failed(addr, Failure::Error)
             }
-            Ok(_) => health.succeeded(addr),
+            Ok(_) => self.inner.health.succeeded(addr),
+        }
+    }
+
+    /// Tells the worker's circuit of a failure; when that opens the circuit, the
+    /// worker's connections are closed, so that every request still waiting on it
+    /// (pieces not hedged, or queued behind a hung answer) moves on to the next owner
+    /// now rather than at its own deadline.
+    fn worker_failed(&self, addr: &str, failure: Failure) {
+        if !self.inner.health.failed(addr, failure) {
+            return;
+        }
+        let pool = &self.inner.pool;
+        pool.poison_endpoint(&Endpoint::Tcp(addr.to_owned()));
+        let local = self
+            .inner
+            .local_routes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(addr)
+            .cloned();
+        if let Some(local) = local {
+            pool.poison_endpoint(&local);
         }
     }
 
@@ -1054,7 +1075,7 @@ impl CacheClient {
                         // failure (three in a row open it, so a frozen worker is skipped
                         // before its first deadline passes); its answer, when it comes,
                         // counts as the success it is.
-                        self.inner.health.failed(addr, Failure::Error);
+                        self.worker_failed(addr, Failure::Error);
                     }
                     self.finish_unneeded(addr, first);
                     return (second, other);

@@ -563,3 +563,78 @@ async fn a_late_first_byte_is_hedged_to_the_next_owner_and_the_silent_worker_is_
         "no hedge once it is skipped"
     );
 }
+
+/// A silent owner under concurrent reads, with more of its pieces in flight than the
+/// hedge budget covers: the hedged ones are won by the next owner, and three such
+/// latency outliers open the owner's circuit, which closes its connections, so the
+/// pieces that were not hedged move on at once instead of each waiting for the
+/// first-byte deadline (the circuit shows no missed deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn outliers_open_the_circuit_and_the_pieces_waiting_on_the_worker_move_on_at_once() {
+    let all = objects(64);
+    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
+    let owned: Vec<GeneratedObject> = owned_by_the_proxied_worker(&cluster, &all)
+        .await
+        .into_iter()
+        .map(|(o, _)| o)
+        .collect();
+    // More pieces in flight at once than the budget saves hedges for (10).
+    let concurrent = 14;
+    assert!(owned.len() >= concurrent, "w2 owns {} objects", owned.len());
+    warm(&cluster, &all).await;
+    let first_byte = Duration::from_secs(6);
+    let client = cluster
+        .client_with(|c| {
+            c.deadlines = DeadlineBudget::from_total(Duration::from_secs(30))
+                .with_worker(Some(first_byte), Some(STALL));
+            c.health = HealthConfig {
+                min_backoff: Duration::from_secs(60),
+                ..HealthConfig::default()
+            };
+            c.hedge = HedgeConfig {
+                min_samples: 16,
+                max_fraction: 1.0,
+                min_delay: Duration::from_millis(20),
+                ..HedgeConfig::P99
+            };
+        })
+        .await;
+    cluster.sync_client(&client).await;
+    for i in 0..32 {
+        read_checked(
+            &client,
+            &owned[i % owned.len()],
+            "a read to learn w2's latency",
+        )
+        .await;
+    }
+    let before = client.fail_open_stats();
+
+    proxy.set(Fault::StallAfter(0));
+    let reads: Vec<_> = owned[..concurrent]
+        .iter()
+        .cloned()
+        .map(|object| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                read_checked(&client, &object, "a read whose owner went silent").await;
+            })
+        })
+        .collect();
+    for r in reads {
+        r.await.unwrap();
+    }
+    let stats = client.fail_open_stats();
+    let hedged = stats.hedged - before.hedged;
+    assert!(
+        (3..concurrent as u64).contains(&hedged),
+        "some pieces were hedged, not all: {stats:?}"
+    );
+    let (state, missed) = circuit_of(&client, &proxy);
+    assert_eq!(state, CircuitState::Open, "the outliers opened the circuit");
+    assert_eq!(
+        missed, 0,
+        "no piece waited for its first-byte deadline: the open circuit closed the \
+         silent worker's connections"
+    );
+}

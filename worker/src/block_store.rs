@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use talon_core::{BlockId, ObjectId, ObjectVersion, PresentBitmap};
 use tokio::sync::watch;
 
+use crate::crash_points::{self, CrashPoint};
 use crate::error::{Result, WorkerError};
 use crate::eviction::{EvictionPolicy, S3Fifo};
 
@@ -338,8 +339,10 @@ impl Block {
         f.sync_all()
             .map_err(|e| WorkerError::io("syncing block metadata", e))?;
         drop(f);
+        crash_points::reached(CrashPoint::MetaWritten);
         fs::rename(&tmp, &self.meta_path)
             .map_err(|e| WorkerError::io("publishing block metadata", e))?;
+        crash_points::reached(CrashPoint::MetaRenamed);
         if let Some(dir) = self.meta_path.parent()
             && let Ok(d) = File::open(dir)
         {
@@ -996,11 +999,13 @@ impl BlockStore {
                     .file
                     .write_all_at(bytes, r.start)
                     .map_err(|e| WorkerError::io("writing a block", e))?;
+                crash_points::reached(CrashPoint::PageWritten);
             }
             block
                 .file
                 .sync_data()
                 .map_err(|e| WorkerError::io("syncing a block", e))?;
+            crash_points::reached(CrashPoint::PagesSynced);
             Ok(checksums)
         })();
         let checksums = match written {

@@ -13,6 +13,7 @@
 
 pub mod block_store;
 pub mod cli;
+pub mod crash_points;
 pub mod data_plane;
 pub mod error;
 pub mod eviction;

@@ -100,14 +100,15 @@ async fn a_read_that_finds_no_room_for_its_first_piece_is_refused_as_overloaded(
         .read_range(&id, &version, size, 0..4 * PIECE)
         .unwrap();
     let first = stalled.next().await.unwrap().unwrap();
-    // The worker counts an answer once its send returns, which may be after the
-    // reader has it.
+    // The worker counts an answer (sent, or handed over on the local socket) once it
+    // is done with it, which may be after the reader has it.
+    let answers = "talon_worker_read_duration_seconds_count";
     let served = wait_for(
         "the worker to count the first piece",
         Duration::from_secs(10),
         || async {
-            let n = cluster.worker_metric(0, "talon_worker_cache_bytes_served_total");
-            (n >= PIECE as f64).then_some(n)
+            let n = cluster.worker_metric(0, answers);
+            (n >= 1.0).then_some(n)
         },
     )
     .await;
@@ -124,7 +125,7 @@ async fn a_read_that_finds_no_room_for_its_first_piece_is_refused_as_overloaded(
     assert_eq!(error.kind(), talon_protocols::ErrorKind::SlowDown);
     assert!(refused.next().await.is_none(), "a refused read ends there");
     assert_eq!(
-        cluster.worker_metric(0, "talon_worker_cache_bytes_served_total"),
+        cluster.worker_metric(0, answers),
         served,
         "nothing was asked of the worker for the refused read"
     );

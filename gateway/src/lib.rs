@@ -208,6 +208,9 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             router,
             talon_listener::ListenerLimits {
                 tls: config.tls.clone(),
+                over_capacity_answer: Some(crate::reply::over_capacity_answer(
+                    talon_protocols::answer::Front::S3,
+                )),
                 ..config.limits.listener()
             },
             shutdown_rx.clone(),
@@ -232,6 +235,9 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             router,
             talon_listener::ListenerLimits {
                 tls: config.tls.clone(),
+                over_capacity_answer: Some(crate::reply::over_capacity_answer(
+                    talon_protocols::answer::Front::Azure,
+                )),
                 ..config.limits.listener()
             },
             shutdown_rx.clone(),

@@ -123,3 +123,47 @@ async fn uploads_are_bounded_by_progress_not_by_total_time() {
     assert!(!stub.data_dir().join("demo/stalled.txt").exists());
     gw.shutdown().await;
 }
+
+/// A connection over the front's connection cap is told to come back in the
+/// protocol's words (issue 13, "overload is said, not hidden"): 503 SlowDown with
+/// `Retry-After` and `Connection: close`, before the gateway reads its request, where
+/// it used to be closed unanswered (a reset to the client's SDK).
+#[tokio::test]
+async fn a_connection_over_the_cap_gets_slow_down_with_retry_after() {
+    let (_stub, gw) = env(Limits {
+        max_connections: 1,
+        ..Limits::default()
+    })
+    .await;
+    let front = gw.s3_addr.unwrap();
+    // The one connection the cap allows, kept open after its answer.
+    let mut held = TcpStream::connect(front).await.unwrap();
+    held.write_all(b"GET /demo/absent HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        held.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 404"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+
+    let mut over = TcpStream::connect(front).await.unwrap();
+    over.write_all(b"GET /demo/absent HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut over).await;
+    let lower = answer.to_ascii_lowercase();
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+    for line in ["retry-after: 1", "connection: close", "x-amz-request-id: "] {
+        assert!(lower.contains(line), "no {line} in {answer}");
+    }
+    assert!(answer.contains("<Code>SlowDown</Code>"), "{answer}");
+    drop(held);
+    gw.shutdown().await;
+}

@@ -12,7 +12,10 @@
 //!   is cut, so a reader that never reads frees what it holds;
 //! - a cap on open connections per listener and per peer address. A connection over a
 //!   cap is accepted and closed at once, so it never waits in the kernel's backlog
-//!   ahead of well-behaved clients;
+//!   ahead of well-behaved clients; a listener given an
+//!   [`over_capacity_answer`](ListenerLimits::over_capacity_answer) writes it first
+//!   (the protocol's "slow down" with `Retry-After`), without reading the request, for
+//!   at most [`MAX_REFUSING`] such connections at once;
 //! - a cap on the number of request headers;
 //! - graceful shutdown: on the shutdown signal the listener stops accepting, lets
 //!   requests in flight finish for [`ListenerLimits::drain_timeout`], then closes.
@@ -121,7 +124,19 @@ pub struct ListenerLimits {
     pub drain_timeout: Duration,
     /// TLS, when the listener speaks HTTPS.
     pub tls: Option<Tls>,
+    /// A whole HTTP/1.1 response (status line, headers with `Connection: close`, body)
+    /// written to a plain-text connection over a cap before it is closed, so that the
+    /// client is told to come back instead of seeing a reset; `None` closes at once.
+    pub over_capacity_answer: Option<Arc<[u8]>>,
 }
+
+/// Connections over a cap being answered at once; past this they are closed unanswered
+/// (answering costs a task and a socket for up to [`REFUSAL_TIME`]).
+pub const MAX_REFUSING: usize = 64;
+
+/// The longest a connection over a cap is kept to write the answer and let the client
+/// read it.
+pub const REFUSAL_TIME: Duration = Duration::from_secs(1);
 
 impl Default for ListenerLimits {
     fn default() -> Self {
@@ -133,6 +148,7 @@ impl Default for ListenerLimits {
             max_headers: 128,
             drain_timeout: Duration::from_secs(10),
             tls: None,
+            over_capacity_answer: None,
         }
     }
 }
@@ -297,6 +313,7 @@ pub async fn serve<F, S, B>(
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     let peers = Arc::new(PeerCounts::default());
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -315,7 +332,15 @@ pub async fn serve<F, S, B>(
         };
         let Some(slots) = admit(&permits, &peers, &limits, peer) else {
             tracing::debug!(%peer, "connection refused: over a connection cap");
-            drop(stream);
+            if limits.tls.is_none()
+                && let Some(answer) = limits.over_capacity_answer.clone()
+                && let Ok(slot) = refusing.clone().try_acquire_owned()
+            {
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(REFUSAL_TIME, refuse(stream, &answer)).await;
+                    drop(slot);
+                });
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -369,6 +394,24 @@ pub async fn serve<F, S, B>(
         .is_err()
     {
         tracing::warn!("connections still open after the drain timeout; closing them");
+    }
+}
+
+/// Writes `answer` to a connection over a cap, then reads (and drops) what the client
+/// sends until it closes, so that its request arriving after the close does not make
+/// the kernel reset the connection before the client has read the answer.
+async fn refuse(mut stream: tokio::net::TcpStream, answer: &[u8]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if stream.write_all(answer).await.is_err() || stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let mut left = 64 << 10;
+    while left > 0 {
+        match stream.read(&mut sink).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => left -= n.min(left),
+        }
     }
 }
 

@@ -10,8 +10,11 @@
 //! for the threshold costs one map lookup and one atomic load.
 //!
 //! Hedges cost load, so they are bounded twice: never sooner than
-//! [`HedgeConfig::min_delay`] (a loopback p99 of microseconds would hedge on scheduler
-//! noise), and at most [`HedgeConfig::max_fraction`] of the pieces asked, by a token
+//! [`HedgeConfig::min_delay`], 250 ms by default (a loopback p99 of microseconds would
+//! hedge on scheduler noise, and a hedge of a cached piece is usually a fill from the
+//! origin on the next owner: a healthy cluster's hits must not pay the origin for a
+//! busy moment; a hung worker still costs a piece about a quarter second instead of its
+//! first-byte deadline), and at most [`HedgeConfig::max_fraction`] of the pieces asked, by a token
 //! budget that every watched piece adds to and every hedge takes one whole token from (a
 //! cluster that is slow everywhere is not sent twice the requests). A worker is not
 //! hedged before it has [`HedgeConfig::min_samples`] samples.
@@ -51,12 +54,12 @@ impl HedgeConfig {
     /// No hedging.
     pub const OFF: HedgeConfig = HedgeConfig {
         quantile: 0.99,
-        min_delay: Duration::from_millis(5),
+        min_delay: Duration::from_millis(250),
         max_fraction: 0.0,
         min_samples: 32,
     };
 
-    /// Hedging past each worker's p99, never sooner than 5 ms, at most 5% of the
+    /// Hedging past each worker's p99, never sooner than 250 ms, at most 5% of the
     /// pieces.
     pub const P99: HedgeConfig = HedgeConfig {
         max_fraction: 0.05,
@@ -226,6 +229,11 @@ mod tests {
     use super::*;
 
     const DEADLINE: Duration = Duration::from_secs(5);
+    /// The default hedging with a floor these tests' millisecond samples get past.
+    const FAST: HedgeConfig = HedgeConfig {
+        min_delay: Duration::from_millis(5),
+        ..HedgeConfig::P99
+    };
 
     #[test]
     fn off_tracks_nothing() {
@@ -236,7 +244,7 @@ mod tests {
 
     #[test]
     fn the_threshold_is_the_quantile_of_recent_samples_once_there_are_enough() {
-        let h = Hedging::new(HedgeConfig::P99);
+        let h = Hedging::new(FAST);
         let plan = h.plan("w", DEADLINE).unwrap_or_else(|| unreachable!());
         assert_eq!(plan.after, None, "no samples yet");
         // 1..=128 ms: p99 of 128 samples is the 127th smallest.
@@ -286,7 +294,7 @@ mod tests {
 
     #[test]
     fn the_budget_allows_the_fraction_and_saves_only_a_burst() {
-        let h = Hedging::new(HedgeConfig::P99);
+        let h = Hedging::new(FAST);
         for _ in 0..19 {
             h.plan("w", DEADLINE);
         }

@@ -152,7 +152,7 @@ pub struct Args {
     #[arg(long, env = "TALON_GATEWAY_HEDGE_QUANTILE", default_value_t = 0.99)]
     hedge_quantile: f64,
     /// Never hedge a piece sooner than this after asking (ms).
-    #[arg(long, env = "TALON_GATEWAY_HEDGE_MIN_DELAY_MS", default_value_t = 5)]
+    #[arg(long, env = "TALON_GATEWAY_HEDGE_MIN_DELAY_MS", default_value_t = 250)]
     hedge_min_delay_ms: u64,
     /// Uploads (PutObject, Put Blob) up to this size are also pushed into the cache
     /// once the origin has stored them, so the writer's next read is a hit; 0 turns

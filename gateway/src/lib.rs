@@ -208,7 +208,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             router,
             talon_listener::ListenerLimits {
                 tls: config.tls.clone(),
-                over_capacity_answer: Some(crate::reply::over_capacity_answer(
+                over_capacity_answer: Some(talon_protocols::answer::over_capacity_answer(
                     talon_protocols::answer::Front::S3,
                 )),
                 ..config.limits.listener()
@@ -235,7 +235,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             router,
             talon_listener::ListenerLimits {
                 tls: config.tls.clone(),
-                over_capacity_answer: Some(crate::reply::over_capacity_answer(
+                over_capacity_answer: Some(talon_protocols::answer::over_capacity_answer(
                     talon_protocols::answer::Front::Azure,
                 )),
                 ..config.limits.listener()

@@ -267,18 +267,38 @@ pub async fn start(config: StubConfig) -> Result<RunningStub, StubError> {
     if let Some(listener) = s3 {
         let st = state.clone();
         let handler = move |req, peer| s3::handle(st.clone(), req, peer);
-        tasks.push(server::spawn(listener, handler, shutdown_rx.clone(), max));
+        let front = Some(talon_protocols::answer::Front::S3);
+        tasks.push(server::spawn(
+            listener,
+            handler,
+            shutdown_rx.clone(),
+            max,
+            front,
+        ));
     }
     if let Some(listener) = azure {
         let st = state.clone();
         let handler = move |req, peer| azure::handle(st.clone(), req, peer);
-        tasks.push(server::spawn(listener, handler, shutdown_rx.clone(), max));
+        let front = Some(talon_protocols::answer::Front::Azure);
+        tasks.push(server::spawn(
+            listener,
+            handler,
+            shutdown_rx.clone(),
+            max,
+            front,
+        ));
     }
     if let Some(listener) = admin {
         let st = state.clone();
         let token = config.admin_token.clone();
         let handler = move |req, _peer| admin::handle(st.clone(), token.clone(), req);
-        tasks.push(server::spawn(listener, handler, shutdown_rx.clone(), 64));
+        tasks.push(server::spawn(
+            listener,
+            handler,
+            shutdown_rx.clone(),
+            64,
+            None,
+        ));
     }
     Ok(RunningStub {
         s3_addr,

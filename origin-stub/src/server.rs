@@ -26,27 +26,31 @@ pub struct ConnectionReset;
 /// What a handler returns.
 pub type HandlerResult = Result<Response<ResponseBody>, ConnectionReset>;
 
-/// Spawns [`serve`] on the runtime with a limit of `max_connections` at once.
+/// Spawns [`serve`] on the runtime with a limit of `max_connections` at once; a
+/// connection over it is answered in `front`'s words (503 SlowDown or ServerBusy with
+/// `Retry-After`, as the gateway's fronts do) when one is given, else closed.
 pub fn spawn<H, F>(
     listener: TcpListener,
     handler: H,
     shutdown: watch::Receiver<bool>,
     max_connections: usize,
+    front: Option<talon_protocols::answer::Front>,
 ) -> tokio::task::JoinHandle<()>
 where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = HandlerResult> + Send + 'static,
 {
-    tokio::spawn(serve(listener, handler, shutdown, max_connections))
+    tokio::spawn(serve(listener, handler, shutdown, max_connections, front))
 }
 
 /// Serves `listener` through `talon-listener` (its timeouts and caps) until `shutdown`
-/// turns true, then drains.
+/// turns true, then drains; see [`spawn`] for `front`.
 pub async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
     mut shutdown: watch::Receiver<bool>,
     max_connections: usize,
+    front: Option<talon_protocols::answer::Front>,
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = HandlerResult> + Send + 'static,
@@ -54,6 +58,7 @@ pub async fn serve<H, F>(
     let limits = ListenerLimits {
         max_connections,
         max_connections_per_peer: max_connections,
+        over_capacity_answer: front.map(talon_protocols::answer::over_capacity_answer),
         ..ListenerLimits::default()
     };
     let service = move |peer: SocketAddr| {

@@ -430,3 +430,84 @@ mod tests {
         assert_eq!(parts, [8, 4, 4, 4, 12]);
     }
 }
+
+/// The whole HTTP/1.1 answer a front's listener writes to a connection over its
+/// connection cap, without reading the request
+/// (`talon_listener::ListenerLimits::over_capacity_answer`):
+/// the protocol's throttling error — 503 SlowDown (S3) or ServerBusy (Azure) — with
+/// `Retry-After`, a request id and `Connection: close`, so that the client's SDK backs
+/// off and retries instead of seeing a reset connection.
+pub fn over_capacity_answer(front: Front) -> std::sync::Arc<[u8]> {
+    let request_id = front.new_request_id();
+    let error = Error::new(ErrorKind::SlowDown, "the server is at its connection limit");
+    let resp = error_answer(
+        front,
+        Failure::from(error),
+        ErrorContext {
+            is_head: false,
+            // Its body is never read: the answer says the connection closes.
+            has_body: true,
+            request_id: &request_id,
+            resource: "/",
+            subject: Default::default(),
+        },
+    );
+    let status = resp.status();
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    )
+    .into_bytes();
+    let id_header = match front {
+        Front::S3 => "x-amz-request-id",
+        Front::Azure => "x-ms-request-id",
+    };
+    let body = resp.body();
+    let length = body.len().to_string();
+    let extra = [
+        (id_header, request_id.as_bytes()),
+        ("content-length", length.as_bytes()),
+    ];
+    let headers = resp
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()))
+        .chain(extra);
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out.into()
+}
+
+#[cfg(test)]
+mod over_capacity_tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_over_the_cap_is_each_protocols_slow_down_and_closes() {
+        for (front, code) in [(Front::S3, "SlowDown"), (Front::Azure, "ServerBusy")] {
+            let raw = over_capacity_answer(front);
+            let text = String::from_utf8_lossy(&raw);
+            let (head, body) = text.split_once("\r\n\r\n").unwrap_or_default();
+            assert!(
+                head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+                "{head}"
+            );
+            let head = head.to_ascii_lowercase();
+            for line in ["retry-after: 1", "connection: close"] {
+                assert!(head.contains(line), "{front:?}: no {line} in {head}");
+            }
+            assert!(
+                head.contains(&format!("content-length: {}", body.len())),
+                "{head}"
+            );
+            assert!(body.contains(&format!("<Code>{code}</Code>")), "{body}");
+        }
+    }
+}

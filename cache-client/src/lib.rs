@@ -29,6 +29,7 @@ pub mod error;
 pub mod health;
 pub mod hedge;
 pub mod hello;
+pub mod hot_blocks;
 pub mod read_budget;
 
 use std::collections::HashMap;
@@ -61,6 +62,8 @@ use crate::health::{Admission, Failure, WorkerHealth};
 pub use crate::health::{CircuitState, HealthConfig, WorkerHealthView};
 pub use crate::hedge::HedgeConfig;
 use crate::hedge::{HedgePlan, Hedging};
+pub use crate::hot_blocks::HotBlockConfig;
+use crate::hot_blocks::HotBlocks;
 pub use crate::read_budget::ReaderId;
 use crate::read_budget::{Held, ReadBudget};
 
@@ -82,6 +85,9 @@ pub struct CacheClientConfig {
     /// When a piece whose first byte is late is asked of the next owner too
     /// ([`HedgeConfig`]; off by default).
     pub hedge: HedgeConfig,
+    /// When a block's reads are spread over its first owners instead of its owner
+    /// alone ([`HotBlockConfig`]; off by default).
+    pub hot_blocks: HotBlockConfig,
     /// Workers tried per piece (the owner, then the next in rendezvous order).
     pub attempts: usize,
     /// Largest piece one request asks for, in bytes.
@@ -137,6 +143,7 @@ impl CacheClientConfig {
             deadlines: DeadlineBudget::default(),
             health: HealthConfig::default(),
             hedge: HedgeConfig::default(),
+            hot_blocks: HotBlockConfig::default(),
             attempts: 3,
             // 2 MiB: with the default window of 4, one response holds at most 8 MiB ahead
             // of its client, plus the piece being written (docs/BENCHMARKS.md, slow
@@ -283,6 +290,8 @@ struct Inner {
     health: WorkerHealth,
     /// Each worker's first-byte latencies and the hedge budget.
     hedging: Hedging,
+    /// Each block's recent read rate, and whose turn a hot block's next read is.
+    hot: HotBlocks,
     /// What fail-open reads did.
     counters: FailOpenCounters,
     /// This client's name in its circuit reports to the coordinator.
@@ -405,6 +414,7 @@ impl CacheClient {
             ),
             health: WorkerHealth::new(config.health),
             hedging: Hedging::new(config.hedge),
+            hot: HotBlocks::new(config.hot_blocks),
             counters: FailOpenCounters::default(),
             reader_id: reader_id(),
             created: Instant::now(),
@@ -793,6 +803,12 @@ impl CacheClient {
         }
     }
 
+    /// Reads of hot blocks sent to an owner other than the block's first
+    /// ([`HotBlockConfig`]), since this client was made.
+    pub fn hot_reads_spread(&self) -> u64 {
+        self.inner.hot.spread()
+    }
+
     /// The owners of a request, in rendezvous order, to be asked one at a time
     /// ([`OwnersToAsk`]).
     fn owners_to_ask<'m>(
@@ -1114,8 +1130,21 @@ impl CacheClient {
         u32::try_from(piece.len)
             .map_err(|_| CacheClientError::InvalidRequest("piece too large".into()))?;
         let placement = self.placement();
-        let attempts = self.inner.config.attempts.max(1);
-        let mut owners = self.owners_to_ask(placement.locate_top_k(&block, attempts), options);
+        let key = block.placement_key();
+        let spread = self.inner.hot.owners();
+        let attempts = self.inner.config.attempts.max(spread).max(1);
+        let mut ranked = placement.locate_top_k_key(&key, attempts);
+        // A hot block is read from its first owners in turn; the rest stay behind them
+        // in rendezvous order, so a retry or a hedge goes to the next of them.
+        let turn = self
+            .inner
+            .hot
+            .note_read(&key, piece.len, block.len_in(object_size));
+        let homes = spread.min(ranked.len());
+        if turn > 0 && homes > 1 {
+            ranked[..homes].rotate_left(turn % homes);
+        }
+        let mut owners = self.owners_to_ask(ranked, options);
         let counters = &self.inner.counters;
         // The bytes of the piece received so far, when an answer was cut.
         let mut kept = BytesMut::new();

@@ -154,6 +154,20 @@ pub struct Args {
     /// Never hedge a piece sooner than this after asking (ms).
     #[arg(long, env = "TALON_GATEWAY_HEDGE_MIN_DELAY_MS", default_value_t = 250)]
     hedge_min_delay_ms: u64,
+    /// Hot blocks: a block read through this gateway more than
+    /// --hot-block-reads-per-second times its length in a second is read from its
+    /// first this-many owners in turn (1 turns spreading off). Each extra owner fills
+    /// the block once from the origin. Docs: docs/cache-cluster.md.
+    #[arg(long, env = "TALON_GATEWAY_HOT_BLOCK_OWNERS", default_value_t = 2)]
+    hot_block_owners: usize,
+    /// How many times its length a block must be read in one second to be hot (at
+    /// most 1023).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_HOT_BLOCK_READS_PER_SECOND",
+        default_value_t = 8
+    )]
+    hot_block_reads_per_second: u32,
     /// Uploads (PutObject, Put Blob) up to this size are also pushed into the cache
     /// once the origin has stored them, so the writer's next read is a hit; 0 turns
     /// that off. The gateway then joins the cluster in the ingester role.
@@ -394,6 +408,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 min_delay: Duration::from_millis(args.hedge_min_delay_ms),
                 max_fraction: args.hedge_budget,
                 ..talon_cache_client::HedgeConfig::P99
+            };
+            if args.hot_block_owners == 0 || !(1..=1023).contains(&args.hot_block_reads_per_second)
+            {
+                anyhow::bail!(
+                    "--hot-block-owners must be at least 1 and --hot-block-reads-per-second in [1, 1023]"
+                );
+            }
+            config.hot_blocks = talon_cache_client::HotBlockConfig {
+                owners: args.hot_block_owners,
+                reads_per_second: args.hot_block_reads_per_second,
             };
             Some(
                 CacheClient::connect(config)

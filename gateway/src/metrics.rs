@@ -59,6 +59,7 @@ pub struct GatewayMetrics {
     circuit_opened: Family<[(&'static str, String); 1], Gauge>,
     deadlines_missed: Family<[(&'static str, String); 1], Gauge>,
     stale_served: Counter,
+    hot_reads_spread: Gauge,
 }
 
 impl Default for GatewayMetrics {
@@ -84,6 +85,7 @@ impl GatewayMetrics {
             circuit_opened: Family::default(),
             deadlines_missed: Family::default(),
             stale_served: Counter::default(),
+            hot_reads_spread: Gauge::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -137,6 +139,11 @@ impl GatewayMetrics {
                 "Reads answered with the last known version past --max-staleness-ms because the origin could not be reached (stale-if-error)",
                 m.stale_served.clone(),
             );
+            r.register(
+                "hot_block_reads_spread",
+                "Reads of hot blocks sent to an owner other than the block's first (--hot-block-owners), since start",
+                m.hot_reads_spread.clone(),
+            );
         }
         m
     }
@@ -189,6 +196,13 @@ impl GatewayMetrics {
     pub fn read_budget_held(&self, bytes: u64) {
         self.read_budget_held
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Records how many reads of hot blocks went to another of their owners (read when
+    /// `/metrics` is served).
+    pub fn hot_reads_spread(&self, reads: u64) {
+        self.hot_reads_spread
+            .set(i64::try_from(reads).unwrap_or(i64::MAX));
     }
 
     /// Records the cache client's fail-open tallies and each worker's circuit (read

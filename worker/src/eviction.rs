@@ -35,6 +35,28 @@ pub trait EvictionPolicy<K> {
     }
 }
 
+/// A policy lent out is still that policy (so a simulation can run one it does not own).
+impl<K, P: EvictionPolicy<K> + ?Sized> EvictionPolicy<K> for &mut P {
+    fn insert(&mut self, key: K, size: u64) {
+        (**self).insert(key, size);
+    }
+    fn access(&mut self, key: &K) {
+        (**self).access(key);
+    }
+    fn resize(&mut self, key: &K, size: u64) {
+        (**self).resize(key, size);
+    }
+    fn remove(&mut self, key: &K) {
+        (**self).remove(key);
+    }
+    fn victim(&mut self) -> Option<K> {
+        (**self).victim()
+    }
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+}
+
 /// Least recently used.
 #[derive(Debug)]
 pub struct Lru<K> {
@@ -314,29 +336,51 @@ impl<K: Clone + Eq + Hash> EvictionPolicy<K> for S3Fifo<K> {
     }
 }
 
-/// Replays a trace of block accesses against a policy with room for `capacity`
-/// equal-sized blocks and returns the hit ratio. Used by the simulation example and
-/// the tests.
-pub fn simulate<P: EvictionPolicy<u64>>(policy: &mut P, trace: &[u64], capacity: usize) -> f64 {
-    let mut resident = std::collections::HashSet::new();
-    let mut hits = 0usize;
-    for &block in trace {
-        if resident.contains(&block) {
-            hits += 1;
-            policy.access(&block);
-            continue;
+/// A cache of `capacity` equal-sized blocks run by an eviction policy, for
+/// simulations: which blocks are resident, and the policy that picks victims.
+#[derive(Debug)]
+pub struct SimulatedCache<P> {
+    policy: P,
+    resident: std::collections::HashSet<u64>,
+    capacity: usize,
+}
+
+impl<P: EvictionPolicy<u64>> SimulatedCache<P> {
+    /// An empty cache with room for `capacity` blocks.
+    pub fn new(policy: P, capacity: usize) -> SimulatedCache<P> {
+        SimulatedCache {
+            policy,
+            resident: std::collections::HashSet::new(),
+            capacity,
         }
-        while resident.len() >= capacity {
-            match policy.victim() {
+    }
+
+    /// Reads `block`: true for a hit; a miss makes it resident, evicting as needed.
+    pub fn access(&mut self, block: u64) -> bool {
+        if self.resident.contains(&block) {
+            self.policy.access(&block);
+            return true;
+        }
+        while self.resident.len() >= self.capacity {
+            match self.policy.victim() {
                 Some(v) => {
-                    resident.remove(&v);
+                    self.resident.remove(&v);
                 }
                 None => break,
             }
         }
-        resident.insert(block);
-        policy.insert(block, 1);
+        self.resident.insert(block);
+        self.policy.insert(block, 1);
+        false
     }
+}
+
+/// Replays a trace of block accesses against a policy with room for `capacity`
+/// equal-sized blocks and returns the hit ratio. Used by the simulation examples and
+/// the tests.
+pub fn simulate<P: EvictionPolicy<u64>>(policy: &mut P, trace: &[u64], capacity: usize) -> f64 {
+    let mut cache = SimulatedCache::new(policy, capacity);
+    let hits = trace.iter().filter(|&&block| cache.access(block)).count();
     if trace.is_empty() {
         0.0
     } else {

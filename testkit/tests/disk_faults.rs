@@ -1,7 +1,9 @@
-//! Issue 13's disk suite: a cache disk that fills up, and a cache folder removed under
-//! a running `talon-worker` process. The worker degrades to serving from the origin
-//! (never an error frame, never a wrong byte), says so in its metrics, and caches
-//! again without a restart once the disk allows it.
+//! Issue 13's disk suite: a cache disk that fills up, a cache folder removed under a
+//! running `talon-worker` process, and cached pages that cannot be read back (the
+//! worker's `TALON_WORKER_FAIL_PAGE_READS` hook: `EIO` as a failing disk gives it).
+//! The worker degrades to serving from the origin (never an error frame, never a
+//! wrong byte), says so in its metrics, and caches again without a restart once the
+//! disk allows it.
 //!
 //! The full disk is a real one: a 1 MiB tmpfs mounted by the test as the worker's
 //! cache folder (the test needs root, as CI runs it), while the worker's byte budget
@@ -14,7 +16,10 @@ use std::process::Command;
 use talon_cache_client::CacheClient;
 use talon_core::{ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
-use talon_testkit::{Cluster, ClusterConfig, WorkerProcess, expected, http_get, read_through};
+use talon_testkit::{
+    Cluster, ClusterConfig, WorkerProcess, expected, http_get, read_through, wait_for,
+};
+use talon_worker::read_faults::FAIL_PAGE_READS_ENV;
 
 const BLOCK: u64 = 256 << 10;
 
@@ -184,4 +189,68 @@ async fn a_cache_folder_removed_under_the_worker_is_made_again_without_a_restart
     let (hits_after, _, _, error_frames) = counters(&process).await;
     assert_eq!(hits_after - hits, 2.0, "both reads were hits");
     assert_eq!(error_frames, 0.0, "a read was refused");
+}
+
+/// Pages that cannot be read back (the first three page reads of a restarted worker
+/// fail with `EIO`): every read is still served right by that worker, the pages are
+/// dropped and refetched from the origin (counted as disk errors of op `read`), and
+/// once the disk reads again the refetched pages are hits, with no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_pages_that_cannot_be_read_back_are_refetched_and_served_right() {
+    let all = objects("eio", 4);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let (cluster, mut process, client) = cluster_of_one_process(all.clone(), &cache).await;
+    for object in &all {
+        read_checked(&client, object).await;
+    }
+    let filled = cluster.origin_gets();
+    assert_eq!(filled, all.len() as u64, "one fill per object");
+
+    // Restarted on the same folder: its first page reads check every cached page's
+    // checksum, and the first three of them fail.
+    process.kill();
+    drop(process);
+    let process =
+        WorkerProcess::start_logged(&cluster, "w0", &cache, &[], &[(FAIL_PAGE_READS_ENV, "3")])
+            .await;
+    let coordinator = cluster.coordinator_client(talon_core::cluster_auth::Role::Reader);
+    wait_for(
+        "the coordinator to list the restarted worker",
+        std::time::Duration::from_secs(10),
+        || async {
+            let m = coordinator.member("w0").await.ok()?;
+            (m.addr == process.addr).then_some(())
+        },
+    )
+    .await;
+    cluster.sync_client(&client).await;
+    for object in &all {
+        read_checked(&client, object).await;
+    }
+    let text = http_get(&format!("{}/metrics", process.admin_url)).await;
+    let unreadable = talon_testkit::metric(&text, "talon_worker_disk_errors_total{op=\"read\"}");
+    assert_eq!(unreadable, Some(3.0), "the failed reads are counted");
+    let (_, _, _, error_frames) = counters(&process).await;
+    assert_eq!(error_frames, 0.0, "a read was refused");
+    let refetched = cluster.origin_gets() - filled;
+    assert!(
+        (1..=3).contains(&refetched),
+        "the dropped pages were refetched: {refetched} origin GETs"
+    );
+    assert!(
+        process.log().contains("could not be read back"),
+        "{}",
+        process.log()
+    );
+
+    // The disk reads again: everything is a hit, nothing more from the origin.
+    let (hits, _, _, _) = counters(&process).await;
+    for object in &all {
+        read_checked(&client, object).await;
+    }
+    let (hits_after, _, _, error_frames) = counters(&process).await;
+    assert_eq!(hits_after - hits, all.len() as f64, "every read was a hit");
+    assert_eq!(cluster.origin_gets() - filled, refetched);
+    assert_eq!(error_frames, 0.0);
 }

@@ -360,6 +360,8 @@ struct Inner {
     evictions: u64,
     /// Present pages dropped because their bytes no longer matched their checksum.
     corrupt_pages: u64,
+    /// Present pages dropped because reading them back failed.
+    unreadable_pages: u64,
 }
 
 /// Counters of the store, for metrics and heartbeats.
@@ -376,6 +378,9 @@ pub struct StoreStats {
     /// Present pages found corrupt (their checksum failed) and dropped since start:
     /// never served, refetched when next read.
     pub corrupt_pages: u64,
+    /// Present pages whose bytes could not be read back from the cache disk (an I/O
+    /// error) and were dropped since start: never served, refetched when next read.
+    pub unreadable_pages: u64,
 }
 
 /// Bytes reserved for a fill; returned to the budget when dropped (a committed fill
@@ -555,6 +560,7 @@ impl BlockStore {
                 reserved: 0,
                 evictions: 0,
                 corrupt_pages: 0,
+                unreadable_pages: 0,
             }),
         };
         store.rebuild()?;
@@ -576,6 +582,7 @@ impl BlockStore {
             blocks: inner.blocks.len() as u64,
             evictions: inner.evictions,
             corrupt_pages: inner.corrupt_pages,
+            unreadable_pages: inner.unreadable_pages,
         }
     }
 
@@ -1049,10 +1056,12 @@ impl BlockStore {
 
     /// Makes sure the present pages in `pages` can be served: re-verifies their
     /// checksums if this process has not yet (or the file changed behind its back), and
-    /// drops any that fail. Returns whether all of `pages` are still present.
+    /// drops any that fail or cannot be read back (a failing disk: the page is
+    /// refetched, as a corrupt one is). Returns whether all of `pages` are still
+    /// present.
     ///
     /// # Errors
-    /// I/O errors other than short reads (which count as corruption).
+    /// Writing the block's metadata after dropping pages.
     pub fn verify(&self, block: &Block, pages: Range<u32>) -> Result<bool> {
         let current = block.file.metadata().map(|m| FileIdentity::of(&m)).ok();
         let to_check: Vec<(u32, u32)> = {
@@ -1075,14 +1084,21 @@ impl BlockStore {
         };
         let mut bad = Vec::new();
         let mut good = Vec::new();
+        let mut unreadable = 0u64;
         let mut buf = Vec::new();
         for (page, expected) in to_check {
             let r = block.page_bytes(page);
             buf.resize((r.end - r.start) as usize, 0);
-            let ok = match block.file.read_exact_at(&mut buf, r.start) {
+            let read = crate::read_faults::page_read()
+                .and_then(|()| block.file.read_exact_at(&mut buf, r.start));
+            let ok = match read {
                 Ok(()) => page_checksum(&buf) == expected,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
-                Err(e) => return Err(WorkerError::io("verifying a block", e)),
+                Err(e) => {
+                    tracing::warn!(block = %block.name, page, error = %e, "a cached page could not be read back; dropping it to refetch");
+                    unreadable += 1;
+                    false
+                }
             };
             if ok { good.push(page) } else { bad.push(page) }
         }
@@ -1113,10 +1129,11 @@ impl BlockStore {
             );
         }
         if !bad.is_empty() {
-            tracing::warn!(block = %block.name, pages = ?bad, "dropped pages that failed their checksum; they will be refetched");
+            tracing::warn!(block = %block.name, pages = ?bad, "dropped pages that failed their checksum or a read; they will be refetched");
             let mut inner = lock(&self.inner);
             inner.used = inner.used.saturating_sub(freed);
-            inner.corrupt_pages += bad.len() as u64;
+            inner.corrupt_pages += bad.len() as u64 - unreadable;
+            inner.unreadable_pages += unreadable;
             inner.policy.resize(&block.name, lock(&block.state).cost);
             drop(inner);
             block.persist_meta()?;

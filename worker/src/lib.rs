@@ -20,6 +20,7 @@ pub mod eviction;
 pub mod loader;
 pub mod metrics;
 pub mod origins;
+pub mod read_faults;
 pub mod service;
 pub mod zero_copy;
 

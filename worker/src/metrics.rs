@@ -192,7 +192,8 @@ impl WorkerMetrics {
             r.register(
                 "disk_errors",
                 "Cache-disk operations that failed (label op: create, a block file; \
-                 store, writing a fill's pages); the read was served from the origin instead",
+                 store, writing a fill's pages; read, reading a cached page back, which \
+                 drops the page to be refetched); the read was served from the origin instead",
                 m.disk_errors.clone(),
             );
             r.register(
@@ -205,7 +206,8 @@ impl WorkerMetrics {
         m
     }
 
-    /// Counts a failed cache-disk operation (`op`: `create` or `store`).
+    /// Counts a failed cache-disk operation (`op`: `create` or `store`; `read` is
+    /// caught up from the store's [`StoreStats::unreadable_pages`] when rendered).
     pub fn disk_error(&self, op: &str) {
         self.disk_errors
             .get_or_create(&vec![("op".to_owned(), op.to_owned())])
@@ -324,6 +326,12 @@ impl WorkerMetrics {
         ] {
             catch_up(counter, total);
         }
+        catch_up(
+            &self
+                .disk_errors
+                .get_or_create(&vec![("op".to_owned(), "read".to_owned())]),
+            store.unreadable_pages,
+        );
         for (result, total) in [
             ("fetched", stat_requests.fetched),
             ("unchanged", stat_requests.unchanged),
@@ -371,6 +379,7 @@ mod tests {
                 blocks: 1,
                 evictions: 3,
                 corrupt_pages: 2,
+                unreadable_pages: 6,
             },
             StatOriginRequests {
                 fetched: 4,
@@ -382,6 +391,10 @@ mod tests {
         assert!(text.contains("talon_worker_cache_bytes_served_total 4096"));
         assert!(text.contains("talon_worker_evictions_total 3"));
         assert!(text.contains("talon_worker_corrupt_pages_total 2"));
+        assert!(
+            text.contains("talon_worker_disk_errors_total{op=\"read\"} 6"),
+            "{text}"
+        );
         assert!(text.contains("talon_worker_cache_used_bytes 10"));
         assert!(text.contains("talon_worker_read_duration_seconds_count 1"));
         assert!(text.contains("talon_worker_stat_origin_requests_total{result=\"unchanged\"} 5"));

@@ -177,6 +177,9 @@ impl HotBlocks {
     /// bytes, now, and says which of its first [`owners`](Self::owners) owners to ask
     /// first: 0 (the owner) unless the block is hot.
     pub fn note_read(&self, key: &[u8; 32], bytes: u64, block_len: u64) -> usize {
+        if self.slots.is_empty() {
+            return 0;
+        }
         let window = self.created.elapsed().as_secs() / WINDOW.as_secs().max(1);
         self.note_read_in(key, bytes, block_len, window)
     }

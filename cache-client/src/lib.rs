@@ -1136,12 +1136,13 @@ impl CacheClient {
         let mut ranked = placement.locate_top_k_key(&key, attempts);
         // A hot block is read from its first owners in turn; the rest stay behind them
         // in rendezvous order, so a retry or a hedge goes to the next of them.
-        let turn = self
-            .inner
-            .hot
-            .note_read(&key, piece.len, block.len_in(object_size));
+        // (Not counted when it has one owner: there is nowhere to spread it.)
         let homes = spread.min(ranked.len());
-        if turn > 0 && homes > 1 {
+        if homes > 1 {
+            let turn = self
+                .inner
+                .hot
+                .note_read(&key, piece.len, block.len_in(object_size));
             ranked[..homes].rotate_left(turn % homes);
         }
         let mut owners = self.owners_to_ask(ranked, options);

@@ -2,7 +2,7 @@
 //! for a script (`--json`, one line).
 
 use anyhow::Context;
-use talon_coordinator::api::{ClusterSummary, MemberInfo, MembersResponse};
+use talon_coordinator::api::{ClusterSummary, MemberCircuits, MemberInfo, MembersResponse};
 use talon_coordinator::client::CoordinatorClient;
 use talon_core::cluster_auth::Role;
 
@@ -76,8 +76,8 @@ fn table(cluster: &ClusterSummary, members: &MembersResponse) -> String {
         bytes(cluster.capacity_bytes),
         hit_ratio(cluster.hits, cluster.misses),
     );
-    out.push_str("| id | address | zone | weight | state | last heartbeat | cached | capacity | hit ratio |\n");
-    out.push_str("|---|---|---|---:|---|---:|---:|---:|---:|\n");
+    out.push_str("| id | address | zone | weight | state | plane | last heartbeat | cached | capacity | hit ratio | readers' circuits |\n");
+    out.push_str("|---|---|---|---:|---|---|---:|---:|---:|---:|---|\n");
     for m in &members.members {
         out.push_str(&row(m));
     }
@@ -85,17 +85,43 @@ fn table(cluster: &ClusterSummary, members: &MembersResponse) -> String {
 }
 
 fn row(m: &MemberInfo) -> String {
+    let or_dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
     format!(
-        "| {} | {} | {} | {} | {} | {} ms ago | {} | {} | {} |\n",
+        "| {} | {} | {} | {} | {} | {} | {} ms ago | {} | {} | {} | {} |\n",
         m.id,
         m.addr,
-        if m.zone.is_empty() { "-" } else { &m.zone },
+        or_dash(&m.zone),
         m.weight,
         m.state.as_str(),
+        or_dash(&m.data_plane),
         m.last_heartbeat_ms_ago,
         bytes(m.bytes_cached),
         bytes(m.capacity_bytes),
         hit_ratio(m.hits, m.misses),
+        circuits(&m.circuits),
+    )
+}
+
+/// What the readers' circuits say of a member, in words: "ok" when no reader has had
+/// trouble with it.
+fn circuits(c: &MemberCircuits) -> String {
+    if c.readers == 0 {
+        return "ok".into();
+    }
+    let state = if c.open == 0 {
+        format!("closed for all {}", c.readers)
+    } else {
+        format!("open for {} of {}", c.open, c.readers)
+    };
+    format!(
+        "{state} readers · opened {}× · {} deadlines missed",
+        c.opened, c.deadlines_missed
     )
 }
 
@@ -110,5 +136,28 @@ mod tests {
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(hit_ratio(0, 0), "-");
         assert_eq!(hit_ratio(7, 1), "87.5%");
+    }
+
+    #[test]
+    fn circuits_read_as_words() {
+        assert_eq!(circuits(&MemberCircuits::default()), "ok");
+        assert_eq!(
+            circuits(&MemberCircuits {
+                readers: 3,
+                open: 1,
+                opened: 4,
+                deadlines_missed: 9,
+            }),
+            "open for 1 of 3 readers · opened 4× · 9 deadlines missed"
+        );
+        assert_eq!(
+            circuits(&MemberCircuits {
+                readers: 2,
+                open: 0,
+                opened: 1,
+                deadlines_missed: 1,
+            }),
+            "closed for all 2 readers · opened 1× · 1 deadlines missed"
+        );
     }
 }

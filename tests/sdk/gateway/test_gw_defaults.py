@@ -112,6 +112,13 @@ def test_talon_status_shows_the_cluster(cluster):
     assert "3 workers (3 live, 0 draining)" in text, text
     for worker in ids:
         assert f"| {worker} |" in text, text
+    # Each worker's data plane and what the readers' circuits say of it, in both forms.
+    assert "| plane |" in text and "| readers' circuits |" in text, text
+    for m in report["members"]:
+        assert m["data_plane"] in ("io_uring", "tokio"), m
+        assert set(m["circuits"]) == {"readers", "open", "opened", "deadlines_missed"}, m
+        line = next(l for l in text.splitlines() if l.startswith(f"| {m['id']} |"))
+        assert f"| {m['data_plane']} |" in line, line
     env = harness.clean_env()
     del env["TALON_CLUSTER_SECRET"]
     refused = subprocess.run(argv, capture_output=True, timeout=60, env=env)

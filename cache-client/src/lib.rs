@@ -789,6 +789,15 @@ impl CacheClient {
         self.inner.health.views()
     }
 
+    /// The data-plane addresses of the members in the membership snapshot in use.
+    pub fn member_addrs(&self) -> Vec<String> {
+        self.placement()
+            .members()
+            .iter()
+            .map(|m| m.addr.clone())
+            .collect()
+    }
+
     /// What reads did when workers failed them, since this client was made.
     pub fn fail_open_stats(&self) -> FailOpenStats {
         let c = &self.inner.counters;

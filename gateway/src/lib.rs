@@ -256,8 +256,11 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                     async move {
                         if let Some(cache) = gw.objects.cache() {
                             gw.metrics.read_budget_held(cache.buffered_bytes(None));
-                            gw.metrics
-                                .fail_open(cache.fail_open_stats(), &cache.worker_health());
+                            gw.metrics.fail_open(
+                                cache.fail_open_stats(),
+                                &cache.member_addrs(),
+                                &cache.worker_health(),
+                            );
                             gw.metrics.hot_reads_spread(cache.hot_reads_spread());
                         }
                         (

@@ -206,10 +206,13 @@ impl GatewayMetrics {
     }
 
     /// Records the cache client's fail-open tallies and each worker's circuit (read
-    /// when `/metrics` is served).
+    /// when `/metrics` is served): every member in `members` gets its series (0 until
+    /// it fails a read), and a worker that left the membership loses them, so no
+    /// circuit of a departed worker stays open on a dashboard or in an alert.
     pub fn fail_open(
         &self,
         stats: talon_cache_client::FailOpenStats,
+        members: &[String],
         workers: &[talon_cache_client::WorkerHealthView],
     ) {
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -226,7 +229,16 @@ impl GatewayMetrics {
                 .get_or_create(&[("event", event)])
                 .set(gauge(value));
         }
-        for w in workers {
+        self.circuit_open.clear();
+        self.circuit_opened.clear();
+        self.deadlines_missed.clear();
+        for addr in members {
+            let label = [("worker", addr.clone())];
+            self.circuit_open.get_or_create(&label).set(0);
+            self.circuit_opened.get_or_create(&label).set(0);
+            self.deadlines_missed.get_or_create(&label).set(0);
+        }
+        for w in workers.iter().filter(|w| members.contains(&w.addr)) {
             let label = [("worker", w.addr.clone())];
             let open = w.state != talon_cache_client::CircuitState::Closed;
             self.circuit_open.get_or_create(&label).set(i64::from(open));
@@ -247,5 +259,56 @@ impl GatewayMetrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use talon_cache_client::{CircuitState, FailOpenStats, WorkerHealthView};
+
+    use super::*;
+
+    fn view(addr: &str, state: CircuitState) -> WorkerHealthView {
+        WorkerHealthView {
+            addr: addr.into(),
+            state,
+            consecutive_failures: 3,
+            opened: 2,
+            deadlines_missed: 5,
+        }
+    }
+
+    #[test]
+    fn every_member_has_circuit_series_and_a_departed_worker_has_none() {
+        let m = GatewayMetrics::new();
+        let members = vec!["w-a:1".to_owned(), "w-b:1".to_owned()];
+        let views = [
+            view("w-a:1", CircuitState::Open),
+            view("w-gone:1", CircuitState::Open),
+        ];
+        m.fail_open(FailOpenStats::default(), &members, &views);
+        let text = m.render();
+        assert!(
+            text.contains("talon_gateway_worker_circuit_open{worker=\"w-a:1\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("talon_gateway_worker_circuit_open{worker=\"w-b:1\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("talon_gateway_worker_deadlines_missed{worker=\"w-a:1\"} 5"),
+            "{text}"
+        );
+        assert!(!text.contains("w-gone"), "{text}");
+
+        // w-a leaves the membership: its open circuit is no longer reported.
+        m.fail_open(FailOpenStats::default(), &members[1..], &views);
+        let text = m.render();
+        assert!(!text.contains("w-a:1"), "{text}");
+        assert!(
+            text.contains("talon_gateway_worker_circuit_open{worker=\"w-b:1\"} 0"),
+            "{text}"
+        );
     }
 }

@@ -13,6 +13,12 @@ use prometheus_client::registry::Registry;
 use crate::block_store::StoreStats;
 use crate::origins::StatOriginRequests;
 
+/// The `op` labels of `talon_worker_disk_errors_total`.
+const DISK_OPS: [&str; 3] = ["create", "store", "read"];
+
+/// The `reason` labels of `talon_worker_pass_through_total`.
+const PASS_THROUGH_REASONS: [&str; 2] = ["no_room", "disk_error"];
+
 /// Every metric of a worker.
 #[derive(Debug)]
 pub struct WorkerMetrics {
@@ -202,6 +208,19 @@ impl WorkerMetrics {
                  the byte budget; disk_error, the cache disk failed)",
                 m.pass_through.clone(),
             );
+        }
+        // Every label the faults can take exists from the start at 0, so a dashboard
+        // shows 0 rather than no data and an alert's `increase` sees the first fault
+        // (a series that appears at 1 has no earlier sample to increase from).
+        for op in DISK_OPS {
+            let _ = m
+                .disk_errors
+                .get_or_create(&vec![("op".to_owned(), op.to_owned())]);
+        }
+        for reason in PASS_THROUGH_REASONS {
+            let _ = m
+                .pass_through
+                .get_or_create(&vec![("reason".to_owned(), reason.to_owned())]);
         }
         m
     }

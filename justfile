@@ -43,6 +43,16 @@ s3-tests *ARGS:
     cargo build --bins
     python3 scripts/s3_tests.py {{ARGS}}
 
+# The alert rules, their unit tests and the dashboard's queries through promtool
+# (docs/operations.md; `apt-get install prometheus` for promtool).
+monitoring-check:
+    ./scripts/check_monitoring.sh
+
+# The Helm chart, the rendered manifests, the systemd units and the Dockerfile through
+# their validators (docs/operations.md); `--render` rewrites deploy/kubernetes/talon.yaml.
+deploy-check *ARGS:
+    ./scripts/check_deploy.sh {{ARGS}}
+
 # ---- measurement (docs/BENCHMARKS.md) ----
 
 # Criterion benches into bench/results/latest.json; `just bench -p talon-core` scopes.

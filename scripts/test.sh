@@ -104,4 +104,15 @@ else
   step "ceph/s3-tests skipped: no suite at $S3_TESTS (set TALON_S3_TESTS)"
 fi
 
+# The alert rules, their unit tests, and the dashboard's queries, by Prometheus's own
+# promtool (that the queries name exported metrics is gateway/tests/dashboards.rs).
+step "monitoring: promtool on deploy/prometheus and deploy/grafana"
+command -v promtool >/dev/null || apt_install prometheus
+./scripts/check_monitoring.sh
+
+# The Helm chart (lint, render, the rendered manifests against Kubernetes' schemas), the
+# systemd units (systemd-analyze verify) and the Dockerfile (hadolint).
+step "deployment: scripts/check_deploy.sh"
+./scripts/check_deploy.sh
+
 step "all tests passed"

@@ -58,6 +58,11 @@ export TALON_REQUIRE_INDEPENDENT_ORIGINS=1
 # worker it starts serves on the plane it names (TALON_TEST_EXPECT_DATA_PLANE). The first
 # run reads the workers over TCP; the second through their local sockets (the
 # co-located fast path, TALON_TEST_LOCAL_SOCKETS=1), which the Tokio plane's code serves.
+# etcd from Debian: testkit/tests/etcd_membership.rs starts a real three-member cluster
+# on loopback for the coordinators' shared membership.
+step "etcd (Debian's etcd-server) for the shared-membership suite"
+command -v etcd >/dev/null || apt_install etcd-server
+
 step "cargo test --workspace (data plane: the default, reads over TCP)"
 TALON_TEST_EXPECT_DATA_PLANE=default cargo test --workspace
 

@@ -49,6 +49,11 @@ pub enum CoordinatorError {
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
 
+    /// The shared state store (etcd) could not be reached or refused; nothing changed.
+    /// HTTP 503: the caller retries, as a worker's next heartbeat does.
+    #[error("state store unavailable: {0}")]
+    StateStore(String),
+
     /// The listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -86,6 +91,7 @@ impl CoordinatorError {
             Self::Forbidden(_) => 403,
             Self::UnknownWorker(_) => 404,
             Self::Conflict(_) | Self::PlacementVersion(_) => 409,
+            Self::StateStore(_) => 503,
             Self::Api { status, .. } => *status,
             Self::InvalidConfig(_) | Self::Bind { .. } | Self::Transport(_) | Self::Decode(_) => {
                 500

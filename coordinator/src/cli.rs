@@ -10,7 +10,9 @@ use anyhow::Context;
 
 /// Talon's coordinator: tracks which workers are alive (register, heartbeat, expiry,
 /// drain), publishes the membership epoch, and serves the admin API and /metrics.
-/// Membership is soft state: after a restart it is rebuilt from the next heartbeats.
+/// With --state memory (the default) membership is soft state in this process, rebuilt
+/// from the next heartbeats after a restart; with --state etcd://… it lives in etcd and
+/// every coordinator given the same etcd serves the same cluster.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Address of the admin API (HTTP/JSON under /v1, plus /healthz, /readyz, /metrics).
@@ -43,6 +45,20 @@ pub struct Args {
     #[arg(long, env = "TALON_COORDINATOR_MAX_MEMBERS", default_value_t = 1024)]
     max_members: usize,
 
+    /// Where membership lives: memory (this process only), or
+    /// etcd://HOST:PORT[,HOST:PORT...] (shared by every coordinator pointed at it:
+    /// a lease per worker, a watch per coordinator; docs/operations.md).
+    #[arg(long, env = "TALON_COORDINATOR_STATE", default_value = "memory")]
+    state: String,
+
+    /// The prefix of the coordinator's keys in etcd (one cluster per prefix).
+    #[arg(
+        long,
+        env = "TALON_COORDINATOR_STATE_PREFIX",
+        default_value = "/talon/"
+    )]
+    state_prefix: String,
+
     /// Once listening, write {"url": "http://HOST:PORT"} to this file (atomically), so a
     /// test or script that started the coordinator on port 0 can find it.
     #[arg(long, env = "TALON_COORDINATOR_READY_FILE")]
@@ -61,6 +77,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         max_members: args.max_members,
         heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
         expiry: Duration::from_millis(args.expiry_ms),
+        state: crate::StateConfig::parse(&args.state, &args.state_prefix)?,
     };
     let coordinator = crate::start(config).await?;
     let url = coordinator.url();
@@ -68,6 +85,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         %url,
         heartbeat_interval_ms = args.heartbeat_interval_ms,
         expiry_ms = args.expiry_ms,
+        state = %args.state,
         "coordinator listening"
     );
     if let Some(path) = &args.ready_file {

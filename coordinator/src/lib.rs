@@ -11,16 +11,20 @@
 //! It does not own block data, the data plane or reads: the coordinator is
 //! never on a read's path. Readers fetch the member list, build a
 //! [`placement::RendezvousPlacement`] themselves and talk to workers
-//! directly. Nothing is persisted: after a restart, membership is rebuilt from
-//! the next round of heartbeats (see [`api`] for the worker's side).
+//! directly. By default nothing is persisted: after a restart, membership is rebuilt
+//! from the next round of heartbeats (see [`api`] for the worker's side). With
+//! [`StateConfig::Etcd`] membership lives in etcd, shared by every coordinator of the
+//! cluster ([`shared_membership`]).
 //!
 //! Start one in-process with [`start`], or run the `talon-coordinator` binary.
 
 pub mod auth;
 pub mod cli;
+pub mod etcd;
 pub mod membership;
 pub mod metrics;
 mod server;
+pub mod shared_membership;
 // The client side lives in `talon-coordinator-client` (which links no server); its
 // modules keep their paths here.
 pub use talon_coordinator_client::{api, client, epoch, error, placement, vectors};
@@ -39,6 +43,7 @@ pub use crate::error::CoordinatorError;
 use crate::membership::{Membership, MembershipSnapshot};
 use crate::metrics::Metrics;
 use crate::server::AppState;
+use crate::shared_membership::SharedMembership;
 
 /// How long [`RunningCoordinator::shutdown`] waits for in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -57,6 +62,55 @@ pub struct CoordinatorConfig {
     /// A worker that has not heartbeated for this long is dropped. Must be
     /// longer than `heartbeat_interval` (a few intervals is sensible).
     pub expiry: Duration,
+    /// Where membership lives: this process's memory, or etcd.
+    pub state: StateConfig,
+}
+
+/// Where a coordinator keeps membership.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StateConfig {
+    /// In this process's memory (one coordinator; rebuilt from heartbeats after a
+    /// restart).
+    #[default]
+    Memory,
+    /// In etcd, shared by every coordinator given the same endpoints and prefix.
+    Etcd {
+        /// `host:port` of each etcd member.
+        endpoints: Vec<String>,
+        /// The prefix of every key (`/talon/` by default).
+        prefix: String,
+    },
+}
+
+impl StateConfig {
+    /// Parses `memory` or `etcd://host:port[,host:port…]`.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidConfig`] for anything else.
+    pub fn parse(spec: &str, prefix: &str) -> Result<StateConfig, CoordinatorError> {
+        if spec == "memory" {
+            return Ok(StateConfig::Memory);
+        }
+        let Some(hosts) = spec.strip_prefix("etcd://") else {
+            return Err(CoordinatorError::InvalidConfig(format!(
+                "--state {spec:?}: expected memory or etcd://host:port[,host:port...]"
+            )));
+        };
+        let endpoints: Vec<String> = hosts
+            .split(',')
+            .map(|h| h.trim().trim_end_matches('/').to_owned())
+            .filter(|h| !h.is_empty())
+            .collect();
+        if endpoints.is_empty() || endpoints.iter().any(|e| !e.contains(':')) {
+            return Err(CoordinatorError::InvalidConfig(format!(
+                "--state {spec:?}: each etcd endpoint is host:port"
+            )));
+        }
+        Ok(StateConfig::Etcd {
+            endpoints,
+            prefix: prefix.to_owned(),
+        })
+    }
 }
 
 impl Default for CoordinatorConfig {
@@ -70,6 +124,7 @@ impl Default for CoordinatorConfig {
             max_members: 1024,
             heartbeat_interval: Duration::from_millis(1000),
             expiry: Duration::from_millis(5000),
+            state: StateConfig::Memory,
         }
     }
 }
@@ -172,14 +227,41 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
             addr: config.listen,
             source,
         })?;
-    let membership = Arc::new(Membership::new(config.expiry).with_max_members(config.max_members));
+    let mut membership = Membership::new(config.expiry).with_max_members(config.max_members);
+    if matches!(config.state, StateConfig::Etcd { .. }) {
+        membership = membership.mirror();
+    }
+    let membership = Arc::new(membership);
+    let shared = match &config.state {
+        StateConfig::Memory => None,
+        StateConfig::Etcd { endpoints, prefix } => {
+            let shared = Arc::new(SharedMembership::new(
+                endpoints,
+                prefix,
+                membership.clone(),
+            )?);
+            let members = shared.load().await?;
+            tracing::info!(
+                ?endpoints,
+                prefix,
+                members,
+                "membership shared through etcd"
+            );
+            Some(shared)
+        }
+    };
     let state = Arc::new(AppState {
         metrics: Metrics::new(membership.clone()),
         membership,
+        shared: shared.clone(),
         config: config.clone(),
         ready: false.into(),
     });
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    if let Some(shared) = shared {
+        tasks.push(tokio::spawn(shared.mirror(shutdown_rx.clone())));
+    }
 
     let mut stop = shutdown_rx.clone();
     let serve = talon_listener::serve_router(
@@ -198,11 +280,12 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
         shutdown_rx,
     ));
     state.ready.store(true, Ordering::Release);
+    tasks.extend([server_task, sweeper]);
     Ok(RunningCoordinator {
         addr,
         state,
         shutdown,
-        tasks: vec![server_task, sweeper],
+        tasks,
     })
 }
 
@@ -223,6 +306,24 @@ async fn sweep(membership: Arc<Membership>, every: Duration, mut stop: watch::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_specs_parse_or_say_why_not() {
+        assert_eq!(
+            StateConfig::parse("memory", "/t/").ok(),
+            Some(StateConfig::Memory)
+        );
+        assert_eq!(
+            StateConfig::parse("etcd://a:2379, b:2379/", "/t/").ok(),
+            Some(StateConfig::Etcd {
+                endpoints: vec!["a:2379".into(), "b:2379".into()],
+                prefix: "/t/".into(),
+            })
+        );
+        for bad in ["etcd://", "etcd://hostonly", "redis://a:1", ""] {
+            assert!(StateConfig::parse(bad, "/t/").is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn config_validation() {

@@ -7,6 +7,11 @@
 //! worker", each worker registers again, and membership is whole again after
 //! one heartbeat round.
 //!
+//! With shared state (`--state etcd://…`, [`crate::shared_membership`]) this table is
+//! each coordinator's mirror of etcd: the durable part of each member (its
+//! [`MemberRecord`]) comes from etcd's watch, expiry is etcd's (a lease per member), and
+//! only the reported statistics and the readers' circuit reports stay local.
+//!
 //! Time is passed in explicitly (`now`), so tests drive expiry without
 //! sleeping. Every operation that takes `now` first drops the members that
 //! are past the window, so what callers observe never depends on when the
@@ -60,6 +65,45 @@ struct Member {
     local: talon_coordinator_client::local_endpoint::LocalEndpoint,
 }
 
+/// What a member is, apart from what it reports: the part a shared state store holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemberRecord {
+    /// The instance that registered the id.
+    pub instance: String,
+    /// Data-plane address.
+    pub addr: String,
+    /// Placement weight.
+    pub weight: u32,
+    /// Failure-domain label.
+    pub zone: String,
+    /// Live or draining.
+    pub state: MemberState,
+    /// Capacity in bytes, as registered.
+    pub capacity_bytes: u64,
+    /// The data plane it serves on.
+    #[serde(default)]
+    pub data_plane: String,
+    /// Its local socket for readers on its host.
+    #[serde(default)]
+    pub local: talon_coordinator_client::local_endpoint::LocalEndpoint,
+}
+
+impl MemberRecord {
+    /// A live member as `req` registers it.
+    pub fn registered(req: &RegisterRequest) -> MemberRecord {
+        MemberRecord {
+            instance: req.instance.clone(),
+            addr: req.addr.clone(),
+            weight: req.weight,
+            zone: req.zone.clone(),
+            state: MemberState::Live,
+            capacity_bytes: req.capacity_bytes,
+            data_plane: req.data_plane.clone(),
+            local: req.local.clone(),
+        }
+    }
+}
+
 /// Most readers whose circuit reports are kept at once.
 pub const MAX_READERS: usize = 1024;
 
@@ -109,9 +153,12 @@ impl Inner {
     }
 
     /// Drops members whose last heartbeat is at least `expiry` before `now`.
-    fn expire(&mut self, expiry: Duration, now: Instant) -> Vec<String> {
+    fn expire(&mut self, expiry: Duration, now: Instant, members: bool) -> Vec<String> {
         self.readers
             .retain(|_, r| now.saturating_duration_since(r.at) < expiry);
+        if !members {
+            return Vec::new();
+        }
         let expired: Vec<String> = self
             .members
             .iter()
@@ -141,6 +188,8 @@ impl Inner {
 pub struct Membership {
     expiry: Duration,
     max_members: usize,
+    /// False when a shared store expires members ([`Membership::mirror`]).
+    expires_members: bool,
     inner: Mutex<Inner>,
 }
 
@@ -150,8 +199,111 @@ impl Membership {
         Self {
             expiry,
             max_members: usize::MAX,
+            expires_members: true,
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// The same membership as a mirror of a shared store: members leave only when
+    /// [`remove_expired`](Self::remove_expired) says so (the store's lease expired);
+    /// readers' reports still expire here.
+    pub fn mirror(mut self) -> Self {
+        self.expires_members = false;
+        self
+    }
+
+    /// The most members it holds at once.
+    pub fn max_members(&self) -> usize {
+        self.max_members
+    }
+
+    /// How many members it holds now.
+    pub fn len(&self) -> usize {
+        self.lock().members.len()
+    }
+
+    /// Whether it holds no member.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The durable part of member `id`, if it is one.
+    pub fn record(&self, id: &str) -> Option<MemberRecord> {
+        self.lock().members.get(id).map(|m| MemberRecord {
+            instance: m.instance.clone(),
+            addr: m.addr.clone(),
+            weight: m.weight,
+            zone: m.zone.clone(),
+            state: m.state,
+            capacity_bytes: m.capacity_bytes,
+            data_plane: m.data_plane.clone(),
+            local: m.local.clone(),
+        })
+    }
+
+    /// Sets member `id` to `record` as the shared store holds it: added (live since
+    /// `now`), or updated keeping its reported statistics when the same instance still
+    /// holds it. Returns the epoch.
+    pub fn upsert(&self, id: &str, record: MemberRecord, now: Instant) -> u64 {
+        let mut inner = self.lock();
+        let kept = inner
+            .members
+            .get(id)
+            .filter(|m| m.instance == record.instance)
+            .map(|m| (m.last_seen, m.bytes_cached, m.hits, m.misses));
+        let (last_seen, bytes_cached, hits, misses) = kept.unwrap_or((now, 0, 0, 0));
+        if kept.is_none() {
+            tracing::info!(id, addr = %record.addr, zone = %record.zone, "worker joined (shared state)");
+        }
+        inner.members.insert(
+            id.to_owned(),
+            Member {
+                instance: record.instance,
+                addr: record.addr,
+                weight: record.weight,
+                zone: record.zone,
+                state: record.state,
+                last_seen,
+                bytes_cached,
+                capacity_bytes: record.capacity_bytes,
+                hits,
+                misses,
+                data_plane: record.data_plane,
+                local: record.local,
+            },
+        );
+        inner.refresh_epoch();
+        inner.epoch
+    }
+
+    /// Counts a registration the shared store accepted.
+    pub fn record_registration(&self) {
+        self.lock().counters.registrations += 1;
+    }
+
+    /// Drops member `id` because the shared store expired it; whether it was one.
+    pub fn remove_expired(&self, id: &str) -> bool {
+        let mut inner = self.lock();
+        let Some(m) = inner.members.remove(id) else {
+            return false;
+        };
+        tracing::warn!(id, addr = %m.addr, "worker missed heartbeats and was dropped (its lease expired)");
+        inner.counters.expirations += 1;
+        inner.refresh_epoch();
+        true
+    }
+
+    /// Keeps only the members in `ids` (after a full read of the shared store); drops
+    /// the rest as expired. Returns how many it dropped.
+    pub fn retain_only(&self, ids: &[String]) -> usize {
+        let gone: Vec<String> = self
+            .lock()
+            .members
+            .keys()
+            .filter(|id| !ids.contains(id))
+            .cloned()
+            .collect();
+        gone.iter().filter(|id| self.remove_expired(id)).count()
     }
 
     /// The same membership, holding at most `max` members at once.
@@ -180,7 +332,7 @@ impl Membership {
     /// changes nothing.
     pub fn register(&self, req: &RegisterRequest, now: Instant) -> Result<u64, CoordinatorError> {
         let mut inner = self.lock();
-        inner.expire(self.expiry, now);
+        inner.expire(self.expiry, now, self.expires_members);
         if let Err(e) = req.validate() {
             inner.counters.rejected_registrations += 1;
             return Err(e);
@@ -249,7 +401,7 @@ impl Membership {
         now: Instant,
     ) -> Result<HeartbeatResponse, CoordinatorError> {
         let mut inner = self.lock();
-        inner.expire(self.expiry, now);
+        inner.expire(self.expiry, now, self.expires_members);
         let Some(member) = inner.members.get_mut(id) else {
             inner.counters.unknown_heartbeats += 1;
             return Err(CoordinatorError::UnknownWorker(id.to_owned()));
@@ -309,7 +461,7 @@ impl Membership {
     /// Drops every member whose last heartbeat is at least the expiry window
     /// before `now`; returns their ids.
     pub fn expire(&self, now: Instant) -> Vec<String> {
-        self.lock().expire(self.expiry, now)
+        self.lock().expire(self.expiry, now, self.expires_members)
     }
 
     /// Keeps `report` as reader `reader`'s circuits, replacing its last. Returns the
@@ -329,7 +481,7 @@ impl Membership {
             .map_err(|e| CoordinatorError::InvalidRequest(format!("reader {e}")))?;
         report.validate()?;
         let mut inner = self.lock();
-        inner.expire(self.expiry, now);
+        inner.expire(self.expiry, now, self.expires_members);
         if inner.readers.len() >= MAX_READERS && !inner.readers.contains_key(reader) {
             return Err(CoordinatorError::Conflict(format!(
                 "{MAX_READERS} readers already report their circuits"
@@ -350,7 +502,7 @@ impl Membership {
     /// members.
     pub fn snapshot(&self, now: Instant) -> MembershipSnapshot {
         let mut inner = self.lock();
-        inner.expire(self.expiry, now);
+        inner.expire(self.expiry, now, self.expires_members);
         let mut circuits: BTreeMap<&str, MemberCircuits> = BTreeMap::new();
         for reader in inner.readers.values() {
             for w in &reader.report.workers {

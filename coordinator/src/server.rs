@@ -22,11 +22,14 @@ use crate::api::{
 use crate::error::CoordinatorError;
 use crate::membership::Membership;
 use crate::metrics::{self, Metrics};
+use crate::shared_membership::SharedMembership;
 
 /// What every handler shares.
 #[derive(Debug)]
 pub(crate) struct AppState {
     pub(crate) membership: Arc<Membership>,
+    /// Membership in etcd, mirrored into `membership` (`None`: memory only).
+    pub(crate) shared: Option<Arc<SharedMembership>>,
     pub(crate) metrics: Metrics,
     pub(crate) config: CoordinatorConfig,
     /// True while serving; false before start and once shutdown began.
@@ -99,7 +102,10 @@ async fn register(
             return Err(e.into());
         }
     };
-    let epoch = state.membership.register(&req, Instant::now())?;
+    let epoch = match &state.shared {
+        Some(shared) => shared.register(&req, Instant::now()).await?,
+        None => state.membership.register(&req, Instant::now())?,
+    };
     Ok(Json(RegisterResponse {
         epoch,
         heartbeat_interval_ms: millis(state.config.heartbeat_interval),
@@ -117,11 +123,11 @@ async fn heartbeat(
     body: Bytes,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     let stats: HeartbeatRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
-    Ok(Json(state.membership.heartbeat(
-        &id,
-        &stats,
-        Instant::now(),
-    )?))
+    let answer = match &state.shared {
+        Some(shared) => shared.heartbeat(&id, &stats, Instant::now()).await?,
+        None => state.membership.heartbeat(&id, &stats, Instant::now())?,
+    };
+    Ok(Json(answer))
 }
 
 async fn drain(
@@ -136,7 +142,10 @@ async fn drain(
         Some(axum::Extension(crate::auth::Signer(talon_core::cluster_auth::Role::Admin))) => None,
         _ => Some(req.instance.as_str()),
     };
-    let epoch = state.membership.drain(&id, instance)?;
+    let epoch = match &state.shared {
+        Some(shared) => shared.drain(&id, instance, Instant::now()).await?,
+        None => state.membership.drain(&id, instance)?,
+    };
     Ok(Json(DrainResponse { epoch }))
 }
 

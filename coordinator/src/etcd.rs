@@ -1,0 +1,399 @@
+//! A small etcd v3 client over etcd's JSON gateway (`/v3/kv/*`, `/v3/lease/*`,
+//! `/v3/watch`), enough for the coordinator's shared membership: ranges, puts bound to
+//! leases, compare-and-put transactions, lease grant / keep-alive / revoke, and a watch
+//! of a prefix.
+//!
+//! Why not the `etcd-client` crate: it generates its gRPC code at build time with
+//! `protoc`, which a fresh machine does not have, and the README's one-command build
+//! must keep working there. The JSON gateway is part of etcd's stable v3 API (served on
+//! the client port by every etcd 3.4+), and reqwest is already in the tree.
+//!
+//! Every call tries the endpoints in turn, starting with the one that answered last, so
+//! a dead etcd member costs one connect timeout, not an error. Keys and values are
+//! bytes, base64 on the wire; int64 fields come back as decimal strings.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use futures_util::StreamExt as _;
+use serde_json::{Value, json};
+
+use crate::error::CoordinatorError;
+
+/// How long one request to one endpoint may take (a watch is exempt once it has begun).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A key's value and its revisions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyValue {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value (empty in a delete event).
+    pub value: Vec<u8>,
+    /// The revision of its last change.
+    pub mod_revision: i64,
+    /// The lease it is bound to (0: none).
+    pub lease: i64,
+}
+
+/// One change a watch saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchEvent {
+    /// The key was created or changed.
+    Put(KeyValue),
+    /// The key was deleted (or its lease expired).
+    Delete(Vec<u8>),
+}
+
+/// What a compare-and-put compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// The key does not exist.
+    Absent,
+    /// The key was last changed at this revision.
+    ModRevision(i64),
+}
+
+/// A client of one etcd cluster.
+#[derive(Debug)]
+pub struct Etcd {
+    endpoints: Vec<String>,
+    /// The endpoint that answered last.
+    preferred: AtomicUsize,
+    http: reqwest::Client,
+}
+
+fn unavailable(what: impl std::fmt::Display) -> CoordinatorError {
+    CoordinatorError::StateStore(what.to_string())
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or(0),
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn bytes(v: &Value) -> Vec<u8> {
+    v.as_str()
+        .and_then(|s| B64.decode(s).ok())
+        .unwrap_or_default()
+}
+
+fn key_value(kv: &Value) -> KeyValue {
+    KeyValue {
+        key: bytes(&kv["key"]),
+        value: bytes(&kv["value"]),
+        mod_revision: int(&kv["mod_revision"]),
+        lease: int(&kv["lease"]),
+    }
+}
+
+/// The end of the range of every key that starts with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+impl Etcd {
+    /// A client of the cluster at `endpoints` (`host:port`, or `http://host:port`).
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidConfig`] for no endpoint or one that is not HTTP.
+    pub fn new(endpoints: &[String]) -> Result<Etcd, CoordinatorError> {
+        if endpoints.is_empty() {
+            return Err(CoordinatorError::InvalidConfig(
+                "etcd needs at least one endpoint".into(),
+            ));
+        }
+        let endpoints = endpoints
+            .iter()
+            .map(|e| {
+                let e = e.trim().trim_end_matches('/');
+                if e.starts_with("https://") {
+                    Err(CoordinatorError::InvalidConfig(format!(
+                        "etcd endpoint {e}: TLS to etcd is not supported yet; use http:// on a trusted network"
+                    )))
+                } else if e.starts_with("http://") {
+                    Ok(e.to_owned())
+                } else {
+                    Ok(format!("http://{e}"))
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(500))
+            .build()
+            .map_err(|e| CoordinatorError::InvalidConfig(format!("etcd client: {e}")))?;
+        Ok(Etcd {
+            endpoints,
+            preferred: AtomicUsize::new(0),
+            http,
+        })
+    }
+
+    /// POSTs `body` to `path` on the first endpoint that answers.
+    async fn call(&self, path: &str, body: &Value) -> Result<Value, CoordinatorError> {
+        let first = self.preferred.load(Ordering::Relaxed);
+        let mut last = String::new();
+        for i in 0..self.endpoints.len() {
+            let at = (first + i) % self.endpoints.len();
+            let url = format!("{}{path}", self.endpoints[at]);
+            let answer = self
+                .http
+                .post(&url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string())
+                .timeout(REQUEST_TIMEOUT)
+                .send()
+                .await;
+            match answer {
+                Ok(r) if r.status().is_success() => {
+                    let raw = r
+                        .bytes()
+                        .await
+                        .map_err(|e| unavailable(format!("etcd {url}: {e}")))?;
+                    let v: Value = serde_json::from_slice(&raw)
+                        .map_err(|e| unavailable(format!("etcd {url}: {e}")))?;
+                    self.preferred.store(at, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Ok(r) => {
+                    let status = r.status();
+                    let text = r.text().await.unwrap_or_default();
+                    // A refusal of the request itself would be the same on every member.
+                    if status.is_client_error() {
+                        return Err(unavailable(format!("etcd {url}: {status} {text}")));
+                    }
+                    last = format!("{url}: {status} {text}");
+                }
+                Err(e) => last = format!("{url}: {e}"),
+            }
+        }
+        Err(unavailable(format!(
+            "no etcd endpoint answered (last: {last})"
+        )))
+    }
+
+    /// The key's value, if it exists.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when no endpoint answers.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, CoordinatorError> {
+        let v = self
+            .call("/v3/kv/range", &json!({ "key": B64.encode(key) }))
+            .await?;
+        Ok(v["kvs"]
+            .as_array()
+            .and_then(|kvs| kvs.first())
+            .map(key_value))
+    }
+
+    /// Every key under `prefix`, and the revision they were read at.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when no endpoint answers.
+    pub async fn list(&self, prefix: &[u8]) -> Result<(Vec<KeyValue>, i64), CoordinatorError> {
+        let v = self
+            .call(
+                "/v3/kv/range",
+                &json!({ "key": B64.encode(prefix), "range_end": B64.encode(prefix_end(prefix)) }),
+            )
+            .await?;
+        let kvs = v["kvs"]
+            .as_array()
+            .map(|kvs| kvs.iter().map(key_value).collect())
+            .unwrap_or_default();
+        Ok((kvs, int(&v["header"]["revision"])))
+    }
+
+    /// Puts `value` at `key` bound to `lease` (0: none) if `expect` holds; whether it
+    /// did.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when no endpoint answers.
+    pub async fn put_if(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        lease: i64,
+        expect: Expect,
+    ) -> Result<bool, CoordinatorError> {
+        let key64 = B64.encode(key);
+        let compare = match expect {
+            Expect::Absent => {
+                json!({ "key": key64, "target": "CREATE", "result": "EQUAL", "create_revision": "0" })
+            }
+            Expect::ModRevision(r) => {
+                json!({ "key": key64, "target": "MOD", "result": "EQUAL", "mod_revision": r.to_string() })
+            }
+        };
+        let put = if lease == 0 {
+            json!({ "key": key64, "value": B64.encode(value), "ignore_lease": true })
+        } else {
+            json!({ "key": key64, "value": B64.encode(value), "lease": lease.to_string() })
+        };
+        let v = self
+            .call(
+                "/v3/kv/txn",
+                &json!({ "compare": [compare], "success": [{ "request_put": put }] }),
+            )
+            .await?;
+        Ok(v["succeeded"].as_bool().unwrap_or(false))
+    }
+
+    /// A lease of `ttl` (whole seconds, at least 1); its id.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when no endpoint answers or etcd grants none.
+    pub async fn grant(&self, ttl: Duration) -> Result<i64, CoordinatorError> {
+        let secs = ttl.as_secs_f64().ceil().max(1.0) as i64;
+        let v = self
+            .call("/v3/lease/grant", &json!({ "TTL": secs.to_string() }))
+            .await?;
+        match int(&v["ID"]) {
+            0 => Err(unavailable(format!("etcd granted no lease: {v}"))),
+            id => Ok(id),
+        }
+    }
+
+    /// Renews the lease; false when it has expired (or never existed).
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when no endpoint answers.
+    pub async fn keep_alive(&self, lease: i64) -> Result<bool, CoordinatorError> {
+        let v = self
+            .call("/v3/lease/keepalive", &json!({ "ID": lease.to_string() }))
+            .await?;
+        Ok(int(&v["result"]["TTL"]) > 0)
+    }
+
+    /// Revokes the lease, deleting the keys bound to it.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when no endpoint answers.
+    pub async fn revoke(&self, lease: i64) -> Result<(), CoordinatorError> {
+        self.call("/v3/lease/revoke", &json!({ "ID": lease.to_string() }))
+            .await
+            .map(|_| ())
+    }
+
+    /// Watches every key under `prefix` from `from_revision` on, calling `on_event` for
+    /// each change in order, until the stream ends or fails (then it returns, and the
+    /// caller lists and watches again).
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when no endpoint accepts the watch, or the
+    /// stream breaks.
+    pub async fn watch(
+        &self,
+        prefix: &[u8],
+        from_revision: i64,
+        mut on_event: impl FnMut(WatchEvent),
+    ) -> Result<(), CoordinatorError> {
+        let body = json!({ "create_request": {
+            "key": B64.encode(prefix),
+            "range_end": B64.encode(prefix_end(prefix)),
+            "start_revision": from_revision.to_string(),
+        }});
+        let first = self.preferred.load(Ordering::Relaxed);
+        let mut last = String::new();
+        for i in 0..self.endpoints.len() {
+            let at = (first + i) % self.endpoints.len();
+            let url = format!("{}/v3/watch", self.endpoints[at]);
+            let request = self
+                .http
+                .post(&url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+            let response = match request.send().await {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    last = format!("{url}: {}", r.status());
+                    continue;
+                }
+                Err(e) => {
+                    last = format!("{url}: {e}");
+                    continue;
+                }
+            };
+            let mut stream = response.bytes_stream();
+            let mut buf: Vec<u8> = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| unavailable(format!("etcd watch {url}: {e}")))?;
+                buf.extend_from_slice(&chunk);
+                while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=nl).collect();
+                    let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                        continue;
+                    };
+                    if v["result"]["canceled"].as_bool() == Some(true) {
+                        return Err(unavailable(format!("etcd canceled the watch: {v}")));
+                    }
+                    for e in v["result"]["events"].as_array().into_iter().flatten() {
+                        let kv = key_value(&e["kv"]);
+                        on_event(if e["type"].as_str() == Some("DELETE") {
+                            WatchEvent::Delete(kv.key)
+                        } else {
+                            WatchEvent::Put(kv)
+                        });
+                    }
+                }
+            }
+            return Err(unavailable(format!("etcd watch {url} ended")));
+        }
+        Err(unavailable(format!(
+            "no etcd endpoint accepted the watch (last: {last})"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_range_ends_past_every_key_under_it() {
+        assert_eq!(prefix_end(b"/talon/"), b"/talon0".to_vec());
+        assert_eq!(prefix_end(&[b'a', 0xff]), b"b".to_vec());
+        assert_eq!(prefix_end(&[0xff]), vec![0]);
+    }
+
+    #[test]
+    fn gateway_json_decodes_strings_numbers_and_base64() {
+        let kv = key_value(&json!({
+            "key": B64.encode("/k"), "value": B64.encode("v"),
+            "mod_revision": "12", "lease": 7
+        }));
+        assert_eq!(
+            kv,
+            KeyValue {
+                key: b"/k".to_vec(),
+                value: b"v".to_vec(),
+                mod_revision: 12,
+                lease: 7,
+            }
+        );
+        // A delete event carries no value and no lease.
+        let gone = key_value(&json!({ "key": B64.encode("/k"), "mod_revision": "13" }));
+        assert_eq!((gone.value.len(), gone.lease), (0, 0));
+    }
+
+    #[test]
+    fn endpoints_are_http_urls_and_tls_is_refused() {
+        let e = Etcd::new(&["127.0.0.1:2379".into(), "http://h:1/".into()])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(e.endpoints, ["http://127.0.0.1:2379", "http://h:1"]);
+        assert!(Etcd::new(&["https://h:1".into()]).is_err());
+        assert!(Etcd::new(&[]).is_err());
+    }
+}

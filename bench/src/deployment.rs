@@ -25,6 +25,7 @@ use talon_protocols::s3::sigv4::S3Credentials;
 
 use crate::harness_error::{HarnessError, HarnessResult};
 use crate::http_load::{Auth, Protocol, control_request};
+use crate::netns::{NetHost, ip_binary};
 
 /// The access key clients sign with (the gateways require it).
 pub const CLIENT_ACCESS_KEY: &str = "TALONBENCHCLIENT";
@@ -138,12 +139,35 @@ impl Process {
         env: &[(&str, &str)],
         log: PathBuf,
     ) -> HarnessResult<Process> {
+        Process::spawn_on(&NetHost::loopback(), name, program, args, env, log)
+    }
+
+    /// [`Process::spawn`] on `host`: in its network namespace, through
+    /// `ip netns exec` (which execs the program: the child is the program itself).
+    ///
+    /// # Errors
+    /// As [`Process::spawn`].
+    pub fn spawn_on(
+        host: &NetHost,
+        name: &str,
+        program: &Path,
+        args: &[OsString],
+        env: &[(&str, &str)],
+        log: PathBuf,
+    ) -> HarnessResult<Process> {
         let out = File::create(&log)
             .map_err(|e| HarnessError::io(format!("creating {}", log.display()), e))?;
         let err = out
             .try_clone()
             .map_err(|e| HarnessError::io(format!("opening {}", log.display()), e))?;
-        let mut cmd = Command::new(program);
+        let mut cmd = match &host.netns {
+            None => Command::new(program),
+            Some(ns) => {
+                let mut c = Command::new(ip_binary());
+                c.args(["netns", "exec", ns.as_str()]).arg(program);
+                c
+            }
+        };
         cmd.args(args)
             .env_clear()
             .env("TALON_LOG", "warn")
@@ -308,17 +332,31 @@ impl Stub {
         dir: &Path,
         objects: &[GeneratedObject],
     ) -> HarnessResult<Stub> {
+        Stub::start_on(binaries, dir, objects, &NetHost::loopback()).await
+    }
+
+    /// [`Stub::start`] on `host`.
+    ///
+    /// # Errors
+    /// As [`Stub::start`].
+    pub async fn start_on(
+        binaries: &Binaries,
+        dir: &Path,
+        objects: &[GeneratedObject],
+        host: &NetHost,
+    ) -> HarnessResult<Stub> {
         let data = dir.join("origin-data");
         std::fs::create_dir_all(&data)
             .map_err(|e| HarnessError::io(format!("creating {}", data.display()), e))?;
         let ready = fresh_ready_file(dir.join("stub.ready.json"))?;
+        let listen = host.any_port();
         let mut args = os(&[
             "--s3-listen",
-            "127.0.0.1:0",
+            &listen,
             "--azure-listen",
-            "127.0.0.1:0",
+            &listen,
             "--admin-listen",
-            "127.0.0.1:0",
+            &listen,
         ]);
         args.push("--data-dir".into());
         args.push(data.into());
@@ -328,7 +366,8 @@ impl Stub {
         }
         args.push("--ready-file".into());
         args.push(ready.clone().into());
-        let mut process = Process::spawn(
+        let mut process = Process::spawn_on(
+            host,
             "talon-origin-stub",
             &binaries.path("talon-origin-stub")?,
             &args,
@@ -381,10 +420,24 @@ impl Coordinator {
     /// # Errors
     /// As [`Process::spawn`]; one that dies or never becomes ready.
     pub async fn start(binaries: &Binaries, dir: &Path, name: &str) -> HarnessResult<Coordinator> {
+        Coordinator::start_on(binaries, dir, name, &NetHost::loopback()).await
+    }
+
+    /// [`Coordinator::start`] on `host`.
+    ///
+    /// # Errors
+    /// As [`Coordinator::start`].
+    pub async fn start_on(
+        binaries: &Binaries,
+        dir: &Path,
+        name: &str,
+        host: &NetHost,
+    ) -> HarnessResult<Coordinator> {
         let ready = fresh_ready_file(dir.join(format!("{name}.ready.json")))?;
+        let listen = host.any_port();
         let mut args = os(&[
             "--listen",
-            "127.0.0.1:0",
+            &listen,
             "--heartbeat-interval-ms",
             "200",
             "--expiry-ms",
@@ -392,7 +445,8 @@ impl Coordinator {
         ]);
         args.push("--ready-file".into());
         args.push(ready.clone().into());
-        let mut process = Process::spawn(
+        let mut process = Process::spawn_on(
+            host,
             name,
             &binaries.path("talon-coordinator")?,
             &args,
@@ -452,6 +506,8 @@ pub struct Worker {
     pub id: String,
     /// Where its data plane listens.
     pub addr: String,
+    /// `http://addr` of its admin endpoints (`/metrics`).
+    pub admin_url: String,
     /// The address it advertises (its own, or a relay's).
     pub advertised: String,
 }
@@ -469,6 +525,8 @@ pub struct WorkerSpec<'a> {
     pub capacity: u64,
     /// Its page size.
     pub page_size: u64,
+    /// Where it runs (`None`: this machine's loopback).
+    pub host: Option<&'a NetHost>,
 }
 
 impl Worker {
@@ -488,11 +546,14 @@ impl Worker {
         let cache = dir.join(format!("{}-cache", spec.id));
         std::fs::create_dir_all(&cache)
             .map_err(|e| HarnessError::io(format!("creating {}", cache.display()), e))?;
+        let loopback = NetHost::loopback();
+        let host = spec.host.unwrap_or(&loopback);
+        let listen = host.any_port();
         let mut args = os(&[
             "--listen",
-            "127.0.0.1:0",
+            &listen,
             "--admin-listen",
-            "off",
+            &listen,
             "--heartbeat-interval-ms",
             "200",
             "--azure-account",
@@ -523,7 +584,8 @@ impl Worker {
         args.push(cache.into());
         args.push("--ready-file".into());
         args.push(ready.clone().into());
-        let mut process = Process::spawn(
+        let mut process = Process::spawn_on(
+            host,
             spec.id,
             &binaries.path("talon-worker")?,
             &args,
@@ -532,6 +594,7 @@ impl Worker {
         )?;
         let json = ready_file(&mut process, &ready).await?;
         let addr = field(&json, "addr", spec.id)?;
+        let admin_url = field(&json, "admin", spec.id)?;
         let advertised = spec.advertise.clone().unwrap_or_else(|| addr.clone());
         coordinator
             .wait_for_member(&mut process, spec.id, &advertised)
@@ -540,6 +603,7 @@ impl Worker {
             process,
             id: spec.id.to_owned(),
             addr,
+            admin_url,
             advertised,
         })
     }
@@ -587,6 +651,8 @@ pub struct GatewaySpec<'a> {
     /// Its `--hedge-budget` (hedged reads; 0 turns them off); `None` keeps the
     /// gateway's default.
     pub hedge_budget: Option<f64>,
+    /// Where it runs (`None`: this machine's loopback).
+    pub host: Option<&'a NetHost>,
 }
 
 /// A gateway with one front.
@@ -625,9 +691,12 @@ impl Gateway {
         std::fs::write(&identities, doc.to_string())
             .map_err(|e| HarnessError::io(format!("writing {}", identities.display()), e))?;
         let ready = fresh_ready_file(dir.join(format!("{}.ready.json", spec.name)))?;
+        let loopback = NetHost::loopback();
+        let host = spec.host.unwrap_or(&loopback);
+        let listen = host.any_port();
         let (s3, azure) = match spec.front {
-            Protocol::S3 => ("127.0.0.1:0", "off"),
-            Protocol::Azure => ("off", "127.0.0.1:0"),
+            Protocol::S3 => (listen.as_str(), "off"),
+            Protocol::Azure => ("off", listen.as_str()),
         };
         let mut args = os(&[
             "--s3-listen",
@@ -635,7 +704,7 @@ impl Gateway {
             "--azure-listen",
             azure,
             "--admin-listen",
-            "127.0.0.1:0",
+            &listen,
             "--s3-route",
             spec.route.name(),
             "--azure-route",
@@ -674,7 +743,8 @@ impl Gateway {
         args.push(identities.into());
         args.push("--ready-file".into());
         args.push(ready.clone().into());
-        let mut process = Process::spawn(
+        let mut process = Process::spawn_on(
+            host,
             spec.name,
             &binaries.path("talon-gateway")?,
             &args,

@@ -84,6 +84,7 @@ pub mod deployment;
 pub mod harness_error;
 pub mod host;
 pub mod http_load;
+pub mod netns;
 pub mod nginx;
 pub mod results;
 pub mod rounds;

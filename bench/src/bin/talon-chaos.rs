@@ -371,6 +371,7 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         local_reads: false,
         max_staleness_ms: Some(args.max_staleness_ms),
         hedge_budget: Some(args.hedge_budget),
+        host: None,
     };
     let s3 = Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Protocol::S3)).await?;
     let azure = Gateway::start(
@@ -992,6 +993,7 @@ async fn start_worker(
             advertise: None,
             capacity: 1 << 30,
             page_size: 64 << 10,
+            host: None,
         },
     )
     .await?)

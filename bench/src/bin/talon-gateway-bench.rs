@@ -301,6 +301,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 advertise: Some(relay.local_addr().to_string()),
                 capacity: args.object_size + args.stream_size + (256 << 20),
                 page_size: 1 << 20,
+                host: None,
             },
         )
         .await?;
@@ -324,6 +325,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 local_reads: false,
                 max_staleness_ms: None,
                 hedge_budget: None,
+                host: None,
             },
         )
         .await?;
@@ -350,6 +352,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     local_reads: false,
                     max_staleness_ms: None,
                     hedge_budget: None,
+                    host: None,
                 },
             )
             .await?,

@@ -340,6 +340,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 advertise: None,
                 capacity: args.object_size * 2 + (64 << 20),
                 page_size: 1 << 20,
+                host: None,
             },
         )
         .await?;
@@ -356,6 +357,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 local_reads: true,
                 max_staleness_ms: None,
                 hedge_budget: None,
+                host: None,
             },
         )
         .await?;
@@ -392,6 +394,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     local_reads: false,
                     max_staleness_ms: None,
                     hedge_budget: None,
+                    host: None,
                 },
             )
             .await?;
@@ -432,6 +435,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 local_reads: false,
                 max_staleness_ms: None,
                 hedge_budget: None,
+                host: None,
             },
         )
         .await?;

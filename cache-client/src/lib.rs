@@ -44,7 +44,8 @@ use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 use talon_coordinator_client::api::MembersResponse;
 use talon_coordinator_client::client::CoordinatorClient;
-use talon_coordinator_client::placement::RendezvousPlacement;
+use talon_coordinator_client::placement::{PlacementMember, RendezvousPlacement};
+use talon_coordinator_client::zones;
 use talon_core::cluster_auth::{ClusterSecret, Role};
 pub use talon_core::wire::{HeaderSet, ObjectHeaders};
 use talon_core::wire::{IngestMeta, IngestRequest, ReadRangeRequest, StatRequest};
@@ -120,6 +121,10 @@ pub struct CacheClientConfig {
     pub cluster_secret: ClusterSecret,
     /// The role this client claims ([`Role::Reader`] unless it ingests).
     pub role: Role,
+    /// This reader's zone (its failure domain, as workers declare theirs): a hot
+    /// block's reads go to its home in this zone when it has one there (empty: no
+    /// preference).
+    pub zone: String,
     /// Ask workers on this host over their local socket, where they hand over the
     /// block file's descriptor for cached reads (the co-located fast path). `false`
     /// reads every worker over TCP.
@@ -144,6 +149,7 @@ impl CacheClientConfig {
             health: HealthConfig::default(),
             hedge: HedgeConfig::default(),
             hot_blocks: HotBlockConfig::default(),
+            zone: String::new(),
             attempts: 3,
             // 2 MiB: with the default window of 4, one response holds at most 8 MiB ahead
             // of its client, plus the piece being written (docs/BENCHMARKS.md, slow
@@ -1143,16 +1149,28 @@ impl CacheClient {
         let spread = self.inner.hot.owners();
         let attempts = self.inner.config.attempts.max(spread).max(1);
         let mut ranked = placement.locate_top_k_key(&key, attempts);
-        // A hot block is read from its first owners in turn; the rest stay behind them
-        // in rendezvous order, so a retry or a hedge goes to the next of them.
-        // (Not counted when it has one owner: there is nowhere to spread it.)
+        // A hot block is read from its homes in turn (its reader's zone's first); the
+        // rest stay behind them in rendezvous order, so a retry or a hedge goes to the
+        // next of them. (Not counted when it has one owner: nowhere to spread it.)
         let homes = spread.min(ranked.len());
-        if homes > 1 {
-            let turn = self
+        if homes > 1
+            && let Some(turn) = self
                 .inner
                 .hot
-                .note_read(&key, piece.len, block.len_in(object_size));
-            ranked[..homes].rotate_left(turn % homes);
+                .note_read(&key, piece.len, block.len_in(object_size))
+        {
+            let owner = ranked[0];
+            ranked = hot_block_order(
+                &placement,
+                &key,
+                ranked,
+                homes,
+                turn,
+                &self.inner.config.zone,
+            );
+            if ranked[0].id != owner.id {
+                self.inner.hot.count_spread();
+            }
         }
         let mut owners = self.owners_to_ask(ranked, options);
         let counters = &self.inner.counters;
@@ -1271,6 +1289,39 @@ impl CacheClient {
             .get_pinned_range(&bucket, &key, range, version.as_str())
             .await?)
     }
+}
+
+/// The order a read of a hot block asks members in: one of its `homes` homes
+/// ([`zones::homes`]: spanning zones) chosen by `turn` — among those in the reader's
+/// `zone` when it has any there — then its other homes, those in the reader's zone
+/// first, then the rest of `ranked` in rendezvous order.
+fn hot_block_order<'m>(
+    placement: &'m RendezvousPlacement,
+    key: &[u8; 32],
+    ranked: Vec<&'m PlacementMember>,
+    homes: usize,
+    turn: usize,
+    zone: &str,
+) -> Vec<&'m PlacementMember> {
+    let ordered = zones::reader_order(&zones::homes(placement, key, homes), zone);
+    let near = if zone.is_empty() {
+        0
+    } else {
+        ordered.iter().take_while(|m| m.zone == zone).count()
+    };
+    let pool = if near > 0 { near } else { ordered.len() };
+    let Some(&first) = ordered.get(turn % pool.max(1)) else {
+        return ranked;
+    };
+    let mut out = Vec::with_capacity(ranked.len() + ordered.len());
+    out.push(first);
+    out.extend(ordered.iter().copied().filter(|m| m.id != first.id));
+    let rest: Vec<&PlacementMember> = ranked
+        .into_iter()
+        .filter(|m| !out.iter().any(|o| o.id == m.id))
+        .collect();
+    out.extend(rest);
+    out
 }
 
 /// The owners of one request in rendezvous order, handed out as the request gets to

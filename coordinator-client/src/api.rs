@@ -127,7 +127,7 @@ impl RegisterRequest {
 
     /// The worker as placement sees it.
     pub fn placement_member(&self) -> PlacementMember {
-        PlacementMember::new(self.id.clone(), self.addr.clone(), self.weight)
+        PlacementMember::new(self.id.clone(), self.addr.clone(), self.weight).in_zone(&self.zone)
     }
 }
 
@@ -415,7 +415,7 @@ pub struct CircuitsResponse {
 impl MemberInfo {
     /// The member as placement sees it.
     pub fn placement_member(&self) -> PlacementMember {
-        PlacementMember::new(self.id.clone(), self.addr.clone(), self.weight)
+        PlacementMember::new(self.id.clone(), self.addr.clone(), self.weight).in_zone(&self.zone)
     }
 }
 

@@ -18,5 +18,6 @@ pub mod local_endpoint;
 pub mod placement;
 pub mod secret;
 pub mod vectors;
+pub mod zones;
 
 pub use crate::error::CoordinatorError;

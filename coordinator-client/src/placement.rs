@@ -100,16 +100,26 @@ pub struct PlacementMember {
     /// Relative share of blocks, proportional to capacity. A member of weight
     /// 0 gets no share and is left out of placement.
     pub weight: u32,
+    /// Its failure domain (empty: none said). Not part of the scoring nor of the
+    /// epoch: it only orders a hot block's homes ([`crate::zones`]).
+    pub zone: String,
 }
 
 impl PlacementMember {
-    /// A member with the given id, address and weight.
+    /// A member with the given id, address and weight, in no zone.
     pub fn new(id: impl Into<String>, addr: impl Into<String>, weight: u32) -> Self {
         Self {
             id: id.into(),
             addr: addr.into(),
             weight,
+            zone: String::new(),
         }
+    }
+
+    /// The same member in `zone`.
+    pub fn in_zone(mut self, zone: impl Into<String>) -> Self {
+        self.zone = zone.into();
+        self
     }
 }
 

@@ -27,7 +27,7 @@ mod server;
 pub mod shared_membership;
 // The client side lives in `talon-coordinator-client` (which links no server); its
 // modules keep their paths here.
-pub use talon_coordinator_client::{api, client, epoch, error, placement, vectors};
+pub use talon_coordinator_client::{api, client, epoch, error, placement, vectors, zones};
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -168,6 +168,11 @@ pub struct Args {
         default_value_t = 8
     )]
     hot_block_reads_per_second: u32,
+    /// This gateway's zone (its failure domain, as the workers' --zone): a hot block's
+    /// homes span zones and this gateway reads the one in its zone when there is one.
+    /// Empty: no preference.
+    #[arg(long, env = "TALON_GATEWAY_ZONE", default_value = "")]
+    zone: String,
     /// Uploads (PutObject, Put Blob) up to this size are also pushed into the cache
     /// once the origin has stored them, so the writer's next read is a hit; 0 turns
     /// that off. The gateway then joins the cluster in the ingester role.
@@ -415,6 +420,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     "--hot-block-owners must be at least 1 and --hot-block-reads-per-second in [1, 1023]"
                 );
             }
+            config.zone = args.zone.clone();
             config.hot_blocks = talon_cache_client::HotBlockConfig {
                 owners: args.hot_block_owners,
                 reads_per_second: args.hot_block_reads_per_second,

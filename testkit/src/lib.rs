@@ -84,6 +84,8 @@ pub struct ClusterConfig {
     /// [`LOCAL_SOCKETS_ENV`]'s: `scripts/test.sh` runs the suite once over TCP (the
     /// default plane) and once over the local sockets (with the Tokio plane forced).
     pub local_sockets: bool,
+    /// Each worker's zone, by index (a worker past the end declares none).
+    pub zones: Vec<String>,
 }
 
 impl Default for ClusterConfig {
@@ -102,6 +104,7 @@ impl Default for ClusterConfig {
             },
             origin_fallback: false,
             local_sockets: local_sockets_by_default(),
+            zones: Vec::new(),
         }
     }
 }
@@ -296,7 +299,7 @@ impl Cluster {
                 id: slot.id.clone(),
                 advertise_addr: None,
                 weight: 1,
-                zone: String::new(),
+                zone: self.config.zones.get(i).cloned().unwrap_or_default(),
                 heartbeat_interval: self.config.heartbeat_interval,
             }),
         }

@@ -130,3 +130,48 @@ async fn a_hot_block_is_read_from_its_first_two_owners_and_a_cold_one_from_its_o
     // The second home filled the block once; the cold block was filled once.
     assert_eq!(cluster.origin_gets(), 3);
 }
+
+/// With zones, a hot block's homes span zones and a reader asks the one in its own
+/// zone: a reader in the zone of the block's second home reads it there, not from the
+/// owner, once the block is hot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_reads_a_hot_block_from_its_home_in_the_readers_zone() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 3,
+        generated: vec![hot()],
+        zones: vec!["a".into(), "b".into(), "c".into()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let placement = cluster.placement().await;
+    let block = cluster.block_id(&id_of(&hot()), &version_of(&hot()), 0);
+    let homes = talon_coordinator::zones::homes(&placement, &block.placement_key(), 2);
+    assert_ne!(
+        homes[0].zone, homes[1].zone,
+        "the two homes are in two zones"
+    );
+    let (owner, near) = (
+        cluster.worker_index(&homes[0].id),
+        cluster.worker_index(&homes[1].id),
+    );
+    let reader_zone = homes[1].zone.clone();
+    let reader = cluster
+        .client_with(|c| {
+            c.zone = reader_zone;
+            c.hot_blocks = HotBlockConfig {
+                owners: 2,
+                reads_per_second: 2,
+            };
+        })
+        .await;
+    cluster.sync_client(&reader).await;
+    for _ in 0..READS {
+        read_checked(&reader, &hot()).await;
+    }
+    let served = answers(&cluster, READS as f64).await;
+    // The reads before the block was hot went to its owner; every one after, to the
+    // home in the reader's zone.
+    assert!(served[owner] <= 3.0, "{served:?}");
+    assert_eq!(served[owner] + served[near], READS as f64, "{served:?}");
+    assert_eq!(reader.hot_reads_spread(), served[near] as u64);
+}

@@ -84,7 +84,7 @@ fn run(
         let key = &keys[block as usize];
         let homes = config.owners.max(1);
         let ranked = placement.locate_top_k_key(key, homes);
-        let turn = gateway.note_read_in(key, 1, 1, window);
+        let turn = gateway.note_read_in(key, 1, 1, window).unwrap_or(0);
         let asked = index_of(&ranked[turn % ranked.len()].addr);
         reads[asked] += 1;
         if block == 0 {

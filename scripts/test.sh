@@ -62,6 +62,9 @@ export TALON_REQUIRE_INDEPENDENT_ORIGINS=1
 # on loopback for the coordinators' shared membership.
 step "etcd (Debian's etcd-server) for the shared-membership suite"
 command -v etcd >/dev/null || apt_install etcd-server
+# Headless Chromium renders the coordinator's status page (coordinator/tests/status_page.rs).
+step "chromium (Debian's) for the status page test"
+command -v chromium >/dev/null || apt_install chromium
 
 step "cargo test --workspace (data plane: the default, reads over TCP)"
 TALON_TEST_EXPECT_DATA_PLANE=default cargo test --workspace

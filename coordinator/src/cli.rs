@@ -51,6 +51,12 @@ pub struct Args {
     #[arg(long, env = "TALON_COORDINATOR_STATE", default_value = "memory")]
     state: String,
 
+    /// Serve a read-only status page (cluster, workers) at this address, without
+    /// authentication: it shows worker addresses, so bind it where only operators reach
+    /// it. Off by default.
+    #[arg(long, env = "TALON_COORDINATOR_STATUS_LISTEN")]
+    status_listen: Option<SocketAddr>,
+
     /// The prefix of the coordinator's keys in etcd (one cluster per prefix).
     #[arg(
         long,
@@ -78,9 +84,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
         expiry: Duration::from_millis(args.expiry_ms),
         state: crate::StateConfig::parse(&args.state, &args.state_prefix)?,
+        status_listen: args.status_listen,
     };
     let coordinator = crate::start(config).await?;
     let url = coordinator.url();
+    if let Some(status) = coordinator.status_addr {
+        tracing::info!(url = %format!("http://{status}/"), "status page listening");
+    }
     tracing::info!(
         %url,
         heartbeat_interval_ms = args.heartbeat_interval_ms,

@@ -25,6 +25,7 @@ pub mod membership;
 pub mod metrics;
 mod server;
 pub mod shared_membership;
+mod status_page;
 // The client side lives in `talon-coordinator-client` (which links no server); its
 // modules keep their paths here.
 pub use talon_coordinator_client::{api, client, epoch, error, placement, vectors, zones};
@@ -64,6 +65,9 @@ pub struct CoordinatorConfig {
     pub expiry: Duration,
     /// Where membership lives: this process's memory, or etcd.
     pub state: StateConfig,
+    /// Where the read-only status page listens, unauthenticated ([`status_page`]);
+    /// `None`: no page.
+    pub status_listen: Option<SocketAddr>,
 }
 
 /// Where a coordinator keeps membership.
@@ -125,6 +129,7 @@ impl Default for CoordinatorConfig {
             heartbeat_interval: Duration::from_millis(1000),
             expiry: Duration::from_millis(5000),
             state: StateConfig::Memory,
+            status_listen: None,
         }
     }
 }
@@ -163,6 +168,8 @@ impl CoordinatorConfig {
 pub struct RunningCoordinator {
     /// Where the admin API listens.
     pub addr: SocketAddr,
+    /// Where the status page listens, if it does.
+    pub status_addr: Option<SocketAddr>,
     state: Arc<AppState>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -273,6 +280,26 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
         },
     );
     let server_task = tokio::spawn(serve);
+    let mut status_addr = None;
+    if let Some(listen) = config.status_listen {
+        let listener =
+            TcpListener::bind(listen)
+                .await
+                .map_err(|source| CoordinatorError::Bind {
+                    addr: listen,
+                    source,
+                })?;
+        status_addr = listener.local_addr().ok();
+        let mut stop = shutdown_rx.clone();
+        tasks.push(tokio::spawn(talon_listener::serve_router(
+            listener,
+            talon_listener::ListenerLimits::admin(),
+            status_page::router(state.membership.clone()),
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        )));
+    }
 
     let sweeper = tokio::spawn(sweep(
         state.membership.clone(),
@@ -283,6 +310,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     tasks.extend([server_task, sweeper]);
     Ok(RunningCoordinator {
         addr,
+        status_addr,
         state,
         shutdown,
         tasks,

@@ -1,0 +1,60 @@
+//! A read-only status page for people without Grafana: the cluster's totals and every
+//! worker (address, zone, state, plane, last heartbeat, bytes cached, hit ratio, what
+//! the readers' circuits say), refreshed every 5 s in the browser.
+//!
+//! It is served on its own listener (`--status-listen`, off by default) with no
+//! authentication, because a browser cannot sign requests with the cluster secret: it
+//! shows worker addresses, so bind it where only operators reach it (loopback, an admin
+//! network). It changes nothing. `/` is the page (`assets/status.html`, rendered by its
+//! own script from `/status.json`); `/status.json` is the data.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::membership::Membership;
+
+/// The page.
+const PAGE: &str = include_str!("../assets/status.html");
+
+/// The status listener's routes.
+pub(crate) fn router(membership: Arc<Membership>) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/status.json", get(status))
+        .with_state(membership)
+}
+
+async fn page() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+            // The page runs only its own inline script and fetches only its own origin.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'",
+            ),
+        ],
+        PAGE,
+    )
+}
+
+async fn status(State(membership): State<Arc<Membership>>) -> impl IntoResponse {
+    let snap = membership.snapshot(Instant::now());
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(serde_json::json!({
+            // As hex: a JSON number past 2^53 loses digits in a browser.
+            "epoch": format!("{:016x}", snap.epoch),
+            "cluster": snap.cluster(),
+            "members": snap.members,
+        })),
+    )
+}

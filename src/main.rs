@@ -139,6 +139,10 @@ struct UpArgs {
     /// Write the endpoints as JSON to this file once everything is up (for scripts).
     #[arg(long, env = "TALON_READY_FILE")]
     ready_file: Option<PathBuf>,
+    /// The cluster secret to use (for `talon warm` and `talon status` against this
+    /// deployment); without it a fresh random one is used and never shown.
+    #[command(flatten)]
+    cluster: talon_coordinator::auth::ClusterSecretArgs,
 }
 
 /// Writes the sample data set into a new folder.
@@ -165,26 +169,7 @@ fn base64_encode(bytes: &[u8]) -> String {
 
 /// Parses `--origin` into origin clients.
 fn real_origin(spec: &str) -> anyhow::Result<Origins> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let settings = OriginSettings {
-        s3_region: env("AWS_REGION").unwrap_or_else(|| "us-east-1".into()),
-        s3_credentials: match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-            (Some(access_key), Some(secret_key)) => Some(S3Credentials {
-                access_key,
-                secret_key,
-                session_token: env("AWS_SESSION_TOKEN"),
-            }),
-            _ => None,
-        },
-        s3_virtual_hosted: false,
-        azure_key: match env("AZURE_STORAGE_KEY") {
-            Some(k) => Some(
-                AccountKey::from_base64(&k)
-                    .map_err(|e| anyhow::anyhow!("AZURE_STORAGE_KEY: {}", e.message()))?,
-            ),
-            None => None,
-        },
-    };
+    let settings = OriginSettings::from_env().map_err(|e| anyhow::anyhow!("{}", e.message()))?;
     let spec = OriginSpec::parse(spec, &settings.s3_region)
         .map_err(|e| anyhow::anyhow!("--origin: {}", e.message()))?;
     Ok(Origins::from_specs(&[spec], &settings)?)
@@ -227,11 +212,23 @@ Try it:
 
   python3 -c "from azure.storage.blob import BlobServiceClient; c = BlobServiceClient.from_connection_string('DefaultEndpointsProtocol=http;AccountName={DEFAULT_AZURE_ACCOUNT};AccountKey={azure_key};BlobEndpoint={azure};'); print(c.get_blob_client('demo', 'hello.txt').download_blob().readall())"
 
+  {warm}
+
 Ctrl-C stops it.
 "#,
         workers = args.workers,
         origin = e.origin,
         coordinator = e.coordinator,
+        warm = if args.cluster.cluster_secret_file.is_some()
+            || args.cluster.cluster_secret.is_some()
+        {
+            format!(
+                "talon warm s3://demo/ --coordinator {} --block-size {}   (same cluster secret: fills the cache on the workers)",
+                e.coordinator, args.block_size
+            )
+        } else {
+            "(start talon up with TALON_CLUSTER_SECRET set to run talon warm and talon status against it)".to_owned()
+        },
         anonymous = match args.anonymous {
             AnonymousAccess::Refused => "refused (--anonymous allows reads)",
             AnonymousAccess::ReadOnly => "reads allowed, writes refused",
@@ -329,12 +326,20 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
 
     // One cluster secret per run, never written down: the coordinator's API and every
     // worker connection require it, so nothing internal is open to other local users.
-    let cluster_secret = talon_coordinator::auth::random_secret();
+    let given_secret =
+        args.cluster.cluster_secret_file.is_some() || args.cluster.cluster_secret.is_some();
+    let cluster_secret = if given_secret {
+        args.cluster.load()?
+    } else {
+        talon_coordinator::auth::random_secret()
+    };
     let coordinator = talon_coordinator::start(CoordinatorConfig {
         listen: any_port,
         cluster_secret: cluster_secret.clone(),
         heartbeat_interval: Duration::from_millis(500),
         expiry: Duration::from_secs(3),
+        // Warm jobs list their prefixes at this deployment's origin.
+        origins: Some(origins.clone()),
         ..CoordinatorConfig::default()
     })
     .await

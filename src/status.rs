@@ -32,11 +32,21 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
         .cluster()
         .await
         .with_context(|| format!("asking {} for its totals", args.target.coordinator))?;
+    let jobs = client
+        .warm_jobs()
+        .await
+        .with_context(|| format!("asking {} for its warm jobs", args.target.coordinator))?
+        .jobs;
     if args.json {
-        let line = serde_json::json!({ "cluster": cluster, "members": members.members });
+        let line = serde_json::json!({
+            "cluster": cluster,
+            "members": members.members,
+            "warm_jobs": jobs,
+        });
         println!("{line}");
     } else {
         print!("{}", table(&cluster, &members));
+        print!("{}", jobs_table(&jobs));
     }
     Ok(())
 }
@@ -80,6 +90,33 @@ fn table(cluster: &ClusterSummary, members: &MembersResponse) -> String {
     out.push_str("|---|---|---|---:|---|---|---:|---:|---:|---:|---|\n");
     for m in &members.members {
         out.push_str(&row(m));
+    }
+    out
+}
+
+/// The coordinator's warm jobs, under a heading ("no warm jobs" when there are none).
+fn jobs_table(jobs: &[talon_coordinator::api::WarmJobView]) -> String {
+    if jobs.is_empty() {
+        return "\nno warm jobs\n".into();
+    }
+    let mut out = String::from(
+        "\n| warm job | source | state | objects | blocks | bytes | failed blocks | seconds |\n|---:|---|---|---:|---:|---:|---:|---:|\n",
+    );
+    for j in jobs {
+        out.push_str(&format!(
+            "| {} | {} | {:?} | {}/{} | {}/{} | {} of {} | {} | {:.1} |\n",
+            j.id,
+            j.source,
+            j.state,
+            j.objects_done,
+            j.objects,
+            j.blocks_done,
+            j.blocks,
+            bytes(j.bytes_done),
+            bytes(j.bytes),
+            j.errors,
+            j.elapsed_ms as f64 / 1000.0
+        ));
     }
     out
 }

@@ -1,12 +1,14 @@
-//! `talon warm`: fills a cluster's cache with named objects before a job reads them,
-//! with progress on stderr and, at the end, a table for a person or one JSON line for a
-//! script (`--json`).
+//! `talon warm`: fills a cluster's cache before a job reads it, with progress on stderr
+//! and, at the end, a table for a person or one JSON line for a script (`--json`).
 //!
-//! Each object is read whole through the cache client, as a reader would: the workers
-//! that own its blocks fetch what they lack from the origin, pinned to the version the
-//! stat announced, and keep it. The bytes also travel to this process, which drops
-//! them; a worker-side warm that keeps them on the workers, and warming a prefix from a
-//! listing, are issue 14's.
+//! - **A prefix** (`s3://BUCKET/PREFIX`, `az://ACCOUNT/CONTAINER/PREFIX`) is a warm job
+//!   on the coordinator (`POST /v1/warm`): it lists the prefix at the origin and the
+//!   workers that own each block fill it themselves, so no byte travels here. This
+//!   command follows the job with a progress bar (objects, bytes, rate, ETA) and, on
+//!   Ctrl-C, cancels it (the blocks filled stay cached).
+//! - **Named objects** (key paths, `s3/BUCKET/KEY`) are read whole through the cache
+//!   client, as a reader would: the owners fetch what they lack and keep it; the bytes
+//!   also travel to this process, which drops them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,9 +22,14 @@ use talon_core::{BlockGeometry, ObjectId, parse_byte_size};
 /// `talon warm`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct WarmArgs {
-    /// Objects to warm, as key paths: s3/BUCKET/KEY or az/ACCOUNT/CONTAINER/BLOB.
+    /// What to warm: one prefix (s3://BUCKET/PREFIX or az://ACCOUNT/CONTAINER/PREFIX, a
+    /// job the workers run), or objects as key paths (s3/BUCKET/KEY,
+    /// az/ACCOUNT/CONTAINER/BLOB, read through this process).
     #[arg(required = true)]
     objects: Vec<String>,
+    /// For a prefix: fill at most this many bytes (objects in listing order; 0: all).
+    #[arg(long, default_value = "0", value_parser = parse_byte_size)]
+    budget: u64,
     #[command(flatten)]
     target: crate::coordinator_args::CoordinatorArgs,
     /// The cluster's block size: the gateways' --block-size (the blocks warmed are the
@@ -56,6 +63,11 @@ struct Warmed {
 /// A name that is not a key path, a cluster that cannot be reached, or an object that
 /// cannot be read (its error names it); the objects warmed before it stay warm.
 pub async fn warm(args: WarmArgs) -> anyhow::Result<()> {
+    if let [source] = args.objects.as_slice()
+        && (source.starts_with("s3://") || source.starts_with("az://"))
+    {
+        return warm_prefix(&args, source).await;
+    }
     let ids = args
         .objects
         .iter()
@@ -162,4 +174,143 @@ fn table(warmed: &[Warmed], seconds: f64) -> String {
         bytes as f64 / 1048576.0 / seconds.max(0.001)
     ));
     out
+}
+
+/// Runs a warm job for `source` on the coordinator and follows it to the end.
+async fn warm_prefix(args: &WarmArgs, source: &str) -> anyhow::Result<()> {
+    use talon_coordinator::api::{WarmRequest, WarmState};
+    let client =
+        talon_coordinator::client::CoordinatorClient::new(args.target.coordinator.clone())?
+            .with_auth(
+                args.target.cluster.load()?,
+                talon_core::cluster_auth::Role::Admin,
+            );
+    let job = client
+        .warm_start(&WarmRequest {
+            source: source.to_owned(),
+            block_size: args.block_size,
+            budget_bytes: args.budget,
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "starting a warm job of {source} at {}",
+                args.target.coordinator
+            )
+        })?;
+    if job.objects_over_budget > 0 {
+        eprintln!(
+            "warm: {} objects are past the budget of {} and left out",
+            job.objects_over_budget,
+            human_bytes(args.budget)
+        );
+    }
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut tick = tokio::time::interval(Duration::from_millis(if tty { 250 } else { 1000 }));
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let view = loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut ctrl_c => {
+                eprintln!();
+                let v = client.warm_cancel(job.id).await?;
+                eprintln!("warm: job {} cancelled; the blocks filled stay cached", job.id);
+                break v;
+            }
+        }
+        let v = client.warm_job(job.id).await?;
+        eprint!("{}", progress_line(&v, tty));
+        if v.state != WarmState::Running {
+            if tty {
+                eprintln!();
+            }
+            break v;
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&view)?);
+    } else {
+        print!("{}", job_table(&view));
+    }
+    anyhow::ensure!(
+        view.errors == 0,
+        "{} blocks failed; the first: {}",
+        view.errors,
+        view.first_error.as_deref().unwrap_or("-")
+    );
+    anyhow::ensure!(view.state == WarmState::Done, "the job was cancelled");
+    Ok(())
+}
+
+/// Bytes as a person reads them (binary units).
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// One progress line: a bar, objects, bytes, rate and ETA; redrawn in place on a
+/// terminal, one line per second otherwise.
+fn progress_line(v: &talon_coordinator::api::WarmJobView, tty: bool) -> String {
+    const WIDTH: usize = 30;
+    let fraction = if v.bytes == 0 {
+        1.0
+    } else {
+        v.bytes_done as f64 / v.bytes as f64
+    };
+    let filled = ((fraction * WIDTH as f64).round() as usize).min(WIDTH);
+    let secs = v.elapsed_ms as f64 / 1000.0;
+    let rate = v.bytes_done as f64 / secs.max(0.001);
+    let eta = if rate > 0.0 && v.bytes > v.bytes_done {
+        format!("{:.0} s", (v.bytes - v.bytes_done) as f64 / rate)
+    } else {
+        "-".into()
+    };
+    let line = format!(
+        "[{}{}] {:>5.1}% · {}/{} objects · {} of {} · {}/s · ETA {eta}",
+        "#".repeat(filled),
+        ".".repeat(WIDTH - filled),
+        fraction * 100.0,
+        v.objects_done,
+        v.objects,
+        human_bytes(v.bytes_done),
+        human_bytes(v.bytes),
+        human_bytes(rate as u64),
+    );
+    if tty {
+        format!("\r{line}\x1b[K")
+    } else {
+        format!("{line}\n")
+    }
+}
+
+fn job_table(v: &talon_coordinator::api::WarmJobView) -> String {
+    let secs = v.elapsed_ms as f64 / 1000.0;
+    format!(
+        "| job | source | state | objects | blocks | bytes | failed blocks | left out (budget) | seconds | rate |\n\
+         |---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n\
+         | {} | {} | {:?} | {}/{} | {}/{} | {} of {} | {} | {} | {secs:.1} | {}/s |\n",
+        v.id,
+        v.source,
+        v.state,
+        v.objects_done,
+        v.objects,
+        v.blocks_done,
+        v.blocks,
+        human_bytes(v.bytes_done),
+        human_bytes(v.bytes),
+        v.errors,
+        v.objects_over_budget,
+        human_bytes((v.bytes_done as f64 / secs.max(0.001)) as u64),
+    )
 }

@@ -253,6 +253,9 @@ pub struct HeartbeatRequest {
     /// The heartbeating instance ([`RegisterRequest::instance`]).
     #[serde(default)]
     pub instance: String,
+    /// Warm tasks finished since the last heartbeat ([`WarmTask`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warm_done: Vec<WarmTaskDone>,
 }
 
 /// `POST /v1/workers/{id}/drain` by the worker itself: its instance. An admin's drain
@@ -272,6 +275,116 @@ pub struct HeartbeatResponse {
     /// The member's state after the heartbeat.
     #[serde(default)]
     pub state: MemberState,
+    /// Blocks to fill for warm jobs (a worker from before warm jobs ignores them; the
+    /// coordinator hands them out again after [`WARM_TASK_TIMEOUT_MS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warm: Vec<WarmTask>,
+}
+
+/// How long a warm task may stay out before the coordinator hands it out again.
+pub const WARM_TASK_TIMEOUT_MS: u64 = 60_000;
+
+/// Most warm tasks one worker holds at once.
+pub const WARM_TASKS_PER_WORKER: usize = 4;
+
+/// Longest warm source accepted, in bytes.
+pub const MAX_WARM_SOURCE_LEN: usize = 2048;
+
+/// One block a worker is asked to fill for a warm job: the whole block, from the
+/// origin, pinned to `version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmTask {
+    /// The job.
+    pub job: u64,
+    /// The task, unique within the job.
+    pub task: u64,
+    /// The object, as a key path (`s3/BUCKET/KEY`, `az/ACCOUNT/CONTAINER/BLOB`).
+    pub key_path: String,
+    /// The object's version (ETag) the block belongs to.
+    pub version: String,
+    /// The object's size in bytes.
+    pub object_size: u64,
+    /// The block's offset in the object.
+    pub block_offset: u64,
+    /// The cluster's block size.
+    pub block_size: u64,
+}
+
+/// A worker's report of one [`WarmTask`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmTaskDone {
+    /// The job.
+    pub job: u64,
+    /// The task.
+    pub task: u64,
+    /// Bytes of the block now cached.
+    pub bytes: u64,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `POST /v1/warm`: warm every object under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmRequest {
+    /// `s3://BUCKET/PREFIX` or `az://ACCOUNT/CONTAINER/PREFIX`.
+    pub source: String,
+    /// The cluster's block size (the gateways' `--block-size`).
+    pub block_size: u64,
+    /// Most bytes the job fills; objects past it are left out (0: no limit).
+    #[serde(default)]
+    pub budget_bytes: u64,
+}
+
+/// Where a warm job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WarmState {
+    /// Blocks are being filled.
+    Running,
+    /// Every block was filled (or failed: see `errors`).
+    Done,
+    /// Cancelled; the blocks filled stay cached.
+    Cancelled,
+}
+
+/// `GET /v1/warm/{id}` (and each entry of `GET /v1/warm`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmJobView {
+    /// The job's id.
+    pub id: u64,
+    /// What it warms.
+    pub source: String,
+    /// Where it stands.
+    pub state: WarmState,
+    /// Objects listed under the source and taken (within the budget).
+    pub objects: u64,
+    /// Of those, objects whose every block is filled.
+    pub objects_done: u64,
+    /// Bytes of those objects.
+    pub bytes: u64,
+    /// Bytes filled so far.
+    pub bytes_done: u64,
+    /// Blocks to fill.
+    pub blocks: u64,
+    /// Blocks filled or failed.
+    pub blocks_done: u64,
+    /// Objects listed but left out because the budget was reached.
+    pub objects_over_budget: u64,
+    /// Blocks that failed, and the first error.
+    pub errors: u64,
+    /// The first error, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+    /// Milliseconds since the job started.
+    pub elapsed_ms: u64,
+}
+
+/// `GET /v1/warm`: every job this coordinator runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmJobsResponse {
+    /// The jobs, oldest first.
+    pub jobs: Vec<WarmJobView>,
 }
 
 /// Answer to a drain.

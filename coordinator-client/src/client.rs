@@ -17,7 +17,7 @@ use talon_core::cluster_auth::{ClusterSecret, Role, api_auth_header};
 use crate::api::{
     CircuitsReport, CircuitsResponse, ClusterSummary, DrainRequest, DrainResponse, ErrorBody,
     HeartbeatRequest, HeartbeatResponse, MemberInfo, MembersResponse, RegisterRequest,
-    RegisterResponse,
+    RegisterResponse, WarmJobView, WarmJobsResponse, WarmRequest,
 };
 use crate::error::CoordinatorError;
 
@@ -267,6 +267,43 @@ impl CoordinatorClient {
     /// Transport and decoding failures.
     pub async fn cluster(&self) -> Result<ClusterSummary, CoordinatorError> {
         self.call::<(), _>(Method::GET, "/v1/cluster", None, Kind::Other)
+            .await
+    }
+
+    /// Starts a warm job (the admin or ingester role).
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidRequest`] for a bad source or a coordinator with no
+    /// origin; 403 for another role; 503 when the origin's listing failed.
+    pub async fn warm_start(&self, req: &WarmRequest) -> Result<WarmJobView, CoordinatorError> {
+        self.call(Method::POST, "/v1/warm", Some(req), Kind::Other)
+            .await
+    }
+
+    /// Warm job `id`.
+    ///
+    /// # Errors
+    /// 404 when there is no such job; transport and decoding failures.
+    pub async fn warm_job(&self, id: u64) -> Result<WarmJobView, CoordinatorError> {
+        self.call::<(), _>(Method::GET, &format!("/v1/warm/{id}"), None, Kind::Other)
+            .await
+    }
+
+    /// Every warm job of this coordinator.
+    ///
+    /// # Errors
+    /// Transport and decoding failures.
+    pub async fn warm_jobs(&self) -> Result<WarmJobsResponse, CoordinatorError> {
+        self.call::<(), _>(Method::GET, "/v1/warm", None, Kind::Other)
+            .await
+    }
+
+    /// Cancels warm job `id` (the blocks filled stay cached).
+    ///
+    /// # Errors
+    /// 404 when there is no such job; 403 for a role other than admin or ingester.
+    pub async fn warm_cancel(&self, id: u64) -> Result<WarmJobView, CoordinatorError> {
+        self.call::<(), _>(Method::DELETE, &format!("/v1/warm/{id}"), None, Kind::Other)
             .await
     }
 }

@@ -51,6 +51,10 @@ fn allowed(method: &Method, path: &str) -> &'static [Role] {
     if path.ends_with("/drain") {
         return &[Role::Worker, Role::Admin];
     }
+    if path == "/v1/warm" || path.starts_with("/v1/warm/") {
+        // A warm job makes every worker fetch from the origin: admins and ingesters.
+        return &[Role::Ingester, Role::Admin];
+    }
     if path.starts_with("/v1/readers/") {
         // What readers saw of the workers: any role that reads may say.
         return &[Role::Reader, Role::Ingester, Role::Admin];

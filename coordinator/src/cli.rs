@@ -57,6 +57,13 @@ pub struct Args {
     #[arg(long, env = "TALON_COORDINATOR_STATUS_LISTEN")]
     status_listen: Option<SocketAddr>,
 
+    /// Origins that warm jobs list their prefixes at, as URLs (s3, s3+http://HOST:PORT,
+    /// az://ACCOUNT, az+http://HOST:PORT/ACCOUNT; comma-separated or repeated).
+    /// Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION and
+    /// AZURE_STORAGE_KEY. Without any, POST /v1/warm is refused.
+    #[arg(long, env = "TALON_COORDINATOR_ORIGIN", value_delimiter = ',')]
+    origin: Vec<String>,
+
     /// The prefix of the coordinator's keys in etcd (one cluster per prefix).
     #[arg(
         long,
@@ -85,6 +92,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         expiry: Duration::from_millis(args.expiry_ms),
         state: crate::StateConfig::parse(&args.state, &args.state_prefix)?,
         status_listen: args.status_listen,
+        origins: warm_origins(&args.origin)?,
     };
     let coordinator = crate::start(config).await?;
     let url = coordinator.url();
@@ -106,4 +114,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     coordinator.shutdown().await;
     Ok(())
+}
+
+/// The origins of `--origin`, for warm jobs; `None` when there are none.
+fn warm_origins(urls: &[String]) -> anyhow::Result<Option<talon_protocols::origin::Origins>> {
+    use talon_protocols::origin_spec::{OriginSettings, OriginSpec};
+    if urls.is_empty() {
+        return Ok(None);
+    }
+    let settings = OriginSettings::from_env().map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+    let specs = urls
+        .iter()
+        .map(|u| OriginSpec::parse(u, &settings.s3_region))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("--origin: {}", e.message()))?;
+    Ok(Some(talon_protocols::origin::Origins::from_specs(
+        &specs, &settings,
+    )?))
 }

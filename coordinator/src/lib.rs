@@ -26,6 +26,7 @@ pub mod metrics;
 mod server;
 pub mod shared_membership;
 mod status_page;
+pub mod warm;
 // The client side lives in `talon-coordinator-client` (which links no server); its
 // modules keep their paths here.
 pub use talon_coordinator_client::{api, client, epoch, error, placement, vectors, zones};
@@ -50,7 +51,7 @@ use crate::shared_membership::SharedMembership;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// How to run a coordinator.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
     /// Admin API address; port 0 picks a free port.
     pub listen: SocketAddr,
@@ -65,9 +66,11 @@ pub struct CoordinatorConfig {
     pub expiry: Duration,
     /// Where membership lives: this process's memory, or etcd.
     pub state: StateConfig,
-    /// Where the read-only status page listens, unauthenticated ([`status_page`]);
+    /// Where the read-only status page listens, unauthenticated (the `status_page` module);
     /// `None`: no page.
     pub status_listen: Option<SocketAddr>,
+    /// The origins warm jobs list their prefixes at ([`warm`]); `None`: no warm jobs.
+    pub origins: Option<talon_protocols::origin::Origins>,
 }
 
 /// Where a coordinator keeps membership.
@@ -130,6 +133,7 @@ impl Default for CoordinatorConfig {
             expiry: Duration::from_millis(5000),
             state: StateConfig::Memory,
             status_listen: None,
+            origins: None,
         }
     }
 }
@@ -261,6 +265,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
         metrics: Metrics::new(membership.clone()),
         membership,
         shared: shared.clone(),
+        warm: warm::WarmJobs::default(),
         config: config.clone(),
         ready: false.into(),
     });
@@ -294,7 +299,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
         tasks.push(tokio::spawn(talon_listener::serve_router(
             listener,
             talon_listener::ListenerLimits::admin(),
-            status_page::router(state.membership.clone()),
+            status_page::router(state.clone()),
             async move {
                 let _ = stop.wait_for(|s| *s).await;
             },

@@ -430,6 +430,7 @@ impl Membership {
         Ok(HeartbeatResponse {
             epoch: inner.epoch,
             state,
+            warm: Vec::new(),
         })
     }
 
@@ -673,6 +674,7 @@ mod tests {
             misses: 3,
             draining: false,
             instance: String::new(),
+            warm_done: Vec::new(),
         };
         let r = m.heartbeat("a", &stats, t0 + ms(1000)).unwrap();
         assert_eq!(r.epoch, e);
@@ -700,6 +702,7 @@ mod tests {
             misses: 3,
             draining: false,
             instance: String::new(),
+            warm_done: Vec::new(),
         };
         m.heartbeat("a", &stats, t0).unwrap();
         let a = m.snapshot(t0).members[0].clone();

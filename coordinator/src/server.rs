@@ -30,6 +30,8 @@ pub(crate) struct AppState {
     pub(crate) membership: Arc<Membership>,
     /// Membership in etcd, mirrored into `membership` (`None`: memory only).
     pub(crate) shared: Option<Arc<SharedMembership>>,
+    /// Warm jobs and the tasks they hand to workers.
+    pub(crate) warm: crate::warm::WarmJobs,
     pub(crate) metrics: Metrics,
     pub(crate) config: CoordinatorConfig,
     /// True while serving; false before start and once shutdown began.
@@ -46,6 +48,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/members/{id}", get(member))
         .route("/v1/cluster", get(cluster))
         .route("/v1/readers/{id}/circuits", post(circuits))
+        .route("/v1/warm", post(warm_start).get(warm_list))
+        .route("/v1/warm/{id}", get(warm_view).delete(warm_cancel))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -123,10 +127,15 @@ async fn heartbeat(
     body: Bytes,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     let stats: HeartbeatRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
-    let answer = match &state.shared {
+    let mut answer = match &state.shared {
         Some(shared) => shared.heartbeat(&id, &stats, Instant::now()).await?,
         None => state.membership.heartbeat(&id, &stats, Instant::now())?,
     };
+    state.warm.complete(&id, &stats.warm_done);
+    if answer.state == crate::api::MemberState::Live {
+        let placement = state.membership.snapshot(Instant::now()).placement();
+        answer.warm = state.warm.take(&id, &placement);
+    }
     Ok(Json(answer))
 }
 
@@ -159,6 +168,66 @@ async fn circuits(
         .membership
         .report_circuits(&id, report, Instant::now())?;
     Ok(Json(CircuitsResponse { epoch }))
+}
+
+async fn warm_start(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<crate::api::WarmJobView>, ApiError> {
+    let req: crate::api::WarmRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+    if req.source.len() > crate::api::MAX_WARM_SOURCE_LEN {
+        return Err(CoordinatorError::InvalidRequest("warm source too long".into()).into());
+    }
+    let Some(origins) = &state.config.origins else {
+        return Err(CoordinatorError::InvalidRequest(
+            "this coordinator has no origin to list a warm source at (start it with --origin)"
+                .into(),
+        )
+        .into());
+    };
+    let objects = crate::warm::list_source(origins, &req.source).await?;
+    let placement = state.membership.snapshot(Instant::now()).placement();
+    let view = state
+        .warm
+        .start(
+            &req.source,
+            &objects,
+            req.block_size,
+            req.budget_bytes,
+            &placement,
+        )
+        .map_err(CoordinatorError::InvalidRequest)?;
+    Ok(Json(view))
+}
+
+async fn warm_list(State(state): State<Arc<AppState>>) -> Json<crate::api::WarmJobsResponse> {
+    Json(crate::api::WarmJobsResponse {
+        jobs: state.warm.list(),
+    })
+}
+
+fn no_job(id: &str) -> ApiError {
+    CoordinatorError::Api {
+        status: 404,
+        message: format!("no warm job {id}"),
+    }
+    .into()
+}
+
+async fn warm_view(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<crate::api::WarmJobView>, ApiError> {
+    let n: u64 = id.parse().map_err(|_| no_job(&id))?;
+    state.warm.view(n).map(Json).ok_or_else(|| no_job(&id))
+}
+
+async fn warm_cancel(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<crate::api::WarmJobView>, ApiError> {
+    let n: u64 = id.parse().map_err(|_| no_job(&id))?;
+    state.warm.cancel(n).map(Json).ok_or_else(|| no_job(&id))
 }
 
 async fn members(State(state): State<Arc<AppState>>) -> Response {

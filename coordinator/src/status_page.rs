@@ -1,6 +1,6 @@
 //! A read-only status page for people without Grafana: the cluster's totals and every
 //! worker (address, zone, state, plane, last heartbeat, bytes cached, hit ratio, what
-//! the readers' circuits say), refreshed every 5 s in the browser.
+//! the readers' circuits say) and the warm jobs, refreshed every 5 s in the browser.
 //!
 //! It is served on its own listener (`--status-listen`, off by default) with no
 //! authentication, because a browser cannot sign requests with the cluster secret: it
@@ -18,17 +18,17 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::membership::Membership;
+use crate::server::AppState;
 
 /// The page.
 const PAGE: &str = include_str!("../assets/status.html");
 
 /// The status listener's routes.
-pub(crate) fn router(membership: Arc<Membership>) -> Router {
+pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/status.json", get(status))
-        .with_state(membership)
+        .with_state(state)
 }
 
 async fn page() -> impl IntoResponse {
@@ -46,8 +46,8 @@ async fn page() -> impl IntoResponse {
     )
 }
 
-async fn status(State(membership): State<Arc<Membership>>) -> impl IntoResponse {
-    let snap = membership.snapshot(Instant::now());
+async fn status(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let snap = state.membership.snapshot(Instant::now());
     (
         [(header::CACHE_CONTROL, "no-store")],
         Json(serde_json::json!({
@@ -55,6 +55,7 @@ async fn status(State(membership): State<Arc<Membership>>) -> impl IntoResponse 
             "epoch": format!("{:016x}", snap.epoch),
             "cluster": snap.cluster(),
             "members": snap.members,
+            "warm_jobs": state.warm.list(),
         })),
     )
 }

@@ -98,6 +98,7 @@ async fn register_heartbeat_and_read_back() {
         misses: 10,
         draining: false,
         instance: String::new(),
+        warm_done: Vec::new(),
     };
     let hb = client.heartbeat("w1", &stats).await.unwrap();
     assert_eq!(hb.epoch, r2.epoch, "a heartbeat does not change the epoch");

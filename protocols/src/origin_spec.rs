@@ -48,6 +48,41 @@ pub struct OriginSettings {
     pub azure_key: Option<AccountKey>,
 }
 
+impl OriginSettings {
+    /// Settings from the usual environment variables: `AWS_REGION` (`us-east-1` when
+    /// unset), `AWS_ACCESS_KEY_ID` with `AWS_SECRET_ACCESS_KEY` (and
+    /// `AWS_SESSION_TOKEN`) for S3, `AZURE_STORAGE_KEY` for Azure; anonymous where
+    /// unset. Path-style S3.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidArgument`] for an `AZURE_STORAGE_KEY` that is not base64.
+    pub fn from_env() -> Result<OriginSettings> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let azure_key = match env("AZURE_STORAGE_KEY") {
+            Some(k) => Some(AccountKey::from_base64(&k).map_err(|e| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("AZURE_STORAGE_KEY: {}", e.message()),
+                )
+            })?),
+            None => None,
+        };
+        Ok(OriginSettings {
+            s3_region: env("AWS_REGION").unwrap_or_else(|| "us-east-1".into()),
+            s3_credentials: match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+                (Some(access_key), Some(secret_key)) => Some(S3Credentials {
+                    access_key,
+                    secret_key,
+                    session_token: env("AWS_SESSION_TOKEN"),
+                }),
+                _ => None,
+            },
+            s3_virtual_hosted: false,
+            azure_key,
+        })
+    }
+}
+
 impl OriginSpec {
     /// Parses one of the spellings in the module's table. `region` names the AWS
     /// endpoint of the bare `s3`.

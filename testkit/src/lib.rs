@@ -199,6 +199,30 @@ where
     }
 }
 
+/// Origin clients for both of `origin`'s protocols, signed with the sandbox's keys.
+fn origins_of(origin: &talon_origin_stub::RunningStub) -> Origins {
+    let s3 = OriginClient::new(OriginConfig::S3 {
+        endpoint: origin.s3_url().unwrap_or_default(),
+        region: "us-east-1".into(),
+        credentials: Some(S3Credentials {
+            access_key: ACCESS_KEY.into(),
+            secret_key: SECRET_KEY.into(),
+            session_token: None,
+        }),
+        virtual_hosted: false,
+    })
+    .ok();
+    let azure = OriginClient::new(OriginConfig::Azure {
+        endpoint: origin.azure_url().unwrap_or_default(),
+        account: talon_origin_stub::DEFAULT_AZURE_ACCOUNT.into(),
+        key: AccountKey::from_base64(EMULATOR_AZURE_KEY).ok(),
+        sas: None,
+    })
+    .ok()
+    .map(|c| (talon_origin_stub::DEFAULT_AZURE_ACCOUNT.to_owned(), c));
+    Origins { s3, azure }
+}
+
 impl Cluster {
     /// Starts the whole sandbox and waits until every worker is live.
     ///
@@ -224,6 +248,8 @@ impl Cluster {
             cluster_secret,
             heartbeat_interval: config.heartbeat_interval,
             expiry: config.expiry,
+            // Warm jobs list their prefixes at the sandbox's origin.
+            origins: Some(origins_of(&origin)),
             ..CoordinatorConfig::default()
         })
         .await
@@ -251,26 +277,7 @@ impl Cluster {
 
     /// Origin clients for the sandbox's stub (S3 with credentials, Azure with the key).
     pub fn origins(&self) -> Origins {
-        let s3 = OriginClient::new(OriginConfig::S3 {
-            endpoint: self.origin.s3_url().unwrap_or_default(),
-            region: "us-east-1".into(),
-            credentials: Some(S3Credentials {
-                access_key: ACCESS_KEY.into(),
-                secret_key: SECRET_KEY.into(),
-                session_token: None,
-            }),
-            virtual_hosted: false,
-        })
-        .ok();
-        let azure = OriginClient::new(OriginConfig::Azure {
-            endpoint: self.origin.azure_url().unwrap_or_default(),
-            account: talon_origin_stub::DEFAULT_AZURE_ACCOUNT.into(),
-            key: AccountKey::from_base64(EMULATOR_AZURE_KEY).ok(),
-            sas: None,
-        })
-        .ok()
-        .map(|c| (talon_origin_stub::DEFAULT_AZURE_ACCOUNT.to_owned(), c));
-        Origins { s3, azure }
+        origins_of(&self.origin)
     }
 
     fn worker_config(&self, i: usize) -> WorkerConfig {

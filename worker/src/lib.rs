@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod origins;
 pub mod read_faults;
 pub mod service;
+pub mod warm_tasks;
 pub mod zero_copy;
 
 pub use error::{Result, WorkerError};

@@ -297,6 +297,7 @@ async fn agent(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut registered = false;
+    let warm = Arc::new(crate::warm_tasks::WarmReports::default());
     loop {
         if !registered {
             match client.register(&registration).await {
@@ -316,9 +317,19 @@ async fn agent(
                 misses,
                 draining: false,
                 instance: registration.instance.clone(),
+                warm_done: warm.take(),
             };
-            if let Err(e) = client.heartbeat_or_register(&registration, &beat).await {
-                tracing::warn!(error = %e, "heartbeat failed");
+            match client.heartbeat_or_register(&registration, &beat).await {
+                Ok(talon_coordinator_client::client::Report::Heartbeat(answer)) => {
+                    warm.start(&services.loader, answer.warm);
+                }
+                Ok(talon_coordinator_client::client::Report::Registered(_)) => {
+                    warm.give_back(beat.warm_done);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "heartbeat failed");
+                    warm.give_back(beat.warm_done);
+                }
             }
         }
         tokio::select! {

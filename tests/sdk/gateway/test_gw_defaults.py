@@ -119,6 +119,9 @@ def test_talon_status_shows_the_cluster(cluster):
         assert set(m["circuits"]) == {"readers", "open", "opened", "deadlines_missed"}, m
         line = next(l for l in text.splitlines() if l.startswith(f"| {m['id']} |"))
         assert f"| {m['data_plane']} |" in line, line
+    # The coordinator's warm jobs: none yet, said in both forms.
+    assert report["warm_jobs"] == [], report["warm_jobs"]
+    assert "no warm jobs" in text, text
     env = harness.clean_env()
     del env["TALON_CLUSTER_SECRET"]
     refused = subprocess.run(argv, capture_output=True, timeout=60, env=env)

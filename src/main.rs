@@ -354,6 +354,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let mut workers = Vec::new();
     for i in 0..args.workers.max(1) {
         let worker = talon_worker::start(WorkerConfig {
+            pins: Default::default(),
             cluster_secret: cluster_secret.clone(),
             listen: any_port,
             admin_listen: None,

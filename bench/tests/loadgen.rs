@@ -42,6 +42,7 @@ async fn worker(stub: &RunningStub, dir: &std::path::Path) -> RunningWorker {
     })
     .unwrap_or_else(|e| panic!("origin client: {e}"));
     talon_worker::start(WorkerConfig {
+        pins: Default::default(),
         listen: "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
         admin_listen: None,
         cache_dir: dir.to_owned(),

@@ -283,6 +283,7 @@ impl Cluster {
     fn worker_config(&self, i: usize) -> WorkerConfig {
         let slot = &self.workers[i];
         WorkerConfig {
+            pins: Default::default(),
             listen: "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
             admin_listen: None,
             cache_dir: slot.cache_dir.clone(),

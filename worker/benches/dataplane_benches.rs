@@ -69,6 +69,7 @@ fn serial_reads_on(
             azure: None,
         };
         let worker = talon_worker::start(WorkerConfig {
+            pins: Default::default(),
             listen: "127.0.0.1:0".parse().expect("addr"),
             admin_listen: None,
             cache_dir: dir.path().to_owned(),

@@ -140,6 +140,8 @@ pub struct Block {
     pub len: u64,
     /// Pages in this block.
     pub pages: u32,
+    /// Whether it belongs to a pinned prefix ([`Pins`]).
+    pub pinned: bool,
     page_size: u64,
     file: File,
     /// A read-only descriptor of `file`, opened on first use, for readers on this host.
@@ -362,6 +364,55 @@ struct Inner {
     corrupt_pages: u64,
     /// Present pages dropped because reading them back failed.
     unreadable_pages: u64,
+    /// Bytes of `used` in pinned blocks ([`Pins`]).
+    pinned_used: u64,
+}
+
+impl Inner {
+    /// Counts `bytes` more in use, in a pinned block or not.
+    fn add_used(&mut self, pinned: bool, bytes: u64) {
+        self.used += bytes;
+        if pinned {
+            self.pinned_used += bytes;
+        }
+    }
+
+    /// Counts `bytes` fewer in use.
+    fn sub_used(&mut self, pinned: bool, bytes: u64) {
+        self.used = self.used.saturating_sub(bytes);
+        if pinned {
+            self.pinned_used = self.pinned_used.saturating_sub(bytes);
+        }
+    }
+}
+
+/// Data that eviction passes over: the blocks of objects whose key path starts with
+/// one of the prefixes (`s3/BUCKET/PREFIX`, `az/ACCOUNT/CONTAINER/PREFIX`), as long as
+/// they hold at most `max_bytes` together. Past that share the oldest of them are
+/// evicted like any block, so pinning can never starve the rest of the cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pins {
+    prefixes: Vec<String>,
+    max_bytes: u64,
+}
+
+impl Pins {
+    /// Pins `prefixes` within `share` (0 to 1) of `capacity` bytes.
+    pub fn new(prefixes: Vec<String>, share: f64, capacity: u64) -> Pins {
+        Pins {
+            prefixes,
+            max_bytes: (capacity as f64 * share.clamp(0.0, 1.0)) as u64,
+        }
+    }
+
+    /// Whether the block belongs to a pinned prefix.
+    pub fn covers(&self, id: &BlockId) -> bool {
+        if self.prefixes.is_empty() {
+            return false;
+        }
+        let path = id.object().key_path();
+        self.prefixes.iter().any(|p| path.starts_with(p.as_str()))
+    }
 }
 
 /// Counters of the store, for metrics and heartbeats.
@@ -381,6 +432,8 @@ pub struct StoreStats {
     /// Present pages whose bytes could not be read back from the cache disk (an I/O
     /// error) and were dropped since start: never served, refetched when next read.
     pub unreadable_pages: u64,
+    /// Bytes of `used_bytes` in pinned blocks ([`Pins`]).
+    pub pinned_bytes: u64,
 }
 
 /// Bytes reserved for a fill; returned to the budget when dropped (a committed fill
@@ -408,6 +461,7 @@ pub struct BlockStore {
     /// up descriptors and inodes (SEC-05).
     max_blocks: usize,
     alloc_unit: u64,
+    pins: Pins,
     inner: Mutex<Inner>,
 }
 
@@ -478,7 +532,7 @@ impl BlockStore {
                 st.evicted = true;
                 st.cost
             };
-            inner.used = inner.used.saturating_sub(cost);
+            inner.sub_used(block.pinned, cost);
             block
         };
         tracing::warn!(block = %victim.name, object_size = victim.object_size, "discarded a block made for a wrong object size");
@@ -491,7 +545,7 @@ impl BlockStore {
         {
             let mut inner = lock(&self.inner);
             while inner.blocks.len() >= self.max_blocks {
-                if !Self::evict_victim(&mut inner, &mut victims) {
+                if !self.evict_victim(&mut inner, &mut victims) {
                     break;
                 }
             }
@@ -500,22 +554,43 @@ impl BlockStore {
     }
 
     /// Takes the eviction policy's victim out of the index (marked evicted, its bytes
-    /// off the budget) into `victims`; false when there is none.
-    fn evict_victim(inner: &mut Inner, victims: &mut Vec<Arc<Block>>) -> bool {
-        let Some(name) = inner.policy.victim() else {
-            return false;
-        };
-        if let Some(block) = inner.blocks.remove(&name) {
+    /// off the budget) into `victims`; false when there is none. A pinned victim is
+    /// passed over (handed back to the policy) while the pinned blocks hold no more
+    /// than their share; when every candidate is such a block, there is none.
+    fn evict_victim(&self, inner: &mut Inner, victims: &mut Vec<Arc<Block>>) -> bool {
+        let mut passed_over = Vec::new();
+        let candidates = inner.policy.len();
+        let mut evicted = false;
+        for _ in 0..=candidates {
+            let Some(name) = inner.policy.victim() else {
+                break;
+            };
+            let Some(block) = inner.blocks.get(&name).cloned() else {
+                // Not in the index any more: nothing to free, but it was a victim.
+                evicted = true;
+                break;
+            };
+            if block.pinned && inner.pinned_used <= self.pins.max_bytes {
+                passed_over.push((name, lock(&block.state).cost));
+                continue;
+            }
+            inner.blocks.remove(&name);
             let cost = {
                 let mut st = lock(&block.state);
                 st.evicted = true;
                 st.cost
             };
-            inner.used = inner.used.saturating_sub(cost);
+            inner.sub_used(block.pinned, cost);
             inner.evictions += 1;
             victims.push(block);
+            evicted = true;
+            break;
         }
-        true
+        for (name, cost) in passed_over {
+            inner.policy.insert(name.clone(), cost);
+            inner.policy.access(&name);
+        }
+        evicted
     }
 
     /// Deletes evicted blocks' files, serialised with metadata writes so a late write
@@ -536,6 +611,20 @@ impl BlockStore {
     /// # Errors
     /// I/O errors creating or reading the folder; a zero page size or capacity.
     pub fn open(cache_dir: &Path, page_size: u64, capacity: u64) -> Result<BlockStore> {
+        BlockStore::open_pinned(cache_dir, page_size, capacity, Pins::default())
+    }
+
+    /// [`open`](Self::open) with `pins`: data that eviction passes over within its
+    /// share.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_pinned(
+        cache_dir: &Path,
+        page_size: u64,
+        capacity: u64,
+        pins: Pins,
+    ) -> Result<BlockStore> {
         if page_size == 0 || !page_size.is_power_of_two() {
             return Err(WorkerError::InvalidRequest(format!(
                 "page size {page_size} must be a power of two"
@@ -553,6 +642,7 @@ impl BlockStore {
             capacity,
             max_blocks: DEFAULT_MAX_BLOCKS,
             alloc_unit,
+            pins,
             inner: Mutex::new(Inner {
                 blocks: HashMap::new(),
                 policy: S3Fifo::default(),
@@ -561,6 +651,7 @@ impl BlockStore {
                 evictions: 0,
                 corrupt_pages: 0,
                 unreadable_pages: 0,
+                pinned_used: 0,
             }),
         };
         store.rebuild()?;
@@ -583,6 +674,7 @@ impl BlockStore {
             evictions: inner.evictions,
             corrupt_pages: inner.corrupt_pages,
             unreadable_pages: inner.unreadable_pages,
+            pinned_bytes: inner.pinned_used,
         }
     }
 
@@ -627,7 +719,7 @@ impl BlockStore {
                 Ok(block) => {
                     let mut inner = lock(&self.inner);
                     let cost = lock(&block.state).cost;
-                    inner.used += cost;
+                    inner.add_used(block.pinned, cost);
                     inner.policy.insert(name.clone(), cost);
                     inner.blocks.insert(name.clone(), Arc::new(block));
                     loaded += 1;
@@ -738,6 +830,7 @@ impl BlockStore {
             other => other.map_err(|e| WorkerError::io("opening a block file", e))?,
         };
         Ok(Block {
+            pinned: self.pins.covers(&id),
             id,
             object_size,
             len,
@@ -887,7 +980,7 @@ impl BlockStore {
                 if inner.used + inner.reserved + extra <= self.capacity {
                     break true;
                 }
-                if !Self::evict_victim(&mut inner, &mut victims) {
+                if !self.evict_victim(&mut inner, &mut victims) {
                     break false;
                 }
             }
@@ -1047,7 +1140,7 @@ impl BlockStore {
         };
         {
             let mut inner = lock(&self.inner);
-            inner.used += added;
+            inner.add_used(block.pinned, added);
             inner.policy.resize(&block.name, lock(&block.state).cost);
         }
         drop(reservation);
@@ -1131,7 +1224,7 @@ impl BlockStore {
         if !bad.is_empty() {
             tracing::warn!(block = %block.name, pages = ?bad, "dropped pages that failed their checksum or a read; they will be refetched");
             let mut inner = lock(&self.inner);
-            inner.used = inner.used.saturating_sub(freed);
+            inner.sub_used(block.pinned, freed);
             inner.corrupt_pages += bad.len() as u64 - unreadable;
             inner.unreadable_pages += unreadable;
             inner.policy.resize(&block.name, lock(&block.state).cost);
@@ -1331,6 +1424,65 @@ mod tests {
         .unwrap();
         let block = store.get_or_create(&huge, 64 * PAGE).unwrap();
         assert!(store.reserve(&block, 0..64).is_none());
+    }
+
+    #[test]
+    fn pinned_blocks_are_passed_over_within_their_share_and_evicted_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let unit = fs::metadata(dir.path()).unwrap().blksize().max(512);
+        let block_cost = 4 * PAGE + unit * (2 + 1);
+        // Room for four blocks; pins may hold two.
+        let capacity = 4 * block_cost;
+        let pins = Pins::new(vec!["s3/b/pinned/".into()], 0.5, capacity);
+        let store = Arc::new(BlockStore::open_pinned(dir.path(), PAGE, capacity, pins).unwrap());
+        let pinned: Vec<Arc<Block>> = ["pinned/a", "pinned/b"]
+            .iter()
+            .map(|k| {
+                let b = store.get_or_create(&block_id(k), 4 * PAGE).unwrap();
+                fill(&store, &b, 0..4, 1);
+                b
+            })
+            .collect();
+        assert!(pinned.iter().all(|b| b.pinned));
+        assert_eq!(store.stats().pinned_bytes, 2 * block_cost);
+        // Eight other blocks through a cache with room for two besides the pins.
+        let others: Vec<Arc<Block>> = (0..8)
+            .map(|k| {
+                let b = store
+                    .get_or_create(&block_id(&format!("other/{k}")), 4 * PAGE)
+                    .unwrap();
+                assert!(!b.pinned);
+                fill(&store, &b, 0..4, k as u8);
+                b
+            })
+            .collect();
+        assert!(
+            pinned.iter().all(|b| !b.is_evicted()),
+            "the pinned blocks were passed over"
+        );
+        assert_eq!(others.iter().filter(|b| b.is_evicted()).count(), 6);
+        assert!(store.stats().used_bytes <= capacity);
+
+        // A third pinned block takes the pins past their share: pinned blocks are then
+        // evicted like any other, down to the share.
+        let third = store
+            .get_or_create(&block_id("pinned/c"), 4 * PAGE)
+            .unwrap();
+        fill(&store, &third, 0..4, 3);
+        for k in 8..12 {
+            let b = store
+                .get_or_create(&block_id(&format!("other/{k}")), 4 * PAGE)
+                .unwrap();
+            fill(&store, &b, 0..4, k as u8);
+        }
+        let stats = store.stats();
+        assert!(stats.used_bytes <= capacity);
+        assert!(
+            stats.pinned_bytes <= 2 * block_cost,
+            "pins hold at most their share once past it: {} of {}",
+            stats.pinned_bytes,
+            2 * block_cost
+        );
     }
 
     #[test]

@@ -61,6 +61,15 @@ pub struct Args {
     /// Failure-domain label.
     #[arg(long, env = "TALON_WORKER_ZONE", default_value = "")]
     zone: String,
+    /// Pin a prefix: blocks of objects whose key path starts with it (s3/BUCKET/PREFIX,
+    /// az/ACCOUNT/CONTAINER/PREFIX) are passed over by eviction while the pinned blocks
+    /// hold at most --pin-share of the capacity. Repeat or separate with commas.
+    #[arg(long, env = "TALON_WORKER_PIN", value_delimiter = ',')]
+    pin: Vec<String>,
+    /// The share of --capacity pinned blocks may hold (0 to 1); past it the oldest are
+    /// evicted like any block.
+    #[arg(long, env = "TALON_WORKER_PIN_SHARE", default_value_t = 0.5)]
+    pin_share: f64,
     /// Heartbeat period, milliseconds.
     #[arg(
         long,
@@ -240,7 +249,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "auto" => Some(std::path::absolute(args.cache_dir.join("local.sock"))?),
         path => Some(std::path::absolute(path)?),
     };
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.pin_share),
+        "--pin-share must be between 0 and 1"
+    );
     let config = WorkerConfig {
+        pins: crate::block_store::Pins::new(args.pin.clone(), args.pin_share, args.capacity),
         local_socket,
         cluster_secret,
         listen: args.listen,

@@ -37,6 +37,7 @@ pub struct WorkerMetrics {
     evictions: Counter,
     corrupt_pages: Counter,
     used_bytes: Gauge,
+    pinned_bytes: Gauge,
     capacity_bytes: Gauge,
     blocks: Gauge,
     read_latency: Histogram,
@@ -74,6 +75,7 @@ impl WorkerMetrics {
             evictions: Counter::default(),
             corrupt_pages: Counter::default(),
             used_bytes: Gauge::default(),
+            pinned_bytes: Gauge::default(),
             capacity_bytes: Gauge::default(),
             blocks: Gauge::default(),
             // 20 µs .. ~10 s.
@@ -157,6 +159,11 @@ impl WorkerMetrics {
                 "cache_used_bytes",
                 "Bytes on disk counted against the budget",
                 m.used_bytes.clone(),
+            );
+            r.register(
+                "cache_pinned_bytes",
+                "Bytes of cache_used_bytes in pinned blocks (--pin), which eviction passes over within --pin-share",
+                m.pinned_bytes.clone(),
             );
             r.register(
                 "cache_capacity_bytes",
@@ -337,6 +344,7 @@ impl WorkerMetrics {
     pub fn render(&self, store: StoreStats, stat_requests: StatOriginRequests) -> String {
         let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.used_bytes.set(i(store.used_bytes));
+        self.pinned_bytes.set(i(store.pinned_bytes));
         self.capacity_bytes.set(i(store.capacity_bytes));
         self.blocks.set(i(store.blocks));
         for (counter, total) in [
@@ -399,6 +407,7 @@ mod tests {
                 evictions: 3,
                 corrupt_pages: 2,
                 unreadable_pages: 6,
+                pinned_bytes: 7,
             },
             StatOriginRequests {
                 fetched: 4,
@@ -415,6 +424,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("talon_worker_cache_used_bytes 10"));
+        assert!(text.contains("talon_worker_cache_pinned_bytes 7"), "{text}");
         assert!(text.contains("talon_worker_read_duration_seconds_count 1"));
         assert!(text.contains("talon_worker_stat_origin_requests_total{result=\"unchanged\"} 5"));
         assert!(text.contains("talon_worker_stat_origin_requests_total{result=\"fetched\"} 4"));

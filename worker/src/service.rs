@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::block_store::BlockStore;
+use crate::block_store::{BlockStore, Pins};
 use crate::data_plane::{self, DataPlaneConfig, PlaneKind, Services};
 use crate::error::{Result, WorkerError};
 use crate::loader::{Loader, LoaderConfig};
@@ -47,6 +47,8 @@ pub struct MembershipConfig {
 /// Everything a worker needs to run.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
+    /// Data eviction passes over within its share ([`Pins`]).
+    pub pins: Pins,
     /// Data-plane listen address (port 0 picks one).
     pub listen: SocketAddr,
     /// Admin listen address, if any.
@@ -137,12 +139,13 @@ impl RunningWorker {
 /// # Errors
 /// The store cannot be opened or a listener cannot bind.
 pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
-    let (dir, page, cap) = (
+    let (dir, page, cap, pins) = (
         config.cache_dir.clone(),
         config.page_size,
         config.capacity_bytes,
+        config.pins.clone(),
     );
-    let store = tokio::task::spawn_blocking(move || BlockStore::open(&dir, page, cap))
+    let store = tokio::task::spawn_blocking(move || BlockStore::open_pinned(&dir, page, cap, pins))
         .await
         .map_err(|e| WorkerError::Unavailable(format!("opening the store failed: {e}")))??;
     let store = Arc::new(store);

@@ -53,6 +53,13 @@ monitoring-check:
 deploy-check *ARGS:
     ./scripts/check_deploy.sh {{ARGS}}
 
+# The multi-host suites in full: coordinators on a real three-member etcd, and a cluster
+# across network namespaces (root), as CI runs them.
+cluster-suites:
+    cargo build --workspace --bins
+    cargo test -p talon-testkit --test etcd_membership
+    cargo test -p talon-bench --test hosts
+
 # ---- measurement (docs/BENCHMARKS.md) ----
 
 # Criterion benches into bench/results/latest.json; `just bench -p talon-core` scopes.

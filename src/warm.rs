@@ -25,8 +25,12 @@ pub struct WarmArgs {
     /// What to warm: one prefix (s3://BUCKET/PREFIX or az://ACCOUNT/CONTAINER/PREFIX, a
     /// job the workers run), or objects as key paths (s3/BUCKET/KEY,
     /// az/ACCOUNT/CONTAINER/BLOB, read through this process).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "list")]
     objects: Vec<String>,
+    /// A file of objects to warm as a job on the workers, one key path per line (blank
+    /// lines and lines starting with # are skipped).
+    #[arg(long, conflicts_with = "objects")]
+    list: Option<std::path::PathBuf>,
     /// For a prefix: fill at most this many bytes (objects in listing order; 0: all).
     #[arg(long, default_value = "0", value_parser = parse_byte_size)]
     budget: u64,
@@ -63,10 +67,22 @@ struct Warmed {
 /// A name that is not a key path, a cluster that cannot be reached, or an object that
 /// cannot be read (its error names it); the objects warmed before it stay warm.
 pub async fn warm(args: WarmArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.list {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let objects: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_owned)
+            .collect();
+        anyhow::ensure!(!objects.is_empty(), "{} names no object", path.display());
+        return warm_job(&args, String::new(), objects).await;
+    }
     if let [source] = args.objects.as_slice()
         && (source.starts_with("s3://") || source.starts_with("az://"))
     {
-        return warm_prefix(&args, source).await;
+        return warm_job(&args, source.clone(), Vec::new()).await;
     }
     let ids = args
         .objects
@@ -176,8 +192,14 @@ fn table(warmed: &[Warmed], seconds: f64) -> String {
     out
 }
 
-/// Runs a warm job for `source` on the coordinator and follows it to the end.
-async fn warm_prefix(args: &WarmArgs, source: &str) -> anyhow::Result<()> {
+/// Runs a warm job for `source` (or the `objects` named) on the coordinator and follows
+/// it to the end.
+async fn warm_job(args: &WarmArgs, source: String, objects: Vec<String>) -> anyhow::Result<()> {
+    let what = if source.is_empty() {
+        format!("{} objects", objects.len())
+    } else {
+        source.clone()
+    };
     use talon_coordinator::api::{WarmRequest, WarmState};
     let client =
         talon_coordinator::client::CoordinatorClient::new(args.target.coordinator.clone())?
@@ -187,14 +209,15 @@ async fn warm_prefix(args: &WarmArgs, source: &str) -> anyhow::Result<()> {
             );
     let job = client
         .warm_start(&WarmRequest {
-            source: source.to_owned(),
+            source,
+            objects,
             block_size: args.block_size,
             budget_bytes: args.budget,
         })
         .await
         .with_context(|| {
             format!(
-                "starting a warm job of {source} at {}",
+                "starting a warm job of {what} at {}",
                 args.target.coordinator
             )
         })?;

@@ -324,11 +324,21 @@ pub struct WarmTaskDone {
     pub error: Option<String>,
 }
 
-/// `POST /v1/warm`: warm every object under a prefix.
+/// Most objects a warm request may name one by one ([`WarmRequest::objects`]).
+pub const MAX_WARM_OBJECTS: usize = 10_000;
+
+/// `POST /v1/warm`: warm every object under a prefix, or the objects named.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WarmRequest {
-    /// `s3://BUCKET/PREFIX` or `az://ACCOUNT/CONTAINER/PREFIX`.
+    /// `s3://BUCKET/PREFIX` or `az://ACCOUNT/CONTAINER/PREFIX`; empty when `objects`
+    /// names them instead.
+    #[serde(default)]
     pub source: String,
+    /// Objects as key paths (`s3/BUCKET/KEY`, `az/ACCOUNT/CONTAINER/BLOB`), each asked
+    /// of the origin for its size and version (a list file); used when `source` is
+    /// empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<String>,
     /// The cluster's block size (the gateways' `--block-size`).
     pub block_size: u64,
     /// Most bytes the job fills; objects past it are left out (0: no limit).

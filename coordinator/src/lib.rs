@@ -261,11 +261,12 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
             Some(shared)
         }
     };
+    let warm = Arc::new(warm::WarmJobs::default());
     let state = Arc::new(AppState {
-        metrics: Metrics::new(membership.clone()),
+        metrics: Metrics::new(membership.clone(), warm.clone()),
         membership,
         shared: shared.clone(),
-        warm: warm::WarmJobs::default(),
+        warm,
         config: config.clone(),
         ready: false.into(),
     });

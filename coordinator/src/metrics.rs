@@ -19,6 +19,8 @@
 //! | `talon_coordinator_capacity_bytes` | gauge | total capacity reported |
 //! | `talon_coordinator_cached_bytes` | gauge | total bytes cached reported |
 //! | `talon_coordinator_cache_hits`, `_cache_misses` | gauge | total hits, misses reported |
+//! | `talon_coordinator_warm_jobs{state}` | gauge | warm jobs kept, by state (`running`, `done`, `cancelled`) |
+//! | `talon_coordinator_warm_bytes`, `_warm_bytes_done` | gauge | bytes of the running warm jobs, and of those filled |
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,6 +32,7 @@ use prometheus_client::registry::Registry;
 
 use crate::api::MemberState;
 use crate::membership::{Membership, MembershipSnapshot};
+use crate::warm::WarmJobs;
 
 pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -40,10 +43,11 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Metrics over `membership`.
-    pub fn new(membership: Arc<Membership>) -> Self {
+    /// Metrics over `membership` and the warm jobs.
+    pub fn new(membership: Arc<Membership>, warm: Arc<WarmJobs>) -> Self {
         let mut registry = Registry::with_prefix("talon_coordinator");
         registry.register_collector(Box::new(MembershipCollector { membership }));
+        registry.register_collector(Box::new(WarmCollector { warm }));
         Self { registry }
     }
 
@@ -176,6 +180,50 @@ fn encode_snapshot(
     Ok(())
 }
 
+/// The warm jobs' progress, read at scrape time.
+#[derive(Debug)]
+struct WarmCollector {
+    warm: Arc<WarmJobs>,
+}
+
+impl Collector for WarmCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use crate::api::WarmState;
+        let jobs = self.warm.list();
+        {
+            let mut family = encoder.encode_descriptor(
+                "warm_jobs",
+                "Warm jobs kept, by state: running, done or cancelled.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (state, name) in [
+                (WarmState::Running, "running"),
+                (WarmState::Done, "done"),
+                (WarmState::Cancelled, "cancelled"),
+            ] {
+                let n = jobs.iter().filter(|j| j.state == state).count() as u64;
+                family.encode_family(&[("state", name)])?.encode_gauge(&n)?;
+            }
+        }
+        let running = jobs.iter().filter(|j| j.state == WarmState::Running);
+        let (bytes, done) = running.fold((0u64, 0u64), |(b, d), j| (b + j.bytes, d + j.bytes_done));
+        for (name, help, value) in [
+            ("warm_bytes", "Bytes of the running warm jobs.", bytes),
+            (
+                "warm_bytes_done",
+                "Bytes of the running warm jobs filled so far.",
+                done,
+            ),
+        ] {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&value)?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for MembershipCollector {
     fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         encode_snapshot(&self.membership.snapshot(Instant::now()), encoder)
@@ -214,7 +262,16 @@ mod tests {
         };
         membership.heartbeat("a", &hb, now).unwrap();
         membership.drain("b", None).unwrap();
-        let text = Metrics::new(membership.clone()).render();
+        let warm = Arc::new(WarmJobs::default());
+        let placement = membership.snapshot(now).placement();
+        let objects = vec![crate::warm::ListedObject {
+            id: talon_core::ObjectId::s3("b", "k").unwrap(),
+            size: 3000,
+            version: talon_core::ObjectVersion::from_etag("\"v\"").unwrap(),
+        }];
+        warm.start("s3://b/", &objects, 1024, 0, &placement)
+            .unwrap();
+        let text = Metrics::new(membership.clone(), warm).render();
         let epoch = format!("{:016x}", membership.epoch());
         for line in [
             "talon_coordinator_workers{state=\"live\"} 1",
@@ -227,6 +284,10 @@ mod tests {
             "talon_coordinator_epoch_changes_total 3",
             "talon_coordinator_capacity_bytes 200",
             "talon_coordinator_cache_hits 5",
+            "talon_coordinator_warm_jobs{state=\"running\"} 1",
+            "talon_coordinator_warm_jobs{state=\"done\"} 0",
+            "talon_coordinator_warm_bytes 3000",
+            "talon_coordinator_warm_bytes_done 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -31,7 +31,7 @@ pub(crate) struct AppState {
     /// Membership in etcd, mirrored into `membership` (`None`: memory only).
     pub(crate) shared: Option<Arc<SharedMembership>>,
     /// Warm jobs and the tasks they hand to workers.
-    pub(crate) warm: crate::warm::WarmJobs,
+    pub(crate) warm: Arc<crate::warm::WarmJobs>,
     pub(crate) metrics: Metrics,
     pub(crate) config: CoordinatorConfig,
     /// True while serving; false before start and once shutdown began.
@@ -185,12 +185,28 @@ async fn warm_start(
         )
         .into());
     };
-    let objects = crate::warm::list_source(origins, &req.source).await?;
+    let objects = if req.source.is_empty() {
+        if req.objects.is_empty() || req.objects.len() > crate::api::MAX_WARM_OBJECTS {
+            return Err(CoordinatorError::InvalidRequest(format!(
+                "name a source or between 1 and {} objects",
+                crate::api::MAX_WARM_OBJECTS
+            ))
+            .into());
+        }
+        crate::warm::head_objects(origins, &req.objects).await?
+    } else {
+        crate::warm::list_source(origins, &req.source).await?
+    };
     let placement = state.membership.snapshot(Instant::now()).placement();
+    let source = if req.source.is_empty() {
+        format!("{} objects", req.objects.len())
+    } else {
+        req.source.clone()
+    };
     let view = state
         .warm
         .start(
-            &req.source,
+            &source,
             &objects,
             req.block_size,
             req.budget_bytes,

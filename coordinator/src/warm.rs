@@ -363,6 +363,40 @@ impl WarmJobs {
 /// block cannot name.
 type NameToObject = Box<dyn Fn(&str) -> Option<ObjectId> + Send + Sync>;
 
+/// Asks the origin for the size and version of each object named (key paths: a list
+/// file's lines), in order.
+///
+/// # Errors
+/// [`CoordinatorError::InvalidRequest`] for a name that is not a key path or names an
+/// origin this coordinator has not, or an object the origin does not have;
+/// [`CoordinatorError::StateStore`] for another origin error (503: try again).
+pub async fn head_objects(
+    origins: &talon_protocols::origin::Origins,
+    names: &[String],
+) -> Result<Vec<ListedObject>, CoordinatorError> {
+    let mut objects = Vec::with_capacity(names.len());
+    for name in names {
+        let bad =
+            |why: String| CoordinatorError::InvalidRequest(format!("warm object {name:?}: {why}"));
+        let id = ObjectId::from_key_path(name).map_err(|e| bad(e.to_string()))?;
+        let (client, bucket, key) = origins.route(&id).map_err(|e| bad(e.to_string()))?;
+        let info = client.head(&bucket, &key).await.map_err(|e| {
+            if e.kind() == talon_protocols::ErrorKind::NoSuchKey {
+                bad("the origin has no such object".into())
+            } else {
+                CoordinatorError::StateStore(format!("asking the origin for {name}: {e}"))
+            }
+        })?;
+        let version = ObjectVersion::from_etag(&info.etag).map_err(|e| bad(e.to_string()))?;
+        objects.push(ListedObject {
+            id,
+            size: info.size,
+            version,
+        });
+    }
+    Ok(objects)
+}
+
 /// Most objects a job lists.
 pub const MAX_LISTED_OBJECTS: usize = 1_000_000;
 

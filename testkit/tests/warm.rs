@@ -33,6 +33,7 @@ fn dataset() -> Vec<GeneratedObject> {
 fn request(budget_bytes: u64) -> WarmRequest {
     WarmRequest {
         source: "s3://data/warm/".into(),
+        objects: Vec::new(),
         block_size: BLOCK,
         budget_bytes,
     }
@@ -137,4 +138,41 @@ async fn a_budget_leaves_objects_out_and_a_cancelled_job_stops() {
     // Unknown jobs are a 404 for a view and a cancel alike.
     assert_eq!(admin.warm_job(999).await.unwrap_err().status_code(), 404);
     assert_eq!(admin.warm_cancel(999).await.unwrap_err().status_code(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_of_objects_is_warmed_and_a_missing_one_is_refused_whole() {
+    let objects = dataset();
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 2,
+        generated: objects.clone(),
+        ..ClusterConfig::default()
+    })
+    .await;
+    let admin = cluster.coordinator_client(Role::Admin);
+    let named = |names: &[&str]| WarmRequest {
+        source: String::new(),
+        objects: names.iter().map(|n| (*n).to_owned()).collect(),
+        block_size: BLOCK,
+        budget_bytes: 0,
+    };
+    // One name the origin lacks: the whole request is refused and nothing is queued.
+    let refused = admin
+        .warm_start(&named(&["s3/data/elsewhere.bin", "s3/data/nope.bin"]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status_code(), 400, "{refused}");
+    assert!(admin.warm_jobs().await.unwrap().jobs.is_empty());
+
+    let job = admin
+        .warm_start(&named(&[
+            "s3/data/elsewhere.bin",
+            "s3/data/warm/part-0.bin",
+        ]))
+        .await
+        .unwrap();
+    assert_eq!((job.objects, job.blocks), (2, 4), "{job:?}");
+    assert_eq!(job.source, "2 objects");
+    let done = finished(&cluster, job.id).await;
+    assert_eq!((done.state, done.bytes_done), (WarmState::Done, done.bytes));
 }

@@ -51,8 +51,8 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bytes as a person reads them (binary units).
-fn bytes(n: u64) -> String {
+/// Bytes as a person reads them (binary units); `talon warm` prints them so too.
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut unit = 0;

@@ -225,7 +225,7 @@ async fn warm_job(args: &WarmArgs, source: String, objects: Vec<String>) -> anyh
         eprintln!(
             "warm: {} objects are past the budget of {} and left out",
             job.objects_over_budget,
-            human_bytes(args.budget)
+            crate::status::bytes(args.budget)
         );
     }
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -266,22 +266,6 @@ async fn warm_job(args: &WarmArgs, source: String, objects: Vec<String>) -> anyh
     Ok(())
 }
 
-/// Bytes as a person reads them (binary units).
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
-
 /// One progress line: a bar, objects, bytes, rate and ETA; redrawn in place on a
 /// terminal, one line per second otherwise.
 fn progress_line(v: &talon_coordinator::api::WarmJobView, tty: bool) -> String {
@@ -306,9 +290,9 @@ fn progress_line(v: &talon_coordinator::api::WarmJobView, tty: bool) -> String {
         fraction * 100.0,
         v.objects_done,
         v.objects,
-        human_bytes(v.bytes_done),
-        human_bytes(v.bytes),
-        human_bytes(rate as u64),
+        crate::status::bytes(v.bytes_done),
+        crate::status::bytes(v.bytes),
+        crate::status::bytes(rate as u64),
     );
     if tty {
         format!("\r{line}\x1b[K")
@@ -330,10 +314,10 @@ fn job_table(v: &talon_coordinator::api::WarmJobView) -> String {
         v.objects,
         v.blocks_done,
         v.blocks,
-        human_bytes(v.bytes_done),
-        human_bytes(v.bytes),
+        crate::status::bytes(v.bytes_done),
+        crate::status::bytes(v.bytes),
         v.errors,
         v.objects_over_budget,
-        human_bytes((v.bytes_done as f64 / secs.max(0.001)) as u64),
+        crate::status::bytes((v.bytes_done as f64 / secs.max(0.001)) as u64),
     )
 }

@@ -156,14 +156,7 @@ impl Network {
     /// # Errors
     /// When `ip` fails.
     pub fn cut(&self, name: &str) -> HarnessResult<()> {
-        ip(&[
-            "-n",
-            &self.switch,
-            "link",
-            "set",
-            &self.switch_port(name)?,
-            "down",
-        ])
+        self.set_link(name, "down")
     }
 
     /// Puts `name` back on the switch.
@@ -171,14 +164,13 @@ impl Network {
     /// # Errors
     /// When `ip` fails.
     pub fn heal(&self, name: &str) -> HarnessResult<()> {
-        ip(&[
-            "-n",
-            &self.switch,
-            "link",
-            "set",
-            &self.switch_port(name)?,
-            "up",
-        ])
+        self.set_link(name, "up")
+    }
+
+    /// Sets `name`'s port on the switch `up` or `down`.
+    fn set_link(&self, name: &str, state: &str) -> HarnessResult<()> {
+        let port = self.switch_port(name)?;
+        ip(&["-n", &self.switch, "link", "set", &port, state])
     }
 }
 

@@ -141,12 +141,16 @@ impl Etcd {
         })
     }
 
+    /// The endpoints' indexes in the order to try them: the one that answered last first.
+    fn endpoint_order(&self) -> impl Iterator<Item = usize> + '_ {
+        let first = self.preferred.load(Ordering::Relaxed);
+        (0..self.endpoints.len()).map(move |i| (first + i) % self.endpoints.len())
+    }
+
     /// POSTs `body` to `path` on the first endpoint that answers.
     async fn call(&self, path: &str, body: &Value) -> Result<Value, CoordinatorError> {
-        let first = self.preferred.load(Ordering::Relaxed);
         let mut last = String::new();
-        for i in 0..self.endpoints.len() {
-            let at = (first + i) % self.endpoints.len();
+        for at in self.endpoint_order() {
             let url = format!("{}{path}", self.endpoints[at]);
             let answer = self
                 .http
@@ -305,10 +309,8 @@ impl Etcd {
             "range_end": B64.encode(prefix_end(prefix)),
             "start_revision": from_revision.to_string(),
         }});
-        let first = self.preferred.load(Ordering::Relaxed);
         let mut last = String::new();
-        for i in 0..self.endpoints.len() {
-            let at = (first + i) % self.endpoints.len();
+        for at in self.endpoint_order() {
             let url = format!("{}/v3/watch", self.endpoints[at]);
             let request = self
                 .http

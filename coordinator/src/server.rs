@@ -132,7 +132,8 @@ async fn heartbeat(
         None => state.membership.heartbeat(&id, &stats, Instant::now())?,
     };
     state.warm.complete(&id, &stats.warm_done);
-    if answer.state == crate::api::MemberState::Live {
+    // Placement is built only while a job runs: a heartbeat is otherwise no costlier.
+    if answer.state == crate::api::MemberState::Live && state.warm.any_running() {
         let placement = state.membership.snapshot(Instant::now()).placement();
         answer.warm = state.warm.take(&id, &placement);
     }

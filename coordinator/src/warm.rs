@@ -340,6 +340,14 @@ impl WarmJobs {
         Some(job.view(id, Instant::now()))
     }
 
+    /// Whether some job is still running (and so may have tasks to hand out).
+    pub fn any_running(&self) -> bool {
+        self.lock()
+            .jobs
+            .values()
+            .any(|j| j.state == WarmState::Running)
+    }
+
     /// Job `id`'s view.
     pub fn view(&self, id: u64) -> Option<WarmJobView> {
         self.lock()

@@ -155,9 +155,10 @@ pub struct Args {
     #[arg(long, env = "TALON_GATEWAY_HEDGE_MIN_DELAY_MS", default_value_t = 250)]
     hedge_min_delay_ms: u64,
     /// Hot blocks: a block read through this gateway more than
-    /// --hot-block-reads-per-second times its length in a second is read from its
-    /// first this-many owners in turn (1 turns spreading off). Each extra owner fills
-    /// the block once from the origin. Docs: docs/cache-cluster.md.
+    /// --hot-block-reads-per-second times its length in a second is read from this
+    /// many homes in turn — its owner and the next in rendezvous order, spanning zones
+    /// when workers declare them (1 turns spreading off). Each extra home fills the
+    /// block once from the origin. Docs: docs/cache-cluster.md.
     #[arg(long, env = "TALON_GATEWAY_HOT_BLOCK_OWNERS", default_value_t = 2)]
     hot_block_owners: usize,
     /// How many times its length a block must be read in one second to be hot (at

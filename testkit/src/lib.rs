@@ -774,6 +774,22 @@ impl Gate {
     }
 }
 
+/// Reads the whole of the generated S3 object `object` through `client` at its version
+/// and checks every byte against it; panics naming `what` on an error or a wrong byte.
+pub async fn read_whole_checked(client: &CacheClient, object: &GeneratedObject, what: &str) {
+    let id = ObjectId::s3(object.bucket.clone(), object.key.clone())
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let version =
+        ObjectVersion::from_etag(&object.etag()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let bytes = read_through(client, &id, &version, object.size, 0..object.size)
+        .await
+        .unwrap(what);
+    assert!(
+        bytes == expected(object, 0..object.size),
+        "{what}: wrong bytes"
+    );
+}
+
 /// [`read_through`], counting into `gate`, and, with `pause_after`, stopping once at
 /// least that many bytes were received until the gate opens.
 pub async fn read_through_gated(

@@ -15,7 +15,9 @@ use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedObject;
 use talon_protocols::ErrorKind;
 use talon_testkit::fault_proxy::{Fault, FaultProxy};
-use talon_testkit::{Cluster, ClusterConfig, WorkerProcess, expected, read_through, wait_for};
+use talon_testkit::{
+    Cluster, ClusterConfig, WorkerProcess, read_through, read_whole_checked, wait_for,
+};
 use talon_worker::loader::LoaderConfig;
 
 const BLOCK: u64 = 256 << 10;
@@ -101,20 +103,8 @@ async fn warm(cluster: &Cluster, objects: &[GeneratedObject]) {
 /// Reads the whole object and checks every byte; returns how long it took.
 async fn read_checked(client: &CacheClient, object: &GeneratedObject, what: &str) -> Duration {
     let started = Instant::now();
-    let bytes = read_through(
-        client,
-        &id_of(object),
-        &version_of(object),
-        object.size,
-        0..object.size,
-    )
-    .await
-    .unwrap(what);
+    read_whole_checked(client, object, what).await;
     let took = started.elapsed();
-    assert!(
-        bytes == expected(object, 0..object.size),
-        "{what}: wrong bytes"
-    );
     assert!(
         took < BUDGET,
         "{what}: the read took {took:?}, past its deadline budget {BUDGET:?}"

@@ -9,7 +9,7 @@ use std::time::Duration;
 use talon_cache_client::{CacheClient, HotBlockConfig};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
-use talon_testkit::{Cluster, ClusterConfig, expected, read_through, wait_for};
+use talon_testkit::{Cluster, ClusterConfig, read_whole_checked, wait_for};
 
 const BLOCK: u64 = 256 << 10;
 const READS: usize = 30;
@@ -33,20 +33,7 @@ fn version_of(object: &GeneratedObject) -> ObjectVersion {
 }
 
 async fn read_checked(client: &CacheClient, object: &GeneratedObject) {
-    let bytes = read_through(
-        client,
-        &id_of(object),
-        &version_of(object),
-        object.size,
-        0..object.size,
-    )
-    .await
-    .unwrap("read");
-    assert!(
-        bytes == expected(object, 0..object.size),
-        "{}: wrong bytes",
-        object.key
-    );
+    read_whole_checked(client, object, &object.key).await;
 }
 
 /// Each worker's finished answers, once they add up to `total` (a worker counts an

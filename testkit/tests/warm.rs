@@ -131,6 +131,17 @@ async fn a_budget_leaves_objects_out_and_a_cancelled_job_stops() {
     assert!(done.bytes_done <= budget, "never past its budget");
 
     let second = admin.warm_start(&request(0)).await.unwrap();
+    // A reader may not cancel it either: refused, and the job is untouched.
+    let refused = cluster
+        .coordinator_client(Role::Reader)
+        .warm_cancel(second.id)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status_code(), 403, "{refused}");
+    assert_ne!(
+        admin.warm_job(second.id).await.unwrap().state,
+        WarmState::Cancelled
+    );
     let cancelled = admin.warm_cancel(second.id).await.unwrap();
     assert_ne!(cancelled.state, WarmState::Running);
     let listed = admin.warm_jobs().await.unwrap().jobs;

@@ -57,7 +57,7 @@ deploy-check *ARGS:
 # across network namespaces (root), as CI runs them.
 cluster-suites:
     cargo build --workspace --bins
-    cargo test -p talon-testkit --test etcd_membership
+    cargo test -p talon-testkit --test etcd_membership --test etcd_warm
     cargo test -p talon-bench --test hosts
 
 # ---- measurement (docs/BENCHMARKS.md) ----

@@ -58,8 +58,8 @@ export TALON_REQUIRE_INDEPENDENT_ORIGINS=1
 # worker it starts serves on the plane it names (TALON_TEST_EXPECT_DATA_PLANE). The first
 # run reads the workers over TCP; the second through their local sockets (the
 # co-located fast path, TALON_TEST_LOCAL_SOCKETS=1), which the Tokio plane's code serves.
-# etcd from Debian: testkit/tests/etcd_membership.rs starts a real three-member cluster
-# on loopback for the coordinators' shared membership.
+# etcd from Debian: testkit/tests/etcd_membership.rs and etcd_warm.rs start a real three-member cluster
+# on loopback for the coordinators' shared membership and warm jobs.
 step "etcd (Debian's etcd-server) for the shared-membership suite"
 command -v etcd >/dev/null || apt_install etcd-server
 # Headless Chromium renders the coordinator's status page (coordinator/tests/status_page.rs).

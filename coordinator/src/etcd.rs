@@ -220,8 +220,8 @@ impl Etcd {
         Ok((kvs, int(&v["header"]["revision"])))
     }
 
-    /// Puts `value` at `key` bound to `lease` (0: none) if `expect` holds; whether it
-    /// did.
+    /// Puts `value` at `key` bound to `lease` if `expect` holds; whether it did. Lease 0
+    /// keeps the key's lease (none for a key created).
     ///
     /// # Errors
     /// [`CoordinatorError::StateStore`] when no endpoint answers.
@@ -241,7 +241,9 @@ impl Etcd {
                 json!({ "key": key64, "target": "MOD", "result": "EQUAL", "mod_revision": r.to_string() })
             }
         };
-        let put = if lease == 0 {
+        let put = if lease == 0 && expect == Expect::Absent {
+            json!({ "key": key64, "value": B64.encode(value) })
+        } else if lease == 0 {
             json!({ "key": key64, "value": B64.encode(value), "ignore_lease": true })
         } else {
             json!({ "key": key64, "value": B64.encode(value), "lease": lease.to_string() })
@@ -253,6 +255,32 @@ impl Etcd {
             )
             .await?;
         Ok(v["succeeded"].as_bool().unwrap_or(false))
+    }
+
+    /// Puts `value` at `key`, with no lease and no condition.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when no endpoint answers.
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<(), CoordinatorError> {
+        self.call(
+            "/v3/kv/put",
+            &json!({ "key": B64.encode(key), "value": B64.encode(value) }),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Deletes every key under `prefix`.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when no endpoint answers.
+    pub async fn delete_prefix(&self, prefix: &[u8]) -> Result<(), CoordinatorError> {
+        self.call(
+            "/v3/kv/deleterange",
+            &json!({ "key": B64.encode(prefix), "range_end": B64.encode(prefix_end(prefix)) }),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// A lease of `ttl` (whole seconds, at least 1); its id.
@@ -356,6 +384,46 @@ impl Etcd {
         Err(unavailable(format!(
             "no etcd endpoint accepted the watch (last: {last})"
         )))
+    }
+}
+
+/// How long [`Etcd::follow`] waits before reading again after the watch broke.
+const RESYNC_BACKOFF: Duration = Duration::from_millis(500);
+
+impl Etcd {
+    /// Mirrors every key under `prefix` until `stop`: hands `on_list` the whole prefix,
+    /// then `on_event` each change from the watch, in order; after a break, lists
+    /// again (so `on_list` must replace, not merge).
+    pub async fn follow(
+        &self,
+        prefix: &[u8],
+        mut stop: tokio::sync::watch::Receiver<bool>,
+        mut on_list: impl FnMut(Vec<KeyValue>),
+        mut on_event: impl FnMut(WatchEvent),
+    ) {
+        loop {
+            let synced = async {
+                let (kvs, revision) = self.list(prefix).await?;
+                on_list(kvs);
+                self.watch(prefix, revision + 1, &mut on_event).await
+            };
+            tokio::select! {
+                result = synced => {
+                    if let Err(e) = result {
+                        tracing::warn!(
+                            prefix = %String::from_utf8_lossy(prefix),
+                            error = %e,
+                            "mirror of etcd broke; reading again"
+                        );
+                    }
+                }
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            tokio::select! {
+                () = tokio::time::sleep(RESYNC_BACKOFF) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
     }
 }
 

@@ -13,8 +13,8 @@
 //! [`placement::RendezvousPlacement`] themselves and talk to workers
 //! directly. By default nothing is persisted: after a restart, membership is rebuilt
 //! from the next round of heartbeats (see [`api`] for the worker's side). With
-//! [`StateConfig::Etcd`] membership lives in etcd, shared by every coordinator of the
-//! cluster ([`shared_membership`]).
+//! [`StateConfig::Etcd`] membership and warm jobs live in etcd, shared by every
+//! coordinator of the cluster ([`shared_membership`], [`shared_warm`]).
 //!
 //! Start one in-process with [`start`], or run the `talon-coordinator` binary.
 
@@ -25,6 +25,7 @@ pub mod membership;
 pub mod metrics;
 mod server;
 pub mod shared_membership;
+pub mod shared_warm;
 mod status_page;
 pub mod warm;
 // The client side lives in `talon-coordinator-client` (which links no server); its
@@ -46,6 +47,7 @@ use crate::membership::{Membership, MembershipSnapshot};
 use crate::metrics::Metrics;
 use crate::server::AppState;
 use crate::shared_membership::SharedMembership;
+use crate::shared_warm::SharedWarmJobs;
 
 /// How long [`RunningCoordinator::shutdown`] waits for in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -243,29 +245,44 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
         membership = membership.mirror();
     }
     let membership = Arc::new(membership);
-    let shared = match &config.state {
-        StateConfig::Memory => None,
+    let warm = Arc::new(warm::WarmJobs::default());
+    let (shared, shared_warm) = match &config.state {
+        StateConfig::Memory => (None, None),
         StateConfig::Etcd { endpoints, prefix } => {
+            let prefix = if prefix.ends_with('/') {
+                prefix.clone()
+            } else {
+                format!("{prefix}/")
+            };
+            let etcd = Arc::new(etcd::Etcd::new(endpoints)?);
             let shared = Arc::new(SharedMembership::new(
-                endpoints,
-                prefix,
+                etcd.clone(),
+                &prefix,
                 membership.clone(),
-            )?);
+            ));
             let members = shared.load().await?;
+            let shared_warm = Arc::new(SharedWarmJobs::new(
+                etcd,
+                &prefix,
+                warm.clone(),
+                membership.clone(),
+            ));
+            let jobs = shared_warm.load().await?;
             tracing::info!(
                 ?endpoints,
                 prefix,
                 members,
-                "membership shared through etcd"
+                warm_jobs = jobs,
+                "membership and warm jobs shared through etcd"
             );
-            Some(shared)
+            (Some(shared), Some(shared_warm))
         }
     };
-    let warm = Arc::new(warm::WarmJobs::default());
     let state = Arc::new(AppState {
         metrics: Metrics::new(membership.clone(), warm.clone()),
         membership,
         shared: shared.clone(),
+        shared_warm: shared_warm.clone(),
         warm,
         config: config.clone(),
         ready: false.into(),
@@ -274,6 +291,9 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     let mut tasks = Vec::new();
     if let Some(shared) = shared {
         tasks.push(tokio::spawn(shared.mirror(shutdown_rx.clone())));
+    }
+    if let Some(shared_warm) = shared_warm {
+        tasks.push(tokio::spawn(shared_warm.mirror(shutdown_rx.clone())));
     }
 
     let mut stop = shutdown_rx.clone();

@@ -269,8 +269,8 @@ mod tests {
             size: 3000,
             version: talon_core::ObjectVersion::from_etag("\"v\"").unwrap(),
         }];
-        warm.start("s3://b/", &objects, 1024, 0, &placement)
-            .unwrap();
+        let plan = crate::warm::WarmPlan::new("s3://b/", objects, 1024, 0).unwrap();
+        warm.start(&plan, &placement).unwrap();
         let text = Metrics::new(membership.clone(), warm).render();
         let epoch = format!("{:016x}", membership.epoch());
         for line in [

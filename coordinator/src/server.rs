@@ -32,6 +32,8 @@ pub(crate) struct AppState {
     pub(crate) shared: Option<Arc<SharedMembership>>,
     /// Warm jobs and the tasks they hand to workers.
     pub(crate) warm: Arc<crate::warm::WarmJobs>,
+    /// Warm jobs in etcd, mirrored into `warm` (`None`: memory only).
+    pub(crate) shared_warm: Option<Arc<crate::shared_warm::SharedWarmJobs>>,
     pub(crate) metrics: Metrics,
     pub(crate) config: CoordinatorConfig,
     /// True while serving; false before start and once shutdown began.
@@ -131,7 +133,10 @@ async fn heartbeat(
         Some(shared) => shared.heartbeat(&id, &stats, Instant::now()).await?,
         None => state.membership.heartbeat(&id, &stats, Instant::now())?,
     };
-    state.warm.complete(&id, &stats.warm_done);
+    match &state.shared_warm {
+        Some(shared) => shared.complete(&id, &stats.warm_done).await,
+        None => state.warm.complete(&id, &stats.warm_done),
+    }
     // Placement is built only while a job runs: a heartbeat is otherwise no costlier.
     if answer.state == crate::api::MemberState::Live && state.warm.any_running() {
         let placement = state.membership.snapshot(Instant::now()).placement();
@@ -198,22 +203,23 @@ async fn warm_start(
     } else {
         crate::warm::list_source(origins, &req.source).await?
     };
-    let placement = state.membership.snapshot(Instant::now()).placement();
     let source = if req.source.is_empty() {
         format!("{} objects", req.objects.len())
     } else {
         req.source.clone()
     };
-    let view = state
-        .warm
-        .start(
-            &source,
-            &objects,
-            req.block_size,
-            req.budget_bytes,
-            &placement,
-        )
+    let plan = crate::warm::WarmPlan::new(&source, objects, req.block_size, req.budget_bytes)
         .map_err(CoordinatorError::InvalidRequest)?;
+    let view = match &state.shared_warm {
+        Some(shared) => shared.start(&plan).await?,
+        None => {
+            let placement = state.membership.snapshot(Instant::now()).placement();
+            state
+                .warm
+                .start(&plan, &placement)
+                .map_err(CoordinatorError::InvalidRequest)?
+        }
+    };
     Ok(Json(view))
 }
 
@@ -244,7 +250,11 @@ async fn warm_cancel(
     Path(id): Path<String>,
 ) -> Result<Json<crate::api::WarmJobView>, ApiError> {
     let n: u64 = id.parse().map_err(|_| no_job(&id))?;
-    state.warm.cancel(n).map(Json).ok_or_else(|| no_job(&id))
+    let cancelled = match &state.shared_warm {
+        Some(shared) => shared.cancel(n).await?,
+        None => state.warm.cancel(n),
+    };
+    cancelled.map(Json).ok_or_else(|| no_job(&id))
 }
 
 async fn members(State(state): State<Arc<AppState>>) -> Response {

@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::watch;
 
@@ -33,13 +33,10 @@ use crate::error::CoordinatorError;
 use crate::etcd::{Etcd, Expect, WatchEvent};
 use crate::membership::{MemberRecord, Membership};
 
-/// How long the mirror waits before reading etcd again after the watch broke.
-const RESYNC_BACKOFF: Duration = Duration::from_millis(500);
-
 /// The etcd-backed side of one coordinator's membership.
 #[derive(Debug)]
 pub struct SharedMembership {
-    etcd: Etcd,
+    etcd: Arc<Etcd>,
     /// `<prefix>members/`.
     members_prefix: String,
     local: Arc<Membership>,
@@ -54,27 +51,15 @@ fn bound_elsewhere(id: &str) -> CoordinatorError {
 }
 
 impl SharedMembership {
-    /// Membership in the etcd cluster at `endpoints`, under keys starting with
-    /// `prefix`, mirrored into `local` (made with [`Membership::mirror`]).
-    ///
-    /// # Errors
-    /// [`CoordinatorError::InvalidConfig`] for bad endpoints.
-    pub fn new(
-        endpoints: &[String],
-        prefix: &str,
-        local: Arc<Membership>,
-    ) -> Result<SharedMembership, CoordinatorError> {
-        let prefix = if prefix.ends_with('/') {
-            prefix.to_owned()
-        } else {
-            format!("{prefix}/")
-        };
-        Ok(SharedMembership {
-            etcd: Etcd::new(endpoints)?,
+    /// Membership in `etcd` under keys starting with `prefix` (ending in `/`), mirrored
+    /// into `local` (made with [`Membership::mirror`]).
+    pub fn new(etcd: Arc<Etcd>, prefix: &str, local: Arc<Membership>) -> SharedMembership {
+        SharedMembership {
+            etcd,
             members_prefix: format!("{prefix}members/"),
             local,
             leases: Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     fn key(&self, id: &str) -> Vec<u8> {
@@ -279,62 +264,45 @@ impl SharedMembership {
 
     /// Mirrors etcd into the local membership until `stop`: reads every member, then
     /// follows the watch; after a break, reads everything again.
-    pub async fn mirror(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        loop {
-            let synced = async {
-                let (kvs, revision) = self.etcd.list(self.members_prefix.as_bytes()).await?;
-                let now = Instant::now();
-                let mut ids = Vec::with_capacity(kvs.len());
-                for kv in kvs {
-                    let Some(id) = self.id_of(&kv.key) else {
-                        continue;
-                    };
-                    if let Ok(record) = serde_json::from_slice::<MemberRecord>(&kv.value) {
-                        self.local.upsert(&id, record, now);
-                        self.leases().insert(id.clone(), kv.lease);
-                        ids.push(id);
+    pub async fn mirror(self: Arc<Self>, stop: watch::Receiver<bool>) {
+        self.etcd
+            .follow(
+                self.members_prefix.as_bytes(),
+                stop,
+                |kvs| {
+                    let now = Instant::now();
+                    let mut ids = Vec::with_capacity(kvs.len());
+                    for kv in kvs {
+                        let Some(id) = self.id_of(&kv.key) else {
+                            continue;
+                        };
+                        if let Ok(record) = serde_json::from_slice::<MemberRecord>(&kv.value) {
+                            self.local.upsert(&id, record, now);
+                            self.leases().insert(id.clone(), kv.lease);
+                            ids.push(id);
+                        }
                     }
-                }
-                self.local.retain_only(&ids);
-                self.etcd
-                    .watch(
-                        self.members_prefix.as_bytes(),
-                        revision + 1,
-                        |event| match event {
-                            WatchEvent::Put(kv) => {
-                                let Some(id) = self.id_of(&kv.key) else {
-                                    return;
-                                };
-                                if let Ok(record) =
-                                    serde_json::from_slice::<MemberRecord>(&kv.value)
-                                {
-                                    self.local.upsert(&id, record, Instant::now());
-                                    if kv.lease != 0 {
-                                        self.leases().insert(id, kv.lease);
-                                    }
-                                }
+                    self.local.retain_only(&ids);
+                },
+                |event| match event {
+                    WatchEvent::Put(kv) => {
+                        let Some(id) = self.id_of(&kv.key) else {
+                            return;
+                        };
+                        if let Ok(record) = serde_json::from_slice::<MemberRecord>(&kv.value) {
+                            self.local.upsert(&id, record, Instant::now());
+                            if kv.lease != 0 {
+                                self.leases().insert(id, kv.lease);
                             }
-                            WatchEvent::Delete(key) => {
-                                let Some(id) = self.id_of(&key) else { return };
-                                self.leases().remove(&id);
-                                self.local.remove_expired(&id);
-                            }
-                        },
-                    )
-                    .await
-            };
-            tokio::select! {
-                result = synced => {
-                    if let Err(e) = result {
-                        tracing::warn!(error = %e, "membership mirror of etcd broke; reading again");
+                        }
                     }
-                }
-                _ = stop.wait_for(|s| *s) => return,
-            }
-            tokio::select! {
-                () = tokio::time::sleep(RESYNC_BACKOFF) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-        }
+                    WatchEvent::Delete(key) => {
+                        let Some(id) = self.id_of(&key) else { return };
+                        self.leases().remove(&id);
+                        self.local.remove_expired(&id);
+                    }
+                },
+            )
+            .await;
     }
 }

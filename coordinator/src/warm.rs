@@ -13,14 +13,16 @@
 //! for the block's owner now. Cancelling drops the queued tasks; the blocks filled
 //! stay cached.
 //!
-//! Jobs live in this coordinator's memory: with several coordinators (etcd), a job is
-//! served by the one that started it, and the workers that heartbeat elsewhere do not
-//! collect its tasks until they heartbeat here (workers heartbeat to one coordinator
-//! URL). Pinning is not built: warmed blocks are evicted like any other.
+//! [`WarmJobs`] is one coordinator's view of the jobs. With etcd
+//! (`crate::shared_warm`), a job's [`WarmPlan`] and every finished task are written
+//! there, and every coordinator builds the same tasks from the plan and records the same
+//! finished ones, so a worker collects its tasks from whichever coordinator it
+//! heartbeats to, and a job outlives the coordinator that started it. Which tasks are
+//! out, and to whom, stays with the coordinator that handed them.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use talon_core::{BlockId, ObjectId, ObjectVersion};
 
@@ -47,6 +49,62 @@ pub struct ListedObject {
     pub version: ObjectVersion,
 }
 
+/// What a job warms: the objects taken (in listing order, within the budget) and the
+/// block size. The same plan gives the same tasks, numbered the same, on every
+/// coordinator ([`WarmJobs::add`]), which is what lets several coordinators share a job
+/// through etcd (`crate::shared_warm`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarmPlan {
+    /// What the job was asked to warm (a source URL, or "N objects").
+    pub source: String,
+    /// Bytes per block (a power of two).
+    pub block_size: u64,
+    /// The objects taken.
+    pub objects: Vec<ListedObject>,
+    /// Objects listed but left out because the budget would have been passed.
+    pub over_budget: u64,
+}
+
+impl WarmPlan {
+    /// Takes `listed` in order until `budget_bytes` (0: no budget) would be passed.
+    ///
+    /// # Errors
+    /// A message when the block size is not a power of two or the job would hold more
+    /// than [`MAX_BLOCKS_PER_JOB`] blocks.
+    pub fn new(
+        source: &str,
+        listed: Vec<ListedObject>,
+        block_size: u64,
+        budget_bytes: u64,
+    ) -> Result<WarmPlan, String> {
+        if !block_size.is_power_of_two() {
+            return Err(format!("block size {block_size} is not a power of two"));
+        }
+        let (mut bytes, mut blocks, mut over_budget) = (0u64, 0u64, 0u64);
+        let mut objects = Vec::with_capacity(listed.len());
+        for o in listed {
+            if budget_bytes > 0 && bytes.saturating_add(o.size) > budget_bytes {
+                over_budget += 1;
+                continue;
+            }
+            bytes += o.size;
+            blocks += o.size.div_ceil(block_size);
+            if blocks > MAX_BLOCKS_PER_JOB as u64 {
+                return Err(format!(
+                    "the job has more than {MAX_BLOCKS_PER_JOB} blocks; warm a narrower prefix or set a budget"
+                ));
+            }
+            objects.push(o);
+        }
+        Ok(WarmPlan {
+            source: source.to_owned(),
+            block_size,
+            objects,
+            over_budget,
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Task {
     wire: WarmTask,
@@ -61,25 +119,40 @@ struct Task {
 struct Job {
     source: String,
     state: WarmState,
-    started: Instant,
+    /// When it was started, by the wall clock (it may have been started elsewhere).
+    started: SystemTime,
+    /// How long it ran, once it is no longer running.
+    ran: Option<Duration>,
+    /// Every task; a task's id is its index.
+    tasks: Vec<Task>,
+    /// Which tasks are done, by id.
+    done: Vec<bool>,
     /// Blocks left per object.
     blocks_left: Vec<u32>,
     bytes: u64,
     bytes_done: u64,
-    blocks: u64,
     blocks_done: u64,
     objects_done: u64,
     over_budget: u64,
     errors: u64,
     first_error: Option<String>,
-    /// Queued tasks by the worker (id) that owns their block.
-    queued: HashMap<String, VecDeque<Task>>,
+    /// Queued task ids by the worker (id) that owns their block; a done task is
+    /// skipped when its turn comes.
+    queued: HashMap<String, VecDeque<u64>>,
     /// Tasks out, by task id: the worker and when it took it.
-    out: HashMap<u64, (Task, String, Instant)>,
+    out: HashMap<u64, (String, Instant)>,
 }
 
 impl Job {
-    fn view(&self, id: u64, now: Instant) -> WarmJobView {
+    fn elapsed(&self) -> Duration {
+        self.ran.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(self.started)
+                .unwrap_or_default()
+        })
+    }
+
+    fn view(&self, id: u64) -> WarmJobView {
         WarmJobView {
             id,
             source: self.source.clone(),
@@ -88,24 +161,63 @@ impl Job {
             objects_done: self.objects_done,
             bytes: self.bytes,
             bytes_done: self.bytes_done,
-            blocks: self.blocks,
+            blocks: self.tasks.len() as u64,
             blocks_done: self.blocks_done,
             objects_over_budget: self.over_budget,
             errors: self.errors,
             first_error: self.first_error.clone(),
-            elapsed_ms: u64::try_from(now.saturating_duration_since(self.started).as_millis())
-                .unwrap_or(u64::MAX),
+            elapsed_ms: u64::try_from(self.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    fn stop(&mut self, state: WarmState) {
+        if self.state == WarmState::Running {
+            self.ran = Some(self.elapsed());
+            self.state = state;
+            self.queued.clear();
+            self.out.clear();
         }
     }
 
     fn finish_if_done(&mut self) {
-        if self.state == WarmState::Running && self.blocks_done == self.blocks {
-            self.state = WarmState::Done;
+        if self.blocks_done == self.tasks.len() as u64 {
+            self.stop(WarmState::Done);
         }
+    }
+
+    /// Marks task `d.task` done; false when it is unknown or done already.
+    fn mark_done(&mut self, d: &WarmTaskDone) -> bool {
+        let Ok(at) = usize::try_from(d.task) else {
+            return false;
+        };
+        match self.done.get_mut(at) {
+            Some(done) if !*done => *done = true,
+            _ => return false,
+        }
+        self.out.remove(&d.task);
+        let task = &self.tasks[at];
+        self.blocks_done += 1;
+        match &d.error {
+            None => self.bytes_done += d.bytes.min(task.len),
+            Some(e) => {
+                self.errors += 1;
+                if self.first_error.is_none() {
+                    self.first_error = Some(format!("{}: {e}", task.wire.key_path));
+                }
+            }
+        }
+        if let Some(left) = self.blocks_left.get_mut(task.object) {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                self.objects_done += 1;
+            }
+        }
+        true
     }
 }
 
-/// Every warm job of this coordinator.
+/// Every warm job this coordinator knows: those it started, and (with etcd) those the
+/// other coordinators started, mirrored.
 #[derive(Debug, Default)]
 pub struct WarmJobs {
     inner: Mutex<Jobs>,
@@ -126,59 +238,71 @@ impl WarmJobs {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts a job over `objects` (in listing order) with blocks of `block_size`,
-    /// taking objects until `budget_bytes` (0: all) would be passed, each block queued
-    /// for its owner in `placement`. Returns the job's view.
+    /// Starts a job of `plan` under the next free id, each block queued for its owner
+    /// in `placement`, and forgets the oldest finished jobs past [`MAX_JOBS`]. Returns
+    /// the job's view.
     ///
     /// # Errors
-    /// A message when the block size is not a power of two or the job is too large.
+    /// A message when a block of the plan cannot be named.
     pub fn start(
         &self,
-        source: &str,
-        objects: &[ListedObject],
-        block_size: u64,
-        budget_bytes: u64,
+        plan: &WarmPlan,
         placement: &RendezvousPlacement,
     ) -> Result<WarmJobView, String> {
-        if !block_size.is_power_of_two() {
-            return Err(format!("block size {block_size} is not a power of two"));
+        let id = self.lock().next_id + 1;
+        let view = self.add(id, plan, SystemTime::now(), WarmState::Running, placement)?;
+        for old in self.finished_past_limit() {
+            self.remove(old);
         }
-        let now = Instant::now();
+        Ok(view)
+    }
+
+    /// Adds job `id` of `plan`, started at `started`, in `state`; when running, each
+    /// block is queued for its owner in `placement`. A job already known is left as it
+    /// is. Returns the job's view.
+    ///
+    /// # Errors
+    /// A message when a block of the plan cannot be named.
+    pub fn add(
+        &self,
+        id: u64,
+        plan: &WarmPlan,
+        started: SystemTime,
+        state: WarmState,
+        placement: &RendezvousPlacement,
+    ) -> Result<WarmJobView, String> {
+        if let Some(known) = self.view(id) {
+            return Ok(known);
+        }
         let mut job = Job {
-            source: source.to_owned(),
+            source: plan.source.clone(),
             state: WarmState::Running,
-            started: now,
-            blocks_left: Vec::new(),
+            started,
+            ran: None,
+            tasks: Vec::new(),
+            done: Vec::new(),
+            blocks_left: Vec::with_capacity(plan.objects.len()),
             bytes: 0,
             bytes_done: 0,
-            blocks: 0,
             blocks_done: 0,
             objects_done: 0,
-            over_budget: 0,
+            over_budget: plan.over_budget,
             errors: 0,
             first_error: None,
             queued: HashMap::new(),
             out: HashMap::new(),
         };
-        let mut next_task = 0u64;
-        let mut jobs = self.lock();
-        let id = jobs.next_id + 1;
-        for o in objects {
-            if budget_bytes > 0 && job.bytes.saturating_add(o.size) > budget_bytes {
-                job.over_budget += 1;
-                continue;
-            }
-            let index = job.blocks_left.len();
+        let block_size = plan.block_size;
+        for (index, o) in plan.objects.iter().enumerate() {
             let mut blocks = 0u32;
             let mut offset = 0u64;
             while offset < o.size {
                 let block = BlockId::new(o.id.clone(), o.version.clone(), offset, block_size)
                     .map_err(|e| e.to_string())?;
-                let len = block.len_in(o.size);
                 let task = Task {
                     wire: WarmTask {
                         job: id,
-                        task: next_task,
+                        task: job.tasks.len() as u64,
                         key_path: o.id.key_path(),
                         version: o.version.as_str().to_owned(),
                         object_size: o.size,
@@ -186,52 +310,67 @@ impl WarmJobs {
                         block_size,
                     },
                     object: index,
-                    len,
+                    len: block.len_in(o.size),
                     block,
                 };
-                next_task += 1;
-                let owner = owner_of(placement, &task.block).unwrap_or_default();
-                job.queued.entry(owner).or_default().push_back(task);
+                if state == WarmState::Running {
+                    let owner = owner_of(placement, &task.block).unwrap_or_default();
+                    job.queued
+                        .entry(owner)
+                        .or_default()
+                        .push_back(task.wire.task);
+                }
+                job.tasks.push(task);
                 blocks += 1;
                 offset += block_size;
             }
             job.bytes += o.size;
-            job.blocks += u64::from(blocks);
             if blocks == 0 {
                 job.objects_done += 1;
             }
             job.blocks_left.push(blocks);
-            if job.blocks > MAX_BLOCKS_PER_JOB as u64 {
-                return Err(format!(
-                    "the job has more than {MAX_BLOCKS_PER_JOB} blocks; warm a narrower prefix or set a budget"
-                ));
-            }
         }
+        job.done = vec![false; job.tasks.len()];
         job.finish_if_done();
-        jobs.next_id = id;
-        let view = job.view(id, now);
-        jobs.jobs.insert(id, job);
-        // Forget the oldest finished jobs past the limit.
-        while jobs.jobs.len() > MAX_JOBS {
-            let Some(old) = jobs
-                .jobs
-                .iter()
-                .find(|(_, j)| j.state != WarmState::Running)
-                .map(|(id, _)| *id)
-            else {
-                break;
-            };
-            jobs.jobs.remove(&old);
+        if state != WarmState::Running {
+            job.stop(state);
         }
+        let view = job.view(id);
+        let mut jobs = self.lock();
+        jobs.next_id = jobs.next_id.max(id);
+        jobs.jobs.insert(id, job);
+        drop(jobs);
         tracing::info!(
             id,
-            source,
+            source = plan.source,
             objects = view.objects,
             bytes = view.bytes,
             blocks = view.blocks,
-            "warm job started"
+            "warm job added"
         );
         Ok(view)
+    }
+
+    /// The finished jobs past [`MAX_JOBS`], oldest first: those to forget.
+    pub fn finished_past_limit(&self) -> Vec<u64> {
+        let jobs = self.lock();
+        let excess = jobs.jobs.len().saturating_sub(MAX_JOBS);
+        jobs.jobs
+            .iter()
+            .filter(|(_, j)| j.state != WarmState::Running)
+            .map(|(id, _)| *id)
+            .take(excess)
+            .collect()
+    }
+
+    /// Forgets job `id`.
+    pub fn remove(&self, id: u64) {
+        self.lock().jobs.remove(&id);
+    }
+
+    /// Forgets every job not in `ids`.
+    pub fn retain_only(&self, ids: &[u64]) {
+        self.lock().jobs.retain(|id, _| ids.contains(id));
     }
 
     /// Hands worker `worker` the tasks it may take now (its queue, up to
@@ -245,24 +384,22 @@ impl WarmJobs {
         let mut out_here: usize = jobs
             .jobs
             .values()
-            .map(|j| j.out.values().filter(|(_, w, _)| w == worker).count())
+            .map(|j| j.out.values().filter(|(w, _)| w == worker).count())
             .sum();
         for job in jobs.jobs.values_mut() {
             if job.state != WarmState::Running {
                 continue;
             }
             // Tasks that timed out, and queues of workers that left: to the owner now.
-            let stale: Vec<u64> = job
+            let mut requeue: Vec<u64> = job
                 .out
                 .iter()
-                .filter(|(_, (_, _, at))| now.saturating_duration_since(*at) >= timeout)
+                .filter(|(_, (_, at))| now.saturating_duration_since(*at) >= timeout)
                 .map(|(id, _)| *id)
                 .collect();
-            let mut requeue: Vec<Task> = stale
-                .iter()
-                .filter_map(|id| job.out.remove(id))
-                .map(|(t, _, _)| t)
-                .collect();
+            for id in &requeue {
+                job.out.remove(id);
+            }
             let gone: Vec<String> = job
                 .queued
                 .keys()
@@ -272,58 +409,67 @@ impl WarmJobs {
             for w in gone {
                 requeue.extend(job.queued.remove(&w).unwrap_or_default());
             }
-            for task in requeue {
+            for id in requeue {
+                let Some(task) = usize::try_from(id).ok().and_then(|i| job.tasks.get(i)) else {
+                    continue;
+                };
                 let owner = owner_of(placement, &task.block).unwrap_or_default();
-                job.queued.entry(owner).or_default().push_back(task);
+                job.queued.entry(owner).or_default().push_back(id);
             }
             while out_here < WARM_TASKS_PER_WORKER {
-                let Some(task) = job.queued.get_mut(worker).and_then(VecDeque::pop_front) else {
+                let Some(id) = job.queued.get_mut(worker).and_then(VecDeque::pop_front) else {
                     break;
                 };
+                let Some(task) = usize::try_from(id)
+                    .ok()
+                    .filter(|&i| !job.done.get(i).copied().unwrap_or(true))
+                    .map(|i| &job.tasks[i])
+                else {
+                    continue;
+                };
                 handed.push(task.wire.clone());
-                job.out
-                    .insert(task.wire.task, (task, worker.to_owned(), now));
+                job.out.insert(id, (worker.to_owned(), now));
                 out_here += 1;
             }
         }
         handed
     }
 
-    /// Records worker `worker`'s reports of finished tasks. A report of a task not out
-    /// to that worker (already handed again elsewhere, or cancelled) is ignored.
-    pub fn complete(&self, worker: &str, done: &[WarmTaskDone]) {
-        if done.is_empty() {
-            return;
-        }
+    /// Of worker `worker`'s reports, those of tasks out to it now (not handed again
+    /// elsewhere, not cancelled, not done): the ones to record. Changes nothing.
+    pub fn accept(&self, worker: &str, done: &[WarmTaskDone]) -> Vec<WarmTaskDone> {
+        let jobs = self.lock();
+        done.iter()
+            .filter(|d| {
+                jobs.jobs
+                    .get(&d.job)
+                    .and_then(|j| j.out.get(&d.task))
+                    .is_some_and(|(w, _)| w == worker)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Records finished tasks (accepted here or elsewhere). A task already recorded, or
+    /// of a job not running, is ignored, so a report applies once however often it
+    /// arrives.
+    pub fn record(&self, done: &[WarmTaskDone]) {
         let mut jobs = self.lock();
         for d in done {
             let Some(job) = jobs.jobs.get_mut(&d.job) else {
                 continue;
             };
-            match job.out.get(&d.task) {
-                Some((_, w, _)) if w == worker => {}
-                _ => continue,
+            if job.state == WarmState::Running && job.mark_done(d) {
+                job.finish_if_done();
             }
-            let Some((task, _, _)) = job.out.remove(&d.task) else {
-                continue;
-            };
-            job.blocks_done += 1;
-            match &d.error {
-                None => job.bytes_done += d.bytes.min(task.len),
-                Some(e) => {
-                    job.errors += 1;
-                    if job.first_error.is_none() {
-                        job.first_error = Some(format!("{}: {e}", task.wire.key_path));
-                    }
-                }
-            }
-            if let Some(left) = job.blocks_left.get_mut(task.object) {
-                *left = left.saturating_sub(1);
-                if *left == 0 {
-                    job.objects_done += 1;
-                }
-            }
-            job.finish_if_done();
+        }
+    }
+
+    /// Records worker `worker`'s reports of finished tasks. A report of a task not out
+    /// to that worker (already handed again elsewhere, or cancelled) is ignored.
+    pub fn complete(&self, worker: &str, done: &[WarmTaskDone]) {
+        if !done.is_empty() {
+            self.record(&self.accept(worker, done));
         }
     }
 
@@ -332,12 +478,10 @@ impl WarmJobs {
         let mut jobs = self.lock();
         let job = jobs.jobs.get_mut(&id)?;
         if job.state == WarmState::Running {
-            job.state = WarmState::Cancelled;
-            job.queued.clear();
-            job.out.clear();
+            job.stop(WarmState::Cancelled);
             tracing::info!(id, "warm job cancelled");
         }
-        Some(job.view(id, Instant::now()))
+        Some(job.view(id))
     }
 
     /// Whether some job is still running (and so may have tasks to hand out).
@@ -350,20 +494,12 @@ impl WarmJobs {
 
     /// Job `id`'s view.
     pub fn view(&self, id: u64) -> Option<WarmJobView> {
-        self.lock()
-            .jobs
-            .get(&id)
-            .map(|j| j.view(id, Instant::now()))
+        self.lock().jobs.get(&id).map(|j| j.view(id))
     }
 
     /// Every job's view, oldest first.
     pub fn list(&self) -> Vec<WarmJobView> {
-        let now = Instant::now();
-        self.lock()
-            .jobs
-            .iter()
-            .map(|(id, j)| j.view(*id, now))
-            .collect()
+        self.lock().jobs.iter().map(|(id, j)| j.view(*id)).collect()
     }
 }
 
@@ -519,6 +655,10 @@ mod tests {
             .collect()
     }
 
+    fn plan(objects: Vec<ListedObject>, budget: u64) -> WarmPlan {
+        WarmPlan::new("s3://b/data/", objects, 1024, budget).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn run_to_end(jobs: &WarmJobs, p: &RendezvousPlacement, ids: &[&str]) -> usize {
         let mut rounds = 0;
         loop {
@@ -551,7 +691,7 @@ mod tests {
         let jobs = WarmJobs::default();
         // Five objects of 2.5 blocks: 15 blocks.
         let view = jobs
-            .start("s3://b/data/", &objects(5, 2560), 1024, 0, &p)
+            .start(&plan(objects(5, 2560), 0), &p)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((view.objects, view.blocks, view.bytes), (5, 15, 12_800));
         // A task is handed only to its block's owner.
@@ -569,7 +709,7 @@ mod tests {
         }
         let jobs = WarmJobs::default();
         let id = jobs
-            .start("s3://b/data/", &objects(5, 2560), 1024, 0, &p)
+            .start(&plan(objects(5, 2560), 0), &p)
             .unwrap_or_else(|e| panic!("{e}"))
             .id;
         run_to_end(&jobs, &p, &["a", "b", "c"]);
@@ -586,7 +726,7 @@ mod tests {
         let p = placement(&["a"]);
         let jobs = WarmJobs::default();
         let v = jobs
-            .start("s3://b/data/", &objects(10, 1000), 1024, 3500, &p)
+            .start(&plan(objects(10, 1000), 3500), &p)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((v.objects, v.bytes, v.objects_over_budget), (3, 3000, 7));
         let first = jobs.take("a", &p);
@@ -615,7 +755,7 @@ mod tests {
         let before = placement(&["a", "b"]);
         let jobs = WarmJobs::default();
         let id = jobs
-            .start("s3://b/data/", &objects(8, 1024), 1024, 0, &before)
+            .start(&plan(objects(8, 1024), 0), &before)
             .unwrap_or_else(|e| panic!("{e}"))
             .id;
         let after = placement(&["a"]);
@@ -626,7 +766,7 @@ mod tests {
         // A report from a worker the task was not handed to is ignored.
         let jobs = WarmJobs::default();
         let id = jobs
-            .start("s3://b/data/", &objects(1, 10), 1024, 0, &after)
+            .start(&plan(objects(1, 10), 0), &after)
             .unwrap_or_else(|e| panic!("{e}"))
             .id;
         let t = jobs.take("a", &after);

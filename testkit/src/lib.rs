@@ -86,6 +86,8 @@ pub struct ClusterConfig {
     pub local_sockets: bool,
     /// Each worker's zone, by index (a worker past the end declares none).
     pub zones: Vec<String>,
+    /// Where the coordinator keeps its state (memory, or a test's etcd).
+    pub coordinator_state: talon_coordinator::StateConfig,
 }
 
 impl Default for ClusterConfig {
@@ -105,6 +107,7 @@ impl Default for ClusterConfig {
             origin_fallback: false,
             local_sockets: local_sockets_by_default(),
             zones: Vec::new(),
+            coordinator_state: talon_coordinator::StateConfig::Memory,
         }
     }
 }
@@ -223,6 +226,22 @@ fn origins_of(origin: &talon_origin_stub::RunningStub) -> Origins {
     Origins { s3, azure }
 }
 
+/// The coordinator of a sandbox: its timings and state, warm jobs listed at `origins`.
+fn coordinator_config(
+    config: &ClusterConfig,
+    cluster_secret: ClusterSecret,
+    origins: Origins,
+) -> CoordinatorConfig {
+    CoordinatorConfig {
+        cluster_secret,
+        heartbeat_interval: config.heartbeat_interval,
+        expiry: config.expiry,
+        state: config.coordinator_state.clone(),
+        origins: Some(origins),
+        ..CoordinatorConfig::default()
+    }
+}
+
 impl Cluster {
     /// Starts the whole sandbox and waits until every worker is live.
     ///
@@ -244,14 +263,11 @@ impl Cluster {
         let secret_text = format!("testkit-cluster-{:032x}", rand_u128());
         let cluster_secret = ClusterSecret::new(secret_text.as_bytes())
             .unwrap_or_else(|e| panic!("cluster secret: {e}"));
-        let coordinator = talon_coordinator::start(CoordinatorConfig {
+        let coordinator = talon_coordinator::start(coordinator_config(
+            &config,
             cluster_secret,
-            heartbeat_interval: config.heartbeat_interval,
-            expiry: config.expiry,
-            // Warm jobs list their prefixes at the sandbox's origin.
-            origins: Some(origins_of(&origin)),
-            ..CoordinatorConfig::default()
-        })
+            origins_of(&origin),
+        ))
         .await
         .unwrap_or_else(|e| panic!("coordinator: {e}"));
         let mut cluster = Cluster {
@@ -396,6 +412,22 @@ impl Cluster {
             },
         )
         .await;
+    }
+
+    /// Another coordinator of this cluster (same secret, state and origins): with
+    /// [`ClusterConfig::coordinator_state`] on etcd, it serves the same cluster; the
+    /// workers keep heartbeating to the first.
+    ///
+    /// # Panics
+    /// When it cannot start.
+    pub async fn start_coordinator(&self) -> RunningCoordinator {
+        talon_coordinator::start(coordinator_config(
+            &self.config,
+            self.cluster_secret().clone(),
+            self.origins(),
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("coordinator: {e}"))
     }
 
     /// The cluster secret the coordinator and the workers require.

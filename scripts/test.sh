@@ -62,6 +62,8 @@ export TALON_REQUIRE_INDEPENDENT_ORIGINS=1
 # on loopback for the coordinators' shared membership and warm jobs.
 step "etcd (Debian's etcd-server) for the shared-membership suite"
 command -v etcd >/dev/null || apt_install etcd-server
+# openssl makes the CA and certificates of the TLS-to-etcd test.
+command -v openssl >/dev/null || apt_install openssl
 # Headless Chromium renders the coordinator's status page (coordinator/tests/status_page.rs).
 step "chromium (Debian's) for the status page test"
 command -v chromium >/dev/null || apt_install chromium

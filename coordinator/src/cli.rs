@@ -64,6 +64,21 @@ pub struct Args {
     #[arg(long, env = "TALON_COORDINATOR_ORIGIN", value_delimiter = ',')]
     origin: Vec<String>,
 
+    /// PEM bundle of the CA that etcd's certificates are checked against: talk to etcd
+    /// over TLS (only those CAs are trusted). Without it, etcd is reached over plain
+    /// HTTP, which only a trusted network should carry.
+    #[arg(long, env = "TALON_ETCD_CA")]
+    etcd_ca: Option<PathBuf>,
+
+    /// PEM certificate of this coordinator, for an etcd that requires client
+    /// certificates (its --client-cert-auth); needs --etcd-ca and --etcd-key.
+    #[arg(long, env = "TALON_ETCD_CERT", requires_all = ["etcd_ca", "etcd_key"])]
+    etcd_cert: Option<PathBuf>,
+
+    /// PEM private key of --etcd-cert.
+    #[arg(long, env = "TALON_ETCD_KEY", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
+
     /// The prefix of the coordinator's keys in etcd (one cluster per prefix).
     #[arg(
         long,
@@ -90,7 +105,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         max_members: args.max_members,
         heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
         expiry: Duration::from_millis(args.expiry_ms),
-        state: crate::StateConfig::parse(&args.state, &args.state_prefix)?,
+        state: crate::StateConfig::parse(&args.state, &args.state_prefix)?.with_tls(
+            args.etcd_ca.map(|ca| crate::etcd::EtcdTls {
+                ca,
+                client: args.etcd_cert.zip(args.etcd_key),
+            }),
+        )?,
         status_listen: args.status_listen,
         origins: warm_origins(&args.origin)?,
     };

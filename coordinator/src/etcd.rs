@@ -12,6 +12,7 @@
 //! a dead etcd member costs one connect timeout, not an error. Keys and values are
 //! bytes, base64 on the wire; int64 fields come back as decimal strings.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -104,36 +105,90 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// TLS to etcd: the CA the members' certificates are checked against, and this
+/// coordinator's own certificate for a cluster that requires one
+/// (`--client-cert-auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// PEM bundle of the CAs to trust (and only those).
+    pub ca: PathBuf,
+    /// PEM certificate chain and PEM private key of this client, if etcd asks for one.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+fn invalid(what: impl std::fmt::Display) -> CoordinatorError {
+    CoordinatorError::InvalidConfig(what.to_string())
+}
+
+fn read_pem(path: &Path, what: &str) -> Result<Vec<u8>, CoordinatorError> {
+    std::fs::read(path).map_err(|e| invalid(format!("etcd {what} {}: {e}", path.display())))
+}
+
+/// Each endpoint as a URL: `host:port` gets the scheme `tls` implies, and a scheme that
+/// disagrees with it is refused (no request to etcd in clear text once TLS is asked for,
+/// none over TLS without a CA to check it).
+fn endpoint_urls(endpoints: &[String], tls: bool) -> Result<Vec<String>, CoordinatorError> {
+    if endpoints.is_empty() {
+        return Err(invalid("etcd needs at least one endpoint"));
+    }
+    endpoints
+        .iter()
+        .map(|e| {
+            let e = e.trim().trim_end_matches('/');
+            match (e.split_once("://").map(|(scheme, _)| scheme), tls) {
+                (None, false) => Ok(format!("http://{e}")),
+                (None, true) => Ok(format!("https://{e}")),
+                (Some("http"), false) | (Some("https"), true) => Ok(e.to_owned()),
+                (Some("https"), false) => Err(invalid(format!(
+                    "etcd endpoint {e}: TLS needs the CA to check etcd's certificate against (--etcd-ca)"
+                ))),
+                (Some("http"), true) => Err(invalid(format!(
+                    "etcd endpoint {e}: --etcd-ca asks for TLS; give host:port or https://"
+                ))),
+                (Some(other), _) => Err(invalid(format!(
+                    "etcd endpoint {e}: scheme {other} is not http or https"
+                ))),
+            }
+        })
+        .collect()
+}
+
 impl Etcd {
-    /// A client of the cluster at `endpoints` (`host:port`, or `http://host:port`).
+    /// A client of the cluster at `endpoints` (`host:port`, or a URL), over TLS when
+    /// `tls` is given.
     ///
     /// # Errors
-    /// [`CoordinatorError::InvalidConfig`] for no endpoint or one that is not HTTP.
-    pub fn new(endpoints: &[String]) -> Result<Etcd, CoordinatorError> {
-        if endpoints.is_empty() {
-            return Err(CoordinatorError::InvalidConfig(
-                "etcd needs at least one endpoint".into(),
-            ));
+    /// [`CoordinatorError::InvalidConfig`] for no endpoint, a scheme that disagrees with
+    /// `tls`, or a CA, certificate or key that cannot be read or used.
+    pub fn new(endpoints: &[String], tls: Option<&EtcdTls>) -> Result<Etcd, CoordinatorError> {
+        let endpoints = endpoint_urls(endpoints, tls.is_some())?;
+        let mut http = reqwest::Client::builder().connect_timeout(Duration::from_millis(500));
+        if let Some(tls) = tls {
+            let cas = reqwest::Certificate::from_pem_bundle(&read_pem(&tls.ca, "CA")?)
+                .map_err(|e| invalid(format!("etcd CA {}: {e}", tls.ca.display())))?;
+            if cas.is_empty() {
+                return Err(invalid(format!(
+                    "etcd CA {} holds no certificate",
+                    tls.ca.display()
+                )));
+            }
+            http = http.tls_built_in_root_certs(false).https_only(true);
+            for ca in cas {
+                http = http.add_root_certificate(ca);
+            }
+            if let Some((cert, key)) = &tls.client {
+                let mut pem = read_pem(cert, "client certificate")?;
+                pem.push(b'\n');
+                pem.extend(read_pem(key, "client key")?);
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    invalid(format!("etcd client certificate {}: {e}", cert.display()))
+                })?;
+                http = http.identity(identity);
+            }
         }
-        let endpoints = endpoints
-            .iter()
-            .map(|e| {
-                let e = e.trim().trim_end_matches('/');
-                if e.starts_with("https://") {
-                    Err(CoordinatorError::InvalidConfig(format!(
-                        "etcd endpoint {e}: TLS to etcd is not supported yet; use http:// on a trusted network"
-                    )))
-                } else if e.starts_with("http://") {
-                    Ok(e.to_owned())
-                } else {
-                    Ok(format!("http://{e}"))
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(500))
+        let http = http
             .build()
-            .map_err(|e| CoordinatorError::InvalidConfig(format!("etcd client: {e}")))?;
+            .map_err(|e| invalid(format!("etcd client: {e}")))?;
         Ok(Etcd {
             endpoints,
             preferred: AtomicUsize::new(0),
@@ -459,11 +514,40 @@ mod tests {
     }
 
     #[test]
-    fn endpoints_are_http_urls_and_tls_is_refused() {
-        let e = Etcd::new(&["127.0.0.1:2379".into(), "http://h:1/".into()])
+    fn endpoints_take_the_scheme_tls_implies_and_refuse_the_other() {
+        let plain = endpoint_urls(&["127.0.0.1:2379".into(), "http://h:1/".into()], false)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(e.endpoints, ["http://127.0.0.1:2379", "http://h:1"]);
-        assert!(Etcd::new(&["https://h:1".into()]).is_err());
-        assert!(Etcd::new(&[]).is_err());
+        assert_eq!(plain, ["http://127.0.0.1:2379", "http://h:1"]);
+        let tls = endpoint_urls(&["h:1".into(), "https://h:2".into()], true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tls, ["https://h:1", "https://h:2"]);
+        for (endpoint, tls) in [
+            ("https://h:1", false),
+            ("http://h:1", true),
+            ("ftp://h:1", true),
+        ] {
+            assert!(
+                endpoint_urls(&[endpoint.into()], tls).is_err(),
+                "{endpoint} {tls}"
+            );
+        }
+        assert!(endpoint_urls(&[], false).is_err());
+    }
+
+    #[test]
+    fn a_ca_that_cannot_be_read_or_holds_nothing_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no certificate here\n").unwrap_or_else(|e| panic!("{e}"));
+        for ca in [dir.path().join("missing.pem"), empty] {
+            let tls = EtcdTls { ca, client: None };
+            let refused = Etcd::new(&["h:1".into()], Some(&tls))
+                .err()
+                .unwrap_or_else(|| panic!("accepted"));
+            assert!(
+                matches!(refused, CoordinatorError::InvalidConfig(_)),
+                "{refused}"
+            );
+        }
     }
 }

@@ -88,6 +88,8 @@ pub enum StateConfig {
         endpoints: Vec<String>,
         /// The prefix of every key (`/talon/` by default).
         prefix: String,
+        /// TLS to etcd (`None`: plain HTTP, for a trusted network only).
+        tls: Option<etcd::EtcdTls>,
     },
 }
 
@@ -118,7 +120,31 @@ impl StateConfig {
         Ok(StateConfig::Etcd {
             endpoints,
             prefix: prefix.to_owned(),
+            tls: None,
         })
+    }
+
+    /// The same state, reached over `tls` (`None`: unchanged).
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidConfig`] for TLS with memory state (nothing to reach).
+    pub fn with_tls(self, tls: Option<etcd::EtcdTls>) -> Result<StateConfig, CoordinatorError> {
+        match (self, tls) {
+            (state, None) => Ok(state),
+            (
+                StateConfig::Etcd {
+                    endpoints, prefix, ..
+                },
+                tls,
+            ) => Ok(StateConfig::Etcd {
+                endpoints,
+                prefix,
+                tls,
+            }),
+            (StateConfig::Memory, Some(_)) => Err(CoordinatorError::InvalidConfig(
+                "--etcd-ca is for --state etcd://…".into(),
+            )),
+        }
     }
 }
 
@@ -248,13 +274,17 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     let warm = Arc::new(warm::WarmJobs::default());
     let (shared, shared_warm) = match &config.state {
         StateConfig::Memory => (None, None),
-        StateConfig::Etcd { endpoints, prefix } => {
+        StateConfig::Etcd {
+            endpoints,
+            prefix,
+            tls,
+        } => {
             let prefix = if prefix.ends_with('/') {
                 prefix.clone()
             } else {
                 format!("{prefix}/")
             };
-            let etcd = Arc::new(etcd::Etcd::new(endpoints)?);
+            let etcd = Arc::new(etcd::Etcd::new(endpoints, tls.as_ref())?);
             let shared = Arc::new(SharedMembership::new(
                 etcd.clone(),
                 &prefix,
@@ -372,8 +402,18 @@ mod tests {
             Some(StateConfig::Etcd {
                 endpoints: vec!["a:2379".into(), "b:2379".into()],
                 prefix: "/t/".into(),
+                tls: None,
             })
         );
+        let tls = etcd::EtcdTls {
+            ca: "/ca.pem".into(),
+            client: None,
+        };
+        assert!(StateConfig::Memory.with_tls(Some(tls.clone())).is_err());
+        assert!(matches!(
+            StateConfig::parse("etcd://a:1", "/t/").and_then(|s| s.with_tls(Some(tls))),
+            Ok(StateConfig::Etcd { tls: Some(_), .. })
+        ));
         for bad in ["etcd://", "etcd://hostonly", "redis://a:1", ""] {
             assert!(StateConfig::parse(bad, "/t/").is_err(), "{bad}");
         }

@@ -443,7 +443,8 @@ mod tests {
 
     #[test]
     fn keys_name_their_job_and_part() {
-        let etcd = Arc::new(Etcd::new(&["127.0.0.1:1".into()]).unwrap_or_else(|e| panic!("{e}")));
+        let etcd =
+            Arc::new(Etcd::new(&["127.0.0.1:1".into()], None).unwrap_or_else(|e| panic!("{e}")));
         let shared = SharedWarmJobs::new(
             etcd,
             "/t/",

@@ -1,8 +1,10 @@
 //! A real etcd cluster for tests: three `etcd` processes (Debian's `etcd-server`) on
-//! loopback, each with its own data folder, killed when dropped.
+//! loopback, each with its own data folder, killed when dropped; optionally serving its
+//! clients over TLS only, with client certificates required (certificates made by the
+//! `openssl` command for the test).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -21,7 +23,128 @@ pub struct EtcdMember {
 pub struct EtcdCluster {
     /// The members, in start order.
     pub members: Vec<EtcdMember>,
+    /// The TLS files when it serves clients over TLS.
+    pub tls: Option<TlsFiles>,
     _dir: tempfile::TempDir,
+}
+
+/// A test CA and what it signed, as PEM files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The CA certificate.
+    pub ca: PathBuf,
+    /// etcd's certificate (for 127.0.0.1) and key.
+    pub server: (PathBuf, PathBuf),
+    /// A client certificate the CA signed, and its key.
+    pub client: (PathBuf, PathBuf),
+    /// A client certificate signed by another CA, and its key.
+    pub stranger: (PathBuf, PathBuf),
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("openssl is required for this test (apt-get install openssl): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Makes `<name>.crt` and `<name>.key` in `dir`: a self-signed CA when `ca` is `None`,
+/// otherwise a certificate signed by CA `ca` with the extensions `ext`.
+fn certificate(dir: &Path, name: &str, ca: Option<&str>, ext: &str) -> (PathBuf, PathBuf) {
+    let (crt, key) = (format!("{name}.crt"), format!("{name}.key"));
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let subject = format!("/CN=talon-test-{name}");
+    match ca {
+        None => {
+            let mut args = vec![
+                "req", "-x509", "-days", "2", "-subj", &subject, "-keyout", &key,
+            ];
+            args.extend(ec);
+            args.extend(["-out", &crt]);
+            openssl(dir, &args);
+        }
+        Some(ca) => {
+            let csr = format!("{name}.csr");
+            let extfile = format!("{name}.ext");
+            std::fs::write(dir.join(&extfile), ext).unwrap_or_else(|e| panic!("{e}"));
+            let mut args = vec!["req", "-subj", &subject, "-keyout", &key];
+            args.extend(ec);
+            args.extend(["-out", &csr]);
+            openssl(dir, &args);
+            let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+            openssl(
+                dir,
+                &[
+                    "x509",
+                    "-req",
+                    "-days",
+                    "2",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    &ca_crt,
+                    "-CAkey",
+                    &ca_key,
+                    "-CAcreateserial",
+                    "-extfile",
+                    &extfile,
+                    "-out",
+                    &crt,
+                ],
+            );
+        }
+    }
+    (dir.join(crt), dir.join(key))
+}
+
+impl TlsFiles {
+    /// A CA, a certificate for etcd on 127.0.0.1, a client certificate, and a client
+    /// certificate of another CA, in `dir`.
+    fn make(dir: &Path) -> TlsFiles {
+        let (ca, _) = certificate(dir, "ca", None, "");
+        let server = certificate(
+            dir,
+            "server",
+            Some("ca"),
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
+        );
+        let client = certificate(dir, "client", Some("ca"), "extendedKeyUsage=clientAuth\n");
+        certificate(dir, "other-ca", None, "");
+        let stranger = certificate(
+            dir,
+            "stranger",
+            Some("other-ca"),
+            "extendedKeyUsage=clientAuth\n",
+        );
+        TlsFiles {
+            ca,
+            server,
+            client,
+            stranger,
+        }
+    }
+
+    /// The coordinator's TLS settings with the client certificate the CA signed.
+    pub fn coordinator(&self) -> talon_coordinator::etcd::EtcdTls {
+        talon_coordinator::etcd::EtcdTls {
+            ca: self.ca.clone(),
+            client: Some(self.client.clone()),
+        }
+    }
 }
 
 fn free_port() -> u16 {
@@ -51,7 +174,23 @@ impl EtcdCluster {
     /// # Panics
     /// When etcd is missing or the cluster does not become healthy in 30 s.
     pub async fn start() -> EtcdCluster {
+        EtcdCluster::start_with(false).await
+    }
+
+    /// Starts three members that serve clients over TLS only and require a client
+    /// certificate their CA signed ([`EtcdCluster::tls`]); peers talk in clear on
+    /// loopback.
+    ///
+    /// # Panics
+    /// As [`EtcdCluster::start`], and when `openssl` is missing.
+    pub async fn start_tls() -> EtcdCluster {
+        EtcdCluster::start_with(true).await
+    }
+
+    async fn start_with(tls: bool) -> EtcdCluster {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let tls = tls.then(|| TlsFiles::make(dir.path()));
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let binary = etcd_binary();
         let names = ["e1", "e2", "e3"];
         let peers: Vec<(String, u16, u16)> = names
@@ -68,12 +207,27 @@ impl EtcdCluster {
             .map(|(name, client, peer)| {
                 let log = std::fs::File::create(dir.path().join(format!("{name}.log")))
                     .unwrap_or_else(|e| panic!("etcd log: {e}"));
-                let child = Command::new(&binary)
+                let mut command = Command::new(&binary);
+                if let Some(tls) = &tls {
+                    command
+                        .arg("--cert-file")
+                        .arg(&tls.server.0)
+                        .arg("--key-file")
+                        .arg(&tls.server.1)
+                        .arg("--trusted-ca-file")
+                        .arg(&tls.ca)
+                        .arg("--client-cert-auth");
+                }
+                let child = command
                     .args(["--name", name])
                     .arg("--data-dir")
                     .arg(dir.path().join(name))
-                    .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
-                    .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+                    .arg(format!(
+                        "--listen-client-urls={scheme}://127.0.0.1:{client}"
+                    ))
+                    .arg(format!(
+                        "--advertise-client-urls={scheme}://127.0.0.1:{client}"
+                    ))
                     .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
                     .arg(format!(
                         "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
@@ -95,7 +249,11 @@ impl EtcdCluster {
                 }
             })
             .collect();
-        let cluster = EtcdCluster { members, _dir: dir };
+        let cluster = EtcdCluster {
+            members,
+            tls,
+            _dir: dir,
+        };
         cluster.wait_healthy().await;
         cluster
     }
@@ -120,7 +278,22 @@ impl EtcdCluster {
 
     /// Waits until a write through any running member succeeds.
     async fn wait_healthy(&self) {
-        let http = reqwest::Client::new();
+        let mut http = reqwest::Client::builder();
+        let mut scheme = "http";
+        if let Some(tls) = &self.tls {
+            scheme = "https";
+            let read =
+                |p: &Path| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let mut identity = read(&tls.client.0);
+            identity.extend(read(&tls.client.1));
+            http = http
+                .add_root_certificate(
+                    reqwest::Certificate::from_pem(&read(&tls.ca))
+                        .unwrap_or_else(|e| panic!("{e}")),
+                )
+                .identity(reqwest::Identity::from_pem(&identity).unwrap_or_else(|e| panic!("{e}")));
+        }
+        let http = http.build().unwrap_or_else(|e| panic!("{e}"));
         let clients: Vec<String> = self.endpoints();
         crate::wait_for(
             "the etcd cluster to accept a write",
@@ -131,7 +304,7 @@ impl EtcdCluster {
                 async move {
                     for c in &clients {
                         let put = http
-                            .post(format!("http://{c}/v3/kv/put"))
+                            .post(format!("{scheme}://{c}/v3/kv/put"))
                             .body(r#"{"key":"aGVhbHRo","value":"b2s="}"#)
                             .timeout(Duration::from_secs(1))
                             .send()

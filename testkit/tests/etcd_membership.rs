@@ -1,8 +1,9 @@
 //! Coordinators sharing membership through a real three-member etcd cluster (Debian's
 //! `etcd-server`, started by the test on loopback) — issue 14: the same epoch for the
 //! same members on every coordinator, a killed coordinator and a killed etcd member
-//! leaving the cluster answering, and a worker that stops heartbeating expiring once,
-//! everywhere.
+//! leaving the cluster answering, a worker that stops heartbeating expiring once,
+//! everywhere, and etcd reached over TLS with client certificates (and refused without
+//! the right ones).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use talon_coordinator::api::{HeartbeatRequest, MemberState, RegisterRequest};
 use talon_coordinator::client::CoordinatorClient;
 use talon_coordinator::epoch::placement_epoch;
+use talon_coordinator::etcd::EtcdTls;
 use talon_coordinator::placement::{PLACEMENT_VERSION, PlacementMember};
 use talon_coordinator::{CoordinatorConfig, CoordinatorError, RunningCoordinator, StateConfig};
 use talon_core::cluster_auth::{ClusterSecret, Role};
@@ -23,6 +25,15 @@ fn secret() -> ClusterSecret {
 }
 
 async fn coordinator(etcd: &EtcdCluster, expiry: Duration) -> RunningCoordinator {
+    let tls = etcd.tls.as_ref().map(|t| t.coordinator());
+    coordinator_over(etcd, expiry, tls).await.unwrap()
+}
+
+async fn coordinator_over(
+    etcd: &EtcdCluster,
+    expiry: Duration,
+    tls: Option<EtcdTls>,
+) -> Result<RunningCoordinator, CoordinatorError> {
     talon_coordinator::start(CoordinatorConfig {
         cluster_secret: secret(),
         heartbeat_interval: Duration::from_millis(200),
@@ -30,11 +41,11 @@ async fn coordinator(etcd: &EtcdCluster, expiry: Duration) -> RunningCoordinator
         state: StateConfig::Etcd {
             endpoints: etcd.endpoints(),
             prefix: "/talon-test/".into(),
+            tls,
         },
         ..CoordinatorConfig::default()
     })
     .await
-    .unwrap()
 }
 
 fn client(c: &RunningCoordinator, role: Role) -> CoordinatorClient {
@@ -228,6 +239,63 @@ async fn a_worker_that_stops_heartbeating_expires_once_everywhere() {
         MemberState::Live
     );
     beating.abort();
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinators_reach_etcd_over_tls_with_a_client_certificate_and_only_so() {
+    let etcd = EtcdCluster::start_tls().await;
+    let tls = etcd.tls.clone().unwrap();
+    let a = coordinator(&etcd, Duration::from_secs(5)).await;
+    let b = coordinator(&etcd, Duration::from_secs(5)).await;
+    client(&a, Role::Worker)
+        .register(&registration("w1", 7101, "i1"))
+        .await
+        .unwrap();
+    let want = epoch_of(&[("w1", 7101)]);
+    assert_eq!(lists(&b, &["w1"]).await, want, "shared over TLS");
+
+    // Plain HTTP to a TLS-only etcd, no client certificate, a certificate of another
+    // CA, and a CA that did not sign etcd's certificate: each coordinator fails to start
+    // with the state store's error.
+    let other_ca = tls.stranger.0.parent().unwrap().join("other-ca.crt");
+    let refused = [
+        ("plain HTTP", None),
+        (
+            "no client certificate",
+            Some(EtcdTls {
+                ca: tls.ca.clone(),
+                client: None,
+            }),
+        ),
+        (
+            "a stranger's certificate",
+            Some(EtcdTls {
+                ca: tls.ca.clone(),
+                client: Some(tls.stranger.clone()),
+            }),
+        ),
+        (
+            "the wrong CA",
+            Some(EtcdTls {
+                ca: other_ca,
+                client: Some(tls.client.clone()),
+            }),
+        ),
+    ];
+    for (what, settings) in refused {
+        match coordinator_over(&etcd, Duration::from_secs(5), settings).await {
+            Err(CoordinatorError::StateStore(e)) => {
+                assert!(e.contains("no etcd endpoint answered"), "{what}: {e}")
+            }
+            Err(e) => panic!("{what}: refused for another reason: {e}"),
+            Ok(_) => panic!("{what}: a coordinator started"),
+        }
+    }
+    // Nothing changed: the same single member, on both coordinators.
+    assert_eq!(lists(&a, &["w1"]).await, want);
+    assert_eq!(lists(&b, &["w1"]).await, want);
     a.shutdown().await;
     b.shutdown().await;
 }

@@ -75,6 +75,7 @@ async fn a_warm_job_lives_in_etcd_and_every_coordinator_serves_it() {
         coordinator_state: StateConfig::Etcd {
             endpoints: etcd.endpoints(),
             prefix: "/talon-warm-test/".into(),
+            tls: None,
         },
         ..ClusterConfig::default()
     })

@@ -7,6 +7,7 @@
 //! (`talon_process`: logs, ready file, drain on SIGTERM).
 
 mod coordinator_args;
+mod pin;
 mod status;
 mod warm;
 
@@ -68,6 +69,9 @@ enum Command {
     /// Fill the cache with named objects before a job reads them, with progress and a
     /// table (or --json) at the end.
     Warm(warm::WarmArgs),
+    /// List, add or remove the cluster's pinned prefixes (kept from eviction on every
+    /// worker within its --pin-share).
+    Pin(pin::PinArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -526,6 +530,7 @@ fn main() -> anyhow::Result<ExitCode> {
             Command::Origin(args) => talon_origin_stub::cli::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Warm(args) => warm::warm(args).await,
+            Command::Pin(args) => pin::pin(args).await,
             Command::Loadgen(_) => unreachable!("handled above"),
         }
     })?;

@@ -3,7 +3,6 @@
 
 use anyhow::Context;
 use talon_coordinator::api::{ClusterSummary, MemberCircuits, MemberInfo, MembersResponse};
-use talon_coordinator::client::CoordinatorClient;
 use talon_core::cluster_auth::Role;
 
 /// `talon status`'s flags.
@@ -21,9 +20,7 @@ pub struct StatusArgs {
 /// # Errors
 /// A missing cluster secret, or a coordinator that cannot be reached or refuses.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let secret = args.target.cluster.load()?;
-    let client =
-        CoordinatorClient::new(args.target.coordinator.clone())?.with_auth(secret, Role::Reader);
+    let client = args.target.client(Role::Reader)?;
     let members = client
         .members()
         .await

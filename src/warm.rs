@@ -201,12 +201,7 @@ async fn warm_job(args: &WarmArgs, source: String, objects: Vec<String>) -> anyh
         source.clone()
     };
     use talon_coordinator::api::{WarmRequest, WarmState};
-    let client =
-        talon_coordinator::client::CoordinatorClient::new(args.target.coordinator.clone())?
-            .with_auth(
-                args.target.cluster.load()?,
-                talon_core::cluster_auth::Role::Admin,
-            );
+    let client = args.target.client(talon_core::cluster_auth::Role::Admin)?;
     let job = client
         .warm_start(&WarmRequest {
             source,

@@ -279,6 +279,64 @@ pub struct HeartbeatResponse {
     /// coordinator hands them out again after [`WARM_TASK_TIMEOUT_MS`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warm: Vec<WarmTask>,
+    /// The cluster's pinned prefixes ([`PinsView`]), which the worker pins beside its
+    /// own `--pin`s (empty: none; a coordinator from before cluster pins sends none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<String>,
+}
+
+/// The cluster's pinned prefixes (`GET /v1/pins`; `PUT /v1/pins` with a [`PinsRequest`]).
+/// Every worker passes over the blocks of these objects in eviction while the pinned
+/// blocks hold no more than its `--pin-share` of its capacity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinsView {
+    /// Key-path prefixes: `s3/BUCKET/PREFIX` or `az/ACCOUNT/CONTAINER/PREFIX`.
+    pub prefixes: Vec<String>,
+    /// Raised by one at each change (0: never set).
+    pub version: u64,
+}
+
+/// A new list of pinned prefixes, replacing the last.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinsRequest {
+    /// The prefixes ([`pin_prefix_problem`] says which are accepted); empty unpins all.
+    pub prefixes: Vec<String>,
+    /// Refuse (409) unless the list is still at this version: a read-modify-write that
+    /// loses no concurrent change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_version: Option<u64>,
+}
+
+/// Most pinned prefixes in the cluster.
+pub const MAX_PINS: usize = 64;
+
+/// Longest pinned prefix, in bytes.
+pub const MAX_PIN_LEN: usize = 1024;
+
+/// Why `prefix` cannot be pinned, or `None` when it can: it must name a bucket
+/// (`s3/BUCKET/…`) or a container (`az/ACCOUNT/CONTAINER/…`), at most [`MAX_PIN_LEN`]
+/// bytes, no control characters.
+pub fn pin_prefix_problem(prefix: &str) -> Option<String> {
+    if prefix.len() > MAX_PIN_LEN {
+        return Some(format!("pin prefix longer than {MAX_PIN_LEN} bytes"));
+    }
+    if prefix.chars().any(char::is_control) {
+        return Some(format!("pin prefix {prefix:?} has a control character"));
+    }
+    let names_a_bucket = match prefix.split_once('/') {
+        Some(("s3", rest)) => rest.split_once('/').is_some_and(|(b, _)| !b.is_empty()),
+        Some(("az", rest)) => {
+            let mut parts = rest.splitn(3, '/');
+            let (account, container) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            !account.is_empty() && !container.is_empty() && parts.next().is_some()
+        }
+        _ => false,
+    };
+    (!names_a_bucket).then(|| {
+        format!(
+            "pin prefix {prefix:?}: expected s3/BUCKET/PREFIX or az/ACCOUNT/CONTAINER/PREFIX (a whole bucket: s3/BUCKET/)"
+        )
+    })
 }
 
 /// How long a warm task may stay out before the coordinator hands it out again.

@@ -16,8 +16,8 @@ use talon_core::cluster_auth::{ClusterSecret, Role, api_auth_header};
 
 use crate::api::{
     CircuitsReport, CircuitsResponse, ClusterSummary, DrainRequest, DrainResponse, ErrorBody,
-    HeartbeatRequest, HeartbeatResponse, MemberInfo, MembersResponse, RegisterRequest,
-    RegisterResponse, WarmJobView, WarmJobsResponse, WarmRequest,
+    HeartbeatRequest, HeartbeatResponse, MemberInfo, MembersResponse, PinsRequest, PinsView,
+    RegisterRequest, RegisterResponse, WarmJobView, WarmJobsResponse, WarmRequest,
 };
 use crate::error::CoordinatorError;
 
@@ -295,6 +295,25 @@ impl CoordinatorClient {
     /// Transport and decoding failures.
     pub async fn warm_jobs(&self) -> Result<WarmJobsResponse, CoordinatorError> {
         self.call::<(), _>(Method::GET, "/v1/warm", None, Kind::Other)
+            .await
+    }
+
+    /// The cluster's pinned prefixes.
+    ///
+    /// # Errors
+    /// Transport and decoding failures.
+    pub async fn pins(&self) -> Result<PinsView, CoordinatorError> {
+        self.call::<(), _>(Method::GET, "/v1/pins", None, Kind::Other)
+            .await
+    }
+
+    /// Replaces the cluster's pinned prefixes (the admin role); the new list.
+    ///
+    /// # Errors
+    /// 400 for a prefix [`crate::api::pin_prefix_problem`] refuses or too many; 409 when
+    /// `expect_version` no longer holds; 403 for another role.
+    pub async fn set_pins(&self, req: &PinsRequest) -> Result<PinsView, CoordinatorError> {
+        self.call(Method::PUT, "/v1/pins", Some(req), Kind::Other)
             .await
     }
 

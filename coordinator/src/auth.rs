@@ -55,6 +55,10 @@ fn allowed(method: &Method, path: &str) -> &'static [Role] {
         // A warm job makes every worker fetch from the origin: admins and ingesters.
         return &[Role::Ingester, Role::Admin];
     }
+    if path == "/v1/pins" {
+        // What every worker keeps from eviction: the admin's alone.
+        return &[Role::Admin];
+    }
     if path.starts_with("/v1/readers/") {
         // What readers saw of the workers: any role that reads may say.
         return &[Role::Reader, Role::Ingester, Role::Admin];

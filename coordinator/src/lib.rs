@@ -13,7 +13,7 @@
 //! [`placement::RendezvousPlacement`] themselves and talk to workers
 //! directly. By default nothing is persisted: after a restart, membership is rebuilt
 //! from the next round of heartbeats (see [`api`] for the worker's side). With
-//! [`StateConfig::Etcd`] membership and warm jobs live in etcd, shared by every
+//! [`StateConfig::Etcd`] membership, warm jobs and the cluster's [`pins`] live in etcd, shared by every
 //! coordinator of the cluster ([`shared_membership`], [`shared_warm`]).
 //!
 //! Start one in-process with [`start`], or run the `talon-coordinator` binary.
@@ -23,6 +23,7 @@ pub mod cli;
 pub mod etcd;
 pub mod membership;
 pub mod metrics;
+pub mod pins;
 mod server;
 pub mod shared_membership;
 pub mod shared_warm;
@@ -272,8 +273,8 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     }
     let membership = Arc::new(membership);
     let warm = Arc::new(warm::WarmJobs::default());
-    let (shared, shared_warm) = match &config.state {
-        StateConfig::Memory => (None, None),
+    let (shared, shared_warm, pins) = match &config.state {
+        StateConfig::Memory => (None, None, Arc::new(pins::ClusterPins::default())),
         StateConfig::Etcd {
             endpoints,
             prefix,
@@ -291,6 +292,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
                 membership.clone(),
             ));
             let members = shared.load().await?;
+            let etcd_for_pins = etcd.clone();
             let shared_warm = Arc::new(SharedWarmJobs::new(
                 etcd,
                 &prefix,
@@ -298,6 +300,8 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
                 membership.clone(),
             ));
             let jobs = shared_warm.load().await?;
+            let pins = Arc::new(pins::ClusterPins::shared(etcd_for_pins, &prefix));
+            pins.load().await?;
             tracing::info!(
                 ?endpoints,
                 prefix,
@@ -305,7 +309,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
                 warm_jobs = jobs,
                 "membership and warm jobs shared through etcd"
             );
-            (Some(shared), Some(shared_warm))
+            (Some(shared), Some(shared_warm), pins)
         }
     };
     let state = Arc::new(AppState {
@@ -313,6 +317,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
         membership,
         shared: shared.clone(),
         shared_warm: shared_warm.clone(),
+        pins: pins.clone(),
         warm,
         config: config.clone(),
         ready: false.into(),
@@ -324,6 +329,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     }
     if let Some(shared_warm) = shared_warm {
         tasks.push(tokio::spawn(shared_warm.mirror(shutdown_rx.clone())));
+        tasks.push(tokio::spawn(pins.mirror(shutdown_rx.clone())));
     }
 
     let mut stop = shutdown_rx.clone();

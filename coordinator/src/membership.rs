@@ -431,6 +431,7 @@ impl Membership {
             epoch: inner.epoch,
             state,
             warm: Vec::new(),
+            pins: Vec::new(),
         })
     }
 

@@ -32,6 +32,8 @@ pub(crate) struct AppState {
     pub(crate) shared: Option<Arc<SharedMembership>>,
     /// Warm jobs and the tasks they hand to workers.
     pub(crate) warm: Arc<crate::warm::WarmJobs>,
+    /// The cluster's pinned prefixes.
+    pub(crate) pins: Arc<crate::pins::ClusterPins>,
     /// Warm jobs in etcd, mirrored into `warm` (`None`: memory only).
     pub(crate) shared_warm: Option<Arc<crate::shared_warm::SharedWarmJobs>>,
     pub(crate) metrics: Metrics,
@@ -51,6 +53,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/cluster", get(cluster))
         .route("/v1/readers/{id}/circuits", post(circuits))
         .route("/v1/warm", post(warm_start).get(warm_list))
+        .route("/v1/pins", get(pins_get).put(pins_set))
         .route("/v1/warm/{id}", get(warm_view).delete(warm_cancel))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -137,6 +140,7 @@ async fn heartbeat(
         Some(shared) => shared.complete(&id, &stats.warm_done).await,
         None => state.warm.complete(&id, &stats.warm_done),
     }
+    answer.pins = state.pins.prefixes();
     // Placement is built only while a job runs: a heartbeat is otherwise no costlier.
     if answer.state == crate::api::MemberState::Live && state.warm.any_running() {
         let placement = state.membership.snapshot(Instant::now()).placement();
@@ -221,6 +225,18 @@ async fn warm_start(
         }
     };
     Ok(Json(view))
+}
+
+async fn pins_get(State(state): State<Arc<AppState>>) -> Json<crate::api::PinsView> {
+    Json(state.pins.get())
+}
+
+async fn pins_set(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<crate::api::PinsView>, ApiError> {
+    let req: crate::api::PinsRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+    Ok(Json(state.pins.set(&req).await?))
 }
 
 async fn warm_list(State(state): State<Arc<AppState>>) -> Json<crate::api::WarmJobsResponse> {

@@ -299,7 +299,8 @@ impl Cluster {
     fn worker_config(&self, i: usize) -> WorkerConfig {
         let slot = &self.workers[i];
         WorkerConfig {
-            pins: Default::default(),
+            // No pin of the worker's own; the cluster's pins may hold half.
+            pins: talon_worker::block_store::Pins::new(Vec::new(), 0.5, self.config.capacity_bytes),
             listen: "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
             admin_listen: None,
             cache_dir: slot.cache_dir.clone(),

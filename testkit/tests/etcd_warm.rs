@@ -1,14 +1,15 @@
 //! Warm jobs shared through a real three-member etcd cluster (issue 14): a job started on
 //! one coordinator is handed to workers that heartbeat to another, outlives the
 //! coordinator that started it, is seen whole by a coordinator started afterwards, and a
-//! cancel through any coordinator stops it everywhere.
+//! cancel through any coordinator stops it everywhere. The cluster's pins, set through
+//! one coordinator, reach workers that heartbeat to another.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
 use talon_coordinator::RunningCoordinator;
 use talon_coordinator::StateConfig;
-use talon_coordinator::api::{WarmJobView, WarmRequest, WarmState};
+use talon_coordinator::api::{PinsRequest, WarmJobView, WarmRequest, WarmState};
 use talon_coordinator::client::CoordinatorClient;
 use talon_core::cluster_auth::Role;
 use talon_origin_stub::generated::GeneratedObject;
@@ -140,6 +141,29 @@ async fn a_warm_job_lives_in_etcd_and_every_coordinator_serves_it() {
         let v = client.warm_job(stopped.id).await.unwrap();
         assert_eq!((v.state, v.blocks_done), (WarmState::Cancelled, 0), "{v:?}");
     }
+
+    // Pins set through D reach the workers, which heartbeat to A, and C lists them.
+    let set = admin(&cluster, &d)
+        .set_pins(&PinsRequest {
+            prefixes: vec!["s3/data/warm/".into()],
+            expect_version: Some(0),
+        })
+        .await
+        .unwrap();
+    wait_for(
+        "the workers to take D's pins",
+        Duration::from_secs(10),
+        || async {
+            (0..2)
+                .all(|i| cluster.worker(i).store().cluster_pins() == set.prefixes)
+                .then_some(())
+        },
+    )
+    .await;
+    wait_for("C to list D's pins", Duration::from_secs(10), || async {
+        (c_admin.pins().await.ok()? == set).then_some(())
+    })
+    .await;
     c.shutdown().await;
     d.shutdown().await;
 }

@@ -29,6 +29,7 @@ use std::io::{self, Write};
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crc::{CRC_32_ISCSI, Crc, Table};
@@ -140,8 +141,9 @@ pub struct Block {
     pub len: u64,
     /// Pages in this block.
     pub pages: u32,
-    /// Whether it belongs to a pinned prefix ([`Pins`]).
-    pub pinned: bool,
+    /// Whether it belongs to a pinned prefix ([`Pins`], or the cluster's pins): set and
+    /// changed only under the store's lock, with the pinned byte count.
+    pinned: std::sync::atomic::AtomicBool,
     page_size: u64,
     file: File,
     /// A read-only descriptor of `file`, opened on first use, for readers on this host.
@@ -190,6 +192,12 @@ fn round_up(n: u64, unit: u64) -> u64 {
 }
 
 impl Block {
+    /// Whether it belongs to a pinned prefix: eviction passes it over while the pinned
+    /// blocks hold no more than their share.
+    pub fn pinned(&self) -> bool {
+        self.pinned.load(Ordering::Relaxed)
+    }
+
     /// The open block file, for `sendfile`.
     pub fn file(&self) -> &File {
         &self.file
@@ -366,6 +374,9 @@ struct Inner {
     unreadable_pages: u64,
     /// Bytes of `used` in pinned blocks ([`Pins`]).
     pinned_used: u64,
+    /// Prefixes the cluster pins (the coordinator's, with each heartbeat), beside the
+    /// worker's own ([`Pins`]).
+    cluster_pins: Vec<String>,
 }
 
 impl Inner {
@@ -405,13 +416,17 @@ impl Pins {
         }
     }
 
-    /// Whether the block belongs to a pinned prefix.
-    pub fn covers(&self, id: &BlockId) -> bool {
-        if self.prefixes.is_empty() {
+    /// Whether the block belongs to one of this worker's pinned prefixes or of
+    /// `cluster` (the cluster's).
+    pub fn covers(&self, id: &BlockId, cluster: &[String]) -> bool {
+        if self.prefixes.is_empty() && cluster.is_empty() {
             return false;
         }
         let path = id.object().key_path();
-        self.prefixes.iter().any(|p| path.starts_with(p.as_str()))
+        self.prefixes
+            .iter()
+            .chain(cluster)
+            .any(|p| path.starts_with(p.as_str()))
     }
 }
 
@@ -532,7 +547,7 @@ impl BlockStore {
                 st.evicted = true;
                 st.cost
             };
-            inner.sub_used(block.pinned, cost);
+            inner.sub_used(block.pinned(), cost);
             block
         };
         tracing::warn!(block = %victim.name, object_size = victim.object_size, "discarded a block made for a wrong object size");
@@ -570,7 +585,7 @@ impl BlockStore {
                 evicted = true;
                 break;
             };
-            if block.pinned && inner.pinned_used <= self.pins.max_bytes {
+            if block.pinned() && inner.pinned_used <= self.pins.max_bytes {
                 passed_over.push((name, lock(&block.state).cost));
                 continue;
             }
@@ -580,7 +595,7 @@ impl BlockStore {
                 st.evicted = true;
                 st.cost
             };
-            inner.sub_used(block.pinned, cost);
+            inner.sub_used(block.pinned(), cost);
             inner.evictions += 1;
             victims.push(block);
             evicted = true;
@@ -652,6 +667,7 @@ impl BlockStore {
                 corrupt_pages: 0,
                 unreadable_pages: 0,
                 pinned_used: 0,
+                cluster_pins: Vec::new(),
             }),
         };
         store.rebuild()?;
@@ -676,6 +692,32 @@ impl BlockStore {
             unreadable_pages: inner.unreadable_pages,
             pinned_bytes: inner.pinned_used,
         }
+    }
+
+    /// Replaces the cluster's pinned prefixes (the coordinator's list, which each
+    /// heartbeat brings) beside this worker's own, re-marking every cached block and
+    /// counting the pinned bytes again; false when the list is unchanged.
+    pub fn set_cluster_pins(&self, prefixes: &[String]) -> bool {
+        let mut inner = lock(&self.inner);
+        if inner.cluster_pins == prefixes {
+            return false;
+        }
+        inner.cluster_pins = prefixes.to_vec();
+        let mut pinned_used = 0;
+        for block in inner.blocks.values() {
+            let pinned = self.pins.covers(&block.id, &inner.cluster_pins);
+            block.pinned.store(pinned, Ordering::Relaxed);
+            if pinned {
+                pinned_used += lock(&block.state).cost;
+            }
+        }
+        inner.pinned_used = pinned_used;
+        true
+    }
+
+    /// The cluster's pinned prefixes as last set.
+    pub fn cluster_pins(&self) -> Vec<String> {
+        lock(&self.inner).cluster_pins.clone()
     }
 
     /// What a block costs beyond its pages: its metadata file (twice: the file, and its
@@ -719,7 +761,11 @@ impl BlockStore {
                 Ok(block) => {
                     let mut inner = lock(&self.inner);
                     let cost = lock(&block.state).cost;
-                    inner.add_used(block.pinned, cost);
+                    block.pinned.store(
+                        self.pins.covers(&block.id, &inner.cluster_pins),
+                        Ordering::Relaxed,
+                    );
+                    inner.add_used(block.pinned(), cost);
                     inner.policy.insert(name.clone(), cost);
                     inner.blocks.insert(name.clone(), Arc::new(block));
                     loaded += 1;
@@ -830,7 +876,7 @@ impl BlockStore {
             other => other.map_err(|e| WorkerError::io("opening a block file", e))?,
         };
         Ok(Block {
-            pinned: self.pins.covers(&id),
+            pinned: false.into(),
             id,
             object_size,
             len,
@@ -885,6 +931,10 @@ impl BlockStore {
         if let Some(b) = inner.blocks.get(&name).cloned() {
             return Ok(b);
         }
+        block.pinned.store(
+            self.pins.covers(&block.id, &inner.cluster_pins),
+            Ordering::Relaxed,
+        );
         inner.policy.insert(name.clone(), 0);
         inner.blocks.insert(name, block.clone());
         Ok(block)
@@ -1140,7 +1190,7 @@ impl BlockStore {
         };
         {
             let mut inner = lock(&self.inner);
-            inner.add_used(block.pinned, added);
+            inner.add_used(block.pinned(), added);
             inner.policy.resize(&block.name, lock(&block.state).cost);
         }
         drop(reservation);
@@ -1224,7 +1274,7 @@ impl BlockStore {
         if !bad.is_empty() {
             tracing::warn!(block = %block.name, pages = ?bad, "dropped pages that failed their checksum or a read; they will be refetched");
             let mut inner = lock(&self.inner);
-            inner.sub_used(block.pinned, freed);
+            inner.sub_used(block.pinned(), freed);
             inner.corrupt_pages += bad.len() as u64 - unreadable;
             inner.unreadable_pages += unreadable;
             inner.policy.resize(&block.name, lock(&block.state).cost);
@@ -1443,7 +1493,7 @@ mod tests {
                 b
             })
             .collect();
-        assert!(pinned.iter().all(|b| b.pinned));
+        assert!(pinned.iter().all(|b| b.pinned()));
         assert_eq!(store.stats().pinned_bytes, 2 * block_cost);
         // Eight other blocks through a cache with room for two besides the pins.
         let others: Vec<Arc<Block>> = (0..8)
@@ -1451,7 +1501,7 @@ mod tests {
                 let b = store
                     .get_or_create(&block_id(&format!("other/{k}")), 4 * PAGE)
                     .unwrap();
-                assert!(!b.pinned);
+                assert!(!b.pinned());
                 fill(&store, &b, 0..4, k as u8);
                 b
             })
@@ -1483,6 +1533,50 @@ mod tests {
             stats.pinned_bytes,
             2 * block_cost
         );
+    }
+
+    #[test]
+    fn cluster_pins_mark_cached_blocks_and_new_ones_and_unpinning_frees_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let unit = fs::metadata(dir.path()).unwrap().blksize().max(512);
+        let block_cost = 4 * PAGE + unit * (2 + 1);
+        let capacity = 4 * block_cost;
+        // No pin of the worker's own; the cluster's may hold half.
+        let pins = Pins::new(Vec::new(), 0.5, capacity);
+        let store = Arc::new(BlockStore::open_pinned(dir.path(), PAGE, capacity, pins).unwrap());
+        let early = store.get_or_create(&block_id("keep/a"), 4 * PAGE).unwrap();
+        fill(&store, &early, 0..4, 1);
+        assert!(!early.pinned());
+        assert!(store.set_cluster_pins(&["s3/b/keep/".into()]));
+        assert!(!store.set_cluster_pins(&["s3/b/keep/".into()]), "unchanged");
+        assert!(
+            early.pinned(),
+            "a block cached before the pin is pinned too"
+        );
+        let late = store.get_or_create(&block_id("keep/b"), 4 * PAGE).unwrap();
+        fill(&store, &late, 0..4, 2);
+        assert!(late.pinned());
+        assert_eq!(store.stats().pinned_bytes, 2 * block_cost);
+        // Churn: both pinned blocks stay.
+        for k in 0..8 {
+            let b = store
+                .get_or_create(&block_id(&format!("other/{k}")), 4 * PAGE)
+                .unwrap();
+            fill(&store, &b, 0..4, k as u8);
+        }
+        assert!(!early.is_evicted() && !late.is_evicted());
+        // Unpinned: no pinned bytes, and churn evicts them like anything else.
+        assert!(store.set_cluster_pins(&[]));
+        assert_eq!(store.stats().pinned_bytes, 0);
+        assert!(!early.pinned() && !late.pinned());
+        // (Each read twice, so that they reach the policy's main queue too.)
+        for k in 8..48 {
+            let id = block_id(&format!("other/{k}"));
+            let b = store.get_or_create(&id, 4 * PAGE).unwrap();
+            fill(&store, &b, 0..4, k as u8);
+            store.get_or_create(&id, 4 * PAGE).unwrap();
+        }
+        assert!(early.is_evicted() && late.is_evicted());
     }
 
     #[test]

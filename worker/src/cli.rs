@@ -63,11 +63,13 @@ pub struct Args {
     zone: String,
     /// Pin a prefix: blocks of objects whose key path starts with it (s3/BUCKET/PREFIX,
     /// az/ACCOUNT/CONTAINER/PREFIX) are passed over by eviction while the pinned blocks
-    /// hold at most --pin-share of the capacity. Repeat or separate with commas.
+    /// hold at most --pin-share of the capacity. Repeat or separate with commas. The
+    /// cluster's pins (`talon pin`, the coordinator's PUT /v1/pins) come with each
+    /// heartbeat and count against the same share.
     #[arg(long, env = "TALON_WORKER_PIN", value_delimiter = ',')]
     pin: Vec<String>,
-    /// The share of --capacity pinned blocks may hold (0 to 1); past it the oldest are
-    /// evicted like any block.
+    /// The share of --capacity pinned blocks (--pin and the cluster's pins) may hold
+    /// (0 to 1); past it the oldest are evicted like any block.
     #[arg(long, env = "TALON_WORKER_PIN_SHARE", default_value_t = 0.5)]
     pin_share: f64,
     /// Heartbeat period, milliseconds.
@@ -253,6 +255,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (0.0..=1.0).contains(&args.pin_share),
         "--pin-share must be between 0 and 1"
     );
+    if let Some(problem) = args
+        .pin
+        .iter()
+        .find_map(|p| talon_coordinator_client::api::pin_prefix_problem(p))
+    {
+        anyhow::bail!("--pin: {problem}");
+    }
     let config = WorkerConfig {
         pins: crate::block_store::Pins::new(args.pin.clone(), args.pin_share, args.capacity),
         local_socket,

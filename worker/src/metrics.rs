@@ -162,7 +162,7 @@ impl WorkerMetrics {
             );
             r.register(
                 "cache_pinned_bytes",
-                "Bytes of cache_used_bytes in pinned blocks (--pin), which eviction passes over within --pin-share",
+                "Bytes of cache_used_bytes in pinned blocks (--pin, and the cluster's pins), which eviction passes over within --pin-share",
                 m.pinned_bytes.clone(),
             );
             r.register(

@@ -324,6 +324,9 @@ async fn agent(
             };
             match client.heartbeat_or_register(&registration, &beat).await {
                 Ok(talon_coordinator_client::client::Report::Heartbeat(answer)) => {
+                    if services.loader.store().set_cluster_pins(&answer.pins) {
+                        tracing::info!(prefixes = ?answer.pins, "cluster pins changed");
+                    }
                     warm.start(&services.loader, answer.warm);
                 }
                 Ok(talon_coordinator_client::client::Report::Registered(_)) => {

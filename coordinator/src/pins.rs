@@ -1,0 +1,204 @@
+//! The cluster's pinned prefixes: one list, set through the API (`PUT /v1/pins`, the
+//! admin role), handed to every worker with each heartbeat answer, which pins them
+//! beside its own `--pin`s within its `--pin-share` (`talon_worker::block_store`).
+//!
+//! In memory by default; with etcd (`--state etcd://…`) the list is one key,
+//! `<prefix>pins/current`, changed by compare-and-put and followed by every
+//! coordinator, so any of them may set it and all hand out the same.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::api::{MAX_PINS, PinsRequest, PinsView, pin_prefix_problem};
+use crate::error::CoordinatorError;
+use crate::etcd::{Etcd, Expect, WatchEvent};
+
+/// The cluster's pins, as this coordinator knows them.
+#[derive(Debug, Default)]
+pub struct ClusterPins {
+    current: Mutex<PinsView>,
+    /// The etcd cluster and the key holding the list, when shared.
+    shared: Option<(Arc<Etcd>, String)>,
+}
+
+/// Why `req` cannot be taken, or `None`.
+fn request_problem(req: &PinsRequest) -> Option<String> {
+    if req.prefixes.len() > MAX_PINS {
+        return Some(format!("at most {MAX_PINS} pinned prefixes"));
+    }
+    req.prefixes.iter().find_map(|p| pin_prefix_problem(p))
+}
+
+fn stale(expected: u64, now: u64) -> CoordinatorError {
+    CoordinatorError::Conflict(format!(
+        "the pins changed (version {now}, not {expected}); read them and set them again"
+    ))
+}
+
+impl ClusterPins {
+    /// Pins kept in `etcd` under `<prefix>pins/` (`prefix` ends in `/`).
+    pub fn shared(etcd: Arc<Etcd>, prefix: &str) -> ClusterPins {
+        ClusterPins {
+            current: Mutex::default(),
+            shared: Some((etcd, format!("{prefix}pins/current"))),
+        }
+    }
+
+    fn now(&self) -> std::sync::MutexGuard<'_, PinsView> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The list.
+    pub fn get(&self) -> PinsView {
+        self.now().clone()
+    }
+
+    /// The prefixes alone, for a heartbeat answer.
+    pub fn prefixes(&self) -> Vec<String> {
+        self.now().prefixes.clone()
+    }
+
+    /// Replaces the list (in etcd first, when shared); the new list.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::InvalidRequest`] for a prefix that cannot be pinned or too
+    /// many, [`CoordinatorError::Conflict`] when `expect_version` no longer holds or a
+    /// concurrent change won, [`CoordinatorError::StateStore`] when etcd cannot be
+    /// reached; none changes anything.
+    pub async fn set(&self, req: &PinsRequest) -> Result<PinsView, CoordinatorError> {
+        if let Some(problem) = request_problem(req) {
+            return Err(CoordinatorError::InvalidRequest(problem));
+        }
+        let Some((etcd, key)) = &self.shared else {
+            let mut now = self.now();
+            if let Some(v) = req.expect_version.filter(|v| *v != now.version) {
+                return Err(stale(v, now.version));
+            }
+            *now = PinsView {
+                prefixes: req.prefixes.clone(),
+                version: now.version + 1,
+            };
+            tracing::info!(prefixes = ?now.prefixes, version = now.version, "cluster pins set");
+            return Ok(now.clone());
+        };
+        let held = etcd.get(key.as_bytes()).await?;
+        let (stored, expect) = match &held {
+            Some(kv) => (
+                serde_json::from_slice::<PinsView>(&kv.value)
+                    .map_err(|e| CoordinatorError::StateStore(format!("the pins in etcd: {e}")))?,
+                Expect::ModRevision(kv.mod_revision),
+            ),
+            None => (PinsView::default(), Expect::Absent),
+        };
+        if let Some(v) = req.expect_version.filter(|v| *v != stored.version) {
+            return Err(stale(v, stored.version));
+        }
+        let next = PinsView {
+            prefixes: req.prefixes.clone(),
+            version: stored.version + 1,
+        };
+        let value = serde_json::to_vec(&next)
+            .map_err(|e| CoordinatorError::StateStore(format!("encoding the pins: {e}")))?;
+        if !etcd.put_if(key.as_bytes(), &value, 0, expect).await? {
+            return Err(stale(stored.version, stored.version + 1));
+        }
+        tracing::info!(prefixes = ?next.prefixes, version = next.version, "cluster pins set");
+        *self.now() = next.clone();
+        Ok(next)
+    }
+
+    fn take(&self, value: &[u8]) {
+        if let Ok(view) = serde_json::from_slice::<PinsView>(value) {
+            *self.now() = view;
+        }
+    }
+
+    /// Reads the list from etcd once (before the coordinator says it is ready).
+    ///
+    /// # Errors
+    /// [`CoordinatorError::StateStore`] when etcd cannot be reached.
+    pub async fn load(&self) -> Result<(), CoordinatorError> {
+        if let Some((etcd, key)) = &self.shared {
+            match etcd.get(key.as_bytes()).await? {
+                Some(kv) => self.take(&kv.value),
+                None => *self.now() = PinsView::default(),
+            }
+        }
+        Ok(())
+    }
+
+    /// Follows the list in etcd until `stop` (nothing to do in memory).
+    pub async fn mirror(self: Arc<Self>, stop: watch::Receiver<bool>) {
+        let Some((etcd, key)) = &self.shared else {
+            return;
+        };
+        etcd.follow(
+            key.as_bytes(),
+            stop,
+            |kvs| match kvs.iter().find(|kv| kv.key == key.as_bytes()) {
+                Some(kv) => self.take(&kv.value),
+                None => *self.now() = PinsView::default(),
+            },
+            |event| match event {
+                WatchEvent::Put(kv) if kv.key == key.as_bytes() => self.take(&kv.value),
+                WatchEvent::Delete(k) if k == key.as_bytes() => *self.now() = PinsView::default(),
+                _ => {}
+            },
+        )
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(prefixes: &[&str], expect_version: Option<u64>) -> PinsRequest {
+        PinsRequest {
+            prefixes: prefixes.iter().map(|p| (*p).to_owned()).collect(),
+            expect_version,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_list_is_replaced_whole_and_a_stale_or_bad_one_changes_nothing() {
+        let pins = ClusterPins::default();
+        assert_eq!(pins.get(), PinsView::default());
+        let v1 = pins
+            .set(&request(&["s3/b/keep/", "az/acct/c/models/"], Some(0)))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v1.version, 1);
+        for (bad, code) in [
+            (request(&["s3/b/x/"], Some(0)), 409),
+            (request(&["gs/b/x"], None), 400),
+            (request(&["s3//x"], None), 400),
+            (request(&["az/acct/"], None), 400),
+            (request(&["s3/b/\n"], None), 400),
+        ] {
+            let refused = pins
+                .set(&bad)
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?}"));
+            assert_eq!(refused.status_code(), code, "{bad:?}: {refused}");
+        }
+        let many: Vec<String> = (0..=MAX_PINS).map(|i| format!("s3/b/{i}/")).collect();
+        let refused = pins
+            .set(&PinsRequest {
+                prefixes: many,
+                expect_version: None,
+            })
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("too many accepted"));
+        assert_eq!(refused.status_code(), 400);
+        assert_eq!(pins.get(), v1, "the refusals changed nothing");
+        let v2 = pins
+            .set(&request(&[], Some(1)))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v2.prefixes.len(), v2.version), (0, 2));
+    }
+}

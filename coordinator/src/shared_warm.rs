@@ -275,6 +275,10 @@ impl SharedWarmJobs {
     /// [`CoordinatorError::StateStore`] when etcd cannot be reached.
     pub async fn cancel(&self, id: u64) -> Result<Option<WarmJobView>, CoordinatorError> {
         let key = self.head_key(id);
+        if self.local.view(id).is_none() {
+            // Started elsewhere a moment ago and not mirrored yet: read etcd now.
+            self.load().await?;
+        }
         for _ in 0..3 {
             let Some(kv) = self.etcd.get(&key).await? else {
                 return Ok(None);

@@ -249,7 +249,12 @@ impl WarmJobs {
         plan: &WarmPlan,
         placement: &RendezvousPlacement,
     ) -> Result<WarmJobView, String> {
-        let id = self.lock().next_id + 1;
+        // Taken under the lock, so two jobs started at once get two ids.
+        let id = {
+            let mut jobs = self.lock();
+            jobs.next_id += 1;
+            jobs.next_id
+        };
         let view = self.add(id, plan, SystemTime::now(), WarmState::Running, placement)?;
         for old in self.finished_past_limit() {
             self.remove(old);

@@ -292,7 +292,8 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
                 membership.clone(),
             ));
             let members = shared.load().await?;
-            let etcd_for_pins = etcd.clone();
+            let pins = Arc::new(pins::ClusterPins::shared(etcd.clone(), &prefix));
+            pins.load().await?;
             let shared_warm = Arc::new(SharedWarmJobs::new(
                 etcd,
                 &prefix,
@@ -300,14 +301,12 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
                 membership.clone(),
             ));
             let jobs = shared_warm.load().await?;
-            let pins = Arc::new(pins::ClusterPins::shared(etcd_for_pins, &prefix));
-            pins.load().await?;
             tracing::info!(
                 ?endpoints,
                 prefix,
                 members,
                 warm_jobs = jobs,
-                "membership and warm jobs shared through etcd"
+                "membership, warm jobs and pins shared through etcd"
             );
             (Some(shared), Some(shared_warm), pins)
         }
@@ -329,8 +328,9 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     }
     if let Some(shared_warm) = shared_warm {
         tasks.push(tokio::spawn(shared_warm.mirror(shutdown_rx.clone())));
-        tasks.push(tokio::spawn(pins.mirror(shutdown_rx.clone())));
     }
+    // Returns at once when the pins are in memory.
+    tasks.push(tokio::spawn(pins.mirror(shutdown_rx.clone())));
 
     let mut stop = shutdown_rx.clone();
     let serve = talon_listener::serve_router(

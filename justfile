@@ -90,6 +90,11 @@ memory-footprint *ARGS:
 dataplane-loadtest:
     ./scripts/dataplane_loadtest.sh
 
+# Layer 2 with io_uring's registered buffers and SEND_ZC beside sendfile and a copy, at equal
+# load, one loopback connection (docs/data-plane.md); `just layer2-zerocopy SECONDS ROUNDS`.
+layer2-zerocopy SECONDS="3" ROUNDS="6":
+    cargo run --release -p talon-worker --example layer2_zerocopy -- {{SECONDS}} {{ROUNDS}}
+
 # Gateway bench: the HTTP runtime around controlled worker/origin delays, then a slow
 # consumer with the gateway's RSS sampled; bench/results/gateway-bench.jsonl. `--help` for flags.
 gateway-bench *ARGS:

@@ -184,6 +184,18 @@ pub fn error_answer(front: Front, failure: Failure, request: ErrorContext<'_>) -
             "request failed"
         );
     }
+    render_error_answer(front, failure, request)
+}
+
+/// [`error_answer`] without its log line: for an answer built ahead of any request
+/// (the over-capacity answer is made once at start-up, and a log line then would report
+/// a failure that has not happened).
+fn render_error_answer(
+    front: Front,
+    failure: Failure,
+    request: ErrorContext<'_>,
+) -> Response<Bytes> {
+    let kind = failure.error.kind();
     let failure = match protocol_words(front, kind) {
         Some(words) => Failure {
             error: Error::new(kind, words),
@@ -440,7 +452,7 @@ mod tests {
 pub fn over_capacity_answer(front: Front) -> std::sync::Arc<[u8]> {
     let request_id = front.new_request_id();
     let error = Error::new(ErrorKind::SlowDown, "the server is at its connection limit");
-    let resp = error_answer(
+    let resp = render_error_answer(
         front,
         Failure::from(error),
         ErrorContext {
@@ -509,5 +521,55 @@ mod over_capacity_tests {
             );
             assert!(body.contains(&format!("<Code>{code}</Code>")), "{body}");
         }
+    }
+
+    /// The log lines written while `f` runs, at INFO and above.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if let Ok(mut lines) = self.0.lock() {
+                    lines.extend_from_slice(buf);
+                }
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = lines.0.lock().map(|l| l.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[test]
+    fn building_the_answer_at_start_up_logs_no_failed_request() {
+        let at_start_up = logged(|| {
+            over_capacity_answer(Front::S3);
+            over_capacity_answer(Front::Azure);
+        });
+        assert!(!at_start_up.contains("request failed"), "{at_start_up}");
+        // A real failure still logs: the capture above would have seen one.
+        let failed = logged(|| {
+            error_answer(
+                Front::S3,
+                Failure::from(Error::new(ErrorKind::SlowDown, "busy")),
+                ErrorContext {
+                    is_head: false,
+                    has_body: false,
+                    request_id: "r",
+                    resource: "/b/k",
+                    subject: Default::default(),
+                },
+            );
+        });
+        assert!(failed.contains("request failed"), "{failed}");
     }
 }

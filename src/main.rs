@@ -6,6 +6,7 @@
 //! binary (`talon-gateway`, ... remain as aliases); every part shares one start-up path
 //! (`talon_process`: logs, ready file, drain on SIGTERM).
 
+mod banner;
 mod coordinator_args;
 mod pin;
 mod status;
@@ -179,66 +180,13 @@ fn real_origin(spec: &str) -> anyhow::Result<Origins> {
     Ok(Origins::from_specs(&[spec], &settings)?)
 }
 
+/// Where `talon up`'s parts listen, for the banner and the ready file.
 struct Endpoints {
     s3: String,
     azure: String,
     admin: String,
     coordinator: String,
     origin: String,
-}
-
-fn print_banner(e: &Endpoints, args: &UpArgs, (ak, sk): (&str, &str)) {
-    let azure_key = EMULATOR_AZURE_KEY;
-    let (s3, azure, admin) = (&e.s3, &e.azure, &e.admin);
-    let curl = if args.anonymous == AnonymousAccess::Refused {
-        format!(
-            "curl -s --aws-sigv4 aws:amz:us-east-1:s3 --user {ak}:{sk} -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {s3}/demo/hello.txt"
-        )
-    } else {
-        format!("curl -s {s3}/demo/hello.txt")
-    };
-    println!(
-        r#"
-Talon is up: {workers} workers behind a gateway, reading {origin}.
-
-  S3          {s3}   region us-east-1, path-style
-              access key {ak}, secret {sk} (signatures required)
-  Azure Blob  {azure}
-              account {DEFAULT_AZURE_ACCOUNT}, key {azure_key} (Shared Key or SAS required)
-  Anonymous   {anonymous}
-  Metrics     {admin}/metrics   (coordinator: {coordinator}/v1/cluster)
-
-Try it:
-  {curl}
-  AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} aws --endpoint-url {s3} s3 ls s3://demo --recursive
-
-  python3 -c "import boto3; s3 = boto3.client('s3', endpoint_url='{s3}', aws_access_key_id='{ak}', aws_secret_access_key='{sk}', region_name='us-east-1'); print(s3.get_object(Bucket='demo', Key='hello.txt')['Body'].read())"
-
-  python3 -c "from azure.storage.blob import BlobServiceClient; c = BlobServiceClient.from_connection_string('DefaultEndpointsProtocol=http;AccountName={DEFAULT_AZURE_ACCOUNT};AccountKey={azure_key};BlobEndpoint={azure};'); print(c.get_blob_client('demo', 'hello.txt').download_blob().readall())"
-
-  {warm}
-
-Ctrl-C stops it.
-"#,
-        workers = args.workers,
-        origin = e.origin,
-        coordinator = e.coordinator,
-        warm = if args.cluster.cluster_secret_file.is_some()
-            || args.cluster.cluster_secret.is_some()
-        {
-            format!(
-                "talon warm s3://demo/ --coordinator {} --block-size {}   (same cluster secret: fills the cache on the workers)",
-                e.coordinator, args.block_size
-            )
-        } else {
-            "(start talon up with TALON_CLUSTER_SECRET set to run talon warm and talon status against it)".to_owned()
-        },
-        anonymous = match args.anonymous {
-            AnonymousAccess::Refused => "refused (--anonymous allows reads)",
-            AnonymousAccess::ReadOnly => "reads allowed, writes refused",
-            AnonymousAccess::ReadWrite => "reads and writes allowed",
-        },
-    );
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<()> {
@@ -491,7 +439,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         talon_process::write_ready_file(path, &ready)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    print_banner(&endpoints, &args, credentials);
+    let example = match &args.origin {
+        Some(_) => None,
+        None => banner::example_object(&args.data_dir),
+    };
+    banner::print_banner(&endpoints, &args, credentials, example.as_ref());
     talon_process::shutdown_signal().await;
     tracing::info!("shutting down");
     gateway.shutdown().await;

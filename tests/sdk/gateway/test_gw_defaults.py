@@ -82,6 +82,25 @@ def test_the_printed_curl_line_works(up_default):
     assert out.stdout.startswith(b"Hello from Talon"), out
 
 
+def test_the_printed_lines_name_an_object_of_a_users_own_folder(tmp_path_factory, _isolated_client_env):
+    """Over a folder of the user's own (no sample), the banner's commands read one of its
+    files, not the sample's `demo/hello.txt`."""
+    workdir = tmp_path_factory.mktemp("talon-up-own")
+    body = b"the user's own bytes\n" * 100
+    (workdir / "data" / "datasets" / "2024").mkdir(parents=True)
+    (workdir / "data" / "datasets" / "2024" / "part-0.csv").write_bytes(body)
+    front = harness.start_talon_up("own", workdir, auth=False, workers=1)
+    try:
+        banner = front.procs[0].tail()
+        assert "demo" not in banner, banner
+        line = next(l.strip() for l in banner.splitlines() if l.strip().startswith("curl "))
+        assert line.endswith("/datasets/2024/part-0.csv"), line
+        out = subprocess.run(shlex.split(line), capture_output=True, timeout=30)
+        assert hashlib.sha256(out.stdout).hexdigest() == hashlib.sha256(body).hexdigest(), out
+    finally:
+        harness.stop_all(front.procs)
+
+
 def test_anonymous_flag_allows_reads_only(up_read):
     before = _folder(up_read)
     got = _unsigned(up_read)

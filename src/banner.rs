@@ -1,0 +1,220 @@
+//! `talon up`'s banner: where each endpoint listens, the credentials, and commands to
+//! try that read an object which exists (the sample's, or one of the user's own).
+
+use std::path::Path;
+
+use talon_origin_stub::{DEFAULT_AZURE_ACCOUNT, EMULATOR_AZURE_KEY};
+use talon_protocols::access::AnonymousAccess;
+
+use crate::{Endpoints, UpArgs};
+
+/// The object the banner's commands read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ExampleObject {
+    pub bucket: String,
+    pub key: String,
+}
+
+/// Most folder entries looked at while searching for an example: a user's folder may be
+/// a large tree, and the banner must not walk it all.
+const MAX_ENTRIES_SEEN: usize = 10_000;
+
+/// The object the banner's commands read: the sample's `demo/hello.txt` when it is
+/// there, else the first file (by name, depth first) in the first bucket folder of the
+/// user's folder. Hidden entries (the workers' `.talon-cache`) and names that would need
+/// quoting in a URL or a shell are skipped. `None` when no such object is found.
+pub(crate) fn example_object(data_dir: &Path) -> Option<ExampleObject> {
+    if data_dir.join("demo/hello.txt").is_file() {
+        return Some(ExampleObject {
+            bucket: "demo".into(),
+            key: "hello.txt".into(),
+        });
+    }
+    let mut seen = 0;
+    for (bucket, path) in sorted_entries(data_dir, &mut seen) {
+        if path.is_dir()
+            && let Some(key) = first_file(&path, "", &mut seen)
+        {
+            return Some(ExampleObject { bucket, key });
+        }
+    }
+    None
+}
+
+/// The first plain name-safe file under `dir`, as a key (`prefix` + its path).
+fn first_file(dir: &Path, prefix: &str, seen: &mut usize) -> Option<String> {
+    for (name, path) in sorted_entries(dir, seen) {
+        let key = format!("{prefix}{name}");
+        if path.is_file() {
+            return Some(key);
+        }
+        if path.is_dir()
+            && let Some(found) = first_file(&path, &format!("{key}/"), seen)
+        {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// `dir`'s entries whose names are safe in a URL and a shell, sorted by name; counts
+/// into `seen` and gives nothing more once it passes [`MAX_ENTRIES_SEEN`].
+fn sorted_entries(dir: &Path, seen: &mut usize) -> Vec<(String, std::path::PathBuf)> {
+    if *seen >= MAX_ENTRIES_SEEN {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut named: Vec<_> = entries
+        .take(MAX_ENTRIES_SEEN - *seen)
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let safe = !name.starts_with('.')
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+            safe.then(|| (name, e.path()))
+        })
+        .collect();
+    *seen += named.len();
+    named.sort();
+    named
+}
+
+/// Prints where everything listens and commands to try; `example` is the object they
+/// read (placeholders, and a line saying so, when there is none).
+pub(crate) fn print_banner(
+    e: &Endpoints,
+    args: &UpArgs,
+    (ak, sk): (&str, &str),
+    example: Option<&ExampleObject>,
+) {
+    let azure_key = EMULATOR_AZURE_KEY;
+    let (s3, azure, admin) = (&e.s3, &e.azure, &e.admin);
+    let (bucket, key, try_it) = match example {
+        Some(o) => (o.bucket.as_str(), o.key.as_str(), "Try it:".to_owned()),
+        None if args.origin.is_some() => (
+            "BUCKET",
+            "KEY",
+            format!("Try it (put a bucket and a key of {} in place of BUCKET and KEY):", e.origin),
+        ),
+        None => (
+            "BUCKET",
+            "KEY",
+            "Try it (the folder has no object yet: its top-level folders are buckets, the files in them objects; put one in place of BUCKET and KEY):".to_owned(),
+        ),
+    };
+    let curl = if args.anonymous == AnonymousAccess::Refused {
+        format!(
+            "curl -s --aws-sigv4 aws:amz:us-east-1:s3 --user {ak}:{sk} -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {s3}/{bucket}/{key}"
+        )
+    } else {
+        format!("curl -s {s3}/{bucket}/{key}")
+    };
+    println!(
+        r#"
+Talon is up: {workers} workers behind a gateway, reading {origin}.
+
+  S3          {s3}   region us-east-1, path-style
+              access key {ak}, secret {sk} (signatures required)
+  Azure Blob  {azure}
+              account {DEFAULT_AZURE_ACCOUNT}, key {azure_key} (Shared Key or SAS required)
+  Anonymous   {anonymous}
+  Metrics     {admin}/metrics   (coordinator: {coordinator}/v1/cluster)
+
+{try_it}
+  {curl}
+  AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} aws --endpoint-url {s3} s3 ls s3://{bucket} --recursive
+
+  python3 -c "import boto3; s3 = boto3.client('s3', endpoint_url='{s3}', aws_access_key_id='{ak}', aws_secret_access_key='{sk}', region_name='us-east-1'); print(s3.get_object(Bucket='{bucket}', Key='{key}')['Body'].read())"
+
+  python3 -c "from azure.storage.blob import BlobServiceClient; c = BlobServiceClient.from_connection_string('DefaultEndpointsProtocol=http;AccountName={DEFAULT_AZURE_ACCOUNT};AccountKey={azure_key};BlobEndpoint={azure};'); print(c.get_blob_client('{bucket}', '{key}').download_blob().readall())"
+
+  {warm}
+
+Ctrl-C stops it.
+"#,
+        workers = args.workers,
+        origin = e.origin,
+        coordinator = e.coordinator,
+        warm = if args.cluster.cluster_secret_file.is_some()
+            || args.cluster.cluster_secret.is_some()
+        {
+            format!(
+                "talon warm s3://{bucket}/ --coordinator {} --block-size {}   (same cluster secret: fills the cache on the workers)",
+                e.coordinator, args.block_size
+            )
+        } else {
+            "(start talon up with TALON_CLUSTER_SECRET set to run talon warm and talon status against it)".to_owned()
+        },
+        anonymous = match args.anonymous {
+            AnonymousAccess::Refused => "refused (--anonymous allows reads)",
+            AnonymousAccess::ReadOnly => "reads allowed, writes refused",
+            AnonymousAccess::ReadWrite => "reads and writes allowed",
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(bucket: &str, key: &str) -> Option<ExampleObject> {
+        Some(ExampleObject {
+            bucket: bucket.into(),
+            key: key.into(),
+        })
+    }
+
+    #[test]
+    fn the_sample_names_its_hello_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("aaa")).expect("mkdir");
+        std::fs::write(dir.path().join("aaa/first.txt"), "x").expect("write");
+        std::fs::create_dir_all(dir.path().join("demo")).expect("mkdir");
+        std::fs::write(dir.path().join("demo/hello.txt"), "x").expect("write");
+        assert_eq!(example_object(dir.path()), object("demo", "hello.txt"));
+    }
+
+    #[test]
+    fn a_users_folder_names_its_first_safe_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        for folder in [
+            ".talon-cache/w0",
+            "b-empty",
+            "c-data/2024/a b",
+            "c-data/2024/m",
+            "d",
+        ] {
+            std::fs::create_dir_all(root.join(folder)).expect("mkdir");
+        }
+        // Loose files at the top are not in a bucket; hidden and unsafe names are skipped.
+        for file in [
+            "top.txt",
+            ".talon-cache/w0/block",
+            "c-data/.hidden",
+            "c-data/2024/a b/x.bin",
+            "c-data/2024/it's.bin",
+            "c-data/2024/m/part-0.parquet",
+            "d/z.txt",
+        ] {
+            std::fs::write(root.join(file), "x").expect("write");
+        }
+        assert_eq!(
+            example_object(root),
+            object("c-data", "2024/m/part-0.parquet")
+        );
+    }
+
+    #[test]
+    fn a_folder_without_objects_names_none() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("loose.txt"), "x").expect("write");
+        std::fs::create_dir_all(dir.path().join("empty/deeper")).expect("mkdir");
+        assert_eq!(example_object(dir.path()), None);
+        assert_eq!(example_object(&dir.path().join("missing")), None);
+    }
+}

@@ -34,6 +34,29 @@ fn listeners_on(port: u16) -> usize {
     n
 }
 
+/// The CPUs each ring thread (`talon-ring-N`) of process `pid` may run on, as
+/// `/proc` lists them ("3", "0-1"), and the process's own list.
+fn ring_cpus(pid: u32) -> (Vec<String>, String) {
+    let allowed = |status: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let process = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mut rings = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the worker's threads");
+    for task in tasks.filter_map(Result::ok) {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("talon-ring-") {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            rings.push(allowed(&status));
+        }
+    }
+    (rings, allowed(&process))
+}
+
 fn port_of(addr: &str) -> u16 {
     addr.rsplit(':')
         .next()
@@ -97,6 +120,18 @@ async fn the_default_plane_is_io_uring_with_one_listener_per_ring() {
     assert_eq!(member_plane(&cluster, "wring").await, "io_uring");
     let log = process.log();
     assert!(log.contains("data plane on io_uring"), "{log}");
+    // Each ring is pinned to one core (when the process may use more than one).
+    let (rings, all) = ring_cpus(process.pid());
+    assert_eq!(rings.len(), 3, "{rings:?}");
+    if all.contains(['-', ',']) {
+        assert!(
+            rings.iter().all(|cpus| !cpus.contains(['-', ','])),
+            "rings {rings:?}, process {all}"
+        );
+    }
+    // Deferred task running is the measured default, and this kernel has it.
+    assert!(log.contains("setup=defer"), "{log}");
+    assert!(!log.contains("refuses this ring set-up"), "{log}");
     assert!(
         !log.contains("WARN"),
         "no warning on the default path:\n{log}"
@@ -164,15 +199,41 @@ async fn a_failed_probe_serves_on_tokio_with_a_warning_saying_why() {
 
 #[tokio::test]
 async fn the_copy_layer2_serves_the_same_bytes() {
-    layer2_serves_the_same_bytes("copy").await;
+    serves_the_same_bytes_with("copy", &["--layer2", "copy"], "layer2=copy").await;
 }
 
 #[tokio::test]
 async fn the_io_uring_read_and_send_layer2_serves_the_same_bytes() {
-    layer2_serves_the_same_bytes("uring").await;
+    serves_the_same_bytes_with("uring", &["--layer2", "uring"], "layer2=uring").await;
 }
 
-async fn layer2_serves_the_same_bytes(layer2: &str) {
+// The rings set up without deferred task running (kept to measure against), and rings
+// the scheduler may move between cores, serve what the default does.
+#[tokio::test]
+async fn plain_rings_serve_the_same_bytes() {
+    serves_the_same_bytes_with("plain", &["--ring-setup", "plain"], "setup=plain").await;
+}
+
+#[tokio::test]
+async fn cooperative_rings_serve_the_same_bytes() {
+    serves_the_same_bytes_with("coop", &["--ring-setup", "coop"], "setup=coop").await;
+}
+
+#[tokio::test]
+async fn unpinned_rings_serve_the_same_bytes() {
+    let flags = ["--data-plane-pin-rings", "false"];
+    let process = serves_the_same_bytes_with("unpinned", &flags, "data plane on io_uring").await;
+    let (rings, all) = ring_cpus(process.pid());
+    assert!(!rings.is_empty());
+    assert!(
+        rings.iter().all(|cpus| *cpus == all),
+        "rings {rings:?}, process {all}"
+    );
+}
+
+/// A worker started with `flags` on the io_uring plane (its log saying `logged`)
+/// answers a fill and hits with the object's bytes. Returns the process, still running.
+async fn serves_the_same_bytes_with(name: &str, flags: &[&str], logged: &str) -> WorkerProcess {
     use talon_core::wire::ReadRangeRequest;
     use talon_core::{Message, ObjectId, ObjectVersion};
     use talon_testkit::raw::{RawAnswer, RawConnection};
@@ -180,14 +241,14 @@ async fn layer2_serves_the_same_bytes(layer2: &str) {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let process = WorkerProcess::start_logged(
         &cluster,
-        &format!("w{layer2}"),
+        &format!("w{name}"),
         &dir.path().join("cache"),
-        &["--layer2", layer2],
+        flags,
         &[(talon_worker::data_plane::FORCE_TOKIO_ENV, "0")],
     )
     .await;
     let log = process.log();
-    assert!(log.contains(&format!("layer2={layer2}")), "{log}");
+    assert!(log.contains(logged), "{log}");
     assert_eq!(process.data_plane, "io_uring");
     let object = GeneratedObject::new("gen", "planes.bin", 1 << 20, 9);
     let block_size = cluster.config().geometry.block_size();
@@ -224,4 +285,5 @@ async fn layer2_serves_the_same_bytes(layer2: &str) {
             other => panic!("read {i}: {other:?}"),
         }
     }
+    process
 }

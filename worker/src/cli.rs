@@ -169,6 +169,15 @@ pub struct Args {
     /// 0 = one per core this process may run on.
     #[arg(long, env = "TALON_WORKER_DATA_PLANE_RINGS", default_value_t = 0)]
     data_plane_rings: usize,
+    /// Pin each ring thread to its own core (the design; true). false lets the
+    /// scheduler move rings to idle cores, for a host shared with other busy processes.
+    #[arg(
+        long,
+        env = "TALON_WORKER_DATA_PLANE_PIN_RINGS",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    data_plane_pin_rings: bool,
     /// Serve on the Tokio plane even where io_uring works (the escape hatch);
     /// TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 does the same.
     #[arg(long)]
@@ -182,6 +191,15 @@ pub struct Args {
         hide = true
     )]
     layer2: crate::data_plane::Layer2,
+    /// How each io_uring ring is set up: defer (the default), coop or plain, kept to
+    /// measure against (docs/data-plane.md).
+    #[arg(
+        long,
+        env = "TALON_WORKER_RING_SETUP",
+        default_value = "defer",
+        hide = true
+    )]
+    ring_setup: crate::data_plane::RingSetup,
     /// Test hook: act as if the io_uring probe failed with this reason.
     #[arg(long, env = "TALON_WORKER_TEST_FAIL_IO_URING_PROBE", hide = true)]
     test_fail_io_uring_probe: Option<String>,
@@ -292,6 +310,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 PlaneRequest::from_env()
             },
             rings: args.data_plane_rings,
+            pin_rings: args.data_plane_pin_rings,
+            ring_setup: args.ring_setup,
             simulated_probe_failure: args.test_fail_io_uring_probe.clone(),
             layer2: args.layer2,
             ..DataPlaneConfig::default()

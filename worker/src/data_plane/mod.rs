@@ -95,6 +95,49 @@ impl std::str::FromStr for Layer2 {
     }
 }
 
+/// When the kernel runs a ring's completion work (a receive that became ready, a
+/// poll that fired). Chosen by measurement (docs/data-plane.md); the others are kept
+/// to measure against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingSetup {
+    /// The kernel's default: an arriving completion interrupts the ring thread
+    /// wherever it is (in a `sendfile`, say) to run its work.
+    Plain,
+    /// `IORING_SETUP_COOP_TASKRUN`: no interrupt; the work runs at the thread's next
+    /// return from the kernel.
+    CoopTaskrun,
+    /// `IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN` (Linux 6.1+): the work
+    /// waits until the ring thread asks for completions, and runs there in one batch
+    /// (the default; where the kernel refuses these flags the ring is set up plain).
+    DeferTaskrun,
+}
+
+impl RingSetup {
+    /// `plain`, `coop` or `defer`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RingSetup::Plain => "plain",
+            RingSetup::CoopTaskrun => "coop",
+            RingSetup::DeferTaskrun => "defer",
+        }
+    }
+}
+
+impl std::str::FromStr for RingSetup {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<RingSetup, String> {
+        match s {
+            "plain" => Ok(RingSetup::Plain),
+            "coop" => Ok(RingSetup::CoopTaskrun),
+            "defer" => Ok(RingSetup::DeferTaskrun),
+            other => Err(format!(
+                "'{other}' is not a ring set-up (plain, coop, defer)"
+            )),
+        }
+    }
+}
+
 /// The plane a worker serves on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlaneKind {
@@ -143,6 +186,13 @@ pub struct DataPlaneConfig {
     pub plane: PlaneRequest,
     /// io_uring ring threads; 0 = one per core this process may run on.
     pub rings: usize,
+    /// Whether each ring thread is pinned to its own core (the design). Unpinned, the
+    /// scheduler may move a ring to whichever core is idle: for a host whose cores the
+    /// worker shares with other busy processes (docs/data-plane.md).
+    pub pin_rings: bool,
+    /// How each ring is set up: when the kernel runs io_uring's completion work
+    /// (docs/data-plane.md).
+    pub ring_setup: RingSetup,
     /// Test hook: behave as if the io_uring probe had failed for this reason.
     pub simulated_probe_failure: Option<String>,
     /// How resident ranges are sent.
@@ -159,6 +209,8 @@ impl Default for DataPlaneConfig {
             write_stall_timeout: Duration::from_secs(60),
             plane: PlaneRequest::from_env(),
             rings: 0,
+            pin_rings: true,
+            ring_setup: RingSetup::DeferTaskrun,
             simulated_probe_failure: None,
             layer2: Layer2::Sendfile,
         }

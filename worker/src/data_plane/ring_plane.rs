@@ -26,9 +26,9 @@ use std::time::Duration;
 use monoio::io::AsyncReadRent;
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 
-use super::DataPlaneConfig;
 use super::connection::{SocketReader, SocketWriter, serve_connection};
 use super::requests::Services;
+use super::{DataPlaneConfig, RingSetup};
 
 /// Submission-queue entries per ring.
 const RING_ENTRIES: u32 = 1024;
@@ -77,7 +77,10 @@ pub(crate) async fn start(
         let (done_tx, done_rx) = oneshot::channel::<()>();
         let ring = Ring {
             index: i,
-            cpu: cpus.get(i % cpus.len().max(1)).copied(),
+            cpu: config
+                .pin_rings
+                .then(|| cpus.get(i % cpus.len().max(1)).copied())
+                .flatten(),
             services: services.clone(),
             config: config.clone(),
             limit: limit.clone(),
@@ -108,7 +111,7 @@ pub(crate) async fn start(
             return Err(e);
         }
     }
-    tracing::info!(%addr, rings, layer2 = %config.layer2.name(), "data plane on io_uring: one listener per ring (SO_REUSEPORT)");
+    tracing::info!(%addr, rings, layer2 = %config.layer2.name(), setup = %config.ring_setup.name(), "data plane on io_uring: one listener per ring (SO_REUSEPORT)");
     let mut stop = shutdown.clone();
     let task = tokio::spawn(async move {
         // Dropped when this task ends or is aborted: the rings then cut what is left.
@@ -185,6 +188,22 @@ fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// An io_uring builder with `setup`'s flags.
+fn ring_builder(setup: RingSetup) -> io_uring::Builder {
+    let mut builder = io_uring::IoUring::builder();
+    match setup {
+        RingSetup::Plain => {}
+        RingSetup::CoopTaskrun => {
+            builder.setup_coop_taskrun();
+        }
+        RingSetup::DeferTaskrun => {
+            // The ring is made, submitted to and waited on by this thread only.
+            builder.setup_single_issuer().setup_defer_taskrun();
+        }
+    }
+    builder
+}
+
 /// Pins the calling thread to `cpu`.
 fn pin_to(cpu: usize) -> io::Result<()> {
     let mut set = rustix::thread::CpuSet::new();
@@ -233,10 +252,26 @@ impl Ring {
         {
             tracing::warn!(ring = self.index, cpu, error = %e, "cannot pin the ring thread");
         }
-        let runtime = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .with_entries(RING_ENTRIES)
-            .enable_timer()
-            .build();
+        let build = |setup: RingSetup| {
+            monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+                .with_entries(RING_ENTRIES)
+                .uring_builder(ring_builder(setup))
+                .enable_timer()
+                .build()
+        };
+        let wanted = self.config.ring_setup;
+        let runtime = match build(wanted) {
+            // An older kernel refuses the set-up flags it does not know (EINVAL).
+            Err(e) if wanted != RingSetup::Plain && e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::info!(
+                    ring = self.index,
+                    setup = wanted.name(),
+                    "the kernel refuses this ring set-up: the ring is set up plain"
+                );
+                build(RingSetup::Plain)
+            }
+            other => other,
+        };
         let mut runtime = match runtime {
             Ok(r) => r,
             Err(e) => {

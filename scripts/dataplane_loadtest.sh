@@ -46,8 +46,8 @@ OUT=${OUT:-bench/results/dataplane_loadtest.jsonl}
 # A name after "+" is a Layer 2 variant of that plane (docs/data-plane.md): "copy"
 # sends resident ranges with pread + send instead of sendfile, "uring" with io_uring
 # read + send (the rings only); "unpinned" runs the rings without pinning each to a core;
-# "plain" and "coop" set the rings up without IORING_SETUP_DEFER_TASKRUN (the default)
-# or with IORING_SETUP_COOP_TASKRUN instead.
+# "plain" and "defer" set the rings up without IORING_SETUP_COOP_TASKRUN (the default)
+# or with IORING_SETUP_DEFER_TASKRUN instead.
 declare -A PLANE_ENV=(
   [io_uring]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0"
   [tokio]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1"
@@ -55,7 +55,7 @@ declare -A PLANE_ENV=(
   [tokio+copy]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=1 TALON_WORKER_LAYER2=copy"
   [io_uring+uring]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_LAYER2=uring"
   [io_uring+plain]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_RING_SETUP=plain"
-  [io_uring+coop]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_RING_SETUP=coop"
+  [io_uring+defer]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_RING_SETUP=defer"
   [io_uring+unpinned]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_DATA_PLANE_PIN_RINGS=false"
 )
 

@@ -129,8 +129,8 @@ async fn the_default_plane_is_io_uring_with_one_listener_per_ring() {
             "rings {rings:?}, process {all}"
         );
     }
-    // Deferred task running is the measured default, and this kernel has it.
-    assert!(log.contains("setup=defer"), "{log}");
+    // Cooperative task running is the measured default, and this kernel has it.
+    assert!(log.contains("setup=coop"), "{log}");
     assert!(!log.contains("refuses this ring set-up"), "{log}");
     assert!(
         !log.contains("WARN"),
@@ -207,7 +207,7 @@ async fn the_io_uring_read_and_send_layer2_serves_the_same_bytes() {
     serves_the_same_bytes_with("uring", &["--layer2", "uring"], "layer2=uring").await;
 }
 
-// The rings set up without deferred task running (kept to measure against), and rings
+// The rings set up the other ways (kept to measure against), and rings
 // the scheduler may move between cores, serve what the default does.
 #[tokio::test]
 async fn plain_rings_serve_the_same_bytes() {
@@ -215,8 +215,8 @@ async fn plain_rings_serve_the_same_bytes() {
 }
 
 #[tokio::test]
-async fn cooperative_rings_serve_the_same_bytes() {
-    serves_the_same_bytes_with("coop", &["--ring-setup", "coop"], "setup=coop").await;
+async fn deferred_rings_serve_the_same_bytes() {
+    serves_the_same_bytes_with("defer", &["--ring-setup", "defer"], "setup=defer").await;
 }
 
 #[tokio::test]

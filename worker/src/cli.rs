@@ -191,12 +191,12 @@ pub struct Args {
         hide = true
     )]
     layer2: crate::data_plane::Layer2,
-    /// How each io_uring ring is set up: defer (the default), coop or plain, kept to
+    /// How each io_uring ring is set up: coop (the default), defer or plain, kept to
     /// measure against (docs/data-plane.md).
     #[arg(
         long,
         env = "TALON_WORKER_RING_SETUP",
-        default_value = "defer",
+        default_value = "coop",
         hide = true
     )]
     ring_setup: crate::data_plane::RingSetup,

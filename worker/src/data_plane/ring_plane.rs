@@ -13,6 +13,9 @@
 //! wait (a miss, a Stat, an ingest, a send from disk) runs on Tokio: ring threads enter
 //! the worker's Tokio runtime before they start, and the connection awaits the Tokio
 //! task's answer. A hit runs on the ring itself, start to end.
+//!
+//! Each ring is set up with `IORING_SETUP_COOP_TASKRUN` ([`RingSetup`]): a completion
+//! does not interrupt the ring thread in the middle of a `sendfile` to run its work.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

@@ -188,6 +188,26 @@ impl EtcdCluster {
     }
 
     async fn start_with(tls: bool) -> EtcdCluster {
+        // The ports are picked free and then bound by etcd, so a port can be taken in
+        // between (by another test's etcd, say): that member exits, and a cluster of
+        // the other two would still answer. Such a cluster is discarded and another
+        // started on other ports.
+        const ATTEMPTS: usize = 3;
+        for attempt in 1..=ATTEMPTS {
+            let mut cluster = EtcdCluster::spawn(tls);
+            match cluster.wait_every_member().await {
+                Ok(()) => return cluster,
+                Err(why) if attempt < ATTEMPTS => {
+                    eprintln!("etcd cluster attempt {attempt} discarded: {why}");
+                }
+                Err(why) => panic!("the etcd cluster did not start: {why}"),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// Starts three members on fresh ports, without waiting for them.
+    fn spawn(tls: bool) -> EtcdCluster {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let tls = tls.then(|| TlsFiles::make(dir.path()));
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -249,13 +269,11 @@ impl EtcdCluster {
                 }
             })
             .collect();
-        let cluster = EtcdCluster {
+        EtcdCluster {
             members,
             tls,
             _dir: dir,
-        };
-        cluster.wait_healthy().await;
-        cluster
+        }
     }
 
     /// The client endpoints of the members still running, for `--state etcd://…`.
@@ -276,8 +294,10 @@ impl EtcdCluster {
         }
     }
 
-    /// Waits until a write through any running member succeeds.
-    async fn wait_healthy(&self) {
+    /// Waits until a write through every member succeeds (each is up, on its own
+    /// port, and in the cluster), for at most 30 s. An error says why not: a member
+    /// exited (its port was taken, for example) or the time ran out.
+    async fn wait_every_member(&mut self) -> Result<(), String> {
         let mut http = reqwest::Client::builder();
         let mut scheme = "http";
         if let Some(tls) = &self.tls {
@@ -294,30 +314,38 @@ impl EtcdCluster {
                 .identity(reqwest::Identity::from_pem(&identity).unwrap_or_else(|e| panic!("{e}")));
         }
         let http = http.build().unwrap_or_else(|e| panic!("{e}"));
-        let clients: Vec<String> = self.endpoints();
-        crate::wait_for(
-            "the etcd cluster to accept a write",
-            Duration::from_secs(30),
-            || {
-                let http = http.clone();
-                let clients = clients.clone();
-                async move {
-                    for c in &clients {
-                        let put = http
-                            .post(format!("{scheme}://{c}/v3/kv/put"))
-                            .body(r#"{"key":"aGVhbHRo","value":"b2s="}"#)
-                            .timeout(Duration::from_secs(1))
-                            .send()
-                            .await;
-                        if put.is_ok_and(|r| r.status().is_success()) {
-                            return Some(());
-                        }
-                    }
-                    None
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            for m in &mut self.members {
+                if let Some(child) = m.child.as_mut()
+                    && let Ok(Some(status)) = child.try_wait()
+                {
+                    return Err(format!("member {} exited: {status}", m.name));
                 }
-            },
-        )
-        .await;
+            }
+            let mut answered = 0;
+            for c in self.endpoints() {
+                let put = http
+                    .post(format!("{scheme}://{c}/v3/kv/put"))
+                    .body(r#"{"key":"aGVhbHRo","value":"b2s="}"#)
+                    .timeout(Duration::from_secs(1))
+                    .send()
+                    .await;
+                if put.is_ok_and(|r| r.status().is_success()) {
+                    answered += 1;
+                }
+            }
+            if answered == self.members.len() {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "{answered} of {} members accepted a write in 30 s",
+                    self.members.len()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 

@@ -80,10 +80,10 @@ pub(crate) async fn start(
         let (done_tx, done_rx) = oneshot::channel::<()>();
         let ring = Ring {
             index: i,
-            cpu: config
-                .pin_rings
-                .then(|| cpus.get(i % cpus.len().max(1)).copied())
-                .flatten(),
+            cpu: cpus
+                .get(i % cpus.len().max(1))
+                .copied()
+                .filter(|_| config.pin_rings),
             services: services.clone(),
             config: config.clone(),
             limit: limit.clone(),

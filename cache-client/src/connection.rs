@@ -265,8 +265,10 @@ impl Connection {
     ///
     /// # Errors
     /// [`CacheClientError::Unavailable`] when the connection breaks,
-    /// [`CacheClientError::DeadlineExceeded`] when a deadline passes (the connection is
-    /// then poisoned, and everything in flight on it fails); an error frame is returned
+    /// [`CacheClientError::DeadlineExceeded`] when a deadline of the hop passes (the
+    /// connection is then poisoned, and everything in flight on it fails),
+    /// [`CacheClientError::BudgetSpent`] when `until` comes first (the connection is
+    /// kept; the answer is dropped when it arrives); an error frame is returned
     /// as `Ok(Answer::Message(Error(..)))`, and an answer cut after some of its bytes as
     /// `Ok(Answer::Partial { .. })`.
     pub async fn call(
@@ -307,13 +309,13 @@ impl Connection {
             if deadline.min(until) > now {
                 continue;
             }
-            let missed = if until <= deadline {
-                "the piece's deadline budget ran out"
-            } else {
-                what
-            };
+            if until <= deadline {
+                // The worker is within its own deadlines: the piece moves on, and the
+                // answer, when it comes, is read and dropped (the connection stays).
+                return Err(budget_spent("waiting for the worker's answer"));
+            }
             let error = CacheClientError::DeadlineExceeded(format!(
-                "the worker missed its {missed} deadline"
+                "the worker missed its {what} deadline"
             ));
             // The reader hands back the bytes of the answer in progress (or fails it)
             // as soon as it is told; everything else in flight here fails with it.
@@ -568,6 +570,34 @@ struct Slot {
     connecting: usize,
 }
 
+/// A connection being opened: holds one of its worker's places in the pool until it
+/// is dropped, whatever ended the connect (it finished, failed, or its caller's future
+/// was dropped mid-way), and then gives it back, the connection with it if one opened.
+struct Opening<'a> {
+    pool: &'a Pool,
+    endpoint: &'a Endpoint,
+    opened: Option<Arc<Connection>>,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        {
+            let mut conns = self.pool.conns.lock().unwrap_or_else(|p| p.into_inner());
+            // A worker that left meanwhile has no slot any more: nothing to give back.
+            if let Some(slot) = conns.get_mut(self.endpoint) {
+                slot.connecting = slot.connecting.saturating_sub(1);
+                slot.conns.extend(self.opened.take());
+            }
+        }
+        self.pool.changed.notify_waiters();
+    }
+}
+
+/// The piece's deadline budget ran out while `what`: not the worker's failure.
+fn budget_spent(what: &str) -> CacheClientError {
+    CacheClientError::BudgetSpent(format!("the piece's deadline budget ran out {what}"))
+}
+
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
@@ -597,13 +627,20 @@ impl Pool {
     }
 
     /// A live connection to `endpoint`, opening one when there are fewer than the
-    /// limit. A burst of first requests opens at most the limit: the others wait for
-    /// those connections and then pipeline on them.
+    /// limit, by `until` at the latest. A burst of first requests opens at most the
+    /// limit: the others wait for those connections and then pipeline on them.
+    ///
+    /// Cancel-safe: a caller dropped while it waits or while its connection is being
+    /// opened gives its place back ([`Opening`]), so the next caller opens one instead
+    /// of waiting for a connect nobody is running.
     ///
     /// # Errors
-    /// [`CacheClientError::Unavailable`] when a needed connection cannot be opened.
-    pub async fn get(&self, endpoint: &Endpoint) -> Result<Arc<Connection>> {
-        loop {
+    /// [`CacheClientError::Unavailable`] when a needed connection cannot be opened
+    /// (refused, or its Hello failed); [`CacheClientError::DeadlineExceeded`] when the
+    /// worker does not finish the connect within the connect deadline;
+    /// [`CacheClientError::BudgetSpent`] when `until` passes first.
+    pub async fn get(&self, endpoint: &Endpoint, until: Instant) -> Result<Arc<Connection>> {
+        let mut opening = loop {
             let waiting = self.changed.notified();
             {
                 let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
@@ -622,26 +659,29 @@ impl Pool {
                 }
                 if open + slot.connecting < self.per_worker {
                     slot.connecting += 1;
-                    break;
+                    break Opening {
+                        pool: self,
+                        endpoint,
+                        opened: None,
+                    };
                 }
             }
             // Every allowed connection is being opened: wait for one (bounded, so a
             // wake-up missed between the check and the wait costs little).
-            let _ = tokio::time::timeout(Duration::from_millis(20), waiting).await;
-        }
-        let result = Connection::connect(endpoint, self.connect_timeout, &self.secret, self.role)
-            .await
-            .map(Arc::new);
-        {
-            let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-            let slot = conns.entry(endpoint.clone()).or_default();
-            slot.connecting = slot.connecting.saturating_sub(1);
-            if let Ok(conn) = &result {
-                slot.conns.push(conn.clone());
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(budget_spent("waiting for a connection to the worker"));
             }
-        }
-        self.changed.notify_waiters();
-        result
+            let _ = tokio::time::timeout(Duration::from_millis(20).min(left), waiting).await;
+        };
+        let connect = Connection::connect(endpoint, self.connect_timeout, &self.secret, self.role);
+        let conn =
+            match tokio::time::timeout_at(tokio::time::Instant::from_std(until), connect).await {
+                Ok(result) => Arc::new(result?),
+                Err(_) => return Err(budget_spent("opening a connection to the worker")),
+            };
+        opening.opened = Some(conn.clone());
+        Ok(conn)
     }
 
     /// Closes every connection to `endpoint` (its circuit just opened): the requests

@@ -24,6 +24,11 @@ pub enum CacheClientError {
     /// origin.
     #[error("deadline exceeded: {0}")]
     DeadlineExceeded(String),
+    /// The piece's deadline budget ran out before this worker could answer within its
+    /// own deadlines (earlier owners spent it, or a connect was still pending): the
+    /// piece moves on, and the worker is not blamed (its circuit hears nothing).
+    #[error("deadline budget spent: {0}")]
+    BudgetSpent(String),
     /// The origin answered (fallback path).
     #[error("origin: {0}")]
     Origin(String, ErrorKind),
@@ -48,6 +53,7 @@ impl CacheClientError {
             CacheClientError::Refused { code, .. } => ErrorKind::from_frame_code(*code),
             CacheClientError::Unavailable(_)
             | CacheClientError::DeadlineExceeded(_)
+            | CacheClientError::BudgetSpent(_)
             | CacheClientError::NoMembership(_) => ErrorKind::ServiceUnavailable,
             CacheClientError::Origin(_, kind) => *kind,
             CacheClientError::InvalidRequest(_) => ErrorKind::InvalidRange,
@@ -61,6 +67,7 @@ impl CacheClientError {
             CacheClientError::Refused { code, .. } => code.is_transient(),
             CacheClientError::Unavailable(_)
             | CacheClientError::DeadlineExceeded(_)
+            | CacheClientError::BudgetSpent(_)
             | CacheClientError::NoMembership(_) => true,
             CacheClientError::Origin(_, kind) => kind.is_retryable(),
             // Another worker has no more room in this client's budget.

@@ -847,9 +847,11 @@ impl CacheClient {
 
     /// Tells the worker's circuit how a request went: any answer from the worker is a
     /// success (a refusal too: the worker is alive and said why), except a transient
-    /// refusal; a broken connection or a missed deadline is a failure.
+    /// refusal; a broken connection or a missed deadline is a failure. A piece whose
+    /// budget ran out before the worker's own deadlines says nothing of the worker.
     fn note_health(&self, addr: &str, answer: &Result<Answer>) {
         match answer {
+            Err(CacheClientError::BudgetSpent(_)) => {}
             Ok(Answer::Partial { error, .. }) | Err(error) => self.worker_failed(
                 addr,
                 if matches!(error, CacheClientError::DeadlineExceeded(_)) {
@@ -909,7 +911,8 @@ impl CacheClient {
             .clone();
         let hop = &self.inner.config.deadlines.worker;
         if let Some(local) = routes.get(addr) {
-            match self.inner.pool.get(local).await {
+            match self.inner.pool.get(local, until).await {
+                Err(e @ CacheClientError::BudgetSpent(_)) => return Err(e),
                 Ok(conn) => return conn.call(request, hop, until, started).await,
                 Err(e) => {
                     tracing::warn!(worker = %addr, error = %e, "the worker's local socket cannot be reached; asking over TCP until the next membership refresh");
@@ -924,7 +927,11 @@ impl CacheClient {
                 }
             }
         }
-        let conn = self.inner.pool.get(&Endpoint::Tcp(addr.to_owned())).await?;
+        let conn = self
+            .inner
+            .pool
+            .get(&Endpoint::Tcp(addr.to_owned()), until)
+            .await?;
         conn.call(request, hop, until, started).await
     }
 
@@ -1043,8 +1050,13 @@ impl CacheClient {
         let (tell, mut started) = oneshot::channel();
         let sent = Instant::now();
         let mut first = self.ask_bytes_owned(addr, &request, want, until, Some(tell));
-        // With no threshold yet the piece is only watched (its latency learned).
-        let hedge_at = (sent + plan.after.unwrap_or_default()).min(until);
+        // With no threshold yet the piece is only watched (its latency learned); nor is
+        // it hedged when the budget ends before the threshold (a hedge sent at the
+        // deadline could only fail).
+        let hedge_at = plan
+            .after
+            .map(|after| sent + after)
+            .filter(|at| *at < until);
         tokio::select! {
             biased;
             began = &mut started => {
@@ -1059,8 +1071,9 @@ impl CacheClient {
                 self.note_health(addr, &answer);
                 return (addr, answer);
             }
-            () = tokio::time::sleep_until(tokio::time::Instant::from_std(hedge_at)),
-                if plan.after.is_some() => {}
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(
+                hedge_at.unwrap_or(until),
+            )), if hedge_at.is_some() => {}
         }
         // The first byte is late. From here on the sample is the time until the whole
         // answer, an upper bound of the first byte's, so that a worker slow for a while
@@ -1093,6 +1106,7 @@ impl CacheClient {
                 self.note_health(second, &other);
                 if settles(&other, want) {
                     counters.hedges_won.fetch_add(1, Ordering::Relaxed);
+                    return (second, other);
                 }
                 more_delivered((addr, answer), (second, other), want)
             }
@@ -1444,15 +1458,16 @@ fn settles(answer: &Result<Answer>, want: u64) -> bool {
     }
 }
 
-/// Of two answers that did not settle a piece, the one to go on from: a cut answer with
-/// more bytes (kept, the rest asked elsewhere), else the first.
+/// Of two answers to one piece, the one to go on from: one that settles it, else a cut
+/// answer with more bytes (kept, the rest asked elsewhere), else the first.
 fn more_delivered<'m>(
     first: (&'m str, Result<Answer>),
     second: (&'m str, Result<Answer>),
     want: u64,
 ) -> (&'m str, Result<Answer>) {
     let delivered = |a: &Result<Answer>| match a {
-        Ok(Answer::Partial { bytes, .. }) if (bytes.len() as u64) < want => bytes.len(),
+        a if settles(a, want) => u64::MAX,
+        Ok(Answer::Partial { bytes, .. }) if (bytes.len() as u64) < want => bytes.len() as u64,
         _ => 0,
     };
     if delivered(&second.1) > delivered(&first.1) {

@@ -628,3 +628,261 @@ async fn outliers_open_the_circuit_and_the_pieces_waiting_on_the_worker_move_on_
          silent worker's connections"
     );
 }
+
+/// Reads given up while their connection to the owner is being opened (the read
+/// review's RP-01): the owner's Hello answers are held, so each read waits in the
+/// connect, and it is dropped there (a client that went away, a response deadline).
+/// More such reads than the pool keeps connections per worker, then the worker answers
+/// again: the next read of its object is served by it at once. (The connect slot a
+/// dropped connect held was never given back: after two, the pool waited for a
+/// connection nobody was opening and every read the worker owned hung for good, with
+/// no circuit opened and no origin fallback.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_dropped_while_their_connection_opens_leave_the_worker_reachable() {
+    let all = objects(24);
+    let (cluster, proxy) = cluster_with_a_proxied_worker(all.clone()).await;
+    let owned = owned_by_the_proxied_worker(&cluster, &all).await;
+    let (object, _) = owned.first().cloned().expect("w2 owns some object");
+    warm(&cluster, std::slice::from_ref(&object)).await;
+    // A fresh client: no connection to w2 yet.
+    let client = client(&cluster, Duration::from_secs(60)).await;
+    let per_worker = talon_cache_client::CacheClientConfig::new(
+        "http://unused",
+        cluster.config().geometry,
+        cluster.cluster_secret().clone(),
+    )
+    .connections_per_worker;
+
+    proxy.set(Fault::StallAfter(0));
+    for _ in 0..per_worker {
+        let asked = proxy.requested_bytes();
+        let read = {
+            let (client, object) = (client.clone(), object.clone());
+            tokio::spawn(async move { read_whole_checked(&client, &object, "dropped").await })
+        };
+        // Its Hello reached the worker; the answer is held: the read is in the connect.
+        wait_for("the read's Hello to reach w2", BUDGET, || async {
+            (proxy.requested_bytes() > asked).then_some(())
+        })
+        .await;
+        read.abort();
+        assert!(
+            read.await.unwrap_err().is_cancelled(),
+            "dropped mid-connect"
+        );
+    }
+
+    proxy.set(Fault::Pass);
+    let asked = proxy.requested_bytes();
+    tokio::time::timeout(
+        BUDGET,
+        read_whole_checked(&client, &object, "after the drops"),
+    )
+    .await
+    .expect("a read of w2's object after reads dropped mid-connect hung");
+    assert!(proxy.requested_bytes() > asked, "w2 was asked");
+    let stats = client.fail_open_stats();
+    assert_eq!(
+        (stats.fallbacks, stats.retries),
+        (0, 0),
+        "w2 served it: {stats:?}"
+    );
+    assert_eq!(circuit_of(&client, &proxy), (CircuitState::Closed, 0));
+}
+
+/// A hedge that completes after the owner's request failed (the read review's RP-03):
+/// the owner `w2` is silent, the piece is hedged to the next owner `w1`, whose answer
+/// is held; then `w2`'s connection is cut and only then `w1` answers in full. Its answer
+/// is the piece: the third worker is not asked. (The failed first answer won the tie
+/// and the complete hedge was thrown away: another owner or the origin was asked again,
+/// and with no third owner and no fallback the read failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hedge_that_completes_after_the_owner_failed_is_the_answer() {
+    let all = objects(64);
+    let mut cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: all.clone(),
+        local_sockets: false,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let (p1, p2) = (FaultProxy::bind().await, FaultProxy::bind().await);
+    let (_, real) = cluster.add_worker_advertising(p1.addr()).await;
+    p1.forward_to(real);
+    let (_, real) = cluster.add_worker_advertising(p2.addr()).await;
+    p2.forward_to(real);
+    let placement = cluster.placement().await;
+    let owned: Vec<GeneratedObject> = all
+        .iter()
+        .filter(|o| {
+            let block = cluster.block_id(&id_of(o), &version_of(o), 0);
+            let owners = placement.locate_top_k(&block, 2);
+            owners[0].id == "w2" && owners[1].id == "w1"
+        })
+        .cloned()
+        .collect();
+    assert!(owned.len() >= 2, "w2 then w1 own some objects");
+    warm(&cluster, &all).await;
+    let client = cluster
+        .client_with(|c| {
+            c.deadlines = DeadlineBudget::from_total(Duration::from_secs(30))
+                .with_worker(Some(Duration::from_secs(6)), Some(STALL));
+            c.health = HealthConfig {
+                min_backoff: Duration::from_secs(60),
+                ..HealthConfig::default()
+            };
+            c.hedge = HedgeConfig {
+                min_samples: 16,
+                max_fraction: 1.0,
+                // Well above a busy machine's hit latency, so that no learning read is
+                // hedged (three outliers would open w2's circuit before the test).
+                min_delay: Duration::from_millis(250),
+                ..HedgeConfig::P99
+            };
+        })
+        .await;
+    cluster.sync_client(&client).await;
+    for i in 0..32 {
+        read_checked(
+            &client,
+            &owned[i % owned.len()],
+            "a read to learn w2's latency",
+        )
+        .await;
+    }
+    assert_eq!(circuit_of(&client, &p2).0, CircuitState::Closed);
+    let before = client.fail_open_stats();
+    let w0_reads = cluster.worker_metric(0, "talon_worker_read_duration_seconds_count");
+    let gets = cluster.origin_gets();
+
+    p2.set(Fault::StallAfter(0));
+    p1.set(Fault::StallAfter(0));
+    let read = {
+        let (client, object) = (client.clone(), owned[0].clone());
+        tokio::spawn(async move { read_checked(&client, &object, "a hedged read").await })
+    };
+    wait_for("the piece to be hedged to w1", BUDGET, || async {
+        (client.fail_open_stats().hedged > before.hedged).then_some(())
+    })
+    .await;
+    // The owner fails first: its connection is cut, and the client has heard of it.
+    p2.set(Fault::CutAfter(0));
+    let w2 = p2.addr().to_string();
+    wait_for("w2's failure to be noted", BUDGET, || async {
+        client
+            .worker_health()
+            .iter()
+            .any(|w| w.addr == w2 && w.consecutive_failures > 0)
+            .then_some(())
+    })
+    .await;
+    p1.set(Fault::Pass);
+    read.await.unwrap();
+    let stats = client.fail_open_stats();
+    assert_eq!(
+        (
+            stats.hedges_won - before.hedges_won,
+            stats.retries - before.retries
+        ),
+        (1, 0),
+        "the hedge's answer was the piece: {stats:?}"
+    );
+    assert_eq!(
+        cluster.worker_metric(0, "talon_worker_read_duration_seconds_count"),
+        w0_reads,
+        "the third worker was not asked"
+    );
+    assert_eq!(
+        cluster.origin_gets(),
+        gets + 1,
+        "the origin was asked once, by w1's fill of the hedge, not again"
+    );
+}
+
+/// A piece whose workers' share of the budget runs out while a healthy worker is still
+/// within its own deadlines (the read review's RP-07): the owner `w2` is silent and
+/// misses its first-byte deadline, which leaves the next owner `w1` less time than that
+/// deadline; `w1` (held too) has not missed anything when the share ends. The read goes
+/// to the origin, `w2` is charged, and `w1` is not: its circuit stays closed and its
+/// connection stays up. (The spent budget was charged to `w1` as a missed deadline,
+/// which opened its circuit and cut every connection to it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spent_budget_is_not_charged_to_the_worker_that_happens_to_hold_the_piece() {
+    let all = objects(64);
+    let mut cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: all.clone(),
+        local_sockets: false,
+        origin_fallback: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let (p1, p2) = (FaultProxy::bind().await, FaultProxy::bind().await);
+    let (_, real) = cluster.add_worker_advertising(p1.addr()).await;
+    p1.forward_to(real);
+    let (_, real) = cluster.add_worker_advertising(p2.addr()).await;
+    p2.forward_to(real);
+    let placement = cluster.placement().await;
+    let object = all
+        .iter()
+        .find(|o| {
+            let owners = placement.locate_top_k(&cluster.block_id(&id_of(o), &version_of(o), 0), 2);
+            owners[0].id == "w2" && owners[1].id == "w1"
+        })
+        .cloned()
+        .expect("w2 then w1 own some object");
+    warm(&cluster, &all).await;
+    let client = cluster
+        .client_with(|c| {
+            let mut budget =
+                DeadlineBudget::from_total(BUDGET).with_worker(Some(FIRST_BYTE), Some(STALL));
+            // The next owner gets less than its first-byte deadline.
+            budget.workers_share = FIRST_BYTE + FIRST_BYTE / 2;
+            c.deadlines = budget;
+            // One connection per worker, opened before the faults.
+            c.connections_per_worker = 1;
+            c.health = HealthConfig {
+                min_backoff: Duration::from_secs(60),
+                ..HealthConfig::default()
+            };
+        })
+        .await;
+    cluster.sync_client(&client).await;
+    // Both connections open and proven before the faults.
+    let of_w1 = all
+        .iter()
+        .find(|o| {
+            placement
+                .locate(&cluster.block_id(&id_of(o), &version_of(o), 0))
+                .is_some_and(|m| m.id == "w1")
+        })
+        .expect("w1 owns some object");
+    read_checked(&client, &object, "a read through w2").await;
+    read_checked(&client, of_w1, "a read through w1").await;
+    let health = |proxy: &FaultProxy| {
+        let addr = proxy.addr().to_string();
+        client.worker_health().into_iter().find(|w| w.addr == addr)
+    };
+
+    p2.set(Fault::StallAfter(0));
+    p1.set(Fault::StallAfter(0));
+    let fallbacks = client.fail_open_stats().fallbacks;
+    read_checked(&client, &object, "a read whose owners are held").await;
+    assert_eq!(
+        client.fail_open_stats().fallbacks,
+        fallbacks + 1,
+        "the origin answered"
+    );
+    assert_eq!(
+        circuit_of(&client, &p2),
+        (CircuitState::Open, 1),
+        "w2 missed its deadline"
+    );
+    let w1 = health(&p1);
+    assert!(
+        w1.as_ref().is_none_or(|w| w.state == CircuitState::Closed
+            && w.consecutive_failures == 0
+            && w.deadlines_missed == 0),
+        "w1 was charged with the spent budget: {w1:?}"
+    );
+}

@@ -7,6 +7,9 @@
 //! It models what a reader cannot tell apart from a sick worker: a worker frozen
 //! (SIGSTOP, a hung disk), one that dribbles and stops mid-answer, one whose connection
 //! dies mid-body.
+//!
+//! It speaks no protocol, so it also stands in front of an origin (the origin's
+//! answers held while the origin itself has already answered: a far or busy link).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +40,8 @@ struct Shared {
     forwarded: AtomicU64,
     /// Bytes readers sent to the worker, ever.
     requested: AtomicU64,
+    /// Bytes the worker sent to the proxy, ever (forwarded or held).
+    received: AtomicU64,
     changed: Notify,
 }
 
@@ -71,6 +76,7 @@ impl FaultProxy {
             fault: Mutex::new(Fault::Pass),
             forwarded: AtomicU64::new(0),
             requested: AtomicU64::new(0),
+            received: AtomicU64::new(0),
             changed: Notify::new(),
         });
         let accepting = shared.clone();
@@ -104,6 +110,12 @@ impl FaultProxy {
     /// Bytes readers have sent to the worker through the proxy.
     pub fn requested_bytes(&self) -> u64 {
         self.shared.requested.load(Ordering::SeqCst)
+    }
+
+    /// Bytes the worker sent back through the proxy, ever, held ones included: a held
+    /// answer has been made once this grows.
+    pub fn received_bytes(&self) -> u64 {
+        self.shared.received.load(Ordering::SeqCst)
     }
 
     /// Bytes forwarded to readers since the fault was last set.
@@ -148,6 +160,7 @@ async fn proxy(reader: TcpStream, shared: Arc<Shared>) {
             if n == 0 {
                 return;
             }
+            shared.received.fetch_add(n as u64, Ordering::SeqCst);
             let mut chunk = &buf[..n];
             while !chunk.is_empty() {
                 let changed = shared.changed.notified();

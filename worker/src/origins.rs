@@ -7,7 +7,9 @@
 //! long as the requester accepts (a Stat's max age, which the gateway's staleness bound
 //! sets), or for the worker's own TTL when it does not say; "not found" is cached for a
 //! shorter one. So a hot object's metadata reaches the origin at most once per TTL, and
-//! concurrent misses for one object share one request. An expired entry is revalidated
+//! concurrent misses for one object share one request (except a caller that needs
+//! metadata newer than the request in flight, which sends its own). Ages count from
+//! when the origin request was sent. An expired entry is revalidated
 //! ([`OriginClient::revalidate`](talon_protocols::origin::OriginClient::revalidate):
 //! conditional where the origin's ETags change with every write) rather than fetched
 //! blind. Expired entries are swept whenever the table has doubled since the
@@ -30,10 +32,33 @@ use crate::error::{Result, WorkerError};
 /// Shared by every caller: an entry is cloned out on each hit.
 type StatOutcome = std::result::Result<Arc<ObjectInfo>, Arc<WorkerError>>;
 
+/// An object's metadata, or the fetch of it in flight. Both carry when their origin
+/// request was *sent*: the answer says what the origin held at some moment after
+/// that, so its age is counted from then, never from its arrival.
 #[derive(Debug)]
 enum Entry {
-    Ready { at: Instant, outcome: StatOutcome },
-    Pending(watch::Receiver<Option<StatOutcome>>),
+    Ready {
+        at: Instant,
+        outcome: StatOutcome,
+    },
+    Pending {
+        sent: Instant,
+        answer: watch::Receiver<Option<StatOutcome>>,
+    },
+}
+
+/// What a stat does when the table cannot answer it.
+enum Action {
+    /// Wait for the fetch in flight, sent at `sent`.
+    Join(watch::Receiver<Option<StatOutcome>>, Instant),
+    /// Ask the origin, at `sent`: revalidating `known` where there is one, and telling
+    /// the callers that joined through `tell` (none for a fetch of a caller whose bound
+    /// the one in flight is too old for: that fetch is its own).
+    Fetch {
+        tell: Option<watch::Sender<Option<StatOutcome>>>,
+        known: Option<Arc<ObjectInfo>>,
+        sent: Instant,
+    },
 }
 
 /// Object metadata with a TTL, shared fetches, and negative caching of not-found.
@@ -58,11 +83,13 @@ struct Entries {
 /// The table is never swept below this many entries.
 const MIN_SWEEP_AT: usize = 1024;
 
-/// Removes the `Pending` entry a fetch put in place if the fetch never finished (its
-/// future was dropped), so later callers fetch again instead of waiting on nobody.
+/// Removes the `Pending` entry a fetch put in place (the one sent at `sent`) if the
+/// fetch never finished (its future was dropped), so later callers fetch again instead
+/// of waiting on nobody.
 struct PendingGuard<'a> {
     cache: &'a StatCache,
     object: &'a ObjectId,
+    sent: Instant,
     armed: bool,
 }
 
@@ -70,7 +97,8 @@ impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
             let mut entries = self.cache.lock_entries();
-            if matches!(entries.map.get(self.object), Some(Entry::Pending(_))) {
+            if matches!(entries.map.get(self.object), Some(Entry::Pending { sent, .. }) if *sent == self.sent)
+            {
                 entries.map.remove(self.object);
             }
         }
@@ -121,7 +149,7 @@ impl StatCache {
         if entries.map.len() >= entries.sweep_at {
             entries.map.retain(|_, e| match e {
                 Entry::Ready { at, outcome } => at.elapsed() < self.ttl_of(outcome),
-                Entry::Pending(_) => true,
+                Entry::Pending { .. } => true,
             });
             entries.sweep_at = (entries.map.len() * 2).max(MIN_SWEEP_AT);
         }
@@ -139,10 +167,13 @@ impl StatCache {
     }
 
     /// The object's metadata learned from the origin at most `max_age` ago (the
-    /// cache's TTL when `None`), and how long ago it was learned. An entry older than
-    /// that is revalidated with one HEAD (conditional where the origin allows it)
-    /// shared by every caller that asks meanwhile; a not-found is never
-    /// trusted longer than the negative TTL.
+    /// cache's TTL when `None`), and how long ago it was learned: counted from when its
+    /// origin request was sent, so the age is never understated by the origin's
+    /// latency. An entry older than that is revalidated with one HEAD (conditional
+    /// where the origin allows it) shared by every caller that asks meanwhile, as long
+    /// as that HEAD was sent within the caller's `max_age` (a caller that needs newer,
+    /// such as a read after its own write, sends its own); a not-found is never trusted
+    /// longer than the negative TTL.
     ///
     /// # Errors
     /// As [`stat`](Self::stat).
@@ -151,11 +182,11 @@ impl StatCache {
         object: &ObjectId,
         max_age: Option<Duration>,
     ) -> Result<(Arc<ObjectInfo>, Duration)> {
+        let asked = Instant::now();
         loop {
             let action = {
                 let mut entries = self.lock_entries();
-                let mut known = None;
-                let waiting = match entries.map.get(object) {
+                match entries.map.get(object) {
                     Some(Entry::Ready { at, outcome }) => {
                         let age = at.elapsed();
                         let limit = match (outcome, max_age) {
@@ -169,70 +200,112 @@ impl StatCache {
                                 .map(|info| (info, age))
                                 .map_err(WorkerError::Shared);
                         }
-                        known = outcome.as_ref().ok().cloned();
-                        None
+                        let known = outcome.as_ref().ok().cloned();
+                        self.pending(&mut entries, object, known)
                     }
-                    Some(Entry::Pending(rx)) => Some(rx.clone()),
-                    None => None,
-                };
-                match waiting {
-                    Some(rx) => Err(rx),
-                    None => {
-                        let (tx, rx) = watch::channel(None);
-                        self.insert(&mut entries, object.clone(), Entry::Pending(rx));
-                        Ok((tx, known))
+                    Some(Entry::Pending { sent, answer }) => {
+                        if max_age
+                            .is_none_or(|max_age| asked.saturating_duration_since(*sent) <= max_age)
+                        {
+                            Action::Join(answer.clone(), *sent)
+                        } else {
+                            Action::Fetch {
+                                tell: None,
+                                known: None,
+                                sent: Instant::now(),
+                            }
+                        }
                     }
+                    None => self.pending(&mut entries, object, None),
                 }
             };
             match action {
-                Err(mut rx) => {
-                    let outcome = rx.wait_for(Option::is_some).await.map(|v| v.clone());
+                Action::Join(mut answer, sent) => {
+                    let outcome = answer.wait_for(Option::is_some).await.map(|v| v.clone());
                     match outcome {
-                        // Learned just now, on this caller's behalf.
                         Ok(Some(outcome)) => {
                             return outcome
-                                .map(|info| (info, Duration::ZERO))
+                                .map(|info| (info, sent.elapsed()))
                                 .map_err(WorkerError::Shared);
                         }
                         // The fetching task went away; try again.
                         _ => continue,
                     }
                 }
-                Ok((tx, known)) => {
-                    let mut guard = PendingGuard {
-                        cache: self,
-                        object,
-                        armed: true,
-                    };
-                    let shared: StatOutcome = match known {
-                        Some(known) => self.revalidate(object, known).await,
-                        None => self.fetch(object).await.map(Arc::new),
-                    }
-                    .map_err(Arc::new);
-                    guard.armed = false;
-                    {
-                        let mut entries = self.lock_entries();
-                        let cacheable = match &shared {
-                            Ok(_) => true,
-                            Err(e) => e.frame_code() == talon_core::ErrorCode::NotFound,
-                        };
-                        if cacheable {
-                            let entry = Entry::Ready {
-                                at: Instant::now(),
-                                outcome: shared.clone(),
-                            };
-                            self.insert(&mut entries, object.clone(), entry);
-                        } else {
-                            entries.map.remove(object);
-                        }
-                    }
-                    let _ = tx.send(Some(shared.clone()));
-                    return shared
-                        .map(|info| (info, Duration::ZERO))
-                        .map_err(WorkerError::Shared);
+                Action::Fetch { tell, known, sent } => {
+                    return self.fetch_and_keep(object, tell, known, sent).await;
                 }
             }
         }
+    }
+
+    /// Puts a `Pending` entry for a fetch sent now, and says to make it.
+    fn pending(
+        &self,
+        entries: &mut Entries,
+        object: &ObjectId,
+        known: Option<Arc<ObjectInfo>>,
+    ) -> Action {
+        let sent = Instant::now();
+        let (tell, answer) = watch::channel(None);
+        self.insert(entries, object.clone(), Entry::Pending { sent, answer });
+        Action::Fetch {
+            tell: Some(tell),
+            known,
+            sent,
+        }
+    }
+
+    /// Asks the origin (a revalidation of `known` where there is one), keeps the answer
+    /// unless the table already holds one sent later, and tells the callers that joined.
+    async fn fetch_and_keep(
+        &self,
+        object: &ObjectId,
+        tell: Option<watch::Sender<Option<StatOutcome>>>,
+        known: Option<Arc<ObjectInfo>>,
+        sent: Instant,
+    ) -> Result<(Arc<ObjectInfo>, Duration)> {
+        let mut guard = PendingGuard {
+            cache: self,
+            object,
+            sent,
+            armed: tell.is_some(),
+        };
+        let shared: StatOutcome = match known {
+            Some(known) => self.revalidate(object, known).await,
+            None => self.fetch(object).await.map(Arc::new),
+        }
+        .map_err(Arc::new);
+        guard.armed = false;
+        {
+            let mut entries = self.lock_entries();
+            let cacheable = match &shared {
+                Ok(_) => true,
+                Err(e) => e.frame_code() == talon_core::ErrorCode::NotFound,
+            };
+            let held = match entries.map.get(object) {
+                Some(Entry::Ready { at, .. }) => Some(*at),
+                Some(Entry::Pending { sent, .. }) => Some(*sent),
+                None => None,
+            };
+            // Never replace what a later request learned (or is learning).
+            let ours_or_older = held.is_none_or(|at| at <= sent);
+            if cacheable && ours_or_older {
+                let entry = Entry::Ready {
+                    at: sent,
+                    outcome: shared.clone(),
+                };
+                self.insert(&mut entries, object.clone(), entry);
+            } else if !cacheable && held == Some(sent) {
+                entries.map.remove(object);
+            }
+        }
+        if let Some(tell) = tell {
+            let _ = tell.send(Some(shared.clone()));
+        }
+        shared
+            .map(|info| (info, sent.elapsed()))
+            .map_err(WorkerError::Shared)
     }
 
     /// Origin requests made for metadata so far, by what they found.
@@ -408,8 +481,9 @@ mod tests {
             changed,
         };
         let minute = Some(Duration::from_secs(60));
+        let called = Instant::now();
         let (first, age) = cache.stat_within(&object, minute).await.unwrap();
-        assert_eq!(age, Duration::ZERO, "learned just now");
+        assert!(age <= called.elapsed(), "learned during the call: {age:?}");
         let (again, _) = cache.stat_within(&object, minute).await.unwrap();
         assert_eq!(again, first);
         assert_eq!(
@@ -419,14 +493,13 @@ mod tests {
         );
 
         // Older than the requester accepts: one revalidation, which finds it current.
+        let called = Instant::now();
         let (current, age) = cache
             .stat_within(&object, Some(Duration::ZERO))
             .await
             .unwrap();
-        assert_eq!(
-            (current.etag.as_str(), age),
-            (first.etag.as_str(), Duration::ZERO)
-        );
+        assert_eq!(current.etag, first.etag);
+        assert!(age <= called.elapsed(), "learned during the call: {age:?}");
         assert_eq!(current.size, 1000);
         assert_eq!(cache.origin_requests(), counts(1, 1, 0));
 

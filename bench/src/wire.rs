@@ -72,7 +72,7 @@ pub(crate) async fn connect_worker(
     timeout: Duration,
 ) -> Result<TcpStream> {
     let mut stream = connect(addr, timeout).await?;
-    talon_cache_client::hello::authenticate(&mut stream, secret, Role::Reader, timeout)
+    talon_cache_client::hello::authenticate(&mut stream, secret, Role::Reader, None, timeout)
         .await
         .map_err(|e| BenchError::Io {
             what: format!("authenticating to {addr}"),

@@ -290,12 +290,14 @@ async fn fake_worker(mode: Fake) -> SocketAddr {
                                 let proof = secret().hello_proof(
                                     HelloSide::Worker,
                                     role,
+                                    "",
                                     &nonce,
                                     &WORKER_NONCE,
                                 );
                                 let reply = Message::HelloReply {
                                     nonce: WORKER_NONCE,
                                     proof,
+                                    worker: String::new(),
                                 };
                                 out.extend(reply.encode(id).unwrap_or_default());
                             }
@@ -306,6 +308,7 @@ async fn fake_worker(mode: Fake) -> SocketAddr {
                                 if !secret().verify_hello_proof(
                                     HelloSide::Peer,
                                     role,
+                                    "",
                                     &nonce,
                                     &WORKER_NONCE,
                                     &proof,

@@ -177,14 +177,15 @@ fn lost(what: &str) -> CacheClientError {
 }
 
 impl Connection {
-    /// Connects to a worker at `endpoint` and authenticates as `role` (the Hello
-    /// exchange, [`crate::hello`]).
+    /// Connects to the worker `worker` (its member id) at `endpoint` and authenticates
+    /// as `role` (the Hello exchange, [`crate::hello`]).
     ///
     /// # Errors
     /// [`CacheClientError::Unavailable`] when the worker cannot be reached in time or
-    /// the Hello exchange fails.
+    /// the Hello exchange fails (another secret, or another worker than `worker`).
     pub async fn connect(
         endpoint: &Endpoint,
+        worker: &str,
         timeout: Duration,
         secret: &ClusterSecret,
         role: Role,
@@ -205,7 +206,8 @@ impl Connection {
                     .map_err(timed_out)?
                     .map_err(failed)?;
                 let _ = stream.set_nodelay(true);
-                crate::hello::authenticate(&mut stream, secret, role, timeout).await?;
+                crate::hello::authenticate(&mut stream, secret, role, Some(worker), timeout)
+                    .await?;
                 let (rd, wr) = stream.into_split();
                 (
                     tokio::spawn(write_loop(wr, job_rx, inflight_tx, alive.clone())),
@@ -222,7 +224,8 @@ impl Connection {
                     .await
                     .map_err(timed_out)?
                     .map_err(failed)?;
-                crate::hello::authenticate(&mut stream, secret, role, timeout).await?;
+                crate::hello::authenticate(&mut stream, secret, role, Some(worker), timeout)
+                    .await?;
                 let (rd, wr) = stream.into_split();
                 let socket = ReplySocket::Local(rd, VecDeque::new());
                 (
@@ -563,9 +566,10 @@ pub struct Pool {
     changed: tokio::sync::Notify,
 }
 
-/// The connections to one worker, and how many are being opened.
-#[derive(Default)]
+/// The connections to one worker, how many are being opened, and which member the
+/// membership says answers there (every connection's Hello must name it).
 struct Slot {
+    worker: String,
     conns: Vec<Arc<Connection>>,
     connecting: usize,
 }
@@ -576,6 +580,8 @@ struct Slot {
 struct Opening<'a> {
     pool: &'a Pool,
     endpoint: &'a Endpoint,
+    /// The member the connection proves it reached.
+    worker: String,
     opened: Option<Arc<Connection>>,
 }
 
@@ -583,8 +589,11 @@ impl Drop for Opening<'_> {
     fn drop(&mut self) {
         {
             let mut conns = self.pool.conns.lock().unwrap_or_else(|p| p.into_inner());
-            // A worker that left meanwhile has no slot any more: nothing to give back.
-            if let Some(slot) = conns.get_mut(self.endpoint) {
+            // A worker that left meanwhile has no slot any more: nothing to give back
+            // (nor when another member took its address: the slot started again).
+            if let Some(slot) = conns.get_mut(self.endpoint)
+                && slot.worker == self.worker
+            {
                 slot.connecting = slot.connecting.saturating_sub(1);
                 slot.conns.extend(self.opened.take());
             }
@@ -640,16 +649,14 @@ impl Pool {
     /// worker does not finish the connect within the connect deadline;
     /// [`CacheClientError::BudgetSpent`] when `until` passes first.
     pub async fn get(&self, endpoint: &Endpoint, until: Instant) -> Result<Arc<Connection>> {
-        let mut opening = loop {
+        let (mut opening, worker) = loop {
             let waiting = self.changed.notified();
             {
                 let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-                // Look up before inserting: the key is cloned only for a new endpoint.
-                if !conns.contains_key(endpoint) {
-                    conns.insert(endpoint.clone(), Slot::default());
-                }
                 let Some(slot) = conns.get_mut(endpoint) else {
-                    continue;
+                    return Err(CacheClientError::Unavailable(format!(
+                        "{endpoint} is not in the membership"
+                    )));
                 };
                 slot.conns.retain(|c| c.is_alive());
                 let open = slot.conns.len();
@@ -659,11 +666,13 @@ impl Pool {
                 }
                 if open + slot.connecting < self.per_worker {
                     slot.connecting += 1;
-                    break Opening {
+                    let opening = Opening {
                         pool: self,
                         endpoint,
+                        worker: slot.worker.clone(),
                         opened: None,
                     };
+                    break (opening, slot.worker.clone());
                 }
             }
             // Every allowed connection is being opened: wait for one (bounded, so a
@@ -674,7 +683,13 @@ impl Pool {
             }
             let _ = tokio::time::timeout(Duration::from_millis(20).min(left), waiting).await;
         };
-        let connect = Connection::connect(endpoint, self.connect_timeout, &self.secret, self.role);
+        let connect = Connection::connect(
+            endpoint,
+            &worker,
+            self.connect_timeout,
+            &self.secret,
+            self.role,
+        );
         let conn =
             match tokio::time::timeout_at(tokio::time::Instant::from_std(until), connect).await {
                 Ok(result) => Arc::new(result?),
@@ -696,9 +711,28 @@ impl Pool {
         }
     }
 
-    /// Drops the connections to endpoints that are not in `keep`.
-    pub fn retain_workers(&self, keep: &[Endpoint]) {
+    /// Sets who the membership places at each endpoint (`(endpoint, member id)`):
+    /// connections to endpoints not listed are dropped, and so are those to an endpoint
+    /// whose member changed (they proved the previous one). Only listed endpoints are
+    /// connected to.
+    pub fn set_members(&self, members: &[(Endpoint, String)]) {
         let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        conns.retain(|endpoint, _| keep.contains(endpoint));
+        conns.retain(|endpoint, slot| {
+            members
+                .iter()
+                .any(|(e, worker)| e == endpoint && *worker == slot.worker)
+        });
+        for (endpoint, worker) in members {
+            if !conns.contains_key(endpoint) {
+                conns.insert(
+                    endpoint.clone(),
+                    Slot {
+                        worker: worker.clone(),
+                        conns: Vec::new(),
+                        connecting: 0,
+                    },
+                );
+            }
+        }
     }
 }

@@ -411,6 +411,13 @@ impl CacheClient {
         } else {
             None
         };
+        let pool = Pool::new(
+            config.connections_per_worker,
+            config.deadlines.worker.connect,
+            config.cluster_secret.clone(),
+            config.role,
+        );
+        pool.set_members(&pool_members(&members));
         let inner = Arc::new(Inner {
             local_routes: RwLock::new(Arc::new(local_routes(&members, here.as_deref()))),
             here,
@@ -425,12 +432,7 @@ impl CacheClient {
             reader_id: reader_id(),
             created: Instant::now(),
             last_forced_refresh_ms: AtomicU64::new(0),
-            pool: Pool::new(
-                config.connections_per_worker,
-                config.deadlines.worker.connect,
-                config.cluster_secret.clone(),
-                config.role,
-            ),
+            pool,
             placement: RwLock::new(Arc::new(placement)),
             coordinator,
             config,
@@ -795,12 +797,12 @@ impl CacheClient {
         self.inner.health.views()
     }
 
-    /// The data-plane addresses of the members in the membership snapshot in use.
-    pub fn member_addrs(&self) -> Vec<String> {
+    /// The members of the membership snapshot in use: `(id, data-plane address)`.
+    pub fn members(&self) -> Vec<(String, String)> {
         self.placement()
             .members()
             .iter()
-            .map(|m| m.addr.clone())
+            .map(|m| (m.id.clone(), m.addr.clone()))
             .collect()
     }
 
@@ -1388,6 +1390,20 @@ struct Piece {
     len: u64,
 }
 
+/// Every endpoint a member may be reached at (its data plane, and its local socket
+/// where it offers one), with the member's id, for the pool.
+fn pool_members(members: &MembersResponse) -> Vec<(Endpoint, String)> {
+    members
+        .members
+        .iter()
+        .flat_map(|m| {
+            let local = (!m.local.socket.is_empty())
+                .then(|| (Endpoint::Local(m.local.socket.clone().into()), m.id.clone()));
+            std::iter::once((Endpoint::Tcp(m.addr.clone()), m.id.clone())).chain(local)
+        })
+        .collect()
+}
+
 /// The local socket of each member that runs where `here` says this process runs.
 fn local_routes(members: &MembersResponse, here: Option<&str>) -> HashMap<String, Endpoint> {
     let Some(here) = here else {
@@ -1559,14 +1575,8 @@ async fn refresh(inner: &Inner) {
                     .epoch();
             // Rebuilt every time: a local socket dropped after a failure is tried again.
             let routes = local_routes(&members, inner.here.as_deref());
+            inner.pool.set_members(&pool_members(&members));
             if changed {
-                let keep: Vec<Endpoint> = placement
-                    .members()
-                    .iter()
-                    .map(|m| Endpoint::Tcp(m.addr.clone()))
-                    .chain(routes.values().cloned())
-                    .collect();
-                inner.pool.retain_workers(&keep);
                 let addrs: Vec<&str> = placement
                     .members()
                     .iter()

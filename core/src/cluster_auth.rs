@@ -6,12 +6,18 @@
 //! it knows the secret with HMAC-SHA256 over values the other side chose or can check.
 //!
 //! - **Hello** (data plane): the connecting peer sends a fresh 16-byte nonce and the role
-//!   it claims; the worker answers with a nonce of its own and its proof over both
-//!   nonces and the role; the peer answers with its proof over the same values. Each
-//!   proof is bound to its side by a label, so one side's proof is never the other's,
-//!   and to both nonces, so a recorded Hello never verifies on another connection. The
-//!   peer may pipeline requests right after its proof; a worker that finds it wrong
-//!   answers with an error frame and closes. Once per connection, not per frame.
+//!   it claims; the worker answers with a nonce of its own, its worker id and its proof
+//!   over both nonces, the role and that id; the peer checks that the id is the member
+//!   it meant to reach and answers with its proof over the same values. Each proof is
+//!   bound to its side by a label, so one side's proof is never the other's; to both
+//!   nonces, so a recorded Hello never verifies on another connection; and to the
+//!   worker's id, so a proof made by (or for) one worker is worthless at another's
+//!   address: a process that holds no secret and sits at a dead worker's address
+//!   cannot relay a live worker's Hello to pass as the dead one. The peer may pipeline
+//!   requests right after its proof; a worker that finds it wrong answers with an error
+//!   frame and closes. Once per connection, not per frame: the frames after it are not
+//!   authenticated one by one (docs/security.md says what the data plane's network
+//!   must then keep out).
 //! - **API signatures** (coordinator): method, path, a Unix timestamp, the role and the
 //!   SHA-256 of the body, so a captured request can be replayed only unchanged and only
 //!   within the coordinator's window (checked by the caller, who has a clock).
@@ -34,8 +40,13 @@ pub const NONCE_LEN: usize = 16;
 /// Length of a proof (an HMAC-SHA256), in bytes.
 pub const PROOF_LEN: usize = 32;
 
-/// The version of the Hello exchange a peer speaks, carried in its Hello.
-pub const HELLO_VERSION: u8 = 1;
+/// The version of the Hello exchange a peer speaks, carried in its Hello. Version 2
+/// (2026-12) names the worker in its HelloReply and in both proofs; a worker refuses
+/// version 1, whose proofs named no one.
+pub const HELLO_VERSION: u8 = 2;
+
+/// Longest worker id a HelloReply carries, in bytes (a member id is at most this).
+pub const MAX_HELLO_WORKER_ID_LEN: usize = 128;
 
 /// A Hello nonce.
 pub type Nonce = [u8; NONCE_LEN];
@@ -160,30 +171,34 @@ impl ClusterSecret {
         })
     }
 
-    /// The proof one side of a Hello sends.
+    /// The proof one side of a Hello sends, on a connection to the worker `worker`
+    /// (its member id; empty for a worker outside any membership).
     pub fn hello_proof(
         &self,
         side: HelloSide,
         role: Role,
+        worker: &str,
         peer_nonce: &Nonce,
         worker_nonce: &Nonce,
     ) -> Proof {
-        self.hello_mac(side, role, peer_nonce, worker_nonce)
+        self.hello_mac(side, role, worker, peer_nonce, worker_nonce)
             .finalize()
             .into_bytes()
             .into()
     }
 
-    /// Whether `proof` is the one `side` must send, compared in constant time.
+    /// Whether `proof` is the one `side` must send on a connection to `worker`,
+    /// compared in constant time.
     pub fn verify_hello_proof(
         &self,
         side: HelloSide,
         role: Role,
+        worker: &str,
         peer_nonce: &Nonce,
         worker_nonce: &Nonce,
         proof: &Proof,
     ) -> bool {
-        self.hello_mac(side, role, peer_nonce, worker_nonce)
+        self.hello_mac(side, role, worker, peer_nonce, worker_nonce)
             .verify_slice(proof)
             .is_ok()
     }
@@ -192,17 +207,25 @@ impl ClusterSecret {
         &self,
         side: HelloSide,
         role: Role,
+        worker: &str,
         peer_nonce: &Nonce,
         worker_nonce: &Nonce,
     ) -> HmacSha256 {
         let mut m = mac(&self.key);
         m.update(match side {
-            HelloSide::Worker => b"talon hello v1 worker",
-            HelloSide::Peer => b"talon hello v1 peer\0\0",
+            HelloSide::Worker => b"talon hello v2 worker",
+            HelloSide::Peer => b"talon hello v2 peer\0\0",
         });
         m.update(&[role.as_u8()]);
         m.update(peer_nonce);
         m.update(worker_nonce);
+        // Length-prefixed, so no id runs into what follows it.
+        m.update(
+            &u64::try_from(worker.len())
+                .unwrap_or(u64::MAX)
+                .to_be_bytes(),
+        );
+        m.update(worker.as_bytes());
         m
     }
 
@@ -306,18 +329,47 @@ mod tests {
     }
 
     #[test]
-    fn hello_proofs_bind_side_role_and_both_nonces() {
+    fn hello_proofs_bind_side_role_worker_and_both_nonces() {
         let s = secret();
         let (pn, wn) = ([1u8; 16], [2u8; 16]);
-        let worker = s.hello_proof(HelloSide::Worker, Role::Reader, &pn, &wn);
-        let peer = s.hello_proof(HelloSide::Peer, Role::Reader, &pn, &wn);
+        let worker = s.hello_proof(HelloSide::Worker, Role::Reader, "w1", &pn, &wn);
+        let peer = s.hello_proof(HelloSide::Peer, Role::Reader, "w1", &pn, &wn);
         assert_ne!(worker, peer, "one side's proof is never the other's");
-        assert!(s.verify_hello_proof(HelloSide::Peer, Role::Reader, &pn, &wn, &peer));
-        assert!(!s.verify_hello_proof(HelloSide::Peer, Role::Ingester, &pn, &wn, &peer));
-        assert!(!s.verify_hello_proof(HelloSide::Peer, Role::Reader, &pn, &[3; 16], &peer));
-        assert!(!s.verify_hello_proof(HelloSide::Peer, Role::Reader, &[3; 16], &wn, &peer));
+        let ok = |side, role, id: &str, pn: &Nonce, wn: &Nonce, proof: &Proof| {
+            s.verify_hello_proof(side, role, id, pn, wn, proof)
+        };
+        assert!(ok(HelloSide::Peer, Role::Reader, "w1", &pn, &wn, &peer));
+        assert!(ok(HelloSide::Worker, Role::Reader, "w1", &pn, &wn, &worker));
+        assert!(!ok(HelloSide::Peer, Role::Ingester, "w1", &pn, &wn, &peer));
+        assert!(!ok(
+            HelloSide::Peer,
+            Role::Reader,
+            "w1",
+            &pn,
+            &[3; 16],
+            &peer
+        ));
+        assert!(!ok(
+            HelloSide::Peer,
+            Role::Reader,
+            "w1",
+            &[3; 16],
+            &wn,
+            &peer
+        ));
+        // Made by (or for) one worker, worthless at another.
+        assert!(!ok(
+            HelloSide::Worker,
+            Role::Reader,
+            "w2",
+            &pn,
+            &wn,
+            &worker
+        ));
+        assert!(!ok(HelloSide::Peer, Role::Reader, "w2", &pn, &wn, &peer));
+        assert!(!ok(HelloSide::Worker, Role::Reader, "", &pn, &wn, &worker));
         let other = ClusterSecret::new(b"another secret, sixteen+").expect("other");
-        assert!(!other.verify_hello_proof(HelloSide::Peer, Role::Reader, &pn, &wn, &peer));
+        assert!(!other.verify_hello_proof(HelloSide::Peer, Role::Reader, "w1", &pn, &wn, &peer));
     }
 
     #[test]

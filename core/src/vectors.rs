@@ -439,16 +439,19 @@ pub const HELLO_VECTOR_SECRET: &[u8] = b"talon conformance cluster secret";
 pub const HELLO_VECTOR_PEER_NONCE: Nonce = *b"peer-nonce-16byt";
 /// The worker's nonce in the Hello vectors.
 pub const HELLO_VECTOR_WORKER_NONCE: Nonce = *b"worker-nonce-16b";
+/// The worker's member id in the Hello vectors.
+pub const HELLO_VECTOR_WORKER_ID: &str = "worker-7";
 
-/// The Hello exchange of a reader, with proofs computed from [`HELLO_VECTOR_SECRET`]
-/// and the two nonces, so another implementation checks its HMACs against them.
+/// The Hello exchange of a reader, with proofs computed from [`HELLO_VECTOR_SECRET`],
+/// the two nonces and [`HELLO_VECTOR_WORKER_ID`], so another implementation checks its
+/// HMACs against them.
 fn hello_frames(v: &mut Vec<Vector>) -> Result<(), Error> {
     let secret = ClusterSecret::new(HELLO_VECTOR_SECRET)?;
     let (peer, worker) = (HELLO_VECTOR_PEER_NONCE, HELLO_VECTOR_WORKER_NONCE);
     frame(
         v,
         "hello_reader",
-        "Hello v1 from a reader (role 1), peer nonce \"peer-nonce-16byt\", request id 1",
+        "Hello v2 from a reader (role 1), peer nonce \"peer-nonce-16byt\", request id 1",
         1,
         Flags::NONE,
         Message::Hello {
@@ -460,22 +463,35 @@ fn hello_frames(v: &mut Vec<Vector>) -> Result<(), Error> {
     frame(
         v,
         "hello_reply",
-        "HelloReply: worker nonce \"worker-nonce-16b\" and the worker proof for secret \"talon conformance cluster secret\"",
+        "HelloReply: worker nonce \"worker-nonce-16b\", the worker proof for secret \"talon conformance cluster secret\" and worker id \"worker-7\"",
         1,
         Flags::NONE,
         Message::HelloReply {
             nonce: worker,
-            proof: secret.hello_proof(HelloSide::Worker, Role::Reader, &peer, &worker),
+            proof: secret.hello_proof(
+                HelloSide::Worker,
+                Role::Reader,
+                HELLO_VECTOR_WORKER_ID,
+                &peer,
+                &worker,
+            ),
+            worker: HELLO_VECTOR_WORKER_ID.to_owned(),
         },
     )?;
     frame(
         v,
         "hello_proof",
-        "HelloProof: the peer proof over the same secret, role and nonces, request id 2",
+        "HelloProof: the peer proof over the same secret, role, nonces and worker id, request id 2",
         2,
         Flags::NONE,
         Message::HelloProof {
-            proof: secret.hello_proof(HelloSide::Peer, Role::Reader, &peer, &worker),
+            proof: secret.hello_proof(
+                HelloSide::Peer,
+                Role::Reader,
+                HELLO_VECTOR_WORKER_ID,
+                &peer,
+                &worker,
+            ),
         },
     )?;
     frame(

@@ -258,7 +258,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                             gw.metrics.read_budget_held(cache.buffered_bytes(None));
                             gw.metrics.fail_open(
                                 cache.fail_open_stats(),
-                                &cache.member_addrs(),
+                                &cache.members(),
                                 &cache.worker_health(),
                             );
                             gw.metrics.hot_reads_spread(cache.hot_reads_spread());

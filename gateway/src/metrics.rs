@@ -206,13 +206,16 @@ impl GatewayMetrics {
     }
 
     /// Records the cache client's fail-open tallies and each worker's circuit (read
-    /// when `/metrics` is served): every member in `members` gets its series (0 until
-    /// it fails a read), and a worker that left the membership loses them, so no
-    /// circuit of a departed worker stays open on a dashboard or in an alert.
+    /// when `/metrics` is served): every member in `members` (`(id, data-plane
+    /// address)`) gets its series (0 until it fails a read), and a worker that left the
+    /// membership loses them, so no circuit of a departed worker stays open on a
+    /// dashboard or in an alert. Series are labelled by worker id, never by address:
+    /// this endpoint is unauthenticated, and the addresses stay behind the
+    /// coordinator's signed API.
     pub fn fail_open(
         &self,
         stats: talon_cache_client::FailOpenStats,
-        members: &[String],
+        members: &[(String, String)],
         workers: &[talon_cache_client::WorkerHealthView],
     ) {
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -232,14 +235,17 @@ impl GatewayMetrics {
         self.circuit_open.clear();
         self.circuit_opened.clear();
         self.deadlines_missed.clear();
-        for addr in members {
-            let label = [("worker", addr.clone())];
+        for (id, _) in members {
+            let label = [("worker", id.clone())];
             self.circuit_open.get_or_create(&label).set(0);
             self.circuit_opened.get_or_create(&label).set(0);
             self.deadlines_missed.get_or_create(&label).set(0);
         }
-        for w in workers.iter().filter(|w| members.contains(&w.addr)) {
-            let label = [("worker", w.addr.clone())];
+        for w in workers {
+            let Some((id, _)) = members.iter().find(|(_, addr)| *addr == w.addr) else {
+                continue;
+            };
+            let label = [("worker", id.clone())];
             let open = w.state != talon_cache_client::CircuitState::Closed;
             self.circuit_open.get_or_create(&label).set(i64::from(open));
             self.circuit_opened
@@ -279,35 +285,38 @@ mod tests {
     }
 
     #[test]
-    fn every_member_has_circuit_series_and_a_departed_worker_has_none() {
+    fn every_member_has_circuit_series_by_id_and_a_departed_worker_has_none() {
         let m = GatewayMetrics::new();
-        let members = vec!["w-a:1".to_owned(), "w-b:1".to_owned()];
+        let members = vec![
+            ("w-a".to_owned(), "10.0.0.1:7000".to_owned()),
+            ("w-b".to_owned(), "10.0.0.2:7000".to_owned()),
+        ];
         let views = [
-            view("w-a:1", CircuitState::Open),
-            view("w-gone:1", CircuitState::Open),
+            view("10.0.0.1:7000", CircuitState::Open),
+            view("10.0.0.9:7000", CircuitState::Open),
         ];
         m.fail_open(FailOpenStats::default(), &members, &views);
         let text = m.render();
         assert!(
-            text.contains("talon_gateway_worker_circuit_open{worker=\"w-a:1\"} 1"),
+            text.contains("talon_gateway_worker_circuit_open{worker=\"w-a\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("talon_gateway_worker_circuit_open{worker=\"w-b:1\"} 0"),
+            text.contains("talon_gateway_worker_circuit_open{worker=\"w-b\"} 0"),
             "{text}"
         );
         assert!(
-            text.contains("talon_gateway_worker_deadlines_missed{worker=\"w-a:1\"} 5"),
+            text.contains("talon_gateway_worker_deadlines_missed{worker=\"w-a\"} 5"),
             "{text}"
         );
-        assert!(!text.contains("w-gone"), "{text}");
+        assert!(!text.contains("10.0.0."), "no address on /metrics: {text}");
 
         // w-a leaves the membership: its open circuit is no longer reported.
         m.fail_open(FailOpenStats::default(), &members[1..], &views);
         let text = m.render();
-        assert!(!text.contains("w-a:1"), "{text}");
+        assert!(!text.contains("w-a"), "{text}");
         assert!(
-            text.contains("talon_gateway_worker_circuit_open{worker=\"w-b:1\"} 0"),
+            text.contains("talon_gateway_worker_circuit_open{worker=\"w-b\"} 0"),
             "{text}"
         );
     }

@@ -626,6 +626,7 @@ async fn when_no_worker_answers_route_cache_reads_the_origin_and_cache_only_refu
     .await;
     let cache = gateway(&cluster, Route::Cache, Backend::S3, Backend::Azure).await;
     let cache_only = gateway(&cluster, Route::CacheOnly, Backend::S3, Backend::Azure).await;
+    let worker_addr = cluster.worker(0).addr.to_string();
     cluster.kill_worker(0);
     let (gets, heads) = (cluster.origin_gets(), cluster.origin_heads());
     // cache-only: the cache or an error, and nothing is asked of the origin.
@@ -657,8 +658,14 @@ async fn when_no_worker_answers_route_cache_reads_the_origin_and_cache_only_refu
     assert!(
         metrics
             .lines()
-            .any(|l| l.starts_with("talon_gateway_worker_circuit_opened{worker=")),
+            .any(|l| l.starts_with("talon_gateway_worker_circuit_opened{worker=\"w")),
         "{metrics}"
+    );
+    // Labelled by worker id: the open /metrics names no data-plane address (red-team
+    // RT-08: they are what a process squatting a dead worker's address needs).
+    assert!(
+        !metrics.contains(&worker_addr),
+        "/metrics names {worker_addr}: {metrics}"
     );
 }
 

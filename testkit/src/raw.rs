@@ -187,9 +187,15 @@ impl RawConnection {
             .unwrap_or_else(|_| panic!("connecting to {what} timed out"))
             .unwrap_or_else(|e| panic!("connecting to {what}: {e}"));
         let _ = stream.set_nodelay(true);
-        talon_cache_client::hello::authenticate(&mut stream, secret, role, Duration::from_secs(5))
-            .await
-            .unwrap_or_else(|e| panic!("Hello with {what}: {e}"));
+        talon_cache_client::hello::authenticate(
+            &mut stream,
+            secret,
+            role,
+            None,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("Hello with {what}: {e}"));
         RawConnection::from_stream(stream)
     }
 

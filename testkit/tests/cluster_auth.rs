@@ -123,7 +123,7 @@ async fn a_wrong_secret_or_a_replayed_hello_is_refused() {
     let mut conn = RawConnection::connect(addr).await;
     let nonce = *b"peer-nonce-00001";
     let worker_nonce = hello(&mut conn, Role::Reader, nonce).await;
-    let proof = other.hello_proof(HelloSide::Peer, Role::Reader, &nonce, &worker_nonce);
+    let proof = other.hello_proof(HelloSide::Peer, Role::Reader, "w0", &nonce, &worker_nonce);
     let mut bytes = Message::HelloProof { proof }.encode(2).unwrap();
     bytes.extend(Message::ReadRange(read(&cluster)).encode(3).unwrap());
     conn.send(&bytes).await.unwrap();
@@ -133,7 +133,7 @@ async fn a_wrong_secret_or_a_replayed_hello_is_refused() {
     let secret = cluster.cluster_secret();
     let mut first = RawConnection::connect(addr).await;
     let worker_nonce = hello(&mut first, Role::Reader, nonce).await;
-    let proof = secret.hello_proof(HelloSide::Peer, Role::Reader, &nonce, &worker_nonce);
+    let proof = secret.hello_proof(HelloSide::Peer, Role::Reader, "w0", &nonce, &worker_nonce);
     let recorded = Message::HelloProof { proof }.encode(2).unwrap();
     first.send(&recorded).await.unwrap();
     assert!(
@@ -153,7 +153,7 @@ async fn a_wrong_secret_or_a_replayed_hello_is_refused() {
     // A proof for one role does not serve another.
     let mut conn = RawConnection::connect(addr).await;
     let worker_nonce = hello(&mut conn, Role::Ingester, nonce).await;
-    let proof = secret.hello_proof(HelloSide::Peer, Role::Reader, &nonce, &worker_nonce);
+    let proof = secret.hello_proof(HelloSide::Peer, Role::Reader, "w0", &nonce, &worker_nonce);
     conn.send(&Message::HelloProof { proof }.encode(2).unwrap())
         .await
         .unwrap();
@@ -206,6 +206,7 @@ async fn a_reader_refuses_a_worker_that_cannot_prove_the_secret() {
         let hello = Message::HelloReply {
             nonce: [7; 16],
             proof: [0xAB; 32],
+            worker: "w0".into(),
         };
         let _ = n;
         sock.write_all(&hello.encode(0).unwrap()).await.unwrap();
@@ -217,6 +218,7 @@ async fn a_reader_refuses_a_worker_that_cannot_prove_the_secret() {
     let secret = ClusterSecret::new(b"the reader's real cluster secret").unwrap();
     let err = talon_cache_client::connection::Connection::connect(
         &talon_cache_client::connection::Endpoint::Tcp(addr.to_string()),
+        "w0",
         Duration::from_secs(5),
         &secret,
         Role::Reader,

@@ -42,6 +42,7 @@ async fn connections_beyond_the_cap_wait_until_one_ends() {
             &mut stream,
             &secret,
             Role::Reader,
+            None,
             Duration::from_secs(20),
         )
         .await

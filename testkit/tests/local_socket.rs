@@ -118,6 +118,7 @@ async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
     let secret = cluster.cluster_secret().clone();
     let conn = Connection::connect(
         &Endpoint::Local(local_socket(&cluster, 0)),
+        "w0",
         Duration::from_secs(5),
         &secret,
         Role::Reader,
@@ -220,6 +221,7 @@ async fn the_local_socket_is_owner_only_and_demands_the_cluster_secret() {
     let wrong = ClusterSecret::new(b"not this cluster's secret at all").unwrap();
     let refused = Connection::connect(
         &Endpoint::Local(path.clone()),
+        "w0",
         Duration::from_secs(5),
         &wrong,
         Role::Reader,
@@ -280,6 +282,7 @@ async fn a_worker_silent_on_its_local_socket_sends_the_piece_to_the_next_worker(
     let owner = cluster.placement().await.locate_top_k(&block, 1)[0]
         .id
         .clone();
+    let owner_id = owner.clone();
     let (owner, other) = {
         let i = cluster.worker_index(&owner);
         (i, 1 - i)
@@ -302,7 +305,14 @@ async fn a_worker_silent_on_its_local_socket_sends_the_piece_to_the_next_worker(
             let worker_nonce = [9u8; 16];
             let reply = Message::HelloReply {
                 nonce: worker_nonce,
-                proof: secret.hello_proof(HelloSide::Worker, role, &nonce, &worker_nonce),
+                proof: secret.hello_proof(
+                    HelloSide::Worker,
+                    role,
+                    &owner_id,
+                    &nonce,
+                    &worker_nonce,
+                ),
+                worker: owner_id.clone(),
             };
             sock.write_all(&reply.encode(0).unwrap()).await.unwrap();
             let Message::HelloProof { .. } = read_frame(&mut sock).await else {

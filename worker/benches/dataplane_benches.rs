@@ -109,6 +109,7 @@ fn serial_reads_on(
             &mut stream,
             &secret(),
             talon_core::cluster_auth::Role::Reader,
+            None,
             Duration::from_secs(5),
         )
         .await

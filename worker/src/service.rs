@@ -165,6 +165,11 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     ));
     let services = Arc::new(Services {
         secret: config.cluster_secret.clone(),
+        worker_id: config
+            .membership
+            .as_ref()
+            .map(|m| m.id.clone())
+            .unwrap_or_default(),
         loader,
         stats,
         metrics,

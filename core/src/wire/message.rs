@@ -386,10 +386,14 @@ pub enum Message {
     HelloReply {
         /// The worker's fresh nonce.
         nonce: Nonce,
-        /// The worker's proof over both nonces and the role.
+        /// The worker's proof over both nonces, the role and its id.
         proof: Proof,
+        /// The worker's member id (empty for a worker outside any membership), at most
+        /// [`MAX_HELLO_WORKER_ID_LEN`](crate::cluster_auth::MAX_HELLO_WORKER_ID_LEN)
+        /// bytes. A peer that dialled a member refuses any other id.
+        worker: String,
     },
-    /// The peer's proof over both nonces and the role.
+    /// The peer's proof over both nonces, the role and the worker's id.
     HelloProof {
         /// The proof.
         proof: Proof,
@@ -556,9 +560,20 @@ impl Message {
                 w.u8(role.as_u8());
                 w.bytes(nonce);
             }
-            Self::HelloReply { nonce, proof } => {
+            Self::HelloReply {
+                nonce,
+                proof,
+                worker,
+            } => {
+                if worker.len() > crate::cluster_auth::MAX_HELLO_WORKER_ID_LEN {
+                    return Err(Error::Malformed {
+                        message_type: MessageType::HelloReply,
+                        reason: "worker id longer than 128 bytes",
+                    });
+                }
                 w.bytes(nonce);
                 w.bytes(proof);
+                w.str(worker, MessageType::HelloReply)?;
             }
             Self::HelloProof { proof } => w.bytes(proof),
             Self::Welcome => {}
@@ -713,10 +728,19 @@ impl Message {
                     nonce: r.array()?,
                 }
             }
-            MessageType::HelloReply => Self::HelloReply {
-                nonce: r.array()?,
-                proof: r.array()?,
-            },
+            MessageType::HelloReply => {
+                let nonce = r.array()?;
+                let proof = r.array()?;
+                let worker = r.string()?;
+                if worker.len() > crate::cluster_auth::MAX_HELLO_WORKER_ID_LEN {
+                    return Err(r.malformed("worker id longer than 128 bytes"));
+                }
+                Self::HelloReply {
+                    nonce,
+                    proof,
+                    worker,
+                }
+            }
             MessageType::HelloProof => Self::HelloProof { proof: r.array()? },
             MessageType::Welcome => Self::Welcome,
             MessageType::Error => {

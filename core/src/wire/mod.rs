@@ -35,10 +35,10 @@
 //! | `0x83` | ReadRangeReply | exactly `len` raw bytes | 1 GiB |
 //! | `0x04` | Ingest | meta length `u16`, meta (block id, object size `u64`, offset in block `u64`), raw bytes to the end | 64 MiB + 8 KiB |
 //! | `0x84` | IngestAck | offset in block `u64`, len `u32` | 12 |
-//! | `0x05` | Hello | Hello version `u8` (1), role `u8` ([`Role`](crate::cluster_auth::Role)), peer nonce 16 bytes | 64 |
-//! | `0x85` | HelloReply | worker nonce 16 bytes, worker proof 32 bytes | 64 |
-//! | `0x06` | HelloProof | peer proof 32 bytes | 64 |
-//! | `0x86` | Welcome | empty | 64 |
+//! | `0x05` | Hello | Hello version `u8` (2), role `u8` ([`Role`](crate::cluster_auth::Role)), peer nonce 16 bytes | 256 |
+//! | `0x85` | HelloReply | worker nonce 16 bytes, worker proof 32 bytes, worker id string (at most 128 bytes; empty outside a membership) | 256 |
+//! | `0x06` | HelloProof | peer proof 32 bytes | 256 |
+//! | `0x86` | Welcome | empty | 256 |
 //! | `0x87` | FileHandoff | offset in block `u64`, len `u32`, from origin `u8` (0/1); one descriptor rides with it (local socket only, below) | 13 |
 //! | `0xFF` | Error | code `u16` ([`ErrorCode`]), message string; ERROR flag set | 4 KiB |
 //!
@@ -60,8 +60,8 @@
 //!
 //! A connection starts with the Hello exchange (the cluster secret's challenge and
 //! response, [`crate::cluster_auth`]): the peer sends Hello, the worker answers
-//! HelloReply with its nonce and proof, the peer sends HelloProof, the worker answers
-//! Welcome. The peer may pipeline requests right after HelloProof. Any other frame
+//! HelloReply with its nonce, its id and its proof, the peer checks that the id is the
+//! worker it dialled and sends HelloProof, the worker answers Welcome. The peer may pipeline requests right after HelloProof. Any other frame
 //! before a verified HelloProof, or a wrong proof, is answered with an Error frame
 //! ([`ErrorCode::Unauthenticated`]) and the connection is closed; a request the peer's
 //! role may not make is answered [`ErrorCode::Forbidden`].
@@ -151,8 +151,8 @@ pub const INGEST_ACK_PAYLOAD: u32 = 12;
 pub const FILE_HANDOFF_PAYLOAD: u32 = 13;
 
 /// Cap on the payloads of the Hello exchange (Hello, HelloReply, HelloProof,
-/// Welcome), in bytes.
-pub const MAX_HELLO_PAYLOAD: u32 = 64;
+/// Welcome), in bytes: a HelloReply's nonce, proof and worker id fit.
+pub const MAX_HELLO_PAYLOAD: u32 = 256;
 
 /// The kind of a frame; requests are `0x01..=0x7F`, replies `0x80..=0xFF`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

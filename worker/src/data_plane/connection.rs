@@ -204,7 +204,8 @@ async fn next_frame<R: SocketReader>(
 }
 
 /// The worker's side of the Hello exchange ([`talon_core::cluster_auth`]): Hello, then
-/// HelloReply with a fresh nonce and the worker's proof, then the peer's HelloProof,
+/// HelloReply with a fresh nonce, the worker's id and its proof (bound to that id),
+/// then the peer's HelloProof (bound to it too),
 /// then Welcome, all before `deadline`. Returns the peer's role and the bytes it sent
 /// after its proof (it may pipeline requests at once). Anything else, a wrong proof or
 /// a late one is answered with an error frame and `None`: the caller closes.
@@ -265,10 +266,12 @@ async fn hello<R: SocketReader, W: SocketWriter>(
         write_all(writer, &reply, false, stall).await?;
         return Ok(None);
     }
-    let proof = secret.hello_proof(HelloSide::Worker, role, &peer_nonce, &worker_nonce);
+    let me = services.worker_id.as_str();
+    let proof = secret.hello_proof(HelloSide::Worker, role, me, &peer_nonce, &worker_nonce);
     let reply = Message::HelloReply {
         nonce: worker_nonce,
         proof,
+        worker: me.to_owned(),
     }
     .encode(id)
     .unwrap_or_default();
@@ -286,8 +289,14 @@ async fn hello<R: SocketReader, W: SocketWriter>(
             header,
             message: Message::HelloProof { proof },
         })) => {
-            if secret.verify_hello_proof(HelloSide::Peer, role, &peer_nonce, &worker_nonce, &proof)
-            {
+            if secret.verify_hello_proof(
+                HelloSide::Peer,
+                role,
+                me,
+                &peer_nonce,
+                &worker_nonce,
+                &proof,
+            ) {
                 let welcome = Message::Welcome
                     .encode(header.request_id())
                     .unwrap_or_default();

@@ -25,6 +25,9 @@ use crate::origins::StatCache;
 pub struct Services {
     /// The cluster secret every peer proves it knows in the Hello exchange.
     pub secret: ClusterSecret,
+    /// This worker's member id, named in its HelloReply and bound into both Hello
+    /// proofs (empty for a standalone worker).
+    pub worker_id: String,
     /// The miss path and the block store.
     pub loader: Arc<Loader>,
     /// Object metadata.

@@ -1021,7 +1021,9 @@ impl BlockStore {
         lock(&self.inner).blocks.get(&id.storage_name()).cloned()
     }
 
-    /// Evicts until `extra` more bytes fit; returns whether they do.
+    /// Evicts until `extra` more bytes fit; returns whether they do. Evicts nothing when
+    /// the fills in flight have reserved so much that even an empty cache would not fit
+    /// `extra` more (eviction cannot lower a reservation).
     fn evict_until_fits(&self, extra: u64) -> bool {
         let mut victims = Vec::new();
         let fits = {
@@ -1029,6 +1031,9 @@ impl BlockStore {
             loop {
                 if inner.used + inner.reserved + extra <= self.capacity {
                     break true;
+                }
+                if inner.reserved + extra > self.capacity {
+                    break false;
                 }
                 if !self.evict_victim(&mut inner, &mut victims) {
                     break false;
@@ -1165,7 +1170,12 @@ impl BlockStore {
                 return Err(e);
             }
         };
-        let added = {
+        let identity = block.file.metadata().ok().map(|m| FileIdentity::of(&m));
+        {
+            // The block's cost and the store's count change in one critical section
+            // (the store's lock, then the block's: the order eviction takes them), so
+            // an eviction sees either none of this commit or all of it.
+            let mut inner = lock(&self.inner);
             let mut st = lock(&block.state);
             st.writers -= 1;
             if st.evicted {
@@ -1185,13 +1195,9 @@ impl BlockStore {
                 added += self.block_overhead(block.pages);
             }
             st.cost += added;
-            st.identity = block.file.metadata().ok().map(|m| FileIdentity::of(&m));
-            added
-        };
-        {
-            let mut inner = lock(&self.inner);
+            st.identity = identity;
             inner.add_used(block.pinned(), added);
-            inner.policy.resize(&block.name, lock(&block.state).cost);
+            inner.policy.resize(&block.name, st.cost);
         }
         drop(reservation);
         block.persist_meta()
@@ -1203,86 +1209,150 @@ impl BlockStore {
     /// refetched, as a corrupt one is). Returns whether all of `pages` are still
     /// present.
     ///
+    /// Safe against other readers verifying the same pages at once: a page another
+    /// reader has verified meanwhile (and may be sending) is never dropped for this
+    /// reader's failed read-back, nor is one refilled meanwhile; the hole is punched
+    /// only over pages this call dropped, while they are still marked present (so no
+    /// fill writes them during the punch).
+    ///
     /// # Errors
     /// Writing the block's metadata after dropping pages.
     pub fn verify(&self, block: &Block, pages: Range<u32>) -> Result<bool> {
-        let current = block.file.metadata().map(|m| FileIdentity::of(&m)).ok();
-        let to_check: Vec<(u32, u32)> = {
-            let mut st = lock(&block.state);
-            if st.writers == 0 && current.is_some() && st.identity != current {
-                if st.identity.is_some() {
-                    tracing::warn!(block = %block.name, "block file changed behind the worker; re-verifying");
-                }
-                st.verified = PresentBitmap::new(block.pages)?;
-                st.identity = current;
-            }
-            pages
-                .clone()
-                .filter(|&p| {
-                    st.present.is_present(p).unwrap_or(false)
-                        && !st.verified.is_present(p).unwrap_or(true)
-                })
-                .map(|p| (p, st.checksums[p as usize]))
-                .collect()
-        };
-        let mut bad = Vec::new();
-        let mut good = Vec::new();
-        let mut unreadable = 0u64;
-        let mut buf = Vec::new();
-        for (page, expected) in to_check {
-            let r = block.page_bytes(page);
-            buf.resize((r.end - r.start) as usize, 0);
-            let read = crate::read_faults::page_read()
-                .and_then(|()| block.file.read_exact_at(&mut buf, r.start));
-            let ok = match read {
-                Ok(()) => page_checksum(&buf) == expected,
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
-                Err(e) => {
-                    tracing::warn!(block = %block.name, page, error = %e, "a cached page could not be read back; dropping it to refetch");
-                    unreadable += 1;
-                    false
-                }
-            };
-            if ok { good.push(page) } else { bad.push(page) }
-        }
-        let freed = {
-            let mut st = lock(&block.state);
-            for p in good {
-                let _ = st.verified.set(p);
-            }
-            let mut freed = 0;
-            for &p in &bad {
-                if st.present.is_present(p).unwrap_or(false) {
-                    let _ = st.present.clear(p);
-                    st.checksums[p as usize] = 0;
-                    freed += self.page_cost(block, p..p + 1);
-                }
-            }
-            st.cost = st.cost.saturating_sub(freed);
-            freed
-        };
-        for &p in &bad {
-            // Give the space back: the bytes were counted out of the budget above.
-            let r = block.page_bytes(p);
-            let _ = rustix::fs::fallocate(
-                &block.file,
-                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
-                r.start,
-                r.end - r.start,
-            );
-        }
-        if !bad.is_empty() {
-            tracing::warn!(block = %block.name, pages = ?bad, "dropped pages that failed their checksum or a read; they will be refetched");
-            let mut inner = lock(&self.inner);
-            inner.sub_used(block.pinned(), freed);
-            inner.corrupt_pages += bad.len() as u64 - unreadable;
-            inner.unreadable_pages += unreadable;
-            inner.policy.resize(&block.name, lock(&block.state).cost);
-            drop(inner);
-            block.persist_meta()?;
+        let to_check = Self::unverified_pages(block, pages.clone());
+        if !to_check.is_empty() {
+            let checked = Self::check_pages(block, to_check);
+            self.settle_checks(block, &checked)?;
         }
         Ok(block.all_present(pages))
     }
+
+    /// The present, not yet verified pages of `pages`, with the checksums to check
+    /// them against. A block file whose identity changed since this process last saw
+    /// it (replaced or rewritten behind the worker's back) has all its pages to check.
+    fn unverified_pages(block: &Block, pages: Range<u32>) -> Vec<(u32, u32)> {
+        let current = block.file.metadata().map(|m| FileIdentity::of(&m)).ok();
+        let mut st = lock(&block.state);
+        if st.writers == 0 && current.is_some() && st.identity != current {
+            if st.identity.is_some() {
+                tracing::warn!(block = %block.name, "block file changed behind the worker; re-verifying");
+            }
+            if let Ok(none) = PresentBitmap::new(block.pages) {
+                st.verified = none;
+            }
+            st.identity = current;
+        }
+        pages
+            .filter(|&p| {
+                st.present.is_present(p).unwrap_or(false)
+                    && !st.verified.is_present(p).unwrap_or(true)
+            })
+            .map(|p| (p, st.checksums[p as usize]))
+            .collect()
+    }
+
+    /// Reads each page back from the block file (no lock held) and checks it.
+    fn check_pages(block: &Block, to_check: Vec<(u32, u32)>) -> Vec<PageCheck> {
+        let mut buf = Vec::new();
+        to_check
+            .into_iter()
+            .map(|(page, expected)| {
+                let r = block.page_bytes(page);
+                buf.resize((r.end - r.start) as usize, 0);
+                let read = crate::read_faults::page_read()
+                    .and_then(|()| block.file.read_exact_at(&mut buf, r.start));
+                let outcome = match read {
+                    Ok(()) if page_checksum(&buf) == expected => PageOutcome::Good,
+                    Ok(()) => PageOutcome::Corrupt,
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => PageOutcome::Corrupt,
+                    Err(e) => {
+                        tracing::warn!(block = %block.name, page, error = %e, "a cached page could not be read back");
+                        PageOutcome::Unreadable
+                    }
+                };
+                PageCheck {
+                    page,
+                    expected,
+                    outcome,
+                }
+            })
+            .collect()
+    }
+
+    /// Applies what `checked` found: good pages are marked verified; a bad one is
+    /// dropped (its hole punched, its bytes off the budget) unless it changed since it
+    /// was checked — verified by another reader, refilled, or already dropped. The
+    /// page's cost and the store's count change in one critical section (the store's
+    /// lock, then the block's: the order eviction takes them).
+    fn settle_checks(&self, block: &Block, checked: &[PageCheck]) -> Result<()> {
+        let mut dropped = Vec::new();
+        let (mut corrupt, mut unreadable) = (0u64, 0u64);
+        {
+            let mut inner = lock(&self.inner);
+            let mut st = lock(&block.state);
+            let mut freed = 0;
+            for check in checked {
+                let p = check.page;
+                let unchanged = st.present.is_present(p).unwrap_or(false)
+                    && !st.verified.is_present(p).unwrap_or(true)
+                    && st.checksums[p as usize] == check.expected;
+                if !unchanged {
+                    continue;
+                }
+                if check.outcome == PageOutcome::Good {
+                    let _ = st.verified.set(p);
+                    continue;
+                }
+                // Punched while still present: no fill writes a present page.
+                let r = block.page_bytes(p);
+                let _ = rustix::fs::fallocate(
+                    &block.file,
+                    rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                    r.start,
+                    r.end - r.start,
+                );
+                let _ = st.present.clear(p);
+                st.checksums[p as usize] = 0;
+                freed += self.page_cost(block, p..p + 1);
+                dropped.push(p);
+                match check.outcome {
+                    PageOutcome::Unreadable => unreadable += 1,
+                    _ => corrupt += 1,
+                }
+            }
+            if dropped.is_empty() {
+                return Ok(());
+            }
+            st.cost = st.cost.saturating_sub(freed);
+            if !st.evicted {
+                inner.sub_used(block.pinned(), freed);
+                inner.policy.resize(&block.name, st.cost);
+            }
+            inner.corrupt_pages += corrupt;
+            inner.unreadable_pages += unreadable;
+        }
+        tracing::warn!(block = %block.name, pages = ?dropped, "dropped pages that failed their checksum or a read; they will be refetched");
+        block.persist_meta()
+    }
+}
+
+/// What reading one page back found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PageOutcome {
+    /// Its bytes match its checksum.
+    Good,
+    /// They do not, or the file is too short.
+    Corrupt,
+    /// The read failed (a failing disk).
+    Unreadable,
+}
+
+/// One page read back by [`BlockStore::verify`], and the checksum it was checked
+/// against.
+#[derive(Debug, Clone, Copy)]
+struct PageCheck {
+    page: u32,
+    expected: u32,
+    outcome: PageOutcome,
 }
 
 #[cfg(test)]
@@ -1408,6 +1478,158 @@ mod tests {
         let st = lock(&block.state);
         assert!(st.present.is_present(0).unwrap() && st.present.is_present(2).unwrap());
         assert!(!st.present.is_present(1).unwrap() && !st.present.is_present(3).unwrap());
+    }
+
+    /// The read review's RP-06: readers A and B verify the same unverified page at
+    /// once. B's read-back succeeds, so the page is verified and B sends it; A's
+    /// read-back failed (EIO from a flaky disk). A's failure must not drop the page B
+    /// verified, nor punch a hole under B's `sendfile` (zeros under a success header).
+    #[test]
+    fn a_failed_read_back_never_drops_a_page_another_reader_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = block_id("k");
+        let data = {
+            let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+            let block = store.get_or_create(&id, 4 * PAGE).unwrap();
+            fill(&store, &block, 0..2, 5)
+        };
+        // Reopened: the pages are present and not verified by this process.
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+        let block = store.get(&id).unwrap();
+        let used = store.stats().used_bytes;
+        // A takes the page to check and reads it back...
+        let a = BlockStore::unverified_pages(&block, 0..1);
+        assert_eq!(a.len(), 1);
+        // ... meanwhile B verifies it (and would now send it) ...
+        assert!(store.verify(&block, 0..1).unwrap());
+        // ... and A's read-back failed.
+        let failed = PageCheck {
+            page: a[0].0,
+            expected: a[0].1,
+            outcome: PageOutcome::Unreadable,
+        };
+        store.settle_checks(&block, &[failed]).unwrap();
+        assert!(block.all_present(0..2), "B's verified page was dropped");
+        assert_eq!(
+            read(&block, 0..PAGE),
+            data[..PAGE as usize],
+            "punched under B"
+        );
+        let stats = store.stats();
+        assert_eq!((stats.unreadable_pages, stats.used_bytes), (0, used));
+
+        // A page nobody verified is still dropped on a failed read-back, and refilled.
+        let b = BlockStore::unverified_pages(&block, 1..2);
+        let failed = PageCheck {
+            page: b[0].0,
+            expected: b[0].1,
+            outcome: PageOutcome::Unreadable,
+        };
+        store.settle_checks(&block, &[failed]).unwrap();
+        assert!(!block.all_present(1..2));
+        assert_eq!(store.stats().unreadable_pages, 1);
+        assert_eq!(store.stats().used_bytes, used - PAGE);
+    }
+
+    /// The read review's RP-04: the store's count of bytes in use (and of pinned ones)
+    /// always equals the sum of its blocks' costs, whatever fills, verifications, pin
+    /// changes and evictions race. Eight threads churn a store that holds a few blocks
+    /// at a time; the counts are then checked against the blocks.
+    #[test]
+    fn the_bytes_counted_equal_the_blocks_after_racing_fills_and_evictions() {
+        let dir = tempfile::tempdir().unwrap();
+        let per_block = 4 * PAGE
+            + BlockStore::open(dir.path(), PAGE, 1)
+                .unwrap()
+                .block_overhead(4);
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 3 * per_block).unwrap());
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let mut n = t;
+                    for round in 0..400u64 {
+                        n = n
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let key = format!("k{}", (n >> 33) % 12);
+                        if t == 7 && round % 10 == 0 {
+                            let pins = if round % 20 == 0 {
+                                vec!["s3/b/k1".into()]
+                            } else {
+                                vec![]
+                            };
+                            store.set_cluster_pins(&pins);
+                        }
+                        let Ok(block) = store.get_or_create(&block_id(&key), 4 * PAGE) else {
+                            continue;
+                        };
+                        let first = ((n >> 40) % 4) as u32;
+                        if let Some(res) = store.reserve(&block, first..first + 1) {
+                            let data = pattern(PAGE as usize, first as u8);
+                            let _ = store.commit_fill(&block, first..first + 1, &data, res);
+                        }
+                        let _ = store.verify(&block, 0..4);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let inner = lock(&store.inner);
+        let (mut used, mut pinned) = (0, 0);
+        for block in inner.blocks.values() {
+            let cost = lock(&block.state).cost;
+            used += cost;
+            if block.pinned() {
+                pinned += cost;
+            }
+        }
+        assert!(inner.evictions > 0, "the churn evicted");
+        assert_eq!((inner.used, inner.pinned_used), (used, pinned));
+    }
+
+    /// The read review's RP-08: a fill that cannot fit because of other fills'
+    /// reservations (not cached blocks) is refused without evicting anything.
+    #[test]
+    fn a_reservation_that_cannot_fit_beside_the_others_evicts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let per_block = 4 * PAGE
+            + BlockStore::open(dir.path(), PAGE, 1)
+                .unwrap()
+                .block_overhead(4);
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 4 * per_block).unwrap());
+        let cached = store.get_or_create(&block_id("a"), 4 * PAGE).unwrap();
+        fill(&store, &cached, 0..4, 1);
+        // Three fills in flight hold the rest of the budget.
+        let held: Vec<Reservation> = ["c", "d", "e"]
+            .iter()
+            .map(|key| {
+                let block = store.get_or_create(&block_id(key), 4 * PAGE).unwrap();
+                store
+                    .reserve(&block, 0..4)
+                    .expect("fits beside the cached block")
+            })
+            .collect();
+        // A fill of a block twice the size: it would not fit beside them even in an
+        // empty cache, so evicting the cached block would gain nothing.
+        let big_id = BlockId::new(
+            ObjectId::s3("b", "big").unwrap(),
+            ObjectVersion::new("\"v1\"").unwrap(),
+            0,
+            8 * PAGE,
+        )
+        .unwrap();
+        let big = store.get_or_create(&big_id, 8 * PAGE).unwrap();
+        assert!(store.reserve(&big, 0..8).is_none());
+        assert_eq!(
+            store.stats().evictions,
+            0,
+            "a block was evicted for nothing"
+        );
+        assert!(cached.all_present(0..4) && store.get(&block_id("a")).is_some());
+        drop(held);
     }
 
     #[test]

@@ -304,6 +304,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| args.data_dir.join(".talon-cache"));
     let mut workers = Vec::new();
+    let open_files_share = talon_worker::descriptors::open_files_limit()
+        .map(|limit| limit / (args.workers.max(1) as u64 + 1));
     for i in 0..args.workers.max(1) {
         let worker = talon_worker::start(WorkerConfig {
             pins: Default::default(),
@@ -323,6 +325,9 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             negative_stat_ttl: Duration::from_millis(500),
             loader: LoaderConfig::default(),
             data_plane: DataPlaneConfig::default(),
+            // The workers share this process's descriptors with the gateway, the
+            // coordinator and the origin: each takes an equal share.
+            open_files: open_files_share,
             membership: Some(MembershipConfig {
                 coordinator_url: coordinator.url(),
                 id: format!("w{i}"),

@@ -59,6 +59,7 @@ async fn worker(stub: &RunningStub, dir: &std::path::Path) -> RunningWorker {
         membership: None,
         local_socket: None,
         cluster_secret: secret(),
+        open_files: None,
     })
     .await
     .unwrap_or_else(|e| panic!("worker: {e}"))

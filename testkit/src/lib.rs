@@ -315,6 +315,7 @@ impl Cluster {
                 ..DataPlaneConfig::default()
             },
             cluster_secret: self.cluster_secret().clone(),
+            open_files: None,
             local_socket: self
                 .config
                 .local_sockets
@@ -969,7 +970,21 @@ impl WorkerProcess {
     /// # Panics
     /// When the binary is missing or the process does not become ready in 20 s.
     pub async fn start(cluster: &Cluster, id: &str, cache_dir: &Path) -> WorkerProcess {
-        WorkerProcess::start_with(cluster, id, cache_dir, &[], &[], false).await
+        WorkerProcess::start_with(cluster, id, cache_dir, &[], &[], false, None).await
+    }
+
+    /// [`WorkerProcess::start_logged`] under an open-files limit of `open_files` (soft
+    /// and hard, set by util-linux's `prlimit` before the binary runs).
+    ///
+    /// # Panics
+    /// As [`WorkerProcess::start`]; when `/usr/bin/prlimit` is missing.
+    pub async fn start_limited(
+        cluster: &Cluster,
+        id: &str,
+        cache_dir: &Path,
+        open_files: u64,
+    ) -> WorkerProcess {
+        WorkerProcess::start_with(cluster, id, cache_dir, &[], &[], true, Some(open_files)).await
     }
 
     /// [`WorkerProcess::start`] with more arguments and environment variables, and
@@ -985,7 +1000,7 @@ impl WorkerProcess {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> WorkerProcess {
-        WorkerProcess::start_with(cluster, id, cache_dir, args, env, true).await
+        WorkerProcess::start_with(cluster, id, cache_dir, args, env, true, None).await
     }
 
     /// Where [`WorkerProcess::start_logged`] writes the process's log.
@@ -1005,13 +1020,26 @@ impl WorkerProcess {
         args: &[&str],
         env: &[(&str, &str)],
         logged: bool,
+        open_files: Option<u64>,
     ) -> WorkerProcess {
         let binary = worker_binary();
         let config = cluster.config();
         std::fs::create_dir_all(cache_dir).unwrap_or_else(|e| panic!("cache folder: {e}"));
         let ready = cache_dir.with_extension("ready.json");
         let _ = std::fs::remove_file(&ready);
-        let mut cmd = Command::new(&binary);
+        let mut cmd = match open_files {
+            Some(n) => {
+                let prlimit = Path::new("/usr/bin/prlimit");
+                assert!(
+                    prlimit.exists(),
+                    "prlimit is required: apt-get install util-linux"
+                );
+                let mut cmd = Command::new(prlimit);
+                cmd.arg(format!("--nofile={n}:{n}")).arg("--").arg(&binary);
+                cmd
+            }
+            None => Command::new(&binary),
+        };
         cmd.env_clear()
             .env("TALON_LOG", "warn")
             .env("TALON_CLUSTER_SECRET", &cluster.secret_text)

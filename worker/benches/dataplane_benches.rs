@@ -86,6 +86,7 @@ fn serial_reads_on(
             membership: None,
             local_socket: None,
             cluster_secret: secret(),
+            open_files: None,
         })
         .await
         .expect("worker");

@@ -640,6 +640,22 @@ impl BlockStore {
         capacity: u64,
         pins: Pins,
     ) -> Result<BlockStore> {
+        BlockStore::open_capped(cache_dir, page_size, capacity, pins, DEFAULT_MAX_BLOCKS)
+    }
+
+    /// [`open_pinned`](Self::open_pinned) holding at most `max_blocks` blocks (open
+    /// files) at once, the blocks found on disk included: past it, the index rebuilt
+    /// at start evicts (the descriptor budget, [`crate::descriptors`]).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_capped(
+        cache_dir: &Path,
+        page_size: u64,
+        capacity: u64,
+        pins: Pins,
+        max_blocks: usize,
+    ) -> Result<BlockStore> {
         if page_size == 0 || !page_size.is_power_of_two() {
             return Err(WorkerError::InvalidRequest(format!(
                 "page size {page_size} must be a power of two"
@@ -655,7 +671,7 @@ impl BlockStore {
             dir,
             page_size,
             capacity,
-            max_blocks: DEFAULT_MAX_BLOCKS,
+            max_blocks: max_blocks.max(1),
             alloc_unit,
             pins,
             inner: Mutex::new(Inner {
@@ -769,6 +785,16 @@ impl BlockStore {
                     inner.policy.insert(name.clone(), cost);
                     inner.blocks.insert(name.clone(), Arc::new(block));
                     loaded += 1;
+                    // More blocks on disk than descriptors for them: the cap holds
+                    // from the start.
+                    let mut victims = Vec::new();
+                    while inner.blocks.len() > self.max_blocks {
+                        if !self.evict_victim(&mut inner, &mut victims) {
+                            break;
+                        }
+                    }
+                    drop(inner);
+                    Self::remove_files(victims);
                 }
                 Err(e) => {
                     tracing::warn!(block = %name, error = %e, "discarding unreadable cached block");

@@ -284,6 +284,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         pins: crate::block_store::Pins::new(args.pin.clone(), args.pin_share, args.capacity),
         local_socket,
         cluster_secret,
+        open_files: None,
         listen: args.listen,
         admin_listen,
         cache_dir: args.cache_dir.clone(),

@@ -54,6 +54,12 @@ impl WorkerError {
         WorkerError::Io { context, source }
     }
 
+    /// Whether this is the process (or the system) running out of open files.
+    pub fn is_out_of_descriptors(&self) -> bool {
+        matches!(self, WorkerError::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)))
+    }
+
     /// Whether this is an I/O error that timed out (a peer too slow).
     pub fn is_timeout(&self) -> bool {
         matches!(self, WorkerError::Io { source, .. } if source.kind() == io::ErrorKind::TimedOut)

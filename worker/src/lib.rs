@@ -4,7 +4,8 @@
 //! pages, checksums, one global byte budget with [`eviction`]), the miss path
 //! ([`loader`]: origin fetches pinned to a version, single-flight, readahead, bounded and
 //! retried), object metadata with a TTL ([`origins`]), the data plane ([`data_plane`]:
-//! Layer 1 on io_uring rings or on Tokio; Layer 2 zero-copy in [`zero_copy`]), and its
+//! Layer 1 on io_uring rings or on Tokio; Layer 2 zero-copy in [`zero_copy`]), how many
+//! blocks and connections fit under the open-files limit ([`descriptors`]), and its
 //! [`metrics`].
 //!
 //! It does not own placement (the coordinator decides which worker owns a block and the
@@ -15,6 +16,7 @@ pub mod block_store;
 pub mod cli;
 pub mod crash_points;
 pub mod data_plane;
+pub mod descriptors;
 pub mod error;
 pub mod eviction;
 pub mod loader;

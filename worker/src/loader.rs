@@ -213,6 +213,12 @@ impl Loader {
     pub async fn prepare(&self, req: &ReadRangeRequest) -> Result<Prepared> {
         let mut block = match self.block_for(req).await {
             Ok(block) => block,
+            // Out of descriptors: not the disk's fault (the descriptor budget should
+            // prevent it; something else in the process holds them).
+            Err(e @ WorkerError::Io { .. }) if e.is_out_of_descriptors() => {
+                tracing::warn!(error = %e, "out of open files for a new block; serving the read from the origin");
+                return self.uncached(req, "no_descriptors").await;
+            }
             // The cache disk refuses a new block file (full, failing, its folder
             // removed): the read is served from the origin rather than failed.
             Err(e @ WorkerError::Io { .. }) => {

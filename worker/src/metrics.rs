@@ -17,7 +17,7 @@ use crate::origins::StatOriginRequests;
 const DISK_OPS: [&str; 3] = ["create", "store", "read"];
 
 /// The `reason` labels of `talon_worker_pass_through_total`.
-const PASS_THROUGH_REASONS: [&str; 2] = ["no_room", "disk_error"];
+const PASS_THROUGH_REASONS: [&str; 3] = ["no_room", "disk_error", "no_descriptors"];
 
 /// Every metric of a worker.
 #[derive(Debug)]
@@ -212,7 +212,8 @@ impl WorkerMetrics {
             r.register(
                 "pass_through",
                 "Reads answered from the origin without caching (label reason: no_room, \
-                 the byte budget; disk_error, the cache disk failed)",
+                 the byte budget; disk_error, the cache disk failed; no_descriptors, the \
+                 process is out of open files)",
                 m.pass_through.clone(),
             );
         }
@@ -240,8 +241,8 @@ impl WorkerMetrics {
             .inc();
     }
 
-    /// Counts a read answered from the origin without caching (`reason`: `no_room` or
-    /// `disk_error`).
+    /// Counts a read answered from the origin without caching (`reason`: `no_room`,
+    /// `disk_error` or `no_descriptors`).
     pub fn pass_through(&self, reason: &str) {
         self.pass_through
             .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])

@@ -20,8 +20,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::block_store::{BlockStore, Pins};
+use crate::block_store::{BlockStore, DEFAULT_MAX_BLOCKS, Pins};
 use crate::data_plane::{self, DataPlaneConfig, PlaneKind, Services};
+use crate::descriptors::DescriptorBudget;
 use crate::error::{Result, WorkerError};
 use crate::loader::{Loader, LoaderConfig};
 use crate::metrics::WorkerMetrics;
@@ -78,6 +79,10 @@ pub struct WorkerConfig {
     /// The cluster secret: data-plane peers prove they know it in the Hello exchange,
     /// and the worker signs its coordinator calls with it.
     pub cluster_secret: ClusterSecret,
+    /// Open descriptors this worker may use, which bounds its blocks and connections
+    /// ([`crate::descriptors`]); `None`: the process's open-files limit (a process that
+    /// runs several workers gives each its share).
+    pub open_files: Option<u64>,
 }
 
 /// A running worker.
@@ -138,16 +143,50 @@ impl RunningWorker {
 ///
 /// # Errors
 /// The store cannot be opened or a listener cannot bind.
-pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
+pub async fn start(mut config: WorkerConfig) -> Result<RunningWorker> {
+    let max_blocks = match config
+        .open_files
+        .or_else(crate::descriptors::open_files_limit)
+    {
+        Some(limit) => {
+            let planes = 1 + usize::from(config.local_socket.is_some());
+            let budget = DescriptorBudget::plan(
+                limit,
+                DEFAULT_MAX_BLOCKS,
+                config.data_plane.max_connections,
+                planes,
+                config.loader.max_origin_requests,
+            )?;
+            if budget.max_connections < config.data_plane.max_connections {
+                tracing::warn!(
+                    limit,
+                    wanted = config.data_plane.max_connections,
+                    max_connections = budget.max_connections,
+                    "the open-files limit caps the data plane's connections; raise it for more"
+                );
+            }
+            tracing::info!(
+                limit,
+                max_blocks = budget.max_blocks,
+                max_connections = budget.max_connections,
+                "descriptor budget"
+            );
+            config.data_plane.max_connections = budget.max_connections;
+            budget.max_blocks
+        }
+        None => DEFAULT_MAX_BLOCKS,
+    };
     let (dir, page, cap, pins) = (
         config.cache_dir.clone(),
         config.page_size,
         config.capacity_bytes,
         config.pins.clone(),
     );
-    let store = tokio::task::spawn_blocking(move || BlockStore::open_pinned(&dir, page, cap, pins))
-        .await
-        .map_err(|e| WorkerError::Unavailable(format!("opening the store failed: {e}")))??;
+    let store = tokio::task::spawn_blocking(move || {
+        BlockStore::open_capped(&dir, page, cap, pins, max_blocks)
+    })
+    .await
+    .map_err(|e| WorkerError::Unavailable(format!("opening the store failed: {e}")))??;
     let store = Arc::new(store);
     let metrics = Arc::new(WorkerMetrics::new());
     let origins = Arc::new(config.origins.clone());
@@ -392,9 +431,10 @@ async fn admin(
 }
 
 /// Raises this process's open-files soft limit to its hard limit and returns the limit
-/// now in force (`None` when unlimited or unknown). A worker keeps one descriptor open
-/// per cached block and two per connection, so a default soft limit of 1,024 would cap
-/// it far below its byte budget. Failure is logged, not fatal.
+/// now in force (`None` when unlimited or unknown). A worker keeps up to two descriptors
+/// open per cached block and three per connection ([`crate::descriptors`]), so a
+/// default soft limit of 1,024 would cap it far below its byte budget. Failure is
+/// logged, not fatal.
 pub fn raise_open_files_limit() -> Option<u64> {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);

@@ -115,6 +115,7 @@ pub async fn serve<L: TokioListener>(
     let limit = Arc::new(Semaphore::new(config.max_connections.max(1)));
     let config = Arc::new(config);
     let mut connections = tokio::task::JoinSet::new();
+    let mut last_warned: Option<std::time::Instant> = None;
     loop {
         let permit = tokio::select! {
             _ = shutdown.changed() => break,
@@ -125,7 +126,13 @@ pub async fn serve<L: TokioListener>(
             a = listener.accept_one() => match a {
                 Ok(a) => a,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    // Out of descriptors, for example: let connections end first, and
+                    // say so at most once a second (it spun and flooded the log).
+                    if last_warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                        tracing::warn!(error = %e, "accept failed");
+                        last_warned = Some(std::time::Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
             },

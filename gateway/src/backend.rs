@@ -15,7 +15,7 @@ use talon_protocols::answer::Failure;
 use talon_protocols::answer::header;
 use talon_protocols::azure::request::AzureOperation;
 use talon_protocols::azure::xml::BlockListItem;
-use talon_protocols::block_staging::is_staging_key;
+use talon_protocols::block_staging::{STAGING_PREFIX, is_staging_key};
 use talon_protocols::conditional::DeleteConditions;
 use talon_protocols::origin::{BucketSummary, ForwardRequest, ListOptions, OriginBody};
 use talon_protocols::s3::request::S3Operation;
@@ -186,6 +186,24 @@ fn method_of(op: S3Operation) -> Method {
 }
 
 /// Azure operations the gateway relays to an Azure origin as they are.
+/// Refuses the keys a gateway keeps for itself: the blocks Azure clients staged at an
+/// S3 origin, and their block lists ([`talon_protocols::block_staging`]). Listings
+/// leave them out; no other operation of either front may read, write or delete them
+/// (the red-team review's RT-10: a read-only SAS read other writers' uncommitted
+/// blocks). Every operation that names a key calls this first.
+fn reachable(keys: &[&str]) -> Result<(), Error> {
+    match keys.iter().find(|key| is_staging_key(key)) {
+        Some(key) => Err(Error::new(
+            ErrorKind::AccessDenied,
+            format!(
+                "{key:?} is under {STAGING_PREFIX}, which this gateway keeps for the blocks \
+                 Azure clients stage: no request may name it"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn relayed_to_azure(op: AzureOperation) -> bool {
     use AzureOperation::*;
     matches!(
@@ -380,6 +398,7 @@ impl ObjectBackend for GatewayBackend {
     }
 
     async fn read(&self, read: ReadSpec<'_>) -> Result<ObjectRead, Failure> {
+        reachable(&[read.object.key])?;
         let done = self
             .gw
             .objects
@@ -418,6 +437,7 @@ impl ObjectBackend for GatewayBackend {
     /// its multipart boundaries); an Azure origin has no parts, so part 1 is the whole
     /// blob. The part's bytes are then read through the route like any range.
     async fn part(&self, object: Target<'_>, number: u32) -> Result<PartBounds, Failure> {
+        reachable(&[object.key])?;
         let unsatisfiable = || {
             Error::new(
                 ErrorKind::InvalidPartNumber,
@@ -487,6 +507,7 @@ impl ObjectBackend for GatewayBackend {
         upload: Upload,
         write: WriteSpec,
     ) -> Result<Written, Failure> {
+        reachable(&[object.key])?;
         let Target { bucket, key } = object;
         let len = upload.stream.required_len()?;
         let mut headers = origin_write_headers(self.origin, &write);
@@ -559,6 +580,7 @@ impl ObjectBackend for GatewayBackend {
         must_exist: bool,
         conditions: &DeleteConditions,
     ) -> Result<(), Failure> {
+        reachable(&[object.key])?;
         let client = self.client()?;
         if must_exist && self.origin == Backend::S3 {
             // S3 deletes a missing key without complaint: ask first.
@@ -638,6 +660,7 @@ impl ObjectBackend for GatewayBackend {
     /// CopyObject over an Azure origin and Copy Blob over either ([`copies`]); the new
     /// object's blocks are keyed by its own version, so no cached block can answer for it.
     async fn copy(&self, to: Target<'_>, copy: CopySpec<'_>) -> Result<Copied, Failure> {
+        reachable(&[to.key, copy.from.key])?;
         let done = copies::copy(self.client()?, self.origin, to, &copy).await?;
         self.gw.objects.wrote(self.origin, to.bucket, to.key);
         Ok(Copied {
@@ -651,6 +674,7 @@ impl ObjectBackend for GatewayBackend {
     /// GetObjectAttributes over an Azure origin (an S3 origin is relayed): the blob's
     /// properties, and no parts (a blob's blocks are not S3's parts).
     async fn object_attributes(&self, object: Target<'_>) -> Result<ObjectAttributes, Failure> {
+        reachable(&[object.key])?;
         let info = self.client()?.head(object.bucket, object.key).await?;
         Ok(ObjectAttributes {
             info,
@@ -659,6 +683,7 @@ impl ObjectBackend for GatewayBackend {
     }
 
     async fn create_upload(&self, object: Target<'_>, write: WriteSpec) -> Result<String, Failure> {
+        reachable(&[object.key])?;
         let client = self.azure_origin_for("CreateMultipartUpload")?;
         Ok(multipart_over_azure::create(client, object, &write).await?)
     }
@@ -670,6 +695,7 @@ impl ObjectBackend for GatewayBackend {
         number: u32,
         upload: Upload,
     ) -> Result<Written, Failure> {
+        reachable(&[object.key])?;
         let client = self.azure_origin_for("UploadPart")?;
         let len = upload.stream.announced().unwrap_or(0);
         let written =
@@ -685,6 +711,7 @@ impl ObjectBackend for GatewayBackend {
         parts: Vec<(u32, String)>,
         conditions: &talon_protocols::conditional::Conditions,
     ) -> Result<String, Failure> {
+        reachable(&[object.key])?;
         let client = self.azure_origin_for("CompleteMultipartUpload")?;
         let etag =
             multipart_over_azure::complete(client, object, upload_id, &parts, conditions).await?;
@@ -703,6 +730,7 @@ impl ObjectBackend for GatewayBackend {
         number: u32,
         copy: PartCopySpec<'_>,
     ) -> Result<Copied, Failure> {
+        reachable(&[object.key, copy.from.key])?;
         let client = self.azure_origin_for("UploadPartCopy")?;
         let idle = self.gw.limits.upload_idle_timeout;
         let written =
@@ -715,6 +743,7 @@ impl ObjectBackend for GatewayBackend {
     }
 
     async fn abort_upload(&self, object: Target<'_>, upload_id: &str) -> Result<(), Failure> {
+        reachable(&[object.key])?;
         let client = self.azure_origin_for("AbortMultipartUpload")?;
         Ok(multipart_over_azure::abort(client, object, upload_id).await?)
     }
@@ -724,6 +753,7 @@ impl ObjectBackend for GatewayBackend {
         object: Target<'_>,
         upload_id: &str,
     ) -> Result<Vec<PartSummary>, Failure> {
+        reachable(&[object.key])?;
         let client = self.azure_origin_for("ListParts")?;
         Ok(multipart_over_azure::list_parts(client, object, upload_id).await?)
     }
@@ -734,6 +764,7 @@ impl ObjectBackend for GatewayBackend {
         block_id: &str,
         upload: Upload,
     ) -> Result<String, Failure> {
+        reachable(&[object.key])?;
         let client = self.s3_origin_for("Put Block")?;
         let len = upload.stream.announced().unwrap_or(0);
         let md5 = blocks_over_s3::put_block(client, object, block_id, upload).await?;
@@ -747,6 +778,7 @@ impl ObjectBackend for GatewayBackend {
         blocks: Vec<BlockListItem>,
         write: WriteSpec,
     ) -> Result<Written, Failure> {
+        reachable(&[object.key])?;
         let client = self.s3_origin_for("Put Block List")?;
         let written = blocks_over_s3::put_block_list(client, object, &blocks, &write).await?;
         self.gw
@@ -756,6 +788,7 @@ impl ObjectBackend for GatewayBackend {
     }
 
     async fn get_block_list(&self, object: Target<'_>) -> Result<BlockLists, Failure> {
+        reachable(&[object.key])?;
         let client = self.s3_origin_for("Get Block List")?;
         Ok(blocks_over_s3::get_block_list(client, object).await?)
     }
@@ -771,6 +804,7 @@ impl ObjectBackend for GatewayBackend {
     /// identity (client credentials are never forwarded); an upload's body is verified
     /// on the way.
     async fn relay(&self, relay: Relay<'_>) -> Result<http::Response<AnswerBody>, Failure> {
+        reachable(&[relay.key.unwrap_or_default()])?;
         let (backend, method, mut headers) = match relay.operation {
             Operation::S3(op) => {
                 let write =

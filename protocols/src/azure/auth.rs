@@ -32,6 +32,15 @@ pub struct Transport {
     pub client_ip: Option<IpAddr>,
 }
 
+/// A verified caller, and what its credentials limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Authorized {
+    /// Who it is.
+    pub caller: Caller,
+    /// What its SAS allows beyond the operation (default for Shared Key and anonymous).
+    pub sas: sas::SasScope,
+}
+
 /// Verifies a request and applies the access policy ([`crate::access::authorize`]) to
 /// its operation.
 ///
@@ -48,9 +57,14 @@ pub fn authenticate(
     parts: &SharedKeyParts<'_>,
     transport: Transport,
     now: SystemTime,
-) -> Result<Caller> {
-    let caller = verify_signature(identity, request, parts, transport, now)?;
-    authorize(caller, identity.anonymous, request.operation.writes()).map_err(|e| {
+) -> Result<Authorized> {
+    let authorized = verify_signature(identity, request, parts, transport, now)?;
+    authorize(
+        authorized.caller,
+        identity.anonymous,
+        request.operation.writes(),
+    )
+    .map_err(|e| {
         if e.kind() == ErrorKind::MissingCredentials {
             Error::new(
                 ErrorKind::MissingCredentials,
@@ -60,7 +74,7 @@ pub fn authenticate(
             e
         }
     })?;
-    Ok(caller)
+    Ok(authorized)
 }
 
 fn verify_signature(
@@ -69,13 +83,17 @@ fn verify_signature(
     parts: &SharedKeyParts<'_>,
     transport: Transport,
     now: SystemTime,
-) -> Result<Caller> {
+) -> Result<Authorized> {
+    let plain = |caller| Authorized {
+        caller,
+        sas: sas::SasScope::default(),
+    };
     let Some(key) = &identity.key else {
-        return Ok(Caller::Anonymous);
+        return Ok(plain(Caller::Anonymous));
     };
     if let Some((account, signature)) = shared_key::parse_authorization(parts.headers)? {
         shared_key::verify(parts, &identity.account, key, &account, &signature, now)?;
-        return Ok(Caller::Authenticated);
+        return Ok(plain(Caller::Authenticated));
     }
     if let Some(token) = SasToken::from_query(&request.query) {
         let sas_request = SasRequest {
@@ -86,8 +104,11 @@ fn verify_signature(
             https: transport.https,
             client_ip: transport.client_ip,
         };
-        sas::verify(&token, key, &sas_request, now)?;
-        return Ok(Caller::Authenticated);
+        let scope = sas::verify(&token, key, &sas_request, now)?;
+        return Ok(Authorized {
+            caller: Caller::Authenticated,
+            sas: scope,
+        });
     }
-    Ok(Caller::Anonymous)
+    Ok(plain(Caller::Anonymous))
 }

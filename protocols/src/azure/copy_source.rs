@@ -124,6 +124,7 @@ pub fn authorize_source(
                 client_ip: transport.client_ip,
             };
             sas::verify(&token, key, &read, now)
+                .map(|_| ())
                 .map_err(|_| cannot_verify("the source's SAS does not grant reading it"))
         }
         None => anonymous_read(),

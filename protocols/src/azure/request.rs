@@ -172,14 +172,31 @@ pub fn resolve_address(
 /// what decides the operation is then what the signature covers (SEC-08 of the security
 /// review: `COMP=list` kept a captured signature valid yet escaped classification).
 ///
+/// Shared Key writes each parameter as a `name:value` line, decoded: a decoded newline
+/// in a value (or a `:` in a name) would let one string to sign stand for two queries,
+/// so a captured Get Block List replayed as Get Blob (the red-team review's RT-04). So
+/// no name or value may hold a control character, and no name a `:`.
+///
 /// # Errors
-/// [`ErrorKind::InvalidArgument`] when two parameters differ only in case.
+/// [`ErrorKind::InvalidArgument`] when two parameters differ only in case, or one holds
+/// a control character (or its name a `:`).
 pub(crate) fn canonical_query(raw_query: &str) -> Result<QueryParams> {
     let pairs: Vec<(String, String)> = QueryParams::parse(raw_query)
         .0
         .into_iter()
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
         .collect();
+    if let Some((name, _)) = pairs.iter().find(|(k, v)| {
+        k.contains(':') || k.chars().any(char::is_control) || v.chars().any(char::is_control)
+    }) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "The query parameter {:?} holds a control character, or a ':' in its name.",
+                name.escape_debug().to_string()
+            ),
+        ));
+    }
     let mut names: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
     names.sort_unstable();
     if names.windows(2).any(|w| w[0] == w[1]) {
@@ -388,6 +405,30 @@ mod tests {
         assert_eq!(
             op("comp=blocklist&COMP=list").map_err(|e| e.kind()).err(),
             Some(ErrorKind::InvalidArgument)
+        );
+    }
+
+    /// RT-04: no query can spell another's Shared Key lines.
+    #[test]
+    fn query_parts_that_could_forge_a_signed_line_are_refused() {
+        let op = |q| classify(Method::GET, "h:1", "/acct/ctr/b", q, &[]).map(|r| r.operation);
+        for query in [
+            "blocklisttype=all%0Acomp%3Ablocklist",
+            "blocklisttype=all%0D",
+            "a%3Ab=c",
+            "comp%0A=blocklist",
+            "prefix=%00",
+        ] {
+            assert_eq!(
+                op(query).map_err(|e| e.kind()).err(),
+                Some(ErrorKind::InvalidArgument),
+                "{query}"
+            );
+        }
+        // A ':' in a value is ordinary (SAS times carry them).
+        assert_eq!(
+            op("comp=blocklist&se=2026-12-04T10%3A00%3A00Z").ok(),
+            Some(AzureOperation::GetBlockList)
         );
     }
 

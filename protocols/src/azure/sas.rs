@@ -67,7 +67,15 @@ fn auth_failed(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::SignatureDoesNotMatch, msg)
 }
 
-/// Verifies a SAS for a request at time `now`.
+/// What a verified SAS allows, beyond the operation itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SasScope {
+    /// The write may only create: a Put Blob granted by `c` (create) without `w`
+    /// (write), which must not replace an existing blob (the red-team review's RT-05).
+    pub create_only: bool,
+}
+
+/// Verifies a SAS for a request at time `now`, and says what it allows.
 ///
 /// # Errors
 /// [`ErrorKind::SignatureDoesNotMatch`] for a bad signature or an unsupported layout,
@@ -79,7 +87,7 @@ pub fn verify(
     key: &AccountKey,
     req: &SasRequest<'_>,
     now: SystemTime,
-) -> Result<()> {
+) -> Result<SasScope> {
     let version = token.get("sv");
     if version < "2015-04-05" {
         return Err(auth_failed(format!(
@@ -237,7 +245,7 @@ fn ip_in_range(ip: IpAddr, range: &str) -> bool {
     }
 }
 
-fn check_permissions(t: &SasToken, req: &SasRequest<'_>) -> Result<()> {
+fn check_permissions(t: &SasToken, req: &SasRequest<'_>) -> Result<SasScope> {
     let op = req.operation;
     // A service SAS reaches a container's blobs and its listing, never the container
     // itself: `d` deletes blobs and `c` creates blobs, not containers (SEC-10).
@@ -256,9 +264,10 @@ fn check_permissions(t: &SasToken, req: &SasRequest<'_>) -> Result<()> {
     }
     let needed = op.sas_permission();
     let sp = t.get("sp");
-    // Creating a blob is allowed by `c` as well as `w`.
-    let granted =
-        sp.contains(needed) || (needed == 'w' && op == AzureOperation::PutBlob && sp.contains('c'));
+    // Creating a blob is allowed by `c` as well as `w`; `c` alone creates only.
+    let create_only =
+        needed == 'w' && op == AzureOperation::PutBlob && sp.contains('c') && !sp.contains('w');
+    let granted = sp.contains(needed) || create_only;
     if !granted {
         return Err(Error::new(
             ErrorKind::PermissionMismatch,
@@ -281,7 +290,7 @@ fn check_permissions(t: &SasToken, req: &SasRequest<'_>) -> Result<()> {
             ));
         }
     }
-    Ok(())
+    Ok(SasScope { create_only })
 }
 
 /// What a generated SAS grants.

@@ -153,7 +153,7 @@ where
         https: server.https,
         client_ip: peer,
     };
-    azure_auth::authenticate(
+    let authorized = azure_auth::authenticate(
         server.identity,
         &request,
         &signed,
@@ -172,6 +172,7 @@ where
         headers: &parts.headers,
         request: &request,
         shared_key,
+        create_only: authorized.sas.create_only,
         transport,
     };
     let streams_upload = matches!(
@@ -193,6 +194,8 @@ struct Ctx<'a> {
     request: &'a AzureRequest,
     /// Whether a verified Shared Key signature authorized the request.
     shared_key: bool,
+    /// Whether its SAS lets it create a blob but not replace one (`c` without `w`).
+    create_only: bool,
     transport: Transport,
 }
 
@@ -274,8 +277,18 @@ impl Ctx<'_> {
     }
 
     /// A write's failure in Azure's words: `If-Match` over a missing blob is 412
-    /// `ConditionNotMet` here, where S3 answers 404.
+    /// `ConditionNotMet` here, where S3 answers 404; a create-only SAS's write over an
+    /// existing blob is 403 `AuthorizationPermissionMismatch`.
     fn write_failure(&self, mut f: Failure) -> Failure {
+        if self.create_only && f.error.kind() == ErrorKind::PreconditionFailed {
+            f.error = Error::new(
+                ErrorKind::PermissionMismatch,
+                "This request is not authorized to perform this operation using this \
+                 permission: the SAS grants 'c' (create), and the blob exists; replacing it \
+                 needs 'w'.",
+            );
+            return f;
+        }
         let kind = missing_for_if_match(f.error.kind(), self.headers.contains_key("if-match"));
         if kind != f.error.kind() {
             f.error = Error::new(
@@ -364,8 +377,13 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
         GetBlobProperties => get_blob(ctx, backend, false).await,
         PutBlob => {
             let upload = ctx.upload(body)?;
+            let mut spec = ctx.write_spec(true)?;
+            if ctx.create_only {
+                // Created only if no blob is there: the backend checks at the commit.
+                spec.if_none_match = Some("*".to_owned());
+            }
             let written = backend
-                .put(ctx.object()?, upload, ctx.write_spec(true)?)
+                .put(ctx.object()?, upload, spec)
                 .await
                 .map_err(|f| ctx.write_failure(f))?;
             Ok(created(&written))

@@ -340,9 +340,17 @@ fn publish(staged: &Path, target: &Path) -> io::Result<()> {
     sync_folder_of(target)
 }
 
-/// Opens the regular file at `path`; `None` when there is none (nothing, or a folder).
+/// Opens the regular file at `path`; `None` when there is none (nothing, a folder, a
+/// symbolic link, or a special file). Opened without following a link and without
+/// blocking, then checked: a FIFO in the folder must not hang the opener (and every
+/// request queued behind its lock).
 fn open_regular_file(path: &Path) -> Result<Option<(File, fs::Metadata)>> {
-    match File::open(path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    match opened {
         Ok(file) => {
             let meta = file
                 .metadata()
@@ -353,12 +361,31 @@ fn open_regular_file(path: &Path) -> Result<Option<(File, fs::Metadata)>> {
             if matches!(
                 e.kind(),
                 io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-            ) =>
+            ) || e.raw_os_error() == Some(libc::ELOOP) =>
         {
             Ok(None)
         }
         Err(e) => Err(internal("opening the object", e)),
     }
+}
+
+/// Removes `dir` and every folder under it that holds nothing else but empty folders,
+/// never a file, link or special file, nor anything through a link; whether `dir`
+/// itself went.
+fn remove_empty_folders(dir: &Path) -> io::Result<bool> {
+    let mut empty = true;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            empty &= remove_empty_folders(&entry.path())?;
+        } else {
+            empty = false;
+        }
+    }
+    if empty {
+        fs::remove_dir(dir)?;
+    }
+    Ok(empty)
 }
 
 /// Removes the regular file at `path` and syncs its folder; whether there was one.
@@ -459,9 +486,25 @@ impl ObjectStore {
         self.root.join(bucket)
     }
 
-    /// The file a key names in its bucket's folder, when a file can have its path.
+    /// The file a key names in its bucket's folder, when a file can have its path: its
+    /// segments are file names, and no folder on the way is a symbolic link (the stub
+    /// neither reads, writes nor deletes through links inside a bucket; such a key is
+    /// kept under its hash instead).
     fn file_path(&self, bucket: &str, key: &str) -> Option<PathBuf> {
-        is_a_file_path(key).then(|| self.root.join(bucket).join(key))
+        if !is_a_file_path(key) {
+            return None;
+        }
+        let mut path = self.root.join(bucket);
+        let mut segments = key.split('/').peekable();
+        while let Some(segment) = segments.next() {
+            path.push(segment);
+            if segments.peek().is_some()
+                && fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink())
+            {
+                return None;
+            }
+        }
+        Some(path)
     }
 
     /// Where a key's bytes are kept when a file cannot have its path.
@@ -598,9 +641,21 @@ impl ObjectStore {
                 format!("The bucket '{bucket}' is not empty."),
             ));
         }
+        // Only empty folders go: anything the listing cannot show (a name that is not
+        // UTF-8, a path longer than a key, a special file, a link) stays, and then the
+        // bucket is not empty.
         let dir = self.bucket_dir(bucket);
-        if dir.exists() {
-            fs::remove_dir_all(&dir).map_err(|e| internal("removing the bucket folder", e))?;
+        if dir.exists()
+            && !remove_empty_folders(&dir).map_err(|e| internal("removing the bucket folder", e))?
+        {
+            return Err(Error::new(
+                ErrorKind::BucketNotEmpty,
+                format!(
+                    "The bucket '{bucket}' is not empty: its folder holds files that are no \
+                     objects (names that are not UTF-8, paths longer than a key, special \
+                     files or links)."
+                ),
+            ));
         }
         let _ = fs::remove_dir_all(self.stub_dir("keyed").join(bucket));
         let _ = fs::remove_dir_all(self.stub_dir("meta").join(bucket));
@@ -719,7 +774,9 @@ impl ObjectStore {
                     } else {
                         format!("{prefix}/{name}")
                     };
-                    let Ok(meta) = fs::metadata(entry.path()) else {
+                    // The entry itself, links not followed: a link is no object and
+                    // no folder to walk (two `x -> .` would make the walk endless).
+                    let Ok(meta) = entry.metadata() else {
                         continue;
                     };
                     if meta.is_dir() {
@@ -1371,8 +1428,13 @@ fn meta_from(key: &str, meta: &fs::Metadata, sidecar: Option<Sidecar>) -> Object
             blocks: s.blocks,
         },
         None => {
-            let digest =
-                Sha256::digest(format!("talon-file-v1\0{size}\0{mtime}\0{ino}").as_bytes());
+            // The ctime too, which nothing in user space can set back: a same-size
+            // rewrite in place with its mtime restored (`cp -p`, `touch -r`, `rsync
+            // --inplace -t`) is another version.
+            let ctime = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
+            let digest = Sha256::digest(
+                format!("talon-file-v2\0{size}\0{mtime}\0{ino}\0{ctime}").as_bytes(),
+            );
             ObjectMeta {
                 key: key.to_owned(),
                 size,
@@ -1489,6 +1551,146 @@ mod tests {
             m2.etag,
             s.head("b1", "k").unwrap().etag,
             "stable across calls"
+        );
+    }
+
+    /// The read review's RP-09: a data-folder file rewritten in place with the same size
+    /// and its mtime put back (`cp -p` onto it, `touch -r`, `rsync --inplace -t`) is
+    /// another version: its ETag changes, or the cache would mix the two contents.
+    #[test]
+    fn a_file_rewritten_in_place_with_its_mtime_kept_gets_a_new_etag() {
+        let (_d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let path = s.bucket_dir("b1").join("data.csv");
+        fs::write(&path, b"version one").unwrap();
+        let before = s.head("b1", "data.csv").unwrap();
+        let stat = fs::metadata(&path).unwrap();
+        let mtime = stat.modified().unwrap();
+        // Same inode, same size, same mtime; only the ctime can tell (wait until the
+        // filesystem's clock has moved on, so that it does).
+        loop {
+            let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&file, b"version two", 0).unwrap();
+            file.set_modified(mtime).unwrap();
+            drop(file);
+            if fs::metadata(&path).unwrap().ctime_nsec() != stat.ctime_nsec()
+                || fs::metadata(&path).unwrap().ctime() != stat.ctime()
+            {
+                break;
+            }
+        }
+        let after_stat = fs::metadata(&path).unwrap();
+        assert_eq!(
+            (
+                after_stat.ino(),
+                after_stat.len(),
+                after_stat.modified().unwrap()
+            ),
+            (stat.ino(), stat.len(), mtime)
+        );
+        let after = s.head("b1", "data.csv").unwrap();
+        assert_ne!(before.etag, after.etag, "the rewritten file kept its ETag");
+        assert_eq!(read_all(&s, "b1", "data.csv"), b"version two");
+    }
+
+    /// The red-team review's RT-06: DeleteBucket removed the whole folder when the
+    /// listing was empty, and the listing cannot show every file (a name that is not
+    /// UTF-8, a path longer than a key may be). Those files stay, and the bucket is not
+    /// empty.
+    #[test]
+    fn delete_bucket_keeps_files_the_listing_cannot_show() {
+        use std::os::unix::ffi::OsStrExt;
+        let (_d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let dir = s.bucket_dir("b1");
+        let latin1 = dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt"));
+        fs::write(&latin1, b"latin-1 name").unwrap();
+        let deep = dir.join(vec!["d".repeat(200); 6].join("/")).join("file");
+        fs::create_dir_all(deep.parent().unwrap()).unwrap();
+        fs::write(&deep, b"deep").unwrap();
+        assert!(
+            s.list("b1").unwrap().is_empty(),
+            "the listing shows neither"
+        );
+        assert_eq!(
+            s.delete_bucket("b1").unwrap_err().kind(),
+            ErrorKind::BucketNotEmpty
+        );
+        assert_eq!(fs::read(&latin1).unwrap(), b"latin-1 name");
+        assert_eq!(fs::read(&deep).unwrap(), b"deep");
+        // Empty folders the store made are no obstacle.
+        s.create_bucket("b2").unwrap();
+        write(&s, "b2", "x/y/z", b"1").unwrap();
+        assert!(s.delete("b2", "x/y/z").unwrap());
+        fs::create_dir_all(s.bucket_dir("b2").join("left/over")).unwrap();
+        s.delete_bucket("b2").unwrap();
+        assert!(!s.bucket_exists("b2"));
+    }
+
+    /// The red-team review's RT-07: what the folder holds besides regular files is
+    /// never served or followed. A FIFO is not an object (a GET of it hung every read
+    /// and write of the stub); links to folders are not walked (two `x -> .` made one
+    /// listing grow without bound) nor written or deleted through (a PUT or DELETE
+    /// acted outside the data folder).
+    #[test]
+    fn special_files_and_links_in_the_folder_are_not_objects() {
+        let (d, s) = store();
+        s.create_bucket("b1").unwrap();
+        let dir = s.bucket_dir("b1");
+        fs::write(dir.join("a.txt"), b"plain").unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join("pipe"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        std::os::unix::fs::symlink(".", dir.join("x")).unwrap();
+        std::os::unix::fs::symlink(".", dir.join("y")).unwrap();
+        let outside = d.path().join("outside");
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("secret.txt"), b"not the stub's").unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("linkdir")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret.txt"), dir.join("link.txt")).unwrap();
+
+        // Each call is bounded: a hang is a failure, not a stuck test.
+        let bounded = |what: &str, f: Box<dyn FnOnce() -> String + Send>| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(f());
+            });
+            rx.recv_timeout(std::time::Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("{what} hung"))
+        };
+        let s = std::sync::Arc::new(s);
+        let (s1, s2) = (s.clone(), s.clone());
+        let got = bounded(
+            "a read of the FIFO",
+            Box::new(move || format!("{:?}", s1.open("b1", "pipe").err().map(|e| e.kind()))),
+        );
+        assert_eq!(got, format!("{:?}", Some(ErrorKind::NoSuchKey)));
+        let listed = bounded(
+            "the listing",
+            Box::new(move || {
+                let keys: Vec<String> = s2.list("b1").unwrap().into_iter().map(|m| m.key).collect();
+                keys.join(",")
+            }),
+        );
+        assert_eq!(listed, "a.txt");
+        for key in ["link.txt", "linkdir/secret.txt", "x/a.txt"] {
+            assert_eq!(
+                s.head("b1", key).unwrap_err().kind(),
+                ErrorKind::NoSuchKey,
+                "{key}"
+            );
+        }
+        // A write through the linked folder stays in the stub's own keeping.
+        write(&s, "b1", "linkdir/planted.txt", b"planted").unwrap();
+        assert!(!outside.join("planted.txt").exists(), "written outside");
+        assert_eq!(read_all(&s, "b1", "linkdir/planted.txt"), b"planted");
+        assert!(!s.delete("b1", "linkdir/secret.txt").unwrap());
+        assert!(!s.delete("b1", "link.txt").unwrap());
+        assert_eq!(
+            fs::read(outside.join("secret.txt")).unwrap(),
+            b"not the stub's"
         );
     }
 

@@ -88,9 +88,38 @@ fn sorted_entries(dir: &Path, seen: &mut usize) -> Vec<(String, std::path::PathB
 pub(crate) fn print_banner(
     e: &Endpoints,
     args: &UpArgs,
-    (ak, sk): (&str, &str),
+    credentials: (&str, &str),
     example: Option<&ExampleObject>,
 ) {
+    println!("{}", banner(e, args, credentials, example));
+}
+
+/// The S3 secret as the banner shows it: the built-in development secret as it is
+/// (it is public, like Azurite's key), any other never (the banner goes to terminals,
+/// `nohup.out`, journald and CI logs; the red-team review's RT-09), with a placeholder
+/// in the commands.
+fn shown_secret(ak: &str, sk: &str) -> (&'static str, String) {
+    if (ak, sk) == DEVELOPMENT_S3_CREDENTIALS {
+        ("", sk.to_owned())
+    } else {
+        (
+            " (not shown: put yours in place of SECRET)",
+            "SECRET".to_owned(),
+        )
+    }
+}
+
+/// The built-in S3 key of `talon up`, public like Azurite's.
+pub(crate) const DEVELOPMENT_S3_CREDENTIALS: (&str, &str) = ("talon", "talon");
+
+/// [`print_banner`]'s text.
+fn banner(
+    e: &Endpoints,
+    args: &UpArgs,
+    (ak, sk): (&str, &str),
+    example: Option<&ExampleObject>,
+) -> String {
+    let (not_shown, sk) = shown_secret(ak, sk);
     let azure_key = EMULATOR_AZURE_KEY;
     let (s3, azure, admin) = (&e.s3, &e.azure, &e.admin);
     let (bucket, key, try_it) = match example {
@@ -113,12 +142,12 @@ pub(crate) fn print_banner(
     } else {
         format!("curl -s {s3}/{bucket}/{key}")
     };
-    println!(
+    format!(
         r#"
 Talon is up: {workers} workers behind a gateway, reading {origin}.
 
   S3          {s3}   region us-east-1, path-style
-              access key {ak}, secret {sk} (signatures required)
+              access key {ak}, secret {sk}{not_shown} (signatures required)
   Azure Blob  {azure}
               account {DEFAULT_AZURE_ACCOUNT}, key {azure_key} (Shared Key or SAS required)
   Anonymous   {anonymous}
@@ -154,12 +183,61 @@ Ctrl-C stops it.
             AnonymousAccess::ReadOnly => "reads allowed, writes refused",
             AnonymousAccess::ReadWrite => "reads and writes allowed",
         },
-    );
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn up_args(argv: &[&str]) -> UpArgs {
+        use clap::Parser;
+        let cli = crate::Cli::try_parse_from([&["talon", "up"], argv].concat()).expect("parses");
+        match cli.command {
+            crate::Command::Up(args) => args,
+            _ => unreachable!("talon up"),
+        }
+    }
+
+    fn endpoints() -> Endpoints {
+        Endpoints {
+            s3: "http://127.0.0.1:9000".into(),
+            azure: "http://127.0.0.1:10000/devstoreaccount1".into(),
+            admin: "http://127.0.0.1:9300".into(),
+            coordinator: "http://127.0.0.1:9400".into(),
+            origin: "./talon-data".into(),
+        }
+    }
+
+    /// RT-09: a secret given privately (`TALON_S3_CREDENTIALS`, `--s3-credentials`)
+    /// appears nowhere in the banner; the public development one does.
+    #[test]
+    fn the_banner_shows_only_the_public_development_secret() {
+        let hello = object("demo", "hello.txt");
+        let own = banner(
+            &endpoints(),
+            &up_args(&["--s3-credentials", "AKRT:SKRT-private"]),
+            ("AKRT", "SKRT-private"),
+            hello.as_ref(),
+        );
+        assert!(!own.contains("SKRT"), "{own}");
+        assert!(
+            own.contains("access key AKRT, secret SECRET (not shown"),
+            "{own}"
+        );
+        assert!(own.contains("--user AKRT:SECRET"), "{own}");
+        let default = banner(
+            &endpoints(),
+            &up_args(&[]),
+            DEVELOPMENT_S3_CREDENTIALS,
+            hello.as_ref(),
+        );
+        assert!(
+            default.contains("access key talon, secret talon (signatures required)"),
+            "{default}"
+        );
+        assert!(default.contains("--user talon:talon"), "{default}");
+    }
 
     fn object(bucket: &str, key: &str) -> Option<ExampleObject> {
         Some(ExampleObject {

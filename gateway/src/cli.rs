@@ -186,7 +186,15 @@ pub struct Args {
     block_size: u64,
     /// On route cache, read what no worker can answer (metadata, then each piece) from
     /// the origin, pinned to the version; route cache-only never does.
-    #[arg(long, env = "TALON_GATEWAY_ORIGIN_FALLBACK", default_value_t = true)]
+    /// `--origin-fallback false` (or `=false`) turns it off.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_ORIGIN_FALLBACK",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     origin_fallback: bool,
     /// Read cached blocks of workers on this host through their local socket, where
     /// the worker hands over the block file and the bytes cross no socket between the
@@ -499,4 +507,39 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     gateway.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    #[derive(Debug, Parser)]
+    struct Gateway {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// The read review: `--origin-fallback=false`, which the docs tell users to set,
+    /// was refused ("unexpected value 'false'"), and the flag was always on.
+    #[test]
+    fn origin_fallback_is_turned_off_and_on_as_the_docs_say() {
+        let parse = |extra: &[&str]| {
+            Gateway::try_parse_from(
+                [
+                    &["gateway", "--cluster-secret", "0123456789abcdef0123"],
+                    extra,
+                ]
+                .concat(),
+            )
+            .map(|g| g.args.origin_fallback)
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(&[]), Ok(true));
+        assert_eq!(parse(&["--origin-fallback"]), Ok(true));
+        assert_eq!(parse(&["--origin-fallback=false"]), Ok(false));
+        assert_eq!(parse(&["--origin-fallback", "false"]), Ok(false));
+        assert_eq!(parse(&["--origin-fallback=true"]), Ok(true));
+    }
 }

@@ -130,28 +130,34 @@ async fn uploads_are_bounded_by_progress_not_by_total_time() {
 /// it used to be closed unanswered (a reset to the client's SDK).
 #[tokio::test]
 async fn a_connection_over_the_cap_gets_slow_down_with_retry_after() {
-    let (_stub, gw) = env(Limits {
+    let (stub, gw) = env(Limits {
         max_connections: 1,
         ..Limits::default()
     })
     .await;
     let front = gw.s3_addr.unwrap();
-    // The one connection the cap allows, kept open after its answer.
+    // The one connection the cap allows, busy with a request in progress: an upload
+    // whose body has not all come (a connection between requests would be cut to make
+    // room for the new one instead).
     let mut held = TcpStream::connect(front).await.unwrap();
-    held.write_all(b"GET /demo/absent HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        held.read_exact(&mut byte).await.unwrap();
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 404"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
+    held.write_all(
+        b"PUT /demo/slow.txt HTTP/1.1\r\nHost: x\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\ncontent-length: 100\r\n\r\nfirst",
+    )
+    .await
+    .unwrap();
+    // Streaming to the origin: the request is in progress.
+    talon_testkit::wait_for(
+        "the upload to reach the origin",
+        Duration::from_secs(10),
+        || async {
+            (stub
+                .metrics()
+                .requests_of(talon_origin_stub::metrics::Protocol::S3, "PutObject")
+                > 0)
+            .then_some(())
+        },
+    )
+    .await;
 
     let mut over = TcpStream::connect(front).await.unwrap();
     over.write_all(b"GET /demo/absent HTTP/1.1\r\nHost: x\r\n\r\n")

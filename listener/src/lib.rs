@@ -10,8 +10,14 @@
 //!   slowly (slowloris) and a keep-alive connection idle between requests;
 //! - a write-stall timeout: a response whose bytes the peer does not take for that long
 //!   is cut, so a reader that never reads frees what it holds;
-//! - a cap on open connections per listener and per peer address. A connection over a
-//!   cap is accepted and closed at once, so it never waits in the kernel's backlog
+//! - a cap on open connections per listener and per peer address (an IPv6 peer's /64,
+//!   which one host usually holds whole). When the listener is full, the connection
+//!   that has waited longest between requests (one that never finished a request head,
+//!   or a keep-alive connection gone quiet) is cut to make room: a few addresses that
+//!   open connections and never finish a request cannot lock the listener (the
+//!   red-team review's RT-03), while a connection with a request in progress is never
+//!   cut for a new one. A connection over a cap with no such room, or over its peer's
+//!   cap, is accepted and closed at once, so it never waits in the kernel's backlog
 //!   ahead of well-behaved clients; a listener given an
 //!   [`over_capacity_answer`](ListenerLimits::over_capacity_answer) writes it first
 //!   (the protocol's "slow down" with `Retry-After`), without reading the request, for
@@ -31,9 +37,10 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -175,8 +182,22 @@ struct PeerSlot {
     ip: IpAddr,
 }
 
+/// The address a peer is counted under: an IPv4 address, or an IPv6 address's /64 (one
+/// host usually holds a whole /64, so counting its addresses apart would multiply its
+/// cap by as many addresses as it cares to use).
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
+}
+
 impl PeerCounts {
     fn take(self: &Arc<Self>, ip: IpAddr, cap: usize) -> Option<PeerSlot> {
+        let ip = peer_key(ip);
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let n = map.entry(ip).or_default();
         if *n >= cap {
@@ -199,6 +220,205 @@ impl Drop for PeerSlot {
                 map.remove(&self.ip);
             }
         }
+    }
+}
+
+/// The open connections of one listener, for making room: which are between requests
+/// and since when.
+#[derive(Debug)]
+struct Connections {
+    base: Instant,
+    next_id: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<ConnectionState>>>,
+}
+
+/// What the listener knows of one connection.
+#[derive(Debug)]
+struct ConnectionState {
+    /// Requests in progress: from the handler's call until the response body is done.
+    busy: AtomicUsize,
+    /// Nanoseconds after [`Connections::base`] since which it has had none.
+    idle_since_ns: AtomicU64,
+    /// Told when the connection is cut to make room.
+    cut: tokio::sync::Notify,
+}
+
+/// A connection's entry in [`Connections`]; removed on drop.
+struct Registered {
+    connections: Arc<Connections>,
+    id: u64,
+    state: Arc<ConnectionState>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.connections
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
+impl Connections {
+    fn new() -> Connections {
+        Connections {
+            base: Instant::now(),
+            next_id: AtomicU64::new(0),
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn register(self: &Arc<Self>) -> Registered {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(ConnectionState {
+            busy: AtomicUsize::new(0),
+            idle_since_ns: AtomicU64::new(self.now_ns()),
+            cut: tokio::sync::Notify::new(),
+        });
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, state.clone());
+        Registered {
+            connections: self.clone(),
+            id,
+            state,
+        }
+    }
+
+    /// Cuts the connection that has been between requests the longest, if any: it is
+    /// told to close and leaves the table at once (so it is not chosen twice). Whether
+    /// one was cut.
+    fn cut_the_idlest(&self) -> bool {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let idlest = open
+            .iter()
+            .filter(|(_, c)| c.busy.load(Ordering::Acquire) == 0)
+            .min_by_key(|(_, c)| c.idle_since_ns.load(Ordering::Relaxed))
+            .map(|(id, _)| *id);
+        match idlest.and_then(|id| open.remove(&id)) {
+            Some(state) => {
+                state.cut.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Marks a connection busy for as long as it lives: made when a request's handler is
+/// called, kept by its response's body until that is sent or dropped.
+struct Busy {
+    connections: Arc<Connections>,
+    state: Arc<ConnectionState>,
+}
+
+impl Busy {
+    fn new(connections: Arc<Connections>, state: Arc<ConnectionState>) -> Busy {
+        state.busy.fetch_add(1, Ordering::AcqRel);
+        Busy { connections, state }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.state
+            .idle_since_ns
+            .store(self.connections.now_ns(), Ordering::Relaxed);
+        self.state.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's service, marking the connection busy from each call until the
+/// response's body is done.
+struct Tracked<S> {
+    inner: S,
+    connections: Arc<Connections>,
+    state: Arc<ConnectionState>,
+}
+
+pin_project_lite::pin_project! {
+    /// A handler's future, holding the connection busy.
+    struct TrackedFuture<F> {
+        #[pin]
+        inner: F,
+        busy: Option<Busy>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body, holding the connection busy until it is done or dropped.
+    pub struct TrackedBody<B> {
+        #[pin]
+        inner: B,
+        busy: Option<Busy>,
+    }
+}
+
+impl<S, B> hyper::service::Service<http::Request<Incoming>> for Tracked<S>
+where
+    S: hyper::service::Service<http::Request<Incoming>, Response = http::Response<B>>,
+{
+    type Response = http::Response<TrackedBody<B>>;
+    type Error = S::Error;
+    type Future = TrackedFuture<S::Future>;
+
+    fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        let busy = Busy::new(self.connections.clone(), self.state.clone());
+        TrackedFuture {
+            inner: self.inner.call(req),
+            busy: Some(busy),
+        }
+    }
+}
+
+impl<F, B, E> Future for TrackedFuture<F>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+{
+    type Output = Result<http::Response<TrackedBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match this.inner.poll(cx) {
+            Poll::Ready(Ok(response)) => {
+                let busy = this.busy.take();
+                Poll::Ready(Ok(response.map(|inner| TrackedBody { inner, busy })))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<B: hyper::body::Body> hyper::body::Body for TrackedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let frame = this.inner.poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            // Sent whole: the connection is between requests from here.
+            this.busy.take();
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -315,6 +535,7 @@ pub async fn serve<F, S, B>(
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     let peers = Arc::new(PeerCounts::default());
+    let connections = Arc::new(Connections::new());
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -330,62 +551,54 @@ pub async fn serve<F, S, B>(
                 }
             },
         };
-        let Some(slots) = admit(&permits, &peers, &limits, peer) else {
-            tracing::debug!(%peer, "connection refused: over a connection cap");
-            if limits.tls.is_none()
-                && let Some(answer) = limits.over_capacity_answer.clone()
-                && let Ok(slot) = refusing.clone().try_acquire_owned()
-            {
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(REFUSAL_TIME, refuse(stream, &answer)).await;
-                    drop(slot);
-                });
+        let over = match admit(&permits, &peers, &limits, peer) {
+            Ok(slots) => {
+                let accepted = Accepted {
+                    stream,
+                    peer,
+                    slots,
+                    registered: connections.register(),
+                };
+                accepted.serve(&limits, service(peer), graceful.watcher());
+                continue;
             }
-            continue;
+            Err(over) => over,
         };
-        let _ = stream.set_nodelay(true);
-        let guarded = StallGuard::new(stream, limits.write_stall_timeout);
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
-            .max_headers(limits.max_headers);
-        let service = service(peer);
-        match &limits.tls {
-            None => {
-                let conn = graceful.watch(http.serve_connection(TokioIo::new(guarded), service));
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, %peer, "connection ended with an error");
+        // The listener is full: the connection idle longest makes room, and this one
+        // waits (briefly, and only so many at once) for its place.
+        if over == Over::Listener
+            && let Ok(waiting) = refusing.clone().try_acquire_owned()
+            && connections.cut_the_idlest()
+        {
+            let (permits, peers, limits) = (permits.clone(), peers.clone(), limits.clone());
+            let (registered, service, watcher) =
+                (connections.register(), service(peer), graceful.watcher());
+            tokio::spawn(async move {
+                let place = tokio::time::timeout(REFUSAL_TIME, permits.acquire_owned()).await;
+                drop(waiting);
+                let slot = peers.take(peer.ip(), limits.max_connections_per_peer.max(1));
+                match (place, slot) {
+                    (Ok(Ok(permit)), Some(slot)) => Accepted {
+                        stream,
+                        peer,
+                        slots: (permit, slot),
+                        registered,
                     }
-                    drop(slots);
-                });
-            }
-            Some(tls) => {
-                let (acceptor, handshake_timeout) =
-                    (tls.acceptor.clone(), limits.header_read_timeout);
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let stream =
-                        match tokio::time::timeout(handshake_timeout, acceptor.accept(guarded))
-                            .await
-                        {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                tracing::debug!(error = %e, %peer, "TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::debug!(%peer, "TLS handshake timed out");
-                                return;
-                            }
-                        };
-                    let conn = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, %peer, "connection ended with an error");
-                    }
-                    drop(slots);
-                });
-            }
+                    .serve(&limits, service, watcher),
+                    _ => tracing::debug!(%peer, "connection refused: no place came free"),
+                }
+            });
+            continue;
+        }
+        tracing::debug!(%peer, "connection refused: over a connection cap");
+        if limits.tls.is_none()
+            && let Some(answer) = limits.over_capacity_answer.clone()
+            && let Ok(slot) = refusing.clone().try_acquire_owned()
+        {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(REFUSAL_TIME, refuse(stream, &answer)).await;
+                drop(slot);
+            });
         }
     }
     drop(listener);
@@ -415,15 +628,123 @@ async fn refuse(mut stream: tokio::net::TcpStream, answer: &[u8]) {
     }
 }
 
+/// Which cap a connection is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    /// The listener's.
+    Listener,
+    /// Its peer's.
+    Peer,
+}
+
 fn admit(
     permits: &Arc<Semaphore>,
     peers: &Arc<PeerCounts>,
     limits: &ListenerLimits,
     peer: SocketAddr,
-) -> Option<(OwnedSemaphorePermit, PeerSlot)> {
-    let permit = permits.clone().try_acquire_owned().ok()?;
-    let slot = peers.take(peer.ip(), limits.max_connections_per_peer.max(1))?;
-    Some((permit, slot))
+) -> Result<(OwnedSemaphorePermit, PeerSlot), Over> {
+    let slot = peers
+        .take(peer.ip(), limits.max_connections_per_peer.max(1))
+        .ok_or(Over::Peer)?;
+    let permit = permits
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| Over::Listener)?;
+    Ok((permit, slot))
+}
+
+/// A connection given its places on the listener.
+struct Accepted {
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    slots: (OwnedSemaphorePermit, PeerSlot),
+    registered: Registered,
+}
+
+impl Accepted {
+    /// Serves the connection on a task of its own with `service`, under `limits`, until
+    /// it ends, shutdown drains it, or it is cut to make room; then gives its places
+    /// back.
+    fn serve<S, B>(
+        self,
+        limits: &ListenerLimits,
+        service: S,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) where
+        S: hyper::service::Service<http::Request<Incoming>, Response = http::Response<B>>
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let Accepted {
+            stream,
+            peer,
+            slots,
+            registered,
+        } = self;
+        let _ = stream.set_nodelay(true);
+        let guarded = StallGuard::new(stream, limits.write_stall_timeout);
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .max_headers(limits.max_headers);
+        let service = Tracked {
+            inner: service,
+            connections: registered.connections.clone(),
+            state: registered.state.clone(),
+        };
+        let tls = limits
+            .tls
+            .as_ref()
+            .map(|tls| (tls.acceptor.clone(), limits.header_read_timeout));
+        tokio::spawn(async move {
+            let cut = registered.state.clone();
+            let served = async {
+                match tls {
+                    None => {
+                        let conn =
+                            watcher.watch(http.serve_connection(TokioIo::new(guarded), service));
+                        if let Err(e) = conn.await {
+                            tracing::debug!(error = %e, %peer, "connection ended with an error");
+                        }
+                    }
+                    Some((acceptor, handshake_timeout)) => {
+                        let stream =
+                            match tokio::time::timeout(handshake_timeout, acceptor.accept(guarded))
+                                .await
+                            {
+                                Ok(Ok(s)) => s,
+                                Ok(Err(e)) => {
+                                    tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                                    return;
+                                }
+                                Err(_) => {
+                                    tracing::debug!(%peer, "TLS handshake timed out");
+                                    return;
+                                }
+                            };
+                        let conn =
+                            watcher.watch(http.serve_connection(TokioIo::new(stream), service));
+                        if let Err(e) = conn.await {
+                            tracing::debug!(error = %e, %peer, "connection ended with an error");
+                        }
+                    }
+                }
+            };
+            tokio::select! {
+                () = served => {}
+                () = cut.cut.notified() => {
+                    tracing::debug!(%peer, "connection cut between requests to make room for a new one");
+                }
+            }
+            drop(slots);
+            drop(registered);
+        });
+    }
 }
 
 /// Serves an axum router; handlers find the peer's address as
@@ -463,5 +784,18 @@ mod tests {
         );
         drop(a);
         assert!(counts.take(ip, 2).is_some(), "a slot came back");
+    }
+
+    #[test]
+    fn an_ipv6_peer_is_counted_by_its_64() {
+        let counts = Arc::new(PeerCounts::default());
+        let a: IpAddr = "2001:db8:1:2::1".parse().expect("v6");
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().expect("v6");
+        let other: IpAddr = "2001:db8:1:3::1".parse().expect("v6");
+        let _first = counts.take(a, 1).expect("first");
+        assert!(counts.take(b, 1).is_none(), "the same /64");
+        assert!(counts.take(other, 1).is_some(), "another /64");
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().expect("mapped");
+        assert_eq!(peer_key(mapped), IpAddr::from([10, 0, 0, 1]));
     }
 }

@@ -186,3 +186,88 @@ async fn shutdown_stops_accepting() {
         .await
         .expect("the listener closed");
 }
+
+/// Opens a connection from `from` and sends the first line of a request head, never
+/// the rest: it holds a place on the listener until cut.
+async fn half_open(addr: SocketAddr, from: [u8; 4]) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    let mut conn = socket.connect(addr).await.unwrap();
+    conn.write_all(b"GET /hello HTTP/1.1\r\n").await.unwrap();
+    conn
+}
+
+/// The red-team review's RT-03: a few addresses holding half-sent request heads filled
+/// an admin listener (256 places, 64 a peer, four peers), so every new connection —
+/// the liveness probe, `talon status`, a worker registering — was closed at once for
+/// as long as they kept them open. A connection that has not sent a whole request head
+/// yet is the one to go when a new one needs its place: the new client is served, and
+/// the held connections are cut oldest first.
+#[tokio::test]
+async fn connections_that_never_finish_a_request_cannot_lock_a_listener() {
+    let limits = ListenerLimits {
+        header_read_timeout: Duration::from_secs(60),
+        max_connections: 8,
+        max_connections_per_peer: 4,
+        ..ListenerLimits::default()
+    };
+    let (addr, _stop) = start(limits, Arc::default()).await;
+    let mut held = Vec::new();
+    for from in [[127, 0, 0, 2], [127, 0, 0, 3]] {
+        for _ in 0..4 {
+            held.push(half_open(addr, from).await);
+        }
+    }
+    // The listener is full of them; a new client is served all the same, and again.
+    for _ in 0..3 {
+        let answer = tokio::time::timeout(Duration::from_secs(10), get_hello(addr, [127, 0, 0, 4]))
+            .await
+            .expect("answered");
+        assert!(answer.ends_with("hello"), "{answer:?}");
+    }
+    // The oldest held connections were cut to make room.
+    let cut = closed_within(&mut held[0], Duration::from_secs(10)).await;
+    assert!(cut.is_empty(), "{cut:?}");
+}
+
+/// Only connections between requests make room: when every place holds a request in
+/// progress (a response being sent), a new connection is refused as before.
+#[tokio::test]
+async fn connections_serving_a_request_are_never_cut_for_a_new_one() {
+    let limits = ListenerLimits {
+        header_read_timeout: Duration::from_secs(60),
+        write_stall_timeout: Duration::from_secs(60),
+        max_connections: 4,
+        max_connections_per_peer: 4,
+        ..ListenerLimits::default()
+    };
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (addr, _stop) = start(limits, dropped.clone()).await;
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /endless HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        // The response has begun: its first bytes arrive.
+        let mut first = [0u8; 16];
+        c.read_exact(&mut first).await.unwrap();
+        busy.push(c);
+    }
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from(([127, 0, 0, 5], 0))).unwrap();
+    let mut late = socket.connect(addr).await.unwrap();
+    let _ = late
+        .write_all(b"GET /hello HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await;
+    assert!(
+        closed_within(&mut late, Duration::from_secs(10))
+            .await
+            .is_empty(),
+        "a connection over the cap was served"
+    );
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "a response in progress was cut"
+    );
+}

@@ -143,9 +143,26 @@ pub struct Args {
     #[arg(long, env = "TALON_WORKER_ORIGIN_RETRIES", default_value_t = 3)]
     origin_retries: u32,
 
-    /// Most open data-plane connections.
+    /// Most open data-plane connections that have proved the cluster secret (a peer
+    /// whose proof is verified waits for one to end).
     #[arg(long, env = "TALON_WORKER_MAX_CONNECTIONS", default_value_t = 4096)]
     max_connections: usize,
+    /// Most data-plane connections still in their Hello exchange, kept apart from the
+    /// authenticated ones; over it a new connection is closed at once.
+    #[arg(long, env = "TALON_WORKER_MAX_UNAUTHENTICATED", default_value_t = 256)]
+    max_unauthenticated: usize,
+    /// Most of those from one address (raise it where many gateways share one address,
+    /// behind NAT).
+    #[arg(
+        long,
+        env = "TALON_WORKER_MAX_UNAUTHENTICATED_PER_PEER",
+        default_value_t = 32
+    )]
+    max_unauthenticated_per_peer: usize,
+    /// The Hello exchange must finish within this many milliseconds of the connection's
+    /// start.
+    #[arg(long, env = "TALON_WORKER_HELLO_TIMEOUT_MS", default_value_t = 3_000)]
+    hello_timeout_ms: u64,
     /// Most pipelined requests in flight per connection.
     #[arg(long, env = "TALON_WORKER_PIPELINE_DEPTH", default_value_t = 64)]
     pipeline_depth: usize,
@@ -302,6 +319,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         data_plane: DataPlaneConfig {
             max_connections: args.max_connections.max(1),
+            max_unauthenticated: args.max_unauthenticated.max(1),
+            max_unauthenticated_per_peer: args.max_unauthenticated_per_peer.max(1),
+            hello_timeout: Duration::from_millis(args.hello_timeout_ms.max(1)),
             pipeline_depth: args.pipeline_depth.max(1),
             frame_timeout: Duration::from_millis(args.frame_timeout_ms),
             idle_timeout: Duration::from_millis(args.idle_timeout_ms),

@@ -11,7 +11,8 @@
 //!
 //! So the limit is split: a reserve for everything else (listeners, admin and
 //! coordinator connections, origin sockets, metadata writes, the runtime), at most half
-//! of the rest for connections, and the remainder for blocks. A limit that leaves too
+//! of the rest for connections (authenticated ones and those still saying Hello, the
+//! same number of each), and the remainder for blocks. A limit that leaves too
 //! little for either is refused at start with what to raise it to.
 
 use crate::error::WorkerError;
@@ -41,14 +42,19 @@ pub struct DescriptorBudget {
     pub limit: u64,
     /// Most blocks (open block files) at once.
     pub max_blocks: usize,
-    /// Most connections per data plane (TCP, and the local socket when served).
+    /// Most authenticated connections per data plane (TCP, and the local socket when
+    /// served).
     pub max_connections: usize,
+    /// Most connections per data plane still saying Hello (kept apart from the
+    /// authenticated ones: [`crate::data_plane::DataPlaneConfig::max_unauthenticated`]).
+    pub max_unauthenticated: usize,
 }
 
 impl DescriptorBudget {
     /// The budget for a worker allowed `limit` open descriptors, that wants at most
-    /// `blocks` blocks and `connections` connections on each of its `planes` data
-    /// planes, with up to `origin_requests` origin requests in flight.
+    /// `blocks` blocks, and `connections` authenticated and `unauthenticated` other
+    /// connections on each of its `planes` data planes, with up to `origin_requests`
+    /// origin requests in flight. Both kinds of connection get the same share.
     ///
     /// # Errors
     /// [`WorkerError::InvalidRequest`] naming a limit that would do, when
@@ -58,15 +64,20 @@ impl DescriptorBudget {
         limit: u64,
         blocks: usize,
         connections: usize,
+        unauthenticated: usize,
         planes: usize,
         origin_requests: usize,
     ) -> Result<DescriptorBudget, WorkerError> {
         let planes = planes.max(1) as u64;
         let reserve = BASE_RESERVE + 2 * origin_requests as u64;
         let available = limit.saturating_sub(reserve);
-        let per_plane = PER_CONNECTION * planes;
-        let max_connections = (connections as u64).min(available / 2 / per_plane);
-        let max_blocks = (blocks as u64).min((available - max_connections * per_plane) / PER_BLOCK);
+        // A connection of each kind per place, on each plane.
+        let per_plane = 2 * PER_CONNECTION * planes;
+        let fit = available / 2 / per_plane;
+        let max_connections = (connections as u64).min(fit);
+        let max_unauthenticated = (unauthenticated as u64).min(fit).max(1);
+        let sockets = (max_connections + max_unauthenticated) * PER_CONNECTION * planes;
+        let max_blocks = (blocks as u64).min(available.saturating_sub(sockets) / PER_BLOCK);
         // The floors hold the limit to account, not a smaller cap the operator chose.
         let (least_blocks, least_connections) = (
             MIN_BLOCKS.min(blocks) as u64,
@@ -89,6 +100,7 @@ impl DescriptorBudget {
             limit,
             max_blocks: usize::try_from(max_blocks).unwrap_or(usize::MAX),
             max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+            max_unauthenticated: usize::try_from(max_unauthenticated).unwrap_or(usize::MAX),
         })
     }
 }
@@ -105,34 +117,40 @@ mod tests {
 
     #[test]
     fn a_large_limit_keeps_the_configured_caps() {
-        let b = DescriptorBudget::plan(1 << 20, 65_536, 4096, 2, 64).unwrap();
-        assert_eq!((b.max_blocks, b.max_connections), (65_536, 4096));
+        let b = DescriptorBudget::plan(1 << 20, 65_536, 4096, 256, 2, 64).unwrap();
+        assert_eq!(
+            (b.max_blocks, b.max_connections, b.max_unauthenticated),
+            (65_536, 4096, 256)
+        );
     }
 
     #[test]
     fn a_small_limit_is_split_and_every_descriptor_is_counted() {
-        let b = DescriptorBudget::plan(500, 65_536, 4096, 1, 16).unwrap();
+        let b = DescriptorBudget::plan(600, 65_536, 4096, 256, 1, 16).unwrap();
         let reserve = BASE_RESERVE + 32;
-        assert_eq!(b.max_connections as u64, (500 - reserve) / 2 / 3);
+        assert_eq!(b.max_connections as u64, (600 - reserve) / 2 / 6);
+        assert_eq!(b.max_unauthenticated, b.max_connections);
         assert!(
-            b.max_blocks as u64 * PER_BLOCK + b.max_connections as u64 * PER_CONNECTION + reserve
-                <= 500
+            b.max_blocks as u64 * PER_BLOCK
+                + (b.max_connections + b.max_unauthenticated) as u64 * PER_CONNECTION
+                + reserve
+                <= 600
         );
         assert!(b.max_blocks >= MIN_BLOCKS);
     }
 
     #[test]
     fn a_cap_chosen_below_the_floor_is_kept() {
-        let b = DescriptorBudget::plan(1 << 20, 65_536, 2, 1, 64).unwrap();
+        let b = DescriptorBudget::plan(1 << 20, 65_536, 2, 256, 1, 64).unwrap();
         assert_eq!(b.max_connections, 2);
     }
 
     #[test]
     fn a_limit_too_small_for_a_cache_is_refused_with_one_that_does() {
-        let e = DescriptorBudget::plan(200, 65_536, 4096, 2, 64).unwrap_err();
+        let e = DescriptorBudget::plan(200, 65_536, 4096, 256, 2, 64).unwrap_err();
         let text = e.to_string();
         assert!(text.contains("open-files limit (200)"), "{text}");
         let least: u64 = text.rsplit(' ').next().unwrap().parse().unwrap();
-        assert!(DescriptorBudget::plan(least, 65_536, 4096, 2, 64).is_ok());
+        assert!(DescriptorBudget::plan(least, 65_536, 4096, 256, 2, 64).is_ok());
     }
 }

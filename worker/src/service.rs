@@ -154,24 +154,21 @@ pub async fn start(mut config: WorkerConfig) -> Result<RunningWorker> {
                 limit,
                 DEFAULT_MAX_BLOCKS,
                 config.data_plane.max_connections,
+                config.data_plane.max_unauthenticated,
                 planes,
                 config.loader.max_origin_requests,
             )?;
-            if budget.max_connections < config.data_plane.max_connections {
-                tracing::warn!(
-                    limit,
-                    wanted = config.data_plane.max_connections,
-                    max_connections = budget.max_connections,
-                    "the open-files limit caps the data plane's connections; raise it for more"
-                );
-            }
+            // Said once, at start: a limit below the caps lowers them (raise it for more).
             tracing::info!(
                 limit,
                 max_blocks = budget.max_blocks,
                 max_connections = budget.max_connections,
+                wanted_connections = config.data_plane.max_connections,
+                max_unauthenticated = budget.max_unauthenticated,
                 "descriptor budget"
             );
             config.data_plane.max_connections = budget.max_connections;
+            config.data_plane.max_unauthenticated = budget.max_unauthenticated;
             budget.max_blocks
         }
         None => DEFAULT_MAX_BLOCKS,

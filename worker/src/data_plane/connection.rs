@@ -35,8 +35,9 @@ use talon_core::wire::{
     BulkKind, Event, FileHandoff, Frame, FrameDecoder, FrameHeader, HEADER_LEN, IngestMeta,
 };
 use talon_core::{ErrorCode, Message};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 
+use super::admission::Arriving;
 use super::requests::{
     Reply, Services, Staged, answer_now, error_frame, handle, handle_ingest, receive_push,
 };
@@ -102,17 +103,20 @@ pub(crate) async fn serve_connection<R: SocketReader, W: SocketWriter>(
     mut reader: R,
     writer: W,
     bulk_fd: Arc<OwnedFd>,
+    arriving: Arriving,
     services: &Arc<Services>,
     config: &DataPlaneConfig,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let stall = config.write_stall_timeout;
     let mut decoder = FrameDecoder::new();
-    let deadline = Instant::now() + config.frame_timeout;
-    let (role, carried) = match hello(
+    let deadline = Instant::now() + config.frame_timeout.min(config.hello_timeout);
+    // The place among the authenticated connections, held to the end.
+    let (role, carried, _place) = match hello(
         &mut reader,
         &writer,
         &mut decoder,
+        arriving,
         services,
         deadline,
         stall,
@@ -205,18 +209,21 @@ async fn next_frame<R: SocketReader>(
 
 /// The worker's side of the Hello exchange ([`talon_core::cluster_auth`]): Hello, then
 /// HelloReply with a fresh nonce, the worker's id and its proof (bound to that id),
-/// then the peer's HelloProof (bound to it too),
-/// then Welcome, all before `deadline`. Returns the peer's role and the bytes it sent
-/// after its proof (it may pipeline requests at once). Anything else, a wrong proof or
-/// a late one is answered with an error frame and `None`: the caller closes.
+/// then the peer's HelloProof (bound to it too), all before `deadline`; then, the proof
+/// verified, the connection trades its `arriving` place for one among the
+/// authenticated connections (waiting, unbounded, while all are taken) and is
+/// welcomed. Returns the peer's role, the bytes it sent after its proof (it may
+/// pipeline requests at once) and that place. Anything else, a wrong proof or a late
+/// one is answered with an error frame and `None`: the caller closes.
 async fn hello<R: SocketReader, W: SocketWriter>(
     reader: &mut R,
     writer: &W,
     decoder: &mut FrameDecoder,
+    arriving: Arriving,
     services: &Services,
     deadline: Instant,
     stall: Duration,
-) -> io::Result<Option<(Role, Vec<u8>)>> {
+) -> io::Result<Option<(Role, Vec<u8>, OwnedSemaphorePermit)>> {
     let secret = &services.secret;
     let mut pending = Vec::new();
     let refuse = |id: u32, why: &str| error_frame(id, ErrorCode::Unauthenticated, why);
@@ -297,11 +304,14 @@ async fn hello<R: SocketReader, W: SocketWriter>(
                 &worker_nonce,
                 &proof,
             ) {
+                let Some(place) = arriving.authenticated().await else {
+                    return Ok(None);
+                };
                 let welcome = Message::Welcome
                     .encode(header.request_id())
                     .unwrap_or_default();
                 write_all(writer, &welcome, false, stall).await?;
-                return Ok(Some((role, pending)));
+                return Ok(Some((role, pending, place)));
             }
             refuse(
                 header.request_id(),

@@ -15,6 +15,7 @@
 //! refuse it (the `io_uring_disabled` sysctl, seccomp, a container profile). When the
 //! probe fails the worker warns, saying why, and serves on Tokio.
 
+pub(crate) mod admission;
 pub(crate) mod connection;
 pub mod requests;
 pub mod ring_plane;
@@ -173,12 +174,23 @@ impl PlaneKind {
 /// Limits of the data plane, and which plane to run.
 #[derive(Debug, Clone)]
 pub struct DataPlaneConfig {
-    /// Most open connections (all rings together); more wait in the accept queue.
+    /// Most connections that have proved the cluster secret (all rings together); a
+    /// connection whose proof is verified waits, unwelcomed, for one to end.
     pub max_connections: usize,
+    /// Most connections still in their Hello exchange (all rings together): they wait
+    /// apart from the authenticated ones, so connections that never say Hello cannot
+    /// hold a gateway's place. Over it, a new connection is closed at once.
+    pub max_unauthenticated: usize,
+    /// Most of those from one address.
+    pub max_unauthenticated_per_peer: usize,
+    /// The whole Hello exchange must finish within this from the connection's start
+    /// (a gateway's takes two round trips).
+    pub hello_timeout: Duration,
     /// Most requests in flight per connection.
     pub pipeline_depth: usize,
     /// Once a frame has started, the rest must arrive within this, measured from its
-    /// first byte; the whole Hello exchange must finish within it too.
+    /// first byte; the whole Hello exchange must finish within it too (and within
+    /// [`DataPlaneConfig::hello_timeout`]).
     pub frame_timeout: Duration,
     /// A connection with no frame in progress is closed after this.
     pub idle_timeout: Duration,
@@ -205,6 +217,9 @@ impl Default for DataPlaneConfig {
     fn default() -> Self {
         DataPlaneConfig {
             max_connections: 4096,
+            max_unauthenticated: 256,
+            max_unauthenticated_per_peer: 32,
+            hello_timeout: Duration::from_secs(3),
             pipeline_depth: 64,
             frame_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),

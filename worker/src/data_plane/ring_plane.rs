@@ -5,7 +5,7 @@
 //! with `SO_REUSEPORT`: the kernel spreads connections over them by 4-tuple, so there
 //! is no shared accept queue, no lock and no thundering herd, and a connection stays on
 //! its ring for life. The rings share the worker state ([`Services`], one `Arc`) and
-//! one connection limit.
+//! the connection places ([`super::admission`]).
 //!
 //! On a ring, the socket is read with io_uring receives; replies go out with
 //! non-blocking `send`/`sendfile` on the socket (Layer 2, runtime-free), and when the
@@ -27,8 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use monoio::io::AsyncReadRent;
-use tokio::sync::{Notify, Semaphore, oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
+use super::admission::Admission;
 use super::connection::{SocketReader, SocketWriter, serve_connection};
 use super::requests::Services;
 use super::{DataPlaneConfig, RingSetup};
@@ -69,7 +70,7 @@ pub(crate) async fn start(
         .map(|l| l.try_clone().map(OwnedFd::from))
         .collect::<io::Result<Vec<_>>>()?;
     let cpus = allowed_cpus();
-    let limit = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let admission = Admission::new(&config);
     let config = Arc::new(config);
     let (kill, killed) = watch::channel(false);
     let handle = tokio::runtime::Handle::current();
@@ -86,7 +87,7 @@ pub(crate) async fn start(
                 .filter(|_| config.pin_rings),
             services: services.clone(),
             config: config.clone(),
-            limit: limit.clone(),
+            admission: admission.clone(),
             shutdown: shutdown.clone(),
             killed: killed.clone(),
         };
@@ -220,7 +221,7 @@ struct Ring {
     cpu: Option<usize>,
     services: Arc<Services>,
     config: Arc<DataPlaneConfig>,
-    limit: Arc<Semaphore>,
+    admission: Arc<Admission>,
     shutdown: watch::Receiver<bool>,
     killed: watch::Receiver<bool>,
 }
@@ -299,20 +300,14 @@ impl Ring {
         let open = Rc::new(Open::default());
         let (mut shutdown, mut killed) = (self.shutdown.clone(), self.killed.clone());
         loop {
-            // Accept first, then wait for a share of the connection limit: the limit is
-            // shared by every ring, and a ring that took a share before accepting could
-            // sit on it with an empty queue while connections wait in another ring's
-            // queue (SO_REUSEPORT gives each ring its own). So a ring holds at most one
-            // accepted connection waiting for a share.
+            // The places are shared by every ring: a connection takes one while it says
+            // Hello (or is closed at once when there is none), and waits for one among
+            // the authenticated connections only once its proof is verified
+            // ([`super::admission`]), so the accept loop itself never waits.
             let accepted = tokio::select! {
                 _ = shutdown.changed() => break,
                 _ = killed.changed() => break,
                 a = listener.accept() => a,
-            };
-            let permit = tokio::select! {
-                _ = shutdown.changed() => break,
-                _ = killed.changed() => break,
-                p = self.limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             };
             let (stream, peer) = match accepted {
                 Ok(a) => a,
@@ -322,6 +317,10 @@ impl Ring {
                     monoio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
+            };
+            let Some(arriving) = self.admission.arrive(Some(peer.ip())) else {
+                tracing::debug!(ring = self.index, %peer, "connection refused: too many connections saying Hello");
+                continue;
             };
             let socket = match RingSocket::new(stream) {
                 Ok(s) => s,
@@ -348,13 +347,14 @@ impl Ring {
                     writer,
                     bulk_fd,
                 } = socket;
-                if let Err(e) =
-                    serve_connection(reader, writer, bulk_fd, &services, &config, shutdown).await
+                if let Err(e) = serve_connection(
+                    reader, writer, bulk_fd, arriving, &services, &config, shutdown,
+                )
+                .await
                 {
                     tracing::debug!(%peer, error = %e, "connection ended");
                 }
                 services.metrics.connection(-1);
-                drop(permit);
                 open.sockets.borrow_mut().remove(&key);
                 open.changed.notify_waiters();
             });

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 use super::DataPlaneConfig;
+use super::admission::{Admission, Arriving};
 use super::connection::{SocketReader, SocketWriter, serve_connection};
 use super::requests::Services;
 
@@ -26,6 +27,10 @@ pub trait TokioListener: Send + 'static {
 
     /// The next connection and a name for its peer, for logs.
     fn accept_one(&self) -> impl Future<Output = io::Result<(Self::Stream, String)>> + Send;
+
+    /// The peer's address, for its share of the places of connections still saying
+    /// Hello; `None` for the local socket (only the worker's user reaches it).
+    fn peer_ip(stream: &Self::Stream) -> Option<std::net::IpAddr>;
 }
 
 impl TokioListener for TcpListener {
@@ -35,6 +40,10 @@ impl TokioListener for TcpListener {
         let (stream, peer) = self.accept().await?;
         let _ = stream.set_nodelay(true);
         Ok((stream, peer.to_string()))
+    }
+
+    fn peer_ip(stream: &TcpStream) -> Option<std::net::IpAddr> {
+        stream.peer_addr().ok().map(|a| a.ip())
     }
 }
 
@@ -49,6 +58,10 @@ impl TokioListener for UnixListener {
             .and_then(|c| c.pid())
             .map_or_else(|| "local".to_owned(), |pid| format!("local pid {pid}"));
         Ok((stream, peer))
+    }
+
+    fn peer_ip(_: &UnixStream) -> Option<std::net::IpAddr> {
+        None
     }
 }
 
@@ -112,15 +125,11 @@ pub async fn serve<L: TokioListener>(
     config: DataPlaneConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let limit = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let admission = Admission::new(&config);
     let config = Arc::new(config);
     let mut connections = tokio::task::JoinSet::new();
     let mut last_warned: Option<std::time::Instant> = None;
     loop {
-        let permit = tokio::select! {
-            _ = shutdown.changed() => break,
-            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-        };
         let (stream, peer) = tokio::select! {
             _ = shutdown.changed() => break,
             a = listener.accept_one() => match a {
@@ -137,14 +146,17 @@ pub async fn serve<L: TokioListener>(
                 }
             },
         };
+        let Some(arriving) = admission.arrive(L::peer_ip(&stream)) else {
+            tracing::debug!(%peer, "connection refused: too many connections saying Hello");
+            continue;
+        };
         let (services, config, shutdown) = (services.clone(), config.clone(), shutdown.clone());
         connections.spawn(async move {
             services.metrics.connection(1);
-            if let Err(e) = connection(stream, &services, &config, shutdown).await {
+            if let Err(e) = connection(stream, arriving, &services, &config, shutdown).await {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }
             services.metrics.connection(-1);
-            drop(permit);
         });
         while connections.try_join_next().is_some() {}
     }
@@ -160,6 +172,7 @@ pub async fn serve<L: TokioListener>(
 
 async fn connection<S: TokioStream>(
     stream: S,
+    arriving: Arriving,
     services: &Arc<Services>,
     config: &DataPlaneConfig,
     shutdown: watch::Receiver<bool>,
@@ -169,6 +182,7 @@ async fn connection<S: TokioStream>(
         TokioSocket(&stream),
         TokioSocket(&stream),
         bulk_fd,
+        arriving,
         services,
         config,
         shutdown,

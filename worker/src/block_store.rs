@@ -475,6 +475,9 @@ pub struct BlockStore {
     /// no budget, so without this a peer asking for blocks that never fill would pile
     /// up descriptors and inodes (SEC-05).
     max_blocks: usize,
+    /// Held while a block's files are created or an evicted block's are removed, so that
+    /// both never act on one name at once.
+    files: Mutex<()>,
     alloc_unit: u64,
     pins: Pins,
     inner: Mutex<Inner>,
@@ -524,9 +527,7 @@ impl BlockStore {
             }
         };
         if removed {
-            let _serial = lock(&block.meta_write);
-            let _ = fs::remove_file(&block.meta_path);
-            let _ = fs::remove_file(&block.data_path);
+            self.remove_files(vec![block.clone()]);
             tracing::debug!(block = %block.name, "dropped an empty block after a failed fill");
         }
     }
@@ -551,7 +552,7 @@ impl BlockStore {
             block
         };
         tracing::warn!(block = %victim.name, object_size = victim.object_size, "discarded a block made for a wrong object size");
-        Self::remove_files(vec![victim]);
+        self.remove_files(vec![victim]);
     }
 
     /// Evicts the least recently used blocks until one more fits under the block cap.
@@ -565,7 +566,7 @@ impl BlockStore {
                 }
             }
         }
-        Self::remove_files(victims);
+        self.remove_files(victims);
     }
 
     /// Takes the eviction policy's victim out of the index (marked evicted, its bytes
@@ -609,12 +610,24 @@ impl BlockStore {
     }
 
     /// Deletes evicted blocks' files, serialised with metadata writes so a late write
-    /// cannot resurrect a block.
-    fn remove_files(victims: Vec<Arc<Block>>) {
+    /// cannot resurrect a block, and with the creation of blocks' files ([`Self::files`]):
+    /// a block of the same name made since has its own file under that name, which is
+    /// left alone (the name is unlinked only while it still names this block's file).
+    fn remove_files(&self, victims: Vec<Arc<Block>>) {
+        if victims.is_empty() {
+            return;
+        }
+        let _names = lock(&self.files);
         for block in victims {
             let _serial = lock(&block.meta_write);
-            let _ = fs::remove_file(&block.meta_path);
-            let _ = fs::remove_file(&block.data_path);
+            let ours = match (block.file.metadata(), fs::metadata(&block.data_path)) {
+                (Ok(open), Ok(named)) => open.ino() == named.ino() && open.dev() == named.dev(),
+                _ => false,
+            };
+            if ours {
+                let _ = fs::remove_file(&block.meta_path);
+                let _ = fs::remove_file(&block.data_path);
+            }
             tracing::debug!(block = %block.name, "evicted");
         }
     }
@@ -672,6 +685,7 @@ impl BlockStore {
             page_size,
             capacity,
             max_blocks: max_blocks.max(1),
+            files: Mutex::new(()),
             alloc_unit,
             pins,
             inner: Mutex::new(Inner {
@@ -794,7 +808,7 @@ impl BlockStore {
                         }
                     }
                     drop(inner);
-                    Self::remove_files(victims);
+                    self.remove_files(victims);
                 }
                 Err(e) => {
                     tracing::warn!(block = %name, error = %e, "discarding unreadable cached block");
@@ -952,6 +966,17 @@ impl BlockStore {
             }
         }
         self.evict_for_count();
+        // Made under the files' lock, and only while the name is free in the index: a
+        // file left under the name is an evicted block's whose removal is pending, and
+        // is replaced (its readers keep their own), so that no two blocks ever share a
+        // file (one's hole punches under the other's sends, or its removal taking the
+        // other's file name).
+        let _names = lock(&self.files);
+        if let Some(b) = lock(&self.inner).blocks.get(&name).cloned() {
+            return Ok(b);
+        }
+        let _ = fs::remove_file(self.dir.join(format!("{name}.meta")));
+        let _ = fs::remove_file(self.dir.join(format!("{name}.blk")));
         let block = Arc::new(self.new_block(id.clone(), object_size)?);
         let mut inner = lock(&self.inner);
         if let Some(b) = inner.blocks.get(&name).cloned() {
@@ -1066,7 +1091,7 @@ impl BlockStore {
                 }
             }
         };
-        Self::remove_files(victims);
+        self.remove_files(victims);
         fits
     }
 
@@ -1196,13 +1221,17 @@ impl BlockStore {
                 return Err(e);
             }
         };
-        let identity = block.file.metadata().ok().map(|m| FileIdentity::of(&m));
         {
             // The block's cost and the store's count change in one critical section
             // (the store's lock, then the block's: the order eviction takes them), so
             // an eviction sees either none of this commit or all of it.
             let mut inner = lock(&self.inner);
             let mut st = lock(&block.state);
+            // The file's identity after this commit's writes, taken under the block's
+            // lock: taken before it, a commit racing another on the same block could
+            // record the file as it was before the other's write, and every page would
+            // then be re-verified as if the file had changed behind the worker's back.
+            let identity = block.file.metadata().ok().map(|m| FileIdentity::of(&m));
             st.writers -= 1;
             if st.evicted {
                 return Ok(());
@@ -1256,9 +1285,13 @@ impl BlockStore {
     /// them against. A block file whose identity changed since this process last saw
     /// it (replaced or rewritten behind the worker's back) has all its pages to check.
     fn unverified_pages(block: &Block, pages: Range<u32>) -> Vec<(u32, u32)> {
-        let current = block.file.metadata().map(|m| FileIdentity::of(&m)).ok();
         let mut st = lock(&block.state);
-        if st.writers == 0 && current.is_some() && st.identity != current {
+        // Under the block's lock: taken before it, a commit landing in between would
+        // make the file look changed (a stale identity), and every page would be
+        // re-verified, pages being sent included. An evicted block's file is unlinked
+        // (its status-change time moves): that is no change of its bytes.
+        let current = block.file.metadata().map(|m| FileIdentity::of(&m)).ok();
+        if !st.evicted && st.writers == 0 && current.is_some() && st.identity != current {
             if st.identity.is_some() {
                 tracing::warn!(block = %block.name, "block file changed behind the worker; re-verifying");
             }
@@ -1348,6 +1381,10 @@ impl BlockStore {
             if dropped.is_empty() {
                 return Ok(());
             }
+            // The punches changed the file's times: it is still the file this process
+            // wrote, and must not look changed behind its back (every page would then
+            // be re-verified, pages being sent included).
+            st.identity = block.file.metadata().ok().map(|m| FileIdentity::of(&m));
             st.cost = st.cost.saturating_sub(freed);
             if !st.evicted {
                 inner.sub_used(block.pinned(), freed);
@@ -1656,6 +1693,158 @@ mod tests {
         );
         assert!(cached.all_present(0..4) && store.get(&block_id("a")).is_some());
         drop(held);
+    }
+
+    /// The page-concurrency stress test: readers, fills, verification (with
+    /// read-backs that fail, as a flaky disk's do), pin changes and eviction race over
+    /// the same few pages of a store too small for them, in rounds that reopen it (so
+    /// every page is to be verified again). A reader takes a page the way the data
+    /// plane does — the hit path (`ready_for_read`), else `verify`, else a fill — and
+    /// then reads it from the block's file, as `sendfile` or a handed-off descriptor
+    /// does: one wrong byte (a zero from a hole punched under it, another page's bytes)
+    /// fails it. The store's counts must then equal its blocks'.
+    #[test]
+    fn racing_readers_fills_verification_and_eviction_never_show_a_wrong_byte() {
+        const KEYS: u64 = 6;
+        const PAGES: u32 = 4;
+        let dir = tempfile::tempdir().unwrap();
+        let per_block = u64::from(PAGES) * PAGE
+            + BlockStore::open(dir.path(), PAGE, 1)
+                .unwrap()
+                .block_overhead(PAGES);
+        let id = |k: u64| block_id(&format!("stress-{k}"));
+        let page_bytes = |k: u64, p: u32| pattern(PAGE as usize, (k as u8) * 16 + p as u8 + 1);
+        let wrong = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        for round in 0..40u64 {
+            let store = Arc::new(BlockStore::open(dir.path(), PAGE, 3 * per_block).unwrap());
+            let threads: Vec<_> = (0..8u64)
+                .map(|t| {
+                    let (store, wrong) = (store.clone(), wrong.clone());
+                    std::thread::spawn(move || {
+                        let mut rng = fastrand::Rng::with_seed(round * 100 + t);
+                        for _ in 0..60 {
+                            let (k, p) = (rng.u64(0..KEYS), rng.u32(0..PAGES));
+                            let Ok(block) = store.get_or_create(&id(k), u64::from(PAGES) * PAGE)
+                            else {
+                                continue;
+                            };
+                            match t {
+                                // A disk that fails read-backs: whatever these
+                                // verifiers check, they report unreadable.
+                                5 | 6 => {
+                                    let to_check = BlockStore::unverified_pages(&block, 0..PAGES);
+                                    let checks: Vec<PageCheck> =
+                                        BlockStore::check_pages(&block, to_check)
+                                            .into_iter()
+                                            .map(|c| PageCheck {
+                                                outcome: PageOutcome::Unreadable,
+                                                ..c
+                                            })
+                                            .collect();
+                                    std::thread::yield_now();
+                                    let _ = store.settle_checks(&block, &checks);
+                                }
+                                // Pins coming and going (eviction passes pinned blocks over).
+                                7 => {
+                                    let pins = if rng.bool() {
+                                        vec!["s3/b/stress-1".into()]
+                                    } else {
+                                        vec![]
+                                    };
+                                    store.set_cluster_pins(&pins);
+                                }
+                                _ => {
+                                    let hit = store
+                                        .ready_for_read(
+                                            &id(k),
+                                            u64::from(PAGES) * PAGE,
+                                            u64::from(p) * PAGE,
+                                            PAGE,
+                                        )
+                                        .is_some();
+                                    let present =
+                                        hit || store.verify(&block, p..p + 1).unwrap_or(false);
+                                    if !present {
+                                        if let Some(res) = store.reserve(&block, p..p + 1) {
+                                            let _ = store.commit_fill(
+                                                &block,
+                                                p..p + 1,
+                                                &page_bytes(k, p),
+                                                res,
+                                            );
+                                        }
+                                        if !store.verify(&block, p..p + 1).unwrap_or(false) {
+                                            continue;
+                                        }
+                                    }
+                                    // Sent from the file, as the data plane does, a
+                                    // piece at a time (a send takes a while).
+                                    let mut got = vec![0u8; PAGE as usize];
+                                    let start = u64::from(p) * PAGE;
+                                    let mut failed = false;
+                                    for (i, piece) in got.chunks_mut(1024).enumerate() {
+                                        std::thread::yield_now();
+                                        failed |= block
+                                            .file()
+                                            .read_exact_at(piece, start + i as u64 * 1024)
+                                            .is_err();
+                                    }
+                                    if failed || got != page_bytes(k, p) {
+                                        wrong.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            let inner = lock(&store.inner);
+            let used: u64 = inner.blocks.values().map(|b| lock(&b.state).cost).sum();
+            assert_eq!(inner.used, used, "round {round}: the count drifted");
+            assert!(
+                inner.evictions > 0 || round > 0,
+                "round {round} evicted nothing"
+            );
+        }
+        assert_eq!(
+            wrong.load(Ordering::Relaxed),
+            0,
+            "pages read with wrong bytes"
+        );
+    }
+
+    /// Found by the stress test above: a block made again while its evicted
+    /// predecessor's files were still to be removed opened the same file, so the two
+    /// shared it (one's hole punches under the other's sends), and the removal then
+    /// took the new block's file name (its pages lost at the next start).
+    #[test]
+    fn a_block_made_again_before_its_predecessor_is_removed_keeps_its_own_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+        let old = store.get_or_create(&block_id("k"), 4 * PAGE).unwrap();
+        fill(&store, &old, 0..1, 1);
+        // Evicted, its files not removed yet.
+        let mut victims = Vec::new();
+        {
+            let mut inner = lock(&store.inner);
+            assert!(store.evict_victim(&mut inner, &mut victims));
+        }
+        let new = store.get_or_create(&block_id("k"), 4 * PAGE).unwrap();
+        assert!(!Arc::ptr_eq(&old, &new));
+        let ino = |f: &File| f.metadata().unwrap().ino();
+        assert_ne!(
+            ino(old.file()),
+            ino(new.file()),
+            "the two blocks share a file"
+        );
+        store.remove_files(victims);
+        let named = fs::metadata(&new.data_path).expect("the new block's file is named");
+        assert_eq!(named.ino(), ino(new.file()));
+        fill(&store, &new, 1..2, 2);
+        assert!(new.meta_path.exists());
     }
 
     #[test]

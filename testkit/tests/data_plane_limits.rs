@@ -88,9 +88,10 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
 /// The red-team review's RT-11: connections that never say Hello held every place of
 /// the data plane (each until the Hello deadline), so gateways could not connect:
 /// route `cache` quietly read the origin, `cache-only` answered 503. They now wait in a
-/// pool of their own, at most 32 from one address: with all four places' worth of
-/// them open (and more), readers from elsewhere authenticate while those are still
-/// held, and the ones past their address's share are closed at once.
+/// pool of their own (here 64), an address holding at most 32 of it once it is half
+/// full: with more of them open than the places, readers from elsewhere authenticate
+/// while those are still held, and the ones past their address's share are closed at
+/// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_never_say_hello_do_not_hold_the_readers_places() {
     let cluster = cluster().await;
@@ -99,7 +100,7 @@ async fn connections_that_never_say_hello_do_not_hold_the_readers_places() {
         &cluster,
         "wsquat",
         &dir.path().join("cache"),
-        &["--max-connections", "4"],
+        &["--max-connections", "4", "--max-unauthenticated", "64"],
         &[],
     )
     .await;

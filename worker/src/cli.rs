@@ -149,10 +149,10 @@ pub struct Args {
     max_connections: usize,
     /// Most data-plane connections still in their Hello exchange, kept apart from the
     /// authenticated ones; over it a new connection is closed at once.
-    #[arg(long, env = "TALON_WORKER_MAX_UNAUTHENTICATED", default_value_t = 256)]
+    #[arg(long, env = "TALON_WORKER_MAX_UNAUTHENTICATED", default_value_t = 1024)]
     max_unauthenticated: usize,
-    /// Most of those from one address (raise it where many gateways share one address,
-    /// behind NAT).
+    /// Most of those one address may hold once that pool is half full (below half, a
+    /// burst from one address is let in whole).
     #[arg(
         long,
         env = "TALON_WORKER_MAX_UNAUTHENTICATED_PER_PEER",

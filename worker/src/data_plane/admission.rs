@@ -1,15 +1,18 @@
 //! Who gets a place on the data plane, and when.
 //!
 //! A connection that has not proved the cluster secret yet is kept apart from those
-//! that have: it needs a place in a small pool of its own, at most
-//! [`DataPlaneConfig::max_unauthenticated_per_peer`] of them from one address, for no
-//! longer than [`DataPlaneConfig::hello_timeout`]; only once its Hello proof is verified
-//! does it wait for one of the [`DataPlaneConfig::max_connections`] places, and only
-//! then is it welcomed. So connections that never say Hello cannot hold the places
-//! gateways need (the red-team review's RT-11: a few hundred such connections a second
-//! kept every worker slot, and route `cache` quietly read the origin while `cache-only`
-//! answered 503). A connection over the pool, or over its address's share of it, is
-//! closed at once.
+//! that have: it needs a place in a pool of its own
+//! ([`DataPlaneConfig::max_unauthenticated`]) for no longer than
+//! [`DataPlaneConfig::hello_timeout`]; only once its Hello proof is verified does it
+//! wait for one of the [`DataPlaneConfig::max_connections`] places, and only then is it
+//! welcomed. So connections that never say Hello cannot hold the places gateways need
+//! (the red-team review's RT-11: a few hundred such connections a second kept every
+//! worker slot, and route `cache` quietly read the origin while `cache-only` answered
+//! 503). Once the pool is half full, an address holding
+//! [`DataPlaneConfig::max_unauthenticated_per_peer`] of its places gets no more, so a
+//! few addresses cannot fill it; below that, a burst from one address (a load
+//! generator, gateways behind one NAT address) is let in whole. A connection over the
+//! pool, or over its address's share of a crowded pool, is closed at once.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,6 +26,8 @@ use super::DataPlaneConfig;
 #[derive(Debug)]
 pub(crate) struct Admission {
     arriving: Arc<Semaphore>,
+    /// The pool's size.
+    pool: usize,
     per_peer: usize,
     peers: Mutex<HashMap<IpAddr, usize>>,
     authenticated: Arc<Semaphore>,
@@ -38,8 +43,10 @@ pub(crate) struct Arriving {
 
 impl Admission {
     pub(crate) fn new(config: &DataPlaneConfig) -> Arc<Admission> {
+        let pool = config.max_unauthenticated.max(1);
         Arc::new(Admission {
-            arriving: Arc::new(Semaphore::new(config.max_unauthenticated.max(1))),
+            arriving: Arc::new(Semaphore::new(pool)),
+            pool,
             per_peer: config.max_unauthenticated_per_peer.max(1),
             peers: Mutex::new(HashMap::new()),
             authenticated: Arc::new(Semaphore::new(config.max_connections.max(1))),
@@ -47,14 +54,15 @@ impl Admission {
     }
 
     /// A place for a new connection from `peer` (`None`: the local socket, which only
-    /// this worker's user can reach) to say Hello; `None` when the pool, or the peer's
-    /// share of it, is full (the caller closes the connection at once).
+    /// this worker's user can reach) to say Hello; `None` when the pool is full, or half
+    /// full with the peer holding its share (the caller closes the connection at once).
     pub(crate) fn arrive(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Arriving> {
         let place = self.arriving.clone().try_acquire_owned().ok()?;
         if let Some(ip) = peer {
+            let crowded = self.arriving.available_permits() < self.pool / 2;
             let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
             let n = peers.entry(ip).or_default();
-            if *n >= self.per_peer {
+            if crowded && *n >= self.per_peer {
                 return None;
             }
             *n += 1;
@@ -103,24 +111,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn arrivals_are_capped_per_peer_and_in_all() {
+    fn a_crowded_pool_caps_each_address_and_a_full_one_everyone() {
         let config = DataPlaneConfig {
-            max_unauthenticated: 3,
+            max_unauthenticated: 8,
             max_unauthenticated_per_peer: 2,
             ..DataPlaneConfig::default()
         };
         let admission = Admission::new(&config);
         let (a, b): (IpAddr, IpAddr) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
-        let first = admission.arrive(Some(a)).unwrap();
-        let _second = admission.arrive(Some(a)).unwrap();
-        assert!(admission.arrive(Some(a)).is_none(), "over the peer's share");
-        let _third = admission.arrive(Some(b)).unwrap();
-        assert!(admission.arrive(Some(b)).is_none(), "over the pool");
+        // Below half full, one address may take more than its share.
+        let mut held: Vec<Arriving> = (0..4).map(|_| admission.arrive(Some(a)).unwrap()).collect();
+        // Half full: that address gets no more; another still does, up to its share.
+        assert!(
+            admission.arrive(Some(a)).is_none(),
+            "over its share, crowded"
+        );
+        held.push(admission.arrive(Some(b)).unwrap());
+        held.push(admission.arrive(Some(b)).unwrap());
+        assert!(
+            admission.arrive(Some(b)).is_none(),
+            "over its share, crowded"
+        );
+        held.push(admission.arrive(None).unwrap());
+        held.push(admission.arrive(None).unwrap());
         assert!(
             admission.arrive(None).is_none(),
             "over the pool, locally too"
         );
-        drop(first);
-        assert!(admission.arrive(Some(a)).is_some(), "a place came back");
+        held.clear();
+        assert!(admission.arrive(Some(a)).is_some(), "places came back");
     }
 }

@@ -181,7 +181,7 @@ pub struct DataPlaneConfig {
     /// apart from the authenticated ones, so connections that never say Hello cannot
     /// hold a gateway's place. Over it, a new connection is closed at once.
     pub max_unauthenticated: usize,
-    /// Most of those from one address.
+    /// Most of those one address may hold once the pool is half full.
     pub max_unauthenticated_per_peer: usize,
     /// The whole Hello exchange must finish within this from the connection's start
     /// (a gateway's takes two round trips).
@@ -217,7 +217,7 @@ impl Default for DataPlaneConfig {
     fn default() -> Self {
         DataPlaneConfig {
             max_connections: 4096,
-            max_unauthenticated: 256,
+            max_unauthenticated: 1024,
             max_unauthenticated_per_peer: 32,
             hello_timeout: Duration::from_secs(3),
             pipeline_depth: 64,

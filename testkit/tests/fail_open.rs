@@ -72,6 +72,49 @@ async fn client(cluster: &Cluster, backoff: Duration) -> CacheClient {
     client
 }
 
+/// The first-byte deadline of the hedging tests: far above any hedge threshold this
+/// machine can produce, so that only a hedge ends a silent read before it.
+const HEDGE_FIRST_BYTE: Duration = Duration::from_secs(6);
+
+/// A client that hedges a piece once its first byte is later than the median first
+/// byte it learned from the worker (the median, not the p99: one learning read slowed by
+/// this busy machine would otherwise lift the threshold past the first-byte deadline,
+/// and nothing would be hedged), and no sooner than `min_delay`; circuits stay open a
+/// minute.
+async fn hedging_client(cluster: &Cluster, min_delay: Duration) -> CacheClient {
+    let client = cluster
+        .client_with(|c| {
+            c.deadlines = DeadlineBudget::from_total(Duration::from_secs(30))
+                .with_worker(Some(HEDGE_FIRST_BYTE), Some(STALL));
+            c.health = HealthConfig {
+                min_backoff: Duration::from_secs(60),
+                ..HealthConfig::default()
+            };
+            c.hedge = HedgeConfig {
+                min_samples: 16,
+                max_fraction: 1.0,
+                min_delay,
+                quantile: 0.5,
+            };
+        })
+        .await;
+    cluster.sync_client(&client).await;
+    client
+}
+
+/// Reads `objects` in turn, 32 reads, so that the client learns how fast their owner
+/// begins its answers.
+async fn learn_latency(client: &CacheClient, objects: &[GeneratedObject]) {
+    for i in 0..32 {
+        read_checked(
+            client,
+            &objects[i % objects.len()],
+            "a read to learn w2's latency",
+        )
+        .await;
+    }
+}
+
 /// The objects whose only block `w2` (behind the proxy) owns, with the slot of the
 /// worker next in rendezvous order.
 async fn owned_by_the_proxied_worker(
@@ -488,35 +531,8 @@ async fn a_late_first_byte_is_hedged_to_the_next_owner_and_the_silent_worker_is_
         .collect();
     assert!(owned.len() >= 2, "w2 owns at least two objects");
     warm(&cluster, &all).await;
-    // A first-byte deadline far above any hedge threshold this machine can produce, so
-    // that only a hedge ends the silent read before it.
-    let first_byte = Duration::from_secs(6);
-    let client = cluster
-        .client_with(|c| {
-            c.deadlines = DeadlineBudget::from_total(Duration::from_secs(30))
-                .with_worker(Some(first_byte), Some(STALL));
-            c.health = HealthConfig {
-                min_backoff: Duration::from_secs(60),
-                ..HealthConfig::default()
-            };
-            c.hedge = HedgeConfig {
-                min_samples: 16,
-                max_fraction: 1.0,
-                min_delay: Duration::from_millis(20),
-                ..HedgeConfig::P99
-            };
-        })
-        .await;
-    cluster.sync_client(&client).await;
-    // Learn w2's first-byte latencies.
-    for i in 0..32 {
-        read_checked(
-            &client,
-            &owned[i % owned.len()],
-            "a read to learn w2's latency",
-        )
-        .await;
-    }
+    let client = hedging_client(&cluster, Duration::from_millis(20)).await;
+    learn_latency(&client, &owned).await;
     // (A learning read may itself have been hedged, on this busy machine: count from
     // here.)
     let before = client.fail_open_stats();
@@ -530,13 +546,14 @@ async fn a_late_first_byte_is_hedged_to_the_next_owner_and_the_silent_worker_is_
             stats.hedges_won - before.hedges_won
         ),
         (1, 1),
-        "the piece was hedged and the next owner's answer taken: {stats:?}"
+        "the piece was hedged and the next owner's answer taken: {stats:?}, {:?}",
+        client.worker_health()
     );
     // The silent request still meets its deadline in the background and opens the
     // circuit.
     wait_for(
         "the silent worker's circuit to open",
-        first_byte * 2,
+        HEDGE_FIRST_BYTE * 2,
         || async { (circuit_of(&client, &proxy).0 == CircuitState::Open).then_some(()) },
     )
     .await;
@@ -572,32 +589,8 @@ async fn outliers_open_the_circuit_and_the_pieces_waiting_on_the_worker_move_on_
     let concurrent = 14;
     assert!(owned.len() >= concurrent, "w2 owns {} objects", owned.len());
     warm(&cluster, &all).await;
-    let first_byte = Duration::from_secs(6);
-    let client = cluster
-        .client_with(|c| {
-            c.deadlines = DeadlineBudget::from_total(Duration::from_secs(30))
-                .with_worker(Some(first_byte), Some(STALL));
-            c.health = HealthConfig {
-                min_backoff: Duration::from_secs(60),
-                ..HealthConfig::default()
-            };
-            c.hedge = HedgeConfig {
-                min_samples: 16,
-                max_fraction: 1.0,
-                min_delay: Duration::from_millis(20),
-                ..HedgeConfig::P99
-            };
-        })
-        .await;
-    cluster.sync_client(&client).await;
-    for i in 0..32 {
-        read_checked(
-            &client,
-            &owned[i % owned.len()],
-            "a read to learn w2's latency",
-        )
-        .await;
-    }
+    let client = hedging_client(&cluster, Duration::from_millis(20)).await;
+    learn_latency(&client, &owned).await;
     let before = client.fail_open_stats();
 
     proxy.set(Fault::StallAfter(0));
@@ -723,33 +716,10 @@ async fn a_hedge_that_completes_after_the_owner_failed_is_the_answer() {
         .collect();
     assert!(owned.len() >= 2, "w2 then w1 own some objects");
     warm(&cluster, &all).await;
-    let client = cluster
-        .client_with(|c| {
-            c.deadlines = DeadlineBudget::from_total(Duration::from_secs(30))
-                .with_worker(Some(Duration::from_secs(6)), Some(STALL));
-            c.health = HealthConfig {
-                min_backoff: Duration::from_secs(60),
-                ..HealthConfig::default()
-            };
-            c.hedge = HedgeConfig {
-                min_samples: 16,
-                max_fraction: 1.0,
-                // Well above a busy machine's hit latency, so that no learning read is
-                // hedged (three outliers would open w2's circuit before the test).
-                min_delay: Duration::from_millis(250),
-                ..HedgeConfig::P99
-            };
-        })
-        .await;
-    cluster.sync_client(&client).await;
-    for i in 0..32 {
-        read_checked(
-            &client,
-            &owned[i % owned.len()],
-            "a read to learn w2's latency",
-        )
-        .await;
-    }
+    // Hedged no sooner than 250 ms: well above a busy machine's hit latency, so that no
+    // learning read is hedged (three outliers would open w2's circuit before the test).
+    let client = hedging_client(&cluster, Duration::from_millis(250)).await;
+    learn_latency(&client, &owned).await;
     assert_eq!(circuit_of(&client, &p2).0, CircuitState::Closed);
     let before = client.fail_open_stats();
     let w0_reads = cluster.worker_metric(0, "talon_worker_read_duration_seconds_count");

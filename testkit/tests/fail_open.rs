@@ -56,6 +56,28 @@ async fn cluster_with_a_proxied_worker(generated: Vec<GeneratedObject>) -> (Clus
     (cluster, proxy)
 }
 
+/// One plain worker `w0` and two, `w1` and `w2`, reached only through fault proxies
+/// (returned in that order); every read over TCP.
+async fn cluster_with_two_proxied_workers(
+    generated: Vec<GeneratedObject>,
+    origin_fallback: bool,
+) -> (Cluster, FaultProxy, FaultProxy) {
+    let mut cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated,
+        local_sockets: false,
+        origin_fallback,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let (p1, p2) = (FaultProxy::bind().await, FaultProxy::bind().await);
+    for proxy in [&p1, &p2] {
+        let (_, real) = cluster.add_worker_advertising(proxy.addr()).await;
+        proxy.forward_to(real);
+    }
+    (cluster, p1, p2)
+}
+
 /// A client with the tests' budget, whose circuits open for `backoff` first.
 async fn client(cluster: &Cluster, backoff: Duration) -> CacheClient {
     let client = cluster
@@ -692,18 +714,7 @@ async fn reads_dropped_while_their_connection_opens_leave_the_worker_reachable()
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hedge_that_completes_after_the_owner_failed_is_the_answer() {
     let all = objects(64);
-    let mut cluster = Cluster::start(ClusterConfig {
-        workers: 1,
-        generated: all.clone(),
-        local_sockets: false,
-        ..ClusterConfig::default()
-    })
-    .await;
-    let (p1, p2) = (FaultProxy::bind().await, FaultProxy::bind().await);
-    let (_, real) = cluster.add_worker_advertising(p1.addr()).await;
-    p1.forward_to(real);
-    let (_, real) = cluster.add_worker_advertising(p2.addr()).await;
-    p2.forward_to(real);
+    let (cluster, p1, p2) = cluster_with_two_proxied_workers(all.clone(), false).await;
     let placement = cluster.placement().await;
     let owned: Vec<GeneratedObject> = all
         .iter()
@@ -779,19 +790,7 @@ async fn a_hedge_that_completes_after_the_owner_failed_is_the_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_spent_budget_is_not_charged_to_the_worker_that_happens_to_hold_the_piece() {
     let all = objects(64);
-    let mut cluster = Cluster::start(ClusterConfig {
-        workers: 1,
-        generated: all.clone(),
-        local_sockets: false,
-        origin_fallback: true,
-        ..ClusterConfig::default()
-    })
-    .await;
-    let (p1, p2) = (FaultProxy::bind().await, FaultProxy::bind().await);
-    let (_, real) = cluster.add_worker_advertising(p1.addr()).await;
-    p1.forward_to(real);
-    let (_, real) = cluster.add_worker_advertising(p2.addr()).await;
-    p2.forward_to(real);
+    let (cluster, p1, p2) = cluster_with_two_proxied_workers(all.clone(), true).await;
     let placement = cluster.placement().await;
     let object = all
         .iter()

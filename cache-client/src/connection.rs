@@ -649,7 +649,7 @@ impl Pool {
     /// worker does not finish the connect within the connect deadline;
     /// [`CacheClientError::BudgetSpent`] when `until` passes first.
     pub async fn get(&self, endpoint: &Endpoint, until: Instant) -> Result<Arc<Connection>> {
-        let (mut opening, worker) = loop {
+        let mut opening = loop {
             let waiting = self.changed.notified();
             {
                 let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
@@ -666,13 +666,12 @@ impl Pool {
                 }
                 if open + slot.connecting < self.per_worker {
                     slot.connecting += 1;
-                    let opening = Opening {
+                    break Opening {
                         pool: self,
                         endpoint,
                         worker: slot.worker.clone(),
                         opened: None,
                     };
-                    break (opening, slot.worker.clone());
                 }
             }
             // Every allowed connection is being opened: wait for one (bounded, so a
@@ -685,7 +684,7 @@ impl Pool {
         };
         let connect = Connection::connect(
             endpoint,
-            &worker,
+            &opening.worker,
             self.connect_timeout,
             &self.secret,
             self.role,
@@ -716,12 +715,9 @@ impl Pool {
     /// whose member changed (they proved the previous one). Only listed endpoints are
     /// connected to.
     pub fn set_members(&self, members: &[(Endpoint, String)]) {
+        let listed: HashMap<&Endpoint, &String> = members.iter().map(|(e, w)| (e, w)).collect();
         let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        conns.retain(|endpoint, slot| {
-            members
-                .iter()
-                .any(|(e, worker)| e == endpoint && *worker == slot.worker)
-        });
+        conns.retain(|endpoint, slot| listed.get(endpoint) == Some(&&slot.worker));
         for (endpoint, worker) in members {
             if !conns.contains_key(endpoint) {
                 conns.insert(

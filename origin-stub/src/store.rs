@@ -1638,11 +1638,14 @@ mod tests {
         s.create_bucket("b1").unwrap();
         let dir = s.bucket_dir("b1");
         fs::write(dir.join("a.txt"), b"plain").unwrap();
-        let made = std::process::Command::new("mkfifo")
-            .arg(dir.join("pipe"))
-            .status()
-            .unwrap();
-        assert!(made.success());
+        // libc rather than the mkfifo program: a child process forked while another
+        // test holds the folder's lock would hold it too, until its exec.
+        let pipe = std::ffi::CString::new(std::os::unix::ffi::OsStringExt::into_vec(
+            dir.join("pipe").into_os_string(),
+        ))
+        .unwrap();
+        // SAFETY: `pipe` is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(pipe.as_ptr(), 0o600) }, 0);
         std::os::unix::fs::symlink(".", dir.join("x")).unwrap();
         std::os::unix::fs::symlink(".", dir.join("y")).unwrap();
         let outside = d.path().join("outside");

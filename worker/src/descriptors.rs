@@ -11,8 +11,8 @@
 //!
 //! So the limit is split: a reserve for everything else (listeners, admin and
 //! coordinator connections, origin sockets, metadata writes, the runtime), at most half
-//! of the rest for connections (authenticated ones and those still saying Hello, the
-//! same number of each), and the remainder for blocks. A limit that leaves too
+//! of the rest for connections (authenticated ones and those still saying Hello, lowered
+//! together in the proportion configured), and the remainder for blocks. A limit that leaves too
 //! little for either is refused at start with what to raise it to.
 
 use crate::error::WorkerError;
@@ -54,7 +54,8 @@ impl DescriptorBudget {
     /// The budget for a worker allowed `limit` open descriptors, that wants at most
     /// `blocks` blocks, and `connections` authenticated and `unauthenticated` other
     /// connections on each of its `planes` data planes, with up to `origin_requests`
-    /// origin requests in flight. Both kinds of connection get the same share.
+    /// origin requests in flight. Where both kinds do not fit, each is lowered in
+    /// the proportion asked for.
     ///
     /// # Errors
     /// [`WorkerError::InvalidRequest`] naming a limit that would do, when
@@ -71,24 +72,36 @@ impl DescriptorBudget {
         let planes = planes.max(1) as u64;
         let reserve = BASE_RESERVE + 2 * origin_requests as u64;
         let available = limit.saturating_sub(reserve);
-        // A connection of each kind per place, on each plane.
-        let per_plane = 2 * PER_CONNECTION * planes;
-        let fit = available / 2 / per_plane;
-        let max_connections = (connections as u64).min(fit);
-        let max_unauthenticated = (unauthenticated as u64).min(fit).max(1);
+        let (connections, unauthenticated) = (connections as u64, unauthenticated.max(1) as u64);
+        // Sockets per plane, both kinds together, in at most half of what is left. A
+        // connection holds one kind of place at a time (its Hello place is given back
+        // before it takes an authenticated one), so the two kinds add up.
+        let room = available / 2 / (PER_CONNECTION * planes);
+        let wanted = connections + unauthenticated;
+        // Where they do not fit, both kinds are lowered in the proportion asked for
+        // (4,096 to 1,024 by default), not halved: an equal split gave the Hello pool
+        // as many places as the readers and left 822 readers at a limit of 20,000, so
+        // a load of 1,024 connections from one client waited forever for its Welcome.
+        let (max_connections, max_unauthenticated) = if wanted <= room {
+            (connections, unauthenticated)
+        } else {
+            let c = connections * room / wanted;
+            (c, room.saturating_sub(c).max(1))
+        };
         let sockets = (max_connections + max_unauthenticated) * PER_CONNECTION * planes;
         let max_blocks = (blocks as u64).min(available.saturating_sub(sockets) / PER_BLOCK);
         // The floors hold the limit to account, not a smaller cap the operator chose.
         let (least_blocks, least_connections) = (
             MIN_BLOCKS.min(blocks) as u64,
-            MIN_CONNECTIONS.min(connections) as u64,
+            MIN_CONNECTIONS.min(connections as usize) as u64,
         );
         if max_blocks < least_blocks || max_connections < least_connections {
             // Connections take at most half of what is left after the reserve, so the
-            // other half must hold the fewest blocks, and the half the fewest
-            // connections.
-            let needed =
-                reserve + (2 * least_connections * per_plane).max(2 * least_blocks * PER_BLOCK);
+            // other half must hold the fewest blocks, and the half the room in which
+            // the proportional split leaves the fewest connections.
+            let least_room = (least_connections * wanted).div_ceil(connections.max(1)) + 1;
+            let needed = reserve
+                + (2 * least_room * PER_CONNECTION * planes).max(2 * least_blocks * PER_BLOCK);
             return Err(WorkerError::InvalidRequest(format!(
                 "the open-files limit ({limit}) leaves room for {max_blocks} cached blocks and \
                  {max_connections} connections per data plane (at least {MIN_BLOCKS} and \
@@ -128,8 +141,15 @@ mod tests {
     fn a_small_limit_is_split_and_every_descriptor_is_counted() {
         let b = DescriptorBudget::plan(600, 65_536, 4096, 256, 1, 16).unwrap();
         let reserve = BASE_RESERVE + 32;
-        assert_eq!(b.max_connections as u64, (600 - reserve) / 2 / 6);
-        assert_eq!(b.max_unauthenticated, b.max_connections);
+        let room = (600 - reserve) / 2 / PER_CONNECTION;
+        assert_eq!(
+            (b.max_connections + b.max_unauthenticated) as u64,
+            room,
+            "the room for connections is used, no more"
+        );
+        // In the proportion asked for, 16 to 1.
+        assert_eq!(b.max_connections as u64, 4096 * room / (4096 + 256));
+        assert!(b.max_unauthenticated >= 1);
         assert!(
             b.max_blocks as u64 * PER_BLOCK
                 + (b.max_connections + b.max_unauthenticated) as u64 * PER_CONNECTION
@@ -137,6 +157,17 @@ mod tests {
                 <= 600
         );
         assert!(b.max_blocks >= MIN_BLOCKS);
+    }
+
+    /// The data-plane load test's 1,024 connections from one client at the open-files
+    /// limit many hosts have (20,000, this CI's): they waited forever for their Welcome
+    /// when the two kinds of connection were given equal shares (822 each).
+    #[test]
+    fn a_limit_of_20000_holds_1024_readers_on_each_of_two_planes() {
+        let b = DescriptorBudget::plan(20_000, 65_536, 4096, 1024, 2, 64).unwrap();
+        assert!(b.max_connections >= 1024, "{b:?}");
+        assert!(b.max_unauthenticated >= 256, "{b:?}");
+        assert!(b.max_blocks >= 4096, "{b:?}");
     }
 
     #[test]

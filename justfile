@@ -90,6 +90,11 @@ memory-footprint *ARGS:
 dataplane-loadtest:
     ./scripts/dataplane_loadtest.sh
 
+# The ring-scaling sweep and open-loop tables on a many-core host (8 CPUs or more): servers
+# and load generator on CPU sets of their own (docs/data-plane.md).
+many-core-sweep:
+    ./scripts/many_core_sweep.sh
+
 # Layer 2 with io_uring's registered buffers and SEND_ZC beside sendfile and a copy, at equal
 # load, one loopback connection (docs/data-plane.md); `just layer2-zerocopy SECONDS ROUNDS`.
 layer2-zerocopy SECONDS="3" ROUNDS="6":

@@ -5,6 +5,7 @@
     scripts/bench_record.py gateway         # bench/results/gateway-bench.jsonl
     scripts/bench_record.py gateway-proxy   # bench/results/gateway-proxy-bench.jsonl
     scripts/bench_record.py gateway-proxy-cold --from FILE.jsonl   # its --cold-reads
+    scripts/bench_record.py many-core       # bench/results/many_core.jsonl (many_core_sweep.sh)
     scripts/bench_record.py NAME --from FILE.jsonl
 
 Reads the JSON Lines a bench wrote under bench/results/ (ignored by git) and writes
@@ -33,12 +34,14 @@ SOURCES = {
     "gateway": "gateway-bench.jsonl",
     "gateway-proxy": "gateway-proxy-bench.jsonl",
     "gateway-proxy-cold": "gateway-proxy-bench.jsonl",
+    "many-core": "many_core.jsonl",
 }
 TARGETS = {
     "dataplane": "dataplane",
     "gateway": "gateway",
     "gateway-proxy": "gateway_proxy",
     "gateway-proxy-cold": "gateway_proxy_cold",
+    "many-core": "many_core",
 }
 
 
@@ -95,6 +98,7 @@ def dataplane(lines: list[dict]) -> dict:
                 "admitted_conns": x.get("admitted_conns"),
                 "served_conns": x.get("served_conns"),
                 "depth": x["depth"],
+                "offered_rps": x.get("offered_rps"),
                 "rps": x["rps"],
                 "mib_s": x["mib_per_s"],
                 "p50_us": lat["p50_us"],
@@ -318,6 +322,12 @@ def main() -> None:
         "gateway": gateway,
         "gateway-proxy": gateway_proxy,
         "gateway-proxy-cold": gateway_proxy_cold,
+        "many-core": lambda lines: dataplane(lines)
+        | {
+            "bench": "many-core-sweep",
+            "note": "hardware.cores is the load generator's CPU set (taskset); the servers "
+            "ran on a set of their own, as many CPUs again (scripts/many_core_sweep.sh)",
+        },
     }[args.name](lines)
     DATA.mkdir(parents=True, exist_ok=True)
     suffix = "" if args.name == "gateway-proxy-cold" else data_suffix(data)

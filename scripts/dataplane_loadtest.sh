@@ -18,6 +18,12 @@
 #   PLANES=io_uring,tokio data planes to run, from PLANE_ENV below
 #   NGINX=1               0 skips the nginx comparison
 #   RATE=                 offered requests/s per point (constant rate); empty: closed loop
+#   SERVER_CPUS=          CPU list (taskset -c) for the workers and nginx; empty: any CPU
+#   CLIENT_CPUS=          CPU list for talon-loadgen, which then runs one thread per CPU
+#                         in it (keep the two apart on a many-core host: the ring sweep)
+#   BUILD=1               0 uses the binaries already in BIN (a machine without cargo)
+#   BIN=target/release    where the binaries are
+#   NGINX_BIN=            the nginx to run (default: the one on PATH or /usr/sbin/nginx)
 #   OUT=bench/results/dataplane_loadtest.jsonl   JSON Lines, one report per point
 #                         (overwritten each run)
 #   TALON_CLUSTER_SECRET  the cluster secret every process shares (default: a fresh
@@ -58,9 +64,16 @@ declare -A PLANE_ENV=(
   [io_uring+defer]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_RING_SETUP=defer"
   [io_uring+unpinned]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_DATA_PLANE_PIN_RINGS=false"
 )
+# "io_uring+rN": the rings with N ring threads (the ring-scaling sweep).
+for n in 1 2 4 8 16; do
+  PLANE_ENV[io_uring+r$n]="TALON_WORKER_FORCE_TOKIO_DATA_PLANE=0 TALON_WORKER_DATA_PLANE_RINGS=$n"
+done
 
-BIN=target/release
+BIN=${BIN:-target/release}
 LOADGEN=$BIN/talon-loadgen
+BUILD=${BUILD:-1}
+SERVER_CPUS=${SERVER_CPUS:-}
+CLIENT_CPUS=${CLIENT_CPUS:-}
 log() { printf '[dataplane_loadtest] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
@@ -79,8 +92,34 @@ bytes() {
   esac
 }
 
-log "building (release): talon-bench talon-worker talon-origin-stub talon-coordinator"
-cargo build --release -q -p talon-bench -p talon-worker -p talon-origin-stub -p talon-coordinator
+if [[ $BUILD == 1 ]]; then
+  log "building (release): talon-bench talon-worker talon-origin-stub talon-coordinator"
+  cargo build --release -q -p talon-bench -p talon-worker -p talon-origin-stub -p talon-coordinator
+fi
+for b in talon-loadgen talon-worker talon-origin-stub talon-coordinator; do
+  [[ -x $BIN/$b ]] || die "$BIN/$b is missing (BUILD=1 builds it)"
+done
+
+# Servers and client on CPU sets of their own, when asked: a command prefix that
+# execs (so "$!" stays the server's own pid).
+SERVER_ON=()
+CLIENT_ON=()
+[[ -n $SERVER_CPUS ]] && SERVER_ON=(taskset -c "$SERVER_CPUS")
+[[ -n $CLIENT_CPUS ]] && CLIENT_ON=(taskset -c "$CLIENT_CPUS")
+# The number of CPUs in a taskset list such as "0-7" or "8-11,14".
+cpu_count() {
+  local n=0 part
+  for part in ${1//,/ }; do
+    if [[ $part == *-* ]]; then n=$((n + ${part#*-} - ${part%-*} + 1)); else n=$((n + 1)); fi
+  done
+  echo "$n"
+}
+if [[ -n $CLIENT_CPUS ]]; then
+  LOADGEN_THREADS=(--threads "$(cpu_count "$CLIENT_CPUS")")
+else
+  LOADGEN_THREADS=()
+fi
+SERVER_PROCS=$(if [[ -n $SERVER_CPUS ]]; then cpu_count "$SERVER_CPUS"; else nproc; fi)
 
 # The cluster secret: the coordinator, the worker(s) and talon-loadgen (--addr) all read
 # it from the environment; the membership poll signs with it (scripts/talon_cluster.py).
@@ -162,7 +201,7 @@ wait_member() {
 declare -A WORKER_ADDR WORKER_PID
 for plane in ${PLANES//,/ }; do
   [[ -n ${PLANE_ENV[$plane]+x} ]] || die "unknown data plane '$plane' (known: ${!PLANE_ENV[*]})"
-  env ${PLANE_ENV[$plane]} TALON_LOG=warn $BIN/talon-worker \
+  "${SERVER_ON[@]}" env ${PLANE_ENV[$plane]} TALON_LOG=warn $BIN/talon-worker \
     --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     --cache-dir "$TMP/cache-$plane" --capacity 1GiB --page-size 1MiB \
     --s3-endpoint "$S3" --ready-file "$TMP/worker-$plane.json" \
@@ -187,7 +226,7 @@ done
 # nginx: the same bytes from a file, sendfile on, one worker process per core.
 NGINX_URL=
 if [[ $NGINX == 1 ]]; then
-  NGINX_BIN=$(command -v nginx || true)
+  NGINX_BIN=${NGINX_BIN:-$(command -v nginx || true)}
   [[ -z $NGINX_BIN && -x /usr/sbin/nginx ]] && NGINX_BIN=/usr/sbin/nginx
   if [[ -z $NGINX_BIN ]] && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     log "installing nginx (apt-get)"
@@ -209,7 +248,7 @@ if [[ $NGINX == 1 ]]; then
       port=$((20000 + RANDOM % 30000))
       (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue # in use
       cat >"$TMP/nginx/nginx.conf" <<EOF
-worker_processes $(nproc);
+worker_processes $SERVER_PROCS;
 worker_rlimit_nofile 65536;
 pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/error.log warn;
@@ -220,6 +259,10 @@ http {
   keepalive_timeout 300s;
   keepalive_requests 100000000;
   client_body_temp_path $TMP/nginx/body;
+  proxy_temp_path $TMP/nginx/proxy;
+  fastcgi_temp_path $TMP/nginx/fastcgi;
+  uwsgi_temp_path $TMP/nginx/uwsgi;
+  scgi_temp_path $TMP/nginx/scgi;
   server {
     listen 127.0.0.1:$port backlog=4096;
     root $TMP/www;
@@ -227,7 +270,7 @@ http {
   }
 }
 EOF
-      "$NGINX_BIN" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -g 'daemon off;' \
+      "${SERVER_ON[@]}" "$NGINX_BIN" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -g 'daemon off;' \
         >"$TMP/nginx.log" 2>&1 &
       NGINX_PID=$!
       PIDS+=("$NGINX_PID")
@@ -243,7 +286,7 @@ EOF
       log "nginx did not start on port $port: $(tail -2 "$TMP/nginx/error.log" 2>/dev/null)"
     done
     [[ -n $NGINX_URL ]] || die "nginx would not start"
-    log "nginx $("$NGINX_BIN" -v 2>&1 | sed 's/.*nginx\///') at $NGINX_URL, master pid $NGINX_PID, $(nproc) workers"
+    log "nginx $("$NGINX_BIN" -v 2>&1 | sed 's/.*nginx\///') at $NGINX_URL, master pid $NGINX_PID, $SERVER_PROCS workers"
   fi
 fi
 
@@ -261,7 +304,7 @@ point() { # label, then talon-loadgen flags
   local label=$1
   shift
   log "$label: $*"
-  if ! $LOADGEN --label "$label" "${common[@]}" "$@" >>"$OUT" 2>"$TMP/point.err"; then
+  if ! "${CLIENT_ON[@]}" $LOADGEN --label "$label" "${LOADGEN_THREADS[@]}" "${common[@]}" "$@" >>"$OUT" 2>"$TMP/point.err"; then
     failed=1
     log "FAILED: $(tail -1 "$TMP/point.err")"
   fi
@@ -282,7 +325,7 @@ done
 echo
 echo "## Data-plane load test: $RANGE_SIZE ranges, ${SECONDS_PER} s measured after ${WARMUP} s warmup, loopback"
 echo
-echo "Host: $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), kernel $(uname -r); client and servers share it."
+echo "Host: $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), kernel $(uname -r); $(if [[ -n $SERVER_CPUS$CLIENT_CPUS ]]; then echo "servers on CPUs ${SERVER_CPUS:-any}, client on ${CLIENT_CPUS:-any}"; else echo "client and servers share it"; fi)."
 echo
 $LOADGEN --summarize "$OUT"
 echo

@@ -261,6 +261,7 @@ pub(crate) async fn prepare(
         object: object.clone(),
         expected_version: None,
         max_age_ms: None,
+        first_read: None,
     });
     let reply = conn.request(&stat, 1, Duration::from_secs(30)).await?;
     let (object_size, version) = match reply {

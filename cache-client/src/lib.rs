@@ -41,14 +41,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
-use sha2::{Digest, Sha256};
 use talon_coordinator_client::api::MembersResponse;
 use talon_coordinator_client::client::CoordinatorClient;
 use talon_coordinator_client::placement::{PlacementMember, RendezvousPlacement};
 use talon_coordinator_client::zones;
 use talon_core::cluster_auth::{ClusterSecret, Role};
+use talon_core::wire::{FirstRead, IngestMeta, IngestRequest, ReadRangeRequest, StatRequest};
 pub use talon_core::wire::{HeaderSet, ObjectHeaders};
-use talon_core::wire::{IngestMeta, IngestRequest, ReadRangeRequest, StatRequest};
 use talon_core::{BlockGeometry, BlockId, Message, ObjectId, ObjectVersion};
 use talon_protocols::origin::ObjectInfo;
 use talon_protocols::origin::Origins;
@@ -381,14 +380,6 @@ impl AsRef<[u8]> for Budgeted {
     }
 }
 
-/// The key that places an object's metadata (stat) on a worker.
-fn stat_key(object: &ObjectId) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(b"talon/stat/v1\0");
-    h.update(object.key_path().as_bytes());
-    h.finalize().into()
-}
-
 impl CacheClient {
     /// Connects: fetches the membership, then keeps it fresh in the background.
     ///
@@ -494,12 +485,49 @@ impl CacheClient {
         options: ReadOptions,
         max_age: Option<Duration>,
     ) -> Result<ObjectStat> {
+        self.stat_reading(object, options, max_age, None).await
+    }
+
+    /// [`stat_with`](Self::stat_with) for a reader about to read `next` (object
+    /// bytes; its end may lie past the object's, which is not known yet): the
+    /// metadata home is the owner of the object's first block, so when that worker
+    /// must ask the origin it learns the metadata and the first piece of `next` from
+    /// one GET and keeps the bytes, and the read that follows is a hit (one origin
+    /// request for a cold read, not a HEAD and a GET). Only a `next` that starts in
+    /// the first block and with a `max_age` is sent; the rest is the plain stat.
+    ///
+    /// # Errors
+    /// As [`stat`](Self::stat).
+    pub async fn stat_reading(
+        &self,
+        object: &ObjectId,
+        options: ReadOptions,
+        max_age: Option<Duration>,
+        next: Option<Range<u64>>,
+    ) -> Result<ObjectStat> {
         let placement = self.placement();
-        let key = stat_key(object);
+        let block_size = self.inner.config.geometry.block_size();
+        // An object's metadata home is the owner of its first block (of any version).
+        let key = BlockId::first_block_placement_key(object, block_size);
+        let max_age_ms = max_age.map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX));
+        // The first piece of `next`, as the read will ask for it.
+        let piece = self
+            .inner
+            .config
+            .max_request_bytes
+            .clamp(1, u64::from(talon_core::wire::MAX_READ_LEN));
+        let first_read = next
+            .filter(|r| r.start < r.end && r.start < block_size && max_age_ms.is_some())
+            .map(|r| FirstRead {
+                block_size,
+                start: r.start,
+                end: r.end.min(r.start.saturating_add(piece)).min(block_size),
+            });
         let request = Message::Stat(StatRequest {
             object: object.clone(),
             expected_version: None,
-            max_age_ms: max_age.map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX)),
+            max_age_ms,
+            first_read,
         });
         let mut last = CacheClientError::Unavailable("no live worker".into());
         let attempts = self.inner.config.attempts.max(1);

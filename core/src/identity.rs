@@ -19,25 +19,45 @@
 //! markers" such as `logs/`, keys with `//`) cannot be cached and must be
 //! served straight from the origin.
 //!
-//! # Placement key
+//! # Placement key and storage name
 //!
-//! [`BlockId::placement_key`] is SHA-256 over this canonical encoding, every
-//! integer big-endian:
+//! [`BlockId::placement_key`] decides which workers hold a block (rendezvous
+//! hashing). It is SHA-256 over this canonical encoding, every integer
+//! big-endian:
 //!
 //! ```text
-//! "talon/block/v1"                       14 bytes ASCII, domain separation
+//! "talon/place/v2"                       14 bytes ASCII, domain separation
 //! backend tag: u8                        1 = S3, 2 = Azure
 //! for each name, in order:               S3: bucket, path
 //!     len: u32, then len bytes UTF-8     Azure: account, container, path
-//! version: len u32, then len bytes       the ETag or version id, verbatim
 //! block_offset: u64                      bytes from the object's start
 //! block_size: u64                        bytes
 //! ```
 //!
+//! The version is not part of it: every version of a block has the same
+//! owners, so the owner of an object's first block can be found before the
+//! version is known. That worker is the object's metadata home (it answers
+//! Stat), and a first read that learns the metadata and the first bytes from
+//! one origin GET stores those bytes where they will be read
+//! ([`BlockId::first_block_placement_key`]).
+//!
+//! [`BlockId::storage_name`], the block's file name on a worker, is the hex
+//! SHA-256 of the same fields with the version, under its own domain:
+//!
+//! ```text
+//! "talon/block/v1"                       14 bytes ASCII, domain separation
+//! backend tag: u8
+//! for each name, in order: len u32, bytes
+//! version: len u32, then len bytes       the ETag or version id, verbatim
+//! block_offset: u64
+//! block_size: u64
+//! ```
+//!
 //! The backend tag fixes how many names follow and every variable-length
 //! field is length-prefixed, so two different blocks never share an
-//! encoding. The encoding is frozen: changing it would move every cached
-//! block to a different worker and file name.
+//! encoding. Both encodings are frozen: changing one moves every cached block
+//! to another worker (the placement key did, once, on 2026-12-04, when the
+//! version left it) or another file name.
 
 use std::fmt;
 use std::str::FromStr;
@@ -60,7 +80,10 @@ pub const MAX_PATH_LEN: usize = 4096;
 pub const MAX_VERSION_LEN: usize = 1024;
 
 /// Domain separation prefix of the placement-key encoding.
-const PLACEMENT_DOMAIN: &[u8; 14] = b"talon/block/v1";
+const PLACEMENT_DOMAIN: &[u8; 14] = b"talon/place/v2";
+
+/// Domain separation prefix of the storage-name encoding.
+const STORAGE_DOMAIN: &[u8; 14] = b"talon/block/v1";
 
 /// The kind of object store an object lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -527,28 +550,54 @@ impl BlockId {
     }
 
     /// The stable 256-bit key that placement (rendezvous hashing) uses:
-    /// SHA-256 over the canonical encoding in the [module docs](self).
+    /// SHA-256 over the canonical encoding in the [module docs](self), which
+    /// leaves the version out.
     pub fn placement_key(&self) -> [u8; 32] {
+        placement_key_of(&self.object, self.block_offset, self.block_size)
+    }
+
+    /// The placement key of the first block of `object` with blocks of
+    /// `block_size` bytes, whatever its version: its owner is the object's
+    /// metadata home.
+    pub fn first_block_placement_key(object: &ObjectId, block_size: u64) -> [u8; 32] {
+        placement_key_of(object, 0, block_size)
+    }
+
+    /// A file-name-safe name for this block, distinct for every version: the
+    /// 64 lowercase hex digits of the storage encoding in the
+    /// [module docs](self).
+    pub fn storage_name(&self) -> String {
         let mut hasher = Sha256::new();
-        hasher.update(PLACEMENT_DOMAIN);
+        hasher.update(STORAGE_DOMAIN);
         hasher.update([self.object.backend().tag()]);
         let version = std::iter::once(self.version.as_str());
         for field in self.object.names().chain(version) {
-            // Names are bounded far below u32::MAX by validation.
-            let len = u32::try_from(field.len()).unwrap_or(u32::MAX);
-            hasher.update(len.to_be_bytes());
-            hasher.update(field.as_bytes());
+            hash_field(&mut hasher, field);
         }
         hasher.update(self.block_offset.to_be_bytes());
         hasher.update(self.block_size.to_be_bytes());
-        hasher.finalize().into()
+        hex::encode(hasher.finalize())
     }
+}
 
-    /// A file-name-safe name for this block: the 64 lowercase hex digits of
-    /// [`placement_key`](Self::placement_key).
-    pub fn storage_name(&self) -> String {
-        hex::encode(self.placement_key())
+/// One length-prefixed field of the encodings (names are bounded far below
+/// u32::MAX by validation).
+fn hash_field(hasher: &mut Sha256, field: &str) {
+    let len = u32::try_from(field.len()).unwrap_or(u32::MAX);
+    hasher.update(len.to_be_bytes());
+    hasher.update(field.as_bytes());
+}
+
+fn placement_key_of(object: &ObjectId, block_offset: u64, block_size: u64) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(PLACEMENT_DOMAIN);
+    hasher.update([object.backend().tag()]);
+    for field in object.names() {
+        hash_field(&mut hasher, field);
     }
+    hasher.update(block_offset.to_be_bytes());
+    hasher.update(block_size.to_be_bytes());
+    hasher.finalize().into()
 }
 
 impl fmt::Display for BlockId {
@@ -746,12 +795,11 @@ mod tests {
     }
 
     #[test]
-    fn placement_key_distinguishes_every_field() {
+    fn placement_key_distinguishes_every_field_but_the_version() {
         let base = block("s3/b/k", "e1", 0, 1024);
         let variants = [
             block("s3/b/k2", "e1", 0, 1024),
             block("s3/b2/k", "e1", 0, 1024),
-            block("s3/b/k", "e2", 0, 1024),
             block("s3/b/k", "e1", 1024, 1024),
             block("s3/b/k", "e1", 0, 2048),
             block("az/b/k/x", "e1", 0, 1024),
@@ -762,27 +810,38 @@ mod tests {
         let key = base.placement_key();
         for v in &variants {
             assert_ne!(v.placement_key(), key, "{v}");
+            assert_ne!(v.storage_name(), base.storage_name(), "{v}");
         }
-        assert_ne!(variants[6].placement_key(), variants[7].placement_key());
+        assert_ne!(variants[5].placement_key(), variants[6].placement_key());
+        // Every version of a block has the same owners, and its own file.
+        let other_version = block("s3/b/k", "e2", 0, 1024);
+        assert_eq!(other_version.placement_key(), key);
+        assert_ne!(other_version.storage_name(), base.storage_name());
+        // The first block's owner is known before its version.
+        assert_eq!(BlockId::first_block_placement_key(base.object(), 1024), key);
         // Deterministic.
         assert_eq!(block("s3/b/k", "e1", 0, 1024).placement_key(), key);
     }
 
     #[test]
-    fn placement_key_matches_documented_encoding() {
+    fn placement_key_and_storage_name_match_the_documented_encodings() {
         let b = block("az/acct/cont/p", "\"v\"", 512, 256);
-        let mut enc = Vec::new();
-        enc.extend_from_slice(b"talon/block/v1");
-        enc.push(2);
-        for s in ["acct", "cont", "p", "\"v\""] {
-            enc.extend_from_slice(&(s.len() as u32).to_be_bytes());
-            enc.extend_from_slice(s.as_bytes());
-        }
-        enc.extend_from_slice(&512u64.to_be_bytes());
-        enc.extend_from_slice(&256u64.to_be_bytes());
-        let expected: [u8; 32] = Sha256::digest(&enc).into();
-        assert_eq!(b.placement_key(), expected);
-        assert_eq!(b.storage_name(), hex::encode(expected));
+        let encode = |domain: &[u8], fields: &[&str]| {
+            let mut enc = Vec::new();
+            enc.extend_from_slice(domain);
+            enc.push(2);
+            for s in fields {
+                enc.extend_from_slice(&(s.len() as u32).to_be_bytes());
+                enc.extend_from_slice(s.as_bytes());
+            }
+            enc.extend_from_slice(&512u64.to_be_bytes());
+            enc.extend_from_slice(&256u64.to_be_bytes());
+            Sha256::digest(&enc)
+        };
+        let placement: [u8; 32] = encode(b"talon/place/v2", &["acct", "cont", "p"]).into();
+        assert_eq!(b.placement_key(), placement);
+        let storage = encode(b"talon/block/v1", &["acct", "cont", "p", "\"v\""]);
+        assert_eq!(b.storage_name(), hex::encode(storage));
         assert_eq!(b.storage_name().len(), 64);
         assert!(
             b.storage_name()

@@ -15,8 +15,8 @@ use crate::cluster_auth::{ClusterSecret, HELLO_VERSION, HelloSide, Nonce, Role};
 use crate::error::Error;
 use crate::identity::{BlockId, ObjectId, ObjectVersion};
 use crate::wire::{
-    ErrorCode, ErrorReply, FileHandoff, Flags, FrameHeader, HEADER_LEN, HeaderSet, IngestAck,
-    IngestMeta, IngestRequest, MessageType, ObjectHeaders, ReadRangeRequest, StatReply,
+    ErrorCode, ErrorReply, FileHandoff, FirstRead, Flags, FrameHeader, HEADER_LEN, HeaderSet,
+    IngestAck, IngestMeta, IngestRequest, MessageType, ObjectHeaders, ReadRangeRequest, StatReply,
     StatRequest, encode_read_range_reply_header,
 };
 use crate::{Message, Namespace};
@@ -70,7 +70,7 @@ pub enum Vector {
         /// The id.
         object: ObjectId,
     },
-    /// A block and its placement key.
+    /// A block, its storage name and its placement key.
     Placement {
         /// The block.
         block: BlockId,
@@ -236,6 +236,7 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
             object: ObjectId::s3("my-bucket", "data/part-0001.parquet")?,
             expected_version: None,
             max_age_ms: None,
+            first_read: None,
         }),
     )?;
     frame(
@@ -248,6 +249,7 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
             object: ObjectId::azure("myaccount", "mycontainer", "dir/blob.bin")?,
             expected_version: Some(ObjectVersion::new("0x8DC1234567890AB")?),
             max_age_ms: None,
+            first_read: None,
         }),
     )?;
     frame(
@@ -316,6 +318,24 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
             object: ObjectId::s3("my-bucket", "data/part-0001.parquet")?,
             expected_version: None,
             max_age_ms: Some(1500),
+            first_read: None,
+        }),
+    )?;
+    frame(
+        v,
+        "stat_first_read",
+        "Stat of s3/my-bucket/data/part-0001.parquet, max age 1500 ms, about to read bytes [0, 65536) of its first 64 MiB block",
+        7,
+        none,
+        Message::Stat(StatRequest {
+            object: ObjectId::s3("my-bucket", "data/part-0001.parquet")?,
+            expected_version: None,
+            max_age_ms: Some(1500),
+            first_read: Some(FirstRead {
+                block_size: 64 << 20,
+                start: 0,
+                end: 65_536,
+            }),
         }),
     )?;
     frame(
@@ -633,11 +653,12 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
         },
     );
     // A Stat of s3/b/k followed by one more payload byte (its length says so).
-    let stat_and_a_byte = |max_age_ms| -> Result<Vec<u8>, Error> {
+    let stat_and_a_byte = |max_age_ms, first_read| -> Result<Vec<u8>, Error> {
         let mut frame = Message::Stat(StatRequest {
             object: ObjectId::s3("b", "k")?,
             expected_version: None,
             max_age_ms,
+            first_read,
         })
         .encode(1)?;
         let len = u32::from_be_bytes([frame[12], frame[13], frame[14], frame[15]]) + 1;
@@ -645,18 +666,34 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
         frame.push(0);
         Ok(frame)
     };
-    let trailing = stat_and_a_byte(Some(5000))?;
+    let first = FirstRead {
+        block_size: 1 << 20,
+        start: 0,
+        end: 4096,
+    };
+    let trailing = stat_and_a_byte(Some(5000), Some(first))?;
     reject(
         v,
         "stat_trailing_byte",
-        "Stat of s3/b/k, max age 5 s, with one extra payload byte after the last field",
+        "Stat of s3/b/k, max age 5 s, first read [0, 4096), with one extra payload byte after the last field",
         trailing,
         Error::Malformed {
             message_type: MessageType::Stat,
             reason: "trailing bytes after the last field",
         },
     );
-    let cut_age = stat_and_a_byte(None)?;
+    let cut_first = stat_and_a_byte(Some(5000), None)?;
+    reject(
+        v,
+        "stat_first_read_cut_short",
+        "Stat of s3/b/k, max age 5 s, followed by one byte: a first read cut short",
+        cut_first,
+        Error::Malformed {
+            message_type: MessageType::Stat,
+            reason: "payload ends inside a field",
+        },
+    );
+    let cut_age = stat_and_a_byte(None, None)?;
     reject(
         v,
         "stat_max_age_cut_short",
@@ -750,7 +787,7 @@ pub fn render(vectors: &[Vector]) -> String {
         "#   header  <name>  <hex: a 16-byte header sent alone>\n",
         "#   reject  <name>  <hex: bytes a decoder must reject>\n",
         "#   key     <key path>  <backend: s3|az>  <names: bucket, path | account, container, path>\n",
-        "#   block   <key path>  <version>  <block offset>  <block size>  <placement key: hex SHA-256>\n",
+        "#   block   <key path>  <version>  <block offset>  <block size>  <storage name: hex SHA-256>  <placement key: hex SHA-256, no version>\n",
         "#   bitmap  <name>  <page count>  <present pages, comma-separated, or ->  <hex: persistent encoding>\n",
         "#\n",
         "# Hello proofs: key = HMAC-SHA256(secret, \"talon cluster key v1\"); worker proof =\n",
@@ -800,12 +837,13 @@ pub fn render(vectors: &[Vector]) -> String {
             Vector::Placement { block } => {
                 let _ = writeln!(
                     out,
-                    "block\t{}\t{}\t{}\t{}\t{}",
+                    "block\t{}\t{}\t{}\t{}\t{}\t{}",
                     block.object(),
                     block.version(),
                     block.block_offset(),
                     block.block_size(),
-                    block.storage_name()
+                    block.storage_name(),
+                    hex::encode(block.placement_key())
                 );
             }
             Vector::Bitmap { name, bitmap } => {

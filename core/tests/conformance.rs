@@ -178,8 +178,8 @@ fn committed_vectors_decode_back() {
                     fields[4].parse().unwrap(),
                 )
                 .unwrap();
-                assert_eq!(hex::encode(block.placement_key()), fields[5], "{line}");
-                assert_eq!(block.storage_name(), fields[5]);
+                assert_eq!(block.storage_name(), fields[5], "{line}");
+                assert_eq!(hex::encode(block.placement_key()), fields[6], "{line}");
                 assert!(by_name.contains_key(&block.to_string()));
             }
             "bitmap" => {

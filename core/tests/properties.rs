@@ -7,8 +7,8 @@
 use proptest::prelude::*;
 use talon_core::bitmap::{MAX_PAGES, encoded_len};
 use talon_core::wire::{
-    BulkKind, ErrorReply, Event, Flags, FrameDecoder, FrameHeader, HEADER_LEN, HeaderSet,
-    IngestAck, IngestMeta, IngestRequest, MAX_READ_LEN, MessageType, ObjectHeaders,
+    BulkKind, ErrorReply, Event, FirstRead, Flags, FrameDecoder, FrameHeader, HEADER_LEN,
+    HeaderSet, IngestAck, IngestMeta, IngestRequest, MAX_READ_LEN, MessageType, ObjectHeaders,
     ReadRangeRequest, StatReply, StatRequest,
 };
 use talon_core::{
@@ -100,13 +100,27 @@ fn message() -> impl Strategy<Value = Message> {
         (
             object(),
             prop::option::of(version()),
-            prop::option::of(any::<u32>())
+            prop::option::of(any::<u32>()),
+            prop::option::of((12u32..40, any::<u64>(), 1u64..=u64::from(MAX_READ_LEN)))
         )
-            .prop_map(|(object, expected_version, max_age_ms)| {
+            .prop_map(|(object, expected_version, max_age_ms, first)| {
+                // A first read travels only with a max age, within the first block.
+                let first_read = first
+                    .filter(|_| max_age_ms.is_some())
+                    .map(|(exp, start, len)| {
+                        let block_size = 1u64 << exp;
+                        let start = start % block_size;
+                        FirstRead {
+                            block_size,
+                            start,
+                            end: start.saturating_add(len).min(block_size),
+                        }
+                    });
                 Message::Stat(StatRequest {
                     object,
                     expected_version,
                     max_age_ms,
+                    first_read,
                 })
             }),
         (
@@ -267,7 +281,13 @@ proptest! {
             BlockId::new(object, ObjectVersion::new(versions[i].clone()).ok()?, offsets[i] * 4, 4).ok()
         };
         if let (Some(a), Some(b)) = (make(0), make(1)) {
-            prop_assert_eq!(a == b, a.placement_key() == b.placement_key());
+            prop_assert_eq!(a == b, a.storage_name() == b.storage_name());
+            // Placement leaves the version out: equal keys exactly for the same
+            // block of the same object, whatever the versions.
+            let same_place = a.object() == b.object()
+                && a.block_offset() == b.block_offset()
+                && a.block_size() == b.block_size();
+            prop_assert_eq!(same_place, a.placement_key() == b.placement_key());
             prop_assert_eq!(a.storage_name().len(), 64);
         }
     }

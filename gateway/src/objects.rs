@@ -460,6 +460,7 @@ impl Objects {
         backend: Backend,
         bucket: &str,
         key: &str,
+        next: Option<std::ops::Range<u64>>,
     ) -> Result<Meta, Error> {
         let id = self.object_id(backend, bucket, key);
         let (cache, id) = match (route, &self.cache, id) {
@@ -488,8 +489,13 @@ impl Objects {
         // What the workers may answer with: no older than T, nor than the last write.
         let written = self.written_at(backend, bucket, key);
         let max_age = written.map_or(t, |w| t.min(asked.saturating_duration_since(w)));
+        // After a write through this gateway its bytes are likely cached already (the
+        // write-through): the metadata alone is asked for, with a HEAD if need be.
+        let next = next.filter(|_| written.is_none());
         match self
-            .meta_from_cache(cache, &id, route, backend, bucket, key, asked, max_age)
+            .meta_from_cache(
+                cache, &id, route, backend, bucket, key, asked, max_age, next,
+            )
             .await
         {
             Err(e) if e.kind().is_retryable() => match known {
@@ -523,12 +529,13 @@ impl Objects {
         key: &str,
         asked: Instant,
         max_age: Duration,
+        next: Option<std::ops::Range<u64>>,
     ) -> Result<Meta, Error> {
         let options = ReadOptions {
             reader: None,
             origin_fallback: route == Route::Cache,
         };
-        match cache.stat_with(id, options, Some(max_age)).await {
+        match cache.stat_reading(id, options, Some(max_age), next).await {
             Ok(s) => {
                 let outcome = if s.from_origin {
                     Outcome::Fallback
@@ -594,13 +601,25 @@ impl Objects {
         {
             return Ok(read);
         }
+        // The bytes this read will ask for first, when known before the object's size:
+        // a metadata home that must ask the origin fetches them with the metadata (one
+        // origin request). Not for HEADs, suffix ranges (their offset needs the size)
+        // or conditional reads (which may need no bytes at all).
+        let next = (with_body && conditions.is_empty())
+            .then_some(range)
+            .and_then(|range| match range {
+                None => Some(0..u64::MAX),
+                Some(RangeSpec::Bounded { first, last }) => Some(first..last.saturating_add(1)),
+                Some(RangeSpec::From { first }) => Some(first..u64::MAX),
+                Some(_) => None,
+            });
         let mut retried = false;
         loop {
             let Meta {
                 info: meta,
                 outcome,
                 stale,
-            } = match self.meta(route, backend, bucket, key).await {
+            } = match self.meta(route, backend, bucket, key, next.clone()).await {
                 Err(e) if e.kind() == ErrorKind::NoSuchKey => {
                     return Err(self.not_found(backend, bucket, e).await.into());
                 }

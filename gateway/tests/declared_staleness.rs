@@ -297,3 +297,100 @@ async fn a_read_pinned_to_a_version_the_origin_replaced_starts_again_on_the_new_
         assert_eq!(resp.bytes().await.unwrap(), v2.slice(400_000..400_100));
     }
 }
+
+/// What reads cost the origin (the stub's own request count, every operation): a cold
+/// GET is one origin request, whole or ranged within the first block, through either
+/// front (the object's metadata home, the owner of its first block, learns the
+/// metadata and the first bytes from one GET and keeps them; the read is then a hit);
+/// a cold HEAD is one HEAD; any re-read within T costs nothing. Before, a cold GET was
+/// a HEAD and then a GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_read_costs_the_origin_one_request_and_a_warm_one_none() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 3,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Freshness::within(Duration::from_secs(300))).await;
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    s3.create_bucket("data").await.unwrap();
+    let stub = cluster.origin.metrics();
+    let body = |seed: u8| -> Bytes { (0..100_000u32).map(|i| (i as u8) ^ seed).collect() };
+    // (name, Range header, the bytes it asks for)
+    let cases: [(&str, Option<&str>, std::ops::Range<usize>); 3] = [
+        ("whole", None, 0..100_000),
+        ("bounded range", Some("bytes=1000-50999"), 1000..51_000),
+        ("open range", Some("bytes=5000-"), 5000..100_000),
+    ];
+    let mut seed = 0u8;
+    for (front, base) in [
+        ("s3", gw.s3_url().unwrap()),
+        ("azure", gw.azure_url().unwrap()),
+    ] {
+        for (case, range, want) in &cases {
+            seed += 1;
+            let key = format!("cold-{front}-{seed}.bin");
+            let bytes = body(seed);
+            s3.put("data", &key, bytes.clone(), None).await.unwrap();
+            let url = format!("{base}/data/{key}");
+            let get = || {
+                let mut req = reqwest::Client::new()
+                    .get(&url)
+                    .header("x-ms-version", "2025-01-05");
+                if let Some(r) = range {
+                    req = req.header("range", *r);
+                }
+                req.send()
+            };
+            for pass in ["cold", "warm"] {
+                let before = stub.requests_total();
+                let resp = get().await.unwrap();
+                assert!(
+                    resp.status().is_success(),
+                    "{front} {case} {pass}: {}",
+                    resp.status()
+                );
+                let got = resp.bytes().await.unwrap();
+                assert_eq!(got.as_ref(), &bytes[want.clone()], "{front} {case} {pass}");
+                let spent = stub.requests_total() - before;
+                let expected = if pass == "cold" { 1 } else { 0 };
+                assert_eq!(
+                    spent,
+                    expected,
+                    "{front} {case} {pass}: {spent} origin requests (HEADs {} / {}, GETs {} / {})",
+                    stub.requests_of(talon_origin_stub::metrics::Protocol::S3, "HeadObject"),
+                    stub.requests_of(
+                        talon_origin_stub::metrics::Protocol::Azure,
+                        "GetBlobProperties"
+                    ),
+                    stub.requests_of(talon_origin_stub::metrics::Protocol::S3, "GetObject"),
+                    stub.requests_of(talon_origin_stub::metrics::Protocol::Azure, "GetBlob"),
+                );
+            }
+        }
+        // A cold HEAD: one HEAD, no bytes.
+        seed += 1;
+        let key = format!("cold-{front}-{seed}.bin");
+        s3.put("data", &key, body(seed), None).await.unwrap();
+        let before = stub.requests_total();
+        let resp = reqwest::Client::new()
+            .head(format!("{base}/data/{key}"))
+            .header("x-ms-version", "2025-01-05")
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            resp.status().is_success(),
+            "{front} HEAD: {}",
+            resp.status()
+        );
+        assert_eq!(stub.requests_total() - before, 1, "{front}: a cold HEAD");
+    }
+    // The GETs of first bytes were counted as such by the workers.
+    let reads = worker_total(
+        &cluster,
+        "talon_worker_stat_origin_requests_total{result=\"read\"}",
+    );
+    assert_eq!(reads, 6.0, "metadata fetched with the first bytes");
+}

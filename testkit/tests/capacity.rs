@@ -1,5 +1,5 @@
-//! A worker never holds more bytes on disk than its budget: while a working set twice
-//! the cluster's capacity is read (sequentially, and page by scattered page), the
+//! A worker never holds more bytes on disk than its budget: while a working set three
+//! times the cluster's capacity is read (sequentially, and page by scattered page), the
 //! space allocated under each worker's `blocks/` folder, as `du` counts it, stays at
 //! or under `capacity_bytes`, and the workers evict to make room.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -45,15 +45,17 @@ enum Pattern {
     Scattered,
 }
 
-/// Reads a working set twice the cluster's capacity with `pattern` while sampling the
+/// Reads a working set three times the cluster's capacity with `pattern` while sampling the
 /// bytes allocated in each worker's folder; checks every byte read, the peak and final
 /// allocation against the budget, and that both workers evicted.
 async fn read_twice_the_capacity(pattern: Pattern) {
     let workers = 2;
-    // Twice the whole cluster's capacity, in two objects (the last one has a short page).
+    // Three times the whole cluster's capacity, in two objects (the last one has a
+    // short page): even the scattered reads (two pages in three over both rounds) then
+    // fill each worker past its budget when placement gives it a quarter of the blocks.
     let objects = [
-        GeneratedObject::new("data", "set-a.bin", 16 * BLOCK, 61),
-        GeneratedObject::new("data", "set-b.bin", 16 * BLOCK - PAGE / 2, 62),
+        GeneratedObject::new("data", "set-a.bin", 24 * BLOCK, 61),
+        GeneratedObject::new("data", "set-b.bin", 24 * BLOCK - PAGE / 2, 62),
     ];
     let working_set: u64 = objects.iter().map(|o| o.size).sum();
     assert!(working_set >= 2 * workers as u64 * CAPACITY - PAGE);

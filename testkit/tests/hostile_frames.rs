@@ -253,6 +253,7 @@ async fn a_stalled_or_hostile_connection_does_not_stop_the_others() {
         object: id(),
         expected_version: None,
         max_age_ms: None,
+        first_read: None,
     })
     .encode(1)
     .unwrap();

@@ -76,6 +76,7 @@ async fn pipelined_requests_are_all_answered_in_order_with_their_ids() {
                     object: id.clone(),
                     expected_version: None,
                     max_age_ms: None,
+                    first_read: None,
                 }),
                 Want::Stat {
                     size: object.size,

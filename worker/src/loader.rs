@@ -321,6 +321,92 @@ impl Loader {
         }
     }
 
+    /// Keeps bytes of an object's first block that a Stat fetched with its metadata
+    /// (one origin GET for both), in the block of `info`'s version for `block_size`,
+    /// so that the read that follows is a hit. Only pages nobody holds or fills are
+    /// written, and only whole ones (a page cut by the end of the bytes is left to the
+    /// read that needs it, unless the object ends there). Best effort: the read fills
+    /// what is not kept.
+    ///
+    /// # Errors
+    /// Disk errors, and bytes that are not of the first block.
+    pub async fn keep_first_bytes(
+        &self,
+        object: &talon_core::ObjectId,
+        info: &talon_protocols::origin::ObjectInfo,
+        block_size: u64,
+        first: crate::origins::FirstBytes,
+    ) -> Result<()> {
+        let version = talon_core::ObjectVersion::from_etag(&info.etag)?;
+        let id = talon_core::BlockId::new(object.clone(), version, 0, block_size)?;
+        let end = first.range.end.min(info.size).min(block_size);
+        if first.range.start >= end {
+            return Ok(());
+        }
+        self.metrics.bytes_from_origin(first.data.len() as u64);
+        let store = self.store.clone();
+        let size = info.size;
+        let block = blocking(move || store.get_or_create(&id, size)).await?;
+        // Whole pages within the bytes: the first one starting at or after their start,
+        // the last one ending at or before their end (or at the object's end).
+        let page = self.store.page_size();
+        let first_page = u32::try_from(first.range.start.div_ceil(page)).unwrap_or(u32::MAX);
+        let last_page = if end == size.min(block_size) {
+            u32::try_from(end.div_ceil(page)).unwrap_or(0)
+        } else {
+            u32::try_from(end / page).unwrap_or(0)
+        };
+        if first_page >= last_page {
+            return Ok(());
+        }
+        let FillPlan::Fill { pages, done } =
+            block.plan(first_page..last_page, last_page, last_page - first_page)
+        else {
+            return Ok(());
+        };
+        let mut fill = FillGuard {
+            block: block.clone(),
+            pages: pages.clone(),
+            done: Some(done),
+        };
+        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
+        let (from, to) = (span.start - first.range.start, span.end - first.range.start);
+        let Some(data) = usize::try_from(from)
+            .ok()
+            .zip(usize::try_from(to).ok())
+            .filter(|&(_, to)| to <= first.data.len())
+            .map(|(from, to)| first.data.slice(from..to))
+        else {
+            fill.finish(Ok(()));
+            return Ok(());
+        };
+        let store = self.store.clone();
+        let (b, p) = (block.clone(), pages.clone());
+        let Some(reservation) = blocking(move || Ok(store.reserve(&b, p))).await? else {
+            fill.finish(Ok(()));
+            return Ok(());
+        };
+        let (store, b) = (self.store.clone(), block.clone());
+        let result = blocking(move || store.commit_fill(&b, pages, &data, reservation)).await;
+        match result {
+            Ok(()) => {
+                fill.finish(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                let e = Arc::new(e);
+                fill.finish(Err(e.clone()));
+                let (store, b) = (self.store.clone(), block.clone());
+                let _ = blocking(move || {
+                    store.forget_if_empty(&b);
+                    Ok(())
+                })
+                .await;
+                Err(WorkerError::Shared(e))
+            }
+        }
+    }
+
     /// Answers `req` from the origin without caching it, counted as a miss and a pass
     /// through for `reason`.
     async fn uncached(&self, req: &ReadRangeRequest, reason: &str) -> Result<Prepared> {

@@ -362,6 +362,7 @@ impl WorkerMetrics {
         );
         for (result, total) in [
             ("fetched", stat_requests.fetched),
+            ("read", stat_requests.read),
             ("unchanged", stat_requests.unchanged),
             ("changed", stat_requests.changed),
         ] {
@@ -412,6 +413,7 @@ mod tests {
             },
             StatOriginRequests {
                 fetched: 4,
+                read: 3,
                 unchanged: 5,
                 changed: 0,
             },
@@ -429,5 +431,6 @@ mod tests {
         assert!(text.contains("talon_worker_read_duration_seconds_count 1"));
         assert!(text.contains("talon_worker_stat_origin_requests_total{result=\"unchanged\"} 5"));
         assert!(text.contains("talon_worker_stat_origin_requests_total{result=\"fetched\"} 4"));
+        assert!(text.contains("talon_worker_stat_origin_requests_total{result=\"read\"} 3"));
     }
 }

@@ -15,11 +15,20 @@
 //! blind. Expired entries are swept whenever the table has doubled since the
 //! last sweep, so its size stays within about twice the objects looked up within one
 //! TTL.
+//!
+//! A stat that must ask the origin and knows which bytes of the object's first block
+//! its reader wants next ([`StatCache::stat_reading`]) asks with a ranged GET of them
+//! instead of a HEAD: the answer's headers are the same metadata, and the bytes come
+//! back to the caller to be kept, so a cold read costs the origin one request.
 
 use std::collections::HashMap;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use talon_protocols::range::ByteRange;
 
 use talon_core::ObjectId;
 use talon_protocols::ErrorKind;
@@ -69,8 +78,19 @@ pub struct StatCache {
     negative_ttl: Duration,
     entries: Mutex<Entries>,
     fetched: AtomicU64,
+    read: AtomicU64,
     unchanged: AtomicU64,
     changed: AtomicU64,
+}
+
+/// Bytes of an object fetched together with its metadata (a first read's GET): the
+/// range of the object they are, exactly as the origin served it.
+#[derive(Debug, Clone)]
+pub struct FirstBytes {
+    /// Where in the object they start and end (the end clipped to the object's size).
+    pub range: ByteRange,
+    /// The bytes.
+    pub data: Bytes,
 }
 
 /// The table and the size at which it is next swept.
@@ -117,6 +137,7 @@ impl StatCache {
                 sweep_at: MIN_SWEEP_AT,
             }),
             fetched: AtomicU64::new(0),
+            read: AtomicU64::new(0),
             unchanged: AtomicU64::new(0),
             changed: AtomicU64::new(0),
         }
@@ -182,6 +203,27 @@ impl StatCache {
         object: &ObjectId,
         max_age: Option<Duration>,
     ) -> Result<(Arc<ObjectInfo>, Duration)> {
+        self.stat_reading(object, max_age, None)
+            .await
+            .map(|(info, age, _)| (info, age))
+    }
+
+    /// As [`stat_within`](Self::stat_within), for a reader about to read `first` of
+    /// the object: when the metadata must come from the origin and nothing is known of
+    /// the object, it comes with those bytes from one ranged GET instead of a HEAD, and
+    /// the bytes are returned to be kept (to this caller only; callers that joined get
+    /// the metadata). A GET the origin cannot satisfy (a range past the end) falls back
+    /// to the HEAD. A revalidation stays a conditional HEAD: the bytes of a version
+    /// already known are likely cached.
+    ///
+    /// # Errors
+    /// As [`stat`](Self::stat).
+    pub async fn stat_reading(
+        &self,
+        object: &ObjectId,
+        max_age: Option<Duration>,
+        first: Option<ByteRange>,
+    ) -> Result<(Arc<ObjectInfo>, Duration, Option<FirstBytes>)> {
         let asked = Instant::now();
         loop {
             let action = {
@@ -197,7 +239,7 @@ impl StatCache {
                         if age < limit {
                             return outcome
                                 .clone()
-                                .map(|info| (info, age))
+                                .map(|info| (info, age, None))
                                 .map_err(WorkerError::Shared);
                         }
                         let known = outcome.as_ref().ok().cloned();
@@ -225,7 +267,7 @@ impl StatCache {
                     match outcome {
                         Ok(Some(outcome)) => {
                             return outcome
-                                .map(|info| (info, sent.elapsed()))
+                                .map(|info| (info, sent.elapsed(), None))
                                 .map_err(WorkerError::Shared);
                         }
                         // The fetching task went away; try again.
@@ -233,7 +275,7 @@ impl StatCache {
                     }
                 }
                 Action::Fetch { tell, known, sent } => {
-                    return self.fetch_and_keep(object, tell, known, sent).await;
+                    return self.fetch_and_keep(object, tell, known, sent, first).await;
                 }
             }
         }
@@ -264,16 +306,25 @@ impl StatCache {
         tell: Option<watch::Sender<Option<StatOutcome>>>,
         known: Option<Arc<ObjectInfo>>,
         sent: Instant,
-    ) -> Result<(Arc<ObjectInfo>, Duration)> {
+        first: Option<ByteRange>,
+    ) -> Result<(Arc<ObjectInfo>, Duration, Option<FirstBytes>)> {
         let mut guard = PendingGuard {
             cache: self,
             object,
             sent,
             armed: tell.is_some(),
         };
-        let shared: StatOutcome = match known {
-            Some(known) => self.revalidate(object, known).await,
-            None => self.fetch(object).await.map(Arc::new),
+        let mut bytes = None;
+        let shared: StatOutcome = match (known, first) {
+            (Some(known), _) => self.revalidate(object, known).await,
+            (None, Some(first)) => match self.fetch_reading(object, first).await {
+                Ok((info, first_bytes)) => {
+                    bytes = first_bytes;
+                    Ok(Arc::new(info))
+                }
+                Err(e) => Err(e),
+            },
+            (None, None) => self.fetch(object).await.map(Arc::new),
         }
         .map_err(Arc::new);
         guard.armed = false;
@@ -304,7 +355,7 @@ impl StatCache {
             let _ = tell.send(Some(shared.clone()));
         }
         shared
-            .map(|info| (info, sent.elapsed()))
+            .map(|info| (info, sent.elapsed(), bytes))
             .map_err(WorkerError::Shared)
     }
 
@@ -312,6 +363,7 @@ impl StatCache {
     pub fn origin_requests(&self) -> StatOriginRequests {
         StatOriginRequests {
             fetched: self.fetched.load(Ordering::Relaxed),
+            read: self.read.load(Ordering::Relaxed),
             unchanged: self.unchanged.load(Ordering::Relaxed),
             changed: self.changed.load(Ordering::Relaxed),
         }
@@ -324,6 +376,46 @@ impl StatCache {
             .head(&bucket, &key)
             .await
             .map_err(missing_bucket_is_missing_key)
+    }
+
+    /// The metadata from a GET of `first` (its answer's headers), with the bytes; a
+    /// HEAD instead when the range starts past the object's end (the GET's 416 says
+    /// nothing else), without bytes.
+    async fn fetch_reading(
+        &self,
+        object: &ObjectId,
+        first: ByteRange,
+    ) -> Result<(ObjectInfo, Option<FirstBytes>)> {
+        let (client, bucket, key) = self.origins.route(object).map_err(WorkerError::Origin)?;
+        self.read.fetch_add(1, Ordering::Relaxed);
+        let resp = match client.get(&bucket, &key, Some(first), None).await {
+            Ok(resp) => resp,
+            Err(e) if e.kind() == ErrorKind::InvalidRange => {
+                return self.fetch(object).await.map(|info| (info, None));
+            }
+            Err(e) => return Err(missing_bucket_is_missing_key(e)),
+        };
+        if !resp.size_stated {
+            // `bytes a-b/*`: the answer cannot say the object's size.
+            return self.fetch(object).await.map(|info| (info, None));
+        }
+        let served = resp.range.unwrap_or(ByteRange {
+            start: 0,
+            end: resp.info.size,
+        });
+        let mut data = bytes::BytesMut::with_capacity(usize::try_from(served.len()).unwrap_or(0));
+        let mut body = resp.body;
+        while let Some(chunk) = body.next().await {
+            data.extend_from_slice(&chunk.map_err(WorkerError::Origin)?);
+        }
+        // The body is length-checked against what the answer said it serves.
+        Ok((
+            resp.info,
+            Some(FirstBytes {
+                range: served,
+                data: data.freeze(),
+            }),
+        ))
     }
 
     /// Asks the origin whether `known` is still the object's version: the entry is kept
@@ -388,6 +480,9 @@ fn missing_bucket_is_missing_key(e: talon_protocols::Error) -> WorkerError {
 pub struct StatOriginRequests {
     /// Plain HEADs: nothing was remembered.
     pub fetched: u64,
+    /// Plain GETs of a reader's first bytes, which brought the metadata with them
+    /// (instead of a HEAD).
+    pub read: u64,
     /// Revalidations that found the remembered version current.
     pub unchanged: u64,
     /// Revalidations that found another version, or none, or failed.
@@ -477,6 +572,7 @@ mod tests {
         let object = s3("present");
         let counts = |fetched, unchanged, changed| StatOriginRequests {
             fetched,
+            read: 0,
             unchanged,
             changed,
         };

@@ -26,6 +26,50 @@ pub struct StatRequest {
     /// worker's own TTL decides. A trailing field, sent only when set, so a worker from
     /// before it still decodes requests without one (upgrade workers first).
     pub max_age_ms: Option<u32>,
+    /// The bytes of the object's first block the requester reads next, if any: a
+    /// worker that must ask the origin may then learn the metadata from a GET of those
+    /// bytes, keeping them, instead of a HEAD (one origin request for a cold read, not
+    /// two). A trailing field after `max_age_ms`, sent only with it.
+    pub first_read: Option<FirstRead>,
+}
+
+/// Bytes of an object's first block a reader is about to ask for
+/// ([`StatRequest::first_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstRead {
+    /// The reader's block size, a power of two: the first block is bytes
+    /// `[0, block_size)` of every version.
+    pub block_size: u64,
+    /// First byte wanted.
+    pub start: u64,
+    /// One past the last byte wanted (the object may be shorter):
+    /// `start < end <= block_size` and `end - start <= MAX_READ_LEN`.
+    pub end: u64,
+}
+
+impl FirstRead {
+    /// Checks the invariants above.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`] naming the broken one.
+    pub fn validate(&self) -> Result<(), Error> {
+        let reason = if !self.block_size.is_power_of_two() {
+            Some("first read: the block size must be a power of two")
+        } else if self.start >= self.end || self.end > self.block_size {
+            Some("first read: the range must be non-empty and within the first block")
+        } else if self.end - self.start > u64::from(MAX_READ_LEN) {
+            Some("first read: longer than one read")
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(Error::Malformed {
+                message_type: MessageType::Stat,
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Stat reply: the object's metadata as the origin reported it.
@@ -498,8 +542,22 @@ impl Message {
                     }
                     None => w.u8(0),
                 }
-                if let Some(max_age) = req.max_age_ms {
-                    w.u32(max_age);
+                match (req.max_age_ms, &req.first_read) {
+                    (None, None) => {}
+                    (Some(max_age), None) => w.u32(max_age),
+                    (Some(max_age), Some(first)) => {
+                        first.validate()?;
+                        w.u32(max_age);
+                        w.u64(first.block_size);
+                        w.u64(first.start);
+                        w.u64(first.end);
+                    }
+                    (None, Some(_)) => {
+                        return Err(Error::Malformed {
+                            message_type: MessageType::Stat,
+                            reason: "a first read is sent only with a max age",
+                        });
+                    }
                 }
             }
             Self::StatReply(reply) => {
@@ -624,10 +682,22 @@ impl Message {
                 } else {
                     Some(r.u32()?)
                 };
+                let first_read = if r.remaining() == 0 {
+                    None
+                } else {
+                    let first = FirstRead {
+                        block_size: r.u64()?,
+                        start: r.u64()?,
+                        end: r.u64()?,
+                    };
+                    first.validate()?;
+                    Some(first)
+                };
                 Self::Stat(StatRequest {
                     object,
                     expected_version,
                     max_age_ms,
+                    first_read,
                 })
             }
             MessageType::StatReply => {
@@ -1087,11 +1157,13 @@ mod tests {
                 object: az.clone(),
                 expected_version: None,
                 max_age_ms: None,
+                first_read: None,
             }),
             Message::Stat(StatRequest {
                 object: az,
                 expected_version: Some(ObjectVersion::new("v1").unwrap()),
                 max_age_ms: None,
+                first_read: None,
             }),
             Message::StatReply(StatReply {
                 size: u64::MAX,
@@ -1156,6 +1228,7 @@ mod tests {
                 object,
                 expected_version: Some(version.clone()),
                 max_age_ms: None,
+                first_read: None,
             }),
             Message::ReadRange(ReadRangeRequest {
                 block: block.clone(),
@@ -1550,6 +1623,52 @@ mod tests {
     }
 
     #[test]
+    fn a_first_read_travels_only_with_a_max_age_and_only_within_the_first_block() {
+        let stat = |max_age_ms, first_read| {
+            Message::Stat(StatRequest {
+                object: ObjectId::s3("b", "k").unwrap(),
+                expected_version: None,
+                max_age_ms,
+                first_read,
+            })
+        };
+        let first = FirstRead {
+            block_size: 1 << 20,
+            start: 100,
+            end: 70_000,
+        };
+        let sent = stat(Some(1000), Some(first));
+        let bytes = sent.encode(3).unwrap();
+        let header = FrameHeader::decode(bytes[..HEADER_LEN].try_into().unwrap()).unwrap();
+        assert_eq!(
+            Message::decode(&header, &bytes[HEADER_LEN..]).unwrap(),
+            sent
+        );
+        assert!(stat(None, Some(first)).encode(3).is_err());
+        for bad in [
+            FirstRead {
+                block_size: 1000,
+                ..first
+            },
+            FirstRead {
+                start: 70_000,
+                ..first
+            },
+            FirstRead {
+                end: (1 << 20) + 1,
+                ..first
+            },
+            FirstRead {
+                block_size: 1 << 30,
+                start: 0,
+                end: u64::from(MAX_READ_LEN) + 1,
+            },
+        ] {
+            assert!(stat(Some(1000), Some(bad)).encode(3).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn decode_rejects_bad_payloads() {
         let header = |ty, len| FrameHeader::new(ty, Flags::NONE, 0, len).unwrap();
         // Length mismatch with the header.
@@ -1562,6 +1681,11 @@ mod tests {
             object: ObjectId::s3("b", "k").unwrap(),
             expected_version: None,
             max_age_ms: Some(1000),
+            first_read: Some(FirstRead {
+                block_size: 1 << 20,
+                start: 0,
+                end: 4096,
+            }),
         })
         .encode(0)
         .unwrap();
@@ -1574,8 +1698,9 @@ mod tests {
                 reason: "trailing bytes after the last field"
             })
         );
-        // Version flag other than 0/1 (the max age and the extra byte dropped).
-        stat.truncate(stat.len() - 5);
+        // Version flag other than 0/1 (the max age, the first read and the extra byte
+        // dropped).
+        stat.truncate(stat.len() - 29);
         let last = stat.len() - 1;
         stat[last] = 2;
         let h = header(MessageType::Stat, (stat.len() - 16) as u32);

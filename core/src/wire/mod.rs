@@ -101,7 +101,7 @@ use std::ops::BitOr;
 
 pub use decoder::{BulkKind, BulkStart, Event, Frame, FrameDecoder};
 pub use message::{
-    ErrorReply, FileHandoff, HeaderSet, IngestAck, IngestMeta, IngestRequest,
+    ErrorReply, FileHandoff, FirstRead, HeaderSet, IngestAck, IngestMeta, IngestRequest,
     MAX_CONTENT_HEADER_LEN, MAX_CONTENT_MD5_LEN, Message, ObjectHeaders, ReadRangeRequest,
     StatReply, StatRequest, encode_ingest_prefix, encode_read_range_reply_header,
 };

@@ -192,7 +192,28 @@ async fn stat(services: &Services, req: &StatRequest) -> Result<StatReply> {
     let max_age = req
         .max_age_ms
         .map(|ms| Duration::from_millis(u64::from(ms)));
-    let (info, age) = services.stats.stat_within(&req.object, max_age).await?;
+    // The first read's bytes, widened to whole pages (within the first block).
+    let page = services.loader.store().page_size();
+    let first = req.first_read.filter(|f| f.block_size >= page).map(|f| {
+        talon_protocols::range::ByteRange {
+            start: f.start / page * page,
+            end: f.end.div_ceil(page).saturating_mul(page).min(f.block_size),
+        }
+    });
+    let (info, age, bytes) = services
+        .stats
+        .stat_reading(&req.object, max_age, first)
+        .await?;
+    if let (Some(bytes), Some(f)) = (bytes, req.first_read) {
+        // Kept before the answer, so the read that follows finds them.
+        if let Err(e) = services
+            .loader
+            .keep_first_bytes(&req.object, &info, f.block_size, bytes)
+            .await
+        {
+            tracing::debug!(object = %req.object, error = %e, "keeping a first read's bytes failed; the read will fill them");
+        }
+    }
     let version = talon_core::ObjectVersion::from_etag(&info.etag)?;
     if let Some(expected) = &req.expected_version
         && expected != &version

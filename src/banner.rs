@@ -109,6 +109,17 @@ fn shown_secret(ak: &str, sk: &str) -> (&'static str, String) {
     }
 }
 
+/// A duration as `--max-staleness` takes it: `1s`, `2m`, `1h`, `1500ms`.
+fn shown_duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        _ if ms.is_multiple_of(3_600_000) && ms > 0 => format!("{}h", ms / 3_600_000),
+        _ if ms.is_multiple_of(60_000) && ms > 0 => format!("{}m", ms / 60_000),
+        _ if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
+        _ => format!("{ms}ms"),
+    }
+}
+
 /// The built-in S3 key of `talon up`, public like Azurite's.
 pub(crate) const DEVELOPMENT_S3_CREDENTIALS: (&str, &str) = ("talon", "talon");
 
@@ -151,6 +162,8 @@ Talon is up: {workers} workers behind a gateway, reading {origin}.
   Azure Blob  {azure}
               account {DEFAULT_AZURE_ACCOUNT}, key {azure_key} (Shared Key or SAS required)
   Anonymous   {anonymous}
+  Staleness   {staleness}: reads see changes made at the origin other than through
+              this gateway within {staleness} (--max-staleness); writes through it at once
   Metrics     {admin}/metrics   (coordinator: {coordinator}/v1/cluster)
 
 {try_it}
@@ -167,6 +180,7 @@ Ctrl-C stops it.
 "#,
         workers = args.workers,
         origin = e.origin,
+        staleness = shown_duration(args.max_staleness),
         coordinator = e.coordinator,
         warm = if args.cluster.cluster_secret_file.is_some()
             || args.cluster.cluster_secret.is_some()
@@ -237,6 +251,24 @@ mod tests {
             "{default}"
         );
         assert!(default.contains("--user talon:talon"), "{default}");
+    }
+
+    #[test]
+    fn the_banner_says_the_staleness_bound_in_force() {
+        let hello = object("demo", "hello.txt");
+        let text = |argv: &[&str]| {
+            banner(
+                &endpoints(),
+                &up_args(argv),
+                DEVELOPMENT_S3_CREDENTIALS,
+                hello.as_ref(),
+            )
+        };
+        assert!(text(&[]).contains("Staleness   1s:"), "{}", text(&[]));
+        let long = text(&["--max-staleness", "5m"]);
+        assert!(long.contains("Staleness   5m:"), "{long}");
+        assert!(long.contains("within 5m (--max-staleness)"), "{long}");
+        assert!(text(&["--max-staleness", "1500ms"]).contains("Staleness   1500ms:"));
     }
 
     fn object(bucket: &str, key: &str) -> Option<ExampleObject> {

@@ -21,7 +21,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use talon_cache_client::{CacheClient, CacheClientConfig};
 use talon_coordinator::CoordinatorConfig;
-use talon_core::{BlockGeometry, parse_byte_size};
+use talon_core::{BlockGeometry, parse_byte_size, parse_duration};
 use talon_gateway::config::{
     AzureFront, Backend, Identities, IdentitiesFile, Limits, Route, S3Front, S3Key,
 };
@@ -114,6 +114,13 @@ struct UpArgs {
     /// Gateway admin port (/metrics, /healthz, /readyz).
     #[arg(long, env = "TALON_ADMIN_PORT", default_value_t = 9300)]
     admin_port: u16,
+    /// The staleness bound: a change made at the origin other than through this
+    /// gateway (a file edited in the folder, a write to the real account) is seen by
+    /// reads at most this long after it; writes through the gateway are seen at once.
+    /// Within it a re-read costs the origin nothing, so a longer bound is fewer origin
+    /// requests. `500ms`, `5s`, `2m`, `1h`.
+    #[arg(long, env = "TALON_MAX_STALENESS", default_value = "1s", value_parser = parse_duration)]
+    max_staleness: Duration,
     /// The S3 client identity ACCESS_KEY:SECRET every S3 request must be signed with.
     /// The default is the well-known development identity `talon:talon` (like MinIO's
     /// `minioadmin`); prefer the environment variable to the flag, which other local
@@ -321,7 +328,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             capacity_bytes: args.capacity,
             page_size: args.page_size,
             origins: origins.clone(),
-            stat_ttl: Duration::from_secs(2),
+            // The gateway's bound governs its own Stats (each carries its max age);
+            // the workers keep what they learn as long (a shorter TTL would sweep
+            // entries the gateway may still ask for).
+            stat_ttl: args.max_staleness,
             negative_stat_ttl: Duration::from_millis(500),
             loader: LoaderConfig::default(),
             data_plane: DataPlaneConfig::default(),
@@ -410,8 +420,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         origins,
         cache: Some(cache),
         identities,
-        freshness: talon_gateway::Freshness::within(Duration::from_secs(1)),
-        // Longer than the workers' stat TTLs below.
+        freshness: talon_gateway::Freshness::within(args.max_staleness),
         limits: Limits::default(),
         tls: match (&args.tls_cert, &args.tls_key) {
             (Some(cert), Some(key)) => Some(talon_listener::Tls::from_pem_files(cert, key)?),

@@ -25,6 +25,7 @@
 pub mod bitmap;
 pub mod block;
 pub mod cluster_auth;
+pub mod duration;
 pub mod error;
 pub mod identity;
 pub mod size;
@@ -33,6 +34,7 @@ pub mod wire;
 
 pub use bitmap::PresentBitmap;
 pub use block::{BlockGeometry, BlockSpan, DEFAULT_BLOCK_SIZE, DEFAULT_PAGE_SIZE, Spans};
+pub use duration::parse_duration;
 pub use error::{Error, NameField, NameProblem};
 pub use identity::{Backend, BlockId, Namespace, ObjectId, ObjectVersion, canonical_etag};
 pub use size::parse_byte_size;

@@ -249,6 +249,12 @@ impl ObjectId {
         }
     }
 
+    /// Bytes this id holds, inline and on the heap (for caches' byte bounds).
+    pub fn held_bytes(&self) -> u64 {
+        let heap: usize = self.names().map(str::len).sum();
+        (std::mem::size_of::<ObjectId>() + heap) as u64
+    }
+
     /// The names in canonical order (S3: bucket, path; Azure: account,
     /// container, path), as used by the wire and placement encodings.
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {

@@ -179,6 +179,17 @@ pub struct Args {
     /// that off. The gateway then joins the cluster in the ingester role.
     #[arg(long, env = "TALON_GATEWAY_WRITE_THROUGH_MAX", default_value = "8MiB", value_parser = parse_byte_size)]
     write_through_max: u64,
+    /// Most objects whose metadata the gateway keeps in memory (beyond it the least
+    /// useful are evicted one at a time; their next read asks a worker again).
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_METADATA_ENTRIES",
+        default_value_t = 1_000_000
+    )]
+    metadata_entries: usize,
+    /// About the most memory that metadata takes.
+    #[arg(long, env = "TALON_GATEWAY_METADATA_BYTES", default_value = "512MiB", value_parser = parse_byte_size)]
+    metadata_bytes: u64,
     #[command(flatten)]
     cluster: talon_coordinator_client::secret::ClusterSecretArgs,
     /// The cluster's block size.
@@ -486,6 +497,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             max_connections: args.max_connections,
             max_connections_per_peer: args.max_connections_per_peer,
             write_through_max_bytes: args.write_through_max,
+            metadata_entries: args.metadata_entries,
+            metadata_bytes: args.metadata_bytes,
             ..Limits::default()
         },
         tls: match (&args.tls_cert, &args.tls_key) {

@@ -141,6 +141,11 @@ pub struct Limits {
     /// read is a hit); 0 turns it off. Copies kept for this are bounded all together by
     /// eight times this (a copy that does not fit is simply not kept).
     pub write_through_max_bytes: u64,
+    /// Most objects whose metadata the gateway keeps (each kept until T after the
+    /// origin said it, or evicted sooner by this bound: S3-FIFO, one at a time).
+    pub metadata_entries: usize,
+    /// About the most bytes that metadata holds (keys, ETags, headers, user metadata).
+    pub metadata_bytes: u64,
 }
 
 impl Default for Limits {
@@ -156,6 +161,8 @@ impl Default for Limits {
             max_connections: 4096,
             max_connections_per_peer: 512,
             write_through_max_bytes: 8 << 20,
+            metadata_entries: 1_000_000,
+            metadata_bytes: 512 << 20,
         }
     }
 }

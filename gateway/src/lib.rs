@@ -187,6 +187,11 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             config.cache,
             config.freshness,
             config.limits.write_through_max_bytes,
+            talon_metadata_cache::Limits {
+                max_entries: config.limits.metadata_entries,
+                max_bytes: config.limits.metadata_bytes,
+                max_missing: (config.limits.metadata_entries / 10).max(1),
+            },
         ),
         limits: config.limits.clone(),
         metrics: Arc::new(GatewayMetrics::new()),
@@ -254,6 +259,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                 axum::routing::get(move || {
                     let gw = gw.clone();
                     async move {
+                        gw.metrics.metadata_cache(gw.objects.metadata_stats());
                         if let Some(cache) = gw.objects.cache() {
                             gw.metrics.read_budget_held(cache.buffered_bytes(None));
                             gw.metrics.fail_open(

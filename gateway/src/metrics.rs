@@ -55,6 +55,7 @@ pub struct GatewayMetrics {
     latency: Family<OpLabels, Histogram>,
     read_budget_held: Gauge,
     fail_open: Family<[(&'static str, &'static str); 1], Gauge>,
+    metadata_cache: Family<[(&'static str, &'static str); 1], Gauge>,
     circuit_open: Family<[(&'static str, String); 1], Gauge>,
     circuit_opened: Family<[(&'static str, String); 1], Gauge>,
     deadlines_missed: Family<[(&'static str, String); 1], Gauge>,
@@ -81,6 +82,7 @@ impl GatewayMetrics {
             latency,
             read_budget_held: Gauge::default(),
             fail_open: Family::default(),
+            metadata_cache: Family::default(),
             circuit_open: Family::default(),
             circuit_opened: Family::default(),
             deadlines_missed: Family::default(),
@@ -113,6 +115,11 @@ impl GatewayMetrics {
                 "read_budget_held_bytes",
                 "Bytes of fetched cache pieces the responses hold now (of --buffer-budget)",
                 m.read_budget_held.clone(),
+            );
+            r.register(
+                "metadata_cache",
+                "The gateway's object metadata cache, by what: entries and bytes held now; hits (answered within the staleness bound), expired (found older, asked again), misses, inserts and evictions (by its bounds, one at a time) since start",
+                m.metadata_cache.clone(),
             );
             r.register(
                 "fail_open",
@@ -254,6 +261,24 @@ impl GatewayMetrics {
             self.deadlines_missed
                 .get_or_create(&label)
                 .set(gauge(w.deadlines_missed));
+        }
+    }
+
+    /// Records the metadata cache's holdings and counts (read when `/metrics` is
+    /// served).
+    pub fn metadata_cache(&self, stats: talon_metadata_cache::CacheStats) {
+        for (what, value) in [
+            ("entries", stats.entries),
+            ("bytes", stats.bytes),
+            ("hits", stats.hits),
+            ("expired", stats.expired),
+            ("misses", stats.misses),
+            ("inserts", stats.inserts),
+            ("evictions", stats.evictions),
+        ] {
+            self.metadata_cache
+                .get_or_create(&[("what", what)])
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
         }
     }
 

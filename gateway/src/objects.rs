@@ -28,6 +28,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use talon_cache_client::{CacheClient, ReadOptions, ReaderId};
 use talon_core::{ObjectId, ObjectVersion};
+use talon_metadata_cache::{Lookup, MetadataCache};
 use talon_protocols::conditional::Conditions;
 use talon_protocols::origin::{ObjectInfo, OriginClient, Origins};
 use talon_protocols::range::{ByteRange, RangeSpec};
@@ -89,9 +90,6 @@ struct Meta {
 /// An object as the gateway names it: (backend, bucket, key).
 type ObjectKey = (Backend, String, String);
 
-/// Object metadata by object, with when the origin said it (or earlier: never later).
-type MetaCache = HashMap<ObjectKey, (Instant, ObjectInfo)>;
-
 /// Objects written through this gateway, with when; swept when the table doubles.
 #[derive(Debug, Default)]
 struct RecentWrites {
@@ -101,17 +99,6 @@ struct RecentWrites {
 
 /// [`RecentWrites`] is never swept below this many entries.
 const MIN_WRITES_SWEEP_AT: usize = 1024;
-
-/// What the gateway knows of objects' metadata, and the writes through it that this
-/// metadata must be newer than. One lock for both, so that a read remembering an
-/// answer older than a racing write cannot leave it behind: every entry in `known` was
-/// said by the origin after the last write in `writes` to its object (checked when it
-/// is remembered; a write drops it).
-#[derive(Debug, Default)]
-struct MetaState {
-    known: MetaCache,
-    writes: RecentWrites,
-}
 
 /// What a front asks of a read.
 #[derive(Debug, Clone, Copy)]
@@ -141,7 +128,15 @@ pub struct Objects {
     cache: Option<CacheClient>,
     azure_account: String,
     freshness: Freshness,
-    meta: Mutex<MetaState>,
+    /// What the gateway knows of objects' metadata, with when the origin said it (or
+    /// earlier: never later); bounded, evicting one entry at a time.
+    known: MetadataCache<ObjectId, ObjectInfo>,
+    /// The writes through this gateway that known metadata must be newer than. Its lock
+    /// is held while an answer is remembered and while a write drops an entry, so that
+    /// an answer older than a racing write cannot stay behind: every entry in `known`
+    /// was said by the origin after the last write here to its object. Lookups do not
+    /// take it.
+    writes: Mutex<RecentWrites>,
     write_through: WriteThrough,
 }
 
@@ -177,6 +172,7 @@ impl Objects {
         cache: Option<CacheClient>,
         freshness: Freshness,
         write_through_max_bytes: u64,
+        metadata: talon_metadata_cache::Limits,
     ) -> Objects {
         let azure_account = origins
             .azure
@@ -188,12 +184,10 @@ impl Objects {
             cache,
             azure_account,
             freshness,
-            meta: Mutex::new(MetaState {
-                known: HashMap::new(),
-                writes: RecentWrites {
-                    at: HashMap::new(),
-                    sweep_at: MIN_WRITES_SWEEP_AT,
-                },
+            known: MetadataCache::new(metadata, |id, info| id.held_bytes() + info.held_bytes()),
+            writes: Mutex::new(RecentWrites {
+                at: HashMap::new(),
+                sweep_at: MIN_WRITES_SWEEP_AT,
             }),
             write_through: WriteThrough {
                 max_bytes: write_through_max_bytes,
@@ -279,9 +273,10 @@ impl Objects {
     /// passed, only metadata the origin gives from now on is accepted for the object.
     fn saw_new_version(&self, backend: Backend, bucket: &str, key: &str) {
         let object = (backend, bucket.to_owned(), key.to_owned());
-        let mut state = self.lock_meta();
-        state.known.remove(&object);
-        let written = &mut state.writes;
+        let mut written = self.lock_writes();
+        if let Some(id) = self.object_id(backend, bucket, key) {
+            self.known.remove(&id);
+        }
         if written.at.len() >= written.sweep_at {
             let window = self.freshness.max_staleness;
             written.at.retain(|_, at| at.elapsed() < window);
@@ -290,8 +285,13 @@ impl Objects {
         written.at.insert(object, Instant::now());
     }
 
-    fn lock_meta(&self) -> std::sync::MutexGuard<'_, MetaState> {
-        self.meta.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_writes(&self) -> std::sync::MutexGuard<'_, RecentWrites> {
+        self.writes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The metadata cache's holdings and counts, for `/metrics`.
+    pub fn metadata_stats(&self) -> talon_metadata_cache::CacheStats {
+        self.known.stats()
     }
 
     /// Fills the cache with the bytes of an object the origin has just stored through
@@ -324,8 +324,7 @@ impl Objects {
 
     /// When the object was last written through this gateway, if less than T ago.
     fn written_at(&self, backend: Backend, bucket: &str, key: &str) -> Option<Instant> {
-        self.lock_meta()
-            .writes
+        self.lock_writes()
             .at
             .get(&(backend, bucket.to_owned(), key.to_owned()))
             .copied()
@@ -334,23 +333,9 @@ impl Objects {
 
     /// Drops the cached metadata of an object (it changed under a read).
     pub fn invalidate(&self, backend: Backend, bucket: &str, key: &str) {
-        self.lock_meta()
-            .known
-            .remove(&(backend, bucket.to_owned(), key.to_owned()));
-    }
-
-    /// The last metadata learned of an object, with when the origin said it; fresh or
-    /// not (a stale entry may still serve under stale-if-error).
-    fn known_meta(
-        &self,
-        backend: Backend,
-        bucket: &str,
-        key: &str,
-    ) -> Option<(Instant, ObjectInfo)> {
-        self.lock_meta()
-            .known
-            .get(&(backend, bucket.to_owned(), key.to_owned()))
-            .cloned()
+        if let Some(id) = self.object_id(backend, bucket, key) {
+            self.known.remove(&id);
+        }
     }
 
     /// Keeps metadata the origin said at `observed`, unless a write through this
@@ -363,15 +348,16 @@ impl Objects {
         observed: Instant,
         meta: &ObjectInfo,
     ) {
+        let Some(id) = self.object_id(backend, bucket, key) else {
+            return;
+        };
         let object = (backend, bucket.to_owned(), key.to_owned());
-        let mut state = self.lock_meta();
-        if state.writes.at.get(&object).is_some_and(|w| observed < *w) {
+        let written = self.lock_writes();
+        if written.at.get(&object).is_some_and(|w| observed < *w) {
             return;
         }
-        if state.known.len() > 100_000 {
-            state.known.clear();
-        }
-        state.known.insert(object, (observed, meta.clone()));
+        // Inserted while the writes are locked (see `writes`).
+        self.known.insert(id, observed, meta.clone());
     }
 
     async fn origin_meta(
@@ -474,18 +460,19 @@ impl Objects {
             (_, Some(cache), Some(id)) => (cache, id),
         };
         let asked = Instant::now();
-        let known = self.known_meta(backend, bucket, key);
         let t = self.freshness.max_staleness;
-        // Newer than any write through this gateway (MetaState's invariant).
-        if let Some((observed, info)) = &known
-            && asked.saturating_duration_since(*observed) < t
-        {
-            return Ok(Meta {
-                info: info.clone(),
-                outcome: Outcome::Hit,
-                stale: None,
-            });
-        }
+        // Newer than any write through this gateway (`writes`' invariant).
+        let known = match self.known.lookup(&id, t, asked) {
+            Lookup::Fresh { value, .. } => {
+                return Ok(Meta {
+                    info: value,
+                    outcome: Outcome::Hit,
+                    stale: None,
+                });
+            }
+            Lookup::Expired { value, observed } => Some((observed, value)),
+            Lookup::Missing { .. } | Lookup::Absent => None,
+        };
         // What the workers may answer with: no older than T, nor than the last write.
         let written = self.written_at(backend, bucket, key);
         let max_age = written.map_or(t, |w| t.min(asked.saturating_duration_since(w)));

@@ -16,6 +16,10 @@ use talon_protocols::s3::request::S3Addressing;
 use talon_testkit::{Cluster, ClusterConfig, http_get, metric};
 
 async fn gateway(cluster: &Cluster, freshness: Freshness) -> RunningGateway {
+    gateway_with(cluster, freshness, Limits::default()).await
+}
+
+async fn gateway_with(cluster: &Cluster, freshness: Freshness, limits: Limits) -> RunningGateway {
     let identities = Identities::from_parts(IdentitiesFile {
         s3: Vec::new(),
         azure: None,
@@ -41,7 +45,7 @@ async fn gateway(cluster: &Cluster, freshness: Freshness) -> RunningGateway {
         cache: Some(cluster.client().await),
         identities,
         freshness,
-        limits: Limits::default(),
+        limits,
         tls: None,
     })
     .await
@@ -393,4 +397,60 @@ async fn a_cold_read_costs_the_origin_one_request_and_a_warm_one_none() {
         "talon_worker_stat_origin_requests_total{result=\"read\"}",
     );
     assert_eq!(reads, 6.0, "metadata fetched with the first bytes");
+    // The gateway's metadata cache answered every warm read, and holds the 8 objects.
+    let metrics = http_get(&format!("http://{}/metrics", gw.admin_addr.unwrap())).await;
+    let held = |what: &str| {
+        metric(
+            &metrics,
+            &format!("talon_gateway_metadata_cache{{what=\"{what}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no {what} in {metrics}"))
+    };
+    assert_eq!(held("entries"), 8.0);
+    assert_eq!(held("hits"), 6.0, "the six warm reads");
+    assert_eq!(held("misses"), 8.0, "the eight cold ones");
+    assert_eq!(held("evictions"), 0.0);
+    assert!(held("bytes") > 0.0);
+}
+
+/// The gateway's metadata is bounded by entries (and bytes): past the bound it evicts
+/// entries one at a time, never the whole table (it was cleared whole past 100,000
+/// objects, so every object's next read asked again), and every read stays right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_cache_keeps_its_bound_by_evicting_entries_not_itself() {
+    let cluster = Cluster::start(ClusterConfig::default()).await;
+    let gw = gateway_with(
+        &cluster,
+        Freshness::within(Duration::from_secs(300)),
+        Limits {
+            metadata_entries: 20,
+            ..Limits::default()
+        },
+    )
+    .await;
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    s3.create_bucket("data").await.unwrap();
+    for i in 0..100u32 {
+        let body = Bytes::from(format!("object {i}").repeat(10));
+        s3.put("data", &format!("many/{i}"), body.clone(), None)
+            .await
+            .unwrap();
+        let (status, _, got) = read(&format!("{}/data/many/{i}", gw.s3_url().unwrap())).await;
+        assert_eq!((status, got), (200, body), "object {i}");
+    }
+    let metrics = http_get(&format!("http://{}/metrics", gw.admin_addr.unwrap())).await;
+    let held = |what: &str| {
+        metric(
+            &metrics,
+            &format!("talon_gateway_metadata_cache{{what=\"{what}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no {what} in {metrics}"))
+    };
+    assert!(held("entries") <= 20.0, "{metrics}");
+    assert!(
+        held("entries") >= 10.0,
+        "most of the bound is used: {metrics}"
+    );
+    assert!(held("evictions") >= 80.0, "{metrics}");
 }

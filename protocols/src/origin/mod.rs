@@ -134,6 +134,29 @@ pub struct ObjectInfo {
     pub headers: HeaderSet,
 }
 
+impl ObjectInfo {
+    /// Bytes this metadata holds, inline and on the heap (for caches' byte bounds).
+    pub fn held_bytes(&self) -> u64 {
+        let h = &self.headers;
+        let strings = [
+            &h.content_md5,
+            &h.checksum,
+            &h.content_encoding,
+            &h.content_language,
+            &h.content_disposition,
+            &h.cache_control,
+        ];
+        let heap = self.etag.len()
+            + self.content_type.as_ref().map_or(0, String::len)
+            + strings.iter().map(|s| s.len()).sum::<usize>()
+            + h.user_metadata
+                .iter()
+                .map(|(n, v)| n.len() + v.len() + std::mem::size_of::<(String, String)>())
+                .sum::<usize>();
+        (std::mem::size_of::<ObjectInfo>() + heap) as u64
+    }
+}
+
 /// A stream of body bytes.
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send + 'static>>;
 

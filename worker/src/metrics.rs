@@ -46,6 +46,7 @@ pub struct WorkerMetrics {
     data_plane: Family<Vec<(String, String)>, Gauge>,
     rings: Gauge,
     stat_origin_requests: Family<Vec<(String, String)>, Counter>,
+    metadata_cache: Family<Vec<(String, String)>, Gauge>,
     disk_errors: Family<Vec<(String, String)>, Counter>,
     pass_through: Family<Vec<(String, String)>, Counter>,
 }
@@ -85,6 +86,7 @@ impl WorkerMetrics {
             data_plane: Family::default(),
             rings: Gauge::default(),
             stat_origin_requests: Family::default(),
+            metadata_cache: Family::default(),
             disk_errors: Family::default(),
             pass_through: Family::default(),
         };
@@ -199,8 +201,16 @@ impl WorkerMetrics {
             r.register(
                 "stat_origin_requests",
                 "Metadata requests made of the origin (label result: fetched, a plain HEAD; \
+                 read, a GET of a reader's first bytes that brought the metadata; \
                  unchanged, a revalidation that kept the version; changed, one that did not)",
                 m.stat_origin_requests.clone(),
+            );
+            r.register(
+                "metadata_cache",
+                "The worker's object metadata table, by what: entries, bytes and missing \
+                 (not-found answers) held now; hits, expired, misses, inserts and evictions \
+                 (by its bounds, one at a time) since start",
+                m.metadata_cache.clone(),
             );
             r.register(
                 "disk_errors",
@@ -338,6 +348,24 @@ impl WorkerMetrics {
     /// Totals for heartbeats: (hits, misses).
     pub fn hit_miss(&self) -> (u64, u64) {
         (self.hits.get(), self.misses.get())
+    }
+
+    /// Records the metadata table's holdings and counts (read when `/metrics` is served).
+    pub fn metadata_cache(&self, stats: talon_metadata_cache::CacheStats) {
+        for (what, value) in [
+            ("entries", stats.entries),
+            ("bytes", stats.bytes),
+            ("missing", stats.missing_entries),
+            ("hits", stats.hits),
+            ("expired", stats.expired),
+            ("misses", stats.misses),
+            ("inserts", stats.inserts),
+            ("evictions", stats.evictions),
+        ] {
+            self.metadata_cache
+                .get_or_create(&vec![("what".to_owned(), what.to_owned())])
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
     }
 
     /// Renders the Prometheus text format, refreshing the store gauges and the

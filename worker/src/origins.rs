@@ -12,9 +12,11 @@
 //! when the origin request was sent. An expired entry is revalidated
 //! ([`OriginClient::revalidate`](talon_protocols::origin::OriginClient::revalidate):
 //! conditional where the origin's ETags change with every write) rather than fetched
-//! blind. Expired entries are swept whenever the table has doubled since the
-//! last sweep, so its size stays within about twice the objects looked up within one
-//! TTL.
+//! blind. The table is the one metadata cache (`talon-metadata-cache`), bounded by
+//! entries and bytes ([`DEFAULT_STAT_CACHE_LIMITS`]) and evicting one entry at a time;
+//! an expired entry stays until evicted, to be revalidated rather than fetched again.
+//! The fetches in flight are kept apart, one per object, under a lock that hits do not
+//! take.
 //!
 //! A stat that must ask the origin and knows which bytes of the object's first block
 //! its reader wants next ([`StatCache::stat_reading`]) asks with a ranged GET of them
@@ -31,6 +33,7 @@ use std::time::{Duration, Instant};
 use talon_protocols::range::ByteRange;
 
 use talon_core::ObjectId;
+use talon_metadata_cache::{Lookup, MetadataCache};
 use talon_protocols::ErrorKind;
 pub use talon_protocols::origin::Origins;
 use talon_protocols::origin::{ObjectInfo, Revalidation};
@@ -41,23 +44,19 @@ use crate::error::{Result, WorkerError};
 /// Shared by every caller: an entry is cloned out on each hit.
 type StatOutcome = std::result::Result<Arc<ObjectInfo>, Arc<WorkerError>>;
 
-/// An object's metadata, or the fetch of it in flight. Both carry when their origin
-/// request was *sent*: the answer says what the origin held at some moment after
-/// that, so its age is counted from then, never from its arrival.
+/// A fetch of an object's metadata in flight, with when its origin request was *sent*:
+/// its answer says what the origin held at some moment after that, so its age is
+/// counted from then, never from its arrival (and likewise for the answers kept).
 #[derive(Debug)]
-enum Entry {
-    Ready {
-        at: Instant,
-        outcome: StatOutcome,
-    },
-    Pending {
-        sent: Instant,
-        answer: watch::Receiver<Option<StatOutcome>>,
-    },
+struct Pending {
+    sent: Instant,
+    answer: watch::Receiver<Option<StatOutcome>>,
 }
 
 /// What a stat does when the table cannot answer it.
 enum Action {
+    /// A fetch finished meanwhile: its answer, and its age.
+    Answered(StatOutcome, Duration),
     /// Wait for the fetch in flight, sent at `sent`.
     Join(watch::Receiver<Option<StatOutcome>>, Instant),
     /// Ask the origin, at `sent`: revalidating `known` where there is one, and telling
@@ -70,13 +69,23 @@ enum Action {
     },
 }
 
+/// What the worker's metadata table holds by default: a million objects, or 512 MiB.
+pub const DEFAULT_STAT_CACHE_LIMITS: talon_metadata_cache::Limits = talon_metadata_cache::Limits {
+    max_entries: 1_000_000,
+    max_bytes: 512 << 20,
+    max_missing: 100_000,
+};
+
 /// Object metadata with a TTL, shared fetches, and negative caching of not-found.
 #[derive(Debug)]
 pub struct StatCache {
     origins: Arc<Origins>,
     ttl: Duration,
     negative_ttl: Duration,
-    entries: Mutex<Entries>,
+    /// What the origin said, and when (found objects and not-found ones), bounded.
+    known: MetadataCache<ObjectId, Arc<ObjectInfo>>,
+    /// The fetches in flight, one per object (the latest sent).
+    pending: Mutex<HashMap<ObjectId, Pending>>,
     fetched: AtomicU64,
     read: AtomicU64,
     unchanged: AtomicU64,
@@ -93,16 +102,6 @@ pub struct FirstBytes {
     pub data: Bytes,
 }
 
-/// The table and the size at which it is next swept.
-#[derive(Debug)]
-struct Entries {
-    map: HashMap<ObjectId, Entry>,
-    sweep_at: usize,
-}
-
-/// The table is never swept below this many entries.
-const MIN_SWEEP_AT: usize = 1024;
-
 /// Removes the `Pending` entry a fetch put in place (the one sent at `sent`) if the
 /// fetch never finished (its future was dropped), so later callers fetch again instead
 /// of waiting on nobody.
@@ -116,26 +115,45 @@ struct PendingGuard<'a> {
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let mut entries = self.cache.lock_entries();
-            if matches!(entries.map.get(self.object), Some(Entry::Pending { sent, .. }) if *sent == self.sent)
+            let mut pending = self.cache.lock_pending();
+            if pending
+                .get(self.object)
+                .is_some_and(|p| p.sent == self.sent)
             {
-                entries.map.remove(self.object);
+                pending.remove(self.object);
             }
         }
     }
 }
 
+/// A "not found" answered from the table.
+fn not_found(object: &ObjectId) -> Arc<WorkerError> {
+    Arc::new(WorkerError::Origin(talon_protocols::Error::new(
+        ErrorKind::NoSuchKey,
+        format!("{object} was not found at the origin"),
+    )))
+}
+
 impl StatCache {
-    /// A cache answering from memory for `ttl` (and `negative_ttl` for not-found).
+    /// A cache answering from memory for `ttl` (and `negative_ttl` for not-found),
+    /// within [`DEFAULT_STAT_CACHE_LIMITS`].
     pub fn new(origins: Arc<Origins>, ttl: Duration, negative_ttl: Duration) -> StatCache {
+        StatCache::with_limits(origins, ttl, negative_ttl, DEFAULT_STAT_CACHE_LIMITS)
+    }
+
+    /// [`new`](Self::new) within `limits`.
+    pub fn with_limits(
+        origins: Arc<Origins>,
+        ttl: Duration,
+        negative_ttl: Duration,
+        limits: talon_metadata_cache::Limits,
+    ) -> StatCache {
         StatCache {
             origins,
             ttl,
             negative_ttl,
-            entries: Mutex::new(Entries {
-                map: HashMap::new(),
-                sweep_at: MIN_SWEEP_AT,
-            }),
+            known: MetadataCache::new(limits, |id, info| id.held_bytes() + info.held_bytes()),
+            pending: Mutex::new(HashMap::new()),
             fetched: AtomicU64::new(0),
             read: AtomicU64::new(0),
             unchanged: AtomicU64::new(0),
@@ -143,21 +161,14 @@ impl StatCache {
         }
     }
 
-    fn lock_entries(&self) -> std::sync::MutexGuard<'_, Entries> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Pending>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn ttl_of(&self, outcome: &StatOutcome) -> Duration {
-        if outcome.is_ok() {
-            self.ttl
-        } else {
-            self.negative_ttl
-        }
-    }
-
-    /// Entries in the table (fresh, expired but not yet swept, and pending).
+    /// Entries held (found and not found) and fetches in flight.
     pub fn len(&self) -> usize {
-        self.lock_entries().map.len()
+        let s = self.known.stats();
+        (s.entries + s.missing_entries) as usize + self.lock_pending().len()
     }
 
     /// Whether the table is empty.
@@ -165,16 +176,9 @@ impl StatCache {
         self.len() == 0
     }
 
-    /// Inserts, sweeping expired entries first when the table has doubled.
-    fn insert(&self, entries: &mut Entries, object: ObjectId, entry: Entry) {
-        if entries.map.len() >= entries.sweep_at {
-            entries.map.retain(|_, e| match e {
-                Entry::Ready { at, outcome } => at.elapsed() < self.ttl_of(outcome),
-                Entry::Pending { .. } => true,
-            });
-            entries.sweep_at = (entries.map.len() * 2).max(MIN_SWEEP_AT);
-        }
-        entries.map.insert(object, entry);
+    /// The table's holdings and counts, for `/metrics`.
+    pub fn table_stats(&self) -> talon_metadata_cache::CacheStats {
+        self.known.stats()
     }
 
     /// The object's metadata: cached, or fetched with one HEAD shared by every caller
@@ -208,6 +212,25 @@ impl StatCache {
             .map(|(info, age, _)| (info, age))
     }
 
+    /// What the table can answer for a caller accepting `max_age` (found entries) and
+    /// `missing_limit` (not-found ones) at `now`: `Ok` an answer, `Err` what is known
+    /// but too old (to revalidate), if anything.
+    #[allow(clippy::type_complexity)]
+    fn answer(
+        &self,
+        object: &ObjectId,
+        found_limit: Duration,
+        missing_limit: Duration,
+        now: Instant,
+    ) -> std::result::Result<(StatOutcome, Duration), Option<Arc<ObjectInfo>>> {
+        match self.known.lookup(object, found_limit, now) {
+            Lookup::Fresh { value, age } => Ok((Ok(value), age)),
+            Lookup::Missing { age } if age < missing_limit => Ok((Err(not_found(object)), age)),
+            Lookup::Expired { value, .. } => Err(Some(value)),
+            Lookup::Missing { .. } | Lookup::Absent => Err(None),
+        }
+    }
+
     /// As [`stat_within`](Self::stat_within), for a reader about to read `first` of
     /// the object: when the metadata must come from the origin and nothing is known of
     /// the object, it comes with those bytes from one ranged GET instead of a HEAD, and
@@ -225,31 +248,25 @@ impl StatCache {
         first: Option<ByteRange>,
     ) -> Result<(Arc<ObjectInfo>, Duration, Option<FirstBytes>)> {
         let asked = Instant::now();
+        let found_limit = max_age.unwrap_or(self.ttl);
+        let missing_limit = max_age.map_or(self.negative_ttl, |m| m.min(self.negative_ttl));
         loop {
+            // From the table, without the pending lock.
+            if let Ok((outcome, age)) =
+                self.answer(object, found_limit, missing_limit, Instant::now())
+            {
+                return outcome
+                    .map(|info| (info, age, None))
+                    .map_err(WorkerError::Shared);
+            }
             let action = {
-                let mut entries = self.lock_entries();
-                match entries.map.get(object) {
-                    Some(Entry::Ready { at, outcome }) => {
-                        let age = at.elapsed();
-                        let limit = match (outcome, max_age) {
-                            (Ok(_), Some(max_age)) => max_age,
-                            (Err(_), Some(max_age)) => max_age.min(self.negative_ttl),
-                            (outcome, None) => self.ttl_of(outcome),
-                        };
-                        if age < limit {
-                            return outcome
-                                .clone()
-                                .map(|info| (info, age, None))
-                                .map_err(WorkerError::Shared);
-                        }
-                        let known = outcome.as_ref().ok().cloned();
-                        self.pending(&mut entries, object, known)
-                    }
-                    Some(Entry::Pending { sent, answer }) => {
-                        if max_age
-                            .is_none_or(|max_age| asked.saturating_duration_since(*sent) <= max_age)
-                        {
-                            Action::Join(answer.clone(), *sent)
+                let mut pending = self.lock_pending();
+                match pending.get(object) {
+                    Some(p) => {
+                        if max_age.is_none_or(|max_age| {
+                            asked.saturating_duration_since(p.sent) <= max_age
+                        }) {
+                            Action::Join(p.answer.clone(), p.sent)
                         } else {
                             Action::Fetch {
                                 tell: None,
@@ -258,10 +275,28 @@ impl StatCache {
                             }
                         }
                     }
-                    None => self.pending(&mut entries, object, None),
+                    None => match self.answer(object, found_limit, missing_limit, Instant::now()) {
+                        // A fetch finished since the table was read.
+                        Ok((outcome, age)) => Action::Answered(outcome, age),
+                        Err(known) => {
+                            let sent = Instant::now();
+                            let (tell, answer) = watch::channel(None);
+                            pending.insert(object.clone(), Pending { sent, answer });
+                            Action::Fetch {
+                                tell: Some(tell),
+                                known,
+                                sent,
+                            }
+                        }
+                    },
                 }
             };
             match action {
+                Action::Answered(outcome, age) => {
+                    return outcome
+                        .map(|info| (info, age, None))
+                        .map_err(WorkerError::Shared);
+                }
                 Action::Join(mut answer, sent) => {
                     let outcome = answer.wait_for(Option::is_some).await.map(|v| v.clone());
                     match outcome {
@@ -278,23 +313,6 @@ impl StatCache {
                     return self.fetch_and_keep(object, tell, known, sent, first).await;
                 }
             }
-        }
-    }
-
-    /// Puts a `Pending` entry for a fetch sent now, and says to make it.
-    fn pending(
-        &self,
-        entries: &mut Entries,
-        object: &ObjectId,
-        known: Option<Arc<ObjectInfo>>,
-    ) -> Action {
-        let sent = Instant::now();
-        let (tell, answer) = watch::channel(None);
-        self.insert(entries, object.clone(), Entry::Pending { sent, answer });
-        Action::Fetch {
-            tell: Some(tell),
-            known,
-            sent,
         }
     }
 
@@ -329,26 +347,23 @@ impl StatCache {
         .map_err(Arc::new);
         guard.armed = false;
         {
-            let mut entries = self.lock_entries();
+            let mut pending = self.lock_pending();
             let cacheable = match &shared {
                 Ok(_) => true,
                 Err(e) => e.frame_code() == talon_core::ErrorCode::NotFound,
             };
-            let held = match entries.map.get(object) {
-                Some(Entry::Ready { at, .. }) => Some(*at),
-                Some(Entry::Pending { sent, .. }) => Some(*sent),
-                None => None,
-            };
+            let ours = pending.get(object).is_some_and(|p| p.sent == sent);
+            if ours {
+                pending.remove(object);
+            }
             // Never replace what a later request learned (or is learning).
-            let ours_or_older = held.is_none_or(|at| at <= sent);
-            if cacheable && ours_or_older {
-                let entry = Entry::Ready {
-                    at: sent,
-                    outcome: shared.clone(),
-                };
-                self.insert(&mut entries, object.clone(), entry);
-            } else if !cacheable && held == Some(sent) {
-                entries.map.remove(object);
+            let later_pending = pending.get(object).is_some_and(|p| p.sent > sent);
+            let later_known = self.known.observed(object).is_some_and(|at| at > sent);
+            if cacheable && !later_pending && !later_known {
+                match &shared {
+                    Ok(info) => self.known.insert(object.clone(), sent, info.clone()),
+                    Err(_) => self.known.insert_missing(object.clone(), sent),
+                }
             }
         }
         if let Some(tell) = tell {
@@ -454,10 +469,7 @@ impl StatCache {
 
     /// Forgets an object's metadata (its version changed at the origin).
     pub fn invalidate(&self, object: &ObjectId) {
-        let mut entries = self.lock_entries();
-        if matches!(entries.map.get(object), Some(Entry::Ready { .. })) {
-            entries.map.remove(object);
-        }
+        self.known.remove(object);
     }
 }
 
@@ -669,30 +681,35 @@ mod tests {
         );
     }
 
+    /// The table is bounded by entries (not by sweeping expired ones when it doubled,
+    /// as before): not-found answers within their own bound, found ones within theirs,
+    /// evicted one at a time.
     #[tokio::test]
-    async fn expired_entries_are_swept_so_the_table_stays_bounded() {
+    async fn the_table_stays_within_its_bounds_whatever_is_looked_up() {
         let (_stub, origins) = stub(FaultConfig::default()).await;
-        // A zero TTL: every entry is expired as soon as it is written.
-        let cache = StatCache::new(origins, Duration::ZERO, Duration::ZERO);
-        let n = 3 * MIN_SWEEP_AT;
-        for i in 0..n {
+        let limits = talon_metadata_cache::Limits {
+            max_entries: 100,
+            max_bytes: 100 * 1024,
+            max_missing: 20,
+        };
+        let cache = StatCache::with_limits(
+            origins,
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+            limits,
+        );
+        for i in 0..300 {
             let missing = cache.stat(&s3(&format!("missing-{i}"))).await;
             assert!(missing.is_err());
         }
-        assert!(
-            cache.len() <= MIN_SWEEP_AT + 1,
-            "{} entries kept for {n} distinct objects, all expired",
-            cache.len()
-        );
-        // Fresh entries survive a sweep.
-        let fresh = StatCache::new(
-            cache.origins.clone(),
-            Duration::from_secs(60),
-            Duration::from_secs(60),
-        );
-        for i in 0..MIN_SWEEP_AT + 10 {
-            let _ = fresh.stat(&s3(&format!("missing-{i}"))).await;
-        }
-        assert_eq!(fresh.len(), MIN_SWEEP_AT + 10);
+        let present = cache.stat(&s3("present")).await.unwrap();
+        let s = cache.table_stats();
+        assert!(s.missing_entries <= 20, "{s:?}");
+        assert!(s.evictions >= 280, "{s:?}");
+        assert_eq!(s.entries, 1, "{s:?}");
+        // The found object is answered from memory.
+        let before = cache.origin_requests();
+        assert_eq!(cache.stat(&s3("present")).await.unwrap(), present);
+        assert_eq!(cache.origin_requests(), before);
     }
 }

@@ -388,6 +388,9 @@ async fn agent(
 
 /// Every metric, the store's gauges and the metadata cache's counts refreshed.
 fn render_metrics(services: &Services) -> String {
+    services
+        .metrics
+        .metadata_cache(services.stats.table_stats());
     services.metrics.render(
         services.loader.store().stats(),
         services.stats.origin_requests(),

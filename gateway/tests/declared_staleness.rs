@@ -454,3 +454,45 @@ async fn the_metadata_cache_keeps_its_bound_by_evicting_entries_not_itself() {
     );
     assert!(held("evictions") >= 80.0, "{metrics}");
 }
+
+/// Fleet-wide, once per bound: three gateways read the same objects, and the origin is
+/// asked for each object once (the owner of its first block is its metadata home, and
+/// what one gateway's read brought there answers the others), the bytes included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_gateways_reading_the_same_objects_cost_the_origin_one_request_each() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 3,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let t = Freshness::within(Duration::from_secs(300));
+    let gateways = [
+        gateway(&cluster, t).await,
+        gateway(&cluster, t).await,
+        gateway(&cluster, t).await,
+    ];
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    s3.create_bucket("data").await.unwrap();
+    let objects = 30u32;
+    for i in 0..objects {
+        let body = Bytes::from(format!("shared object {i} ").repeat(50));
+        s3.put("data", &format!("shared/{i}"), body, None)
+            .await
+            .unwrap();
+    }
+    let stub = cluster.origin.metrics();
+    let before = stub.requests_total();
+    for gw in &gateways {
+        for i in 0..objects {
+            let (status, _, got) = read(&format!("{}/data/shared/{i}", gw.s3_url().unwrap())).await;
+            assert_eq!(status, 200);
+            assert_eq!(got, Bytes::from(format!("shared object {i} ").repeat(50)));
+        }
+    }
+    assert_eq!(
+        stub.requests_total() - before,
+        u64::from(objects),
+        "one origin request per object, for three gateways"
+    );
+}

@@ -2,7 +2,7 @@
 //! measured exactly with a counting global allocator.
 //!
 //! ```text
-//! cargo run --release -p talon-worker --example index_footprint -- [--blocks 10000] [--dir DIR] [--json]
+//! cargo run --release -p talon-worker --example index_footprint -- [--blocks 10000] [--dir DIR] [--metadata-objects N] [--json]
 //! ```
 //!
 //! Prints a table, or with `--json` one JSON object (what `scripts/memory_footprint.py`
@@ -317,6 +317,55 @@ fn per_worker(m: usize) -> (PerItem, PerItem) {
     (table, placed)
 }
 
+/// Heap per object of the one metadata cache (`talon-metadata-cache`), as the worker
+/// fills it (an `Arc` of the origin's metadata) and as the gateway does (the metadata
+/// itself): `objects` S3 objects with keys of 63 bytes in bucket `bench`, a quoted
+/// 32-hex-digit ETag, a time and `application/octet-stream`, no other headers. The
+/// table's own capacity is sized for `objects`, so its spare room is in the figure.
+fn per_metadata_entry(objects: usize) -> (PerItem, PerItem) {
+    use talon_metadata_cache::{Limits, MetadataCache};
+    use talon_protocols::origin::ObjectInfo;
+    // A bound 5% over the objects: quick_cache's is approximate (per shard).
+    let limits = Limits {
+        max_entries: objects + objects / 20,
+        max_bytes: objects as u64 * 4096,
+        max_missing: 1,
+    };
+    let info = |i: usize| ObjectInfo {
+        size: 100_000 + i as u64,
+        etag: format!("\"{:032x}\"", i as u128 * 7_919),
+        last_modified: Some(std::time::SystemTime::UNIX_EPOCH),
+        content_type: Some("application/octet-stream".into()),
+        headers: Default::default(),
+    };
+    let key = |i: usize| {
+        ObjectId::s3(
+            BUCKET,
+            format!("imagenet/train/n{:08}/sample-{i:026}.jpeg", i % 1000),
+        )
+        .expect("a valid key")
+    };
+    let now = Instant::now();
+    let before = live();
+    let worker: MetadataCache<ObjectId, Arc<ObjectInfo>> =
+        MetadataCache::new(limits, |id, info| id.held_bytes() + info.held_bytes());
+    for i in 0..objects {
+        worker.insert(key(i), now, Arc::new(info(i)));
+    }
+    let after = live();
+    let in_worker = PerItem::between(before, after, objects);
+    assert_eq!(worker.stats().entries as usize, objects, "nothing evicted");
+    drop(worker);
+    let before = live();
+    let gateway: MetadataCache<ObjectId, ObjectInfo> =
+        MetadataCache::new(limits, |id, info| id.held_bytes() + info.held_bytes());
+    for i in 0..objects {
+        gateway.insert(key(i), now, info(i));
+    }
+    let after = live();
+    (in_worker, PerItem::between(before, after, objects))
+}
+
 /// The value after `flag`, if given.
 fn flag(args: &[String], flag: &str) -> Option<String> {
     let i = args.iter().position(|a| a == flag)?;
@@ -351,6 +400,13 @@ fn main() -> Result<()> {
     let (first_fill, more_fills) = per_fill(&base, fills)?;
     let ghost = per_block_ghosts(&base, ghosts)?;
     let (member, placement) = per_worker(workers);
+    let metadata_objects = match flag(&args, "--metadata-objects") {
+        Some(v) => v
+            .parse::<usize>()
+            .context("--metadata-objects needs a number")?,
+        None => 1_000_000,
+    };
+    let (meta_worker, meta_gateway) = per_metadata_entry(metadata_objects);
 
     let one = blocks[0].1;
     let big = blocks[geometries.len() - 1].1;
@@ -390,6 +446,9 @@ fn main() -> Result<()> {
             "workers": workers,
             "coordinator_per_worker": member.json(),
             "placement_per_worker": placement.json(),
+            "metadata_objects": metadata_objects,
+            "metadata_per_object_worker": meta_worker.json(),
+            "metadata_per_object_gateway": meta_gateway.json(),
         });
         println!("{out}");
         return Ok(());
@@ -430,5 +489,10 @@ fn main() -> Result<()> {
         "placement table (gateway, cache client), per worker",
         &placement,
     );
+    row(
+        &format!("metadata cache, per object, worker ({metadata_objects} objects, 64-byte keys)"),
+        &meta_worker,
+    );
+    row("metadata cache, per object, gateway", &meta_gateway);
     Ok(())
 }

@@ -69,6 +69,10 @@ enum Action {
     },
 }
 
+/// First-read GETs in flight at once ([`StatCache::stat_reading`]): with the gateway's
+/// 2 MiB pieces, at most 64 MiB of bytes on their way to the block store.
+pub const MAX_FIRST_READS: usize = 32;
+
 /// What the worker's metadata table holds by default: a million objects, or 512 MiB.
 pub const DEFAULT_STAT_CACHE_LIMITS: talon_metadata_cache::Limits = talon_metadata_cache::Limits {
     max_entries: 1_000_000,
@@ -86,6 +90,9 @@ pub struct StatCache {
     known: MetadataCache<ObjectId, Arc<ObjectInfo>>,
     /// The fetches in flight, one per object (the latest sent).
     pending: Mutex<HashMap<ObjectId, Pending>>,
+    /// Places for first-read GETs in flight, each holding up to one read's bytes in
+    /// memory; a stat that finds none free asks with a HEAD instead (never waits).
+    first_reads: tokio::sync::Semaphore,
     fetched: AtomicU64,
     read: AtomicU64,
     unchanged: AtomicU64,
@@ -154,6 +161,7 @@ impl StatCache {
             negative_ttl,
             known: MetadataCache::new(limits, |id, info| id.held_bytes() + info.held_bytes()),
             pending: Mutex::new(HashMap::new()),
+            first_reads: tokio::sync::Semaphore::new(MAX_FIRST_READS),
             fetched: AtomicU64::new(0),
             read: AtomicU64::new(0),
             unchanged: AtomicU64::new(0),
@@ -335,12 +343,16 @@ impl StatCache {
         let mut bytes = None;
         let shared: StatOutcome = match (known, first) {
             (Some(known), _) => self.revalidate(object, known).await,
-            (None, Some(first)) => match self.fetch_reading(object, first).await {
-                Ok((info, first_bytes)) => {
-                    bytes = first_bytes;
-                    Ok(Arc::new(info))
-                }
-                Err(e) => Err(e),
+            (None, Some(first)) => match self.first_reads.try_acquire() {
+                Ok(_place) => match self.fetch_reading(object, first).await {
+                    Ok((info, first_bytes)) => {
+                        bytes = first_bytes;
+                        Ok(Arc::new(info))
+                    }
+                    Err(e) => Err(e),
+                },
+                // Every place is taken (a storm of cold reads): the metadata alone.
+                Err(_) => self.fetch(object).await.map(Arc::new),
             },
             (None, None) => self.fetch(object).await.map(Arc::new),
         }
@@ -679,6 +691,44 @@ mod tests {
             info.headers.user_metadata,
             vec![("colour".to_owned(), "green".to_owned())]
         );
+    }
+
+    /// A first read is a GET only while a place for its bytes is free: with every place
+    /// taken (a storm of cold reads), the metadata comes with a HEAD and no bytes are
+    /// held.
+    #[tokio::test]
+    async fn a_first_read_without_a_free_place_asks_with_a_head() {
+        let (_stub, origins) = stub(FaultConfig::default()).await;
+        let cache = StatCache::new(origins, Duration::from_secs(60), Duration::from_secs(1));
+        let first = Some(ByteRange {
+            start: 0,
+            end: 4096,
+        });
+        let taken = cache
+            .first_reads
+            .try_acquire_many(MAX_FIRST_READS as u32)
+            .unwrap();
+        let (info, _, bytes) = cache
+            .stat_reading(&s3("present"), Some(Duration::from_secs(1)), first)
+            .await
+            .unwrap();
+        assert_eq!(info.size, 1000);
+        assert!(bytes.is_none());
+        assert_eq!(
+            (
+                cache.origin_requests().fetched,
+                cache.origin_requests().read
+            ),
+            (1, 0)
+        );
+        drop(taken);
+        cache.invalidate(&s3("present"));
+        let (_, _, bytes) = cache
+            .stat_reading(&s3("present"), Some(Duration::from_secs(1)), first)
+            .await
+            .unwrap();
+        assert_eq!(bytes.map(|b| b.data.len()), Some(1000));
+        assert_eq!(cache.origin_requests().read, 1);
     }
 
     /// The table is bounded by entries (not by sweeping expired ones when it doubled,

@@ -189,6 +189,14 @@ impl Hedging {
         })
     }
 
+    /// How long after sending a piece to the worker at `addr` reads hedge it, once
+    /// enough of its first bytes have been timed (before the floor of `min_delay`);
+    /// `None` before that.
+    pub fn learned(&self, addr: &str) -> Option<Duration> {
+        let workers = self.workers.read().unwrap_or_else(|p| p.into_inner());
+        workers.get(addr)?.threshold()
+    }
+
     /// Takes one hedge from the budget, if it has one.
     pub fn try_spend(&self) -> bool {
         self.tokens

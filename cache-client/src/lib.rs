@@ -834,6 +834,12 @@ impl CacheClient {
             .collect()
     }
 
+    /// The first-byte quantile learned for the worker at `addr` (data-plane
+    /// address), past which its pieces are hedged; `None` until enough are timed.
+    pub fn hedge_threshold(&self, addr: &str) -> Option<Duration> {
+        self.inner.hedging.learned(addr)
+    }
+
     /// What reads did when workers failed them, since this client was made.
     pub fn fail_open_stats(&self) -> FailOpenStats {
         let c = &self.inner.counters;

@@ -555,6 +555,21 @@ async fn a_late_first_byte_is_hedged_to_the_next_owner_and_the_silent_worker_is_
     warm(&cluster, &all).await;
     let client = hedging_client(&cluster, Duration::from_millis(20)).await;
     learn_latency(&client, &owned).await;
+    // A learning read hedged away (on a busy machine) times no first byte of w2: read
+    // on until the client has learned w2's latency (CI once had it still unlearned
+    // after 32 reads, and the silent read then waited for its deadline).
+    let addr = proxy.addr().to_string();
+    let mut more = 0;
+    while client.hedge_threshold(&addr).is_none() {
+        assert!(more < 256, "w2's latency was never learned");
+        read_checked(
+            &client,
+            &owned[more % owned.len()],
+            "one more learning read",
+        )
+        .await;
+        more += 1;
+    }
     // (A learning read may itself have been hedged, on this busy machine: count from
     // here.)
     let before = client.fail_open_stats();
@@ -568,8 +583,10 @@ async fn a_late_first_byte_is_hedged_to_the_next_owner_and_the_silent_worker_is_
             stats.hedges_won - before.hedges_won
         ),
         (1, 1),
-        "the piece was hedged and the next owner's answer taken: {stats:?}, {:?}",
-        client.worker_health()
+        "the piece was hedged and the next owner's answer taken: {stats:?}, {:?}, \
+         w2's threshold {:?}",
+        client.worker_health(),
+        client.hedge_threshold(&addr)
     );
     // The silent request still meets its deadline in the background and opens the
     // circuit.

@@ -194,10 +194,30 @@ where
     /// What is known of `key` for a reader accepting answers up to `max_age` old, at
     /// `now`; counted as a hit, an expired entry or a miss.
     pub fn lookup(&self, key: &K, max_age: Duration, now: Instant) -> Lookup<V> {
-        let found = self.found.get(key);
-        let missing = self.missing.get(key);
+        let lookup = self.look(key, max_age, now, true);
+        let counter = match &lookup {
+            Lookup::Fresh { .. } | Lookup::Missing { .. } => &self.counters.hits,
+            Lookup::Expired { .. } => &self.counters.expired,
+            Lookup::Absent => &self.counters.misses,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        lookup
+    }
+
+    /// [`lookup`](Self::lookup), neither counted nor marking the entry as used: a
+    /// second look by the same request.
+    pub fn lookup_again(&self, key: &K, max_age: Duration, now: Instant) -> Lookup<V> {
+        self.look(key, max_age, now, false)
+    }
+
+    fn look(&self, key: &K, max_age: Duration, now: Instant, used: bool) -> Lookup<V> {
+        let (found, missing) = if used {
+            (self.found.get(key), self.missing.get(key))
+        } else {
+            (self.found.peek(key), self.missing.peek(key))
+        };
         // The later of the two answers is the one that stands.
-        let lookup = match (found, missing) {
+        match (found, missing) {
             (Some(f), Some(m)) if m > f.observed => missing_lookup(m, max_age, now),
             (Some(f), _) => {
                 let age = now.saturating_duration_since(f.observed);
@@ -215,14 +235,7 @@ where
             }
             (None, Some(m)) => missing_lookup(m, max_age, now),
             (None, None) => Lookup::Absent,
-        };
-        let counter = match &lookup {
-            Lookup::Fresh { .. } | Lookup::Missing { .. } => &self.counters.hits,
-            Lookup::Expired { .. } => &self.counters.expired,
-            Lookup::Absent => &self.counters.misses,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        lookup
+        }
     }
 
     /// The found entry of `key` and when the origin said it, uncounted.
@@ -335,6 +348,9 @@ mod tests {
         );
         let s = c.stats();
         assert_eq!((s.hits, s.expired, s.misses), (2, 1, 2));
+        // A second look by the same request is not counted again.
+        assert_eq!(c.lookup_again(&"k".into(), t, t0 + t * 2), Lookup::Absent);
+        assert_eq!(c.stats(), s);
     }
 
     /// The bug this crate replaces: the gateway's table was cleared whole when it passed

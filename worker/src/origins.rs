@@ -220,18 +220,25 @@ impl StatCache {
             .map(|(info, age, _)| (info, age))
     }
 
-    /// What the table can answer for a caller accepting `max_age` (found entries) and
-    /// `missing_limit` (not-found ones) at `now`: `Ok` an answer, `Err` what is known
-    /// but too old (to revalidate), if anything.
+    /// What the table can answer for a caller accepting `found_limit` (found entries)
+    /// and `missing_limit` (not-found ones) now: `Ok` an answer, `Err` what is known but
+    /// too old (to revalidate), if anything. `again`: the same request's second look
+    /// (not counted).
     #[allow(clippy::type_complexity)]
     fn answer(
         &self,
         object: &ObjectId,
         found_limit: Duration,
         missing_limit: Duration,
-        now: Instant,
+        again: bool,
     ) -> std::result::Result<(StatOutcome, Duration), Option<Arc<ObjectInfo>>> {
-        match self.known.lookup(object, found_limit, now) {
+        let now = Instant::now();
+        let lookup = if again {
+            self.known.lookup_again(object, found_limit, now)
+        } else {
+            self.known.lookup(object, found_limit, now)
+        };
+        match lookup {
             Lookup::Fresh { value, age } => Ok((Ok(value), age)),
             Lookup::Missing { age } if age < missing_limit => Ok((Err(not_found(object)), age)),
             Lookup::Expired { value, .. } => Err(Some(value)),
@@ -260,9 +267,7 @@ impl StatCache {
         let missing_limit = max_age.map_or(self.negative_ttl, |m| m.min(self.negative_ttl));
         loop {
             // From the table, without the pending lock.
-            if let Ok((outcome, age)) =
-                self.answer(object, found_limit, missing_limit, Instant::now())
-            {
+            if let Ok((outcome, age)) = self.answer(object, found_limit, missing_limit, false) {
                 return outcome
                     .map(|info| (info, age, None))
                     .map_err(WorkerError::Shared);
@@ -283,7 +288,7 @@ impl StatCache {
                             }
                         }
                     }
-                    None => match self.answer(object, found_limit, missing_limit, Instant::now()) {
+                    None => match self.answer(object, found_limit, missing_limit, true) {
                         // A fetch finished since the table was read.
                         Ok((outcome, age)) => Action::Answered(outcome, age),
                         Err(known) => {

@@ -100,6 +100,11 @@ pub struct Args {
     )]
     error_kinds: Vec<FaultKind>,
 
+    /// Requests per second above which requests are answered 503 SlowDown / ServerBusy,
+    /// as S3 throttles a prefix (about 5,500 GETs and HEADs a second); off by default.
+    #[arg(long, env = "TALON_STUB_THROTTLE_RPS")]
+    throttle_rps: Option<u64>,
+
     /// Most concurrent connections per listener.
     #[arg(long, env = "TALON_STUB_MAX_CONNECTIONS", default_value_t = 4096)]
     max_connections: usize,
@@ -168,6 +173,7 @@ fn config(args: &Args) -> anyhow::Result<StubConfig> {
             bandwidth_bytes_per_sec: bandwidth,
             error_rate: args.error_rate,
             error_kinds: args.error_kinds.clone(),
+            throttle_rps: args.throttle_rps,
         },
         max_connections: args.max_connections,
         admin_token: std::env::var("TALON_STUB_ADMIN_TOKEN")

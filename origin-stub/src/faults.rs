@@ -1,11 +1,11 @@
-//! Injectable faults: added latency, a bandwidth cap on response bodies, and an error
-//! rate with a choice of failures. Set at start from flags and changed at run time
+//! Injectable faults: added latency, a bandwidth cap on response bodies, an error
+//! rate with a choice of failures, and an S3-like request-rate throttle. Set at start from flags and changed at run time
 //! through the admin endpoint (`PUT /admin/faults`), so reliability tests and benches
 //! can model a slow or flaky origin.
 
 use std::str::FromStr;
-use std::sync::RwLock;
-use std::time::Duration;
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -67,6 +67,12 @@ pub struct FaultConfig {
     /// The failures drawn from, uniformly; defaults to `slowdown`.
     #[serde(default = "default_kinds")]
     pub error_kinds: Vec<FaultKind>,
+    /// Requests per second above which the stub answers 503 `SlowDown` (S3) /
+    /// `ServerBusy` (Azure), as S3 does past about 5,500 GETs and HEADs a second on a
+    /// prefix: a token bucket holding one second's worth, over every request (the stub
+    /// models one prefix). `None`: no throttle.
+    #[serde(default)]
+    pub throttle_rps: Option<u64>,
 }
 
 fn default_kinds() -> Vec<FaultKind> {
@@ -80,6 +86,7 @@ impl Default for FaultConfig {
             bandwidth_bytes_per_sec: None,
             error_rate: 0.0,
             error_kinds: default_kinds(),
+            throttle_rps: None,
         }
     }
 }
@@ -93,6 +100,9 @@ impl FaultConfig {
         if !(0.0..=1.0).contains(&self.error_rate) {
             return Err("error_rate must be between 0 and 1".into());
         }
+        if self.throttle_rps == Some(0) {
+            return Err("throttle_rps must be positive (null for no throttle)".into());
+        }
         if self.bandwidth_bytes_per_sec == Some(0) {
             return Err("bandwidth_bytes_per_sec must be positive (null for unlimited)".into());
         }
@@ -104,16 +114,26 @@ impl FaultConfig {
 }
 
 /// The live fault settings, shared by every request.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Faults {
     config: RwLock<FaultConfig>,
+    /// The throttle's tokens, and when they were last counted.
+    bucket: Mutex<(f64, Instant)>,
+}
+
+impl Default for Faults {
+    fn default() -> Faults {
+        Faults::new(FaultConfig::default())
+    }
 }
 
 impl Faults {
     /// Starts with `config`.
     pub fn new(config: FaultConfig) -> Faults {
+        let tokens = config.throttle_rps.unwrap_or(0) as f64;
         Faults {
             config: RwLock::new(config),
+            bucket: Mutex::new((tokens, Instant::now())),
         }
     }
 
@@ -131,8 +151,31 @@ impl Faults {
     /// As [`FaultConfig::validate`]; nothing changes then.
     pub fn set(&self, config: FaultConfig) -> Result<(), String> {
         config.validate()?;
+        // A new throttle starts with a full second's worth.
+        *self.bucket.lock().unwrap_or_else(|p| p.into_inner()) =
+            (config.throttle_rps.unwrap_or(0) as f64, Instant::now());
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
         Ok(())
+    }
+
+    /// Whether this request is over the throttle's rate (and so answered 503): takes a
+    /// token when one is left.
+    pub fn throttled(&self) -> bool {
+        let Some(rps) = self.get().throttle_rps else {
+            return false;
+        };
+        let rate = rps as f64;
+        let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let (tokens, at) = *bucket;
+        let tokens = (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(rate);
+        if tokens >= 1.0 {
+            *bucket = (tokens - 1.0, now);
+            false
+        } else {
+            *bucket = (tokens, now);
+            true
+        }
     }
 
     /// Draws this request's fate: the latency to add and the failure, if any.
@@ -180,5 +223,20 @@ mod tests {
         assert!(matches!(kind, Some(FaultKind::Reset | FaultKind::Truncate)));
         faults.set(FaultConfig::default()).expect("valid");
         assert_eq!(faults.draw(), (Duration::ZERO, None));
+    }
+
+    /// The throttle lets one second's worth through at once, then refuses what comes
+    /// faster than its rate; no throttle refuses nothing.
+    #[test]
+    fn the_throttle_admits_its_rate_and_refuses_the_rest() {
+        let faults = Faults::new(FaultConfig {
+            throttle_rps: Some(50),
+            ..FaultConfig::default()
+        });
+        let admitted = (0..200).filter(|_| !faults.throttled()).count();
+        // 50 at once, plus what refilled meanwhile (a few at most on any machine).
+        assert!((50..60).contains(&admitted), "{admitted} of 200 admitted");
+        let open = Faults::default();
+        assert!((0..1000).all(|_| !open.throttled()));
     }
 }

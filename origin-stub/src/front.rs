@@ -88,6 +88,10 @@ pub async fn apply_faults(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    if faults.throttled() {
+        metrics.fault("throttled");
+        return Err(Error::new(ErrorKind::SlowDown, "Please reduce your request rate.").into());
+    }
     let Some(kind) = fault else { return Ok(false) };
     metrics.fault(kind.name());
     match kind {

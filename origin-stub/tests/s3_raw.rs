@@ -665,6 +665,7 @@ async fn admin_faults_reject_bad_documents_and_keep_the_settings() {
         bandwidth_bytes_per_sec: Some(1 << 40),
         error_rate: 0.0,
         error_kinds: vec![FaultKind::Internal, FaultKind::Reset],
+        throttle_rps: Some(1_000_000),
     };
     let r = http
         .put(&admin)
@@ -683,6 +684,7 @@ async fn admin_faults_reject_bad_documents_and_keep_the_settings() {
         r#"{"error_kinds": ["meteor"]}"#,
         r#"{"error_rate": 0.5, "error_kinds": []}"#,
         r#"{"bandwidth_bytes_per_sec": 0}"#,
+        r#"{"throttle_rps": 0}"#,
     ] {
         let r = http.put(&admin).body(bad).send().await.unwrap();
         assert_eq!(r.status(), 400, "{bad}");
@@ -693,6 +695,66 @@ async fn admin_faults_reject_bad_documents_and_keep_the_settings() {
     }
     // Requests still succeed: the stored settings inject nothing.
     env.put("after.txt", b"ok").await;
+    env.stub.shutdown().await;
+}
+
+/// The S3-like throttle: past its rate the stub answers 503 `SlowDown` in S3's own
+/// error document, writes nothing, counts each refusal as a `throttled` fault, and
+/// admits requests again once the rate allows.
+#[tokio::test]
+async fn past_its_throttle_rate_the_stub_answers_slowdown_and_then_recovers() {
+    let env = env().await;
+    env.put("hot.txt", b"hot").await;
+    env.stub
+        .faults()
+        .set(FaultConfig {
+            throttle_rps: Some(20),
+            ..FaultConfig::default()
+        })
+        .unwrap();
+    let mut ok = 0;
+    let mut slowed = 0;
+    for _ in 0..80 {
+        let a = env.get("hot.txt", &[]).await;
+        match a.status {
+            200 => ok += 1,
+            503 => {
+                assert_eq!(a.elements("Code"), ["SlowDown"], "{}", a.text());
+                slowed += 1;
+            }
+            other => panic!("status {other}: {}", a.text()),
+        }
+    }
+    assert!(ok >= 20, "a second's worth is admitted at once: {ok}");
+    assert!(slowed >= 1, "80 requests in a burst are over 20 a second");
+    // A refused write writes nothing.
+    let refused = loop {
+        let a = env
+            .send("PUT", &env.object_url("refused.txt"), &[], b"never")
+            .await;
+        if a.status == 503 {
+            break a;
+        }
+    };
+    assert_eq!(refused.elements("Code"), ["SlowDown"]);
+    assert!(
+        !env.stub
+            .data_dir()
+            .join(BUCKET)
+            .join("refused.txt")
+            .exists()
+    );
+    let metrics = env.stub.metrics().render();
+    assert!(
+        metrics.contains("talon_origin_faults_total{kind=\"throttled\"}"),
+        "{metrics}"
+    );
+    // Once the rate allows, requests are admitted again (waited for, not slept).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while env.get("hot.txt", &[]).await.status != 200 {
+        assert!(std::time::Instant::now() < deadline, "never admitted again");
+        tokio::task::yield_now().await;
+    }
     env.stub.shutdown().await;
 }
 

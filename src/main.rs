@@ -333,6 +333,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             // entries the gateway may still ask for).
             stat_ttl: args.max_staleness,
             negative_stat_ttl: Duration::from_millis(500),
+            metadata: talon_worker::origins::DEFAULT_STAT_CACHE_LIMITS,
             loader: LoaderConfig::default(),
             data_plane: DataPlaneConfig::default(),
             // The workers share this process's descriptors with the gateway, the

@@ -54,6 +54,7 @@ async fn worker(stub: &RunningStub, dir: &std::path::Path) -> RunningWorker {
         },
         stat_ttl: Duration::from_secs(60),
         negative_stat_ttl: Duration::from_secs(1),
+        metadata: talon_worker::origins::DEFAULT_STAT_CACHE_LIMITS,
         loader: LoaderConfig::default(),
         data_plane: DataPlaneConfig::default(),
         membership: None,

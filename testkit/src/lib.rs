@@ -309,6 +309,7 @@ impl Cluster {
             origins: self.origins(),
             stat_ttl: self.config.stat_ttl,
             negative_stat_ttl: self.config.stat_ttl,
+            metadata: talon_worker::origins::DEFAULT_STAT_CACHE_LIMITS,
             loader: self.config.loader.clone(),
             data_plane: DataPlaneConfig {
                 frame_timeout: Duration::from_secs(2),

@@ -78,6 +78,7 @@ fn serial_reads_on(
             origins,
             stat_ttl: Duration::from_secs(60),
             negative_stat_ttl: Duration::from_secs(1),
+            metadata: talon_worker::origins::DEFAULT_STAT_CACHE_LIMITS,
             loader: LoaderConfig::default(),
             data_plane: DataPlaneConfig {
                 plane,

@@ -129,6 +129,17 @@ pub struct Args {
         default_value_t = 1000
     )]
     negative_stat_ttl_ms: u64,
+    /// Most objects whose metadata the worker keeps (beyond it the least useful are
+    /// evicted one at a time; their next Stat asks the origin again).
+    #[arg(
+        long,
+        env = "TALON_WORKER_METADATA_ENTRIES",
+        default_value_t = 1_000_000
+    )]
+    metadata_entries: usize,
+    /// About the most memory that metadata takes.
+    #[arg(long, env = "TALON_WORKER_METADATA_BYTES", default_value = "512MiB", value_parser = parse_byte_size)]
+    metadata_bytes: u64,
     /// Pages fetched beyond a read's last page (0: none; the cache client already asks
     /// for the pieces ahead of a reader).
     #[arg(long, env = "TALON_WORKER_READAHEAD_PAGES", default_value_t = 0)]
@@ -310,6 +321,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         origins: origins(&args)?,
         stat_ttl: Duration::from_millis(args.stat_ttl_ms),
         negative_stat_ttl: Duration::from_millis(args.negative_stat_ttl_ms),
+        metadata: talon_metadata_cache::Limits {
+            max_entries: args.metadata_entries,
+            max_bytes: args.metadata_bytes,
+            max_missing: (args.metadata_entries / 10).max(1),
+        },
         loader: LoaderConfig {
             readahead_pages: args.readahead_pages,
             max_fill_pages: args.max_fill_pages.max(1),

@@ -66,6 +66,8 @@ pub struct WorkerConfig {
     pub stat_ttl: Duration,
     /// TTL of not-found answers.
     pub negative_stat_ttl: Duration,
+    /// Bounds of the metadata table (found objects, bytes, not-found answers).
+    pub metadata: talon_metadata_cache::Limits,
     /// The miss path's tuning.
     pub loader: LoaderConfig,
     /// The data plane's limits.
@@ -187,10 +189,11 @@ pub async fn start(mut config: WorkerConfig) -> Result<RunningWorker> {
     let store = Arc::new(store);
     let metrics = Arc::new(WorkerMetrics::new());
     let origins = Arc::new(config.origins.clone());
-    let stats = Arc::new(StatCache::new(
+    let stats = Arc::new(StatCache::with_limits(
         origins.clone(),
         config.stat_ttl,
         config.negative_stat_ttl,
+        config.metadata,
     ));
     let loader = Arc::new(Loader::new(
         store,

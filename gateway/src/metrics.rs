@@ -118,7 +118,7 @@ impl GatewayMetrics {
             );
             r.register(
                 "metadata_cache",
-                "The gateway's object metadata cache, by what: entries and bytes held now; hits (answered within the staleness bound), expired (found older, asked again), misses, inserts and evictions (by its bounds, one at a time) since start",
+                "The gateway's object metadata cache, by what: entries, bytes and missing (not found) held now; hits (answered within the staleness bound), expired (found older, asked again), misses, inserts and evictions (by its bounds, one at a time) since start",
                 m.metadata_cache.clone(),
             );
             r.register(
@@ -267,15 +267,7 @@ impl GatewayMetrics {
     /// Records the metadata cache's holdings and counts (read when `/metrics` is
     /// served).
     pub fn metadata_cache(&self, stats: talon_metadata_cache::CacheStats) {
-        for (what, value) in [
-            ("entries", stats.entries),
-            ("bytes", stats.bytes),
-            ("hits", stats.hits),
-            ("expired", stats.expired),
-            ("misses", stats.misses),
-            ("inserts", stats.inserts),
-            ("evictions", stats.evictions),
-        ] {
+        for (what, value) in stats.labelled() {
             self.metadata_cache
                 .get_or_create(&[("what", what)])
                 .set(i64::try_from(value).unwrap_or(i64::MAX));

@@ -81,6 +81,15 @@ async fn read(url: &str) -> (u16, String, Bytes) {
     (status, etag, resp.bytes().await.unwrap())
 }
 
+/// One figure of the gateway's `talon_gateway_metadata_cache` in a `/metrics` text.
+fn metadata_cache(metrics: &str, what: &str) -> f64 {
+    metric(
+        metrics,
+        &format!("talon_gateway_metadata_cache{{what=\"{what}\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no {what} in {metrics}"))
+}
+
 /// The sum of a worker counter over every worker, for one label set.
 fn worker_total(cluster: &Cluster, sample: &str) -> f64 {
     (0..cluster.workers.len())
@@ -399,13 +408,7 @@ async fn a_cold_read_costs_the_origin_one_request_and_a_warm_one_none() {
     assert_eq!(reads, 6.0, "metadata fetched with the first bytes");
     // The gateway's metadata cache answered every warm read, and holds the 8 objects.
     let metrics = http_get(&format!("http://{}/metrics", gw.admin_addr.unwrap())).await;
-    let held = |what: &str| {
-        metric(
-            &metrics,
-            &format!("talon_gateway_metadata_cache{{what=\"{what}\"}}"),
-        )
-        .unwrap_or_else(|| panic!("no {what} in {metrics}"))
-    };
+    let held = |what: &str| metadata_cache(&metrics, what);
     assert_eq!(held("entries"), 8.0);
     assert_eq!(held("hits"), 6.0, "the six warm reads");
     assert_eq!(held("misses"), 8.0, "the eight cold ones");
@@ -440,13 +443,7 @@ async fn the_metadata_cache_keeps_its_bound_by_evicting_entries_not_itself() {
         assert_eq!((status, got), (200, body), "object {i}");
     }
     let metrics = http_get(&format!("http://{}/metrics", gw.admin_addr.unwrap())).await;
-    let held = |what: &str| {
-        metric(
-            &metrics,
-            &format!("talon_gateway_metadata_cache{{what=\"{what}\"}}"),
-        )
-        .unwrap_or_else(|| panic!("no {what} in {metrics}"))
-    };
+    let held = |what: &str| metadata_cache(&metrics, what);
     assert!(held("entries") <= 20.0, "{metrics}");
     assert!(
         held("entries") >= 10.0,

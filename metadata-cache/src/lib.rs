@@ -95,6 +95,22 @@ pub struct CacheStats {
     pub evictions: u64,
 }
 
+impl CacheStats {
+    /// Each figure with the name `/metrics` gives it (the `what` label).
+    pub fn labelled(&self) -> [(&'static str, u64); 8] {
+        [
+            ("entries", self.entries),
+            ("bytes", self.bytes),
+            ("missing", self.missing_entries),
+            ("hits", self.hits),
+            ("expired", self.expired),
+            ("misses", self.misses),
+            ("inserts", self.inserts),
+            ("evictions", self.evictions),
+        ]
+    }
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     hits: AtomicU64,

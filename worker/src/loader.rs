@@ -303,18 +303,7 @@ impl Loader {
                             }
                             return self.uncached(req, "disk_error").await;
                         }
-                        Err(e) => {
-                            let e = Arc::new(e);
-                            fill.finish(Err(e.clone()));
-                            // No empty block file stays behind a failed fill (SEC-05).
-                            let (store, b) = (self.store.clone(), block.clone());
-                            let _ = blocking(move || {
-                                store.forget_if_empty(&b);
-                                Ok(())
-                            })
-                            .await;
-                            return Err(WorkerError::Shared(e));
-                        }
+                        Err(e) => return Err(self.failed_fill(&mut fill, &block, e).await),
                     }
                 }
             }
@@ -393,18 +382,27 @@ impl Loader {
                 fill.finish(Ok(()));
                 Ok(())
             }
-            Err(e) => {
-                let e = Arc::new(e);
-                fill.finish(Err(e.clone()));
-                let (store, b) = (self.store.clone(), block.clone());
-                let _ = blocking(move || {
-                    store.forget_if_empty(&b);
-                    Ok(())
-                })
-                .await;
-                Err(WorkerError::Shared(e))
-            }
+            Err(e) => Err(self.failed_fill(&mut fill, &block, e).await),
         }
+    }
+
+    /// Ends a fill that failed with `e`: its waiters are told, and no empty block file
+    /// stays behind (SEC-05). Returns the error to give.
+    async fn failed_fill(
+        &self,
+        fill: &mut FillGuard,
+        block: &Arc<Block>,
+        e: WorkerError,
+    ) -> WorkerError {
+        let e = Arc::new(e);
+        fill.finish(Err(e.clone()));
+        let (store, b) = (self.store.clone(), block.clone());
+        let _ = blocking(move || {
+            store.forget_if_empty(&b);
+            Ok(())
+        })
+        .await;
+        WorkerError::Shared(e)
     }
 
     /// Answers `req` from the origin without caching it, counted as a miss and a pass

@@ -352,16 +352,7 @@ impl WorkerMetrics {
 
     /// Records the metadata table's holdings and counts (read when `/metrics` is served).
     pub fn metadata_cache(&self, stats: talon_metadata_cache::CacheStats) {
-        for (what, value) in [
-            ("entries", stats.entries),
-            ("bytes", stats.bytes),
-            ("missing", stats.missing_entries),
-            ("hits", stats.hits),
-            ("expired", stats.expired),
-            ("misses", stats.misses),
-            ("inserts", stats.inserts),
-            ("evictions", stats.evictions),
-        ] {
+        for (what, value) in stats.labelled() {
             self.metadata_cache
                 .get_or_create(&vec![("what".to_owned(), what.to_owned())])
                 .set(i64::try_from(value).unwrap_or(i64::MAX));

@@ -55,7 +55,7 @@ impl CacheClientError {
             | CacheClientError::DeadlineExceeded(_)
             | CacheClientError::BudgetSpent(_)
             | CacheClientError::NoMembership(_) => ErrorKind::ServiceUnavailable,
-            CacheClientError::Origin(_, kind) => *kind,
+            CacheClientError::Origin(_, kind) => kind.of_an_origin_read(),
             CacheClientError::InvalidRequest(_) => ErrorKind::InvalidRange,
             CacheClientError::Overloaded(_) => ErrorKind::SlowDown,
         }
@@ -84,3 +84,31 @@ impl From<talon_protocols::Error> for CacheClientError {
 
 /// Shorthand.
 pub type Result<T, E = CacheClientError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An origin body cut off during a fallback read is the origin's failure (500),
+    /// not the reader's bad request (400); other origin answers pass through.
+    #[test]
+    fn an_origin_body_cut_off_is_reported_as_the_origins_failure() {
+        let origin = |kind| CacheClientError::from(talon_protocols::Error::new(kind, "x"));
+        assert_eq!(
+            origin(ErrorKind::IncompleteBody).kind(),
+            ErrorKind::InternalError
+        );
+        assert_eq!(
+            origin(ErrorKind::NoSuchBucket).kind(),
+            ErrorKind::NoSuchBucket
+        );
+        assert_eq!(
+            CacheClientError::Refused {
+                code: ErrorKind::IncompleteBody.frame_code(),
+                message: "x".into()
+            }
+            .kind(),
+            ErrorKind::InternalError
+        );
+    }
+}

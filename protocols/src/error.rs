@@ -221,7 +221,7 @@ impl ErrorKind {
     /// relayed by a worker to a cache client).
     pub fn frame_code(self) -> FrameCode {
         use ErrorKind::*;
-        match self {
+        match self.of_an_origin_read() {
             NoSuchBucket | NoSuchKey | NoSuchUpload => FrameCode::NotFound,
             PreconditionFailed => FrameCode::VersionMismatch,
             InvalidRange => FrameCode::RangeNotSatisfiable,
@@ -283,6 +283,17 @@ impl ErrorKind {
     /// read, unlike an upload, can simply be asked for again).
     pub fn is_retryable_read(self) -> bool {
         self.is_retryable() || self == ErrorKind::IncompleteBody
+    }
+
+    /// What a reader is told when a read from an origin failed this way: a body the
+    /// origin cut off (once retries are spent) is the origin's failure, an
+    /// `InternalError` (500), never the reader's bad request (`IncompleteBody` is a
+    /// 400, right only for a client's own upload). Every other kind is itself.
+    pub fn of_an_origin_read(self) -> ErrorKind {
+        match self {
+            ErrorKind::IncompleteBody => ErrorKind::InternalError,
+            kind => kind,
+        }
     }
 
     /// The kind an S3 error code names, as read from an origin's error body.
@@ -557,6 +568,12 @@ mod tests {
         assert_eq!(
             ErrorKind::from_frame_code(FrameCode::Unknown(999)),
             ErrorKind::InternalError
+        );
+        // An origin body cut off reaches the reader as the origin's failure (500),
+        // never as its own bad request (400).
+        assert_eq!(
+            ErrorKind::IncompleteBody.frame_code(),
+            FrameCode::OriginError
         );
     }
 

@@ -126,6 +126,10 @@ mod tests {
             origin(ErrorKind::InternalError).frame_code(),
             ErrorCode::OriginError
         );
+        assert_eq!(
+            origin(ErrorKind::IncompleteBody).frame_code(),
+            ErrorCode::OriginError
+        );
         assert!(origin(ErrorKind::SlowDown).is_retryable_origin_failure());
         assert!(origin(ErrorKind::IncompleteBody).is_retryable_origin_failure());
         assert!(!origin(ErrorKind::NoSuchKey).is_retryable_origin_failure());

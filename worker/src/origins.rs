@@ -438,7 +438,17 @@ impl StatCache {
         let mut data = bytes::BytesMut::with_capacity(usize::try_from(served.len()).unwrap_or(0));
         let mut body = resp.body;
         while let Some(chunk) = body.next().await {
-            data.extend_from_slice(&chunk.map_err(WorkerError::Origin)?);
+            match chunk {
+                Ok(chunk) => data.extend_from_slice(&chunk),
+                // A body cut off (a reset, a short body): the headers, whole, already
+                // said what the stat needs; the read fetches its bytes itself, with
+                // its own retries. Failing the stat would fail a read the origin can
+                // still answer.
+                Err(e) => {
+                    tracing::debug!(%object, error = %e, "a first read's body broke off; keeping its metadata");
+                    return Ok((resp.info, None));
+                }
+            }
         }
         // The body is length-checked against what the answer said it serves.
         Ok((
@@ -733,6 +743,43 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(bytes.map(|b| b.data.len()), Some(1000));
+        assert_eq!(cache.origin_requests().read, 1);
+    }
+
+    /// A first read whose body the origin cuts off still answers the stat (its
+    /// headers arrived whole), without bytes: the read fetches them itself, with its
+    /// retries. Before 2026-12-04 the stat failed, and the reader got a 400.
+    #[tokio::test]
+    async fn a_first_read_cut_off_still_answers_the_stat_without_bytes() {
+        let cut = FaultConfig {
+            error_rate: 1.0,
+            error_kinds: vec![talon_origin_stub::faults::FaultKind::Truncate],
+            ..FaultConfig::default()
+        };
+        let (_stub, origins) = stub(cut).await;
+        let cache = StatCache::new(origins, Duration::from_secs(60), Duration::from_secs(1));
+        let first = Some(ByteRange {
+            start: 0,
+            end: 4096,
+        });
+        let (info, _, bytes) = cache
+            .stat_reading(&s3("present"), Some(Duration::from_secs(1)), first)
+            .await
+            .unwrap();
+        assert_eq!(info.size, 1000);
+        assert!(bytes.is_none());
+        assert_eq!(
+            (
+                cache.origin_requests().fetched,
+                cache.origin_requests().read
+            ),
+            (0, 1)
+        );
+        // Kept as any answer is: the next stat within the age asks nothing.
+        cache
+            .stat_reading(&s3("present"), Some(Duration::from_secs(1)), first)
+            .await
+            .unwrap();
         assert_eq!(cache.origin_requests().read, 1);
     }
 

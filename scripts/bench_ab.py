@@ -126,7 +126,15 @@ class Deployment:
 
     def spawn(self, name: str, cmd: list[str], ready: Path, timeout: float = 60.0) -> dict:
         log = open(self.tmp / f"{name}.log", "w")
-        env = talon_cluster.child_env(self.secret, TALON_LOG=os.environ.get("TALON_LOG", "warn"))
+        # The per-prefix origin request limit (2026-12-04) on, but far above any rate
+        # here, as in the Rust benches (bench/src/deployment.rs UNTHROTTLED); older
+        # binaries ignore the variables.
+        env = talon_cluster.child_env(
+            self.secret,
+            TALON_LOG=os.environ.get("TALON_LOG", "warn"),
+            TALON_GATEWAY_ORIGIN_REQUESTS_PER_PREFIX="1000000",
+            TALON_WORKER_ORIGIN_REQUESTS_PER_PREFIX="1000000",
+        )
         child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         self.children.append(child)
         deadline = time.monotonic() + timeout

@@ -11,7 +11,7 @@ use crate::config::{
 use crate::{Freshness, GatewayConfig, start};
 use anyhow::Context;
 use talon_cache_client::{CacheClient, CacheClientConfig};
-use talon_core::{BlockGeometry, parse_byte_size};
+use talon_core::{BlockGeometry, parse_byte_size, parse_duration};
 use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::azure::shared_key::AccountKey;
@@ -101,6 +101,18 @@ pub struct Args {
     /// The Azure origin's account key.
     #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
     origin_azure_key: Option<String>,
+    /// Requests per second this process may send the origin under one prefix (a
+    /// bucket and a key's folder), reads, HEADs, listings and writes together: S3
+    /// throttles about 3,500 writes and 5,500 reads per second per prefix. Past it,
+    /// requests queue for up to --origin-request-queue, then the client is answered
+    /// 503 SlowDown (S3) or ServerBusy (Azure) and nothing reaches the origin. 0: no
+    /// limit.
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN_REQUESTS_PER_PREFIX", default_value_t = talon_protocols::origin::request_limit::DEFAULT_REQUESTS_PER_PREFIX)]
+    origin_requests_per_prefix: u32,
+    /// How long a request to the origin may wait for its turn under
+    /// --origin-requests-per-prefix (e.g. 1s, 250ms).
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN_REQUEST_QUEUE", default_value = "1s", value_parser = parse_duration)]
+    origin_request_queue: std::time::Duration,
 
     /// Coordinator of the cache cluster (http://host:port).
     #[arg(long, env = "TALON_GATEWAY_COORDINATOR")]
@@ -336,6 +348,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ),
             None => None,
         },
+        request_limit: talon_protocols::origin::request_limit::RequestLimit::from_flags(
+            args.origin_requests_per_prefix,
+            args.origin_request_queue,
+        ),
     };
     let mut specs = Vec::new();
     for url in &args.origin {
@@ -536,6 +552,37 @@ mod tests {
 
     /// The read review: `--origin-fallback=false`, which the docs tell users to set,
     /// was refused ("unexpected value 'false'"), and the flag was always on.
+    #[test]
+    fn the_origin_request_limit_is_on_by_default_and_zero_turns_it_off() {
+        let parse = |extra: &[&str]| {
+            Gateway::try_parse_from(
+                [
+                    &["gateway", "--cluster-secret", "0123456789abcdef0123"],
+                    extra,
+                ]
+                .concat(),
+            )
+            .map(|g| {
+                (
+                    g.args.origin_requests_per_prefix,
+                    g.args.origin_request_queue,
+                )
+            })
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(&[]), Ok((3_500, std::time::Duration::from_secs(1))));
+        assert_eq!(
+            parse(&[
+                "--origin-requests-per-prefix",
+                "0",
+                "--origin-request-queue",
+                "250ms"
+            ]),
+            Ok((0, std::time::Duration::from_millis(250)))
+        );
+        assert!(parse(&["--origin-request-queue", "soon"]).is_err());
+    }
+
     #[test]
     fn origin_fallback_is_turned_off_and_on_as_the_docs_say() {
         let parse = |extra: &[&str]| {

@@ -260,6 +260,8 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                     let gw = gw.clone();
                     async move {
                         gw.metrics.metadata_cache(gw.objects.metadata_stats());
+                        gw.metrics
+                            .origin_request_limit(gw.objects.origin_request_limit());
                         if let Some(cache) = gw.objects.cache() {
                             gw.metrics.read_budget_held(cache.buffered_bytes(None));
                             gw.metrics.fail_open(

@@ -56,6 +56,7 @@ pub struct GatewayMetrics {
     read_budget_held: Gauge,
     fail_open: Family<[(&'static str, &'static str); 1], Gauge>,
     metadata_cache: Family<[(&'static str, &'static str); 1], Gauge>,
+    origin_request_limit: Family<[(&'static str, &'static str); 1], Gauge>,
     circuit_open: Family<[(&'static str, String); 1], Gauge>,
     circuit_opened: Family<[(&'static str, String); 1], Gauge>,
     deadlines_missed: Family<[(&'static str, String); 1], Gauge>,
@@ -83,6 +84,7 @@ impl GatewayMetrics {
             read_budget_held: Gauge::default(),
             fail_open: Family::default(),
             metadata_cache: Family::default(),
+            origin_request_limit: Family::default(),
             circuit_open: Family::default(),
             circuit_opened: Family::default(),
             deadlines_missed: Family::default(),
@@ -120,6 +122,11 @@ impl GatewayMetrics {
                 "metadata_cache",
                 "The gateway's object metadata cache, by what: entries, bytes and missing (not found) held now; hits (answered within the staleness bound), expired (found older, asked again), misses, inserts and evictions (by its bounds, one at a time) since start",
                 m.metadata_cache.clone(),
+            );
+            r.register(
+                "origin_request_limit",
+                "Requests to the origin under the per-prefix limit (--origin-requests-per-prefix) since start, by outcome: immediate, queued (waited for their turn), refused (answered SlowDown, never sent)",
+                m.origin_request_limit.clone(),
             );
             r.register(
                 "fail_open",
@@ -270,6 +277,18 @@ impl GatewayMetrics {
         for (what, value) in stats.labelled() {
             self.metadata_cache
                 .get_or_create(&[("what", what)])
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Records what the origin request limit did (read when `/metrics` is served).
+    pub fn origin_request_limit(
+        &self,
+        stats: talon_protocols::origin::request_limit::RequestLimitStats,
+    ) {
+        for (outcome, value) in stats.labelled() {
+            self.origin_request_limit
+                .get_or_create(&[("outcome", outcome)])
                 .set(i64::try_from(value).unwrap_or(i64::MAX));
         }
     }

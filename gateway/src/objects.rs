@@ -289,6 +289,13 @@ impl Objects {
         self.writes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What the origins' per-prefix request limit did so far, for `/metrics`.
+    pub fn origin_request_limit(
+        &self,
+    ) -> talon_protocols::origin::request_limit::RequestLimitStats {
+        self.origins.request_limit_stats()
+    }
+
     /// The metadata cache's holdings and counts, for `/metrics`.
     pub fn metadata_stats(&self) -> talon_metadata_cache::CacheStats {
         self.known.stats()

@@ -1,6 +1,8 @@
 //! Declared staleness through a whole sandbox cluster: one setting (T) bounds how late
 //! a read sees a write made at the origin, whatever the workers' own metadata TTL, and
-//! stale-if-error serves the last known version, flagged, while the origin fails.
+//! stale-if-error serves the last known version, flagged, while the origin fails. And
+//! what that costs the origin in requests: one per cold object, none within T, however
+//! many gateways; never more per prefix than the workers' limit allows.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -492,4 +494,167 @@ async fn three_gateways_reading_the_same_objects_cost_the_origin_one_request_eac
         u64::from(objects),
         "one origin request per object, for three gateways"
     );
+}
+
+/// The sum of the workers' `talon_worker_origin_request_limit` for one outcome.
+fn limited(cluster: &Cluster, outcome: &str) -> f64 {
+    worker_total(
+        cluster,
+        &format!("talon_worker_origin_request_limit{{outcome=\"{outcome}\"}}"),
+    )
+}
+
+/// The origin is protected: with the workers' per-prefix limit under an origin that
+/// throttles (the stub's S3-like model), a burst of cold reads of one folder queues at
+/// the workers instead of tripping the origin: every read gets its bytes and the origin
+/// never answers SlowDown. Without the limit (`TALON_TEST_NO_ORIGIN_LIMIT=1`) the same
+/// reads trip it and clients get its 503 SlowDown: this test fails (2026-12-04).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_cold_reads_queues_under_the_limit_and_never_trips_a_throttling_origin() {
+    let limit = std::env::var("TALON_TEST_NO_ORIGIN_LIMIT")
+        .is_err()
+        .then_some(talon_protocols::origin::request_limit::RequestLimit {
+            per_second: 10,
+            burst: 1,
+            queue: Duration::from_secs(30),
+        });
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 2,
+        origin_request_limit: limit,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Freshness::within(Duration::from_secs(300))).await;
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    s3.create_bucket("data").await.unwrap();
+    let objects = 60u32;
+    let body = |i: u32| Bytes::from(format!("dataset sample {i} ").repeat(40));
+    for i in 0..objects {
+        s3.put("data", &format!("set/{i}.bin"), body(i), None)
+            .await
+            .unwrap();
+    }
+    // 30 requests a second at most, one second's worth at once: the two workers'
+    // 10 a second each stay under it.
+    cluster
+        .origin
+        .faults()
+        .set(FaultConfig {
+            throttle_rps: Some(30),
+            ..FaultConfig::default()
+        })
+        .unwrap();
+    let stub = cluster.origin.metrics();
+    let before = stub.requests_total();
+    let base = gw.s3_url().unwrap();
+    let mut readers = tokio::task::JoinSet::new();
+    for reader in 0..12u32 {
+        let base = base.clone();
+        readers.spawn(async move {
+            let mut got = Vec::new();
+            for i in (reader..objects).step_by(12) {
+                let (status, _, bytes) = read(&format!("{base}/data/set/{i}.bin")).await;
+                got.push((i, status, bytes));
+            }
+            got
+        });
+    }
+    let mut answered = 0;
+    while let Some(got) = readers.join_next().await {
+        for (i, status, bytes) in got.unwrap() {
+            assert_eq!(status, 200, "object {i}");
+            assert_eq!(bytes, body(i), "object {i}");
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, objects);
+    assert_eq!(stub.faults_of("throttled"), 0, "the origin never throttled");
+    assert_eq!(
+        stub.requests_total() - before,
+        u64::from(objects),
+        "one origin request per cold object"
+    );
+    assert!(limited(&cluster, "queued") > 0.0, "reads waited their turn");
+    assert_eq!(limited(&cluster, "refused"), 0.0);
+}
+
+/// Past the queue a read is refused in the protocol's terms — S3 `503 SlowDown`,
+/// Azure `503 ServerBusy` — and nothing reaches the origin for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_queue_a_read_is_answered_slowdown_and_nothing_reaches_the_origin() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        origin_request_limit: Some(talon_protocols::origin::request_limit::RequestLimit {
+            per_second: 1,
+            burst: 1,
+            queue: Duration::ZERO,
+        }),
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Freshness::within(Duration::from_secs(300))).await;
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    s3.create_bucket("data").await.unwrap();
+    let stub = cluster.origin.metrics();
+    for (front, base, code) in [
+        ("s3", gw.s3_url().unwrap(), "SlowDown"),
+        ("azure", gw.azure_url().unwrap(), "ServerBusy"),
+    ] {
+        for i in 0..6 {
+            s3.put(
+                "data",
+                &format!("{front}/{i}"),
+                Bytes::from(vec![i; 100]),
+                None,
+            )
+            .await
+            .unwrap();
+        }
+        let before = stub.requests_total();
+        let refused_before = limited(&cluster, "refused");
+        // Six cold reads of one folder at once: one turn a second, no queue.
+        let answers = futures_util::future::join_all((0..6u8).map(|i| {
+            let url = format!("{base}/data/{front}/{i}");
+            async move {
+                let resp = get(&url).await;
+                let status = resp.status().as_u16();
+                let header = resp
+                    .headers()
+                    .get("x-ms-error-code")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                (i, status, header, resp.bytes().await.unwrap())
+            }
+        }))
+        .await;
+        let mut served = 0;
+        for (i, status, header, body) in answers {
+            match status {
+                200 => {
+                    assert_eq!(body, Bytes::from(vec![i; 100]), "{front} {i}");
+                    served += 1;
+                }
+                503 => {
+                    let text = String::from_utf8_lossy(&body);
+                    assert!(
+                        text.contains(&format!("<Code>{code}</Code>")),
+                        "{front} {i}: {text}"
+                    );
+                    if front == "azure" {
+                        assert_eq!(header.as_deref(), Some(code));
+                    }
+                }
+                other => panic!("{front} {i}: status {other}"),
+            }
+        }
+        assert!((1..6).contains(&served), "{front}: {served} of 6 served");
+        assert_eq!(
+            stub.requests_total() - before,
+            served,
+            "{front}: only the served reads reached the origin"
+        );
+        assert!(limited(&cluster, "refused") - refused_before >= (6 - served) as f64);
+        assert_eq!(stub.faults_of("throttled"), 0);
+    }
 }

@@ -86,6 +86,16 @@ impl Metrics {
             .sum()
     }
 
+    /// Injected faults of `kind` so far (`throttled`, `slowdown`, `truncate`, ...).
+    pub fn faults_of(&self, kind: &str) -> u64 {
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(kind)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Every request counted so far, of any protocol and operation: what a test reads
     /// before and after something that must not reach the origin.
     pub fn requests_total(&self) -> u64 {

@@ -46,6 +46,9 @@ pub struct OriginSettings {
     pub s3_virtual_hosted: bool,
     /// The Azure account key for Shared Key; anonymous when `None`.
     pub azure_key: Option<AccountKey>,
+    /// The per-prefix limit every request to these origins waits under
+    /// ([`crate::origin::request_limit`]); none when `None`.
+    pub request_limit: Option<crate::origin::request_limit::RequestLimit>,
 }
 
 impl OriginSettings {
@@ -79,6 +82,7 @@ impl OriginSettings {
             },
             s3_virtual_hosted: false,
             azure_key,
+            request_limit: None,
         })
     }
 }
@@ -189,7 +193,10 @@ impl Origins {
                 }
             }
         }
-        Ok(origins)
+        Ok(match settings.request_limit {
+            Some(limit) => origins.with_request_limit(limit),
+            None => origins,
+        })
     }
 }
 

@@ -88,6 +88,9 @@ pub struct ClusterConfig {
     pub zones: Vec<String>,
     /// Where the coordinator keeps its state (memory, or a test's etcd).
     pub coordinator_state: talon_coordinator::StateConfig,
+    /// Each worker's per-prefix limit on its origin requests (its own, as a
+    /// process's); none by default.
+    pub origin_request_limit: Option<talon_protocols::origin::request_limit::RequestLimit>,
 }
 
 impl Default for ClusterConfig {
@@ -108,6 +111,7 @@ impl Default for ClusterConfig {
             local_sockets: local_sockets_by_default(),
             zones: Vec::new(),
             coordinator_state: talon_coordinator::StateConfig::Memory,
+            origin_request_limit: None,
         }
     }
 }
@@ -306,7 +310,10 @@ impl Cluster {
             cache_dir: slot.cache_dir.clone(),
             capacity_bytes: self.config.capacity_bytes,
             page_size: self.config.geometry.page_size(),
-            origins: self.origins(),
+            origins: match self.config.origin_request_limit {
+                Some(limit) => self.origins().with_request_limit(limit),
+                None => self.origins(),
+            },
             stat_ttl: self.config.stat_ttl,
             negative_stat_ttl: self.config.stat_ttl,
             metadata: talon_worker::origins::DEFAULT_STAT_CACHE_LIMITS,

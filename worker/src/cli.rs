@@ -10,7 +10,7 @@ use crate::loader::LoaderConfig;
 use crate::origins::Origins;
 use crate::service::{MembershipConfig, WorkerConfig};
 use anyhow::Context;
-use talon_core::parse_byte_size;
+use talon_core::{parse_byte_size, parse_duration};
 use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::origin_spec::{OriginSettings, OriginSpec};
 use talon_protocols::s3::sigv4::S3Credentials;
@@ -117,6 +117,18 @@ pub struct Args {
     /// Azure account key (base64); anonymous without.
     #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
     azure_key: Option<String>,
+    /// Requests per second this process may send the origin under one prefix (a
+    /// bucket and a key's folder), reads, HEADs, listings and writes together: S3
+    /// throttles about 3,500 writes and 5,500 reads per second per prefix. Past it,
+    /// requests queue for up to --origin-request-queue, then the client is answered
+    /// 503 SlowDown (S3) or ServerBusy (Azure) and nothing reaches the origin. 0: no
+    /// limit.
+    #[arg(long, env = "TALON_WORKER_ORIGIN_REQUESTS_PER_PREFIX", default_value_t = talon_protocols::origin::request_limit::DEFAULT_REQUESTS_PER_PREFIX)]
+    origin_requests_per_prefix: u32,
+    /// How long a request to the origin may wait for its turn under
+    /// --origin-requests-per-prefix (e.g. 1s, 250ms).
+    #[arg(long, env = "TALON_WORKER_ORIGIN_REQUEST_QUEUE", default_value = "1s", value_parser = parse_duration)]
+    origin_request_queue: std::time::Duration,
 
     /// Object metadata TTL, milliseconds, for Stat requests that do not say how old an
     /// answer they accept (a gateway's do: its --max-staleness-ms governs).
@@ -252,6 +264,10 @@ fn origins(args: &Args) -> anyhow::Result<Origins> {
             ),
             None => None,
         },
+        request_limit: talon_protocols::origin::request_limit::RequestLimit::from_flags(
+            args.origin_requests_per_prefix,
+            args.origin_request_queue,
+        ),
     };
     let mut specs = Vec::new();
     for url in &args.origin {

@@ -47,6 +47,7 @@ pub struct WorkerMetrics {
     rings: Gauge,
     stat_origin_requests: Family<Vec<(String, String)>, Counter>,
     metadata_cache: Family<Vec<(String, String)>, Gauge>,
+    origin_request_limit: Family<Vec<(String, String)>, Gauge>,
     disk_errors: Family<Vec<(String, String)>, Counter>,
     pass_through: Family<Vec<(String, String)>, Counter>,
 }
@@ -87,6 +88,7 @@ impl WorkerMetrics {
             rings: Gauge::default(),
             stat_origin_requests: Family::default(),
             metadata_cache: Family::default(),
+            origin_request_limit: Family::default(),
             disk_errors: Family::default(),
             pass_through: Family::default(),
         };
@@ -211,6 +213,13 @@ impl WorkerMetrics {
                  (not-found answers) held now; hits, expired, misses, inserts and evictions \
                  (by its bounds, one at a time) since start",
                 m.metadata_cache.clone(),
+            );
+            r.register(
+                "origin_request_limit",
+                "Requests to the origin under the per-prefix limit \
+                 (--origin-requests-per-prefix) since start, by outcome: immediate, queued \
+                 (waited for their turn), refused (answered SlowDown, never sent)",
+                m.origin_request_limit.clone(),
             );
             r.register(
                 "disk_errors",
@@ -355,6 +364,18 @@ impl WorkerMetrics {
         for (what, value) in stats.labelled() {
             self.metadata_cache
                 .get_or_create(&vec![("what".to_owned(), what.to_owned())])
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Records what the origin request limit did (read when `/metrics` is served).
+    pub fn origin_request_limit(
+        &self,
+        stats: talon_protocols::origin::request_limit::RequestLimitStats,
+    ) {
+        for (outcome, value) in stats.labelled() {
+            self.origin_request_limit
+                .get_or_create(&vec![("outcome".to_owned(), outcome.to_owned())])
                 .set(i64::try_from(value).unwrap_or(i64::MAX));
         }
     }

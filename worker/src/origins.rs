@@ -391,6 +391,13 @@ impl StatCache {
             .map_err(WorkerError::Shared)
     }
 
+    /// What the origins' per-prefix request limit did so far.
+    pub fn origin_request_limit(
+        &self,
+    ) -> talon_protocols::origin::request_limit::RequestLimitStats {
+        self.origins.request_limit_stats()
+    }
+
     /// Origin requests made for metadata so far, by what they found.
     pub fn origin_requests(&self) -> StatOriginRequests {
         StatOriginRequests {

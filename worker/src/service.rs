@@ -394,6 +394,9 @@ fn render_metrics(services: &Services) -> String {
     services
         .metrics
         .metadata_cache(services.stats.table_stats());
+    services
+        .metrics
+        .origin_request_limit(services.stats.origin_request_limit());
     services.metrics.render(
         services.loader.store().stats(),
         services.stats.origin_requests(),

@@ -14,6 +14,7 @@
 mod azure;
 mod blocks;
 mod copy;
+pub mod request_limit;
 pub use blocks::OriginBlockLists;
 pub use copy::{CopiedProperties, OriginCopy, destination_condition_headers};
 mod s3;
@@ -398,6 +399,8 @@ pub struct OriginClient {
     uploads: reqwest::Client,
     config: OriginConfig,
     dialect: Arc<dyn Dialect>,
+    /// Every request's turn per prefix ([`request_limit`]); shared by clones.
+    limiter: Option<Arc<request_limit::PrefixRequestLimiter>>,
 }
 
 impl std::fmt::Debug for OriginClient {
@@ -494,7 +497,21 @@ impl OriginClient {
             uploads,
             dialect: dialect(&config),
             config,
+            limiter: None,
         })
+    }
+
+    /// This client with every request first taking its turn under `limit`
+    /// ([`request_limit`]): past the queue, a request is refused with
+    /// [`ErrorKind::SlowDown`] and never sent.
+    pub fn with_request_limit(mut self, limit: request_limit::RequestLimit) -> OriginClient {
+        self.limiter = Some(Arc::new(request_limit::PrefixRequestLimiter::new(limit)));
+        self
+    }
+
+    /// What the request limit did so far (all zero without one).
+    pub fn request_limit_stats(&self) -> request_limit::RequestLimitStats {
+        self.limiter.as_ref().map(|l| l.stats()).unwrap_or_default()
     }
 
     /// The configuration this client was made with.
@@ -1021,6 +1038,9 @@ impl OriginClient {
         headers: &[(&str, String)],
         body: OriginBody,
     ) -> Result<reqwest::Response> {
+        if let Some(limiter) = &self.limiter {
+            limiter.admit(bucket.unwrap_or(""), key).await?;
+        }
         let now = SystemTime::now();
         let (url, host) = self.url(bucket, key, query)?;
         let mut all: Vec<(String, String)> = headers
@@ -1169,6 +1189,22 @@ pub struct Origins {
 }
 
 impl Origins {
+    /// These origins with every request of each client under its own `limit`
+    /// ([`OriginClient::with_request_limit`]).
+    pub fn with_request_limit(self, limit: request_limit::RequestLimit) -> Origins {
+        Origins {
+            s3: self.s3.map(|c| c.with_request_limit(limit)),
+            azure: self.azure.map(|(a, c)| (a, c.with_request_limit(limit))),
+        }
+    }
+
+    /// What the request limits of both clients did so far, summed.
+    pub fn request_limit_stats(&self) -> request_limit::RequestLimitStats {
+        let s3 = self.s3.as_ref().map(OriginClient::request_limit_stats);
+        let azure = self.azure.as_ref().map(|(_, c)| c.request_limit_stats());
+        s3.unwrap_or_default().plus(azure.unwrap_or_default())
+    }
+
     /// The client, bucket (container) and key (blob) for an object.
     ///
     /// # Errors

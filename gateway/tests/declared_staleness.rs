@@ -658,3 +658,79 @@ async fn past_the_queue_a_read_is_answered_slowdown_and_nothing_reaches_the_orig
         assert_eq!(stub.faults_of("throttled"), 0);
     }
 }
+
+/// Revalidation that scales: a pass over a folder after T, in shuffled order, costs the
+/// origin a listing page per worker instead of a HEAD per object (before 2026-12-04:
+/// 200 HEADs). Generated objects, last modified long ago, so a listing can vouch for
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shuffled_pass_after_t_is_revalidated_from_listing_pages_not_a_head_each() {
+    let objects = 200u64;
+    let generated: Vec<GeneratedObject> = (0..objects)
+        .map(|i| GeneratedObject::new("data", format!("epoch/{i:04}.bin"), 1000 + i, i))
+        .collect();
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 3,
+        generated: generated.clone(),
+        ..ClusterConfig::default()
+    })
+    .await;
+    let t = Duration::from_secs(4);
+    let gw = gateway(&cluster, Freshness::within(t)).await;
+    let base = gw.s3_url().unwrap();
+    let pass = |order: Vec<u64>| {
+        let (base, generated) = (base.clone(), generated.clone());
+        async move {
+            let mut readers = tokio::task::JoinSet::new();
+            for chunk in order.chunks(25) {
+                let (base, generated, chunk) = (base.clone(), generated.clone(), chunk.to_vec());
+                readers.spawn(async move {
+                    for i in chunk {
+                        let o = &generated[i as usize];
+                        let (status, _, got) = read(&format!("{base}/data/{}", o.key)).await;
+                        assert_eq!(status, 200, "{}", o.key);
+                        assert_eq!(
+                            got.as_ref(),
+                            talon_testkit::expected(o, 0..o.size).as_slice()
+                        );
+                    }
+                });
+            }
+            while let Some(done) = readers.join_next().await {
+                done.unwrap();
+            }
+        }
+    };
+    let stub = cluster.origin.metrics();
+    let before = stub.requests_total();
+    pass((0..objects).collect()).await;
+    let cold = stub.requests_total() - before;
+    assert_eq!(cold, objects, "one request per cold object");
+    // Past T every entry is due, at the gateway and at the workers.
+    let read_at = Instant::now();
+    tokio::time::sleep(t.saturating_sub(read_at.elapsed()) + Duration::from_millis(500)).await;
+    let mut shuffled: Vec<u64> = (0..objects).collect();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..shuffled.len()).rev() {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        shuffled.swap(i, (state >> 33) as usize % (i + 1));
+    }
+    let head_objects = || stub.requests_of(talon_origin_stub::metrics::Protocol::S3, "HeadObject");
+    let (before, heads_before) = (stub.requests_total(), head_objects());
+    pass(shuffled).await;
+    let after_t = stub.requests_total() - before;
+    let listed = worker_total(
+        &cluster,
+        "talon_worker_stat_origin_requests_total{result=\"listed\"}",
+    );
+    let heads = head_objects() - heads_before;
+    let why = format!("{after_t} origin requests after T ({listed} listings, {heads} HEADs)");
+    // Each worker lists the folder (one page) when the first of its keys comes due;
+    // the readers of its other keys meanwhile wait for that listing: 3 requests, never
+    // a HEAD (a few more only if a listing ends while keys it kept are being read).
+    assert!(listed >= 3.0, "each worker listed: {why}");
+    assert_eq!(heads, 0, "{why}");
+    assert!(after_t <= 6, "{why}");
+}

@@ -13,6 +13,7 @@
 //! wire format (talon-core).
 
 pub mod block_store;
+pub mod bulk_revalidation;
 pub mod cli;
 pub mod crash_points;
 pub mod data_plane;

@@ -46,6 +46,7 @@ pub struct WorkerMetrics {
     data_plane: Family<Vec<(String, String)>, Gauge>,
     rings: Gauge,
     stat_origin_requests: Family<Vec<(String, String)>, Counter>,
+    stat_listing_refreshed: Counter,
     metadata_cache: Family<Vec<(String, String)>, Gauge>,
     origin_request_limit: Family<Vec<(String, String)>, Gauge>,
     disk_errors: Family<Vec<(String, String)>, Counter>,
@@ -87,6 +88,7 @@ impl WorkerMetrics {
             data_plane: Family::default(),
             rings: Gauge::default(),
             stat_origin_requests: Family::default(),
+            stat_listing_refreshed: Counter::default(),
             metadata_cache: Family::default(),
             origin_request_limit: Family::default(),
             disk_errors: Family::default(),
@@ -204,8 +206,15 @@ impl WorkerMetrics {
                 "stat_origin_requests",
                 "Metadata requests made of the origin (label result: fetched, a plain HEAD; \
                  read, a GET of a reader's first bytes that brought the metadata; \
-                 unchanged, a revalidation that kept the version; changed, one that did not)",
+                 unchanged, a revalidation that kept the version; changed, one that did not; \
+                 listed, a listing page that revalidated up to 1,000 objects of a folder)",
                 m.stat_origin_requests.clone(),
+            );
+            r.register(
+                "stat_listing_refreshed",
+                "Metadata entries a revalidation listing kept current besides the object \
+                 that came due: origin requests they did not need",
+                m.stat_listing_refreshed.clone(),
             );
             r.register(
                 "metadata_cache",
@@ -405,6 +414,7 @@ impl WorkerMetrics {
             ("read", stat_requests.read),
             ("unchanged", stat_requests.unchanged),
             ("changed", stat_requests.changed),
+            ("listed", stat_requests.listed),
         ] {
             catch_up(
                 &self
@@ -413,6 +423,7 @@ impl WorkerMetrics {
                 total,
             );
         }
+        catch_up(&self.stat_listing_refreshed, stat_requests.refreshed);
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
@@ -456,6 +467,8 @@ mod tests {
                 read: 3,
                 unchanged: 5,
                 changed: 0,
+                listed: 2,
+                refreshed: 7,
             },
         );
         assert!(text.contains("talon_worker_hits_total 1"), "{text}");

@@ -29,20 +29,25 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use talon_protocols::range::ByteRange;
 
-use talon_core::ObjectId;
+use talon_core::{Namespace, ObjectId};
 use talon_metadata_cache::{Lookup, MetadataCache};
 use talon_protocols::ErrorKind;
 pub use talon_protocols::origin::Origins;
-use talon_protocols::origin::{ObjectInfo, Revalidation};
+use talon_protocols::origin::{ListOptions, ListResult, ObjectInfo, Revalidation};
 use tokio::sync::watch;
 
+use crate::bulk_revalidation::{self, LargeFolders, PageVerdict, SparseFolders};
 use crate::error::{Result, WorkerError};
 
 /// Shared by every caller: an entry is cloned out on each hit.
 type StatOutcome = std::result::Result<Arc<ObjectInfo>, Arc<WorkerError>>;
+
+/// What a fetch tells the callers that joined it: its outcome, and when the origin
+/// said it (the fetch's own send, or an earlier listing's it joined).
+type Told = Option<(StatOutcome, Instant)>;
 
 /// A fetch of an object's metadata in flight, with when its origin request was *sent*:
 /// its answer says what the origin held at some moment after that, so its age is
@@ -50,20 +55,20 @@ type StatOutcome = std::result::Result<Arc<ObjectInfo>, Arc<WorkerError>>;
 #[derive(Debug)]
 struct Pending {
     sent: Instant,
-    answer: watch::Receiver<Option<StatOutcome>>,
+    answer: watch::Receiver<Told>,
 }
 
 /// What a stat does when the table cannot answer it.
 enum Action {
     /// A fetch finished meanwhile: its answer, and its age.
     Answered(StatOutcome, Duration),
-    /// Wait for the fetch in flight, sent at `sent`.
-    Join(watch::Receiver<Option<StatOutcome>>, Instant),
+    /// Wait for the fetch in flight (it tells when its answer was said).
+    Join(watch::Receiver<Told>),
     /// Ask the origin, at `sent`: revalidating `known` where there is one, and telling
     /// the callers that joined through `tell` (none for a fetch of a caller whose bound
     /// the one in flight is too old for: that fetch is its own).
     Fetch {
-        tell: Option<watch::Sender<Option<StatOutcome>>>,
+        tell: Option<watch::Sender<Told>>,
         known: Option<Arc<ObjectInfo>>,
         sent: Instant,
     },
@@ -97,6 +102,15 @@ pub struct StatCache {
     read: AtomicU64,
     unchanged: AtomicU64,
     changed: AtomicU64,
+    /// Folders whose listings do not pay for now ([`crate::bulk_revalidation`]).
+    sparse: SparseFolders,
+    /// Folders of more than a page, listed from the due key.
+    large: LargeFolders,
+    /// Revalidation listings in flight, by folder: when each was sent, and a channel
+    /// closed when it is done (the callers that wait on it then look again).
+    listings: Mutex<HashMap<String, (Instant, watch::Receiver<()>)>>,
+    listed: AtomicU64,
+    refreshed: AtomicU64,
 }
 
 /// Bytes of an object fetched together with its metadata (a first read's GET): the
@@ -117,6 +131,26 @@ struct PendingGuard<'a> {
     object: &'a ObjectId,
     sent: Instant,
     armed: bool,
+}
+
+/// Takes a revalidation listing off the in-flight map when it ends (or is dropped),
+/// unless a later one of the folder replaced it.
+struct ListingInFlight<'a> {
+    cache: &'a StatCache,
+    listing: String,
+    sent: Instant,
+}
+
+impl Drop for ListingInFlight<'_> {
+    fn drop(&mut self) {
+        let mut listings = self.cache.lock_listings();
+        if listings
+            .get(&self.listing)
+            .is_some_and(|(at, _)| *at == self.sent)
+        {
+            listings.remove(&self.listing);
+        }
+    }
 }
 
 impl Drop for PendingGuard<'_> {
@@ -166,7 +200,18 @@ impl StatCache {
             read: AtomicU64::new(0),
             unchanged: AtomicU64::new(0),
             changed: AtomicU64::new(0),
+            sparse: SparseFolders::default(),
+            large: LargeFolders::default(),
+            listings: Mutex::new(HashMap::new()),
+            listed: AtomicU64::new(0),
+            refreshed: AtomicU64::new(0),
         }
+    }
+
+    fn lock_listings(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, watch::Receiver<()>)>> {
+        self.listings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Pending>> {
@@ -279,7 +324,7 @@ impl StatCache {
                         if max_age.is_none_or(|max_age| {
                             asked.saturating_duration_since(p.sent) <= max_age
                         }) {
-                            Action::Join(p.answer.clone(), p.sent)
+                            Action::Join(p.answer.clone())
                         } else {
                             Action::Fetch {
                                 tell: None,
@@ -310,12 +355,12 @@ impl StatCache {
                         .map(|info| (info, age, None))
                         .map_err(WorkerError::Shared);
                 }
-                Action::Join(mut answer, sent) => {
+                Action::Join(mut answer) => {
                     let outcome = answer.wait_for(Option::is_some).await.map(|v| v.clone());
                     match outcome {
-                        Ok(Some(outcome)) => {
+                        Ok(Some((outcome, said))) => {
                             return outcome
-                                .map(|info| (info, sent.elapsed(), None))
+                                .map(|info| (info, said.elapsed(), None))
                                 .map_err(WorkerError::Shared);
                         }
                         // The fetching task went away; try again.
@@ -323,20 +368,26 @@ impl StatCache {
                     }
                 }
                 Action::Fetch { tell, known, sent } => {
-                    return self.fetch_and_keep(object, tell, known, sent, first).await;
+                    // The oldest answer this caller accepts was said at `not_before`.
+                    let not_before = asked.checked_sub(found_limit);
+                    return self
+                        .fetch_and_keep(object, tell, known, sent, not_before, first)
+                        .await;
                 }
             }
         }
     }
 
-    /// Asks the origin (a revalidation of `known` where there is one), keeps the answer
-    /// unless the table already holds one sent later, and tells the callers that joined.
+    /// Asks the origin (a revalidation of `known` where there is one, which may join a
+    /// listing of its folder sent since `not_before`), keeps the answer unless the table
+    /// already holds one said later, and tells the callers that joined.
     async fn fetch_and_keep(
         &self,
         object: &ObjectId,
-        tell: Option<watch::Sender<Option<StatOutcome>>>,
+        tell: Option<watch::Sender<Told>>,
         known: Option<Arc<ObjectInfo>>,
         sent: Instant,
+        not_before: Option<Instant>,
         first: Option<ByteRange>,
     ) -> Result<(Arc<ObjectInfo>, Duration, Option<FirstBytes>)> {
         let mut guard = PendingGuard {
@@ -346,8 +397,21 @@ impl StatCache {
             armed: tell.is_some(),
         };
         let mut bytes = None;
+        // When the origin said the answer: this fetch's send, or a listing's it joined.
+        let mut said = sent;
         let shared: StatOutcome = match (known, first) {
-            (Some(known), _) => self.revalidate(object, known).await,
+            (Some(known), _) => {
+                match self
+                    .revalidate_in_bulk(object, &known, sent, not_before)
+                    .await
+                {
+                    Some((outcome, listed_at)) => {
+                        said = listed_at;
+                        outcome
+                    }
+                    None => self.revalidate(object, known).await,
+                }
+            }
             (None, Some(first)) => match self.first_reads.try_acquire() {
                 Ok(_place) => match self.fetch_reading(object, first).await {
                     Ok((info, first_bytes)) => {
@@ -375,19 +439,19 @@ impl StatCache {
             }
             // Never replace what a later request learned (or is learning).
             let later_pending = pending.get(object).is_some_and(|p| p.sent > sent);
-            let later_known = self.known.observed(object).is_some_and(|at| at > sent);
+            let later_known = self.known.observed(object).is_some_and(|at| at > said);
             if cacheable && !later_pending && !later_known {
                 match &shared {
-                    Ok(info) => self.known.insert(object.clone(), sent, info.clone()),
-                    Err(_) => self.known.insert_missing(object.clone(), sent),
+                    Ok(info) => self.known.insert(object.clone(), said, info.clone()),
+                    Err(_) => self.known.insert_missing(object.clone(), said),
                 }
             }
         }
         if let Some(tell) = tell {
-            let _ = tell.send(Some(shared.clone()));
+            let _ = tell.send(Some((shared.clone(), said)));
         }
         shared
-            .map(|info| (info, sent.elapsed(), bytes))
+            .map(|info| (info, said.elapsed(), bytes))
             .map_err(WorkerError::Shared)
     }
 
@@ -405,6 +469,8 @@ impl StatCache {
             read: self.read.load(Ordering::Relaxed),
             unchanged: self.unchanged.load(Ordering::Relaxed),
             changed: self.changed.load(Ordering::Relaxed),
+            listed: self.listed.load(Ordering::Relaxed),
+            refreshed: self.refreshed.load(Ordering::Relaxed),
         }
     }
 
@@ -467,6 +533,139 @@ impl StatCache {
         ))
     }
 
+    /// Revalidates `known` from one listing page of its folder, and with it every other
+    /// entry the page lists ([`crate::bulk_revalidation`]), as of `sent`. `None` where a
+    /// listing does not apply (Azure, a folder where listings do not pay, a listing that
+    /// failed or stopped short): the caller revalidates the object alone.
+    async fn revalidate_in_bulk(
+        &self,
+        object: &ObjectId,
+        known: &Arc<ObjectInfo>,
+        sent: Instant,
+        not_before: Option<Instant>,
+    ) -> Option<(Result<Arc<ObjectInfo>>, Instant)> {
+        let Namespace::S3 { bucket } = object.namespace() else {
+            return None;
+        };
+        let key = object.path();
+        let (folder, start_after) = bulk_revalidation::listing_start(key);
+        let (observed, _) = self.known.peek(object)?;
+        if !listing_can_vouch(known, observed) || !self.sparse.worth_listing(bucket, folder, sent) {
+            return None;
+        }
+        let (client, _, _) = self.origins.route(object).ok()?;
+        // A listing of the folder in flight, sent recently enough: wait for it, and
+        // take what it kept for this object (one listing for many due at once).
+        let listing = bulk_revalidation::folder_key(bucket, folder);
+        let in_flight = self
+            .lock_listings()
+            .get(&listing)
+            .filter(|(at, _)| not_before.is_none_or(|oldest| *at >= oldest))
+            .map(|(at, done)| (*at, done.clone()));
+        if let Some((listed_at, mut done)) = in_flight {
+            while done.changed().await.is_ok() {}
+            if let Some((observed, held)) = self.known.peek(object)
+                && observed >= listed_at
+            {
+                return Some((Ok(held), observed));
+            }
+        }
+        let (_finished, done) = watch::channel(());
+        self.lock_listings().insert(listing.clone(), (sent, done));
+        let _in_flight = ListingInFlight {
+            cache: self,
+            listing,
+            sent,
+        };
+        // From the folder's first key, unless it is known to hold more than a page;
+        // then (or when that page stops short of the object) from the object's key.
+        let from_key = (!start_after.is_empty()).then_some(start_after);
+        let starts = if from_key.is_none() || self.large.is_large(bucket, folder, sent) {
+            vec![from_key]
+        } else {
+            vec![None, from_key]
+        };
+        let mut page = None;
+        for start_after in starts {
+            self.listed.fetch_add(1, Ordering::Relaxed);
+            let options = ListOptions {
+                prefix: folder,
+                delimiter: Some("/"),
+                token: None,
+                start_after,
+                max_keys: Some(bulk_revalidation::LISTING_PAGE),
+                include_metadata: false,
+            };
+            let listed = match client.list_with(bucket, &options).await {
+                Ok(listed) => listed,
+                Err(e) => {
+                    tracing::debug!(%object, error = %e, "a listing for revalidation failed; asking for the object alone");
+                    self.sparse.record(bucket, folder, None, sent);
+                    return None;
+                }
+            };
+            let (refreshed, others) = self.keep_listed(bucket, key, &listed, sent);
+            self.refreshed
+                .fetch_add(refreshed as u64, Ordering::Relaxed);
+            self.sparse
+                .record(bucket, folder, Some((refreshed, others)), sent);
+            if start_after.is_none() && listed.next_token.is_some() {
+                self.large.mark(bucket, folder, sent);
+            }
+            let covered =
+                bulk_revalidation::verdict(&listed, key, known) != PageVerdict::NotCovered;
+            page = Some(listed);
+            if covered {
+                break;
+            }
+        }
+        let page = page?;
+        let outcome = match bulk_revalidation::verdict(&page, key, known) {
+            PageVerdict::Current => Ok(known.clone()),
+            // No S3 listing carries an object's headers: a HEAD brings them (counted
+            // as fetched).
+            PageVerdict::Changed => self.fetch(object).await.map(Arc::new),
+            PageVerdict::Gone => Err(WorkerError::Origin(talon_protocols::Error::new(
+                ErrorKind::NoSuchKey,
+                format!("{object} is no longer listed at the origin"),
+            ))),
+            PageVerdict::NotCovered => return None,
+        };
+        Some((outcome, sent))
+    }
+
+    /// Keeps, as of `sent`, every entry `page` lists (but `key`, the one that came due)
+    /// as the version held, and drops those it lists as another: (entries kept, others
+    /// listed). Only entries a listing can vouch for, learned before `sent`, are touched.
+    fn keep_listed(
+        &self,
+        bucket: &str,
+        key: &str,
+        page: &ListResult,
+        sent: Instant,
+    ) -> (usize, usize) {
+        let (mut refreshed, mut others) = (0, 0);
+        for listed in page.objects.iter().filter(|l| l.key != key) {
+            others += 1;
+            let Ok(id) = ObjectId::s3(bucket, listed.key.as_str()) else {
+                continue;
+            };
+            let Some((observed, held)) = self.known.peek(&id) else {
+                continue;
+            };
+            if observed >= sent || !listing_can_vouch(&held, observed) {
+                continue;
+            }
+            if bulk_revalidation::same_version(&held, listed) {
+                self.known.insert(id, sent, held);
+                refreshed += 1;
+            } else {
+                self.known.remove(&id);
+            }
+        }
+        (refreshed, others)
+    }
+
     /// Asks the origin whether `known` is still the object's version: the entry is kept
     /// (one 304, no headers) when it is, replaced when it is not.
     async fn revalidate(
@@ -507,6 +706,15 @@ impl StatCache {
     }
 }
 
+/// Whether a listing can vouch for `held`, learned at `observed` (this worker's
+/// monotonic clock, turned into wall-clock time).
+fn listing_can_vouch(held: &ObjectInfo, observed: Instant) -> bool {
+    let learned = SystemTime::now()
+        .checked_sub(observed.elapsed())
+        .unwrap_or(UNIX_EPOCH);
+    bulk_revalidation::listing_can_vouch(held, learned)
+}
+
 /// A worker's stat cannot tell a missing bucket from a missing key (the gateway asks
 /// the origin which it is): both are "not found", and cached as such.
 fn missing_bucket_is_missing_key(e: talon_protocols::Error) -> WorkerError {
@@ -533,6 +741,12 @@ pub struct StatOriginRequests {
     pub unchanged: u64,
     /// Revalidations that found another version, or none, or failed.
     pub changed: u64,
+    /// Listings sent to revalidate in bulk: each answers for the object that came due
+    /// (a changed one then costs a HEAD, counted as `fetched`) and for every other
+    /// entry it lists.
+    pub listed: u64,
+    /// Other entries those listings kept (not requests: the ones they saved).
+    pub refreshed: u64,
 }
 
 #[cfg(test)]
@@ -546,8 +760,19 @@ mod tests {
     use super::*;
 
     async fn stub(faults: FaultConfig) -> (RunningStub, Arc<Origins>) {
+        stub_with(
+            vec![GeneratedObject::new("bkt", "present", 1000, 1)],
+            faults,
+        )
+        .await
+    }
+
+    async fn stub_with(
+        generated: Vec<GeneratedObject>,
+        faults: FaultConfig,
+    ) -> (RunningStub, Arc<Origins>) {
         let stub = talon_origin_stub::start(StubConfig {
-            generated: vec![GeneratedObject::new("bkt", "present", 1000, 1)],
+            generated,
             azure_listen: None,
             admin_listen: None,
             faults,
@@ -616,11 +841,13 @@ mod tests {
             Duration::from_secs(1),
         );
         let object = s3("present");
-        let counts = |fetched, unchanged, changed| StatOriginRequests {
+        let counts = |fetched, changed, listed| StatOriginRequests {
             fetched,
             read: 0,
-            unchanged,
+            unchanged: 0,
             changed,
+            listed,
+            refreshed: 0,
         };
         let minute = Some(Duration::from_secs(60));
         let called = Instant::now();
@@ -635,6 +862,8 @@ mod tests {
         );
 
         // Older than the requester accepts: one revalidation, which finds it current.
+        // On S3 it is a listing page of the object's folder (the object was learned
+        // long after it was last modified, so a listing can vouch for it).
         let called = Instant::now();
         let (current, age) = cache
             .stat_within(&object, Some(Duration::ZERO))
@@ -643,10 +872,11 @@ mod tests {
         assert_eq!(current.etag, first.etag);
         assert!(age <= called.elapsed(), "learned during the call: {age:?}");
         assert_eq!(current.size, 1000);
-        assert_eq!(cache.origin_requests(), counts(1, 1, 0));
+        assert_eq!(cache.origin_requests(), counts(1, 0, 1));
 
-        // Overwritten at the origin: the next revalidation takes the new version, and
-        // the worker's own TTL then answers from memory again.
+        // Overwritten at the origin: the next revalidation takes the new version (a
+        // second listing, then a HEAD for the new headers), and the worker's own TTL
+        // then answers from memory again.
         let s3 = origins.s3.as_ref().unwrap();
         let etag = s3
             .put("bkt", "present", bytes::Bytes::from_static(b"new"), None)
@@ -661,9 +891,23 @@ mod tests {
             &etag
         ));
         assert_eq!(changed.size, 3);
-        assert_eq!(cache.origin_requests(), counts(1, 1, 1));
+        assert_eq!(cache.origin_requests(), counts(2, 0, 2));
         assert_eq!(cache.stat(&object).await.unwrap(), changed);
-        assert_eq!(cache.origin_requests(), counts(1, 1, 1));
+        assert_eq!(cache.origin_requests(), counts(2, 0, 2));
+        // Neither listing refreshed anything else (the object is alone in its folder):
+        // the folder is revalidated object by object for a while, with a plain HEAD.
+        let (again, _) = cache
+            .stat_within(&object, Some(Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(again.size, 3);
+        assert_eq!(
+            cache.origin_requests(),
+            StatOriginRequests {
+                unchanged: 1,
+                ..counts(2, 0, 2)
+            }
+        );
     }
 
     #[tokio::test]
@@ -713,6 +957,98 @@ mod tests {
             info.headers.user_metadata,
             vec![("colour".to_owned(), "green".to_owned())]
         );
+    }
+
+    /// Revalidation in bulk: the entries of a folder that came due are revalidated by
+    /// one listing page, not a HEAD each; an object rewritten since costs a HEAD for
+    /// its new headers and a deleted one is found gone, each exactly that object.
+    #[tokio::test]
+    async fn a_folder_that_came_due_is_revalidated_from_one_listing_page() {
+        let objects: Vec<GeneratedObject> = (0..50u64)
+            .map(|i| GeneratedObject::new("bkt", format!("set/{i}.bin"), 100 + i, i))
+            .collect();
+        let (stub, origins) = stub_with(objects, FaultConfig::default()).await;
+        let cache = StatCache::new(
+            origins.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        );
+        let id = |i: u64| s3(&format!("set/{i}.bin"));
+        for i in 0..50 {
+            cache.stat_within(&id(i), None).await.unwrap();
+        }
+        assert_eq!(cache.origin_requests().fetched, 50);
+        let s3 = origins.s3.as_ref().unwrap();
+        s3.put("bkt", "set/7.bin", Bytes::from_static(b"rewritten"), None)
+            .await
+            .unwrap();
+        s3.delete("bkt", "set/9.bin").await.unwrap();
+        let requests = || stub.metrics().requests_total();
+        let before = requests();
+        // Every entry learned before `due` is older than a max age of `due.elapsed()`;
+        // one a listing refreshed since is not.
+        let due = Instant::now();
+        for i in 0..50 {
+            let answer = cache.stat_within(&id(i), Some(due.elapsed())).await;
+            match i {
+                7 => assert_eq!(answer.unwrap().0.size, 9, "the rewritten object"),
+                9 => assert_eq!(
+                    answer.unwrap_err().frame_code(),
+                    talon_core::ErrorCode::NotFound,
+                    "the deleted object"
+                ),
+                _ => assert_eq!(answer.unwrap().0.size, 100 + i, "object {i}"),
+            }
+        }
+        let counted = cache.origin_requests();
+        // A listing of the folder (it fits one page), which kept 47 others; a HEAD for
+        // the rewritten object; another listing for set/9.bin, due still, which finds
+        // it gone (and keeps the 48 others once more).
+        assert_eq!((counted.listed, counted.refreshed), (2, 47 + 48));
+        assert_eq!(counted.fetched, 51);
+        assert_eq!(
+            requests() - before,
+            3,
+            "3 origin requests for 50 due entries"
+        );
+    }
+
+    /// A folder of more than a page: the first listing (from its first key) stops short
+    /// of a later key that came due, which then gets a page of its own, and the folder
+    /// is listed from the due key afterwards. 1,100 due entries cost 3 listings.
+    #[tokio::test]
+    async fn a_folder_larger_than_a_page_is_listed_from_the_key_that_came_due() {
+        let objects: Vec<GeneratedObject> = (0..1_100u64)
+            .map(|i| GeneratedObject::new("bkt", format!("big/{i:04}"), 10, i))
+            .collect();
+        let (stub, origins) = stub_with(objects, FaultConfig::default()).await;
+        let cache = StatCache::new(origins, Duration::from_secs(60), Duration::from_secs(1));
+        let id = |i: u64| s3(&format!("big/{i:04}"));
+        for i in 0..1_100 {
+            cache.stat_within(&id(i), None).await.unwrap();
+        }
+        let requests = || stub.metrics().requests_total();
+        let before = requests();
+        let due = Instant::now();
+        // 1050 first (past the first page), then everything else.
+        for i in std::iter::once(1_050).chain(0..1_100) {
+            cache
+                .stat_within(&id(i), Some(due.elapsed()))
+                .await
+                .unwrap();
+        }
+        // 1050: the folder's first page (0000–0999), then its own (1050–1099); 1000,
+        // between the two, one more from itself (1000–1099). Nothing else.
+        assert_eq!(cache.origin_requests().listed, 3);
+        assert_eq!(requests() - before, 3);
+        // Known large now: a due key is listed from itself, one request.
+        let due = Instant::now();
+        cache
+            .stat_within(&id(1_050), Some(due.elapsed()))
+            .await
+            .unwrap();
+        assert_eq!(cache.origin_requests().listed, 4);
+        assert_eq!(requests() - before, 4);
     }
 
     /// A first read is a GET only while a place for its bytes is free: with every place

@@ -1,0 +1,370 @@
+//! Revalidation in bulk: one listing page of an S3 folder says whether up to 1,000
+//! remembered objects are still the versions the worker holds, where a `HEAD` each
+//! would cost the origin a request per object.
+//!
+//! When an entry comes due, the worker lists the object's folder (`delimiter=/`, 1,000
+//! keys) from its first key; where that page stops short of the object (a folder of more
+//! than a page, remembered as such), from the object's key on (`start-after` the key
+//! less its last character). A
+//! listed key's ETag, size and Last-Modified (to the second, what a `HEAD` gives) equal
+//! to the entry's keep it, as of the listing; anything else drops exactly that entry (its
+//! next read asks the origin). The object that came due is answered from the page:
+//! current, changed (then a `HEAD` brings its new headers, which no S3 listing carries),
+//! or gone (absent where the page shows it would be). A listing vouches only for
+//! entries learned after their Last-Modified second had passed ([`listing_can_vouch`]):
+//! a same-bytes rewrite with new metadata within that second looks the same in a
+//! listing, so those few (objects written moments before they were read) are
+//! revalidated with a `HEAD` each.
+//!
+//! On S3 a listing is billed like about a dozen `GET`s, so it pays only where a page
+//! refreshes more than that: a folder whose last two listings each refreshed fewer
+//! than [`MIN_LISTING_YIELD`] entries per full page listed is revalidated object by
+//! object for [`SPARSE_FOLDER_MEMORY`], and so is one the credentials may not list. Azure's List
+//! Blobs has no `start-after` (its marker is opaque): Azure objects are revalidated one
+//! by one, with a conditional `HEAD`, as before.
+//!
+//! This module decides; [`crate::origins::StatCache`] asks and keeps.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use talon_protocols::origin::{ListResult, ListedEntry, ObjectInfo};
+
+/// Keys one listing page covers (S3's most).
+pub const LISTING_PAGE: usize = 1_000;
+
+/// Of every full page of others listed, the entries a listing must refresh to be worth
+/// its price again soon (a page that is not full needs as large a share of what it
+/// lists: a folder's last page is short however many of its keys this worker holds).
+pub const MIN_LISTING_YIELD: usize = 16;
+
+/// How long a folder whose listing did not pay (or failed) is revalidated one object
+/// at a time before a listing is tried again.
+pub const SPARSE_FOLDER_MEMORY: Duration = Duration::from_secs(600);
+
+/// Folders remembered as not worth listing, or as large, at most (those whose mark has
+/// run out are forgotten first).
+const SPARSE_FOLDERS_KEPT: usize = 10_000;
+
+/// Where a listing that covers `key` starts: its folder (the prefix up to and
+/// including the last `/`) and the key less its last character (every key between
+/// that and `key` is in the folder too, and comes first in the page).
+pub fn listing_start(key: &str) -> (&str, &str) {
+    let folder = &key[..key.rfind('/').map_or(0, |at| at + 1)];
+    let mut chars = key.chars();
+    chars.next_back();
+    (folder, chars.as_str())
+}
+
+/// Whether a listed entry is the version `held` describes: the same ETag and size, and
+/// the same Last-Modified to the second (a `HEAD`'s precision) where both say one. On
+/// S3 the same bytes rewritten with new metadata keep the ETag; the new Last-Modified
+/// tells them apart (within one second it cannot).
+pub fn same_version(held: &ObjectInfo, listed: &ListedEntry) -> bool {
+    let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs());
+    held.etag == listed.etag
+        && held.size == listed.size
+        && match (held.last_modified, listed.last_modified) {
+            (Some(a), Some(b)) => seconds(a) == seconds(b),
+            _ => true,
+        }
+}
+
+/// How far the origin's clock may be ahead of this worker's, for
+/// [`listing_can_vouch`].
+pub const CLOCK_MARGIN: Duration = Duration::from_secs(2);
+
+/// Whether a listing can say that `held`, learned at `learned` (this worker's clock),
+/// is still current. A listing gives ETag, size and Last-Modified only; the same bytes
+/// rewritten with new metadata in the same second as `held`'s Last-Modified look the
+/// same. A rewrite after `held` was learned carries a later Last-Modified, so once that
+/// second (and [`CLOCK_MARGIN`]) had passed when `held` was learned, the listing can
+/// vouch for it; before, only a `HEAD` can (ceph's
+/// `test_object_set_get_metadata_overwrite_to_empty` writes twice within a second).
+pub fn listing_can_vouch(held: &ObjectInfo, learned: SystemTime) -> bool {
+    let Some(modified) = held.last_modified else {
+        return false;
+    };
+    let Ok(since_epoch) = modified.duration_since(UNIX_EPOCH) else {
+        return false;
+    };
+    let second_ended = UNIX_EPOCH + Duration::from_secs(since_epoch.as_secs() + 1);
+    learned >= second_ended + CLOCK_MARGIN
+}
+
+/// What a listing page says of the key that came due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageVerdict {
+    /// Listed, the version held.
+    Current,
+    /// Listed as another version.
+    Changed,
+    /// Not listed where the page shows it would be: deleted.
+    Gone,
+    /// The page stops before the key's place (more than a page of keys sort between
+    /// its start and the key): it says nothing.
+    NotCovered,
+}
+
+/// What `page` (listed from [`listing_start`] of `key`) says of `key`, held as `held`.
+pub fn verdict(page: &ListResult, key: &str, held: &ObjectInfo) -> PageVerdict {
+    if let Some(listed) = page.objects.iter().find(|e| e.key == key) {
+        return if same_version(held, listed) {
+            PageVerdict::Current
+        } else {
+            PageVerdict::Changed
+        };
+    }
+    let reached = page.next_token.is_none()
+        || page.objects.last().is_some_and(|e| e.key.as_str() > key)
+        || page
+            .common_prefixes
+            .last()
+            .is_some_and(|p| p.as_str() > key);
+    if reached {
+        PageVerdict::Gone
+    } else {
+        PageVerdict::NotCovered
+    }
+}
+
+/// Listings in a row that must not pay (or fail) before a folder is left alone: one
+/// alone may just have started near the folder's end, where few keys are left.
+const STRIKES: u8 = 2;
+
+/// The folders not worth a listing for now: their last [`STRIKES`] listings refreshed
+/// too little, or failed.
+#[derive(Debug, Default)]
+pub struct SparseFolders {
+    /// Per folder: listings in a row that did not pay, and until when it is left alone.
+    strikes: Mutex<HashMap<String, (u8, Instant)>>,
+}
+
+impl SparseFolders {
+    /// Whether a listing of `folder` in `bucket` may pay now.
+    pub fn worth_listing(&self, bucket: &str, folder: &str, now: Instant) -> bool {
+        let strikes = self.strikes.lock().unwrap_or_else(|p| p.into_inner());
+        strikes
+            .get(&folder_key(bucket, folder))
+            .is_none_or(|&(n, until)| n < STRIKES || until <= now)
+    }
+
+    /// Records that a listing of `folder` refreshed `yielded.0` of the `yielded.1`
+    /// other objects it listed (or, with `None`, failed). Below [`MIN_LISTING_YIELD`]
+    /// per [`LISTING_PAGE`] listed (none listed included) is a strike; a failure is
+    /// all of them; at [`STRIKES`] the folder is left alone for
+    /// [`SPARSE_FOLDER_MEMORY`]. A listing that pays clears them.
+    pub fn record(
+        &self,
+        bucket: &str,
+        folder: &str,
+        yielded: Option<(usize, usize)>,
+        now: Instant,
+    ) {
+        let mut strikes = self.strikes.lock().unwrap_or_else(|p| p.into_inner());
+        let key = folder_key(bucket, folder);
+        let pays = |(refreshed, listed): (usize, usize)| {
+            listed > 0 && refreshed * LISTING_PAGE >= MIN_LISTING_YIELD * listed
+        };
+        if yielded.is_some_and(pays) {
+            strikes.remove(&key);
+            return;
+        }
+        make_room(&mut strikes, &key, |&(_, until)| until > now);
+        let entry = strikes.entry(key).or_insert((0, now));
+        // A strike older than the memory is forgotten.
+        let earlier = if entry.1 > now { entry.0 } else { 0 };
+        let n = if yielded.is_none() {
+            STRIKES
+        } else {
+            (earlier + 1).min(STRIKES)
+        };
+        *entry = (n, now + SPARSE_FOLDER_MEMORY);
+    }
+}
+
+/// The folders known to hold more than a page of keys: a revalidation there lists from
+/// the key that came due. Elsewhere it lists from the folder's first key, so that one
+/// page covers a whole small folder whichever of its keys came due first (in a
+/// shuffled pass, listing from the due key would cover only the keys after it).
+#[derive(Debug, Default)]
+pub struct LargeFolders {
+    until: Mutex<HashMap<String, Instant>>,
+}
+
+impl LargeFolders {
+    /// Whether `folder` was seen to hold more than a page of keys lately.
+    pub fn is_large(&self, bucket: &str, folder: &str, now: Instant) -> bool {
+        let until = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        until
+            .get(&folder_key(bucket, folder))
+            .is_some_and(|&until| until > now)
+    }
+
+    /// Records that a listing from `folder`'s first key did not reach its end.
+    pub fn mark(&self, bucket: &str, folder: &str, now: Instant) {
+        let mut until = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        let key = folder_key(bucket, folder);
+        make_room(&mut until, &key, |&until| until > now);
+        until.insert(key, now + SPARSE_FOLDER_MEMORY);
+    }
+}
+
+/// Room for `key` in a folder map of at most [`SPARSE_FOLDERS_KEPT`]: what is no longer
+/// `live` goes first, everything if that is not enough.
+fn make_room<V>(map: &mut HashMap<String, V>, key: &str, live: impl Fn(&V) -> bool) {
+    if map.len() >= SPARSE_FOLDERS_KEPT && !map.contains_key(key) {
+        map.retain(|_, v| live(v));
+        if map.len() >= SPARSE_FOLDERS_KEPT {
+            map.clear();
+        }
+    }
+}
+
+/// A folder's name among all buckets' (`bucket/folder`).
+pub fn folder_key(bucket: &str, folder: &str) -> String {
+    format!("{bucket}/{folder}")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn info(etag: &str, size: u64, secs: u64) -> ObjectInfo {
+        ObjectInfo {
+            size,
+            etag: etag.into(),
+            last_modified: Some(UNIX_EPOCH + Duration::from_secs(secs)),
+            content_type: None,
+            headers: Default::default(),
+        }
+    }
+
+    fn listed(key: &str, etag: &str, size: u64, millis: u64) -> ListedEntry {
+        ListedEntry {
+            key: key.into(),
+            size,
+            etag: etag.into(),
+            last_modified: Some(UNIX_EPOCH + Duration::from_millis(millis)),
+            content_type: None,
+            content_md5: None,
+            user_metadata: None,
+        }
+    }
+
+    #[test]
+    fn a_listing_starts_in_the_folder_just_before_the_key() {
+        assert_eq!(listing_start("set/123.bin"), ("set/", "set/123.bi"));
+        assert_eq!(listing_start("a/b/ü"), ("a/b/", "a/b/"));
+        assert_eq!(listing_start("top"), ("", "to"));
+        assert_eq!(listing_start("x"), ("", ""));
+    }
+
+    #[test]
+    fn a_version_is_its_etag_size_and_second_of_modification() {
+        let held = info("\"e\"", 10, 100);
+        assert!(same_version(&held, &listed("k", "\"e\"", 10, 100_999)));
+        assert!(!same_version(&held, &listed("k", "\"f\"", 10, 100_000)));
+        assert!(!same_version(&held, &listed("k", "\"e\"", 11, 100_000)));
+        // The same bytes rewritten with new metadata a second later.
+        assert!(!same_version(&held, &listed("k", "\"e\"", 10, 101_000)));
+    }
+
+    #[test]
+    fn a_listing_vouches_only_for_what_was_learned_after_its_second_ended() {
+        let held = info("\"e\"", 10, 100);
+        let at = |millis: u64| UNIX_EPOCH + Duration::from_millis(millis);
+        assert!(!listing_can_vouch(&held, at(100_500)));
+        assert!(!listing_can_vouch(&held, at(102_999)));
+        assert!(listing_can_vouch(&held, at(103_000)));
+        let undated = ObjectInfo {
+            last_modified: None,
+            ..held
+        };
+        assert!(!listing_can_vouch(&undated, at(1_000_000)));
+    }
+
+    #[test]
+    fn a_page_says_current_changed_gone_or_nothing() {
+        let held = info("\"e\"", 10, 100);
+        let page = |keys: &[&str], more: bool| ListResult {
+            objects: keys
+                .iter()
+                .map(|k| {
+                    listed(
+                        k,
+                        if *k == "d/x" { "\"new\"" } else { "\"e\"" },
+                        10,
+                        100_000,
+                    )
+                })
+                .collect(),
+            common_prefixes: Vec::new(),
+            next_token: more.then(|| "token".into()),
+        };
+        assert_eq!(
+            verdict(&page(&["d/k", "d/l"], true), "d/k", &held),
+            PageVerdict::Current
+        );
+        assert_eq!(
+            verdict(&page(&["d/x"], false), "d/x", &held),
+            PageVerdict::Changed
+        );
+        // Absent from a last page, or absent where a later key shows its place.
+        assert_eq!(
+            verdict(&page(&["d/l"], false), "d/k", &held),
+            PageVerdict::Gone
+        );
+        assert_eq!(
+            verdict(&page(&["d/l"], true), "d/k", &held),
+            PageVerdict::Gone
+        );
+        assert_eq!(verdict(&page(&[], false), "d/k", &held), PageVerdict::Gone);
+        // A full page that stops before the key's place says nothing.
+        assert_eq!(
+            verdict(&page(&["d/j0", "d/j1"], true), "d/k", &held),
+            PageVerdict::NotCovered
+        );
+    }
+
+    #[test]
+    fn a_folder_seen_large_is_listed_from_the_due_key_for_a_while() {
+        let large = LargeFolders::default();
+        let now = Instant::now();
+        assert!(!large.is_large("b", "d/", now));
+        large.mark("b", "d/", now);
+        assert!(large.is_large("b", "d/", now));
+        assert!(!large.is_large("b", "e/", now));
+        assert!(!large.is_large("b", "d/", now + SPARSE_FOLDER_MEMORY));
+    }
+
+    #[test]
+    fn a_folder_whose_listing_did_not_pay_is_left_alone_for_a_while() {
+        let sparse = SparseFolders::default();
+        let now = Instant::now();
+        let full = |refreshed| Some((refreshed, LISTING_PAGE));
+        assert!(sparse.worth_listing("b", "d/", now));
+        // 15 of a full page is a strike; two in a row leave the folder alone.
+        sparse.record("b", "d/", full(MIN_LISTING_YIELD - 1), now);
+        assert!(sparse.worth_listing("b", "d/", now));
+        sparse.record("b", "d/", full(MIN_LISTING_YIELD - 1), now);
+        assert!(!sparse.worth_listing("b", "d/", now));
+        assert!(sparse.worth_listing("b", "other/", now));
+        assert!(sparse.worth_listing("b", "d/", now + SPARSE_FOLDER_MEMORY));
+        // 16 of a full page, or 3 of a short last page of 20, pays and clears them.
+        sparse.record("b", "d/", full(MIN_LISTING_YIELD), now);
+        assert!(sparse.worth_listing("b", "d/", now));
+        sparse.record("b", "e/", full(0), now);
+        sparse.record("b", "e/", Some((3, 20)), now);
+        sparse.record("b", "e/", full(0), now);
+        assert!(sparse.worth_listing("b", "e/", now));
+        // Nothing else listed, twice: nothing to gain. A failure at once.
+        sparse.record("b", "f/", Some((0, 0)), now);
+        sparse.record("b", "f/", Some((0, 0)), now);
+        assert!(!sparse.worth_listing("b", "f/", now));
+        sparse.record("b", "g/", None, now);
+        assert!(!sparse.worth_listing("b", "g/", now));
+    }
+}

@@ -31,6 +31,7 @@ use crate::Gateway;
 use crate::blocks_over_s3;
 use crate::config::{Backend, Route};
 use crate::copies;
+use crate::listings::ListingKey;
 use crate::metrics::Outcome;
 use crate::multipart_over_azure;
 use crate::objects::ReadRequest;
@@ -48,6 +49,92 @@ pub struct GatewayBackend {
 }
 
 impl GatewayBackend {
+    /// One listing page from the origin, in the front's terms.
+    async fn list_at_origin(
+        &self,
+        bucket: &str,
+        spec: &ListSpec<'_>,
+    ) -> Result<ListResult, Failure> {
+        // An S3 origin resumes a V1 listing after the last key; an Azure origin only
+        // from its own marker, which the gateway therefore hands out as the V1 marker.
+        let (token, start_after) = match (spec.from, self.origin) {
+            (ListFrom::Start, _) => (None, None),
+            (ListFrom::AfterKey(k), _) | (ListFrom::Marker(k), Backend::S3) => (None, Some(k)),
+            (ListFrom::Token(t), _) | (ListFrom::Marker(t), Backend::Azure) => (Some(t), None),
+        };
+        let origin = self.client()?;
+        // Over an S3 origin every listed object with metadata costs an origin HEAD:
+        // such pages are capped, and the client pages on (SEC-20).
+        let heads = spec.include_metadata && self.origin == Backend::S3;
+        let max_keys = if heads {
+            spec.max_keys.min(MAX_LISTED_WITH_HEADS)
+        } else {
+            spec.max_keys
+        };
+        let mut page = origin
+            .list_with(
+                bucket,
+                &ListOptions {
+                    prefix: spec.prefix,
+                    delimiter: spec.delimiter,
+                    token,
+                    start_after,
+                    max_keys: Some(max_keys),
+                    include_metadata: spec.include_metadata,
+                },
+            )
+            .await?;
+        if heads {
+            // An S3 listing carries no metadata: ask for each object's, a few at a time.
+            let keys: Vec<String> = page.objects.iter().map(|o| o.key.clone()).collect();
+            let found: Vec<_> = futures_util::stream::iter(keys)
+                .map(|key| async move { origin.head(bucket, &key).await })
+                .buffered(LISTING_HEADS_IN_FLIGHT)
+                .collect()
+                .await;
+            for (object, head) in page.objects.iter_mut().zip(found) {
+                object.user_metadata = match head {
+                    Ok(info) => Some(info.headers.user_metadata.into_iter().collect()),
+                    // Deleted since the listing: listed without metadata, as it was then.
+                    Err(e) if e.kind() == ErrorKind::NoSuchKey => Some(Default::default()),
+                    Err(e) => return Err(e.into()),
+                };
+            }
+        }
+        let is_truncated = page.next_token.is_some();
+        let next_marker = match self.origin {
+            Backend::S3 => {
+                let last_key = page.objects.last().map(|o| o.key.clone());
+                last_key.max(page.common_prefixes.last().cloned())
+            }
+            Backend::Azure => page.next_token.clone(),
+        };
+        // Staged Azure blocks and block lists are the gateway's own (blocks_over_s3),
+        // whichever origin (or other front of one store) the listing comes from; the
+        // page's marker still resumes after them.
+        page.objects.retain(|o| !is_staging_key(&o.key));
+        page.common_prefixes.retain(|p| !is_staging_key(p));
+        Ok(ListResult {
+            objects: page
+                .objects
+                .into_iter()
+                .map(|o| ListedObject {
+                    key: o.key,
+                    last_modified: o.last_modified.unwrap_or(std::time::UNIX_EPOCH),
+                    etag: o.etag,
+                    size: o.size,
+                    content_type: o.content_type,
+                    content_md5: o.content_md5,
+                    user_metadata: o.user_metadata.map(|m| m.into_iter().collect()),
+                })
+                .collect(),
+            common_prefixes: page.common_prefixes,
+            is_truncated,
+            next_marker: next_marker.filter(|_| is_truncated),
+            next_token: page.next_token,
+        })
+    }
+
     /// The gateway for a request on a front with `route` over the `origin` backend,
     /// from `reader`.
     pub fn new(
@@ -277,6 +364,10 @@ impl ObjectBackend for GatewayBackend {
             }
         }
         client.create_bucket(bucket).await?;
+        self.gw
+            .objects
+            .listings()
+            .bucket_changed(self.origin, bucket);
         Ok(BucketSummary {
             name: bucket.to_owned(),
             created: None,
@@ -313,88 +404,30 @@ impl ObjectBackend for GatewayBackend {
             }
         }
         client.delete_bucket(bucket).await?;
+        self.gw
+            .objects
+            .listings()
+            .bucket_changed(self.origin, bucket);
         Ok(())
     }
 
     async fn list(&self, bucket: &str, spec: &ListSpec<'_>) -> Result<ListResult, Failure> {
-        // An S3 origin resumes a V1 listing after the last key; an Azure origin only
-        // from its own marker, which the gateway therefore hands out as the V1 marker.
-        let (token, start_after) = match (spec.from, self.origin) {
-            (ListFrom::Start, _) => (None, None),
-            (ListFrom::AfterKey(k), _) | (ListFrom::Marker(k), Backend::S3) => (None, Some(k)),
-            (ListFrom::Token(t), _) | (ListFrom::Marker(t), Backend::Azure) => (Some(t), None),
-        };
-        let origin = self.client()?;
-        // Over an S3 origin every listed object with metadata costs an origin HEAD:
-        // such pages are capped, and the client pages on (SEC-20).
-        let heads = spec.include_metadata && self.origin == Backend::S3;
-        let max_keys = if heads {
-            spec.max_keys.min(MAX_LISTED_WITH_HEADS)
-        } else {
-            spec.max_keys
-        };
-        let mut page = origin
-            .list_with(
-                bucket,
-                &ListOptions {
-                    prefix: spec.prefix,
-                    delimiter: spec.delimiter,
-                    token,
-                    start_after,
-                    max_keys: Some(max_keys),
-                    include_metadata: spec.include_metadata,
-                },
-            )
-            .await?;
-        if heads {
-            // An S3 listing carries no metadata: ask for each object's, a few at a time.
-            let keys: Vec<String> = page.objects.iter().map(|o| o.key.clone()).collect();
-            let found: Vec<_> = futures_util::stream::iter(keys)
-                .map(|key| async move { origin.head(bucket, &key).await })
-                .buffered(LISTING_HEADS_IN_FLIGHT)
-                .collect()
-                .await;
-            for (object, head) in page.objects.iter_mut().zip(found) {
-                object.user_metadata = match head {
-                    Ok(info) => Some(info.headers.user_metadata.into_iter().collect()),
-                    // Deleted since the listing: listed without metadata, as it was then.
-                    Err(e) if e.kind() == ErrorKind::NoSuchKey => Some(Default::default()),
-                    Err(e) => return Err(e.into()),
-                };
-            }
+        // Through the cache, a page the origin gave within T (and after this gateway's
+        // last write to the bucket) is answered from memory.
+        let kept = (self.route == Route::Cache).then(|| ListingKey::new(self.origin, bucket, spec));
+        if let Some(page) = kept
+            .as_ref()
+            .and_then(|key| self.gw.objects.listings().get(key))
+        {
+            *self.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(Outcome::Hit);
+            return Ok(page);
         }
-        let is_truncated = page.next_token.is_some();
-        let next_marker = match self.origin {
-            Backend::S3 => {
-                let last_key = page.objects.last().map(|o| o.key.clone());
-                last_key.max(page.common_prefixes.last().cloned())
-            }
-            Backend::Azure => page.next_token.clone(),
-        };
-        // Staged Azure blocks and block lists are the gateway's own (blocks_over_s3),
-        // whichever origin (or other front of one store) the listing comes from; the
-        // page's marker still resumes after them.
-        page.objects.retain(|o| !is_staging_key(&o.key));
-        page.common_prefixes.retain(|p| !is_staging_key(p));
-        Ok(ListResult {
-            objects: page
-                .objects
-                .into_iter()
-                .map(|o| ListedObject {
-                    key: o.key,
-                    last_modified: o.last_modified.unwrap_or(std::time::UNIX_EPOCH),
-                    etag: o.etag,
-                    size: o.size,
-                    content_type: o.content_type,
-                    content_md5: o.content_md5,
-                    user_metadata: o.user_metadata.map(|m| m.into_iter().collect()),
-                })
-                .collect(),
-            common_prefixes: page.common_prefixes,
-            is_truncated,
-            next_marker: next_marker.filter(|_| is_truncated),
-            next_token: page.next_token,
-        })
+        let sent = std::time::Instant::now();
+        let page = self.list_at_origin(bucket, spec).await?;
+        if let Some(key) = kept {
+            self.gw.objects.listings().keep(key, sent, &page);
+        }
+        Ok(page)
     }
 
     async fn read(&self, read: ReadSpec<'_>) -> Result<ObjectRead, Failure> {
@@ -858,6 +891,7 @@ impl ObjectBackend for GatewayBackend {
                 )
             }
         };
+        let changes = !matches!(method, Method::GET | Method::HEAD);
         let result = origin
             .forward(ForwardRequest {
                 method,
@@ -873,9 +907,14 @@ impl ObjectBackend for GatewayBackend {
             None => result?,
         };
         if resp.status().is_success()
-            && let (Some(bucket), Some(key)) = (relay.bucket, relay.key)
+            && let Some(bucket) = relay.bucket
         {
-            self.gw.objects.wrote(backend, bucket, key);
+            match relay.key {
+                Some(key) => self.gw.objects.wrote(backend, bucket, key),
+                // A bucket created or deleted: its listings change.
+                None if changes => self.gw.objects.listings().bucket_changed(backend, bucket),
+                None => {}
+            }
         }
         Ok(crate::reply::relay(resp))
     }

@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod copies;
 pub mod error;
+pub mod listings;
 pub mod metrics;
 pub mod multipart_over_azure;
 pub mod objects;
@@ -259,7 +260,10 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                 axum::routing::get(move || {
                     let gw = gw.clone();
                     async move {
-                        gw.metrics.metadata_cache(gw.objects.metadata_stats());
+                        gw.metrics.metadata_cache(
+                            gw.objects.metadata_stats(),
+                            gw.objects.listings().stats(),
+                        );
                         gw.metrics
                             .origin_request_limit(gw.objects.origin_request_limit());
                         if let Some(cache) = gw.objects.cache() {

@@ -56,6 +56,7 @@ pub struct GatewayMetrics {
     read_budget_held: Gauge,
     fail_open: Family<[(&'static str, &'static str); 1], Gauge>,
     metadata_cache: Family<[(&'static str, &'static str); 1], Gauge>,
+    listing_cache: Family<[(&'static str, &'static str); 1], Gauge>,
     origin_request_limit: Family<[(&'static str, &'static str); 1], Gauge>,
     circuit_open: Family<[(&'static str, String); 1], Gauge>,
     circuit_opened: Family<[(&'static str, String); 1], Gauge>,
@@ -84,6 +85,7 @@ impl GatewayMetrics {
             read_budget_held: Gauge::default(),
             fail_open: Family::default(),
             metadata_cache: Family::default(),
+            listing_cache: Family::default(),
             origin_request_limit: Family::default(),
             circuit_open: Family::default(),
             circuit_opened: Family::default(),
@@ -122,6 +124,11 @@ impl GatewayMetrics {
                 "metadata_cache",
                 "The gateway's object metadata cache, by what: entries, bytes and missing (not found) held now; hits (answered within the staleness bound), expired (found older, asked again), misses, inserts and evictions (by its bounds, one at a time) since start",
                 m.metadata_cache.clone(),
+            );
+            r.register(
+                "listing_cache",
+                "Listing pages kept within the staleness bound, by what: entries and bytes held now; hits (answered from memory), expired, misses, inserts and evictions since start",
+                m.listing_cache.clone(),
             );
             r.register(
                 "origin_request_limit",
@@ -271,13 +278,22 @@ impl GatewayMetrics {
         }
     }
 
-    /// Records the metadata cache's holdings and counts (read when `/metrics` is
-    /// served).
-    pub fn metadata_cache(&self, stats: talon_metadata_cache::CacheStats) {
-        for (what, value) in stats.labelled() {
-            self.metadata_cache
-                .get_or_create(&[("what", what)])
-                .set(i64::try_from(value).unwrap_or(i64::MAX));
+    /// Records the metadata cache's and the listing cache's holdings and counts (read
+    /// when `/metrics` is served).
+    pub fn metadata_cache(
+        &self,
+        metadata: talon_metadata_cache::CacheStats,
+        listings: talon_metadata_cache::CacheStats,
+    ) {
+        for (family, stats) in [
+            (&self.metadata_cache, metadata),
+            (&self.listing_cache, listings),
+        ] {
+            for (what, value) in stats.labelled() {
+                family
+                    .get_or_create(&[("what", what)])
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
         }
     }
 

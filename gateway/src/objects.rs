@@ -131,6 +131,8 @@ pub struct Objects {
     /// What the gateway knows of objects' metadata, with when the origin said it (or
     /// earlier: never later); bounded, evicting one entry at a time.
     known: MetadataCache<ObjectId, ObjectInfo>,
+    /// Listing pages kept within T ([`crate::listings`]).
+    listings: crate::listings::Listings,
     /// The writes through this gateway that known metadata must be newer than. Its lock
     /// is held while an answer is remembered and while a write drops an entry, so that
     /// an answer older than a racing write cannot stay behind: every entry in `known`
@@ -185,6 +187,7 @@ impl Objects {
             azure_account,
             freshness,
             known: MetadataCache::new(metadata, |id, info| id.held_bytes() + info.held_bytes()),
+            listings: crate::listings::Listings::new(freshness.max_staleness),
             writes: Mutex::new(RecentWrites {
                 at: HashMap::new(),
                 sweep_at: MIN_WRITES_SWEEP_AT,
@@ -266,6 +269,12 @@ impl Objects {
     /// object. Call it once the origin has acknowledged the write.
     pub fn wrote(&self, backend: Backend, bucket: &str, key: &str) {
         self.saw_new_version(backend, bucket, key);
+        self.listings.bucket_changed(backend, bucket);
+    }
+
+    /// The listing pages kept within T.
+    pub fn listings(&self) -> &crate::listings::Listings {
+        &self.listings
     }
 
     /// Records that the origin holds a newer version than any metadata known now (a

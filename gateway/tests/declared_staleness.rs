@@ -734,3 +734,76 @@ async fn a_shuffled_pass_after_t_is_revalidated_from_listing_pages_not_a_head_ea
     assert_eq!(heads, 0, "{why}");
     assert!(after_t <= 6, "{why}");
 }
+
+/// Listings are cached within T like metadata: the same page asked again costs the
+/// origin nothing, a write made at the origin shows within T, and a write through this
+/// gateway shows at once (before 2026-12-04 every listing went to the origin).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_is_answered_from_memory_within_t_and_shows_a_write_through_the_gateway() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Freshness::within(Duration::from_secs(300))).await;
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    s3.create_bucket("data").await.unwrap();
+    for i in 0..5 {
+        s3.put("data", &format!("ls/{i}"), Bytes::from_static(b"x"), None)
+            .await
+            .unwrap();
+    }
+    let stub = cluster.origin.metrics();
+    let s3_listing = format!("{}/data?list-type=2&prefix=ls/", gw.s3_url().unwrap());
+    let azure_listing = format!(
+        "{}/data?restype=container&comp=list&prefix=ls/",
+        gw.azure_url().unwrap()
+    );
+    // (status, keys listed, origin requests it cost)
+    let list = |url: String, tag: &'static str| async move {
+        let before = stub.requests_total();
+        let (status, _, body) = read(&url).await;
+        let text = String::from_utf8_lossy(&body).into_owned();
+        (
+            status,
+            text.matches(tag).count(),
+            stub.requests_total() - before,
+        )
+    };
+    assert_eq!(list(s3_listing.clone(), "<Key>").await, (200, 5, 1));
+    assert_eq!(list(s3_listing.clone(), "<Key>").await, (200, 5, 0));
+    // Another front is another request of the origin, then kept too.
+    assert_eq!(list(azure_listing.clone(), "<Name>").await, (200, 5, 1));
+    assert_eq!(list(azure_listing.clone(), "<Name>").await, (200, 5, 0));
+    // Written at the origin: seen within T, not before it has passed.
+    s3.put("data", "ls/5", Bytes::from_static(b"x"), None)
+        .await
+        .unwrap();
+    assert_eq!(list(s3_listing.clone(), "<Key>").await, (200, 5, 0));
+    // Written through the gateway: the next listing asks the origin, and shows both.
+    let put = reqwest::Client::new()
+        .put(format!("{}/data/ls/6", gw.s3_url().unwrap()))
+        .body("y")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 200);
+    assert_eq!(list(s3_listing.clone(), "<Key>").await, (200, 7, 1));
+    assert_eq!(list(s3_listing, "<Key>").await, (200, 7, 0));
+    let metrics = http_get(&format!("http://{}/metrics", gw.admin_addr.unwrap())).await;
+    let listing = |what: &str| {
+        metric(
+            &metrics,
+            &format!("talon_gateway_listing_cache{{what=\"{what}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no {what} in {metrics}"))
+    };
+    assert_eq!(listing("hits"), 4.0, "{metrics}");
+    assert_eq!(
+        listing("misses"),
+        3.0,
+        "two cold pages, one after the write: {metrics}"
+    );
+    assert_eq!(listing("entries"), 2.0, "{metrics}");
+}

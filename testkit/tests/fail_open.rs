@@ -124,16 +124,22 @@ async fn hedging_client(cluster: &Cluster, min_delay: Duration) -> CacheClient {
     client
 }
 
-/// Reads `objects` in turn, 32 reads, so that the client learns how fast their owner
-/// begins its answers.
-async fn learn_latency(client: &CacheClient, objects: &[GeneratedObject]) {
-    for i in 0..32 {
+/// Reads `objects` in turn, 32 reads and then on until the client has learned how fast
+/// their owner (`owner`, its data-plane address) begins its answers: a learning read
+/// hedged away (on a busy machine) times no first byte of it, and an unlearned owner is
+/// never hedged (CI once had it unlearned after 32 reads: the silent reads then waited
+/// for their deadline).
+async fn learn_latency(client: &CacheClient, objects: &[GeneratedObject], owner: &str) {
+    let mut reads = 0;
+    while reads < 32 || client.hedge_threshold(owner).is_none() {
+        assert!(reads < 256, "{owner}'s latency was never learned");
         read_checked(
             client,
-            &objects[i % objects.len()],
+            &objects[reads % objects.len()],
             "a read to learn w2's latency",
         )
         .await;
+        reads += 1;
     }
 }
 
@@ -554,22 +560,8 @@ async fn a_late_first_byte_is_hedged_to_the_next_owner_and_the_silent_worker_is_
     assert!(owned.len() >= 2, "w2 owns at least two objects");
     warm(&cluster, &all).await;
     let client = hedging_client(&cluster, Duration::from_millis(20)).await;
-    learn_latency(&client, &owned).await;
-    // A learning read hedged away (on a busy machine) times no first byte of w2: read
-    // on until the client has learned w2's latency (CI once had it still unlearned
-    // after 32 reads, and the silent read then waited for its deadline).
     let addr = proxy.addr().to_string();
-    let mut more = 0;
-    while client.hedge_threshold(&addr).is_none() {
-        assert!(more < 256, "w2's latency was never learned");
-        read_checked(
-            &client,
-            &owned[more % owned.len()],
-            "one more learning read",
-        )
-        .await;
-        more += 1;
-    }
+    learn_latency(&client, &owned, &addr).await;
     // (A learning read may itself have been hedged, on this busy machine: count from
     // here.)
     let before = client.fail_open_stats();
@@ -629,7 +621,7 @@ async fn outliers_open_the_circuit_and_the_pieces_waiting_on_the_worker_move_on_
     assert!(owned.len() >= concurrent, "w2 owns {} objects", owned.len());
     warm(&cluster, &all).await;
     let client = hedging_client(&cluster, Duration::from_millis(20)).await;
-    learn_latency(&client, &owned).await;
+    learn_latency(&client, &owned, &proxy.addr().to_string()).await;
     let before = client.fail_open_stats();
 
     proxy.set(Fault::StallAfter(0));
@@ -747,7 +739,7 @@ async fn a_hedge_that_completes_after_the_owner_failed_is_the_answer() {
     // Hedged no sooner than 250 ms: well above a busy machine's hit latency, so that no
     // learning read is hedged (three outliers would open w2's circuit before the test).
     let client = hedging_client(&cluster, Duration::from_millis(250)).await;
-    learn_latency(&client, &owned).await;
+    learn_latency(&client, &owned, &p2.addr().to_string()).await;
     assert_eq!(circuit_of(&client, &p2).0, CircuitState::Closed);
     let before = client.fail_open_stats();
     let w0_reads = cluster.worker_metric(0, "talon_worker_read_duration_seconds_count");

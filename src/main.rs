@@ -8,6 +8,7 @@
 
 mod banner;
 mod coordinator_args;
+mod invalidate;
 mod pin;
 mod status;
 mod warm;
@@ -73,6 +74,9 @@ enum Command {
     /// List, add or remove the cluster's pinned prefixes (kept from eviction on every
     /// worker within its --pin-share).
     Pin(pin::PinArgs),
+    /// Make every gateway and worker forget what it learned under prefixes (object
+    /// metadata, listing pages) within a heartbeat, or list the invalidations in force.
+    Invalidate(invalidate::InvalidateArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -498,6 +502,7 @@ fn main() -> anyhow::Result<ExitCode> {
             Command::Status(args) => status::status(args).await,
             Command::Warm(args) => warm::warm(args).await,
             Command::Pin(args) => pin::pin(args).await,
+            Command::Invalidate(args) => invalidate::invalidate(args).await,
             Command::Loadgen(_) => unreachable!("handled above"),
         }
     })?;

@@ -30,7 +30,7 @@ pub struct PinArgs {
 }
 
 /// A prefix as the workers match it: a key path (`s3://B/P` → `s3/B/P`).
-fn key_path_prefix(arg: &str) -> String {
+pub fn key_path_prefix(arg: &str) -> String {
     for scheme in ["s3", "az"] {
         if let Some(rest) = arg.strip_prefix(&format!("{scheme}://")) {
             return format!("{scheme}/{rest}");

@@ -307,6 +307,8 @@ struct Inner {
     /// none yet).
     last_forced_refresh_ms: AtomicU64,
     refresher: std::sync::Mutex<Option<JoinHandle<()>>>,
+    /// The cluster's invalidations, with each membership poll.
+    invalidations: Arc<talon_metadata_cache::Invalidations>,
 }
 
 /// What this client's reads did when a worker failed them, since it was made.
@@ -409,7 +411,10 @@ impl CacheClient {
             config.role,
         );
         pool.set_members(&pool_members(&members));
+        let invalidations = Arc::new(talon_metadata_cache::Invalidations::default());
+        take_invalidations(&invalidations, &members);
         let inner = Arc::new(Inner {
+            invalidations,
             local_routes: RwLock::new(Arc::new(local_routes(&members, here.as_deref()))),
             here,
             budget: ReadBudget::new(
@@ -832,6 +837,13 @@ impl CacheClient {
             .iter()
             .map(|m| (m.id.clone(), m.addr.clone()))
             .collect()
+    }
+
+    /// The cluster's invalidations as this client last heard them (each membership
+    /// poll, every [`CacheClientConfig::membership_refresh`]): what a gateway's own
+    /// metadata and listings must not answer.
+    pub fn invalidations(&self) -> Arc<talon_metadata_cache::Invalidations> {
+        self.inner.invalidations.clone()
     }
 
     /// The first-byte quantile learned for the worker at `addr` (data-plane
@@ -1582,12 +1594,29 @@ async fn report_circuits(inner: &Inner) {
     }
 }
 
+/// Takes the invalidations a membership answer lists.
+fn take_invalidations(
+    invalidations: &talon_metadata_cache::Invalidations,
+    members: &MembersResponse,
+) {
+    let new = invalidations.update(
+        members
+            .invalidations
+            .iter()
+            .map(|i| (i.prefix.as_str(), i.at_unix_ms)),
+    );
+    if new > 0 {
+        tracing::info!(new, "cluster invalidations received");
+    }
+}
+
 async fn refresh(inner: &Inner) {
     match inner.coordinator.members().await.and_then(|members| {
         let placement = members.checked_placement()?;
         Ok((placement, members))
     }) {
         Ok((placement, members)) => {
+            take_invalidations(&inner.invalidations, &members);
             let placement = Arc::new(placement);
             if placement.is_empty()
                 && !inner

@@ -283,6 +283,10 @@ pub struct HeartbeatResponse {
     /// own `--pin`s (empty: none; a coordinator from before cluster pins sends none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pins: Vec<String>,
+    /// The cluster's invalidations of the last [`INVALIDATIONS_KEPT_MS`]
+    /// ([`Invalidation`]); a coordinator from before them sends none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalidations: Vec<Invalidation>,
 }
 
 /// The cluster's pinned prefixes (`GET /v1/pins`; `PUT /v1/pins` with a [`PinsRequest`]).
@@ -307,21 +311,61 @@ pub struct PinsRequest {
     pub expect_version: Option<u64>,
 }
 
+/// One invalidation (`talon invalidate`, `POST /v1/invalidations`): object metadata
+/// and listing pages under `prefix` learned before `at_unix_ms` are not answered again
+/// by any gateway or worker; the next read asks the origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invalidation {
+    /// A key-path prefix: `s3/BUCKET/PREFIX` or `az/ACCOUNT/CONTAINER/PREFIX`.
+    pub prefix: String,
+    /// When it was made, by the coordinator's clock: milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+/// `POST /v1/invalidations`: invalidate a prefix now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidateRequest {
+    /// As [`Invalidation::prefix`] ([`cluster_prefix_problem`] says which are accepted).
+    pub prefix: String,
+}
+
+/// `GET /v1/invalidations` (and the answer to a `POST`): the invalidations of the last
+/// [`INVALIDATIONS_KEPT_MS`], oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidationsView {
+    /// The invalidations.
+    pub invalidations: Vec<Invalidation>,
+    /// Raised by one at each invalidation (0: none yet).
+    pub version: u64,
+}
+
+/// How long the coordinator hands an invalidation out: longer than any staleness bound
+/// or metadata TTL it must outlive (what was learned before it is past any bound by then).
+pub const INVALIDATIONS_KEPT_MS: u64 = 600_000;
+
+/// Most invalidations held at once (the oldest go first).
+pub const MAX_INVALIDATIONS: usize = 256;
+
 /// Most pinned prefixes in the cluster.
 pub const MAX_PINS: usize = 64;
 
 /// Longest pinned prefix, in bytes.
 pub const MAX_PIN_LEN: usize = 1024;
 
-/// Why `prefix` cannot be pinned, or `None` when it can: it must name a bucket
-/// (`s3/BUCKET/…`) or a container (`az/ACCOUNT/CONTAINER/…`), at most [`MAX_PIN_LEN`]
-/// bytes, no control characters.
+/// Why `prefix` cannot be pinned, or `None` when it can ([`cluster_prefix_problem`]).
 pub fn pin_prefix_problem(prefix: &str) -> Option<String> {
+    cluster_prefix_problem(prefix, "pin")
+}
+
+/// Why `prefix` cannot name objects of the cluster (a pin, an invalidation: `what`),
+/// or `None` when it can: it must name a bucket (`s3/BUCKET/…`) or a container
+/// (`az/ACCOUNT/CONTAINER/…`), at most [`MAX_PIN_LEN`] bytes, no control characters.
+pub fn cluster_prefix_problem(prefix: &str, what: &str) -> Option<String> {
     if prefix.len() > MAX_PIN_LEN {
-        return Some(format!("pin prefix longer than {MAX_PIN_LEN} bytes"));
+        return Some(format!("{what} prefix longer than {MAX_PIN_LEN} bytes"));
     }
     if prefix.chars().any(char::is_control) {
-        return Some(format!("pin prefix {prefix:?} has a control character"));
+        return Some(format!("{what} prefix {prefix:?} has a control character"));
     }
     let names_a_bucket = match prefix.split_once('/') {
         Some(("s3", rest)) => rest.split_once('/').is_some_and(|(b, _)| !b.is_empty()),
@@ -334,7 +378,7 @@ pub fn pin_prefix_problem(prefix: &str) -> Option<String> {
     };
     (!names_a_bucket).then(|| {
         format!(
-            "pin prefix {prefix:?}: expected s3/BUCKET/PREFIX or az/ACCOUNT/CONTAINER/PREFIX (a whole bucket: s3/BUCKET/)"
+            "{what} prefix {prefix:?}: expected s3/BUCKET/PREFIX or az/ACCOUNT/CONTAINER/PREFIX (a whole bucket: s3/BUCKET/)"
         )
     })
 }
@@ -611,6 +655,10 @@ pub struct MembersResponse {
     pub placement_version: u32,
     /// Live and draining members, sorted by id.
     pub members: Vec<MemberInfo>,
+    /// The cluster's invalidations of the last [`INVALIDATIONS_KEPT_MS`], which every
+    /// gateway applies too (none from a coordinator from before them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalidations: Vec<Invalidation>,
 }
 
 impl MembersResponse {
@@ -881,6 +929,7 @@ mod tests {
                 m("a", MemberState::Live, 3, 1),
                 m("b", MemberState::Draining, 0, 0),
             ],
+            invalidations: Vec::new(),
         };
         let c = members.cluster();
         assert_eq!((c.epoch, c.workers, c.live, c.draining), (9, 2, 1, 1));

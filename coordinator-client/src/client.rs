@@ -16,8 +16,9 @@ use talon_core::cluster_auth::{ClusterSecret, Role, api_auth_header};
 
 use crate::api::{
     CircuitsReport, CircuitsResponse, ClusterSummary, DrainRequest, DrainResponse, ErrorBody,
-    HeartbeatRequest, HeartbeatResponse, MemberInfo, MembersResponse, PinsRequest, PinsView,
-    RegisterRequest, RegisterResponse, WarmJobView, WarmJobsResponse, WarmRequest,
+    HeartbeatRequest, HeartbeatResponse, InvalidateRequest, InvalidationsView, MemberInfo,
+    MembersResponse, PinsRequest, PinsView, RegisterRequest, RegisterResponse, WarmJobView,
+    WarmJobsResponse, WarmRequest,
 };
 use crate::error::CoordinatorError;
 
@@ -314,6 +315,29 @@ impl CoordinatorClient {
     /// `expect_version` no longer holds; 403 for another role.
     pub async fn set_pins(&self, req: &PinsRequest) -> Result<PinsView, CoordinatorError> {
         self.call(Method::PUT, "/v1/pins", Some(req), Kind::Other)
+            .await
+    }
+
+    /// The cluster's invalidations still handed out.
+    ///
+    /// # Errors
+    /// Transport and decoding failures.
+    pub async fn invalidations(&self) -> Result<InvalidationsView, CoordinatorError> {
+        self.call::<(), _>(Method::GET, "/v1/invalidations", None, Kind::Other)
+            .await
+    }
+
+    /// Invalidates a prefix now (the admin role): every gateway and worker stops
+    /// answering what it learned under it before, within a heartbeat.
+    ///
+    /// # Errors
+    /// 400 for a prefix [`crate::api::cluster_prefix_problem`] refuses; 403 for another
+    /// role.
+    pub async fn invalidate(&self, prefix: &str) -> Result<InvalidationsView, CoordinatorError> {
+        let req = InvalidateRequest {
+            prefix: prefix.to_owned(),
+        };
+        self.call(Method::POST, "/v1/invalidations", Some(&req), Kind::Other)
             .await
     }
 

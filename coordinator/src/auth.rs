@@ -55,6 +55,10 @@ fn allowed(method: &Method, path: &str) -> &'static [Role] {
         // A warm job makes every worker fetch from the origin: admins and ingesters.
         return &[Role::Ingester, Role::Admin];
     }
+    if path == "/v1/invalidations" {
+        // What every gateway and worker forgets: the admin's alone.
+        return &[Role::Admin];
+    }
     if path == "/v1/pins" {
         // What every worker keeps from eviction: the admin's alone.
         return &[Role::Admin];

@@ -21,10 +21,12 @@
 pub mod auth;
 pub mod cli;
 pub mod etcd;
+pub mod invalidations;
 pub mod membership;
 pub mod metrics;
 pub mod pins;
 mod server;
+pub mod shared_document;
 pub mod shared_membership;
 pub mod shared_warm;
 mod status_page;
@@ -273,8 +275,13 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     }
     let membership = Arc::new(membership);
     let warm = Arc::new(warm::WarmJobs::default());
-    let (shared, shared_warm, pins) = match &config.state {
-        StateConfig::Memory => (None, None, Arc::new(pins::ClusterPins::default())),
+    let (shared, shared_warm, pins, invalidations) = match &config.state {
+        StateConfig::Memory => (
+            None,
+            None,
+            Arc::new(pins::ClusterPins::default()),
+            Arc::new(invalidations::ClusterInvalidations::default()),
+        ),
         StateConfig::Etcd {
             endpoints,
             prefix,
@@ -294,6 +301,11 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
             let members = shared.load().await?;
             let pins = Arc::new(pins::ClusterPins::shared(etcd.clone(), &prefix));
             pins.load().await?;
+            let invalidations = Arc::new(invalidations::ClusterInvalidations::shared(
+                etcd.clone(),
+                &prefix,
+            ));
+            invalidations.load().await?;
             let shared_warm = Arc::new(SharedWarmJobs::new(
                 etcd,
                 &prefix,
@@ -306,9 +318,9 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
                 prefix,
                 members,
                 warm_jobs = jobs,
-                "membership, warm jobs and pins shared through etcd"
+                "membership, warm jobs, pins and invalidations shared through etcd"
             );
-            (Some(shared), Some(shared_warm), pins)
+            (Some(shared), Some(shared_warm), pins, invalidations)
         }
     };
     let state = Arc::new(AppState {
@@ -317,6 +329,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
         shared: shared.clone(),
         shared_warm: shared_warm.clone(),
         pins: pins.clone(),
+        invalidations: invalidations.clone(),
         warm,
         config: config.clone(),
         ready: false.into(),
@@ -331,6 +344,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     }
     // Returns at once when the pins are in memory.
     tasks.push(tokio::spawn(pins.mirror(shutdown_rx.clone())));
+    tasks.push(tokio::spawn(invalidations.mirror(shutdown_rx.clone())));
 
     let mut stop = shutdown_rx.clone();
     let serve = talon_listener::serve_router(

@@ -432,6 +432,7 @@ impl Membership {
             state,
             warm: Vec::new(),
             pins: Vec::new(),
+            invalidations: Vec::new(),
         })
     }
 
@@ -586,6 +587,7 @@ impl MembershipSnapshot {
             epoch: self.epoch,
             placement_version: crate::placement::PLACEMENT_VERSION,
             members: self.members.clone(),
+            invalidations: Vec::new(),
         }
     }
 }

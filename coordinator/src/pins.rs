@@ -6,20 +6,33 @@
 //! `<prefix>pins/current`, changed by compare-and-put and followed by every
 //! coordinator, so any of them may set it and all hand out the same.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
 use crate::api::{MAX_PINS, PinsRequest, PinsView, pin_prefix_problem};
 use crate::error::CoordinatorError;
-use crate::etcd::{Etcd, Expect, WatchEvent};
+use crate::etcd::Etcd;
+use crate::shared_document::{Document, SharedDocument};
+
+impl Document for PinsView {
+    fn version(&self) -> u64 {
+        self.version
+    }
+}
 
 /// The cluster's pins, as this coordinator knows them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClusterPins {
-    current: Mutex<PinsView>,
-    /// The etcd cluster and the key holding the list, when shared.
-    shared: Option<(Arc<Etcd>, String)>,
+    doc: Arc<SharedDocument<PinsView>>,
+}
+
+impl Default for ClusterPins {
+    fn default() -> Self {
+        ClusterPins {
+            doc: Arc::new(SharedDocument::in_memory("pins")),
+        }
+    }
 }
 
 /// Why `req` cannot be taken, or `None`.
@@ -40,23 +53,22 @@ impl ClusterPins {
     /// Pins kept in `etcd` under `<prefix>pins/` (`prefix` ends in `/`).
     pub fn shared(etcd: Arc<Etcd>, prefix: &str) -> ClusterPins {
         ClusterPins {
-            current: Mutex::default(),
-            shared: Some((etcd, format!("{prefix}pins/current"))),
+            doc: Arc::new(SharedDocument::shared(
+                etcd,
+                format!("{prefix}pins/current"),
+                "pins",
+            )),
         }
-    }
-
-    fn now(&self) -> std::sync::MutexGuard<'_, PinsView> {
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The list.
     pub fn get(&self) -> PinsView {
-        self.now().clone()
+        self.doc.get()
     }
 
     /// The prefixes alone, for a heartbeat answer.
     pub fn prefixes(&self) -> Vec<String> {
-        self.now().prefixes.clone()
+        self.doc.get().prefixes
     }
 
     /// Replaces the list (in etcd first, when shared); the new list.
@@ -70,48 +82,20 @@ impl ClusterPins {
         if let Some(problem) = request_problem(req) {
             return Err(CoordinatorError::InvalidRequest(problem));
         }
-        let Some((etcd, key)) = &self.shared else {
-            let mut now = self.now();
-            if let Some(v) = req.expect_version.filter(|v| *v != now.version) {
-                return Err(stale(v, now.version));
-            }
-            *now = PinsView {
-                prefixes: req.prefixes.clone(),
-                version: now.version + 1,
-            };
-            tracing::info!(prefixes = ?now.prefixes, version = now.version, "cluster pins set");
-            return Ok(now.clone());
-        };
-        let held = etcd.get(key.as_bytes()).await?;
-        let (stored, expect) = match &held {
-            Some(kv) => (
-                serde_json::from_slice::<PinsView>(&kv.value)
-                    .map_err(|e| CoordinatorError::StateStore(format!("the pins in etcd: {e}")))?,
-                Expect::ModRevision(kv.mod_revision),
-            ),
-            None => (PinsView::default(), Expect::Absent),
-        };
-        if let Some(v) = req.expect_version.filter(|v| *v != stored.version) {
-            return Err(stale(v, stored.version));
-        }
-        let next = PinsView {
-            prefixes: req.prefixes.clone(),
-            version: stored.version + 1,
-        };
-        let value = serde_json::to_vec(&next)
-            .map_err(|e| CoordinatorError::StateStore(format!("encoding the pins: {e}")))?;
-        if !etcd.put_if(key.as_bytes(), &value, 0, expect).await? {
-            return Err(stale(stored.version, stored.version + 1));
-        }
+        let next = self
+            .doc
+            .change(|stored| {
+                if let Some(v) = req.expect_version.filter(|v| *v != stored.version) {
+                    return Err(stale(v, stored.version));
+                }
+                Ok(PinsView {
+                    prefixes: req.prefixes.clone(),
+                    version: stored.version + 1,
+                })
+            })
+            .await?;
         tracing::info!(prefixes = ?next.prefixes, version = next.version, "cluster pins set");
-        *self.now() = next.clone();
         Ok(next)
-    }
-
-    fn take(&self, value: &[u8]) {
-        if let Ok(view) = serde_json::from_slice::<PinsView>(value) {
-            *self.now() = view;
-        }
     }
 
     /// Reads the list from etcd once (before the coordinator says it is ready).
@@ -119,34 +103,12 @@ impl ClusterPins {
     /// # Errors
     /// [`CoordinatorError::StateStore`] when etcd cannot be reached.
     pub async fn load(&self) -> Result<(), CoordinatorError> {
-        if let Some((etcd, key)) = &self.shared {
-            match etcd.get(key.as_bytes()).await? {
-                Some(kv) => self.take(&kv.value),
-                None => *self.now() = PinsView::default(),
-            }
-        }
-        Ok(())
+        self.doc.load().await
     }
 
     /// Follows the list in etcd until `stop` (nothing to do in memory).
     pub async fn mirror(self: Arc<Self>, stop: watch::Receiver<bool>) {
-        let Some((etcd, key)) = &self.shared else {
-            return;
-        };
-        etcd.follow(
-            key.as_bytes(),
-            stop,
-            |kvs| match kvs.iter().find(|kv| kv.key == key.as_bytes()) {
-                Some(kv) => self.take(&kv.value),
-                None => *self.now() = PinsView::default(),
-            },
-            |event| match event {
-                WatchEvent::Put(kv) if kv.key == key.as_bytes() => self.take(&kv.value),
-                WatchEvent::Delete(k) if k == key.as_bytes() => *self.now() = PinsView::default(),
-                _ => {}
-            },
-        )
-        .await;
+        self.doc.clone().mirror(stop).await;
     }
 }
 

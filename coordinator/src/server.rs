@@ -34,6 +34,8 @@ pub(crate) struct AppState {
     pub(crate) warm: Arc<crate::warm::WarmJobs>,
     /// The cluster's pinned prefixes.
     pub(crate) pins: Arc<crate::pins::ClusterPins>,
+    /// The cluster's invalidations.
+    pub(crate) invalidations: Arc<crate::invalidations::ClusterInvalidations>,
     /// Warm jobs in etcd, mirrored into `warm` (`None`: memory only).
     pub(crate) shared_warm: Option<Arc<crate::shared_warm::SharedWarmJobs>>,
     pub(crate) metrics: Metrics,
@@ -54,6 +56,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/readers/{id}/circuits", post(circuits))
         .route("/v1/warm", post(warm_start).get(warm_list))
         .route("/v1/pins", get(pins_get).put(pins_set))
+        .route("/v1/invalidations", get(invalidations_get).post(invalidate))
         .route("/v1/warm/{id}", get(warm_view).delete(warm_cancel))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -141,6 +144,7 @@ async fn heartbeat(
         None => state.warm.complete(&id, &stats.warm_done),
     }
     answer.pins = state.pins.prefixes();
+    answer.invalidations = state.invalidations.current();
     // Placement is built only while a job runs: a heartbeat is otherwise no costlier.
     if answer.state == crate::api::MemberState::Live && state.warm.any_running() {
         let placement = state.membership.snapshot(Instant::now()).placement();
@@ -239,6 +243,20 @@ async fn pins_set(
     Ok(Json(state.pins.set(&req).await?))
 }
 
+async fn invalidations_get(
+    State(state): State<Arc<AppState>>,
+) -> Json<crate::api::InvalidationsView> {
+    Json(state.invalidations.view())
+}
+
+async fn invalidate(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<crate::api::InvalidationsView>, ApiError> {
+    let req: crate::api::InvalidateRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+    Ok(Json(state.invalidations.invalidate(&req.prefix).await?))
+}
+
 async fn warm_list(State(state): State<Arc<AppState>>) -> Json<crate::api::WarmJobsResponse> {
     Json(crate::api::WarmJobsResponse {
         jobs: state.warm.list(),
@@ -274,7 +292,9 @@ async fn warm_cancel(
 }
 
 async fn members(State(state): State<Arc<AppState>>) -> Response {
-    Json(state.membership.snapshot(Instant::now()).members_response()).into_response()
+    let mut answer = state.membership.snapshot(Instant::now()).members_response();
+    answer.invalidations = state.invalidations.current();
+    Json(answer).into_response()
 }
 
 async fn member(

@@ -31,7 +31,6 @@ use crate::Gateway;
 use crate::blocks_over_s3;
 use crate::config::{Backend, Route};
 use crate::copies;
-use crate::listings::ListingKey;
 use crate::metrics::Outcome;
 use crate::multipart_over_azure;
 use crate::objects::ReadRequest;
@@ -414,7 +413,8 @@ impl ObjectBackend for GatewayBackend {
     async fn list(&self, bucket: &str, spec: &ListSpec<'_>) -> Result<ListResult, Failure> {
         // Through the cache, a page the origin gave within T (and after this gateway's
         // last write to the bucket) is answered from memory.
-        let kept = (self.route == Route::Cache).then(|| ListingKey::new(self.origin, bucket, spec));
+        let kept = (self.route == Route::Cache)
+            .then(|| self.gw.objects.listing_key(self.origin, bucket, spec));
         if let Some(page) = kept
             .as_ref()
             .and_then(|key| self.gw.objects.listings().get(key))

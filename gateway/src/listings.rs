@@ -8,14 +8,15 @@
 //!
 //! A write through this gateway (put, copy, multipart completion, delete, a bucket
 //! created or deleted) makes every page of its bucket kept from before it unusable:
-//! a listing after the write shows it. Writes made elsewhere are seen within T.
+//! a listing after the write shows it. Writes made elsewhere are seen within T, or as
+//! soon as an invalidation of an overlapping prefix (`talon invalidate`) is heard.
 //! Only the cache route keeps pages; the origin route lists at the origin every time.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use talon_metadata_cache::{CacheStats, Limits, Lookup, MetadataCache};
+use talon_metadata_cache::{CacheStats, Invalidations, Limits, Lookup, MetadataCache};
 use talon_protocols::server::{ListFrom, ListResult, ListSpec};
 
 use crate::config::Backend;
@@ -41,6 +42,9 @@ pub struct ListingKey {
     from: ListStart,
     max_keys: usize,
     include_metadata: bool,
+    /// The listed prefix as a key path (`s3/BUCKET/PREFIX`, `az/ACCOUNT/CONTAINER/PREFIX`),
+    /// for invalidations.
+    key_path: String,
 }
 
 /// [`ListFrom`], owned.
@@ -53,8 +57,14 @@ enum ListStart {
 }
 
 impl ListingKey {
-    /// The key of `spec` on `bucket` of `backend`.
-    pub fn new(backend: Backend, bucket: &str, spec: &ListSpec<'_>) -> ListingKey {
+    /// The key of `spec` on `bucket` of `backend`, whose prefix is `key_path` as a key
+    /// path.
+    pub fn new(
+        backend: Backend,
+        bucket: &str,
+        spec: &ListSpec<'_>,
+        key_path: String,
+    ) -> ListingKey {
         ListingKey {
             backend,
             bucket: bucket.to_owned(),
@@ -68,6 +78,7 @@ impl ListingKey {
             },
             max_keys: spec.max_keys,
             include_metadata: spec.include_metadata,
+            key_path,
         }
     }
 
@@ -80,6 +91,7 @@ impl ListingKey {
             + self.bucket.len()
             + self.prefix.len()
             + self.delimiter.as_ref().map_or(0, String::len)
+            + self.key_path.len()
             + from) as u64
     }
 }
@@ -110,6 +122,7 @@ pub struct Listings {
     max_age: Duration,
     pages: MetadataCache<ListingKey, Arc<ListResult>>,
     written: Mutex<BucketWrites>,
+    invalidations: Arc<Invalidations>,
 }
 
 #[derive(Debug, Default)]
@@ -119,8 +132,9 @@ struct BucketWrites {
 }
 
 impl Listings {
-    /// Pages kept for `max_age` (T), within [`LISTING_LIMITS`].
-    pub fn new(max_age: Duration) -> Listings {
+    /// Pages kept for `max_age` (T), within [`LISTING_LIMITS`], and not past an
+    /// overlapping one of `invalidations`.
+    pub fn new(max_age: Duration, invalidations: Arc<Invalidations>) -> Listings {
         Listings {
             max_age,
             pages: MetadataCache::new(LISTING_LIMITS, |key, page| {
@@ -130,23 +144,22 @@ impl Listings {
                 at: HashMap::new(),
                 sweep_at: MIN_BUCKET_MARKS_SWEEP,
             }),
+            invalidations,
         }
     }
 
     /// The page the origin gave for `key` within T and after the bucket's last write
-    /// through this gateway, if one is kept (one from before that write is dropped, and
-    /// counted as a miss).
+    /// through this gateway (and any overlapping invalidation), if one is kept (one from
+    /// before is dropped, and counted as a miss).
     pub fn get(&self, key: &ListingKey) -> Option<ListResult> {
         let written = self
             .lock_written()
             .at
             .get(&(key.backend, key.bucket.clone()))
             .copied();
-        if let Some(written) = written
-            && self
-                .pages
-                .peek(key)
-                .is_some_and(|(said, _)| said <= written)
+        if let Some((said, _)) = self.pages.peek(key)
+            && (written.is_some_and(|written| said <= written)
+                || self.invalidations.overlaps(&key.key_path, said))
         {
             self.pages.remove(key);
         }
@@ -201,6 +214,23 @@ mod tests {
         }
     }
 
+    fn key(backend: Backend, bucket: &str, prefix: &str) -> ListingKey {
+        let key_path = format!("s3/{bucket}/{prefix}");
+        ListingKey::new(backend, bucket, &spec(prefix), key_path)
+    }
+
+    #[test]
+    fn an_overlapping_invalidation_drops_a_page() {
+        let invalidations = Arc::new(Invalidations::default());
+        let listings = Listings::new(Duration::from_secs(60), invalidations.clone());
+        let (top, other) = (key(Backend::S3, "b", ""), key(Backend::S3, "b", "e/"));
+        listings.keep(top.clone(), Instant::now(), &page("d/1"));
+        listings.keep(other.clone(), Instant::now(), &page("e/1"));
+        invalidations.update([("s3/b/d/", 1)]);
+        assert!(listings.get(&top).is_none(), "the bucket's root lists d/");
+        assert!(listings.get(&other).is_some(), "e/ does not overlap d/");
+    }
+
     fn page(key: &str) -> ListResult {
         ListResult {
             objects: vec![ListedObject {
@@ -218,25 +248,17 @@ mod tests {
 
     #[test]
     fn a_page_is_answered_within_t_until_its_bucket_is_written() {
-        let listings = Listings::new(Duration::from_secs(60));
-        let key = ListingKey::new(Backend::S3, "b", &spec("d/"));
+        let listings = Listings::new(Duration::from_secs(60), Arc::default());
+        let key = key(Backend::S3, "b", "d/");
         assert!(listings.get(&key).is_none());
         listings.keep(key.clone(), Instant::now(), &page("d/1"));
         assert_eq!(listings.get(&key), Some(page("d/1")));
         // Another request (prefix, start, bucket, backend) is another page.
+        assert!(listings.get(&self::key(Backend::S3, "b", "e/")).is_none());
+        assert!(listings.get(&self::key(Backend::S3, "c", "d/")).is_none());
         assert!(
             listings
-                .get(&ListingKey::new(Backend::S3, "b", &spec("e/")))
-                .is_none()
-        );
-        assert!(
-            listings
-                .get(&ListingKey::new(Backend::S3, "c", &spec("d/")))
-                .is_none()
-        );
-        assert!(
-            listings
-                .get(&ListingKey::new(Backend::Azure, "b", &spec("d/")))
+                .get(&self::key(Backend::Azure, "b", "d/"))
                 .is_none()
         );
         // A write to another bucket leaves it; one to its own bucket ends it.
@@ -251,8 +273,8 @@ mod tests {
 
     #[test]
     fn a_page_older_than_t_is_not_answered() {
-        let listings = Listings::new(Duration::from_millis(100));
-        let key = ListingKey::new(Backend::S3, "b", &spec("d/"));
+        let listings = Listings::new(Duration::from_millis(100), Arc::default());
+        let key = key(Backend::S3, "b", "d/");
         let long_ago = Instant::now().checked_sub(Duration::from_secs(1)).unwrap();
         listings.keep(key.clone(), long_ago, &page("d/1"));
         assert!(listings.get(&key).is_none());

@@ -133,6 +133,9 @@ pub struct Objects {
     known: MetadataCache<ObjectId, ObjectInfo>,
     /// Listing pages kept within T ([`crate::listings`]).
     listings: crate::listings::Listings,
+    /// The cluster's invalidations (from the cache client's membership polls; none
+    /// without a cache).
+    invalidations: std::sync::Arc<talon_metadata_cache::Invalidations>,
     /// The writes through this gateway that known metadata must be newer than. Its lock
     /// is held while an answer is remembered and while a write drops an entry, so that
     /// an answer older than a racing write cannot stay behind: every entry in `known`
@@ -181,13 +184,21 @@ impl Objects {
             .as_ref()
             .map(|(a, _)| a.clone())
             .unwrap_or_default();
+        let invalidations = cache
+            .as_ref()
+            .map(CacheClient::invalidations)
+            .unwrap_or_default();
         Objects {
+            listings: crate::listings::Listings::new(
+                freshness.max_staleness,
+                invalidations.clone(),
+            ),
+            invalidations,
             origins,
             cache,
             azure_account,
             freshness,
             known: MetadataCache::new(metadata, |id, info| id.held_bytes() + info.held_bytes()),
-            listings: crate::listings::Listings::new(freshness.max_staleness),
             writes: Mutex::new(RecentWrites {
                 at: HashMap::new(),
                 sweep_at: MIN_WRITES_SWEEP_AT,
@@ -270,6 +281,20 @@ impl Objects {
     pub fn wrote(&self, backend: Backend, bucket: &str, key: &str) {
         self.saw_new_version(backend, bucket, key);
         self.listings.bucket_changed(backend, bucket);
+    }
+
+    /// The key of a listing of `spec` on `bucket`, for [`listings`](Self::listings).
+    pub fn listing_key(
+        &self,
+        backend: Backend,
+        bucket: &str,
+        spec: &talon_protocols::server::ListSpec<'_>,
+    ) -> crate::listings::ListingKey {
+        let key_path = match backend {
+            Backend::S3 => format!("s3/{bucket}/{}", spec.prefix),
+            Backend::Azure => format!("az/{}/{bucket}/{}", self.azure_account, spec.prefix),
+        };
+        crate::listings::ListingKey::new(backend, bucket, spec, key_path)
     }
 
     /// The listing pages kept within T.
@@ -477,20 +502,33 @@ impl Objects {
         };
         let asked = Instant::now();
         let t = self.freshness.max_staleness;
+        // An invalidation of its prefix (`talon invalidate`) heard since it was learned
+        // makes an entry unanswerable, even stale.
+        let invalidated = self.invalidations.since(|| id.key_path());
         // Newer than any write through this gateway (`writes`' invariant).
         let known = match self.known.lookup(&id, t, asked) {
-            Lookup::Fresh { value, .. } => {
+            Lookup::Fresh { value, age }
+                if invalidated.is_none_or(|heard| asked.checked_sub(age) > Some(heard)) =>
+            {
                 return Ok(Meta {
                     info: value,
                     outcome: Outcome::Hit,
                     stale: None,
                 });
             }
-            Lookup::Expired { value, observed } => Some((observed, value)),
-            Lookup::Missing { .. } | Lookup::Absent => None,
+            Lookup::Expired { value, observed }
+                if invalidated.is_none_or(|heard| observed > heard) =>
+            {
+                Some((observed, value))
+            }
+            Lookup::Fresh { .. }
+            | Lookup::Expired { .. }
+            | Lookup::Missing { .. }
+            | Lookup::Absent => None,
         };
-        // What the workers may answer with: no older than T, nor than the last write.
-        let written = self.written_at(backend, bucket, key);
+        // What the workers may answer with: no older than T, nor than the last write,
+        // nor than an invalidation.
+        let written = self.written_at(backend, bucket, key).max(invalidated);
         let max_age = written.map_or(t, |w| t.min(asked.saturating_duration_since(w)));
         // After a write through this gateway its bytes are likely cached already (the
         // write-through): the metadata alone is asked for, with a HEAD if need be.

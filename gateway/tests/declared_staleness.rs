@@ -807,3 +807,82 @@ async fn a_listing_is_answered_from_memory_within_t_and_shows_a_write_through_th
     );
     assert_eq!(listing("entries"), 2.0, "{metrics}");
 }
+
+/// `talon invalidate` (the coordinator's `POST /v1/invalidations`): within a heartbeat
+/// every gateway and worker stops answering what it learned under the prefix, metadata
+/// and listings alike, so a read sees an overwrite made at the origin long before T;
+/// what lies outside the prefix stays cached. Only the admin role may invalidate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidation_reaches_every_gateway_and_worker_within_a_heartbeat() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 2,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Freshness::within(Duration::from_secs(300))).await;
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    s3.create_bucket("data").await.unwrap();
+    let v = |what: &str| Bytes::from(format!("{what} ").repeat(100));
+    for key in ["inv/a", "keep/c"] {
+        s3.put("data", key, v("first"), None).await.unwrap();
+    }
+    let [a, c] = [
+        urls(&gw, "inv/a")[0].clone(),
+        urls(&gw, "keep/c")[0].clone(),
+    ];
+    let listing = format!("{}/data?list-type=2&prefix=inv/", gw.s3_url().unwrap());
+    let keys = |body: &Bytes| String::from_utf8_lossy(body).matches("<Key>").count();
+    assert_eq!(read(&a).await.2, v("first"));
+    assert_eq!(read(&c).await.2, v("first"));
+    assert_eq!(keys(&read(&listing).await.2), 1);
+    // Changed at the origin: within T nothing shows.
+    for key in ["inv/a", "keep/c"] {
+        s3.put("data", key, v("second"), None).await.unwrap();
+    }
+    s3.put("data", "inv/b", v("new"), None).await.unwrap();
+    assert_eq!(read(&a).await.2, v("first"));
+    assert_eq!(keys(&read(&listing).await.2), 1);
+    // Only an admin may invalidate; a refusal changes nothing.
+    let reader = cluster.coordinator_client(talon_core::cluster_auth::Role::Reader);
+    assert!(reader.invalidate("s3/data/inv/").await.is_err());
+    let admin = cluster.coordinator_client(talon_core::cluster_auth::Role::Admin);
+    assert!(
+        admin
+            .invalidations()
+            .await
+            .unwrap()
+            .invalidations
+            .is_empty()
+    );
+    assert!(admin.invalidate("s3/").await.is_err(), "names no bucket");
+    let view = admin.invalidate("s3/data/inv/").await.unwrap();
+    assert_eq!(view.invalidations.len(), 1);
+    // Within a heartbeat (100 ms here; the gateway's membership poll as often).
+    let sees = wait_for_new(&a, v("second")).await;
+    assert!(sees < Duration::from_secs(5), "took {sees:?}");
+    assert_eq!(keys(&read(&listing).await.2), 2, "the listing shows inv/b");
+    // Outside the prefix: still the cached version, and no origin request for it.
+    let stub = cluster.origin.metrics();
+    let before = stub.requests_total();
+    assert_eq!(read(&c).await.2, v("first"));
+    assert_eq!(stub.requests_total(), before);
+    // The worker's own table was invalidated too: it revalidated, counted as changed.
+    assert!(
+        worker_total(
+            &cluster,
+            "talon_worker_stat_origin_requests_total{result=\"changed\"}"
+        ) >= 1.0
+    );
+}
+
+/// Reads `url` until it answers `want`; how long that took.
+async fn wait_for_new(url: &str, want: Bytes) -> Duration {
+    let started = Instant::now();
+    talon_testkit::wait_for("the new version", Duration::from_secs(10), || {
+        let want = want.clone();
+        async move { (read(url).await.2 == want).then_some(()) }
+    })
+    .await;
+    started.elapsed()
+}

@@ -13,6 +13,9 @@
 //! It does not decide how old an answer may be (the caller's max age does, at each
 //! lookup), nor fetch: a miss is the caller's to fill, single flight included.
 
+mod invalidations;
+pub use invalidations::Invalidations;
+
 use std::hash::Hash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -164,6 +164,18 @@ async fn a_warm_job_lives_in_etcd_and_every_coordinator_serves_it() {
         (c_admin.pins().await.ok()? == set).then_some(())
     })
     .await;
+    // So does an invalidation made through D (one etcd document, like the pins).
+    let made = admin(&cluster, &d)
+        .invalidate("s3/data/warm/")
+        .await
+        .unwrap();
+    assert_eq!(made.invalidations.len(), 1);
+    wait_for(
+        "C to list D's invalidation",
+        Duration::from_secs(10),
+        || async { (c_admin.invalidations().await.ok()? == made).then_some(()) },
+    )
+    .await;
     c.shutdown().await;
     d.shutdown().await;
 }

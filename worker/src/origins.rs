@@ -106,6 +106,8 @@ pub struct StatCache {
     sparse: SparseFolders,
     /// Folders of more than a page, listed from the due key.
     large: LargeFolders,
+    /// The cluster's invalidations (with each heartbeat).
+    invalidations: talon_metadata_cache::Invalidations,
     /// Revalidation listings in flight, by folder: when each was sent, and a channel
     /// closed when it is done (the callers that wait on it then look again).
     listings: Mutex<HashMap<String, (Instant, watch::Receiver<()>)>>,
@@ -202,6 +204,7 @@ impl StatCache {
             changed: AtomicU64::new(0),
             sparse: SparseFolders::default(),
             large: LargeFolders::default(),
+            invalidations: talon_metadata_cache::Invalidations::default(),
             listings: Mutex::new(HashMap::new()),
             listed: AtomicU64::new(0),
             refreshed: AtomicU64::new(0),
@@ -283,7 +286,14 @@ impl StatCache {
         } else {
             self.known.lookup(object, found_limit, now)
         };
+        // Learned before an invalidation of its prefix (`talon invalidate`): asked again.
+        let invalidated = |age: Duration| {
+            self.invalidations
+                .invalidated(|| object.key_path(), now.checked_sub(age).unwrap_or(now))
+        };
         match lookup {
+            Lookup::Fresh { value, age } if invalidated(age) => Err(Some(value)),
+            Lookup::Missing { age } if invalidated(age) => Err(None),
             Lookup::Fresh { value, age } => Ok((Ok(value), age)),
             Lookup::Missing { age } if age < missing_limit => Ok((Err(not_found(object)), age)),
             Lookup::Expired { value, .. } => Err(Some(value)),
@@ -453,6 +463,12 @@ impl StatCache {
         shared
             .map(|info| (info, said.elapsed(), bytes))
             .map_err(WorkerError::Shared)
+    }
+
+    /// The cluster's invalidations in force here: what a heartbeat brings is given to
+    /// [`Invalidations::update`](talon_metadata_cache::Invalidations::update).
+    pub fn invalidations(&self) -> &talon_metadata_cache::Invalidations {
+        &self.invalidations
     }
 
     /// What the origins' per-prefix request limit did so far.
@@ -1049,6 +1065,34 @@ mod tests {
             .unwrap();
         assert_eq!(cache.origin_requests().listed, 4);
         assert_eq!(requests() - before, 4);
+    }
+
+    /// An invalidation heard (with a heartbeat) makes the entries learned before it,
+    /// found or not found, be asked of the origin again, whatever their age; entries
+    /// outside its prefix, and those learned after it, are answered as before.
+    #[tokio::test]
+    async fn an_invalidation_makes_what_was_learned_before_it_be_asked_again() {
+        let (_stub, origins) = stub(FaultConfig::default()).await;
+        let cache = StatCache::new(origins, Duration::from_secs(60), Duration::from_secs(60));
+        cache.stat(&s3("present")).await.unwrap();
+        assert!(cache.stat(&s3("absent")).await.is_err());
+        let asked = |c: &StatCache| {
+            let r = c.origin_requests();
+            r.fetched + r.unchanged + r.changed + r.listed
+        };
+        assert_eq!(asked(&cache), 2);
+        cache.invalidations().update([("s3/bkt/elsewhere/", 1)]);
+        cache.stat(&s3("present")).await.unwrap();
+        assert_eq!(asked(&cache), 2, "another prefix: answered from memory");
+        cache
+            .invalidations()
+            .update([("s3/bkt/elsewhere/", 1), ("s3/bkt/", 2)]);
+        cache.stat(&s3("present")).await.unwrap();
+        assert!(cache.stat(&s3("absent")).await.is_err());
+        assert_eq!(asked(&cache), 4, "both asked again");
+        cache.stat(&s3("present")).await.unwrap();
+        assert!(cache.stat(&s3("absent")).await.is_err());
+        assert_eq!(asked(&cache), 4, "learned since: answered from memory");
     }
 
     /// A first read is a GET only while a place for its bytes is free: with every place

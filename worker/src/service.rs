@@ -371,6 +371,15 @@ async fn agent(
                     if services.loader.store().set_cluster_pins(&answer.pins) {
                         tracing::info!(prefixes = ?answer.pins, "cluster pins changed");
                     }
+                    let invalidated = services.stats.invalidations().update(
+                        answer
+                            .invalidations
+                            .iter()
+                            .map(|i| (i.prefix.as_str(), i.at_unix_ms)),
+                    );
+                    if invalidated > 0 {
+                        tracing::info!(new = invalidated, "cluster invalidations received");
+                    }
                     warm.start(&services.loader, answer.warm);
                 }
                 Ok(talon_coordinator_client::client::Report::Registered(_)) => {

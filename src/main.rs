@@ -8,6 +8,7 @@
 
 mod banner;
 mod coordinator_args;
+mod freshness;
 mod invalidate;
 mod pin;
 mod status;
@@ -77,6 +78,9 @@ enum Command {
     /// Make every gateway and worker forget what it learned under prefixes (object
     /// metadata, listing pages) within a heartbeat, or list the invalidations in force.
     Invalidate(invalidate::InvalidateArgs),
+    /// List, add or remove the cluster's per-prefix staleness bounds (PREFIX=DURATION or
+    /// PREFIX=immutable), which every gateway and worker applies instead of its own.
+    Freshness(freshness::FreshnessArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -503,6 +507,7 @@ fn main() -> anyhow::Result<ExitCode> {
             Command::Warm(args) => warm::warm(args).await,
             Command::Pin(args) => pin::pin(args).await,
             Command::Invalidate(args) => invalidate::invalidate(args).await,
+            Command::Freshness(args) => freshness::freshness(args).await,
             Command::Loadgen(_) => unreachable!("handled above"),
         }
     })?;

@@ -309,6 +309,8 @@ struct Inner {
     refresher: std::sync::Mutex<Option<JoinHandle<()>>>,
     /// The cluster's invalidations, with each membership poll.
     invalidations: Arc<talon_metadata_cache::Invalidations>,
+    /// The cluster's per-prefix freshness, with each membership poll.
+    freshness: Arc<talon_metadata_cache::FreshnessRules>,
 }
 
 /// What this client's reads did when a worker failed them, since it was made.
@@ -412,9 +414,11 @@ impl CacheClient {
         );
         pool.set_members(&pool_members(&members));
         let invalidations = Arc::new(talon_metadata_cache::Invalidations::default());
-        take_invalidations(&invalidations, &members);
+        let freshness = Arc::new(talon_metadata_cache::FreshnessRules::default());
+        take_invalidations(&invalidations, &freshness, &members);
         let inner = Arc::new(Inner {
             invalidations,
+            freshness,
             local_routes: RwLock::new(Arc::new(local_routes(&members, here.as_deref()))),
             here,
             budget: ReadBudget::new(
@@ -844,6 +848,12 @@ impl CacheClient {
     /// metadata and listings must not answer.
     pub fn invalidations(&self) -> Arc<talon_metadata_cache::Invalidations> {
         self.inner.invalidations.clone()
+    }
+
+    /// The cluster's per-prefix freshness as this client last heard it (each
+    /// membership poll): the bound a gateway applies under each prefix.
+    pub fn freshness_rules(&self) -> Arc<talon_metadata_cache::FreshnessRules> {
+        self.inner.freshness.clone()
     }
 
     /// The first-byte quantile learned for the worker at `addr` (data-plane
@@ -1594,9 +1604,10 @@ async fn report_circuits(inner: &Inner) {
     }
 }
 
-/// Takes the invalidations a membership answer lists.
+/// Takes the invalidations and the freshness rules a membership answer lists.
 fn take_invalidations(
     invalidations: &talon_metadata_cache::Invalidations,
+    freshness: &talon_metadata_cache::FreshnessRules,
     members: &MembersResponse,
 ) {
     let new = invalidations.update(
@@ -1608,6 +1619,13 @@ fn take_invalidations(
     if new > 0 {
         tracing::info!(new, "cluster invalidations received");
     }
+    let rules = members
+        .freshness
+        .iter()
+        .map(|r| (r.prefix.as_str(), r.max_staleness_ms));
+    if freshness.update(rules) {
+        tracing::info!(rules = ?members.freshness, "cluster freshness rules changed");
+    }
 }
 
 async fn refresh(inner: &Inner) {
@@ -1616,7 +1634,7 @@ async fn refresh(inner: &Inner) {
         Ok((placement, members))
     }) {
         Ok((placement, members)) => {
-            take_invalidations(&inner.invalidations, &members);
+            take_invalidations(&inner.invalidations, &inner.freshness, &members);
             let placement = Arc::new(placement);
             if placement.is_empty()
                 && !inner

@@ -287,6 +287,10 @@ pub struct HeartbeatResponse {
     /// ([`Invalidation`]); a coordinator from before them sends none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub invalidations: Vec<Invalidation>,
+    /// The cluster's per-prefix freshness ([`FreshnessRule`]); none from a coordinator
+    /// from before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freshness: Vec<FreshnessRule>,
 }
 
 /// The cluster's pinned prefixes (`GET /v1/pins`; `PUT /v1/pins` with a [`PinsRequest`]).
@@ -345,6 +349,41 @@ pub const INVALIDATIONS_KEPT_MS: u64 = 600_000;
 
 /// Most invalidations held at once (the oldest go first).
 pub const MAX_INVALIDATIONS: usize = 256;
+
+/// How fresh what is learned under a prefix must be (`talon freshness`, `PUT
+/// /v1/freshness`): every gateway and worker uses it instead of its own bound for the
+/// objects (and listings) under the prefix; the longest matching prefix wins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreshnessRule {
+    /// A key-path prefix: `s3/BUCKET/PREFIX` or `az/ACCOUNT/CONTAINER/PREFIX`.
+    pub prefix: String,
+    /// The staleness bound there, milliseconds; `None`: immutable (what is learned is
+    /// answered until evicted or invalidated: the objects never change in place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_staleness_ms: Option<u64>,
+}
+
+/// `GET /v1/freshness`: the cluster's per-prefix freshness.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreshnessView {
+    /// The rules.
+    pub rules: Vec<FreshnessRule>,
+    /// Raised by one at each change (0: never set).
+    pub version: u64,
+}
+
+/// `PUT /v1/freshness`: a new list of rules, replacing the last.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreshnessRequest {
+    /// The rules (prefixes as [`cluster_prefix_problem`] accepts); empty removes all.
+    pub rules: Vec<FreshnessRule>,
+    /// Refuse (409) unless the list is still at this version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_version: Option<u64>,
+}
+
+/// Most per-prefix freshness rules in the cluster.
+pub const MAX_FRESHNESS_RULES: usize = 64;
 
 /// Most pinned prefixes in the cluster.
 pub const MAX_PINS: usize = 64;
@@ -659,6 +698,9 @@ pub struct MembersResponse {
     /// gateway applies too (none from a coordinator from before them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub invalidations: Vec<Invalidation>,
+    /// The cluster's per-prefix freshness, which every gateway applies too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freshness: Vec<FreshnessRule>,
 }
 
 impl MembersResponse {
@@ -930,6 +972,7 @@ mod tests {
                 m("b", MemberState::Draining, 0, 0),
             ],
             invalidations: Vec::new(),
+            freshness: Vec::new(),
         };
         let c = members.cluster();
         assert_eq!((c.epoch, c.workers, c.live, c.draining), (9, 2, 1, 1));

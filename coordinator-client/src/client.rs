@@ -16,9 +16,9 @@ use talon_core::cluster_auth::{ClusterSecret, Role, api_auth_header};
 
 use crate::api::{
     CircuitsReport, CircuitsResponse, ClusterSummary, DrainRequest, DrainResponse, ErrorBody,
-    HeartbeatRequest, HeartbeatResponse, InvalidateRequest, InvalidationsView, MemberInfo,
-    MembersResponse, PinsRequest, PinsView, RegisterRequest, RegisterResponse, WarmJobView,
-    WarmJobsResponse, WarmRequest,
+    FreshnessRequest, FreshnessView, HeartbeatRequest, HeartbeatResponse, InvalidateRequest,
+    InvalidationsView, MemberInfo, MembersResponse, PinsRequest, PinsView, RegisterRequest,
+    RegisterResponse, WarmJobView, WarmJobsResponse, WarmRequest,
 };
 use crate::error::CoordinatorError;
 
@@ -315,6 +315,28 @@ impl CoordinatorClient {
     /// `expect_version` no longer holds; 403 for another role.
     pub async fn set_pins(&self, req: &PinsRequest) -> Result<PinsView, CoordinatorError> {
         self.call(Method::PUT, "/v1/pins", Some(req), Kind::Other)
+            .await
+    }
+
+    /// The cluster's per-prefix freshness.
+    ///
+    /// # Errors
+    /// Transport and decoding failures.
+    pub async fn freshness(&self) -> Result<FreshnessView, CoordinatorError> {
+        self.call::<(), _>(Method::GET, "/v1/freshness", None, Kind::Other)
+            .await
+    }
+
+    /// Replaces the cluster's per-prefix freshness (the admin role); the new rules.
+    ///
+    /// # Errors
+    /// 400 for a prefix that names no bucket, one given twice or too many; 409 when
+    /// `expect_version` no longer holds; 403 for another role.
+    pub async fn set_freshness(
+        &self,
+        req: &FreshnessRequest,
+    ) -> Result<FreshnessView, CoordinatorError> {
+        self.call(Method::PUT, "/v1/freshness", Some(req), Kind::Other)
             .await
     }
 

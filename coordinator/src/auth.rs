@@ -55,8 +55,9 @@ fn allowed(method: &Method, path: &str) -> &'static [Role] {
         // A warm job makes every worker fetch from the origin: admins and ingesters.
         return &[Role::Ingester, Role::Admin];
     }
-    if path == "/v1/invalidations" {
-        // What every gateway and worker forgets: the admin's alone.
+    if path == "/v1/invalidations" || path == "/v1/freshness" {
+        // What every gateway and worker forgets, or how long it trusts what it
+        // learned: the admin's alone.
         return &[Role::Admin];
     }
     if path == "/v1/pins" {

@@ -21,6 +21,7 @@
 pub mod auth;
 pub mod cli;
 pub mod etcd;
+pub mod freshness;
 pub mod invalidations;
 pub mod membership;
 pub mod metrics;
@@ -275,12 +276,13 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     }
     let membership = Arc::new(membership);
     let warm = Arc::new(warm::WarmJobs::default());
-    let (shared, shared_warm, pins, invalidations) = match &config.state {
+    let (shared, shared_warm, pins, invalidations, freshness) = match &config.state {
         StateConfig::Memory => (
             None,
             None,
             Arc::new(pins::ClusterPins::default()),
             Arc::new(invalidations::ClusterInvalidations::default()),
+            Arc::new(freshness::ClusterFreshness::default()),
         ),
         StateConfig::Etcd {
             endpoints,
@@ -306,6 +308,8 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
                 &prefix,
             ));
             invalidations.load().await?;
+            let freshness = Arc::new(freshness::ClusterFreshness::shared(etcd.clone(), &prefix));
+            freshness.load().await?;
             let shared_warm = Arc::new(SharedWarmJobs::new(
                 etcd,
                 &prefix,
@@ -318,9 +322,15 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
                 prefix,
                 members,
                 warm_jobs = jobs,
-                "membership, warm jobs, pins and invalidations shared through etcd"
+                "membership, warm jobs, pins, invalidations and freshness shared through etcd"
             );
-            (Some(shared), Some(shared_warm), pins, invalidations)
+            (
+                Some(shared),
+                Some(shared_warm),
+                pins,
+                invalidations,
+                freshness,
+            )
         }
     };
     let state = Arc::new(AppState {
@@ -330,6 +340,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
         shared_warm: shared_warm.clone(),
         pins: pins.clone(),
         invalidations: invalidations.clone(),
+        freshness: freshness.clone(),
         warm,
         config: config.clone(),
         ready: false.into(),
@@ -345,6 +356,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
     // Returns at once when the pins are in memory.
     tasks.push(tokio::spawn(pins.mirror(shutdown_rx.clone())));
     tasks.push(tokio::spawn(invalidations.mirror(shutdown_rx.clone())));
+    tasks.push(tokio::spawn(freshness.mirror(shutdown_rx.clone())));
 
     let mut stop = shutdown_rx.clone();
     let serve = talon_listener::serve_router(

@@ -433,6 +433,7 @@ impl Membership {
             warm: Vec::new(),
             pins: Vec::new(),
             invalidations: Vec::new(),
+            freshness: Vec::new(),
         })
     }
 
@@ -588,6 +589,7 @@ impl MembershipSnapshot {
             placement_version: crate::placement::PLACEMENT_VERSION,
             members: self.members.clone(),
             invalidations: Vec::new(),
+            freshness: Vec::new(),
         }
     }
 }

@@ -36,6 +36,8 @@ pub(crate) struct AppState {
     pub(crate) pins: Arc<crate::pins::ClusterPins>,
     /// The cluster's invalidations.
     pub(crate) invalidations: Arc<crate::invalidations::ClusterInvalidations>,
+    /// The cluster's per-prefix freshness.
+    pub(crate) freshness: Arc<crate::freshness::ClusterFreshness>,
     /// Warm jobs in etcd, mirrored into `warm` (`None`: memory only).
     pub(crate) shared_warm: Option<Arc<crate::shared_warm::SharedWarmJobs>>,
     pub(crate) metrics: Metrics,
@@ -57,6 +59,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/warm", post(warm_start).get(warm_list))
         .route("/v1/pins", get(pins_get).put(pins_set))
         .route("/v1/invalidations", get(invalidations_get).post(invalidate))
+        .route("/v1/freshness", get(freshness_get).put(freshness_set))
         .route("/v1/warm/{id}", get(warm_view).delete(warm_cancel))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -145,6 +148,7 @@ async fn heartbeat(
     }
     answer.pins = state.pins.prefixes();
     answer.invalidations = state.invalidations.current();
+    answer.freshness = state.freshness.rules();
     // Placement is built only while a job runs: a heartbeat is otherwise no costlier.
     if answer.state == crate::api::MemberState::Live && state.warm.any_running() {
         let placement = state.membership.snapshot(Instant::now()).placement();
@@ -243,6 +247,18 @@ async fn pins_set(
     Ok(Json(state.pins.set(&req).await?))
 }
 
+async fn freshness_get(State(state): State<Arc<AppState>>) -> Json<crate::api::FreshnessView> {
+    Json(state.freshness.get())
+}
+
+async fn freshness_set(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<crate::api::FreshnessView>, ApiError> {
+    let req: crate::api::FreshnessRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+    Ok(Json(state.freshness.set(&req).await?))
+}
+
 async fn invalidations_get(
     State(state): State<Arc<AppState>>,
 ) -> Json<crate::api::InvalidationsView> {
@@ -294,6 +310,7 @@ async fn warm_cancel(
 async fn members(State(state): State<Arc<AppState>>) -> Response {
     let mut answer = state.membership.snapshot(Instant::now()).members_response();
     answer.invalidations = state.invalidations.current();
+    answer.freshness = state.freshness.rules();
     Json(answer).into_response()
 }
 

@@ -266,6 +266,8 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                         );
                         gw.metrics
                             .origin_request_limit(gw.objects.origin_request_limit());
+                        let (invalidations, freshness) = gw.objects.cluster_rules();
+                        gw.metrics.cluster_rules(invalidations, freshness);
                         if let Some(cache) = gw.objects.cache() {
                             gw.metrics.read_budget_held(cache.buffered_bytes(None));
                             gw.metrics.fail_open(

@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use talon_metadata_cache::{CacheStats, Invalidations, Limits, Lookup, MetadataCache};
+use talon_metadata_cache::{
+    CacheStats, FreshnessRules, Invalidations, Limits, Lookup, MetadataCache,
+};
 use talon_protocols::server::{ListFrom, ListResult, ListSpec};
 
 use crate::config::Backend;
@@ -123,6 +125,7 @@ pub struct Listings {
     pages: MetadataCache<ListingKey, Arc<ListResult>>,
     written: Mutex<BucketWrites>,
     invalidations: Arc<Invalidations>,
+    rules: Arc<FreshnessRules>,
 }
 
 #[derive(Debug, Default)]
@@ -134,7 +137,11 @@ struct BucketWrites {
 impl Listings {
     /// Pages kept for `max_age` (T), within [`LISTING_LIMITS`], and not past an
     /// overlapping one of `invalidations`.
-    pub fn new(max_age: Duration, invalidations: Arc<Invalidations>) -> Listings {
+    pub fn new(
+        max_age: Duration,
+        invalidations: Arc<Invalidations>,
+        rules: Arc<FreshnessRules>,
+    ) -> Listings {
         Listings {
             max_age,
             pages: MetadataCache::new(LISTING_LIMITS, |key, page| {
@@ -145,6 +152,7 @@ impl Listings {
                 sweep_at: MIN_BUCKET_MARKS_SWEEP,
             }),
             invalidations,
+            rules,
         }
     }
 
@@ -163,7 +171,9 @@ impl Listings {
         {
             self.pages.remove(key);
         }
-        match self.pages.lookup(key, self.max_age, Instant::now()) {
+        // T, or the cluster's bound for the listed prefix (`talon freshness`).
+        let max_age = self.rules.bound(|| key.key_path.clone(), self.max_age);
+        match self.pages.lookup(key, max_age, Instant::now()) {
             Lookup::Fresh { value, .. } => Some(value.as_ref().clone()),
             _ => None,
         }
@@ -222,7 +232,11 @@ mod tests {
     #[test]
     fn an_overlapping_invalidation_drops_a_page() {
         let invalidations = Arc::new(Invalidations::default());
-        let listings = Listings::new(Duration::from_secs(60), invalidations.clone());
+        let listings = Listings::new(
+            Duration::from_secs(60),
+            invalidations.clone(),
+            Arc::default(),
+        );
         let (top, other) = (key(Backend::S3, "b", ""), key(Backend::S3, "b", "e/"));
         listings.keep(top.clone(), Instant::now(), &page("d/1"));
         listings.keep(other.clone(), Instant::now(), &page("e/1"));
@@ -248,7 +262,7 @@ mod tests {
 
     #[test]
     fn a_page_is_answered_within_t_until_its_bucket_is_written() {
-        let listings = Listings::new(Duration::from_secs(60), Arc::default());
+        let listings = Listings::new(Duration::from_secs(60), Arc::default(), Arc::default());
         let key = key(Backend::S3, "b", "d/");
         assert!(listings.get(&key).is_none());
         listings.keep(key.clone(), Instant::now(), &page("d/1"));
@@ -273,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_page_older_than_t_is_not_answered() {
-        let listings = Listings::new(Duration::from_millis(100), Arc::default());
+        let listings = Listings::new(Duration::from_millis(100), Arc::default(), Arc::default());
         let key = key(Backend::S3, "b", "d/");
         let long_ago = Instant::now().checked_sub(Duration::from_secs(1)).unwrap();
         listings.keep(key.clone(), long_ago, &page("d/1"));

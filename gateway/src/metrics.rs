@@ -63,6 +63,7 @@ pub struct GatewayMetrics {
     deadlines_missed: Family<[(&'static str, String); 1], Gauge>,
     stale_served: Counter,
     hot_reads_spread: Gauge,
+    cluster_rules: Family<[(&'static str, &'static str); 1], Gauge>,
 }
 
 impl Default for GatewayMetrics {
@@ -92,6 +93,7 @@ impl GatewayMetrics {
             deadlines_missed: Family::default(),
             stale_served: Counter::default(),
             hot_reads_spread: Gauge::default(),
+            cluster_rules: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -124,6 +126,11 @@ impl GatewayMetrics {
                 "metadata_cache",
                 "The gateway's object metadata cache, by what: entries, bytes and missing (not found) held now; hits (answered within the staleness bound), expired (found older, asked again), misses, inserts and evictions (by its bounds, one at a time) since start",
                 m.metadata_cache.clone(),
+            );
+            r.register(
+                "cluster_rules",
+                "The cluster's rules in force in this gateway, by kind: invalidations (talon invalidate) and freshness (talon freshness)",
+                m.cluster_rules.clone(),
             );
             r.register(
                 "listing_cache",
@@ -294,6 +301,15 @@ impl GatewayMetrics {
                     .get_or_create(&[("what", what)])
                     .set(i64::try_from(value).unwrap_or(i64::MAX));
             }
+        }
+    }
+
+    /// Records how many of the cluster's rules are in force here, by kind.
+    pub fn cluster_rules(&self, invalidations: usize, freshness: usize) {
+        for (kind, n) in [("invalidations", invalidations), ("freshness", freshness)] {
+            self.cluster_rules
+                .get_or_create(&[("kind", kind)])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 

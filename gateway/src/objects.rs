@@ -136,6 +136,8 @@ pub struct Objects {
     /// The cluster's invalidations (from the cache client's membership polls; none
     /// without a cache).
     invalidations: std::sync::Arc<talon_metadata_cache::Invalidations>,
+    /// The cluster's per-prefix freshness (likewise): T under a prefix.
+    rules: std::sync::Arc<talon_metadata_cache::FreshnessRules>,
     /// The writes through this gateway that known metadata must be newer than. Its lock
     /// is held while an answer is remembered and while a write drops an entry, so that
     /// an answer older than a racing write cannot stay behind: every entry in `known`
@@ -188,12 +190,18 @@ impl Objects {
             .as_ref()
             .map(CacheClient::invalidations)
             .unwrap_or_default();
+        let rules = cache
+            .as_ref()
+            .map(CacheClient::freshness_rules)
+            .unwrap_or_default();
         Objects {
             listings: crate::listings::Listings::new(
                 freshness.max_staleness,
                 invalidations.clone(),
+                rules.clone(),
             ),
             invalidations,
+            rules,
             origins,
             cache,
             azure_account,
@@ -281,6 +289,11 @@ impl Objects {
     pub fn wrote(&self, backend: Backend, bucket: &str, key: &str) {
         self.saw_new_version(backend, bucket, key);
         self.listings.bucket_changed(backend, bucket);
+    }
+
+    /// How many of the cluster's invalidations and freshness rules are in force here.
+    pub fn cluster_rules(&self) -> (usize, usize) {
+        (self.invalidations.len(), self.rules.len())
     }
 
     /// The key of a listing of `spec` on `bucket`, for [`listings`](Self::listings).
@@ -501,7 +514,10 @@ impl Objects {
             (_, Some(cache), Some(id)) => (cache, id),
         };
         let asked = Instant::now();
-        let t = self.freshness.max_staleness;
+        // T, or the cluster's bound for the object's prefix (`talon freshness`).
+        let t = self
+            .rules
+            .bound(|| id.key_path(), self.freshness.max_staleness);
         // An invalidation of its prefix (`talon invalidate`) heard since it was learned
         // makes an entry unanswerable, even stale.
         let invalidated = self.invalidations.since(|| id.key_path());

@@ -886,3 +886,80 @@ async fn wait_for_new(url: &str, want: Bytes) -> Duration {
     .await;
     started.elapsed()
 }
+
+/// `talon freshness` (the coordinator's `PUT /v1/freshness`): a per-prefix bound every
+/// gateway and worker applies instead of its own T. Under an `immutable` prefix and one
+/// of five minutes a re-read after T costs the origin nothing; elsewhere it revalidates.
+/// Only the admin role may set them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freshness_rule_reaches_every_gateway_and_worker_and_sets_the_bound_there() {
+    use talon_coordinator_client::api::{FreshnessRequest, FreshnessRule};
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let t = Duration::from_millis(300);
+    let gw = gateway(&cluster, Freshness::within(t)).await;
+    let origins = cluster.origins();
+    let s3 = origins.s3.as_ref().unwrap();
+    s3.create_bucket("data").await.unwrap();
+    let keys = ["frozen/a", "slow/b", "plain/c"];
+    for key in keys {
+        s3.put("data", key, Bytes::from(key.repeat(50)), None)
+            .await
+            .unwrap();
+    }
+    let rules = FreshnessRequest {
+        rules: vec![
+            FreshnessRule {
+                prefix: "s3/data/frozen/".into(),
+                max_staleness_ms: None,
+            },
+            FreshnessRule {
+                prefix: "s3/data/slow/".into(),
+                max_staleness_ms: Some(300_000),
+            },
+        ],
+        expect_version: Some(0),
+    };
+    let reader = cluster.coordinator_client(talon_core::cluster_auth::Role::Reader);
+    assert!(reader.set_freshness(&rules).await.is_err());
+    let admin = cluster.coordinator_client(talon_core::cluster_auth::Role::Admin);
+    assert_eq!(admin.set_freshness(&rules).await.unwrap().version, 1);
+    let gateway_metrics = format!("http://{}/metrics", gw.admin_addr.unwrap());
+    talon_testkit::wait_for(
+        "the rules in the worker and the gateway",
+        Duration::from_secs(10),
+        || async {
+            let w = cluster.worker_metric(0, "talon_worker_cluster_rules{kind=\"freshness\"}");
+            let g = metric(
+                &http_get(&gateway_metrics).await,
+                "talon_gateway_cluster_rules{kind=\"freshness\"}",
+            );
+            (w == 2.0 && g == Some(2.0)).then_some(())
+        },
+    )
+    .await;
+    let stub = cluster.origin.metrics();
+    for key in keys {
+        let (status, _, got) = read(&urls(&gw, key)[0]).await;
+        assert_eq!((status, got), (200, Bytes::from(key.repeat(50))));
+    }
+    // Past T (the entries' age is the condition).
+    let read_at = Instant::now();
+    tokio::time::sleep(t * 2).await;
+    assert!(read_at.elapsed() > t);
+    for (key, asked) in [("frozen/a", 0), ("slow/b", 0)] {
+        let before = stub.requests_total();
+        let (status, _, got) = read(&urls(&gw, key)[0]).await;
+        assert_eq!((status, got), (200, Bytes::from(key.repeat(50))));
+        assert_eq!(stub.requests_total() - before, asked, "{key}");
+    }
+    let before = stub.requests_total();
+    assert_eq!(read(&urls(&gw, "plain/c")[0]).await.0, 200);
+    assert!(
+        stub.requests_total() - before >= 1,
+        "plain/c revalidated after T"
+    );
+}

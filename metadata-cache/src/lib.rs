@@ -13,7 +13,9 @@
 //! It does not decide how old an answer may be (the caller's max age does, at each
 //! lookup), nor fetch: a miss is the caller's to fill, single flight included.
 
+mod freshness;
 mod invalidations;
+pub use freshness::{FreshnessRules, IMMUTABLE};
 pub use invalidations::Invalidations;
 
 use std::hash::Hash;

@@ -49,6 +49,7 @@ pub struct WorkerMetrics {
     stat_listing_refreshed: Counter,
     metadata_cache: Family<Vec<(String, String)>, Gauge>,
     origin_request_limit: Family<Vec<(String, String)>, Gauge>,
+    cluster_rules: Family<Vec<(String, String)>, Gauge>,
     disk_errors: Family<Vec<(String, String)>, Counter>,
     pass_through: Family<Vec<(String, String)>, Counter>,
 }
@@ -91,6 +92,7 @@ impl WorkerMetrics {
             stat_listing_refreshed: Counter::default(),
             metadata_cache: Family::default(),
             origin_request_limit: Family::default(),
+            cluster_rules: Family::default(),
             disk_errors: Family::default(),
             pass_through: Family::default(),
         };
@@ -222,6 +224,12 @@ impl WorkerMetrics {
                  (not-found answers) held now; hits, expired, misses, inserts and evictions \
                  (by its bounds, one at a time) since start",
                 m.metadata_cache.clone(),
+            );
+            r.register(
+                "cluster_rules",
+                "The cluster's rules in force in this worker, by kind: invalidations \
+                 (talon invalidate) and freshness (talon freshness)",
+                m.cluster_rules.clone(),
             );
             r.register(
                 "origin_request_limit",
@@ -374,6 +382,15 @@ impl WorkerMetrics {
             self.metadata_cache
                 .get_or_create(&vec![("what".to_owned(), what.to_owned())])
                 .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Records how many of the cluster's rules are in force here, by kind.
+    pub fn cluster_rules(&self, invalidations: usize, freshness: usize) {
+        for (kind, n) in [("invalidations", invalidations), ("freshness", freshness)] {
+            self.cluster_rules
+                .get_or_create(&vec![("kind".to_owned(), kind.to_owned())])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 

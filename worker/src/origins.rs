@@ -108,6 +108,9 @@ pub struct StatCache {
     large: LargeFolders,
     /// The cluster's invalidations (with each heartbeat).
     invalidations: talon_metadata_cache::Invalidations,
+    /// The cluster's per-prefix freshness (with each heartbeat): the TTL under a prefix
+    /// for Stats that say no max age of their own.
+    freshness: talon_metadata_cache::FreshnessRules,
     /// Revalidation listings in flight, by folder: when each was sent, and a channel
     /// closed when it is done (the callers that wait on it then look again).
     listings: Mutex<HashMap<String, (Instant, watch::Receiver<()>)>>,
@@ -205,6 +208,7 @@ impl StatCache {
             sparse: SparseFolders::default(),
             large: LargeFolders::default(),
             invalidations: talon_metadata_cache::Invalidations::default(),
+            freshness: talon_metadata_cache::FreshnessRules::default(),
             listings: Mutex::new(HashMap::new()),
             listed: AtomicU64::new(0),
             refreshed: AtomicU64::new(0),
@@ -318,7 +322,8 @@ impl StatCache {
         first: Option<ByteRange>,
     ) -> Result<(Arc<ObjectInfo>, Duration, Option<FirstBytes>)> {
         let asked = Instant::now();
-        let found_limit = max_age.unwrap_or(self.ttl);
+        let found_limit =
+            max_age.unwrap_or_else(|| self.freshness.bound(|| object.key_path(), self.ttl));
         let missing_limit = max_age.map_or(self.negative_ttl, |m| m.min(self.negative_ttl));
         loop {
             // From the table, without the pending lock.
@@ -469,6 +474,12 @@ impl StatCache {
     /// [`Invalidations::update`](talon_metadata_cache::Invalidations::update).
     pub fn invalidations(&self) -> &talon_metadata_cache::Invalidations {
         &self.invalidations
+    }
+
+    /// The cluster's per-prefix freshness in force here (a heartbeat's rules go to
+    /// [`FreshnessRules::update`](talon_metadata_cache::FreshnessRules::update)).
+    pub fn freshness(&self) -> &talon_metadata_cache::FreshnessRules {
+        &self.freshness
     }
 
     /// What the origins' per-prefix request limit did so far.

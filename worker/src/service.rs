@@ -380,6 +380,13 @@ async fn agent(
                     if invalidated > 0 {
                         tracing::info!(new = invalidated, "cluster invalidations received");
                     }
+                    let rules = answer
+                        .freshness
+                        .iter()
+                        .map(|r| (r.prefix.as_str(), r.max_staleness_ms));
+                    if services.stats.freshness().update(rules) {
+                        tracing::info!(rules = ?answer.freshness, "cluster freshness rules changed");
+                    }
                     warm.start(&services.loader, answer.warm);
                 }
                 Ok(talon_coordinator_client::client::Report::Registered(_)) => {
@@ -406,6 +413,10 @@ fn render_metrics(services: &Services) -> String {
     services
         .metrics
         .origin_request_limit(services.stats.origin_request_limit());
+    services.metrics.cluster_rules(
+        services.stats.invalidations().len(),
+        services.stats.freshness().len(),
+    );
     services.metrics.render(
         services.loader.store().stats(),
         services.stats.origin_requests(),

@@ -6,14 +6,12 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
-
 use crate::api::{
     FreshnessRequest, FreshnessRule, FreshnessView, MAX_FRESHNESS_RULES, cluster_prefix_problem,
 };
 use crate::error::CoordinatorError;
 use crate::etcd::Etcd;
-use crate::shared_document::{Document, SharedDocument};
+use crate::shared_document::{ClusterDocument, Document, SharedDocument};
 
 impl Document for FreshnessView {
     fn version(&self) -> u64 {
@@ -32,6 +30,13 @@ impl Default for ClusterFreshness {
         ClusterFreshness {
             doc: Arc::new(SharedDocument::in_memory("freshness rules")),
         }
+    }
+}
+
+impl ClusterDocument for ClusterFreshness {
+    type Doc = FreshnessView;
+    fn document(&self) -> &Arc<SharedDocument<FreshnessView>> {
+        &self.doc
     }
 }
 
@@ -86,34 +91,13 @@ impl ClusterFreshness {
         }
         let next = self
             .doc
-            .change(|stored| {
-                if let Some(v) = req.expect_version.filter(|v| *v != stored.version) {
-                    return Err(CoordinatorError::Conflict(format!(
-                        "the freshness rules changed (version {}, not {v}); read them and set them again",
-                        stored.version
-                    )));
-                }
-                Ok(FreshnessView {
-                    rules: req.rules.clone(),
-                    version: stored.version + 1,
-                })
+            .replace(req.expect_version, |version| FreshnessView {
+                rules: req.rules.clone(),
+                version,
             })
             .await?;
         tracing::info!(rules = ?next.rules, version = next.version, "cluster freshness set");
         Ok(next)
-    }
-
-    /// Reads the rules from etcd once (before the coordinator is ready).
-    ///
-    /// # Errors
-    /// [`CoordinatorError::StateStore`] when etcd cannot be reached.
-    pub async fn load(&self) -> Result<(), CoordinatorError> {
-        self.doc.load().await
-    }
-
-    /// Follows the rules in etcd until `stop` (nothing to do in memory).
-    pub async fn mirror(self: Arc<Self>, stop: watch::Receiver<bool>) {
-        self.doc.clone().mirror(stop).await;
     }
 }
 

@@ -10,15 +10,13 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::sync::watch;
-
 use crate::api::{
     INVALIDATIONS_KEPT_MS, Invalidation, InvalidationsView, MAX_INVALIDATIONS,
     cluster_prefix_problem,
 };
 use crate::error::CoordinatorError;
 use crate::etcd::Etcd;
-use crate::shared_document::{Document, SharedDocument};
+use crate::shared_document::{ClusterDocument, Document, SharedDocument};
 
 impl Document for InvalidationsView {
     fn version(&self) -> u64 {
@@ -41,6 +39,13 @@ impl Default for ClusterInvalidations {
         ClusterInvalidations {
             doc: Arc::new(SharedDocument::in_memory("invalidations")),
         }
+    }
+}
+
+impl ClusterDocument for ClusterInvalidations {
+    type Doc = InvalidationsView;
+    fn document(&self) -> &Arc<SharedDocument<InvalidationsView>> {
+        &self.doc
     }
 }
 
@@ -129,19 +134,6 @@ impl ClusterInvalidations {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Reads the invalidations from etcd once (before the coordinator is ready).
-    ///
-    /// # Errors
-    /// [`CoordinatorError::StateStore`] when etcd cannot be reached.
-    pub async fn load(&self) -> Result<(), CoordinatorError> {
-        self.doc.load().await
-    }
-
-    /// Follows the invalidations in etcd until `stop` (nothing to do in memory).
-    pub async fn mirror(self: Arc<Self>, stop: watch::Receiver<bool>) {
-        self.doc.clone().mirror(stop).await;
     }
 }
 

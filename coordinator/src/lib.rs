@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod pins;
 mod server;
 pub mod shared_document;
+use shared_document::ClusterDocument;
 pub mod shared_membership;
 pub mod shared_warm;
 mod status_page;
@@ -302,14 +303,14 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
             ));
             let members = shared.load().await?;
             let pins = Arc::new(pins::ClusterPins::shared(etcd.clone(), &prefix));
-            pins.load().await?;
+            pins.document().load().await?;
             let invalidations = Arc::new(invalidations::ClusterInvalidations::shared(
                 etcd.clone(),
                 &prefix,
             ));
-            invalidations.load().await?;
+            invalidations.document().load().await?;
             let freshness = Arc::new(freshness::ClusterFreshness::shared(etcd.clone(), &prefix));
-            freshness.load().await?;
+            freshness.document().load().await?;
             let shared_warm = Arc::new(SharedWarmJobs::new(
                 etcd,
                 &prefix,
@@ -354,9 +355,15 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator, Coor
         tasks.push(tokio::spawn(shared_warm.mirror(shutdown_rx.clone())));
     }
     // Returns at once when the pins are in memory.
-    tasks.push(tokio::spawn(pins.mirror(shutdown_rx.clone())));
-    tasks.push(tokio::spawn(invalidations.mirror(shutdown_rx.clone())));
-    tasks.push(tokio::spawn(freshness.mirror(shutdown_rx.clone())));
+    tasks.push(tokio::spawn(
+        pins.document().clone().mirror(shutdown_rx.clone()),
+    ));
+    tasks.push(tokio::spawn(
+        invalidations.document().clone().mirror(shutdown_rx.clone()),
+    ));
+    tasks.push(tokio::spawn(
+        freshness.document().clone().mirror(shutdown_rx.clone()),
+    ));
 
     let mut stop = shutdown_rx.clone();
     let serve = talon_listener::serve_router(

@@ -8,12 +8,10 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
-
 use crate::api::{MAX_PINS, PinsRequest, PinsView, pin_prefix_problem};
 use crate::error::CoordinatorError;
 use crate::etcd::Etcd;
-use crate::shared_document::{Document, SharedDocument};
+use crate::shared_document::{ClusterDocument, Document, SharedDocument};
 
 impl Document for PinsView {
     fn version(&self) -> u64 {
@@ -35,18 +33,19 @@ impl Default for ClusterPins {
     }
 }
 
+impl ClusterDocument for ClusterPins {
+    type Doc = PinsView;
+    fn document(&self) -> &Arc<SharedDocument<PinsView>> {
+        &self.doc
+    }
+}
+
 /// Why `req` cannot be taken, or `None`.
 fn request_problem(req: &PinsRequest) -> Option<String> {
     if req.prefixes.len() > MAX_PINS {
         return Some(format!("at most {MAX_PINS} pinned prefixes"));
     }
     req.prefixes.iter().find_map(|p| pin_prefix_problem(p))
-}
-
-fn stale(expected: u64, now: u64) -> CoordinatorError {
-    CoordinatorError::Conflict(format!(
-        "the pins changed (version {now}, not {expected}); read them and set them again"
-    ))
 }
 
 impl ClusterPins {
@@ -84,31 +83,13 @@ impl ClusterPins {
         }
         let next = self
             .doc
-            .change(|stored| {
-                if let Some(v) = req.expect_version.filter(|v| *v != stored.version) {
-                    return Err(stale(v, stored.version));
-                }
-                Ok(PinsView {
-                    prefixes: req.prefixes.clone(),
-                    version: stored.version + 1,
-                })
+            .replace(req.expect_version, |version| PinsView {
+                prefixes: req.prefixes.clone(),
+                version,
             })
             .await?;
         tracing::info!(prefixes = ?next.prefixes, version = next.version, "cluster pins set");
         Ok(next)
-    }
-
-    /// Reads the list from etcd once (before the coordinator says it is ready).
-    ///
-    /// # Errors
-    /// [`CoordinatorError::StateStore`] when etcd cannot be reached.
-    pub async fn load(&self) -> Result<(), CoordinatorError> {
-        self.doc.load().await
-    }
-
-    /// Follows the list in etcd until `stop` (nothing to do in memory).
-    pub async fn mirror(self: Arc<Self>, stop: watch::Receiver<bool>) {
-        self.doc.clone().mirror(stop).await;
     }
 }
 

@@ -20,6 +20,15 @@ pub trait Document: Serialize + DeserializeOwned + Clone + Default + Send + Sync
     fn version(&self) -> u64;
 }
 
+/// A part of the coordinator's state kept as one [`SharedDocument`]: the coordinator
+/// loads it before it is ready and mirrors it while it runs.
+pub trait ClusterDocument {
+    /// What it keeps.
+    type Doc: Document + 'static;
+    /// Its document.
+    fn document(&self) -> &Arc<SharedDocument<Self::Doc>>;
+}
+
 /// A document as this coordinator knows it.
 #[derive(Debug)]
 pub struct SharedDocument<T> {
@@ -98,6 +107,31 @@ impl<T: Document> SharedDocument<T> {
         }
         *self.now() = next.clone();
         Ok(next)
+    }
+
+    /// Replaces the document with `build(next version)`, refused unless the stored one
+    /// is still at `expect_version` (when given): a read-modify-write that loses no
+    /// concurrent change.
+    ///
+    /// # Errors
+    /// As [`change`](Self::change); [`CoordinatorError::Conflict`] for a stale
+    /// `expect_version`.
+    pub async fn replace(
+        &self,
+        expect_version: Option<u64>,
+        build: impl Fn(u64) -> T,
+    ) -> Result<T, CoordinatorError> {
+        self.change(|stored| {
+            let now = stored.version();
+            if let Some(v) = expect_version.filter(|v| *v != now) {
+                return Err(CoordinatorError::Conflict(format!(
+                    "the {} changed (version {now}, not {v}); read them and set them again",
+                    self.what
+                )));
+            }
+            Ok(build(now + 1))
+        })
+        .await
     }
 
     fn take(&self, value: &[u8]) {

@@ -544,10 +544,12 @@ impl Objects {
         };
         // What the workers may answer with: no older than T, nor than the last write,
         // nor than an invalidation.
-        let written = self.written_at(backend, bucket, key).max(invalidated);
-        let max_age = written.map_or(t, |w| t.min(asked.saturating_duration_since(w)));
+        let written = self.written_at(backend, bucket, key);
+        let newer_than = written.max(invalidated);
+        let max_age = newer_than.map_or(t, |w| t.min(asked.saturating_duration_since(w)));
         // After a write through this gateway its bytes are likely cached already (the
-        // write-through): the metadata alone is asked for, with a HEAD if need be.
+        // write-through): the metadata alone is asked for, with a HEAD if need be. (An
+        // invalidation leaves a cold read its one request.)
         let next = next.filter(|_| written.is_none());
         match self
             .meta_from_cache(

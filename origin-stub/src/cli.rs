@@ -174,6 +174,7 @@ fn config(args: &Args) -> anyhow::Result<StubConfig> {
             error_rate: args.error_rate,
             error_kinds: args.error_kinds.clone(),
             throttle_rps: args.throttle_rps,
+            fail_next: 0,
         },
         max_connections: args.max_connections,
         admin_token: std::env::var("TALON_STUB_ADMIN_TOKEN")

@@ -73,6 +73,11 @@ pub struct FaultConfig {
     /// models one prefix). `None`: no throttle.
     #[serde(default)]
     pub throttle_rps: Option<u64>,
+    /// The next this many requests fail with `error_kinds` (in turn), whatever
+    /// `error_rate`; after them `error_rate` applies. For tests of retries: a failure
+    /// that passes.
+    #[serde(default)]
+    pub fail_next: u64,
 }
 
 fn default_kinds() -> Vec<FaultKind> {
@@ -87,6 +92,7 @@ impl Default for FaultConfig {
             error_rate: 0.0,
             error_kinds: default_kinds(),
             throttle_rps: None,
+            fail_next: 0,
         }
     }
 }
@@ -106,8 +112,10 @@ impl FaultConfig {
         if self.bandwidth_bytes_per_sec == Some(0) {
             return Err("bandwidth_bytes_per_sec must be positive (null for unlimited)".into());
         }
-        if self.error_rate > 0.0 && self.error_kinds.is_empty() {
-            return Err("error_kinds must not be empty when error_rate > 0".into());
+        if (self.error_rate > 0.0 || self.fail_next > 0) && self.error_kinds.is_empty() {
+            return Err(
+                "error_kinds must not be empty when error_rate > 0 or fail_next > 0".into(),
+            );
         }
         Ok(())
     }
@@ -119,6 +127,8 @@ pub struct Faults {
     config: RwLock<FaultConfig>,
     /// The throttle's tokens, and when they were last counted.
     bucket: Mutex<(f64, Instant)>,
+    /// Requests still to fail of [`FaultConfig::fail_next`].
+    fail_left: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Faults {
@@ -132,6 +142,7 @@ impl Faults {
     pub fn new(config: FaultConfig) -> Faults {
         let tokens = config.throttle_rps.unwrap_or(0) as f64;
         Faults {
+            fail_left: std::sync::atomic::AtomicU64::new(config.fail_next),
             config: RwLock::new(config),
             bucket: Mutex::new((tokens, Instant::now())),
         }
@@ -154,6 +165,8 @@ impl Faults {
         // A new throttle starts with a full second's worth.
         *self.bucket.lock().unwrap_or_else(|p| p.into_inner()) =
             (config.throttle_rps.unwrap_or(0) as f64, Instant::now());
+        self.fail_left
+            .store(config.fail_next, std::sync::atomic::Ordering::Relaxed);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
         Ok(())
     }
@@ -182,6 +195,15 @@ impl Faults {
     pub fn draw(&self) -> (Duration, Option<FaultKind>) {
         let c = self.get();
         let latency = Duration::from_millis(c.latency_ms);
+        let failing = self.fail_left.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |n| n.checked_sub(1),
+        );
+        if let (Ok(left), false) = (failing, c.error_kinds.is_empty()) {
+            let turn = usize::try_from(c.fail_next - left).unwrap_or(0);
+            return (latency, Some(c.error_kinds[turn % c.error_kinds.len()]));
+        }
         if c.error_rate > 0.0 && !c.error_kinds.is_empty() && fastrand::f64() < c.error_rate {
             let kind = c.error_kinds[fastrand::usize(..c.error_kinds.len())];
             return (latency, Some(kind));
@@ -193,6 +215,26 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fail_next_fails_that_many_requests_in_turn_then_passes() {
+        let faults = Faults::new(FaultConfig {
+            fail_next: 3,
+            error_kinds: vec![FaultKind::Internal, FaultKind::Reset],
+            ..FaultConfig::default()
+        });
+        let drawn: Vec<Option<FaultKind>> = (0..5).map(|_| faults.draw().1).collect();
+        assert_eq!(
+            drawn,
+            [
+                Some(FaultKind::Internal),
+                Some(FaultKind::Reset),
+                Some(FaultKind::Internal),
+                None,
+                None
+            ]
+        );
+    }
 
     #[test]
     fn json_round_trip_and_validation() {

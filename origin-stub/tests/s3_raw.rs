@@ -666,6 +666,7 @@ async fn admin_faults_reject_bad_documents_and_keep_the_settings() {
         error_rate: 0.0,
         error_kinds: vec![FaultKind::Internal, FaultKind::Reset],
         throttle_rps: Some(1_000_000),
+        fail_next: 0,
     };
     let r = http
         .put(&admin)

@@ -84,6 +84,15 @@ impl WorkerError {
         }
     }
 
+    /// Whether the origin answered that it is throttling (SlowDown, ServerBusy).
+    pub fn is_origin_throttling(&self) -> bool {
+        match self {
+            WorkerError::Origin(e) => e.kind() == talon_protocols::ErrorKind::SlowDown,
+            WorkerError::Shared(inner) => inner.is_origin_throttling(),
+            _ => false,
+        }
+    }
+
     /// Whether the origin failed in a way worth retrying (throttling, 5xx, resets,
     /// cut bodies).
     pub fn is_retryable_origin_failure(&self) -> bool {

@@ -22,6 +22,7 @@ pub mod error;
 pub mod eviction;
 pub mod loader;
 pub mod metrics;
+pub mod origin_retry;
 pub mod origins;
 pub mod read_faults;
 pub mod service;

@@ -473,31 +473,26 @@ impl Loader {
         version: &str,
         range: ByteRange,
     ) -> Result<Bytes> {
-        let mut attempt = 0;
-        loop {
-            let result = self.fetch_once(object, version, range).await;
-            match result {
-                Ok(bytes) => {
-                    self.metrics.bytes_from_origin(bytes.len() as u64);
-                    return Ok(bytes);
+        let policy = crate::origin_retry::RetryPolicy::of(&self.config);
+        let fetched = policy
+            .run(
+                || self.fetch_once(object, version, range),
+                |e, attempt| {
+                    self.metrics.origin_retry();
+                    tracing::debug!(%object, attempt, error = %e, "retrying an origin fetch");
+                },
+            )
+            .await;
+        match fetched {
+            Ok(bytes) => {
+                self.metrics.bytes_from_origin(bytes.len() as u64);
+                Ok(bytes)
+            }
+            Err(e) => {
+                if e.frame_code() == talon_core::ErrorCode::VersionMismatch {
+                    self.stats.invalidate(object);
                 }
                 Err(e)
-                    if e.is_retryable_origin_failure() && attempt < self.config.origin_retries =>
-                {
-                    attempt += 1;
-                    self.metrics.origin_retry();
-                    let backoff = self.config.retry_backoff * 2u32.saturating_pow(attempt - 1);
-                    let jitter =
-                        Duration::from_millis(fastrand::u64(..=backoff.as_millis() as u64 / 2 + 1));
-                    tracing::debug!(%object, attempt, error = %e, "retrying an origin fetch");
-                    tokio::time::sleep(backoff + jitter).await;
-                }
-                Err(e) => {
-                    if e.frame_code() == talon_core::ErrorCode::VersionMismatch {
-                        self.stats.invalidate(object);
-                    }
-                    return Err(e);
-                }
             }
         }
     }

@@ -209,7 +209,8 @@ impl WorkerMetrics {
                 "Metadata requests made of the origin (label result: fetched, a plain HEAD; \
                  read, a GET of a reader's first bytes that brought the metadata; \
                  unchanged, a revalidation that kept the version; changed, one that did not; \
-                 listed, a listing page that revalidated up to 1,000 objects of a folder)",
+                 listed, a listing page that revalidated up to 1,000 objects of a folder; \
+                 retried, one sent again after a transient failure)",
                 m.stat_origin_requests.clone(),
             );
             r.register(
@@ -432,6 +433,7 @@ impl WorkerMetrics {
             ("unchanged", stat_requests.unchanged),
             ("changed", stat_requests.changed),
             ("listed", stat_requests.listed),
+            ("retried", stat_requests.retried),
         ] {
             catch_up(
                 &self
@@ -486,6 +488,7 @@ mod tests {
                 changed: 0,
                 listed: 2,
                 refreshed: 7,
+                retried: 1,
             },
         );
         assert!(text.contains("talon_worker_hits_total 1"), "{text}");

@@ -41,6 +41,7 @@ use tokio::sync::watch;
 
 use crate::bulk_revalidation::{self, LargeFolders, PageVerdict, SparseFolders};
 use crate::error::{Result, WorkerError};
+use crate::origin_retry::RetryPolicy;
 
 /// Shared by every caller: an entry is cloned out on each hit.
 type StatOutcome = std::result::Result<Arc<ObjectInfo>, Arc<WorkerError>>;
@@ -116,6 +117,9 @@ pub struct StatCache {
     listings: Mutex<HashMap<String, (Instant, watch::Receiver<()>)>>,
     listed: AtomicU64,
     refreshed: AtomicU64,
+    retried: AtomicU64,
+    /// How a transient origin failure of a metadata request is retried.
+    retry: RetryPolicy,
 }
 
 /// Bytes of an object fetched together with its metadata (a first read's GET): the
@@ -212,7 +216,17 @@ impl StatCache {
             listings: Mutex::new(HashMap::new()),
             listed: AtomicU64::new(0),
             refreshed: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
+            retry: RetryPolicy::default().passing_throttles_on(),
         }
+    }
+
+    /// This cache with transient origin failures of its metadata requests retried as
+    /// `policy` says (the worker passes its fills' policy), throttling answers always
+    /// passed on ([`RetryPolicy::passing_throttles_on`]).
+    pub fn with_retry(mut self, policy: RetryPolicy) -> StatCache {
+        self.retry = policy.passing_throttles_on();
+        self
     }
 
     fn lock_listings(
@@ -498,16 +512,30 @@ impl StatCache {
             changed: self.changed.load(Ordering::Relaxed),
             listed: self.listed.load(Ordering::Relaxed),
             refreshed: self.refreshed.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
         }
     }
 
     async fn fetch(&self, object: &ObjectId) -> Result<ObjectInfo> {
         self.fetched.fetch_add(1, Ordering::Relaxed);
         let (client, bucket, key) = self.origins.route(object).map_err(WorkerError::Origin)?;
-        client
-            .head(&bucket, &key)
+        self.retry
+            .run(
+                || async {
+                    client
+                        .head(&bucket, &key)
+                        .await
+                        .map_err(missing_bucket_is_missing_key)
+                },
+                |e, n| self.retried(object, e, n),
+            )
             .await
-            .map_err(missing_bucket_is_missing_key)
+    }
+
+    /// Counts a metadata request of `object` retried after `e` (its `n`th retry).
+    fn retried(&self, object: &ObjectId, e: &WorkerError, n: u32) {
+        self.retried.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%object, attempt = n, error = %e, "retrying a metadata request");
     }
 
     /// The metadata from a GET of `first` (its answer's headers), with the bytes; a
@@ -520,12 +548,25 @@ impl StatCache {
     ) -> Result<(ObjectInfo, Option<FirstBytes>)> {
         let (client, bucket, key) = self.origins.route(object).map_err(WorkerError::Origin)?;
         self.read.fetch_add(1, Ordering::Relaxed);
-        let resp = match client.get(&bucket, &key, Some(first), None).await {
+        let got = self
+            .retry
+            .run(
+                || async {
+                    client
+                        .get(&bucket, &key, Some(first), None)
+                        .await
+                        .map_err(WorkerError::Origin)
+                },
+                |e, n| self.retried(object, e, n),
+            )
+            .await;
+        let resp = match got {
             Ok(resp) => resp,
-            Err(e) if e.kind() == ErrorKind::InvalidRange => {
+            Err(WorkerError::Origin(e)) if e.kind() == ErrorKind::InvalidRange => {
                 return self.fetch(object).await.map(|info| (info, None));
             }
-            Err(e) => return Err(missing_bucket_is_missing_key(e)),
+            Err(WorkerError::Origin(e)) => return Err(missing_bucket_is_missing_key(e)),
+            Err(e) => return Err(e),
         };
         if !resp.size_stated {
             // `bytes a-b/*`: the answer cannot say the object's size.
@@ -623,11 +664,26 @@ impl StatCache {
                 max_keys: Some(bulk_revalidation::LISTING_PAGE),
                 include_metadata: false,
             };
-            let listed = match client.list_with(bucket, &options).await {
+            let listed = self
+                .retry
+                .run(
+                    || async {
+                        client
+                            .list_with(bucket, &options)
+                            .await
+                            .map_err(WorkerError::Origin)
+                    },
+                    |e, n| self.retried(object, e, n),
+                )
+                .await;
+            let listed = match listed {
                 Ok(listed) => listed,
                 Err(e) => {
                     tracing::debug!(%object, error = %e, "a listing for revalidation failed; asking for the object alone");
-                    self.sparse.record(bucket, folder, None, sent);
+                    // Refused (no s3:ListBucket, say): not worth trying again soon.
+                    if !e.is_retryable_origin_failure() {
+                        self.sparse.record(bucket, folder, None, sent);
+                    }
                     return None;
                 }
             };
@@ -701,11 +757,19 @@ impl StatCache {
         known: Arc<ObjectInfo>,
     ) -> Result<Arc<ObjectInfo>> {
         let (client, bucket, key) = self.origins.route(object).map_err(WorkerError::Origin)?;
-        match client
-            .revalidate(&bucket, &key, &known)
-            .await
-            .map_err(missing_bucket_is_missing_key)
-        {
+        let answer = self
+            .retry
+            .run(
+                || async {
+                    client
+                        .revalidate(&bucket, &key, &known)
+                        .await
+                        .map_err(missing_bucket_is_missing_key)
+                },
+                |e, n| self.retried(object, e, n),
+            )
+            .await;
+        match answer {
             Ok(Revalidation::Current(None)) => {
                 self.unchanged.fetch_add(1, Ordering::Relaxed);
                 Ok(known)
@@ -774,6 +838,8 @@ pub struct StatOriginRequests {
     pub listed: u64,
     /// Other entries those listings kept (not requests: the ones they saved).
     pub refreshed: u64,
+    /// Requests sent again after a transient failure (throttling, 5xx, a reset).
+    pub retried: u64,
 }
 
 #[cfg(test)]
@@ -875,6 +941,7 @@ mod tests {
             changed,
             listed,
             refreshed: 0,
+            retried: 0,
         };
         let minute = Some(Duration::from_secs(60));
         let called = Instant::now();
@@ -1104,6 +1171,50 @@ mod tests {
         cache.stat(&s3("present")).await.unwrap();
         assert!(cache.stat(&s3("absent")).await.is_err());
         assert_eq!(asked(&cache), 4, "learned since: answered from memory");
+    }
+
+    /// A metadata request that meets a passing origin failure (a 500, a reset) is
+    /// retried with backoff, as a fill is, instead of failing the read at once (before
+    /// 2026-12-04 a stat gave up at the first); a throttling answer is passed on at
+    /// once, so a throttling origin gets no more load than the client sends.
+    #[tokio::test]
+    async fn a_passing_origin_failure_is_retried_and_a_throttle_passed_on() {
+        let two_failures = FaultConfig {
+            fail_next: 2,
+            error_kinds: vec![
+                talon_origin_stub::faults::FaultKind::Internal,
+                talon_origin_stub::faults::FaultKind::Reset,
+            ],
+            ..FaultConfig::default()
+        };
+        let objects = vec![GeneratedObject::new("bkt", "a", 10, 1)];
+        let (stub, origins) = stub_with(objects, two_failures).await;
+        let cache = StatCache::new(origins, Duration::from_secs(60), Duration::from_secs(1))
+            .with_retry(RetryPolicy {
+                retries: 3,
+                backoff: Duration::from_millis(5),
+                throttled: true,
+            });
+        let info = cache.stat(&s3("a")).await.unwrap();
+        assert_eq!(info.size, 10);
+        assert_eq!(cache.origin_requests().retried, 2);
+        stub.faults()
+            .set(FaultConfig {
+                throttle_rps: Some(1),
+                ..FaultConfig::default()
+            })
+            .unwrap();
+        cache.invalidate(&s3("a"));
+        cache.stat(&s3("a")).await.unwrap();
+        cache.invalidate(&s3("a"));
+        let e = cache.stat(&s3("a")).await.unwrap_err();
+        assert!(e.is_origin_throttling(), "{e}");
+        assert_eq!(
+            cache.origin_requests().retried,
+            2,
+            "the throttle was not retried"
+        );
+        assert_eq!(stub.metrics().faults_of("throttled"), 1);
     }
 
     /// A first read is a GET only while a place for its bytes is free: with every place

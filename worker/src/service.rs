@@ -189,12 +189,15 @@ pub async fn start(mut config: WorkerConfig) -> Result<RunningWorker> {
     let store = Arc::new(store);
     let metrics = Arc::new(WorkerMetrics::new());
     let origins = Arc::new(config.origins.clone());
-    let stats = Arc::new(StatCache::with_limits(
-        origins.clone(),
-        config.stat_ttl,
-        config.negative_stat_ttl,
-        config.metadata,
-    ));
+    let stats = Arc::new(
+        StatCache::with_limits(
+            origins.clone(),
+            config.stat_ttl,
+            config.negative_stat_ttl,
+            config.metadata,
+        )
+        .with_retry(crate::origin_retry::RetryPolicy::of(&config.loader)),
+    );
     let loader = Arc::new(Loader::new(
         store,
         origins,

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::faults::{FaultConfig, FaultKind};
-use crate::generated::{GeneratedObject, parse_size};
+use crate::generated::{GeneratedObject, GeneratedSet, parse_size};
 use crate::{DEFAULT_AZURE_ACCOUNT, StubConfig};
 use anyhow::{Context, bail};
 use talon_protocols::azure::request::AzureAddressing;
@@ -27,6 +27,17 @@ pub struct Args {
     /// Repeatable; in the environment, separate several with ';'.
     #[arg(long = "generate", env = "TALON_STUB_GENERATE", value_delimiter = ';')]
     generate: Vec<GeneratedObject>,
+
+    /// A dataset of generated objects, BUCKET/PREFIX=COUNT,MIN-MAX[,SEED]: COUNT objects
+    /// PREFIX0000000 … (7-digit indexes) with sizes drawn from MIN..=MAX by index, e.g.
+    /// `data/train/=1000000,4KiB-256KiB` (about 100 bytes of index per object, at most
+    /// 10 million). Repeatable; in the environment, separate several with ';'.
+    #[arg(
+        long = "generate-set",
+        env = "TALON_STUB_GENERATE_SET",
+        value_delimiter = ';'
+    )]
+    generate_set: Vec<GeneratedSet>,
 
     /// S3 listener address ("off" to disable).
     #[arg(long, env = "TALON_STUB_S3_LISTEN", default_value = "127.0.0.1:9000")]
@@ -148,7 +159,12 @@ fn config(args: &Args) -> anyhow::Result<StubConfig> {
     };
     Ok(StubConfig {
         data_dir: args.data_dir.clone(),
-        generated: args.generate.clone(),
+        generated: args
+            .generate
+            .iter()
+            .cloned()
+            .chain(args.generate_set.iter().flat_map(GeneratedSet::objects))
+            .collect(),
         s3_listen: listen_addr(&args.s3_listen, "--s3-listen")?,
         azure_listen: listen_addr(&args.azure_listen, "--azure-listen")?,
         admin_listen: listen_addr(&args.admin_listen, "--admin-listen")?,

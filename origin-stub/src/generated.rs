@@ -144,9 +144,143 @@ impl FromStr for GeneratedObject {
     }
 }
 
+/// Most objects one [`GeneratedSet`] may name (each costs the stub about a hundred
+/// bytes of index).
+pub const MAX_SET_OBJECTS: u64 = 10_000_000;
+
+/// A dataset of generated objects (`--generate-set`): `count` objects named `prefix`
+/// followed by a 7-digit index (`train/0000000` …), each of a size drawn from
+/// `min_size..=max_size` by its index, the same every time; for benches of many small
+/// objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneratedSet {
+    /// Bucket (container).
+    pub bucket: String,
+    /// What every key starts with.
+    pub prefix: String,
+    /// How many objects.
+    pub count: u64,
+    /// Smallest size, bytes.
+    pub min_size: u64,
+    /// Largest size, bytes.
+    pub max_size: u64,
+    /// Seed of every object's content and of the sizes.
+    pub seed: u64,
+}
+
+impl GeneratedSet {
+    /// The `i`th object's key.
+    pub fn key(&self, i: u64) -> String {
+        format!("{}{i:07}", self.prefix)
+    }
+
+    /// The `i`th object's size.
+    pub fn size(&self, i: u64) -> u64 {
+        let span = self.max_size - self.min_size + 1;
+        self.min_size + splitmix64(self.seed ^ i.wrapping_add(1).wrapping_mul(GOLDEN_GAMMA)) % span
+    }
+
+    /// The `i`th object.
+    pub fn object(&self, i: u64) -> GeneratedObject {
+        GeneratedObject::new(self.bucket.clone(), self.key(i), self.size(i), self.seed)
+    }
+
+    /// Every object, in key order.
+    pub fn objects(&self) -> impl Iterator<Item = GeneratedObject> + '_ {
+        (0..self.count).map(|i| self.object(i))
+    }
+}
+
+impl FromStr for GeneratedSet {
+    type Err = String;
+
+    /// Parses `BUCKET/PREFIX=COUNT,MIN-MAX[,SEED]` (sizes in bytes or with
+    /// KiB/MiB/GiB/TiB), e.g. `data/train/=1000000,4KiB-256KiB,7`.
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let form = "BUCKET/PREFIX=COUNT,MIN-MAX[,SEED]";
+        let (path, rest) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("'{spec}' is not {form}"))?;
+        let (bucket, prefix) = path
+            .split_once('/')
+            .filter(|(b, _)| !b.is_empty())
+            .ok_or_else(|| format!("'{path}' is not BUCKET/PREFIX"))?;
+        let mut parts = rest.split(',');
+        let count: u64 = parts
+            .next()
+            .unwrap_or("")
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{spec}': the count is not a number ({form})"))?;
+        if count == 0 || count > MAX_SET_OBJECTS {
+            return Err(format!("'{spec}': from 1 to {MAX_SET_OBJECTS} objects"));
+        }
+        let sizes = parts
+            .next()
+            .ok_or_else(|| format!("'{spec}' names no sizes ({form})"))?;
+        let (min, max) = sizes
+            .split_once('-')
+            .ok_or_else(|| format!("'{sizes}' is not MIN-MAX"))?;
+        let (min_size, max_size) = (parse_size(min.trim())?, parse_size(max.trim())?);
+        if min_size > max_size {
+            return Err(format!(
+                "'{sizes}': the smallest size is larger than the largest"
+            ));
+        }
+        let seed = match parts.next() {
+            Some(seed) => seed
+                .trim()
+                .parse()
+                .map_err(|_| format!("seed '{seed}' is not a number"))?,
+            None => 0,
+        };
+        if parts.next().is_some() {
+            return Err(format!("'{spec}' is not {form}"));
+        }
+        Ok(GeneratedSet {
+            bucket: bucket.to_owned(),
+            prefix: prefix.to_owned(),
+            count,
+            min_size,
+            max_size,
+            seed,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_names_its_objects_in_order_with_sizes_in_range_every_time() {
+        let set: GeneratedSet = "data/train/=1000,4KiB-256KiB,7".parse().expect("a set");
+        assert_eq!(
+            (set.count, set.min_size, set.max_size, set.seed),
+            (1000, 4096, 262_144, 7)
+        );
+        let objects: Vec<GeneratedObject> = set.objects().collect();
+        assert_eq!(objects[0].key, "train/0000000");
+        assert_eq!(objects[999].key, "train/0000999");
+        assert!(objects.windows(2).all(|w| w[0].key < w[1].key));
+        assert!(objects.iter().all(|o| (4096..=262_144).contains(&o.size)));
+        let distinct: std::collections::BTreeSet<u64> = objects.iter().map(|o| o.size).collect();
+        assert!(distinct.len() > 900, "sizes spread: {}", distinct.len());
+        let again: GeneratedSet = "data/train/=1000,4KiB-256KiB,7".parse().expect("a set");
+        assert_eq!(again.object(123), objects[123]);
+        for bad in [
+            "data/train/",
+            "/train/=10,1-2",
+            "data/train/=0,1-2",
+            "data/train/=10000001,1-2",
+            "data/train/=10,2-1",
+            "data/train/=10,1",
+            "data/train/=10,1-2,x",
+            "data/train/=10,1-2,3,4",
+        ] {
+            assert!(bad.parse::<GeneratedSet>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn fill_is_random_access() {

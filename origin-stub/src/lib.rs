@@ -202,7 +202,7 @@ async fn bind(addr: Option<SocketAddr>) -> Result<Option<TcpListener>, StubError
 ///
 /// # Errors
 /// [`StubError`] when a listener cannot bind or the data folder cannot be used.
-pub async fn start(config: StubConfig) -> Result<RunningStub, StubError> {
+pub async fn start(mut config: StubConfig) -> Result<RunningStub, StubError> {
     config.faults.validate().map_err(StubError::Faults)?;
     let (root, temp_dir) = match &config.data_dir {
         Some(dir) => (dir.clone(), None),
@@ -222,7 +222,8 @@ pub async fn start(config: StubConfig) -> Result<RunningStub, StubError> {
         source,
     })?;
     let store =
-        ObjectStore::new(&root, config.generated.clone()).map_err(|source| StubError::DataDir {
+        // Taken, not copied: a generated dataset may hold millions of objects.
+        ObjectStore::new(&root, std::mem::take(&mut config.generated)).map_err(|source| StubError::DataDir {
             path: root.clone(),
             source,
         })?;

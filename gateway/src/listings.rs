@@ -189,7 +189,11 @@ impl Listings {
     pub fn bucket_changed(&self, backend: Backend, bucket: &str) {
         let mut written = self.lock_written();
         if written.at.len() >= written.sweep_at {
-            let window = self.max_age;
+            // As long as any page may be answered: T, or the longest bound in force.
+            let window = self
+                .rules
+                .longest()
+                .map_or(self.max_age, |l| l.max(self.max_age));
             written.at.retain(|_, at| at.elapsed() < window);
             written.sweep_at = (written.at.len() * 2).max(MIN_BUCKET_MARKS_SWEEP);
         }

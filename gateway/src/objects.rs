@@ -325,8 +325,9 @@ impl Objects {
             self.known.remove(&id);
         }
         if written.at.len() >= written.sweep_at {
-            let window = self.freshness.max_staleness;
-            written.at.retain(|_, at| at.elapsed() < window);
+            written
+                .at
+                .retain(|(b, bk, k), at| at.elapsed() < self.bound_for(*b, bk, k));
             written.sweep_at = (written.at.len() * 2).max(MIN_WRITES_SWEEP_AT);
         }
         written.at.insert(object, Instant::now());
@@ -382,7 +383,21 @@ impl Objects {
             .at
             .get(&(backend, bucket.to_owned(), key.to_owned()))
             .copied()
-            .filter(|at| at.elapsed() < self.freshness.max_staleness)
+            .filter(|at| at.elapsed() < self.bound_for(backend, bucket, key))
+    }
+
+    /// How long what was learned of an object may be answered: T, or the cluster's
+    /// bound for its prefix (`talon freshness`). A write through this gateway bounds
+    /// what may be answered for the object as long.
+    fn bound_for(&self, backend: Backend, bucket: &str, key: &str) -> Duration {
+        self.rules.bound(
+            || {
+                self.object_id(backend, bucket, key)
+                    .map(|id| id.key_path())
+                    .unwrap_or_default()
+            },
+            self.freshness.max_staleness,
+        )
     }
 
     /// Drops the cached metadata of an object (it changed under a read).

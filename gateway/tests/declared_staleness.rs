@@ -962,4 +962,20 @@ async fn a_freshness_rule_reaches_every_gateway_and_worker_and_sets_the_bound_th
         stub.requests_total() - before >= 1,
         "plain/c revalidated after T"
     );
+    // A write through this gateway is seen by it at once, and still once T has passed
+    // without a read in between: under the prefix's own bound the write bounds what
+    // the workers may answer as long (before, the write was forgotten after T and a
+    // worker's entry from before it came back).
+    let put = reqwest::Client::new()
+        .put(urls(&gw, "slow/b")[0].clone())
+        .body("rewritten")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 200);
+    let written_at = Instant::now();
+    tokio::time::sleep(t * 2).await;
+    assert!(written_at.elapsed() > t);
+    let (status, _, got) = read(&urls(&gw, "slow/b")[0]).await;
+    assert_eq!((status, got), (200, Bytes::from_static(b"rewritten")));
 }

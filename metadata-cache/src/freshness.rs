@@ -55,6 +55,12 @@ impl FreshnessRules {
             .map_or(default, |(_, bound)| *bound)
     }
 
+    /// The longest bound any rule in force gives, if any rule is.
+    pub fn longest(&self) -> Option<Duration> {
+        let rules = self.rules.read().unwrap_or_else(|p| p.into_inner());
+        rules.iter().map(|(_, bound)| *bound).max()
+    }
+
     /// How many rules are in force.
     pub fn len(&self) -> usize {
         self.rules.read().unwrap_or_else(|p| p.into_inner()).len()
@@ -82,6 +88,7 @@ mod tests {
             Duration::from_secs(60)
         );
         assert_eq!(rules.bound(|| "s3/c/x".into(), t), t);
+        assert_eq!(rules.longest(), Some(IMMUTABLE));
         assert!(!rules.update([("s3/b/imagenet/", None), ("s3/b/", Some(60_000))]));
         assert!(rules.update([]));
         assert!(rules.is_empty());

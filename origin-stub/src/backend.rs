@@ -14,7 +14,7 @@ use talon_core::wire::HeaderSet;
 use talon_protocols::answer::Failure;
 use talon_protocols::azure::xml::BlockListItem;
 use talon_protocols::conditional::DeleteConditions;
-use talon_protocols::listing::{ListQuery, paginate};
+use talon_protocols::listing::ListQuery;
 use talon_protocols::origin::{BucketSummary, ObjectInfo};
 use talon_protocols::server::{
     BlockLists, Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject, ObjectAttributes,
@@ -277,14 +277,18 @@ impl ObjectBackend for StubBackend {
         };
         let store = self.state.store.clone();
         let b = bucket.to_owned();
-        let objects = blocking(move || store.list(&b)).await?;
-        let query = ListQuery {
-            prefix: spec.prefix,
-            delimiter: spec.delimiter,
-            marker: marker.as_deref(),
-            max_keys: spec.max_keys,
-        };
-        let page = paginate(objects, |o| o.key.as_str(), &query);
+        let (prefix, delimiter) = (spec.prefix.to_owned(), spec.delimiter.map(str::to_owned));
+        let max_keys = spec.max_keys;
+        let page = blocking(move || {
+            let query = ListQuery {
+                prefix: &prefix,
+                delimiter: delimiter.as_deref(),
+                marker: marker.as_deref(),
+                max_keys,
+            };
+            store.list_page(&b, &query)
+        })
+        .await?;
         Ok(ListResult {
             objects: page
                 .entries

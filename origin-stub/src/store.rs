@@ -47,6 +47,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use talon_protocols::checksum::ChecksumAlgorithm;
 use talon_protocols::conditional::normalize_etag;
+use talon_protocols::listing::{ListPage, ListQuery, paginate};
 use talon_protocols::multipart::check_completion;
 use talon_protocols::names::check_block_id;
 use talon_protocols::{Error, ErrorKind, Result};
@@ -279,6 +280,37 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// One entry of a listing: an object written to the store, or a generated one.
+enum Merged<'a> {
+    Stored(&'a ObjectMeta),
+    Generated(&'a GeneratedObject),
+}
+
+/// The written and the generated objects of a listing merged in key order (each source
+/// sorted by key); where both hold a key, the written object is the one that exists.
+fn merge_by_key<'a>(
+    stored: impl Iterator<Item = (&'a String, &'a ObjectMeta)>,
+    generated: impl Iterator<Item = (&'a str, &'a GeneratedObject)>,
+) -> impl Iterator<Item = Merged<'a>> {
+    let (mut stored, mut generated) = (stored.peekable(), generated.peekable());
+    std::iter::from_fn(move || {
+        let order = match (stored.peek(), generated.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (Some((s, _)), Some((g, _))) => s.as_str().cmp(g),
+        };
+        if order == std::cmp::Ordering::Equal {
+            generated.next();
+        }
+        if order == std::cmp::Ordering::Greater {
+            generated.next().map(|(_, g)| Merged::Generated(g))
+        } else {
+            stored.next().map(|(_, m)| Merged::Stored(m))
+        }
+    })
 }
 
 fn no_such_key(key: &str) -> Error {
@@ -550,7 +582,10 @@ impl ObjectStore {
     }
 
     fn has_generated_in(&self, bucket: &str) -> bool {
-        self.generated_lock().keys().any(|(b, _)| b == bucket)
+        self.generated_lock()
+            .range((bucket.to_owned(), String::new())..)
+            .next()
+            .is_some_and(|((b, _), _)| b == bucket)
     }
 
     /// Whether a bucket exists (a folder, or generated objects in it).
@@ -587,9 +622,14 @@ impl ObjectStore {
                 out.insert(name, system_time(&meta));
             }
         }
-        for ((bucket, _), g) in self.generated_lock().iter() {
+        // One look per bucket of generated objects: from each bucket's first key, the
+        // next is the first key past every key of it.
+        let generated = self.generated_lock();
+        let mut from = (String::new(), String::new());
+        while let Some(((bucket, _), g)) = generated.range(from..).next() {
             out.entry(bucket.clone())
                 .or_insert_with(|| g.last_modified());
+            from = (format!("{bucket}\0"), String::new());
         }
         Ok(out
             .into_iter()
@@ -635,7 +675,11 @@ impl ObjectStore {
     pub fn delete_bucket(&self, bucket: &str) -> Result<()> {
         self.require_bucket(bucket)?;
         let _guard = self.write_namespace();
-        if !self.list_locked(bucket)?.is_empty() {
+        let first = ListQuery {
+            max_keys: 1,
+            ..ListQuery::default()
+        };
+        if !self.list_page_locked(bucket, &first)?.entries.is_empty() {
             return Err(Error::new(
                 ErrorKind::BucketNotEmpty,
                 format!("The bucket '{bucket}' is not empty."),
@@ -751,13 +795,57 @@ impl ObjectStore {
     /// # Errors
     /// [`ErrorKind::NoSuchBucket`]; I/O errors.
     pub fn list(&self, bucket: &str) -> Result<Vec<ObjectMeta>> {
-        self.require_bucket(bucket)?;
-        let _guard = self.read_namespace();
-        self.list_locked(bucket)
+        let whole = ListQuery {
+            max_keys: usize::MAX,
+            ..ListQuery::default()
+        };
+        Ok(self.list_page(bucket, &whole)?.entries)
     }
 
-    /// [`ObjectStore::list`] for a caller that holds the namespace lock.
-    fn list_locked(&self, bucket: &str) -> Result<Vec<ObjectMeta>> {
+    /// One page of a bucket's listing, as `query` asks (prefix, delimiter, marker, page
+    /// size). Generated objects are read from the page's first key on and no further than
+    /// the page needs, so a set of millions lists a page in the time of a thousand;
+    /// objects written to the folder are few and walked whole.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoSuchBucket`]; I/O errors.
+    pub fn list_page(&self, bucket: &str, query: &ListQuery<'_>) -> Result<ListPage<ObjectMeta>> {
+        self.require_bucket(bucket)?;
+        let _guard = self.read_namespace();
+        self.list_page_locked(bucket, query)
+    }
+
+    /// [`ObjectStore::list_page`] for a caller that holds the namespace lock.
+    fn list_page_locked(
+        &self,
+        bucket: &str,
+        query: &ListQuery<'_>,
+    ) -> Result<ListPage<ObjectMeta>> {
+        let stored = self.stored_objects(bucket)?;
+        // Keys at or after both the prefix and the marker; the keys with the prefix are
+        // one run in key order, so each source stops at its first key without it.
+        let from = query
+            .marker
+            .filter(|m| *m > query.prefix)
+            .unwrap_or(query.prefix);
+        let prefix = query.prefix;
+        let generated = self.generated_lock();
+        let generated = generated
+            .range((bucket.to_owned(), from.to_owned())..)
+            .take_while(|((b, k), _)| b == bucket && k.starts_with(prefix))
+            .map(|((_, k), g)| (k.as_str(), g));
+        let stored = stored
+            .range::<str, _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix));
+        let merged = merge_by_key(stored, generated).map(|entry| match entry {
+            Merged::Stored(meta) => meta.clone(),
+            Merged::Generated(g) => Self::generated_meta(g),
+        });
+        Ok(paginate(merged, |m| m.key.as_str(), query))
+    }
+
+    /// The objects written to a bucket (its folder's files and the keyed objects), by key.
+    fn stored_objects(&self, bucket: &str) -> Result<BTreeMap<String, ObjectMeta>> {
         let mut out: BTreeMap<String, ObjectMeta> = BTreeMap::new();
         let dir = self.bucket_dir(bucket);
         if dir.is_dir() {
@@ -810,12 +898,7 @@ impl ObjectStore {
                 }
             }
         }
-        for ((b, k), g) in self.generated_lock().iter() {
-            if b == bucket && !out.contains_key(k) {
-                out.insert(k.clone(), Self::generated_meta(g));
-            }
-        }
-        Ok(out.into_values().collect())
+        Ok(out)
     }
 
     /// Creates an empty staging file for a write.
@@ -1711,6 +1794,86 @@ mod tests {
             s.head("gen", "g.bin").unwrap_err().kind(),
             ErrorKind::NoSuchKey
         );
+    }
+
+    #[test]
+    fn a_page_of_a_large_generated_set_lists_as_the_whole_bucket_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let set: crate::generated::GeneratedSet =
+            "gen/train/=20000,1-100,3".parse().expect("a set");
+        let s = ObjectStore::new(dir.path(), set.objects().collect()).unwrap();
+        // Written objects before, among (one in place of a generated key) and after the set.
+        let written = [
+            "a.txt",
+            "train/0000500",
+            "train/0000500x",
+            "train/sub/x",
+            "z.txt",
+        ];
+        for key in written {
+            write(&s, "gen", key, key.as_bytes()).unwrap();
+        }
+        // What the bucket holds, by key: a written object hides a generated one.
+        let mut all: BTreeMap<String, u64> = set.objects().map(|g| (g.key, g.size)).collect();
+        for key in written {
+            all.insert(key.to_owned(), key.len() as u64);
+        }
+        let entries = |page: &ListPage<ObjectMeta>| -> Vec<(String, u64)> {
+            page.entries
+                .iter()
+                .map(|m| (m.key.clone(), m.size))
+                .collect()
+        };
+        let cases: [(&str, Option<&str>, usize); 4] = [
+            ("", None, 1000),
+            ("train/", Some("/"), 1000),
+            ("train/00001", None, 333),
+            ("train/sub/", Some("/"), 10),
+        ];
+        for (prefix, delimiter, max_keys) in cases {
+            let mut marker: Option<String> = None;
+            let mut pages = 0;
+            loop {
+                let query = ListQuery {
+                    prefix,
+                    delimiter,
+                    marker: marker.as_deref(),
+                    max_keys,
+                };
+                let page = s.list_page("gen", &query).unwrap();
+                let whole = paginate(all.iter(), |(k, _)| k.as_str(), &query);
+                let expected: Vec<(String, u64)> = whole
+                    .entries
+                    .iter()
+                    .map(|(k, v)| ((*k).clone(), **v))
+                    .collect();
+                assert_eq!(entries(&page), expected, "{prefix:?} after {marker:?}");
+                assert_eq!(page.common_prefixes, whole.common_prefixes);
+                assert_eq!(page.is_truncated, whole.is_truncated);
+                assert_eq!(page.next_marker, whole.next_marker);
+                pages += 1;
+                match page.next_marker {
+                    Some(next) => marker = Some(next),
+                    None => break,
+                }
+            }
+            assert!(pages >= 1);
+        }
+        // The written object in place of a generated one is the one listed.
+        let q = ListQuery {
+            prefix: "train/0000500",
+            max_keys: 10,
+            ..ListQuery::default()
+        };
+        let page = s.list_page("gen", &q).unwrap();
+        assert_eq!(
+            entries(&page),
+            [
+                ("train/0000500".to_owned(), 13),
+                ("train/0000500x".to_owned(), 14)
+            ]
+        );
+        assert_eq!(s.list("gen").unwrap().len(), all.len());
     }
 
     /// Every file under `root` that is not the store's own state or a bucket's folder.

@@ -319,7 +319,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| args.data_dir.join(".talon-cache"));
     let mut workers = Vec::new();
-    let open_files_share = talon_worker::descriptors::open_files_limit()
+    let open_files_share = talon_worker::descriptors::raise_open_files_limit()
         .map(|limit| limit / (args.workers.max(1) as u64 + 1));
     for i in 0..args.workers.max(1) {
         let worker = talon_worker::start(WorkerConfig {
@@ -347,6 +347,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             // The workers share this process's descriptors with the gateway, the
             // coordinator and the origin: each takes an equal share.
             open_files: open_files_share,
+            max_blocks: talon_worker::block_store::DEFAULT_MAX_BLOCKS,
             membership: Some(MembershipConfig {
                 coordinator_url: coordinator.url(),
                 id: format!("w{i}"),

@@ -61,6 +61,7 @@ async fn worker(stub: &RunningStub, dir: &std::path::Path) -> RunningWorker {
         local_socket: None,
         cluster_secret: secret(),
         open_files: None,
+        max_blocks: talon_worker::block_store::DEFAULT_MAX_BLOCKS,
     })
     .await
     .unwrap_or_else(|e| panic!("worker: {e}"))

@@ -324,6 +324,7 @@ impl Cluster {
             },
             cluster_secret: self.cluster_secret().clone(),
             open_files: None,
+            max_blocks: talon_worker::block_store::DEFAULT_MAX_BLOCKS,
             local_socket: self
                 .config
                 .local_sockets
@@ -992,7 +993,31 @@ impl WorkerProcess {
         cache_dir: &Path,
         open_files: u64,
     ) -> WorkerProcess {
-        WorkerProcess::start_with(cluster, id, cache_dir, &[], &[], true, Some(open_files)).await
+        WorkerProcess::start_with(
+            cluster,
+            id,
+            cache_dir,
+            &[],
+            &[],
+            true,
+            Some((open_files, open_files)),
+        )
+        .await
+    }
+
+    /// [`WorkerProcess::start_logged`] with `args`, under a soft open-files limit of
+    /// `soft` and a hard one of `hard` (set by `prlimit`).
+    ///
+    /// # Panics
+    /// As [`WorkerProcess::start_limited`].
+    pub async fn start_with_limits(
+        cluster: &Cluster,
+        id: &str,
+        cache_dir: &Path,
+        args: &[&str],
+        (soft, hard): (u64, u64),
+    ) -> WorkerProcess {
+        WorkerProcess::start_with(cluster, id, cache_dir, args, &[], true, Some((soft, hard))).await
     }
 
     /// [`WorkerProcess::start`] with more arguments and environment variables, and
@@ -1028,7 +1053,7 @@ impl WorkerProcess {
         args: &[&str],
         env: &[(&str, &str)],
         logged: bool,
-        open_files: Option<u64>,
+        open_files: Option<(u64, u64)>,
     ) -> WorkerProcess {
         let binary = worker_binary();
         let config = cluster.config();
@@ -1036,14 +1061,16 @@ impl WorkerProcess {
         let ready = cache_dir.with_extension("ready.json");
         let _ = std::fs::remove_file(&ready);
         let mut cmd = match open_files {
-            Some(n) => {
+            Some((soft, hard)) => {
                 let prlimit = Path::new("/usr/bin/prlimit");
                 assert!(
                     prlimit.exists(),
                     "prlimit is required: apt-get install util-linux"
                 );
                 let mut cmd = Command::new(prlimit);
-                cmd.arg(format!("--nofile={n}:{n}")).arg("--").arg(&binary);
+                cmd.arg(format!("--nofile={soft}:{hard}"))
+                    .arg("--")
+                    .arg(&binary);
                 cmd
             }
             None => Command::new(&binary),

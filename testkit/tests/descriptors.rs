@@ -81,3 +81,58 @@ async fn many_small_objects_never_run_a_worker_out_of_descriptors() {
         "the block cap, not the byte budget, evicted"
     );
 }
+
+/// The soft open-files limit of process `pid`, from `/proc/PID/limits`.
+fn soft_open_files(pid: u32) -> u64 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    line.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
+/// A worker takes the open-files limit its hard limit allows (every block is an open
+/// file: a soft limit of 600 under a hard one of 4,096 held a dataset of small objects
+/// to a few hundred blocks), and `--max-blocks` bounds its blocks below what the
+/// descriptors would allow: past it, blocks are evicted one at a time and every read is
+/// still right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_raises_its_open_files_limit_and_keeps_to_max_blocks() {
+    let objects: Vec<GeneratedObject> = (0..80)
+        .map(|i| GeneratedObject::new("small", format!("o{i}"), 2048, i))
+        .collect();
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 0,
+        generated: objects.clone(),
+        local_sockets: false,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let process = WorkerProcess::start_with_limits(
+        &cluster,
+        "w0",
+        &dir.path().join("cache"),
+        &["--max-blocks", "64"],
+        (LIMIT, 4096),
+    )
+    .await;
+    cluster.wait_for_live(1).await;
+    assert_eq!(
+        soft_open_files(process.pid()),
+        4096,
+        "the soft limit raised"
+    );
+    let client = cluster.client().await;
+    cluster.sync_client(&client).await;
+    for object in &objects {
+        read_whole_checked(&client, object, "a read past --max-blocks").await;
+    }
+    let evicted = process.metric("talon_worker_evictions_total").await;
+    assert!(
+        evicted >= 16.0,
+        "80 objects through a cap of 64 blocks evicted {evicted}"
+    );
+    healthy(&process, "after the reads").await;
+}

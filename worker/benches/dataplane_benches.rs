@@ -88,6 +88,7 @@ fn serial_reads_on(
             local_socket: None,
             cluster_secret: secret(),
             open_files: None,
+            max_blocks: talon_worker::block_store::DEFAULT_MAX_BLOCKS,
         })
         .await
         .expect("worker");

@@ -42,6 +42,13 @@ pub struct Args {
     /// data plane; the socket file is owner-only.
     #[arg(long, env = "TALON_WORKER_LOCAL_SOCKET", default_value = "auto")]
     local_socket: String,
+    /// Most cached blocks at once. Each is an open file (two once handed to a reader on
+    /// this host), so the open-files limit lowers it (the worker raises its soft limit to
+    /// the hard one at start, and says the blocks it plans for); a dataset of small
+    /// objects is one block per object, so a million-object dataset on two workers
+    /// wants 500,000 here and an open-files limit above a million.
+    #[arg(long, env = "TALON_WORKER_MAX_BLOCKS", default_value_t = crate::block_store::DEFAULT_MAX_BLOCKS)]
+    max_blocks: usize,
     /// Page size: the unit of presence and of origin fetches (power of two), e.g. 1MiB.
     #[arg(long, env = "TALON_WORKER_PAGE_SIZE", default_value = "1MiB", value_parser = parse_byte_size)]
     page_size: u64,
@@ -324,11 +331,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     {
         anyhow::bail!("--pin: {problem}");
     }
+    // Every block is an open file: take what the hard limit allows before planning.
+    crate::descriptors::raise_open_files_limit();
     let config = WorkerConfig {
         pins: crate::block_store::Pins::new(args.pin.clone(), args.pin_share, args.capacity),
         local_socket,
         cluster_secret,
         open_files: None,
+        max_blocks: args.max_blocks,
         listen: args.listen,
         admin_listen,
         cache_dir: args.cache_dir.clone(),

@@ -123,6 +123,28 @@ pub fn open_files_limit() -> Option<u64> {
     rustix::process::getrlimit(rustix::process::Resource::Nofile).current
 }
 
+/// Raises this process's open-files limit to its hard limit (what `ulimit -Hn`, systemd's
+/// `LimitNOFILE=` or the container runtime allow), as servers that hold a descriptor per
+/// cached object do: the soft limit is often 1,024 or 20,000 where the hard one is far
+/// higher, and every block is an open file. Returns the limit in force afterwards (the
+/// old one when it cannot be raised).
+pub fn raise_open_files_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limits = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(maximum)) = (limits.current, limits.maximum)
+        && maximum > current
+    {
+        let raised = rustix::process::Rlimit {
+            current: Some(maximum),
+            maximum: Some(maximum),
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            tracing::info!(from = current, to = maximum, "raised the open-files limit");
+        }
+    }
+    open_files_limit()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

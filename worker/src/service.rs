@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::block_store::{BlockStore, DEFAULT_MAX_BLOCKS, Pins};
+use crate::block_store::{BlockStore, Pins};
 use crate::data_plane::{self, DataPlaneConfig, PlaneKind, Services};
 use crate::descriptors::DescriptorBudget;
 use crate::error::{Result, WorkerError};
@@ -85,6 +85,10 @@ pub struct WorkerConfig {
     /// ([`crate::descriptors`]); `None`: the process's open-files limit (a process that
     /// runs several workers gives each its share).
     pub open_files: Option<u64>,
+    /// Most cached blocks at once ([`crate::block_store::DEFAULT_MAX_BLOCKS`] by default);
+    /// each is an open file, so the open-files limit may lower it
+    /// ([`crate::descriptors`]). A dataset of small objects is one block per object.
+    pub max_blocks: usize,
 }
 
 /// A running worker.
@@ -154,7 +158,7 @@ pub async fn start(mut config: WorkerConfig) -> Result<RunningWorker> {
             let planes = 1 + usize::from(config.local_socket.is_some());
             let budget = DescriptorBudget::plan(
                 limit,
-                DEFAULT_MAX_BLOCKS,
+                config.max_blocks,
                 config.data_plane.max_connections,
                 config.data_plane.max_unauthenticated,
                 planes,
@@ -173,7 +177,7 @@ pub async fn start(mut config: WorkerConfig) -> Result<RunningWorker> {
             config.data_plane.max_unauthenticated = budget.max_unauthenticated;
             budget.max_blocks
         }
-        None => DEFAULT_MAX_BLOCKS,
+        None => config.max_blocks,
     };
     let (dir, page, cap, pins) = (
         config.cache_dir.clone(),

@@ -117,6 +117,14 @@ gateway-proxy-bench *ARGS:
     [ "$(id -u)" != 0 ] || { systemctl stop varnish nginx 2>/dev/null || true; }
     ./target/release/talon-gateway-proxy-bench {{ARGS}}
 
+# A dataset of many small objects (default one million, 4-256 KiB) read epoch after epoch
+# (cold, warm, after T), through Talon and straight to the throttled origin, order-swapped:
+# objects a second, p50/p99, origin requests per object, client 503s, RSS;
+# bench/results/dataset-bench.jsonl. `--objects 20000 --max-staleness-ms 60000`, `--help`.
+dataset-bench *ARGS:
+    cargo build --release --workspace --bins
+    ./target/release/talon-dataset-bench {{ARGS}}
+
 # Workers killed and frozen, the origin failing or slow, an object overwritten at the
 # origin, under SHA-verified readers of both fronts (route cache): no wrong byte, no stuck
 # request, no error the origin did not cause; bench/results/chaos.jsonl. `--faults kill

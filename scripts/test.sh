@@ -92,6 +92,14 @@ step "talon-chaos --soak, 60 s, one worker restarted (debug binaries)"
 ./target/debug/talon-chaos --soak --seconds 60 --faults kill --every-ms 30000 \
   --out target/chaos-soak-ci.jsonl
 
+# Requests, not only bytes (docs/BENCHMARKS.md, the dataset bench): a small generated
+# dataset read cold, warm and after T through both fronts and straight from the stub;
+# every byte checked, and --check fails the step unless Talon's arm sent at most one
+# origin request per cold object, none in the warm epoch inside T, and answered no 503.
+step "talon-dataset-bench --check, 500 objects, both fronts (debug binaries)"
+./target/debug/talon-dataset-bench --objects 500 --connections 16 --max-staleness-ms 15000 \
+  --check --out target/dataset-ci.jsonl
+
 step "rclone (the gateway suite drives the Debian package)"
 command -v rclone >/dev/null || apt_install rclone
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
 use talon_origin_stub::faults::FaultConfig;
-use talon_origin_stub::generated::GeneratedObject;
+use talon_origin_stub::generated::{GeneratedObject, GeneratedSet};
 use talon_origin_stub::{DEFAULT_AZURE_ACCOUNT, EMULATOR_AZURE_KEY};
 use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::s3::sigv4::S3Credentials;
@@ -350,6 +350,28 @@ impl Stub {
         objects: &[GeneratedObject],
         host: &NetHost,
     ) -> HarnessResult<Stub> {
+        Stub::launch(binaries, dir, objects, &[], host).await
+    }
+
+    /// A stub serving the generated datasets `sets` (`--generate-set`), on loopback.
+    ///
+    /// # Errors
+    /// As [`Stub::start`].
+    pub async fn start_with_sets(
+        binaries: &Binaries,
+        dir: &Path,
+        sets: &[GeneratedSet],
+    ) -> HarnessResult<Stub> {
+        Stub::launch(binaries, dir, &[], sets, &NetHost::loopback()).await
+    }
+
+    async fn launch(
+        binaries: &Binaries,
+        dir: &Path,
+        objects: &[GeneratedObject],
+        sets: &[GeneratedSet],
+        host: &NetHost,
+    ) -> HarnessResult<Stub> {
         let data = dir.join("origin-data");
         std::fs::create_dir_all(&data)
             .map_err(|e| HarnessError::io(format!("creating {}", data.display()), e))?;
@@ -368,6 +390,16 @@ impl Stub {
         for o in objects {
             args.push("--generate".into());
             args.push(format!("{}/{}={},{}", o.bucket, o.key, o.size, o.seed).into());
+        }
+        for set in sets {
+            args.push("--generate-set".into());
+            args.push(
+                format!(
+                    "{}/{}={},{}-{},{}",
+                    set.bucket, set.prefix, set.count, set.min_size, set.max_size, set.seed
+                )
+                .into(),
+            );
         }
         args.push("--ready-file".into());
         args.push(ready.clone().into());
@@ -532,6 +564,11 @@ pub struct WorkerSpec<'a> {
     pub page_size: u64,
     /// Where it runs (`None`: this machine's loopback).
     pub host: Option<&'a NetHost>,
+    /// Its `--origin-requests-per-prefix` (requests a second to the origin per prefix);
+    /// `None`: [`UNTHROTTLED`], so that a bench measures the data path.
+    pub origin_request_limit: Option<u32>,
+    /// Its `--max-blocks`; `None`: the worker's default.
+    pub max_blocks: Option<usize>,
 }
 
 impl Worker {
@@ -577,10 +614,17 @@ impl Worker {
             ("--azure-endpoint", stub.azure_url.clone()),
             ("--capacity", spec.capacity.to_string()),
             ("--page-size", spec.page_size.to_string()),
-            ("--origin-requests-per-prefix", UNTHROTTLED.to_string()),
+            (
+                "--origin-requests-per-prefix",
+                spec.origin_request_limit.unwrap_or(UNTHROTTLED).to_string(),
+            ),
         ] {
             args.push(flag.into());
             args.push(value.into());
+        }
+        if let Some(n) = spec.max_blocks {
+            args.push("--max-blocks".into());
+            args.push(n.to_string().into());
         }
         if let Some(a) = &spec.advertise {
             args.push("--advertise-addr".into());
@@ -659,6 +703,8 @@ pub struct GatewaySpec<'a> {
     pub hedge_budget: Option<f64>,
     /// Where it runs (`None`: this machine's loopback).
     pub host: Option<&'a NetHost>,
+    /// Its `--origin-requests-per-prefix`; `None`: [`UNTHROTTLED`].
+    pub origin_request_limit: Option<u32>,
 }
 
 /// A gateway with one front.
@@ -729,7 +775,10 @@ impl Gateway {
             ("--origin-azure-endpoint", stub.azure_url.clone()),
             ("--block-size", spec.block_size.to_string()),
             ("--local-reads", spec.local_reads.to_string()),
-            ("--origin-requests-per-prefix", UNTHROTTLED.to_string()),
+            (
+                "--origin-requests-per-prefix",
+                spec.origin_request_limit.unwrap_or(UNTHROTTLED).to_string(),
+            ),
         ] {
             args.push(flag.into());
             args.push(value.into());

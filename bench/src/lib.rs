@@ -78,7 +78,9 @@ pub mod schedule;
 pub mod stats;
 mod wire;
 
-// The gateway benches (`talon-gateway-bench`, `talon-gateway-proxy-bench`).
+// The gateway benches (`talon-gateway-bench`, `talon-gateway-proxy-bench`,
+// `talon-dataset-bench`).
+pub mod dataset_load;
 pub mod delay_line;
 pub mod deployment;
 pub mod harness_error;

@@ -155,6 +155,8 @@ async fn a_cluster_across_hosts_survives_a_partitioned_worker_and_a_lost_coordin
     let mut workers = Vec::new();
     for id in WORKERS {
         let spec = WorkerSpec {
+            origin_request_limit: None,
+            max_blocks: None,
             id,
             coordinator: &coordinator_url,
             advertise: None,
@@ -173,6 +175,7 @@ async fn a_cluster_across_hosts_survives_a_partitioned_worker_and_a_lost_coordin
         dir.path(),
         &stub,
         GatewaySpec {
+            origin_request_limit: None,
             name: "gateway",
             front: Protocol::S3,
             route: Route::Cache,

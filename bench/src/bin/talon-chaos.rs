@@ -363,6 +363,7 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         ));
     }
     let gateway = |name, front| GatewaySpec {
+        origin_request_limit: None,
         name,
         front,
         route: Route::Cache,
@@ -988,6 +989,8 @@ async fn start_worker(
         stub,
         coordinator,
         WorkerSpec {
+            origin_request_limit: None,
+            max_blocks: None,
             id,
             coordinator: coordinator_url,
             advertise: None,

@@ -296,6 +296,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             &stub,
             &mut coordinator,
             WorkerSpec {
+                origin_request_limit: None,
+                max_blocks: None,
                 id: "worker",
                 coordinator: &coordinator_url,
                 advertise: Some(relay.local_addr().to_string()),
@@ -316,6 +318,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             dir,
             &stub,
             GatewaySpec {
+                origin_request_limit: None,
                 name: "gateway-cache",
                 front: Protocol::S3,
                 route: Route::Cache,
@@ -344,6 +347,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 dir,
                 &stub,
                 GatewaySpec {
+                    origin_request_limit: None,
                     name: "gateway-origin",
                     front: Protocol::S3,
                     route: Route::Origin,

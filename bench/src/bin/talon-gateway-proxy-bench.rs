@@ -335,6 +335,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             &stub,
             &mut coordinator,
             WorkerSpec {
+                origin_request_limit: None,
+                max_blocks: None,
                 id: &format!("worker-{p}"),
                 coordinator: &coordinator_url,
                 advertise: None,
@@ -349,6 +351,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             dir,
             &stub,
             GatewaySpec {
+                origin_request_limit: None,
                 name: &format!("gateway-{p}-cache"),
                 front: protocol,
                 route: Route::Cache,
@@ -386,6 +389,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 dir,
                 &stub,
                 GatewaySpec {
+                    origin_request_limit: None,
                     name: "gateway-s3-cache-tcp",
                     front: protocol,
                     route: Route::Cache,
@@ -427,6 +431,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             dir,
             &stub,
             GatewaySpec {
+                origin_request_limit: None,
                 name: &format!("gateway-{p}-origin"),
                 front: protocol,
                 route: Route::Origin,

@@ -17,8 +17,8 @@
 //! revalidated with a `HEAD` each.
 //!
 //! On S3 a listing is billed like about a dozen `GET`s, so it pays only where a page
-//! refreshes more than that: a folder whose last two listings each refreshed fewer
-//! than [`MIN_LISTING_YIELD`] entries per full page listed is revalidated object by
+//! covers more than that: a folder whose last two listings each listed fewer than
+//! [`MIN_LISTING_YIELD`] entries this worker holds per full page is revalidated object by
 //! object for [`SPARSE_FOLDER_MEMORY`], and so is one the credentials may not list. Azure's List
 //! Blobs has no `start-after` (its marker is opaque): Azure objects are revalidated one
 //! by one, with a conditional `HEAD`, as before.
@@ -131,7 +131,7 @@ pub fn verdict(page: &ListResult, key: &str, held: &ObjectInfo) -> PageVerdict {
 
 /// Listings in a row that must not pay (or fail) before a folder is left alone: one
 /// alone may just have started near the folder's end, where few keys are left.
-const STRIKES: u8 = 2;
+pub const STRIKES: u8 = 2;
 
 /// The folders not worth a listing for now: their last [`STRIKES`] listings refreshed
 /// too little, or failed.
@@ -150,7 +150,7 @@ impl SparseFolders {
             .is_none_or(|&(n, until)| n < STRIKES || until <= now)
     }
 
-    /// Records that a listing of `folder` refreshed `yielded.0` of the `yielded.1`
+    /// Records that a listing of `folder` held `yielded.0` of the `yielded.1`
     /// other objects it listed (or, with `None`, failed). Below [`MIN_LISTING_YIELD`]
     /// per [`LISTING_PAGE`] listed (none listed included) is a strike; a failure is
     /// all of them; at [`STRIKES`] the folder is left alone for

@@ -75,6 +75,20 @@ enum Action {
     },
 }
 
+/// What one listing page did to the entries it listed ([`StatCache::keep_listed`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Kept {
+    /// Entries kept as of the listing.
+    refreshed: usize,
+    /// Entries this worker holds among those listed, whatever their age: whether the
+    /// folder is worth listing depends on these, not on how many a listing sent at the
+    /// same time (64 shuffled readers run several at once over overlapping pages)
+    /// refreshed first.
+    held: usize,
+    /// Objects listed, the one that came due aside.
+    others: usize,
+}
+
 /// First-read GETs in flight at once ([`StatCache::stat_reading`]): with the gateway's
 /// 2 MiB pieces, at most 64 MiB of bytes on their way to the block store.
 pub const MAX_FIRST_READS: usize = 32;
@@ -698,11 +712,7 @@ impl StatCache {
                     return None;
                 }
             };
-            let (refreshed, others) = self.keep_listed(bucket, key, &listed, sent);
-            self.refreshed
-                .fetch_add(refreshed as u64, Ordering::Relaxed);
-            self.sparse
-                .record(bucket, folder, Some((refreshed, others)), sent);
+            self.note_listing(bucket, folder, key, &listed, sent);
             if start_after.is_none() && listed.next_token.is_some() {
                 self.large.mark(bucket, folder, sent);
             }
@@ -728,36 +738,49 @@ impl StatCache {
         Some((outcome, sent))
     }
 
-    /// Keeps, as of `sent`, every entry `page` lists (but `key`, the one that came due)
-    /// as the version held, and drops those it lists as another: (entries kept, others
-    /// listed). Only entries a listing can vouch for, learned before `sent`, are touched.
-    fn keep_listed(
+    /// Takes in a listing page of `folder` sent at `sent` for the due `key`: keeps and
+    /// drops what it lists ([`Self::keep_listed`]), and records whether the folder is
+    /// worth listing by the entries this worker holds among them.
+    fn note_listing(
         &self,
         bucket: &str,
+        folder: &str,
         key: &str,
         page: &ListResult,
         sent: Instant,
-    ) -> (usize, usize) {
-        let (mut refreshed, mut others) = (0, 0);
+    ) {
+        let kept = self.keep_listed(bucket, key, page, sent);
+        self.refreshed
+            .fetch_add(kept.refreshed as u64, Ordering::Relaxed);
+        self.sparse
+            .record(bucket, folder, Some((kept.held, kept.others)), sent);
+    }
+
+    /// Keeps, as of `sent`, every entry `page` lists (but `key`, the one that came due)
+    /// as the version held, and drops those it lists as another. Only entries a listing
+    /// can vouch for, learned before `sent`, are touched.
+    fn keep_listed(&self, bucket: &str, key: &str, page: &ListResult, sent: Instant) -> Kept {
+        let mut kept = Kept::default();
         for listed in page.objects.iter().filter(|l| l.key != key) {
-            others += 1;
+            kept.others += 1;
             let Ok(id) = ObjectId::s3(bucket, listed.key.as_str()) else {
                 continue;
             };
             let Some((observed, held)) = self.known.peek(&id) else {
                 continue;
             };
+            kept.held += 1;
             if observed >= sent || !listing_can_vouch(&held, observed) {
                 continue;
             }
             if bulk_revalidation::same_version(&held, listed) {
                 self.known.insert(id, sent, held);
-                refreshed += 1;
+                kept.refreshed += 1;
             } else {
                 self.known.remove(&id);
             }
         }
-        (refreshed, others)
+        kept
     }
 
     /// Asks the origin whether `known` is still the object's version: the entry is kept
@@ -1115,6 +1138,61 @@ mod tests {
             requests() - before,
             3,
             "3 origin requests for 50 due entries"
+        );
+    }
+
+    /// Listings of one folder run at once under shuffled readers, over overlapping
+    /// pages: one sent earlier that finishes after another has kept the entries finds
+    /// them newer than itself and keeps none. The folder is still worth listing (this
+    /// worker holds every entry listed); before 2026-12-04 two such listings marked it
+    /// sparse, and the dataset bench's shuffled pass after T sent 150 HEADs beside its
+    /// 50 listings.
+    #[tokio::test]
+    async fn listings_that_overlap_in_time_keep_their_folder_worth_listing() {
+        let objects: Vec<GeneratedObject> = (0..100u64)
+            .map(|i| GeneratedObject::new("bkt", format!("mix/{i:03}"), 10, i))
+            .collect();
+        let (_stub, origins) = stub_with(objects, FaultConfig::default()).await;
+        let cache = StatCache::new(
+            origins.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        );
+        for i in 0..100 {
+            cache
+                .stat_within(&s3(&format!("mix/{i:03}")), None)
+                .await
+                .unwrap();
+        }
+        let options = ListOptions {
+            prefix: "mix/",
+            delimiter: Some("/"),
+            token: None,
+            start_after: None,
+            max_keys: Some(bulk_revalidation::LISTING_PAGE),
+            include_metadata: false,
+        };
+        let page = origins
+            .s3
+            .as_ref()
+            .unwrap()
+            .list_with("bkt", &options)
+            .await
+            .unwrap();
+        let (earlier, later) = (Instant::now(), Instant::now() + Duration::from_millis(5));
+        cache.note_listing("bkt", "mix/", "mix/000", &page, later);
+        assert_eq!(cache.origin_requests().refreshed, 99);
+        for _ in 0..bulk_revalidation::STRIKES {
+            cache.note_listing("bkt", "mix/", "mix/000", &page, earlier);
+        }
+        assert_eq!(
+            cache.origin_requests().refreshed,
+            99,
+            "nothing newer replaced"
+        );
+        assert!(
+            cache.sparse.worth_listing("bkt", "mix/", later),
+            "the folder was marked as not worth listing"
         );
     }
 

@@ -20,8 +20,12 @@
 //! covers more than that: a folder whose last two listings each listed fewer than
 //! [`MIN_LISTING_YIELD`] entries this worker holds per full page is revalidated object by
 //! object for [`SPARSE_FOLDER_MEMORY`], and so is one the credentials may not list. Azure's List
-//! Blobs has no `start-after` (its marker is opaque): Azure objects are revalidated one
-//! by one, with a conditional `HEAD`, as before.
+//! Blobs has no `start-after` (its marker is opaque): an Azure folder of more than a page
+//! is listed from a narrowed prefix instead, the due key less its last three characters
+//! ([`narrowed_prefix`]: the thousand numbered siblings of `train/0001234` share
+//! `train/0001`), and where that page does not reach the key, the object is revalidated
+//! alone with a conditional `HEAD`. On Azure a changed blob always has a new ETag
+//! (metadata changes included), so a listing vouches as well as a `HEAD`.
 //!
 //! This module decides; [`crate::origins::StatCache`] asks and keeps.
 
@@ -55,6 +59,61 @@ pub fn listing_start(key: &str) -> (&str, &str) {
     let mut chars = key.chars();
     chars.next_back();
     (folder, chars.as_str())
+}
+
+/// Where one listing page meant to cover a due key starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageStart<'a> {
+    /// The folder's first key.
+    Folder,
+    /// S3: after this key (the due key less its last character, [`listing_start`]).
+    After(&'a str),
+    /// Azure, whose List Blobs has no start-after (its marker is opaque): the first key
+    /// with this longer prefix ([`narrowed_prefix`]).
+    Narrowed(&'a str),
+}
+
+/// Characters a narrowed listing drops from the due key ([`narrowed_prefix`]): in a
+/// folder of numbered objects, the page lists the thousand that differ from the due key
+/// in their last three digits only.
+pub const NARROWED_CUT: usize = 3;
+
+/// The prefix an Azure listing for `key` in `folder` starts from: the key less its last
+/// [`NARROWED_CUT`] characters, never shorter than the folder. Every key with it sorts
+/// together, so a page that is not cut short covers them all, the due key included.
+pub fn narrowed_prefix<'a>(key: &'a str, folder: &str) -> &'a str {
+    let mut end = key.len();
+    for _ in 0..NARROWED_CUT {
+        end = key[..end]
+            .char_indices()
+            .next_back()
+            .map_or(0, |(at, _)| at);
+    }
+    &key[..end.max(folder.len()).min(key.len())]
+}
+
+/// The pages tried, in order, to cover `key` (in `folder`) on an origin that has
+/// start-after (`S3`) or not (Azure), for a folder known to hold more than a page
+/// (`large`) or not: from the folder's first key while it may fit one page, then from
+/// as close to the key as the protocol allows.
+pub fn page_starts<'a>(
+    key: &'a str,
+    folder: &str,
+    start_after: bool,
+    large: bool,
+) -> Vec<PageStart<'a>> {
+    let near = if start_after {
+        let (_, after) = listing_start(key);
+        (!after.is_empty()).then_some(PageStart::After(after))
+    } else {
+        let prefix = narrowed_prefix(key, folder);
+        (prefix.len() > folder.len()).then_some(PageStart::Narrowed(prefix))
+    };
+    match (near, large) {
+        (None, _) => vec![PageStart::Folder],
+        (Some(near), true) => vec![near],
+        (Some(near), false) => vec![PageStart::Folder, near],
+    }
 }
 
 /// Whether a listed entry is the version `held` describes: the same ETag and size, and
@@ -260,6 +319,36 @@ mod tests {
         assert_eq!(listing_start("a/b/ü"), ("a/b/", "a/b/"));
         assert_eq!(listing_start("top"), ("", "to"));
         assert_eq!(listing_start("x"), ("", ""));
+    }
+
+    #[test]
+    fn an_azure_listing_narrows_to_the_keys_that_differ_in_their_last_three_characters() {
+        assert_eq!(narrowed_prefix("train/0001234", "train/"), "train/0001");
+        assert_eq!(narrowed_prefix("train/ab", "train/"), "train/");
+        assert_eq!(narrowed_prefix("d/éüö1", "d/"), "d/é");
+        assert_eq!(narrowed_prefix("abc", ""), "");
+        use PageStart::*;
+        // S3: from the folder's first key, then from just before the key; only the
+        // latter once the folder is known to hold more than a page.
+        assert_eq!(
+            page_starts("t/0001234", "t/", true, false),
+            [Folder, After("t/000123")]
+        );
+        assert_eq!(
+            page_starts("t/0001234", "t/", true, true),
+            [After("t/000123")]
+        );
+        assert_eq!(page_starts("x", "", true, true), [Folder]);
+        // Azure: the narrowed prefix instead; a key too short to narrow lists its folder.
+        assert_eq!(
+            page_starts("t/0001234", "t/", false, false),
+            [Folder, Narrowed("t/0001")]
+        );
+        assert_eq!(
+            page_starts("t/0001234", "t/", false, true),
+            [Narrowed("t/0001")]
+        );
+        assert_eq!(page_starts("t/12", "t/", false, true), [Folder]);
     }
 
     #[test]

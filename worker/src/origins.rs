@@ -39,7 +39,7 @@ pub use talon_protocols::origin::Origins;
 use talon_protocols::origin::{ListOptions, ListResult, ObjectInfo, Revalidation};
 use tokio::sync::watch;
 
-use crate::bulk_revalidation::{self, LargeFolders, PageVerdict, SparseFolders};
+use crate::bulk_revalidation::{self, LargeFolders, PageStart, PageVerdict, SparseFolders};
 use crate::error::{Result, WorkerError};
 use crate::origin_retry::RetryPolicy;
 
@@ -637,19 +637,24 @@ impl StatCache {
         sent: Instant,
         not_before: Option<Instant>,
     ) -> Option<(Result<Arc<ObjectInfo>>, Instant)> {
-        let Namespace::S3 { bucket } = object.namespace() else {
-            return None;
+        // The folder maps are keyed by bucket, or account:container on Azure (no bucket
+        // name holds a colon).
+        let (scope, has_start_after) = match object.namespace() {
+            Namespace::S3 { bucket } => (bucket.to_owned(), true),
+            Namespace::Azure { account, container } => (format!("{account}:{container}"), false),
         };
+        let scope = scope.as_str();
         let key = object.path();
-        let (folder, start_after) = bulk_revalidation::listing_start(key);
+        let (folder, _) = bulk_revalidation::listing_start(key);
         let (observed, _) = self.known.peek(object)?;
-        if !listing_can_vouch(known, observed) || !self.sparse.worth_listing(bucket, folder, sent) {
+        if !listing_can_vouch(known, observed) || !self.sparse.worth_listing(scope, folder, sent) {
             return None;
         }
-        let (client, _, _) = self.origins.route(object).ok()?;
+        let (client, bucket, _) = self.origins.route(object).ok()?;
+        let bucket = bucket.as_str();
         // A listing of the folder in flight, sent recently enough: wait for it, and
         // take what it kept for this object (one listing for many due at once).
-        let listing = bulk_revalidation::folder_key(bucket, folder);
+        let listing = bulk_revalidation::folder_key(scope, folder);
         let in_flight = self
             .lock_listings()
             .get(&listing)
@@ -671,18 +676,20 @@ impl StatCache {
             sent,
         };
         // From the folder's first key, unless it is known to hold more than a page;
-        // then (or when that page stops short of the object) from the object's key.
-        let from_key = (!start_after.is_empty()).then_some(start_after);
-        let starts = if from_key.is_none() || self.large.is_large(bucket, folder, sent) {
-            vec![from_key]
-        } else {
-            vec![None, from_key]
-        };
+        // then (or when that page stops short of the object) from as near the object's
+        // key as the protocol allows.
+        let large = self.large.is_large(scope, folder, sent);
+        let starts = bulk_revalidation::page_starts(key, folder, has_start_after, large);
         let mut page = None;
-        for start_after in starts {
+        for start in starts {
             self.listed.fetch_add(1, Ordering::Relaxed);
+            let (prefix, start_after) = match start {
+                PageStart::Folder => (folder, None),
+                PageStart::After(after) => (folder, Some(after)),
+                PageStart::Narrowed(prefix) => (prefix, None),
+            };
             let options = ListOptions {
-                prefix: folder,
+                prefix,
                 delimiter: Some("/"),
                 token: None,
                 start_after,
@@ -707,14 +714,14 @@ impl StatCache {
                     tracing::debug!(%object, error = %e, "a listing for revalidation failed; asking for the object alone");
                     // Refused (no s3:ListBucket, say): not worth trying again soon.
                     if !e.is_retryable_origin_failure() {
-                        self.sparse.record(bucket, folder, None, sent);
+                        self.sparse.record(scope, folder, None, sent);
                     }
                     return None;
                 }
             };
-            self.note_listing(bucket, folder, key, &listed, sent);
-            if start_after.is_none() && listed.next_token.is_some() {
-                self.large.mark(bucket, folder, sent);
+            self.note_listing(object, scope, folder, &listed, sent);
+            if start == PageStart::Folder && listed.next_token.is_some() {
+                self.large.mark(scope, folder, sent);
             }
             let covered =
                 bulk_revalidation::verdict(&listed, key, known) != PageVerdict::NotCovered;
@@ -726,8 +733,8 @@ impl StatCache {
         let page = page?;
         let outcome = match bulk_revalidation::verdict(&page, key, known) {
             PageVerdict::Current => Ok(known.clone()),
-            // No S3 listing carries an object's headers: a HEAD brings them (counted
-            // as fetched).
+            // No listing carries all of an object's headers: a HEAD brings them
+            // (counted as fetched).
             PageVerdict::Changed => self.fetch(object).await.map(Arc::new),
             PageVerdict::Gone => Err(WorkerError::Origin(talon_protocols::Error::new(
                 ErrorKind::NoSuchKey,
@@ -743,27 +750,34 @@ impl StatCache {
     /// worth listing by the entries this worker holds among them.
     fn note_listing(
         &self,
-        bucket: &str,
+        object: &ObjectId,
+        scope: &str,
         folder: &str,
-        key: &str,
         page: &ListResult,
         sent: Instant,
     ) {
-        let kept = self.keep_listed(bucket, key, page, sent);
+        let kept = self.keep_listed(object, page, sent);
         self.refreshed
             .fetch_add(kept.refreshed as u64, Ordering::Relaxed);
         self.sparse
-            .record(bucket, folder, Some((kept.held, kept.others)), sent);
+            .record(scope, folder, Some((kept.held, kept.others)), sent);
     }
 
-    /// Keeps, as of `sent`, every entry `page` lists (but `key`, the one that came due)
+    /// Keeps, as of `sent`, every entry `page` lists (but `due`, the one that came due)
     /// as the version held, and drops those it lists as another. Only entries a listing
     /// can vouch for, learned before `sent`, are touched.
-    fn keep_listed(&self, bucket: &str, key: &str, page: &ListResult, sent: Instant) -> Kept {
+    fn keep_listed(&self, due: &ObjectId, page: &ListResult, sent: Instant) -> Kept {
         let mut kept = Kept::default();
+        let key = due.path();
         for listed in page.objects.iter().filter(|l| l.key != key) {
             kept.others += 1;
-            let Ok(id) = ObjectId::s3(bucket, listed.key.as_str()) else {
+            let sibling = match due.namespace() {
+                Namespace::S3 { bucket } => ObjectId::s3(bucket, listed.key.as_str()),
+                Namespace::Azure { account, container } => {
+                    ObjectId::azure(account, container, listed.key.as_str())
+                }
+            };
+            let Ok(id) = sibling else {
                 continue;
             };
             let Some((observed, held)) = self.known.peek(&id) else {
@@ -1141,6 +1155,71 @@ mod tests {
         );
     }
 
+    /// Azure has no start-after: a folder of more than a page is listed from its first
+    /// key once, then from the due key's narrowed prefix (all but its last three
+    /// characters). 1,100 due blobs cost 2 listings (a conditional HEAD each before
+    /// 2026-12-04), and a blob rewritten since is found changed from the page.
+    #[tokio::test]
+    async fn an_azure_folder_that_came_due_is_revalidated_from_narrowed_listings() {
+        let account = talon_origin_stub::DEFAULT_AZURE_ACCOUNT;
+        let objects: Vec<GeneratedObject> = (0..1_100u64)
+            .map(|i| GeneratedObject::new("box", format!("big/{i:04}"), 10, i))
+            .collect();
+        let stub = talon_origin_stub::start(StubConfig {
+            generated: objects,
+            s3_listen: None,
+            admin_listen: None,
+            ..StubConfig::default()
+        })
+        .await
+        .unwrap();
+        let client = OriginClient::new(OriginConfig::Azure {
+            endpoint: stub.azure_url().unwrap(),
+            account: account.into(),
+            key: None,
+            sas: None,
+        })
+        .unwrap();
+        let origins = Arc::new(Origins {
+            s3: None,
+            azure: Some((account.to_owned(), client)),
+        });
+        let cache = StatCache::new(
+            origins.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        );
+        let id = |i: u64| ObjectId::azure(account, "box", format!("big/{i:04}")).unwrap();
+        for i in 0..1_100 {
+            cache.stat_within(&id(i), None).await.unwrap();
+        }
+        let azure = &origins.azure.as_ref().unwrap().1;
+        azure
+            .put("box", "big/1050", Bytes::from_static(b"rewritten"), None)
+            .await
+            .unwrap();
+        let requests = || stub.metrics().requests_total();
+        let before = requests();
+        let due = Instant::now();
+        for i in 0..1_100 {
+            let (info, _) = cache
+                .stat_within(&id(i), Some(due.elapsed()))
+                .await
+                .unwrap();
+            let size = if i == 1050 { 9 } else { 10 };
+            assert_eq!(info.size, size, "blob {i}");
+        }
+        let counted = cache.origin_requests();
+        // The folder from its first key (1,000 blobs, cut short: the folder is large),
+        // then big/1 for big/1000 (100 blobs), and a HEAD for the rewritten blob.
+        assert_eq!((counted.listed, counted.refreshed), (2, 999 + 98));
+        assert_eq!(
+            requests() - before,
+            3,
+            "3 origin requests for 1,100 due blobs"
+        );
+    }
+
     /// Listings of one folder run at once under shuffled readers, over overlapping
     /// pages: one sent earlier that finishes after another has kept the entries finds
     /// them newer than itself and keeps none. The folder is still worth listing (this
@@ -1180,10 +1259,10 @@ mod tests {
             .await
             .unwrap();
         let (earlier, later) = (Instant::now(), Instant::now() + Duration::from_millis(5));
-        cache.note_listing("bkt", "mix/", "mix/000", &page, later);
+        cache.note_listing(&s3("mix/000"), "bkt", "mix/", &page, later);
         assert_eq!(cache.origin_requests().refreshed, 99);
         for _ in 0..bulk_revalidation::STRIKES {
-            cache.note_listing("bkt", "mix/", "mix/000", &page, earlier);
+            cache.note_listing(&s3("mix/000"), "bkt", "mix/", &page, earlier);
         }
         assert_eq!(
             cache.origin_requests().refreshed,

@@ -628,7 +628,7 @@ impl StatCache {
 
     /// Revalidates `known` from one listing page of its folder, and with it every other
     /// entry the page lists ([`crate::bulk_revalidation`]), as of `sent`. `None` where a
-    /// listing does not apply (Azure, a folder where listings do not pay, a listing that
+    /// listing does not apply (a folder where listings do not pay, a listing that
     /// failed or stopped short): the caller revalidates the object alone.
     async fn revalidate_in_bulk(
         &self,

@@ -11,7 +11,7 @@
 //! (`--origin-requests-per-prefix`).
 //!
 //! Epochs, per front: `cold` (key order, nothing cached), `warm` (shuffled, right after),
-//! `after-t` (shuffled, once T has passed since the cold epoch ended). Each epoch runs
+//! `after-t` (shuffled, once T has passed since the front was last read through Talon). Each epoch runs
 //! twice, through Talon and straight to the stub (the direct arm: the same client, the
 //! same signatures, no cache), in an order that flips from epoch to epoch and front to
 //! front. Per epoch and arm: objects a second, p50/p99 of each delivering request, the
@@ -126,7 +126,7 @@ enum Epoch {
     Cold,
     /// Right after the cold epoch; shuffled.
     Warm,
-    /// Once T has passed since the cold epoch; shuffled.
+    /// Once T has passed since the front was last read through Talon; shuffled.
     AfterT,
 }
 
@@ -586,19 +586,21 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         "max_staleness_ms": t.as_millis() as u64,
     }))?;
     let mut rows = Vec::new();
-    let mut cold_ended: Vec<(Protocol, Instant)> = Vec::new();
+    // When each front was last read through Talon: an epoch after T waits for T to pass
+    // since then (the warm epoch's revalidations renewed what the cold one learned).
+    let mut last_read: Vec<(Protocol, Instant)> = Vec::new();
     let mut cold_started: Vec<(Protocol, Instant)> = Vec::new();
     let mut wrong = None;
     'epochs: for (e, &epoch) in args.epochs.iter().enumerate() {
         for (f, &front) in args.fronts.iter().enumerate() {
             if epoch == Epoch::AfterT
-                && let Some((_, ended)) = cold_ended.iter().find(|(p, _)| *p == front)
+                && let Some((_, ended)) = last_read.iter().find(|(p, _)| *p == front)
             {
                 let due = *ended + t + Duration::from_secs(1);
                 let now = Instant::now();
                 if due > now {
                     progress(&format!(
-                        "waiting {:.0} s for T to pass since the {} cold epoch",
+                        "waiting {:.0} s for T to pass since the {} front was last read through Talon",
                         (due - now).as_secs_f64(),
                         front.label()
                     ));
@@ -641,13 +643,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 ));
                 lines.emit(&serde_json::json!({"kind": "epoch", "row": &row}))?;
                 rows.push(row);
+                if arm == Arm::Talon {
+                    last_read.retain(|(p, _)| *p != front);
+                    last_read.push((front, Instant::now()));
+                }
                 if let Some(e) = error {
                     wrong = Some(e);
                     break 'epochs;
                 }
-            }
-            if epoch == Epoch::Cold {
-                cold_ended.push((front, Instant::now()));
             }
         }
     }

@@ -30,7 +30,7 @@ use talon_cache_client::{CacheClient, ReadOptions, ReaderId};
 use talon_core::{ObjectId, ObjectVersion};
 use talon_metadata_cache::{Lookup, MetadataCache};
 use talon_protocols::conditional::Conditions;
-use talon_protocols::origin::{ObjectInfo, OriginClient, Origins};
+use talon_protocols::origin::{CompactInfo, ObjectInfo, OriginClient, Origins};
 use talon_protocols::range::{ByteRange, RangeSpec};
 use talon_protocols::{Error, ErrorKind};
 
@@ -129,8 +129,9 @@ pub struct Objects {
     azure_account: String,
     freshness: Freshness,
     /// What the gateway knows of objects' metadata, with when the origin said it (or
-    /// earlier: never later); bounded, evicting one entry at a time.
-    known: MetadataCache<ObjectId, ObjectInfo>,
+    /// earlier: never later); bounded, evicting one entry at a time; kept compact
+    /// ([`CompactInfo`]), a third of an [`ObjectInfo`]'s memory.
+    known: MetadataCache<ObjectId, CompactInfo>,
     /// Listing pages kept within T ([`crate::listings`]).
     listings: crate::listings::Listings,
     /// The cluster's invalidations (from the cache client's membership polls; none
@@ -426,7 +427,8 @@ impl Objects {
             return;
         }
         // Inserted while the writes are locked (see `writes`).
-        self.known.insert(id, observed, meta.clone());
+        self.known
+            .insert(id, observed, CompactInfo::from_info(meta));
     }
 
     async fn origin_meta(
@@ -537,7 +539,7 @@ impl Objects {
         // makes an entry unanswerable, even stale.
         let invalidated = self.invalidations.since(|| id.key_path());
         // Newer than any write through this gateway (`writes`' invariant).
-        let known = match self.known.lookup(&id, t, asked) {
+        let known = match self.known.lookup(&id, t, asked).map(|c| c.to_info()) {
             Lookup::Fresh { value, age }
                 if invalidated.is_none_or(|heard| asked.checked_sub(age) > Some(heard)) =>
             {

@@ -79,6 +79,25 @@ pub enum Lookup<V> {
     Absent,
 }
 
+impl<V> Lookup<V> {
+    /// The same answer with its value converted (from the form the table keeps to the
+    /// one callers use).
+    pub fn map<U>(self, f: impl FnOnce(V) -> U) -> Lookup<U> {
+        match self {
+            Lookup::Fresh { value, age } => Lookup::Fresh {
+                value: f(value),
+                age,
+            },
+            Lookup::Expired { value, observed } => Lookup::Expired {
+                value: f(value),
+                observed,
+            },
+            Lookup::Missing { age } => Lookup::Missing { age },
+            Lookup::Absent => Lookup::Absent,
+        }
+    }
+}
+
 /// What a cache holds and has done, for `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {

@@ -318,13 +318,12 @@ fn per_worker(m: usize) -> (PerItem, PerItem) {
 }
 
 /// Heap per object of the one metadata cache (`talon-metadata-cache`), as the worker
-/// fills it (an `Arc` of the origin's metadata) and as the gateway does (the metadata
-/// itself): `objects` S3 objects with keys of 63 bytes in bucket `bench`, a quoted
+/// and the gateway fill it (the origin's metadata kept as a `CompactInfo`): `objects` S3 objects with keys of 63 bytes in bucket `bench`, a quoted
 /// 32-hex-digit ETag, a time and `application/octet-stream`, no other headers. The
 /// table's own capacity is sized for `objects`, so its spare room is in the figure.
 fn per_metadata_entry(objects: usize) -> (PerItem, PerItem) {
     use talon_metadata_cache::{Limits, MetadataCache};
-    use talon_protocols::origin::ObjectInfo;
+    use talon_protocols::origin::{CompactInfo, ObjectInfo};
     // A bound 5% over the objects: quick_cache's is approximate (per shard).
     let limits = Limits {
         max_entries: objects + objects / 20,
@@ -347,20 +346,22 @@ fn per_metadata_entry(objects: usize) -> (PerItem, PerItem) {
     };
     let now = Instant::now();
     let before = live();
-    let worker: MetadataCache<ObjectId, Arc<ObjectInfo>> =
+    // Both keep ObjectInfo compact (CompactInfo) since 2026-12-04; the gateway's table
+    // holds the same type, measured apart so that a change to one shows.
+    let worker: MetadataCache<ObjectId, CompactInfo> =
         MetadataCache::new(limits, |id, info| id.held_bytes() + info.held_bytes());
     for i in 0..objects {
-        worker.insert(key(i), now, Arc::new(info(i)));
+        worker.insert(key(i), now, CompactInfo::from_info(&info(i)));
     }
     let after = live();
     let in_worker = PerItem::between(before, after, objects);
     assert_eq!(worker.stats().entries as usize, objects, "nothing evicted");
     drop(worker);
     let before = live();
-    let gateway: MetadataCache<ObjectId, ObjectInfo> =
+    let gateway: MetadataCache<ObjectId, CompactInfo> =
         MetadataCache::new(limits, |id, info| id.held_bytes() + info.held_bytes());
     for i in 0..objects {
-        gateway.insert(key(i), now, info(i));
+        gateway.insert(key(i), now, CompactInfo::from_info(&info(i)));
     }
     let after = live();
     (in_worker, PerItem::between(before, after, objects))

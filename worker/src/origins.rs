@@ -36,7 +36,7 @@ use talon_core::{Namespace, ObjectId};
 use talon_metadata_cache::{Lookup, MetadataCache};
 use talon_protocols::ErrorKind;
 pub use talon_protocols::origin::Origins;
-use talon_protocols::origin::{ListOptions, ListResult, ObjectInfo, Revalidation};
+use talon_protocols::origin::{CompactInfo, ListOptions, ListResult, ObjectInfo, Revalidation};
 use tokio::sync::watch;
 
 use crate::bulk_revalidation::{self, LargeFolders, PageStart, PageVerdict, SparseFolders};
@@ -107,6 +107,63 @@ pub const DEFAULT_STAT_CACHE_LIMITS: talon_metadata_cache::Limits = talon_metada
     max_missing: 100_000,
 };
 
+/// The worker's metadata table: each object's [`ObjectInfo`] kept compact
+/// ([`CompactInfo`]: a million objects take about a third of the memory), handed out
+/// whole.
+#[derive(Debug)]
+struct KnownObjects(MetadataCache<ObjectId, CompactInfo>);
+
+impl KnownObjects {
+    fn lookup(
+        &self,
+        object: &ObjectId,
+        max_age: Duration,
+        now: Instant,
+    ) -> Lookup<Arc<ObjectInfo>> {
+        self.0
+            .lookup(object, max_age, now)
+            .map(|c| Arc::new(c.to_info()))
+    }
+
+    fn lookup_again(
+        &self,
+        object: &ObjectId,
+        max_age: Duration,
+        now: Instant,
+    ) -> Lookup<Arc<ObjectInfo>> {
+        self.0
+            .lookup_again(object, max_age, now)
+            .map(|c| Arc::new(c.to_info()))
+    }
+
+    fn peek(&self, object: &ObjectId) -> Option<(Instant, Arc<ObjectInfo>)> {
+        self.0
+            .peek(object)
+            .map(|(at, c)| (at, Arc::new(c.to_info())))
+    }
+
+    fn observed(&self, object: &ObjectId) -> Option<Instant> {
+        self.0.observed(object)
+    }
+
+    fn insert(&self, object: ObjectId, observed: Instant, info: &ObjectInfo) {
+        self.0
+            .insert(object, observed, CompactInfo::from_info(info));
+    }
+
+    fn insert_missing(&self, object: ObjectId, observed: Instant) {
+        self.0.insert_missing(object, observed);
+    }
+
+    fn remove(&self, object: &ObjectId) {
+        self.0.remove(object);
+    }
+
+    fn stats(&self) -> talon_metadata_cache::CacheStats {
+        self.0.stats()
+    }
+}
+
 /// Object metadata with a TTL, shared fetches, and negative caching of not-found.
 #[derive(Debug)]
 pub struct StatCache {
@@ -114,11 +171,12 @@ pub struct StatCache {
     ttl: Duration,
     negative_ttl: Duration,
     /// What the origin said, and when (found objects and not-found ones), bounded.
-    known: MetadataCache<ObjectId, Arc<ObjectInfo>>,
+    known: KnownObjects,
     /// The fetches in flight, one per object (the latest sent).
     pending: Mutex<HashMap<ObjectId, Pending>>,
     /// Places for first-read GETs in flight, each holding up to one read's bytes in
-    /// memory; a stat that finds none free asks with a HEAD instead (never waits).
+    /// memory; a stat that finds none free within [`FIRST_READ_PLACE_WAIT`] asks with a
+    /// HEAD instead.
     first_reads: tokio::sync::Semaphore,
     fetched: AtomicU64,
     read: AtomicU64,
@@ -223,7 +281,9 @@ impl StatCache {
             origins,
             ttl,
             negative_ttl,
-            known: MetadataCache::new(limits, |id, info| id.held_bytes() + info.held_bytes()),
+            known: KnownObjects(MetadataCache::new(limits, |id, info| {
+                id.held_bytes() + info.held_bytes()
+            })),
             pending: Mutex::new(HashMap::new()),
             first_reads: tokio::sync::Semaphore::new(MAX_FIRST_READS),
             fetched: AtomicU64::new(0),
@@ -496,7 +556,7 @@ impl StatCache {
             let later_known = self.known.observed(object).is_some_and(|at| at > said);
             if cacheable && !later_pending && !later_known {
                 match &shared {
-                    Ok(info) => self.known.insert(object.clone(), said, info.clone()),
+                    Ok(info) => self.known.insert(object.clone(), said, info),
                     Err(_) => self.known.insert_missing(object.clone(), said),
                 }
             }
@@ -788,7 +848,7 @@ impl StatCache {
                 continue;
             }
             if bulk_revalidation::same_version(&held, listed) {
-                self.known.insert(id, sent, held);
+                self.known.insert(id, sent, &held);
                 kept.refreshed += 1;
             } else {
                 self.known.remove(&id);

@@ -13,6 +13,8 @@
 
 mod azure;
 mod blocks;
+mod compact_info;
+pub use compact_info::CompactInfo;
 mod copy;
 pub mod request_limit;
 pub use blocks::OriginBlockLists;

@@ -145,7 +145,7 @@ pub enum Namespace<'a> {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// An id's names as given, before validation ([`ObjectId::from_repr`]).
 enum Repr {
     S3 {
         bucket: String,
@@ -164,9 +164,41 @@ enum Repr {
 ///
 /// Every constructor validates through the same rules (see the
 /// [module docs](self)), so any `ObjectId` converts to a key path and back.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Held compactly, since caches keep a million of them: the names joined by `/` in
+/// one allocation, with where each namespace name ends (no namespace name holds a
+/// `/`), 24 bytes inline where three strings took 72. Ordered by backend (S3 first),
+/// then name by name.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ObjectId {
-    repr: Repr,
+    backend: Backend,
+    /// Where the first namespace name (bucket, account) ends in `joined`, and the
+    /// second (container; Azure only, else equal to the first).
+    ends: [u16; 2],
+    /// The names in canonical order ([`Self::names`]) joined by `/`.
+    joined: Box<str>,
+}
+
+impl fmt::Debug for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ObjectId").field(&self.to_string()).finish()
+    }
+}
+
+impl PartialOrd for ObjectId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ObjectId {
+    /// Backend first (S3 before Azure), then each name in turn: as the names compare,
+    /// not as their joined text would (`ab` sorts before `ab-`, whose `-` is below `/`).
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.backend
+            .cmp(&other.backend)
+            .then_with(|| self.names().cmp(other.names()))
+    }
 }
 
 impl ObjectId {
@@ -226,48 +258,43 @@ impl ObjectId {
 
     /// Which backend the object lives in.
     pub fn backend(&self) -> Backend {
-        match self.repr {
-            Repr::S3 { .. } => Backend::S3,
-            Repr::Azure { .. } => Backend::Azure,
-        }
+        self.backend
     }
 
     /// The bucket, or account and container.
     pub fn namespace(&self) -> Namespace<'_> {
-        match &self.repr {
-            Repr::S3 { bucket, .. } => Namespace::S3 { bucket },
-            Repr::Azure {
-                account, container, ..
-            } => Namespace::Azure { account, container },
+        let [first, second] = self.ends.map(usize::from);
+        match self.backend {
+            Backend::S3 => Namespace::S3 {
+                bucket: &self.joined[..first],
+            },
+            Backend::Azure => Namespace::Azure {
+                account: &self.joined[..first],
+                container: &self.joined[first + 1..second],
+            },
         }
     }
 
     /// The object path: the S3 key or the Azure blob name.
     pub fn path(&self) -> &str {
-        match &self.repr {
-            Repr::S3 { path, .. } | Repr::Azure { path, .. } => path,
-        }
+        &self.joined[usize::from(self.ends[1]) + 1..]
     }
 
     /// Bytes this id holds, inline and on the heap (for caches' byte bounds).
     pub fn held_bytes(&self) -> u64 {
-        let heap: usize = self.names().map(str::len).sum();
-        (std::mem::size_of::<ObjectId>() + heap) as u64
+        (std::mem::size_of::<ObjectId>() + self.joined.len()) as u64
     }
 
     /// The names in canonical order (S3: bucket, path; Azure: account,
     /// container, path), as used by the wire and placement encodings.
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
-        let (a, b, c) = match &self.repr {
-            Repr::S3 { bucket, path } => (bucket.as_str(), Some(path.as_str()), None),
-            Repr::Azure {
-                account,
-                container,
-                path,
-            } => (
-                account.as_str(),
-                Some(container.as_str()),
-                Some(path.as_str()),
+        let [first, second] = self.ends.map(usize::from);
+        let (a, b, c) = match self.backend {
+            Backend::S3 => (&self.joined[..first], Some(self.path()), None),
+            Backend::Azure => (
+                &self.joined[..first],
+                Some(&self.joined[first + 1..second]),
+                Some(self.path()),
             ),
         };
         std::iter::once(a).chain(b).chain(c)
@@ -306,22 +333,46 @@ impl ObjectId {
 
     /// The single validation point behind every constructor.
     fn from_repr(repr: Repr) -> Result<Self, Error> {
-        match &repr {
+        // A namespace name is at most MAX_NAMESPACE_LEN (255) bytes, so both ends fit.
+        let end = |len: usize| u16::try_from(len).unwrap_or(u16::MAX);
+        match repr {
             Repr::S3 { bucket, path } => {
-                validate_namespace(NameField::Bucket, bucket)?;
-                validate_path(path)?;
+                validate_namespace(NameField::Bucket, &bucket)?;
+                validate_path(&path)?;
+                let first = end(bucket.len());
+                let mut joined = bucket;
+                joined.reserve_exact(1 + path.len());
+                joined.push('/');
+                joined.push_str(&path);
+                Ok(Self {
+                    backend: Backend::S3,
+                    ends: [first, first],
+                    joined: joined.into_boxed_str(),
+                })
             }
             Repr::Azure {
                 account,
                 container,
                 path,
             } => {
-                validate_namespace(NameField::Account, account)?;
-                validate_namespace(NameField::Container, container)?;
-                validate_path(path)?;
+                validate_namespace(NameField::Account, &account)?;
+                validate_namespace(NameField::Container, &container)?;
+                validate_path(&path)?;
+                let first = end(account.len());
+                let second = end(account.len() + 1 + container.len());
+                let mut joined = account;
+                joined.reserve_exact(2 + container.len() + path.len());
+                joined.push('/');
+                joined.push_str(&container);
+                joined.push('/');
+                joined.push_str(&path);
+                Ok(Self {
+                    backend: Backend::Azure,
+                    ends: [first, second],
+                    joined: joined.into_boxed_str(),
+                })
             }
         }
-        Ok(Self { repr })
     }
 }
 
@@ -621,6 +672,38 @@ impl fmt::Display for BlockId {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// An id is held as its names joined in one allocation (24 bytes inline, where three
+    /// strings took 72), and still orders, compares and names as its parts do: `ab`
+    /// sorts before `ab-` though `ab/…` sorts after `ab-/…` as text.
+    #[test]
+    fn a_compact_id_orders_and_names_as_its_parts() {
+        assert_eq!(std::mem::size_of::<ObjectId>(), 24);
+        let a = ObjectId::s3("ab", "z").unwrap();
+        let b = ObjectId::s3("ab-", "a").unwrap();
+        assert!(a < b, "bucket by bucket, not by the joined text");
+        let blob = ObjectId::azure("acct", "box", "dir/file").unwrap();
+        assert!(b < blob, "S3 before Azure");
+        assert_eq!(
+            blob.namespace(),
+            Namespace::Azure {
+                account: "acct",
+                container: "box"
+            }
+        );
+        assert_eq!(blob.path(), "dir/file");
+        assert_eq!(blob.key_path(), "az/acct/box/dir/file");
+        assert_eq!(blob.held_bytes(), 24 + "acct/box/dir/file".len() as u64);
+        let key = ObjectId::s3("bucket", "a//b/").unwrap();
+        assert_eq!(key.namespace(), Namespace::S3 { bucket: "bucket" });
+        assert_eq!(key.path(), "a//b/");
+        assert_eq!(ObjectId::from_key_path(&key.key_path()).unwrap(), key);
+        assert_ne!(
+            ObjectId::s3("a", "b/c").unwrap(),
+            ObjectId::azure("a", "b", "c").unwrap()
+        );
+        assert_eq!(format!("{key:?}"), "ObjectId(\"s3/bucket/a//b/\")");
+    }
 
     #[test]
     fn an_etag_names_one_version_however_it_is_quoted() {

@@ -1187,11 +1187,15 @@ mod tests {
         s3.delete("bkt", "set/9.bin").await.unwrap();
         let requests = || stub.metrics().requests_total();
         let before = requests();
-        // Every entry learned before `due` is older than a max age of `due.elapsed()`;
-        // one a listing refreshed since is not.
+        // Every entry learned before the wait is older than the pass plus half the gap;
+        // one a listing of the pass refreshed is not (see the Azure test below).
+        const GAP: Duration = Duration::from_millis(200);
+        tokio::time::sleep(GAP).await;
         let due = Instant::now();
         for i in 0..50 {
-            let answer = cache.stat_within(&id(i), Some(due.elapsed())).await;
+            let answer = cache
+                .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
+                .await;
             match i {
                 7 => assert_eq!(answer.unwrap().0.size, 9, "the rewritten object"),
                 9 => assert_eq!(
@@ -1260,10 +1264,17 @@ mod tests {
             .unwrap();
         let requests = || stub.metrics().requests_total();
         let before = requests();
+        // Every entry learned above is at least GAP old when the pass starts; one a
+        // listing of the pass refreshed is younger than the pass. A max age of the pass's
+        // age plus half the gap tells them apart however slowly a busy host runs a stat
+        // (the pass's age alone did not: a lookup a few microseconds after the age was
+        // taken found a just-refreshed entry older than it).
+        const GAP: Duration = Duration::from_millis(200);
+        tokio::time::sleep(GAP).await;
         let due = Instant::now();
         for i in 0..1_100 {
             let (info, _) = cache
-                .stat_within(&id(i), Some(due.elapsed()))
+                .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
                 .await
                 .unwrap();
             let size = if i == 1050 { 9 } else { 10 };
@@ -1351,11 +1362,14 @@ mod tests {
         }
         let requests = || stub.metrics().requests_total();
         let before = requests();
+        // As in the test above: the gap tells learned entries from refreshed ones.
+        const GAP: Duration = Duration::from_millis(200);
+        tokio::time::sleep(GAP).await;
         let due = Instant::now();
         // 1050 first (past the first page), then everything else.
         for i in std::iter::once(1_050).chain(0..1_100) {
             cache
-                .stat_within(&id(i), Some(due.elapsed()))
+                .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
                 .await
                 .unwrap();
         }

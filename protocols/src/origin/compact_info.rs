@@ -1,4 +1,4 @@
-//! [`ObjectInfo`] as a cache holds a million of them: 72 bytes inline and, for the
+//! [`ObjectInfo`] as a cache holds a million of them: 48 bytes inline and, for the
 //! common object (an MD5 ETag, a usual content type, no other headers), nothing on the
 //! heap, where an [`ObjectInfo`] is 240 bytes inline (six header strings and an optional
 //! content type, held even when empty) plus its ETag and content type on the heap.
@@ -23,61 +23,61 @@ const USUAL_CONTENT_TYPES: [&str; 8] = [
     "application/vnd.apache.parquet",
 ];
 
-/// An entity tag: the 16 bytes of a quoted 32-digit lower-case hex tag (S3's MD5 of a
-/// single-part object), or the text of any other.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum CompactEtag {
-    Hex([u8; 16]),
-    Text(Box<str>),
+/// `modified_nanos` of an object without a modification time.
+const NO_TIME: u32 = u32::MAX;
+
+/// `content_type` of a type held as text (in [`Extra`]).
+const OTHER_TYPE: u8 = u8::MAX;
+
+/// The 16 bytes of a quoted 32-digit lower-case hex ETag (S3's MD5 of a single-part
+/// object), or `None` for any other.
+fn hex_etag(etag: &str) -> Option<[u8; 16]> {
+    let hex = etag
+        .strip_prefix('"')?
+        .strip_suffix('"')
+        .filter(|h| h.len() == 32 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))?;
+    let digit = |b: u8| {
+        if b.is_ascii_digit() {
+            b - b'0'
+        } else {
+            b - b'a' + 10
+        }
+    };
+    let mut bytes = [0u8; 16];
+    for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
+        *byte = (digit(pair[0]) << 4) | digit(pair[1]);
+    }
+    Some(bytes)
 }
 
-impl CompactEtag {
-    fn of(etag: &str) -> CompactEtag {
-        let hex = etag
-            .strip_prefix('"')
-            .and_then(|e| e.strip_suffix('"'))
-            .filter(|h| h.len() == 32 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')));
-        match hex {
-            Some(h) => {
-                let mut bytes = [0u8; 16];
-                for (i, pair) in h.as_bytes().chunks_exact(2).enumerate() {
-                    bytes[i] = (digit(pair[0]) << 4) | digit(pair[1]);
-                }
-                CompactEtag::Hex(bytes)
-            }
-            None => CompactEtag::Text(etag.into()),
-        }
-    }
-
-    fn to_etag(&self) -> String {
-        match self {
-            CompactEtag::Text(t) => t.to_string(),
-            CompactEtag::Hex(bytes) => {
-                const DIGITS: &[u8; 16] = b"0123456789abcdef";
-                let mut s = String::with_capacity(34);
-                s.push('"');
-                for b in bytes {
-                    s.push(DIGITS[usize::from(b >> 4)] as char);
-                    s.push(DIGITS[usize::from(b & 15)] as char);
-                }
-                s.push('"');
-                s
-            }
-        }
-    }
-
-    fn heap_bytes(&self) -> usize {
-        match self {
-            CompactEtag::Hex(_) => 0,
-            CompactEtag::Text(t) => t.len(),
-        }
-    }
+/// What the common object does not have, held apart: an ETag that is not MD5 hex, a
+/// content type that is not usual, any other header.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Extra {
+    etag: Option<Box<str>>,
+    content_type: Option<Box<str>>,
+    headers: HeaderSet,
 }
 
-fn digit(b: u8) -> u8 {
-    match b {
-        b'0'..=b'9' => b - b'0',
-        _ => b - b'a' + 10,
+impl Extra {
+    fn held_bytes(&self) -> usize {
+        let h = &self.headers;
+        let strings = [
+            &h.content_md5,
+            &h.checksum,
+            &h.content_encoding,
+            &h.content_language,
+            &h.content_disposition,
+            &h.cache_control,
+        ];
+        std::mem::size_of::<Extra>()
+            + self.etag.as_deref().map_or(0, str::len)
+            + self.content_type.as_deref().map_or(0, str::len)
+            + strings.iter().map(|s| s.len()).sum::<usize>()
+            + h.user_metadata
+                .iter()
+                .map(|(n, v)| n.len() + v.len() + std::mem::size_of::<(String, String)>())
+                .sum::<usize>()
     }
 }
 
@@ -87,66 +87,82 @@ pub struct CompactInfo {
     size: u64,
     /// Seconds since the Unix epoch of the last modification (with `modified_nanos`).
     modified_secs: u64,
-    etag: CompactEtag,
-    /// The content type when it is not one of [`USUAL_CONTENT_TYPES`].
-    content_type_text: Option<Box<str>>,
-    /// The other headers, only when any is set.
-    headers: Option<Box<HeaderSet>>,
+    /// The ETag as MD5 hex bytes, unless `extra` holds it as text.
+    etag_hex: [u8; 16],
+    /// Only for an object that is not the common one.
+    extra: Option<Box<Extra>>,
     /// Nanoseconds of the last modification; [`NO_TIME`] when the origin gave none (or
     /// one before the epoch, which no store gives).
     modified_nanos: u32,
     /// 0: no content type; `i + 1`: [`USUAL_CONTENT_TYPES`]`[i]`; [`OTHER_TYPE`]: the
-    /// one in `content_type_text`.
+    /// one in `extra`.
     content_type: u8,
 }
-
-/// `modified_nanos` of an object without a modification time.
-const NO_TIME: u32 = u32::MAX;
-
-/// `content_type` of a type held as text.
-const OTHER_TYPE: u8 = u8::MAX;
 
 impl CompactInfo {
     /// The compact form of `info`.
     pub fn from_info(info: &ObjectInfo) -> CompactInfo {
-        let headers =
-            (info.headers != HeaderSet::default()).then(|| Box::new(info.headers.clone()));
+        let mut extra = Extra::default();
+        let etag_hex = hex_etag(&info.etag).unwrap_or_else(|| {
+            extra.etag = Some(info.etag.as_str().into());
+            [0; 16]
+        });
+        let content_type = match info.content_type.as_deref() {
+            None => 0,
+            Some(t) => match USUAL_CONTENT_TYPES.iter().position(|u| *u == t) {
+                Some(i) => i as u8 + 1,
+                None => {
+                    extra.content_type = Some(t.into());
+                    OTHER_TYPE
+                }
+            },
+        };
+        extra.headers.clone_from(&info.headers);
         let modified = info
             .last_modified
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok());
-        let (content_type, content_type_text) = match info.content_type.as_deref() {
-            None => (0, None),
-            Some(t) => match USUAL_CONTENT_TYPES.iter().position(|u| *u == t) {
-                Some(i) => (i as u8 + 1, None),
-                None => (OTHER_TYPE, Some(t.into())),
-            },
-        };
         CompactInfo {
             size: info.size,
             modified_secs: modified.map_or(0, |d| d.as_secs()),
             modified_nanos: modified.map_or(NO_TIME, |d| d.subsec_nanos()),
-            etag: CompactEtag::of(&info.etag),
+            etag_hex,
+            extra: (extra != Extra::default()).then(|| Box::new(extra)),
             content_type,
-            content_type_text,
-            headers,
         }
     }
 
     /// The [`ObjectInfo`] this was made from.
     pub fn to_info(&self) -> ObjectInfo {
+        let extra = self.extra.as_deref();
+        let etag = match extra.and_then(|e| e.etag.as_deref()) {
+            Some(text) => text.to_owned(),
+            None => {
+                const DIGITS: &[u8; 16] = b"0123456789abcdef";
+                let mut s = String::with_capacity(34);
+                s.push('"');
+                for b in self.etag_hex {
+                    s.push(char::from(DIGITS[usize::from(b >> 4)]));
+                    s.push(char::from(DIGITS[usize::from(b & 15)]));
+                }
+                s.push('"');
+                s
+            }
+        };
         ObjectInfo {
             size: self.size,
-            etag: self.etag.to_etag(),
+            etag,
             last_modified: (self.modified_nanos != NO_TIME)
                 .then(|| UNIX_EPOCH + Duration::new(self.modified_secs, self.modified_nanos)),
             content_type: match self.content_type {
                 0 => None,
-                OTHER_TYPE => self.content_type_text.as_deref().map(str::to_owned),
+                OTHER_TYPE => extra
+                    .and_then(|e| e.content_type.as_deref())
+                    .map(str::to_owned),
                 i => USUAL_CONTENT_TYPES
                     .get(usize::from(i - 1))
                     .map(|t| (*t).to_owned()),
             },
-            headers: self.headers.as_deref().cloned().unwrap_or_default(),
+            headers: extra.map(|e| e.headers.clone()).unwrap_or_default(),
         }
     }
 
@@ -157,26 +173,8 @@ impl CompactInfo {
 
     /// Bytes this holds, inline and on the heap (for caches' byte bounds).
     pub fn held_bytes(&self) -> u64 {
-        let headers = self.headers.as_deref().map_or(0, |h| {
-            let strings = [
-                &h.content_md5,
-                &h.checksum,
-                &h.content_encoding,
-                &h.content_language,
-                &h.content_disposition,
-                &h.cache_control,
-            ];
-            std::mem::size_of::<HeaderSet>()
-                + strings.iter().map(|s| s.len()).sum::<usize>()
-                + h.user_metadata
-                    .iter()
-                    .map(|(n, v)| n.len() + v.len() + std::mem::size_of::<(String, String)>())
-                    .sum::<usize>()
-        });
-        (std::mem::size_of::<CompactInfo>()
-            + self.etag.heap_bytes()
-            + self.content_type_text.as_deref().map_or(0, str::len)
-            + headers) as u64
+        let extra = self.extra.as_deref().map_or(0, Extra::held_bytes);
+        (std::mem::size_of::<CompactInfo>() + extra) as u64
     }
 }
 
@@ -246,7 +244,7 @@ mod tests {
     #[test]
     fn the_common_object_holds_nothing_on_the_heap() {
         assert!(
-            std::mem::size_of::<CompactInfo>() <= 72,
+            std::mem::size_of::<CompactInfo>() <= 48,
             "{}",
             std::mem::size_of::<CompactInfo>()
         );

@@ -30,9 +30,9 @@ fn open_descriptors(pid: u32) -> u64 {
         .count() as u64
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn many_small_objects_never_run_a_worker_out_of_descriptors() {
-    let objects: Vec<GeneratedObject> = (0..700)
+/// `count` objects of 2 KiB (a block each) at the origin of a cluster with no worker yet.
+async fn small_objects(count: u64) -> (Vec<GeneratedObject>, Cluster) {
+    let objects: Vec<GeneratedObject> = (0..count)
         .map(|i| GeneratedObject::new("small", format!("o{i}"), 2048, i))
         .collect();
     let cluster = Cluster::start(ClusterConfig {
@@ -42,6 +42,12 @@ async fn many_small_objects_never_run_a_worker_out_of_descriptors() {
         ..ClusterConfig::default()
     })
     .await;
+    (objects, cluster)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_small_objects_never_run_a_worker_out_of_descriptors() {
+    let (objects, cluster) = small_objects(700).await;
     let dir = tempfile::tempdir().unwrap();
     let process =
         WorkerProcess::start_limited(&cluster, "w0", &dir.path().join("cache"), LIMIT).await;
@@ -99,16 +105,7 @@ fn soft_open_files(pid: u32) -> u64 {
 /// still right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_raises_its_open_files_limit_and_keeps_to_max_blocks() {
-    let objects: Vec<GeneratedObject> = (0..80)
-        .map(|i| GeneratedObject::new("small", format!("o{i}"), 2048, i))
-        .collect();
-    let cluster = Cluster::start(ClusterConfig {
-        workers: 0,
-        generated: objects.clone(),
-        local_sockets: false,
-        ..ClusterConfig::default()
-    })
-    .await;
+    let (objects, cluster) = small_objects(80).await;
     let dir = tempfile::tempdir().unwrap();
     let process = WorkerProcess::start_with_limits(
         &cluster,

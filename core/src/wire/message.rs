@@ -141,6 +141,27 @@ pub enum ObjectHeaders {
     AskOrigin,
 }
 
+impl HeaderSet {
+    /// Bytes these headers hold on the heap (approximately: the strings' lengths and
+    /// each metadata pair's own size), for caches' byte bounds.
+    pub fn heap_bytes(&self) -> usize {
+        let strings = [
+            &self.content_md5,
+            &self.checksum,
+            &self.content_encoding,
+            &self.content_language,
+            &self.content_disposition,
+            &self.cache_control,
+        ];
+        strings.iter().map(|s| s.len()).sum::<usize>()
+            + self
+                .user_metadata
+                .iter()
+                .map(|(n, v)| n.len() + v.len() + std::mem::size_of::<(String, String)>())
+                .sum::<usize>()
+    }
+}
+
 impl Default for ObjectHeaders {
     fn default() -> Self {
         Self::from(HeaderSet::default())

@@ -61,23 +61,10 @@ struct Extra {
 
 impl Extra {
     fn held_bytes(&self) -> usize {
-        let h = &self.headers;
-        let strings = [
-            &h.content_md5,
-            &h.checksum,
-            &h.content_encoding,
-            &h.content_language,
-            &h.content_disposition,
-            &h.cache_control,
-        ];
         std::mem::size_of::<Extra>()
             + self.etag.as_deref().map_or(0, str::len)
             + self.content_type.as_deref().map_or(0, str::len)
-            + strings.iter().map(|s| s.len()).sum::<usize>()
-            + h.user_metadata
-                .iter()
-                .map(|(n, v)| n.len() + v.len() + std::mem::size_of::<(String, String)>())
-                .sum::<usize>()
+            + self.headers.heap_bytes()
     }
 }
 

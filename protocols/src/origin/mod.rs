@@ -140,22 +140,9 @@ pub struct ObjectInfo {
 impl ObjectInfo {
     /// Bytes this metadata holds, inline and on the heap (for caches' byte bounds).
     pub fn held_bytes(&self) -> u64 {
-        let h = &self.headers;
-        let strings = [
-            &h.content_md5,
-            &h.checksum,
-            &h.content_encoding,
-            &h.content_language,
-            &h.content_disposition,
-            &h.cache_control,
-        ];
         let heap = self.etag.len()
             + self.content_type.as_ref().map_or(0, String::len)
-            + strings.iter().map(|s| s.len()).sum::<usize>()
-            + h.user_metadata
-                .iter()
-                .map(|(n, v)| n.len() + v.len() + std::mem::size_of::<(String, String)>())
-                .sum::<usize>();
+            + self.headers.heap_bytes();
         (std::mem::size_of::<ObjectInfo>() + heap) as u64
     }
 }

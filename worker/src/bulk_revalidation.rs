@@ -95,12 +95,18 @@ pub fn narrowed_prefix<'a>(key: &'a str, folder: &str) -> &'a str {
 /// The pages tried, in order, to cover `key` (in `folder`) on an origin that has
 /// start-after (`S3`) or not (Azure), for a folder known to hold more than a page
 /// (`large`) or not: from the folder's first key while it may fit one page, then from
-/// as close to the key as the protocol allows.
+/// as close to the key as the protocol allows. In a large S3 folder, where an earlier
+/// page ended before the key (`page_end`, [`PageEnds`]), the first page starts there:
+/// pages then follow one another instead of overlapping (in a shuffled pass a page
+/// started at each due key overlapped the next ones, about six listings where one
+/// would do), and a page that stops short of the key has still covered keys that
+/// would have come due.
 pub fn page_starts<'a>(
     key: &'a str,
     folder: &str,
     start_after: bool,
     large: bool,
+    page_end: Option<&'a str>,
 ) -> Vec<PageStart<'a>> {
     let near = if start_after {
         let (_, after) = listing_start(key);
@@ -109,10 +115,48 @@ pub fn page_starts<'a>(
         let prefix = narrowed_prefix(key, folder);
         (prefix.len() > folder.len()).then_some(PageStart::Narrowed(prefix))
     };
-    match (near, large) {
-        (None, _) => vec![PageStart::Folder],
-        (Some(near), true) => vec![near],
-        (Some(near), false) => vec![PageStart::Folder, near],
+    let follow = page_end
+        .filter(|end| start_after && *end < key && end.starts_with(folder))
+        .map(PageStart::After);
+    match (near, large, follow) {
+        (None, _, _) => vec![PageStart::Folder],
+        (Some(near), true, None) => vec![near],
+        (Some(near), true, Some(follow)) if follow != near => vec![follow, near],
+        (Some(near), true, Some(_)) => vec![near],
+        (Some(near), false, _) => vec![PageStart::Folder, near],
+    }
+}
+
+/// Most page ends [`PageEnds`] keeps, all folders together (about 100 bytes each).
+const PAGE_ENDS_KEPT: usize = 100_000;
+
+/// Where recent listing pages of large folders ended (their last key, where more
+/// followed), so that the next page of a folder starts where one ended
+/// ([`page_starts`]). Bounded: past [`PAGE_ENDS_KEPT`] it starts again empty (pages
+/// then overlap for a while; nothing else changes).
+#[derive(Debug, Default)]
+pub struct PageEnds {
+    ends: Mutex<std::collections::BTreeSet<(String, String)>>,
+}
+
+impl PageEnds {
+    /// Records that a page of `folder` ended at `end` with more keys after it.
+    pub fn note(&self, bucket: &str, folder: &str, end: &str) {
+        let mut ends = self.ends.lock().unwrap_or_else(|p| p.into_inner());
+        if ends.len() >= PAGE_ENDS_KEPT {
+            ends.clear();
+        }
+        ends.insert((folder_key(bucket, folder), end.to_owned()));
+    }
+
+    /// The last recorded page end of `folder` before `key`.
+    pub fn before(&self, bucket: &str, folder: &str, key: &str) -> Option<String> {
+        let folder = folder_key(bucket, folder);
+        let ends = self.ends.lock().unwrap_or_else(|p| p.into_inner());
+        ends.range(..(folder.clone(), key.to_owned()))
+            .next_back()
+            .filter(|(f, _)| *f == folder)
+            .map(|(_, end)| end.clone())
     }
 }
 
@@ -331,24 +375,53 @@ mod tests {
         // S3: from the folder's first key, then from just before the key; only the
         // latter once the folder is known to hold more than a page.
         assert_eq!(
-            page_starts("t/0001234", "t/", true, false),
+            page_starts("t/0001234", "t/", true, false, None),
             [Folder, After("t/000123")]
         );
         assert_eq!(
-            page_starts("t/0001234", "t/", true, true),
+            page_starts("t/0001234", "t/", true, true, None),
             [After("t/000123")]
         );
-        assert_eq!(page_starts("x", "", true, true), [Folder]);
+        assert_eq!(page_starts("x", "", true, true, None), [Folder]);
+        // A large S3 folder where a page ended before the key: from there first (a page
+        // end at or past the key, or in another folder, is no use).
+        assert_eq!(
+            page_starts("t/0001234", "t/", true, true, Some("t/0000999")),
+            [After("t/0000999"), After("t/000123")]
+        );
+        assert_eq!(
+            page_starts("t/0001234", "t/", true, true, Some("t/0001234")),
+            [After("t/000123")]
+        );
+        assert_eq!(
+            page_starts("t/0001234", "t/", true, true, Some("s/9")),
+            [After("t/000123")]
+        );
+        // Pages of a folder recorded where they ended; the last before a key is found.
+        let ends = PageEnds::default();
+        ends.note("b", "t/", "t/0000999");
+        ends.note("b", "t/", "t/0001999");
+        ends.note("b", "u/", "u/0000500");
+        assert_eq!(
+            ends.before("b", "t/", "t/0001234").as_deref(),
+            Some("t/0000999")
+        );
+        assert_eq!(ends.before("b", "t/", "t/0000500"), None);
+        assert_eq!(
+            ends.before("b", "u/", "u/0009999").as_deref(),
+            Some("u/0000500")
+        );
+        assert_eq!(ends.before("c", "t/", "t/0001234"), None);
         // Azure: the narrowed prefix instead; a key too short to narrow lists its folder.
         assert_eq!(
-            page_starts("t/0001234", "t/", false, false),
+            page_starts("t/0001234", "t/", false, false, Some("t/0000999")),
             [Folder, Narrowed("t/0001")]
         );
         assert_eq!(
-            page_starts("t/0001234", "t/", false, true),
+            page_starts("t/0001234", "t/", false, true, Some("t/0000999")),
             [Narrowed("t/0001")]
         );
-        assert_eq!(page_starts("t/12", "t/", false, true), [Folder]);
+        assert_eq!(page_starts("t/12", "t/", false, true, None), [Folder]);
     }
 
     #[test]

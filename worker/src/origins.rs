@@ -186,6 +186,8 @@ pub struct StatCache {
     sparse: SparseFolders,
     /// Folders of more than a page, listed from the due key.
     large: LargeFolders,
+    /// Where recent pages of large folders ended.
+    page_ends: bulk_revalidation::PageEnds,
     /// The cluster's invalidations (with each heartbeat).
     invalidations: talon_metadata_cache::Invalidations,
     /// The cluster's per-prefix freshness (with each heartbeat): the TTL under a prefix
@@ -292,6 +294,7 @@ impl StatCache {
             changed: AtomicU64::new(0),
             sparse: SparseFolders::default(),
             large: LargeFolders::default(),
+            page_ends: bulk_revalidation::PageEnds::default(),
             invalidations: talon_metadata_cache::Invalidations::default(),
             freshness: talon_metadata_cache::FreshnessRules::default(),
             listings: Mutex::new(HashMap::new()),
@@ -739,7 +742,16 @@ impl StatCache {
         // then (or when that page stops short of the object) from as near the object's
         // key as the protocol allows.
         let large = self.large.is_large(scope, folder, sent);
-        let starts = bulk_revalidation::page_starts(key, folder, has_start_after, large);
+        let page_end = large
+            .then(|| self.page_ends.before(scope, folder, key))
+            .flatten();
+        let starts = bulk_revalidation::page_starts(
+            key,
+            folder,
+            has_start_after,
+            large,
+            page_end.as_deref(),
+        );
         let mut page = None;
         for start in starts {
             self.listed.fetch_add(1, Ordering::Relaxed);
@@ -782,6 +794,15 @@ impl StatCache {
             self.note_listing(object, scope, folder, &listed, sent);
             if start == PageStart::Folder && listed.next_token.is_some() {
                 self.large.mark(scope, folder, sent);
+            }
+            // Where a page with more after it ended: the next page of the folder starts
+            // there ([`PageEnds`]).
+            if listed.next_token.is_some() {
+                let last_key = listed.objects.last().map(|o| o.key.as_str());
+                let last_prefix = listed.common_prefixes.last().map(String::as_str);
+                if let Some(end) = last_key.max(last_prefix) {
+                    self.page_ends.note(scope, folder, end);
+                }
             }
             let covered =
                 bulk_revalidation::verdict(&listed, key, known) != PageVerdict::NotCovered;
@@ -1344,6 +1365,38 @@ mod tests {
             cache.sparse.worth_listing("bkt", "mix/", later),
             "the folder was marked as not worth listing"
         );
+    }
+
+    /// A shuffled pass over a folder of 5,000 objects that all came due: each page starts
+    /// where the last page before the due key ended, so the pages follow one another
+    /// (5 would cover the folder) instead of each starting at its due key and
+    /// overlapping the pages after it.
+    #[tokio::test]
+    async fn a_shuffled_pass_lists_pages_that_follow_one_another() {
+        let objects: Vec<GeneratedObject> = (0..5_000u64)
+            .map(|i| GeneratedObject::new("bkt", format!("pass/{i:05}"), 10, i))
+            .collect();
+        let (stub, origins) = stub_with(objects, FaultConfig::default()).await;
+        let cache = StatCache::new(origins, Duration::from_secs(60), Duration::from_secs(1));
+        let id = |i: u64| s3(&format!("pass/{i:05}"));
+        for i in 0..5_000 {
+            cache.stat_within(&id(i), None).await.unwrap();
+        }
+        let mut order: Vec<u64> = (0..5_000).collect();
+        fastrand::Rng::with_seed(7).shuffle(&mut order);
+        let before = stub.metrics().requests_total();
+        const GAP: Duration = Duration::from_millis(200);
+        tokio::time::sleep(GAP).await;
+        let due = Instant::now();
+        for i in order {
+            cache
+                .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
+                .await
+                .unwrap();
+        }
+        let listed = cache.origin_requests().listed;
+        assert_eq!(stub.metrics().requests_total() - before, listed, "listings only");
+        assert!(listed <= 8, "{listed} listings for 5 pages of keys");
     }
 
     /// A folder of more than a page: the first listing (from its first key) stops short

@@ -1395,7 +1395,11 @@ mod tests {
                 .unwrap();
         }
         let listed = cache.origin_requests().listed;
-        assert_eq!(stub.metrics().requests_total() - before, listed, "listings only");
+        assert_eq!(
+            stub.metrics().requests_total() - before,
+            listed,
+            "listings only"
+        );
         assert!(listed <= 8, "{listed} listings for 5 pages of keys");
     }
 

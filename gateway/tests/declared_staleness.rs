@@ -17,6 +17,26 @@ use talon_origin_stub::generated::GeneratedObject;
 use talon_protocols::s3::request::S3Addressing;
 use talon_testkit::{Cluster, ClusterConfig, http_get, metric};
 
+/// A cluster of `workers` with bucket `data` at its origin, and a gateway in front of it
+/// declaring `t`.
+async fn data_bucket_behind_a_gateway(workers: usize, t: Duration) -> (Cluster, RunningGateway) {
+    let cluster = Cluster::start(ClusterConfig {
+        workers,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Freshness::within(t)).await;
+    let origins = cluster.origins();
+    origins
+        .s3
+        .as_ref()
+        .unwrap()
+        .create_bucket("data")
+        .await
+        .unwrap();
+    (cluster, gw)
+}
+
 async fn gateway(cluster: &Cluster, freshness: Freshness) -> RunningGateway {
     gateway_with(cluster, freshness, Limits::default()).await
 }
@@ -321,15 +341,9 @@ async fn a_read_pinned_to_a_version_the_origin_replaced_starts_again_on_the_new_
 /// a HEAD and then a GET.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_read_costs_the_origin_one_request_and_a_warm_one_none() {
-    let cluster = Cluster::start(ClusterConfig {
-        workers: 3,
-        ..ClusterConfig::default()
-    })
-    .await;
-    let gw = gateway(&cluster, Freshness::within(Duration::from_secs(300))).await;
+    let (cluster, gw) = data_bucket_behind_a_gateway(3, Duration::from_secs(300)).await;
     let origins = cluster.origins();
     let s3 = origins.s3.as_ref().unwrap();
-    s3.create_bucket("data").await.unwrap();
     let stub = cluster.origin.metrics();
     let body = |seed: u8| -> Bytes { (0..100_000u32).map(|i| (i as u8) ^ seed).collect() };
     // (name, Range header, the bytes it asks for)
@@ -740,15 +754,9 @@ async fn a_shuffled_pass_after_t_is_revalidated_from_listing_pages_not_a_head_ea
 /// gateway shows at once (before 2026-12-04 every listing went to the origin).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_is_answered_from_memory_within_t_and_shows_a_write_through_the_gateway() {
-    let cluster = Cluster::start(ClusterConfig {
-        workers: 1,
-        ..ClusterConfig::default()
-    })
-    .await;
-    let gw = gateway(&cluster, Freshness::within(Duration::from_secs(300))).await;
+    let (cluster, gw) = data_bucket_behind_a_gateway(1, Duration::from_secs(300)).await;
     let origins = cluster.origins();
     let s3 = origins.s3.as_ref().unwrap();
-    s3.create_bucket("data").await.unwrap();
     for i in 0..5 {
         s3.put("data", &format!("ls/{i}"), Bytes::from_static(b"x"), None)
             .await
@@ -814,15 +822,9 @@ async fn a_listing_is_answered_from_memory_within_t_and_shows_a_write_through_th
 /// what lies outside the prefix stays cached. Only the admin role may invalidate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalidation_reaches_every_gateway_and_worker_within_a_heartbeat() {
-    let cluster = Cluster::start(ClusterConfig {
-        workers: 2,
-        ..ClusterConfig::default()
-    })
-    .await;
-    let gw = gateway(&cluster, Freshness::within(Duration::from_secs(300))).await;
+    let (cluster, gw) = data_bucket_behind_a_gateway(2, Duration::from_secs(300)).await;
     let origins = cluster.origins();
     let s3 = origins.s3.as_ref().unwrap();
-    s3.create_bucket("data").await.unwrap();
     let v = |what: &str| Bytes::from(format!("{what} ").repeat(100));
     for key in ["inv/a", "keep/c"] {
         s3.put("data", key, v("first"), None).await.unwrap();

@@ -1016,6 +1016,27 @@ mod tests {
         (stub, origins)
     }
 
+    /// A stub serving `count` objects of bucket `bkt` named by `name`, and a stat cache
+    /// (60 s) that has learned every one of them.
+    async fn learned_objects(
+        count: u64,
+        name: impl Fn(u64) -> String,
+    ) -> (RunningStub, Arc<Origins>, StatCache) {
+        let objects: Vec<GeneratedObject> = (0..count)
+            .map(|i| GeneratedObject::new("bkt", name(i), 10, i))
+            .collect();
+        let (stub, origins) = stub_with(objects, FaultConfig::default()).await;
+        let cache = StatCache::new(
+            origins.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        );
+        for i in 0..count {
+            cache.stat_within(&s3(&name(i)), None).await.unwrap();
+        }
+        (stub, origins, cache)
+    }
+
     fn s3_id(key: &str) -> ObjectId {
         s3(key)
     }
@@ -1320,21 +1341,7 @@ mod tests {
     /// 50 listings.
     #[tokio::test]
     async fn listings_that_overlap_in_time_keep_their_folder_worth_listing() {
-        let objects: Vec<GeneratedObject> = (0..100u64)
-            .map(|i| GeneratedObject::new("bkt", format!("mix/{i:03}"), 10, i))
-            .collect();
-        let (_stub, origins) = stub_with(objects, FaultConfig::default()).await;
-        let cache = StatCache::new(
-            origins.clone(),
-            Duration::from_secs(60),
-            Duration::from_secs(1),
-        );
-        for i in 0..100 {
-            cache
-                .stat_within(&s3(&format!("mix/{i:03}")), None)
-                .await
-                .unwrap();
-        }
+        let (_stub, origins, cache) = learned_objects(100, |i| format!("mix/{i:03}")).await;
         let options = ListOptions {
             prefix: "mix/",
             delimiter: Some("/"),
@@ -1373,15 +1380,8 @@ mod tests {
     /// overlapping the pages after it.
     #[tokio::test]
     async fn a_shuffled_pass_lists_pages_that_follow_one_another() {
-        let objects: Vec<GeneratedObject> = (0..5_000u64)
-            .map(|i| GeneratedObject::new("bkt", format!("pass/{i:05}"), 10, i))
-            .collect();
-        let (stub, origins) = stub_with(objects, FaultConfig::default()).await;
-        let cache = StatCache::new(origins, Duration::from_secs(60), Duration::from_secs(1));
+        let (stub, _origins, cache) = learned_objects(5_000, |i| format!("pass/{i:05}")).await;
         let id = |i: u64| s3(&format!("pass/{i:05}"));
-        for i in 0..5_000 {
-            cache.stat_within(&id(i), None).await.unwrap();
-        }
         let mut order: Vec<u64> = (0..5_000).collect();
         fastrand::Rng::with_seed(7).shuffle(&mut order);
         let before = stub.metrics().requests_total();
@@ -1408,15 +1408,8 @@ mod tests {
     /// is listed from the due key afterwards. 1,100 due entries cost 3 listings.
     #[tokio::test]
     async fn a_folder_larger_than_a_page_is_listed_from_the_key_that_came_due() {
-        let objects: Vec<GeneratedObject> = (0..1_100u64)
-            .map(|i| GeneratedObject::new("bkt", format!("big/{i:04}"), 10, i))
-            .collect();
-        let (stub, origins) = stub_with(objects, FaultConfig::default()).await;
-        let cache = StatCache::new(origins, Duration::from_secs(60), Duration::from_secs(1));
+        let (stub, _origins, cache) = learned_objects(1_100, |i| format!("big/{i:04}")).await;
         let id = |i: u64| s3(&format!("big/{i:04}"));
-        for i in 0..1_100 {
-            cache.stat_within(&id(i), None).await.unwrap();
-        }
         let requests = || stub.metrics().requests_total();
         let before = requests();
         // As in the test above: the gap tells learned entries from refreshed ones.

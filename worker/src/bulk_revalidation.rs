@@ -330,6 +330,24 @@ pub fn folder_key(bucket: &str, folder: &str) -> String {
     format!("{bucket}/{folder}")
 }
 
+/// Most listings in flight a due entry waits on before it lists on its own: each one
+/// it joins starts where it would have started itself, so in a shuffled pass the due
+/// entries of a large folder walk its pages one after another together.
+pub const LISTING_JOINS: usize = 4;
+
+/// A listing page in flight, by where it starts: its folder (as [`folder_key`]) and
+/// its first [`PageStart`]. Entries that would start their page at the same place
+/// wait on one listing; before 2026-12-05 they were keyed by folder alone, and those
+/// a page did not cover, woken together, each listed the same next page.
+pub fn listing_key(bucket: &str, folder: &str, start: PageStart<'_>) -> String {
+    let folder = folder_key(bucket, folder);
+    match start {
+        PageStart::Folder => folder,
+        PageStart::After(after) => format!("{folder}\n>{after}"),
+        PageStart::Narrowed(prefix) => format!("{folder}\n^{prefix}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -193,8 +193,9 @@ pub struct StatCache {
     /// The cluster's per-prefix freshness (with each heartbeat): the TTL under a prefix
     /// for Stats that say no max age of their own.
     freshness: talon_metadata_cache::FreshnessRules,
-    /// Revalidation listings in flight, by folder: when each was sent, and a channel
-    /// closed when it is done (the callers that wait on it then look again).
+    /// Revalidation listings in flight, by folder and where their page starts
+    /// ([`bulk_revalidation::listing_key`]): when each was sent, and a channel closed
+    /// when it is done (the callers that wait on it then look again).
     listings: Mutex<HashMap<String, (Instant, watch::Receiver<()>)>>,
     listed: AtomicU64,
     refreshed: AtomicU64,
@@ -715,22 +716,47 @@ impl StatCache {
         }
         let (client, bucket, _) = self.origins.route(object).ok()?;
         let bucket = bucket.as_str();
-        // A listing of the folder in flight, sent recently enough: wait for it, and
-        // take what it kept for this object (one listing for many due at once).
-        let listing = bulk_revalidation::folder_key(scope, folder);
-        let in_flight = self
-            .lock_listings()
-            .get(&listing)
-            .filter(|(at, _)| not_before.is_none_or(|oldest| *at >= oldest))
-            .map(|(at, done)| (*at, done.clone()));
-        if let Some((listed_at, mut done)) = in_flight {
+        // A listing in flight that starts where this one would, sent recently enough:
+        // wait for it, and take what it kept for this object (one listing for many due
+        // at once). Where it did not cover the object, look again: its page's end is
+        // where the next one starts, which another entry woken with this one may have
+        // sent already.
+        let mut joined = 0;
+        let (page_end, large, listing) = loop {
+            // From the folder's first key, unless it is known to hold more than a page;
+            // then (or when that page stops short of the object) from as near the
+            // object's key as the protocol allows.
+            let large = self.large.is_large(scope, folder, sent);
+            let page_end = large
+                .then(|| self.page_ends.before(scope, folder, key))
+                .flatten();
+            let first = *bulk_revalidation::page_starts(
+                key,
+                folder,
+                has_start_after,
+                large,
+                page_end.as_deref(),
+            )
+            .first()?;
+            let listing = bulk_revalidation::listing_key(scope, folder, first);
+            let in_flight = self
+                .lock_listings()
+                .get(&listing)
+                .filter(|(at, _)| not_before.is_none_or(|oldest| *at >= oldest))
+                .map(|(at, done)| (*at, done.clone()));
+            let Some((listed_at, mut done)) =
+                in_flight.filter(|_| joined < bulk_revalidation::LISTING_JOINS)
+            else {
+                break (page_end, large, listing);
+            };
             while done.changed().await.is_ok() {}
             if let Some((observed, held)) = self.known.peek(object)
                 && observed >= listed_at
             {
                 return Some((Ok(held), observed));
             }
-        }
+            joined += 1;
+        };
         let (_finished, done) = watch::channel(());
         self.lock_listings().insert(listing.clone(), (sent, done));
         let _in_flight = ListingInFlight {
@@ -738,13 +764,6 @@ impl StatCache {
             listing,
             sent,
         };
-        // From the folder's first key, unless it is known to hold more than a page;
-        // then (or when that page stops short of the object) from as near the object's
-        // key as the protocol allows.
-        let large = self.large.is_large(scope, folder, sent);
-        let page_end = large
-            .then(|| self.page_ends.before(scope, folder, key))
-            .flatten();
         let starts = bulk_revalidation::page_starts(
             key,
             folder,
@@ -1401,6 +1420,44 @@ mod tests {
             "listings only"
         );
         assert!(listed <= 8, "{listed} listings for 5 pages of keys");
+    }
+
+    /// The same pass by 64 readers at once: the due entries a page did not cover, woken
+    /// together when it ends, wait on one listing of the next page (they would all
+    /// start theirs where it starts) instead of each listing it. Before 2026-12-05 they
+    /// waited on any listing of the folder and then each sent its own: 43–64 listings in
+    /// three runs of this test (6–7 since).
+    #[tokio::test]
+    async fn readers_woken_together_list_the_next_page_once() {
+        use futures_util::StreamExt as _;
+        let (stub, _origins, cache) = learned_objects(5_000, |i| format!("pass/{i:05}")).await;
+        let id = |i: u64| s3(&format!("pass/{i:05}"));
+        let mut order: Vec<u64> = (0..5_000).collect();
+        fastrand::Rng::with_seed(11).shuffle(&mut order);
+        let before = stub.metrics().requests_total();
+        const GAP: Duration = Duration::from_millis(200);
+        tokio::time::sleep(GAP).await;
+        let due = Instant::now();
+        let cache = &cache;
+        let answered = futures_util::stream::iter(order)
+            .map(|i| async move {
+                cache
+                    .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
+                    .await
+                    .map(|(info, _)| info.size)
+            })
+            .buffer_unordered(64)
+            .filter(|r| std::future::ready(matches!(r, Ok(10))))
+            .count()
+            .await;
+        assert_eq!(answered, 5_000, "every entry answered current");
+        let listed = cache.origin_requests().listed;
+        assert_eq!(
+            stub.metrics().requests_total() - before,
+            listed,
+            "listings only"
+        );
+        assert!(listed <= 12, "{listed} listings for 5 pages of keys");
     }
 
     /// A folder of more than a page: the first listing (from its first key) stops short

@@ -6,10 +6,14 @@
 //! says which pages are present and their CRC-32C checksums.
 //!
 //! Crash safety rests on one ordering: a page's bytes are written and `fdatasync`ed
-//! before the metadata that calls it present is written to a temporary file, synced, and
-//! renamed over the old metadata (then the folder is synced). A crash at any point
-//! leaves either the old metadata (the new page is simply absent and refetched) or the
-//! new one (its bytes are on disk). Present pages are never rewritten in place.
+//! before the metadata that calls it present is written to a temporary file and renamed
+//! over the old metadata. A crash at any point leaves the old metadata (the new page is
+//! simply absent and refetched), the new one (its bytes are on disk), or, after a power
+//! loss, no metadata or a torn one, which does not parse and makes the block absent.
+//! The metadata is not synced itself, nor its folder (since 2026-12-05): a cache need
+//! not keep its newest fills through a power loss, only never claim a page whose bytes
+//! are not on disk, and the two syncs were most of a small cold object's cost. Present
+//! pages are never rewritten in place.
 //!
 //! Checksums catch what ordering cannot: bit rot, a truncated file, a file edited behind
 //! the worker's back. Pages are verified before their first use by this process and
@@ -334,7 +338,10 @@ impl Block {
         }
     }
 
-    /// Writes the current metadata durably: temp file, fsync, rename, folder fsync.
+    /// Publishes the current metadata: a temporary file renamed over the old one. Not
+    /// synced (module doc): after a power loss the newest metadata may be missing or
+    /// torn, and the block is then absent or as it was; every page it calls present
+    /// had its bytes synced first.
     fn persist_meta(&self) -> Result<()> {
         let _serial = lock(&self.meta_write);
         if self.is_evicted() {
@@ -346,18 +353,11 @@ impl Block {
         let mut f = File::create(&tmp).map_err(|e| WorkerError::io("writing block metadata", e))?;
         f.write_all(&json)
             .map_err(|e| WorkerError::io("writing block metadata", e))?;
-        f.sync_all()
-            .map_err(|e| WorkerError::io("syncing block metadata", e))?;
         drop(f);
         crash_points::reached(CrashPoint::MetaWritten);
         fs::rename(&tmp, &self.meta_path)
             .map_err(|e| WorkerError::io("publishing block metadata", e))?;
         crash_points::reached(CrashPoint::MetaRenamed);
-        if let Some(dir) = self.meta_path.parent()
-            && let Ok(d) = File::open(dir)
-        {
-            let _ = d.sync_all();
-        }
         Ok(())
     }
 }
@@ -1510,6 +1510,66 @@ mod tests {
         assert!(store.verify(&block, 2..4).unwrap());
         assert_eq!(read(&block, 2 * PAGE..3 * PAGE + 100), data);
         assert_eq!(store.stats().used_bytes, 2 * PAGE + store.block_overhead(4));
+    }
+
+    /// What a power loss can leave of metadata that is no longer synced (2026-12-05):
+    /// a file cut short, one of zeros, none at all, or the temporary file beside the
+    /// old one. Each makes the block absent (its files removed) or leaves it as the
+    /// old metadata said; never a page present that was not.
+    #[test]
+    fn metadata_torn_by_a_power_loss_leaves_the_block_absent_or_as_it_was() {
+        let meta_of = |dir: &Path, id: &BlockId| {
+            dir.join("blocks")
+                .join(format!("{}.meta", id.storage_name()))
+        };
+        type Damage = fn(&Path, &[u8]);
+        let damages: [(&str, Damage); 3] = [
+            ("cut short", |p, json| {
+                fs::write(p, &json[..json.len() / 2]).unwrap()
+            }),
+            ("zeros", |p, json| {
+                fs::write(p, vec![0; json.len()]).unwrap()
+            }),
+            ("empty", |p, _| fs::write(p, b"").unwrap()),
+        ];
+        for (what, damage) in damages {
+            let dir = tempfile::tempdir().unwrap();
+            let id = block_id("torn");
+            {
+                let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+                let block = store.get_or_create(&id, 4 * PAGE).unwrap();
+                fill(&store, &block, 0..2, 5);
+            }
+            let meta = meta_of(dir.path(), &id);
+            let json = fs::read(&meta).unwrap();
+            damage(&meta, &json);
+            let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+            assert!(store.get(&id).is_none(), "{what}: the block is absent");
+            assert_eq!(store.stats().used_bytes, 0, "{what}");
+            let left = fs::read_dir(dir.path().join("blocks")).unwrap().count();
+            assert_eq!(left, 0, "{what}: its files are removed");
+        }
+        // A later fill's metadata still in its temporary file (the rename lost): the
+        // block is as the old metadata said, the temporary file removed.
+        let dir = tempfile::tempdir().unwrap();
+        let id = block_id("renamed");
+        let first = {
+            let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+            let block = store.get_or_create(&id, 4 * PAGE).unwrap();
+            let first = fill(&store, &block, 0..1, 9);
+            let old = fs::read(meta_of(dir.path(), &id)).unwrap();
+            fill(&store, &block, 1..2, 10);
+            let meta = meta_of(dir.path(), &id);
+            fs::rename(&meta, meta.with_extension("meta.tmp")).unwrap();
+            fs::write(&meta, old).unwrap();
+            first
+        };
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+        let block = store.get(&id).unwrap();
+        assert!(block.all_present(0..1) && !block.all_present(1..2));
+        assert!(store.verify(&block, 0..1).unwrap());
+        assert_eq!(read(&block, 0..PAGE), first);
+        assert!(!meta_of(dir.path(), &id).with_extension("meta.tmp").exists());
     }
 
     #[test]

@@ -1492,7 +1492,7 @@ async fn read_handed_off(file: std::fs::File, offset: u64, len: u32) -> Result<B
     };
     let short = || unreadable(std::io::ErrorKind::UnexpectedEof.into());
     while buf.len() < len {
-        match read_cached(&file, &mut buf, offset) {
+        match read_cached(&file, &mut buf, offset, len) {
             Ok(Some(0)) => return Err(short()),
             Ok(Some(_)) => {}
             // Not all in the page cache, or a filesystem without RWF_NOWAIT.
@@ -1517,25 +1517,30 @@ async fn read_handed_off(file: std::fs::File, offset: u64, len: u32) -> Result<B
         .map_err(|e| CacheClientError::Unavailable(format!("a disk task failed: {e}")))?
         .map_err(unreadable)?;
     }
+    // `pread` above fills whatever spare capacity the buffer has, which `with_capacity`
+    // only promises is at least `len`: the piece is its first `len` bytes.
+    buf.truncate(len);
     Ok(Bytes::from(buf))
 }
 
 /// Appends to `buf` what of the file's bytes from `offset + buf.len()` the page cache
-/// holds, up to `buf`'s capacity, without blocking (`preadv2` with `RWF_NOWAIT`):
-/// `Some(bytes read)` (0 at the end of the file), `None` when the next bytes are not
-/// cached or the filesystem cannot read without blocking.
+/// holds, until `buf` holds `len` bytes (or its capacity, if less), without blocking
+/// (`preadv2` with `RWF_NOWAIT`): `Some(bytes read)` (0 at the end of the file), `None`
+/// when the next bytes are not cached or the filesystem cannot read without blocking.
 fn read_cached(
     file: &std::fs::File,
     buf: &mut Vec<u8>,
     offset: u64,
+    len: usize,
 ) -> std::io::Result<Option<usize>> {
     use std::os::fd::AsRawFd;
     let at = libc::off_t::try_from(offset + buf.len() as u64)
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let want = len.saturating_sub(buf.len());
     let spare = buf.spare_capacity_mut();
     let iov = libc::iovec {
         iov_base: spare.as_mut_ptr().cast(),
-        iov_len: spare.len(),
+        iov_len: spare.len().min(want),
     };
     // SAFETY: the one iovec spans `spare`, memory `buf` owns and nothing else touches
     // while the call runs; the kernel writes at most `iov_len` bytes into it and says
@@ -1544,7 +1549,7 @@ fn read_cached(
     match usize::try_from(read) {
         Ok(n) => {
             // SAFETY: the kernel initialised the first `n` bytes of the spare capacity
-            // (n <= its length).
+            // (n <= `iov_len` <= its length).
             unsafe { buf.set_len(buf.len() + n) };
             Ok(Some(n))
         }

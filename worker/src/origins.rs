@@ -1393,32 +1393,64 @@ mod tests {
         );
     }
 
+    /// A folder of 5,000 objects a stat cache learned, all come due: the cache, the
+    /// stub, the objects in an order shuffled by `seed`, and each one's max age (the
+    /// time since they came due plus half the gap that tells learned entries from
+    /// refreshed ones).
+    struct DuePass {
+        stub: RunningStub,
+        cache: StatCache,
+        order: Vec<ObjectId>,
+        requests_before: u64,
+        due: Instant,
+    }
+
+    const DUE_GAP: Duration = Duration::from_millis(200);
+
+    impl DuePass {
+        async fn new(seed: u64) -> DuePass {
+            let name = |i: u64| format!("pass/{i:05}");
+            let (stub, _origins, cache) = learned_objects(5_000, name).await;
+            let mut order: Vec<ObjectId> = (0..5_000).map(|i| s3(&name(i))).collect();
+            fastrand::Rng::with_seed(seed).shuffle(&mut order);
+            let requests_before = stub.metrics().requests_total();
+            tokio::time::sleep(DUE_GAP).await;
+            DuePass {
+                stub,
+                cache,
+                order,
+                requests_before,
+                due: Instant::now(),
+            }
+        }
+
+        fn max_age(&self) -> Option<Duration> {
+            Some(self.due.elapsed() + DUE_GAP / 2)
+        }
+
+        /// The listings the pass cost, checked to be its only origin requests.
+        fn listings_only(&self) -> u64 {
+            let listed = self.cache.origin_requests().listed;
+            assert_eq!(
+                self.stub.metrics().requests_total() - self.requests_before,
+                listed,
+                "listings only"
+            );
+            listed
+        }
+    }
+
     /// A shuffled pass over a folder of 5,000 objects that all came due: each page starts
     /// where the last page before the due key ended, so the pages follow one another
     /// (5 would cover the folder) instead of each starting at its due key and
     /// overlapping the pages after it.
     #[tokio::test]
     async fn a_shuffled_pass_lists_pages_that_follow_one_another() {
-        let (stub, _origins, cache) = learned_objects(5_000, |i| format!("pass/{i:05}")).await;
-        let id = |i: u64| s3(&format!("pass/{i:05}"));
-        let mut order: Vec<u64> = (0..5_000).collect();
-        fastrand::Rng::with_seed(7).shuffle(&mut order);
-        let before = stub.metrics().requests_total();
-        const GAP: Duration = Duration::from_millis(200);
-        tokio::time::sleep(GAP).await;
-        let due = Instant::now();
-        for i in order {
-            cache
-                .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
-                .await
-                .unwrap();
+        let pass = DuePass::new(7).await;
+        for id in &pass.order {
+            pass.cache.stat_within(id, pass.max_age()).await.unwrap();
         }
-        let listed = cache.origin_requests().listed;
-        assert_eq!(
-            stub.metrics().requests_total() - before,
-            listed,
-            "listings only"
-        );
+        let listed = pass.listings_only();
         assert!(listed <= 8, "{listed} listings for 5 pages of keys");
     }
 
@@ -1430,19 +1462,12 @@ mod tests {
     #[tokio::test]
     async fn readers_woken_together_list_the_next_page_once() {
         use futures_util::StreamExt as _;
-        let (stub, _origins, cache) = learned_objects(5_000, |i| format!("pass/{i:05}")).await;
-        let id = |i: u64| s3(&format!("pass/{i:05}"));
-        let mut order: Vec<u64> = (0..5_000).collect();
-        fastrand::Rng::with_seed(11).shuffle(&mut order);
-        let before = stub.metrics().requests_total();
-        const GAP: Duration = Duration::from_millis(200);
-        tokio::time::sleep(GAP).await;
-        let due = Instant::now();
-        let cache = &cache;
-        let answered = futures_util::stream::iter(order)
-            .map(|i| async move {
-                cache
-                    .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
+        let pass = DuePass::new(11).await;
+        let pass = &pass;
+        let answered = futures_util::stream::iter(&pass.order)
+            .map(|id| async move {
+                pass.cache
+                    .stat_within(id, pass.max_age())
                     .await
                     .map(|(info, _)| info.size)
             })
@@ -1451,12 +1476,7 @@ mod tests {
             .count()
             .await;
         assert_eq!(answered, 5_000, "every entry answered current");
-        let listed = cache.origin_requests().listed;
-        assert_eq!(
-            stub.metrics().requests_total() - before,
-            listed,
-            "listings only"
-        );
+        let listed = pass.listings_only();
         assert!(listed <= 12, "{listed} listings for 5 pages of keys");
     }
 

@@ -9,7 +9,9 @@
 //! before the metadata that calls it present is written to a temporary file and renamed
 //! over the old metadata. A crash at any point leaves the old metadata (the new page is
 //! simply absent and refetched), the new one (its bytes are on disk), or, after a power
-//! loss, no metadata or a torn one, which does not parse and makes the block absent.
+//! loss, no metadata or a torn one, which does not parse and makes the block absent
+//! (and should the block file's own name be lost with it, its pages read back short or
+//! fail their checksums on first use, and are fetched again).
 //! The metadata is not synced itself, nor its folder (since 2026-12-05): a cache need
 //! not keep its newest fills through a power loss, only never claim a page whose bytes
 //! are not on disk, and the two syncs were most of a small cold object's cost. Present

@@ -750,15 +750,25 @@ impl StatCache {
                 break (page_end, large, listing);
             };
             while done.changed().await.is_ok() {}
-            if let Some((observed, held)) = self.known.peek(object)
-                && observed >= listed_at
-            {
-                return Some((Ok(held), observed));
+            match self.known.peek(object) {
+                Some((observed, held)) if observed >= listed_at => {
+                    return Some((Ok(held), observed));
+                }
+                // Listed as another version (the listing dropped the entry): no later
+                // page can say more; its new headers come with a request of its own.
+                None => return None,
+                Some(_) => joined += 1,
             }
-            joined += 1;
         };
         let (_finished, done) = watch::channel(());
-        self.lock_listings().insert(listing.clone(), (sent, done));
+        {
+            // A listing from the same start sent later than this entry came due (one
+            // this entry gave up joining) stays the one later entries join.
+            let mut listings = self.lock_listings();
+            if listings.get(&listing).is_none_or(|(at, _)| *at <= sent) {
+                listings.insert(listing.clone(), (sent, done));
+            }
+        }
         let _in_flight = ListingInFlight {
             cache: self,
             listing,
@@ -1278,6 +1288,63 @@ mod tests {
             3,
             "3 origin requests for 50 due entries"
         );
+    }
+
+    /// The same folder read by 50 readers at once: the readers of the rewritten object
+    /// and of the deleted one wait on the first listing with the rest. The rewritten
+    /// one, dropped by that listing, is asked for alone at once (before 2026-12-05 it
+    /// listed the folder again first: 4 origin requests); the deleted one, which no
+    /// page lists, lists the folder once more and finds it gone.
+    #[tokio::test]
+    async fn readers_of_a_changed_object_waiting_on_a_listing_ask_for_it_alone() {
+        use futures_util::StreamExt as _;
+        let objects: Vec<GeneratedObject> = (0..50u64)
+            .map(|i| GeneratedObject::new("bkt", format!("set/{i}.bin"), 100 + i, i))
+            .collect();
+        let (stub, origins) = stub_with(objects, FaultConfig::default()).await;
+        let cache = StatCache::new(
+            origins.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        );
+        let id = |i: u64| s3(&format!("set/{i}.bin"));
+        for i in 0..50 {
+            cache.stat_within(&id(i), None).await.unwrap();
+        }
+        let s3 = origins.s3.as_ref().unwrap();
+        s3.put("bkt", "set/7.bin", Bytes::from_static(b"rewritten"), None)
+            .await
+            .unwrap();
+        s3.delete("bkt", "set/9.bin").await.unwrap();
+        let before = stub.metrics().requests_total();
+        tokio::time::sleep(DUE_GAP).await;
+        let due = Instant::now();
+        let cache = &cache;
+        let answers: Vec<(u64, Result<u64>)> = futures_util::stream::iter(0..50u64)
+            .map(|i| async move {
+                let answer = cache
+                    .stat_within(&id(i), Some(due.elapsed() + DUE_GAP / 2))
+                    .await;
+                (i, answer.map(|(info, _)| info.size))
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        for (i, answer) in answers {
+            match i {
+                7 => assert_eq!(answer.unwrap(), 9, "the rewritten object"),
+                9 => assert_eq!(
+                    answer.unwrap_err().frame_code(),
+                    talon_core::ErrorCode::NotFound,
+                    "the deleted object"
+                ),
+                _ => assert_eq!(answer.unwrap(), 100 + i, "object {i}"),
+            }
+        }
+        // A listing for everyone, a HEAD for the rewritten object, a listing that finds
+        // the deleted one gone.
+        assert_eq!(stub.metrics().requests_total() - before, 3);
+        assert_eq!(cache.origin_requests().listed, 2);
     }
 
     /// Azure has no start-after: a folder of more than a page is listed from its first

@@ -1232,11 +1232,10 @@ mod tests {
         );
     }
 
-    /// Revalidation in bulk: the entries of a folder that came due are revalidated by
-    /// one listing page, not a HEAD each; an object rewritten since costs a HEAD for
-    /// its new headers and a deleted one is found gone, each exactly that object.
-    #[tokio::test]
-    async fn a_folder_that_came_due_is_revalidated_from_one_listing_page() {
+    /// A stub of 50 objects `set/{i}.bin` of 100 + i bytes, a stat cache (60 s) that
+    /// learned them all, and then, at the origin only, `set/7.bin` rewritten (9 bytes)
+    /// and `set/9.bin` deleted.
+    async fn a_set_with_one_rewritten_and_one_deleted() -> (RunningStub, StatCache) {
         let objects: Vec<GeneratedObject> = (0..50u64)
             .map(|i| GeneratedObject::new("bkt", format!("set/{i}.bin"), 100 + i, i))
             .collect();
@@ -1246,36 +1245,50 @@ mod tests {
             Duration::from_secs(60),
             Duration::from_secs(1),
         );
-        let id = |i: u64| s3(&format!("set/{i}.bin"));
         for i in 0..50 {
-            cache.stat_within(&id(i), None).await.unwrap();
+            cache.stat_within(&set_id(i), None).await.unwrap();
         }
-        assert_eq!(cache.origin_requests().fetched, 50);
         let s3 = origins.s3.as_ref().unwrap();
         s3.put("bkt", "set/7.bin", Bytes::from_static(b"rewritten"), None)
             .await
             .unwrap();
         s3.delete("bkt", "set/9.bin").await.unwrap();
+        (stub, cache)
+    }
+
+    fn set_id(i: u64) -> ObjectId {
+        s3(&format!("set/{i}.bin"))
+    }
+
+    /// What a revalidation of `set/{i}.bin` must answer (its size, or not found).
+    fn check_set_answer(i: u64, answer: Result<u64>) {
+        match i {
+            7 => assert_eq!(answer.unwrap(), 9, "the rewritten object"),
+            9 => assert_eq!(
+                answer.unwrap_err().frame_code(),
+                talon_core::ErrorCode::NotFound,
+                "the deleted object"
+            ),
+            _ => assert_eq!(answer.unwrap(), 100 + i, "object {i}"),
+        }
+    }
+
+    /// Revalidation in bulk: the entries of a folder that came due are revalidated by
+    /// one listing page, not a HEAD each; an object rewritten since costs a HEAD for
+    /// its new headers and a deleted one is found gone, each exactly that object.
+    #[tokio::test]
+    async fn a_folder_that_came_due_is_revalidated_from_one_listing_page() {
+        let (stub, cache) = a_set_with_one_rewritten_and_one_deleted().await;
+        assert_eq!(cache.origin_requests().fetched, 50);
         let requests = || stub.metrics().requests_total();
         let before = requests();
-        // Every entry learned before the wait is older than the pass plus half the gap;
-        // one a listing of the pass refreshed is not (see the Azure test below).
-        const GAP: Duration = Duration::from_millis(200);
-        tokio::time::sleep(GAP).await;
+        tokio::time::sleep(DUE_GAP).await;
         let due = Instant::now();
         for i in 0..50 {
             let answer = cache
-                .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
+                .stat_within(&set_id(i), Some(due.elapsed() + DUE_GAP / 2))
                 .await;
-            match i {
-                7 => assert_eq!(answer.unwrap().0.size, 9, "the rewritten object"),
-                9 => assert_eq!(
-                    answer.unwrap_err().frame_code(),
-                    talon_core::ErrorCode::NotFound,
-                    "the deleted object"
-                ),
-                _ => assert_eq!(answer.unwrap().0.size, 100 + i, "object {i}"),
-            }
+            check_set_answer(i, answer.map(|(info, _)| info.size));
         }
         let counted = cache.origin_requests();
         // A listing of the folder (it fits one page), which kept 47 others; a HEAD for
@@ -1298,24 +1311,7 @@ mod tests {
     #[tokio::test]
     async fn readers_of_a_changed_object_waiting_on_a_listing_ask_for_it_alone() {
         use futures_util::StreamExt as _;
-        let objects: Vec<GeneratedObject> = (0..50u64)
-            .map(|i| GeneratedObject::new("bkt", format!("set/{i}.bin"), 100 + i, i))
-            .collect();
-        let (stub, origins) = stub_with(objects, FaultConfig::default()).await;
-        let cache = StatCache::new(
-            origins.clone(),
-            Duration::from_secs(60),
-            Duration::from_secs(1),
-        );
-        let id = |i: u64| s3(&format!("set/{i}.bin"));
-        for i in 0..50 {
-            cache.stat_within(&id(i), None).await.unwrap();
-        }
-        let s3 = origins.s3.as_ref().unwrap();
-        s3.put("bkt", "set/7.bin", Bytes::from_static(b"rewritten"), None)
-            .await
-            .unwrap();
-        s3.delete("bkt", "set/9.bin").await.unwrap();
+        let (stub, cache) = a_set_with_one_rewritten_and_one_deleted().await;
         let before = stub.metrics().requests_total();
         tokio::time::sleep(DUE_GAP).await;
         let due = Instant::now();
@@ -1323,7 +1319,7 @@ mod tests {
         let answers: Vec<(u64, Result<u64>)> = futures_util::stream::iter(0..50u64)
             .map(|i| async move {
                 let answer = cache
-                    .stat_within(&id(i), Some(due.elapsed() + DUE_GAP / 2))
+                    .stat_within(&set_id(i), Some(due.elapsed() + DUE_GAP / 2))
                     .await;
                 (i, answer.map(|(info, _)| info.size))
             })
@@ -1331,15 +1327,7 @@ mod tests {
             .collect()
             .await;
         for (i, answer) in answers {
-            match i {
-                7 => assert_eq!(answer.unwrap(), 9, "the rewritten object"),
-                9 => assert_eq!(
-                    answer.unwrap_err().frame_code(),
-                    talon_core::ErrorCode::NotFound,
-                    "the deleted object"
-                ),
-                _ => assert_eq!(answer.unwrap(), 100 + i, "object {i}"),
-            }
+            check_set_answer(i, answer);
         }
         // A listing for everyone, a HEAD for the rewritten object, a listing that finds
         // the deleted one gone.
@@ -1392,17 +1380,11 @@ mod tests {
             .unwrap();
         let requests = || stub.metrics().requests_total();
         let before = requests();
-        // Every entry learned above is at least GAP old when the pass starts; one a
-        // listing of the pass refreshed is younger than the pass. A max age of the pass's
-        // age plus half the gap tells them apart however slowly a busy host runs a stat
-        // (the pass's age alone did not: a lookup a few microseconds after the age was
-        // taken found a just-refreshed entry older than it).
-        const GAP: Duration = Duration::from_millis(200);
-        tokio::time::sleep(GAP).await;
+        tokio::time::sleep(DUE_GAP).await;
         let due = Instant::now();
         for i in 0..1_100 {
             let (info, _) = cache
-                .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
+                .stat_within(&id(i), Some(due.elapsed() + DUE_GAP / 2))
                 .await
                 .unwrap();
             let size = if i == 1050 { 9 } else { 10 };
@@ -1472,6 +1454,12 @@ mod tests {
         due: Instant,
     }
 
+    /// How long a revalidation test waits between learning its entries and the pass:
+    /// every entry learned before it is at least this old when the pass starts, one a
+    /// listing of the pass refreshed is younger than the pass. A max age of the pass's
+    /// age plus half of it tells them apart however slowly a busy host runs a stat (the
+    /// pass's age alone did not: a lookup a few microseconds after the age was taken
+    /// found a just-refreshed entry older than it).
     const DUE_GAP: Duration = Duration::from_millis(200);
 
     impl DuePass {
@@ -1556,14 +1544,12 @@ mod tests {
         let id = |i: u64| s3(&format!("big/{i:04}"));
         let requests = || stub.metrics().requests_total();
         let before = requests();
-        // As in the test above: the gap tells learned entries from refreshed ones.
-        const GAP: Duration = Duration::from_millis(200);
-        tokio::time::sleep(GAP).await;
+        tokio::time::sleep(DUE_GAP).await;
         let due = Instant::now();
         // 1050 first (past the first page), then everything else.
         for i in std::iter::once(1_050).chain(0..1_100) {
             cache
-                .stat_within(&id(i), Some(due.elapsed() + GAP / 2))
+                .stat_within(&id(i), Some(due.elapsed() + DUE_GAP / 2))
                 .await
                 .unwrap();
         }

@@ -340,7 +340,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 id: &format!("worker-{p}"),
                 coordinator: &coordinator_url,
                 advertise: None,
-                capacity: args.object_size * 2 + (64 << 20),
+                capacity: args.object_size * 2
+                    + args.cold_size * 2 * args.cold_reads as u64
+                    + (64 << 20),
                 page_size: 1 << 20,
                 host: None,
             },

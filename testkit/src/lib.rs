@@ -609,6 +609,28 @@ impl Cluster {
         metric(&text, name).unwrap_or_else(|| panic!("worker {i} has no metric {name}"))
     }
 
+    /// Waits until no running worker has a fill in flight, so that pages reads were
+    /// answered with are written behind and present (see
+    /// [`WorkerProcess::fills_settled`]).
+    ///
+    /// # Panics
+    /// When fills are still in flight after 10 s.
+    pub async fn fills_settled(&self) {
+        for i in 0..self.workers.len() {
+            if self.workers[i].running.is_none() {
+                continue;
+            }
+            wait_for(
+                "the workers' fills to settle",
+                Duration::from_secs(10),
+                || async {
+                    (self.worker_metric(i, "talon_worker_fills_in_flight") == 0.0).then_some(())
+                },
+            )
+            .await;
+        }
+    }
+
     /// Body bytes the origin has sent in GET answers (S3 and Azure), from its metrics.
     pub fn origin_get_bytes(&self) -> u64 {
         self.origin
@@ -1179,6 +1201,21 @@ impl WorkerProcess {
     pub async fn metric(&self, name: &str) -> f64 {
         let text = http_get(&format!("{}/metrics", self.admin_url)).await;
         metric(&text, name).unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+    }
+
+    /// Waits until no fill is in flight, so that pages a read was answered with are
+    /// written behind and present (the worker answers a cold read before its pages
+    /// are durable): a read after this of those pages is a hit.
+    ///
+    /// # Panics
+    /// When fills are still in flight after 10 s.
+    pub async fn fills_settled(&self) {
+        wait_for(
+            "the worker's fills to settle",
+            Duration::from_secs(10),
+            || async { (self.metric("talon_worker_fills_in_flight").await == 0.0).then_some(()) },
+        )
+        .await;
     }
 
     /// The process id.

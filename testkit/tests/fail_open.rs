@@ -193,8 +193,11 @@ fn circuit_of(client: &CacheClient, proxy: &FaultProxy) -> (CircuitState, u64) {
         .unwrap_or((CircuitState::Closed, 0))
 }
 
+/// Bytes worker `i` has answered: from its block files, or from a fill's fetched bytes
+/// while they were written behind (a cold piece).
 fn served(cluster: &Cluster, i: usize) -> u64 {
-    cluster.worker_metric(i, "talon_worker_cache_bytes_served_total") as u64
+    (cluster.worker_metric(i, "talon_worker_cache_bytes_served_total")
+        + cluster.worker_metric(i, "talon_worker_written_behind_answer_bytes_total")) as u64
 }
 
 /// Waits until worker `i` has counted `rest` bytes served since `before` (it counts an

@@ -171,6 +171,8 @@ async fn check_reads_after_the_drop(
             .await
             .unwrap(&format!("moved block {} at {offset}", object.key));
         assert!(got == expected(object, range), "moved block at {offset}");
+        // Answered before written: the pages are present once the fill settles.
+        cluster.fills_settled().await;
         let block = cluster.block_id(&id, &version, *offset);
         let owner = after.locate(&block).unwrap();
         let stored = cluster

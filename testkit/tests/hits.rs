@@ -160,10 +160,97 @@ async fn replies_say_whether_the_worker_fetched_from_the_origin() {
     let (bytes, hits, fills, fallbacks) = read(client.clone()).await;
     assert!(bytes == expected(&object, range.clone()));
     assert_eq!((hits, fills, fallbacks), (0, 3, 0));
+    // The fills were answered before they were written; once written, they are hits.
+    cluster.fills_settled().await;
     // Warm: every piece was a hit.
     let (bytes, hits, fills, fallbacks) = read(client).await;
     assert!(bytes == expected(&object, range.clone()));
     assert_eq!((hits, fills, fallbacks), (3, 0, 0));
+}
+
+/// A cold read is answered from the bytes its fill fetched while they are written into
+/// the block behind it (write-behind): every byte right and one origin GET for eight
+/// concurrent readers of the same pages (the others wait for the pages rather than fetch
+/// again); once written, the pages are in the block file and the next read is a hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_read_is_answered_while_its_pages_are_written_behind() {
+    let size = 2 * BLOCK;
+    let object = GeneratedObject::new("data", "behind.bin", size, 26);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let client = cluster.client().await;
+    let id = ObjectId::s3("data", "behind.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    // A slow origin, so that every reader arrives while the first one's fetch is out.
+    cluster
+        .origin
+        .faults()
+        .set(FaultConfig {
+            latency_ms: 200,
+            ..FaultConfig::default()
+        })
+        .unwrap();
+    // The second block's first 4 pages: one fill.
+    let range = BLOCK..BLOCK + 4 * PAGE;
+    let before = cluster.origin_gets();
+    let barrier = Arc::new(Barrier::new(8));
+    let mut readers = Vec::new();
+    for _ in 0..8 {
+        let (client, id, version, barrier, range) = (
+            client.clone(),
+            id.clone(),
+            version.clone(),
+            barrier.clone(),
+            range.clone(),
+        );
+        readers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            read_through(&client, &id, &version, size, range).await
+        }));
+    }
+    for reader in readers {
+        let got = reader.await.unwrap().unwrap("a cold reader");
+        assert!(got == expected(&object, range.clone()), "wrong bytes");
+    }
+    assert_eq!(
+        cluster.origin_gets() - before,
+        1,
+        "one fetch for eight readers"
+    );
+    assert_eq!(
+        cluster.worker_metric(0, "talon_worker_written_behind_answers_total"),
+        1.0,
+        "the fill's own reader was answered from the fetched bytes, the others waited"
+    );
+    cluster.fills_settled().await;
+    cluster.origin.faults().set(FaultConfig::default()).unwrap();
+
+    let block = cluster.block_id(&id, &version, BLOCK);
+    let on_disk = std::fs::read(cluster.block_file(0, &block)).unwrap();
+    assert!(
+        on_disk.len() as u64 >= 4 * PAGE
+            && on_disk[..(4 * PAGE) as usize] == expected(&object, range.clone())[..],
+        "the pages written behind the answer are in the block file"
+    );
+    let (stream, sources) = client
+        .read_range_tracked(&id, &version, size, range.clone())
+        .unwrap();
+    let chunks: Vec<_> = futures_util::StreamExt::collect(stream).await;
+    let bytes: Vec<u8> = chunks
+        .into_iter()
+        .flat_map(|c| c.unwrap().to_vec())
+        .collect();
+    assert!(bytes == expected(&object, range));
+    assert_eq!(
+        (sources.hits(), sources.fills()),
+        (1, 0),
+        "the next read is a hit"
+    );
+    assert_eq!(cluster.origin_gets() - before, 1, "and fetches nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,12 +56,14 @@ async fn cached_reads_on_this_host_are_handed_off_and_equal_the_origins_bytes() 
     let local = cluster.client().await;
     let tcp = cluster.client_with(|c| c.local_reads = false).await;
 
-    // Cold, then warm, through the local socket: the right bytes, and the worker sent
-    // none of them itself.
+    // Cold, then warm, through the local socket: the right bytes. A cold piece is
+    // answered with the bytes its fill fetched (written into the block behind the
+    // answer); once written, the worker sends no payload byte itself.
     for pass in ["fill", "hit"] {
-        let (sent, handoffs) = (
+        let (sent, handoffs, behind) = (
             sum_metric(&cluster, "talon_worker_cache_bytes_served_total"),
             sum_metric(&cluster, "talon_worker_file_handoffs_total"),
+            sum_metric(&cluster, "talon_worker_written_behind_answers_total"),
         );
         for range in ranges.clone() {
             let bytes = read_through(&local, &id, &version, size, range.clone())
@@ -75,9 +77,17 @@ async fn cached_reads_on_this_host_are_handed_off_and_equal_the_origins_bytes() 
         assert_eq!(
             sum_metric(&cluster, "talon_worker_cache_bytes_served_total"),
             sent,
-            "{pass}: no payload byte crossed a socket"
+            "{pass}: no payload byte was sent from a block file"
         );
-        assert!(sum_metric(&cluster, "talon_worker_file_handoffs_total") >= handoffs + 4.0);
+        if pass == "fill" {
+            assert!(
+                sum_metric(&cluster, "talon_worker_written_behind_answers_total") > behind,
+                "cold pieces are answered from their fetched bytes"
+            );
+            cluster.fills_settled().await;
+        } else {
+            assert!(sum_metric(&cluster, "talon_worker_file_handoffs_total") >= handoffs + 4.0);
+        }
     }
 
     // The same reads over TCP: the same bytes, sent by the workers.
@@ -103,7 +113,9 @@ async fn cached_reads_on_this_host_are_handed_off_and_equal_the_origins_bytes() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
-    // Room for about three blocks: reading five more evicts the first.
+    // Room for about three blocks: reading five more evicts the first. Every fill is
+    // durable before its answer, so that the first (cold) read is answered with the
+    // block file's descriptor rather than the fetched bytes.
     let objects: Vec<GeneratedObject> = (0..6)
         .map(|i| GeneratedObject::new("data", format!("evict-{i}.bin"), BLOCK, 50 + i))
         .collect();
@@ -112,6 +124,10 @@ async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
         capacity_bytes: 3 * BLOCK + BLOCK / 2,
         generated: objects.clone(),
         local_sockets: true,
+        loader: talon_worker::loader::LoaderConfig {
+            write_behind_bytes: 0,
+            ..ClusterConfig::default().loader
+        },
         ..ClusterConfig::default()
     })
     .await;
@@ -347,6 +363,11 @@ async fn a_worker_silent_on_its_local_socket_sends_the_piece_to_the_next_worker(
         owner_sent,
         "the silent owner was not asked again over TCP"
     );
-    assert!(cluster.worker_metric(other, "talon_worker_file_handoffs_total") >= 1.0);
+    assert!(
+        cluster.worker_metric(other, "talon_worker_file_handoffs_total")
+            + cluster.worker_metric(other, "talon_worker_written_behind_answers_total")
+            >= 1.0,
+        "the next worker answered the piece"
+    );
     silent.abort();
 }

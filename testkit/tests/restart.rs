@@ -41,6 +41,9 @@ async fn warm_cluster(key: &str) -> Setup {
         version,
     };
     setup.read_all("the first read").await;
+    // Its pages were answered before they were written; a crash before they are would
+    // (rightly) lose them.
+    setup.cluster.fills_settled().await;
     setup
 }
 

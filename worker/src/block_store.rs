@@ -134,6 +134,13 @@ impl PageSource<'_> {
     }
 }
 
+/// Pages a commit has written into a block file but not yet synced or marked present,
+/// with their checksums (in the order of `absent`).
+struct WrittenPages {
+    absent: Vec<u32>,
+    checksums: Vec<u32>,
+}
+
 /// One cached block.
 #[derive(Debug)]
 pub struct Block {
@@ -1188,6 +1195,55 @@ impl BlockStore {
         if block.is_evicted() {
             return Ok(());
         }
+        let written = Self::write_pages(block, pages, source)?;
+        self.seal_pages(block, written, reservation)
+    }
+
+    /// Stores fetched bytes of `pages` like [`BlockStore::commit_fill`], for a fill
+    /// whose reader was answered from `data` already (write-behind): `data` is dropped
+    /// and `written` called as soon as the pages are in the file (the page cache), before
+    /// the sync, so that what bounds the bytes held in memory is not the disk's sync
+    /// latency. The pages are marked present only after the sync, as every fill's.
+    ///
+    /// # Errors
+    /// As [`BlockStore::commit_fill`]; `written` is then not called.
+    pub fn commit_fill_behind(
+        &self,
+        block: &Block,
+        pages: Range<u32>,
+        data: bytes::Bytes,
+        reservation: Reservation,
+        written: impl FnOnce(),
+    ) -> Result<()> {
+        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
+        if data.len() as u64 != span.end - span.start {
+            return Err(WorkerError::InvalidRequest(format!(
+                "a fill of {} bytes for {} bytes of pages",
+                data.len(),
+                span.end - span.start
+            )));
+        }
+        if block.is_evicted() {
+            return Ok(());
+        }
+        let source = PageSource::Memory {
+            data: &data,
+            span_start: span.start,
+        };
+        let pages_written = Self::write_pages(block, pages, &source)?;
+        drop(data);
+        written();
+        self.seal_pages(block, pages_written, reservation)
+    }
+
+    /// The first half of a commit: writes the absent pages of `pages` into the block
+    /// file (not synced) and counts a writer on the block, which
+    /// [`BlockStore::seal_pages`] ends (this ends it itself on an error).
+    fn write_pages(
+        block: &Block,
+        pages: Range<u32>,
+        source: &PageSource<'_>,
+    ) -> Result<WrittenPages> {
         let absent: Vec<u32> = {
             let mut st = lock(&block.state);
             st.writers += 1;
@@ -1209,20 +1265,32 @@ impl BlockStore {
                     .map_err(|e| WorkerError::io("writing a block", e))?;
                 crash_points::reached(CrashPoint::PageWritten);
             }
-            block
-                .file
-                .sync_data()
-                .map_err(|e| WorkerError::io("syncing a block", e))?;
-            crash_points::reached(CrashPoint::PagesSynced);
             Ok(checksums)
         })();
-        let checksums = match written {
-            Ok(c) => c,
+        match written {
+            Ok(checksums) => Ok(WrittenPages { absent, checksums }),
             Err(e) => {
                 lock(&block.state).writers -= 1;
-                return Err(e);
+                Err(e)
             }
-        };
+        }
+    }
+
+    /// The second half of a commit: syncs the block file, then marks the written pages
+    /// present with their checksums, accounts their cost and persists the metadata;
+    /// ends the writer [`BlockStore::write_pages`] counted.
+    fn seal_pages(
+        &self,
+        block: &Block,
+        written: WrittenPages,
+        reservation: Reservation,
+    ) -> Result<()> {
+        let WrittenPages { absent, checksums } = written;
+        if let Err(e) = block.file.sync_data() {
+            lock(&block.state).writers -= 1;
+            return Err(WorkerError::io("syncing a block", e));
+        }
+        crash_points::reached(CrashPoint::PagesSynced);
         {
             // The block's cost and the store's count change in one critical section
             // (the store's lock, then the block's: the order eviction takes them), so

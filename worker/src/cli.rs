@@ -163,6 +163,12 @@ pub struct Args {
     /// for the pieces ahead of a reader).
     #[arg(long, env = "TALON_WORKER_READAHEAD_PAGES", default_value_t = 0)]
     readahead_pages: u32,
+    /// Fetched bytes that may be written into the cache behind their answers at once
+    /// (write-behind: a cold read waits for the origin, not the disk; the pages count
+    /// as cached once synced). Beyond it a fill is durable before it is answered; 0:
+    /// always.
+    #[arg(long, env = "TALON_WORKER_WRITE_BEHIND_BYTES", default_value = "64MiB", value_parser = parse_byte_size)]
+    write_behind_bytes: u64,
     /// Most pages one origin fetch covers.
     #[arg(long, env = "TALON_WORKER_MAX_FILL_PAGES", default_value_t = 16)]
     max_fill_pages: u32,
@@ -357,6 +363,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             max_fill_pages: args.max_fill_pages.max(1),
             max_origin_requests: args.max_origin_requests.max(1),
             origin_retries: args.origin_retries,
+            write_behind_bytes: args.write_behind_bytes,
             ..LoaderConfig::default()
         },
         data_plane: DataPlaneConfig {

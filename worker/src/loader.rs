@@ -6,6 +6,10 @@
 //! many readers), and the rest are fetched here as one ranged GET pinned with `If-Match`
 //! on the block's version, extended by a little readahead. Origin requests are bounded
 //! by a semaphore and retried with backoff on throttling, 5xx, resets and cut bodies.
+//! The reader whose fetch covers its whole read is answered from the fetched bytes at
+//! once, while they are written and synced behind it (write-behind, bounded in bytes):
+//! a cold read waits for the origin, not for the cache disk. The pages are called
+//! present only once durable, so every other reader still reads them from the block.
 //! Disk work runs on the blocking pool and origin work on the runtime, so the data plane
 //! never waits on either. When a fill cannot fit in the budget even after eviction, the
 //! requested bytes are served straight from the origin without being cached.
@@ -19,10 +23,19 @@ use talon_core::wire::ReadRangeRequest;
 use talon_protocols::range::ByteRange;
 use tokio::sync::Semaphore;
 
-use crate::block_store::{Block, BlockStore, FillPlan};
+use crate::block_store::{Block, BlockStore, FillPlan, Reservation};
 use crate::error::{Result, WorkerError};
 use crate::metrics::WorkerMetrics;
 use crate::origins::{Origins, StatCache};
+
+/// Default of [`LoaderConfig::write_behind_bytes`]: 64 MiB, eight windows of a reader's
+/// 2 MiB pieces four at a time, enough to keep several sequential readers off the disk's
+/// sync latency.
+pub const DEFAULT_WRITE_BEHIND_BYTES: u64 = 64 << 20;
+
+/// Write-behind permits are counted in these units, so that a fill of any size maps
+/// to a permit count the semaphore can hold.
+const WRITE_BEHIND_UNIT: u64 = 64 << 10;
 
 /// Tuning of the miss path.
 #[derive(Debug, Clone)]
@@ -39,6 +52,10 @@ pub struct LoaderConfig {
     pub origin_retries: u32,
     /// First backoff; doubles with every retry (plus jitter).
     pub retry_backoff: Duration,
+    /// Most fetched bytes being written behind their answers at once; a fill beyond it
+    /// is made durable before its reader is answered (the disk slows the reads down
+    /// instead of memory growing). 0: every fill is durable before its answer.
+    pub write_behind_bytes: u64,
 }
 
 impl Default for LoaderConfig {
@@ -49,6 +66,7 @@ impl Default for LoaderConfig {
             max_origin_requests: 64,
             origin_retries: 3,
             retry_backoff: Duration::from_millis(20),
+            write_behind_bytes: DEFAULT_WRITE_BEHIND_BYTES,
         }
     }
 }
@@ -83,8 +101,6 @@ impl Drop for FillGuard {
 enum Filled {
     /// Fetched and stored in the block.
     Stored,
-    /// Not fetched: they do not fit in the byte budget.
-    NoRoom,
     /// Fetched, but the cache disk refused them (full, failing, its folder removed):
     /// `data` holds the pages' bytes, from `span_start` in the block.
     NotStored { data: Bytes, span_start: u64 },
@@ -103,6 +119,106 @@ pub enum Prepared {
     },
     /// The bytes could not be cached (no room); here they are, from the origin.
     PassThrough(Bytes),
+    /// This request fetched every byte it reads; here they are, from the origin, while
+    /// they are written into the block behind the answer (readers of the same pages
+    /// wait for that, and then read them from the block).
+    Fetched(Bytes),
+}
+
+/// Whether a reader may be answered before its fetched bytes are durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Answer from the fetched bytes while they are written behind (a client's read).
+    WriteBehind,
+    /// Answer only once every byte is present in the block (a warm task, whose answer
+    /// says the bytes are cached).
+    BeforeAnswer,
+}
+
+/// Pages fetched from the origin for a fill, not yet in the block.
+#[derive(Debug)]
+struct FetchedPages {
+    data: Bytes,
+    /// Where `data` starts, in block coordinates.
+    span_start: u64,
+    reservation: Reservation,
+}
+
+impl FetchedPages {
+    /// The bytes `req` reads, when all of them lie in these pages.
+    fn answer_for(&self, req: &ReadRangeRequest) -> Option<Bytes> {
+        let start = req.offset.checked_sub(self.span_start)?;
+        let end = start.checked_add(u64::from(req.len))?;
+        (end <= self.data.len() as u64).then(|| self.data.slice(start as usize..end as usize))
+    }
+}
+
+/// Writes fetched pages into the block, durably, and marks them present. A disk that
+/// refuses them is not an error of the read: `NotStored` hands the bytes back.
+async fn commit(
+    store: &Arc<BlockStore>,
+    metrics: &WorkerMetrics,
+    block: &Arc<Block>,
+    pages: Range<u32>,
+    fetched: FetchedPages,
+) -> Result<Filled> {
+    let FetchedPages {
+        data,
+        span_start,
+        reservation,
+    } = fetched;
+    let (store, b, kept) = (store.clone(), block.clone(), data.clone());
+    match blocking(move || store.commit_fill(&b, pages, &kept, reservation)).await {
+        Ok(()) => Ok(Filled::Stored),
+        Err(e @ WorkerError::Io { .. }) => {
+            tracing::warn!(error = %e, "the cache disk failed; serving the read from the origin");
+            metrics.disk_error("store");
+            Ok(Filled::NotStored { data, span_start })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes fetched pages into the block behind their answer: `permit` (the bytes' share
+/// of the write-behind bound) is returned as soon as they are in the file, before the
+/// sync. Returns whether they were stored: a disk that refuses them counts an error and
+/// ends the fill without them (its waiters plan again and meet the disk, or the
+/// origin, themselves).
+async fn commit_behind(
+    store: &Arc<BlockStore>,
+    metrics: &WorkerMetrics,
+    block: &Arc<Block>,
+    pages: Range<u32>,
+    fetched: FetchedPages,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Result<bool> {
+    let FetchedPages {
+        data, reservation, ..
+    } = fetched;
+    let (store, b) = (store.clone(), block.clone());
+    let written = move || drop(permit);
+    match blocking(move || store.commit_fill_behind(&b, pages, data, reservation, written)).await {
+        Err(e @ WorkerError::Io { .. }) => {
+            tracing::warn!(error = %e, "the cache disk failed; a fill answered from memory was not kept");
+            metrics.disk_error("store");
+            // Its reader was served from the origin without caching, as a read whose
+            // fill the disk refused before its answer is.
+            metrics.pass_through("disk_error");
+            Ok(false)
+        }
+        other => other.map(|()| true),
+    }
+}
+
+/// Removes `block` if a failed fill left it without a page (SEC-05: no empty block
+/// file stays behind).
+async fn forget_if_empty(store: &Arc<BlockStore>, block: &Arc<Block>) {
+    let (store, b) = (store.clone(), block.clone());
+    let _ = blocking(move || {
+        store.forget_if_empty(&b);
+        Ok(())
+    })
+    .await;
 }
 
 /// The miss loader.
@@ -112,6 +228,8 @@ pub struct Loader {
     origins: Arc<Origins>,
     stats: Arc<StatCache>,
     origin_slots: Arc<Semaphore>,
+    /// Bytes being written behind their answers, in [`WRITE_BEHIND_UNIT`]s.
+    write_behind: Arc<Semaphore>,
     config: LoaderConfig,
     metrics: Arc<WorkerMetrics>,
 }
@@ -132,11 +250,14 @@ impl Loader {
         metrics: Arc<WorkerMetrics>,
     ) -> Loader {
         let origin_slots = Arc::new(Semaphore::new(config.max_origin_requests.max(1)));
+        let units = (config.write_behind_bytes / WRITE_BEHIND_UNIT)
+            .min(Semaphore::MAX_PERMITS as u64) as usize;
         Loader {
             store,
             origins,
             stats,
             origin_slots,
+            write_behind: Arc::new(Semaphore::new(units)),
             config,
             metrics,
         }
@@ -206,11 +327,16 @@ impl Loader {
     }
 
     /// Makes the bytes of `req` servable: present (and verified) in the block, or in
-    /// memory when they cannot be cached.
+    /// memory when they cannot be cached or (with [`Durability::WriteBehind`]) when this
+    /// request fetched them all and they are still being written.
     ///
     /// # Errors
     /// The origin's error (not found, version mismatch, ...) after retries; disk errors.
-    pub async fn prepare(&self, req: &ReadRangeRequest) -> Result<Prepared> {
+    pub async fn prepare(
+        &self,
+        req: &ReadRangeRequest,
+        durability: Durability,
+    ) -> Result<Prepared> {
         let mut block = match self.block_for(req).await {
             Ok(block) => block,
             // Out of descriptors: not the disk's fault (the descriptor budget should
@@ -272,24 +398,49 @@ impl Loader {
                         done: Some(done),
                     };
                     self.metrics.fill_started();
-                    let result = self.fill(&block, pages).await;
-                    self.metrics.fill_ended();
-                    match result {
-                        Ok(Filled::Stored) => fill.finish(Ok(())),
-                        Ok(Filled::NoRoom) => {
+                    let fetched = match self.fetch_fill(&block, pages.clone()).await {
+                        Ok(Some(fetched)) => fetched,
+                        Ok(None) => {
+                            self.metrics.fill_ended();
                             fill.finish(Ok(()));
                             return self.uncached(req, "no_room").await;
                         }
+                        Err(e) => {
+                            self.metrics.fill_ended();
+                            return Err(self.failed_fill(&mut fill, &block, e).await);
+                        }
+                    };
+                    if durability == Durability::WriteBehind
+                        && let Some(answer) = fetched.answer_for(req)
+                        && let Some(permit) = self.write_behind_permit(fetched.data.len())
+                    {
+                        self.metrics.miss();
+                        let (store, metrics) = (self.store.clone(), self.metrics.clone());
+                        let block = block.clone();
+                        tokio::spawn(async move {
+                            let result =
+                                commit_behind(&store, &metrics, &block, pages, fetched, permit)
+                                    .await;
+                            let stored = matches!(result, Ok(true));
+                            // Finished before it stops counting in flight: once none is,
+                            // a reader of these pages finds them present, not in a fill.
+                            fill.finish(result.map(|_| ()).map_err(Arc::new));
+                            metrics.fill_ended();
+                            if !stored {
+                                forget_if_empty(&store, &block).await;
+                            }
+                        });
+                        return Ok(Prepared::Fetched(answer));
+                    }
+                    let result = commit(&self.store, &self.metrics, &block, pages, fetched).await;
+                    self.metrics.fill_ended();
+                    match result {
+                        Ok(Filled::Stored) => fill.finish(Ok(())),
                         Ok(Filled::NotStored { data, span_start }) => {
                             // The waiting readers plan again (and meet the disk
                             // themselves); this one has the bytes already.
                             fill.finish(Ok(()));
-                            let (store, b) = (self.store.clone(), block.clone());
-                            let _ = blocking(move || {
-                                store.forget_if_empty(&b);
-                                Ok(())
-                            })
-                            .await;
+                            forget_if_empty(&self.store, &block).await;
                             let start = req.offset.checked_sub(span_start);
                             let end = start.map(|s| s + u64::from(req.len));
                             if let (Some(start), Some(end)) = (start, end)
@@ -396,12 +547,7 @@ impl Loader {
     ) -> WorkerError {
         let e = Arc::new(e);
         fill.finish(Err(e.clone()));
-        let (store, b) = (self.store.clone(), block.clone());
-        let _ = blocking(move || {
-            store.forget_if_empty(&b);
-            Ok(())
-        })
-        .await;
+        forget_if_empty(&self.store, block).await;
         WorkerError::Shared(e)
     }
 
@@ -413,12 +559,17 @@ impl Loader {
         self.pass_through(req).await.map(Prepared::PassThrough)
     }
 
-    /// Fetches `pages` of `block` and stores them.
-    async fn fill(&self, block: &Arc<Block>, pages: Range<u32>) -> Result<Filled> {
+    /// Reserves room for `pages` of `block` and fetches them from the origin; `None`
+    /// when they do not fit in the byte budget (nothing fetched).
+    async fn fetch_fill(
+        &self,
+        block: &Arc<Block>,
+        pages: Range<u32>,
+    ) -> Result<Option<FetchedPages>> {
         let store = self.store.clone();
         let (b, p) = (block.clone(), pages.clone());
         let Some(reservation) = blocking(move || Ok(store.reserve(&b, p))).await? else {
-            return Ok(Filled::NoRoom);
+            return Ok(None);
         };
         let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
         let base = block.id.block_offset();
@@ -427,19 +578,18 @@ impl Loader {
             end: base + span.end,
         };
         let data = self.fetch(block, range).await?;
-        let (store, b, kept) = (self.store.clone(), block.clone(), data.clone());
-        match blocking(move || store.commit_fill(&b, pages, &kept, reservation)).await {
-            Ok(()) => Ok(Filled::Stored),
-            Err(e @ WorkerError::Io { .. }) => {
-                tracing::warn!(error = %e, "the cache disk failed; serving the read from the origin");
-                self.metrics.disk_error("store");
-                Ok(Filled::NotStored {
-                    data,
-                    span_start: span.start,
-                })
-            }
-            Err(e) => Err(e),
-        }
+        Ok(Some(FetchedPages {
+            data,
+            span_start: span.start,
+            reservation,
+        }))
+    }
+
+    /// A write-behind permit for a fill of `len` bytes, or `None` when the bytes
+    /// already being written behind leave no room for it.
+    fn write_behind_permit(&self, len: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let units = u32::try_from((len as u64).div_ceil(WRITE_BEHIND_UNIT)).ok()?;
+        self.write_behind.clone().try_acquire_many_owned(units).ok()
     }
 
     /// Serves a read that cannot be cached, straight from the origin.

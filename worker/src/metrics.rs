@@ -29,6 +29,8 @@ pub struct WorkerMetrics {
     sends_from_disk: Counter,
     file_handoffs: Counter,
     bytes_handed_off: Counter,
+    written_behind_answers: Counter,
+    written_behind_bytes: Counter,
     bytes_from_origin: Counter,
     origin_requests: Counter,
     origin_retries: Counter,
@@ -71,6 +73,8 @@ impl WorkerMetrics {
             sends_from_disk: Counter::default(),
             file_handoffs: Counter::default(),
             bytes_handed_off: Counter::default(),
+            written_behind_answers: Counter::default(),
+            written_behind_bytes: Counter::default(),
             bytes_from_origin: Counter::default(),
             origin_requests: Counter::default(),
             origin_retries: Counter::default(),
@@ -127,6 +131,16 @@ impl WorkerMetrics {
                 "handed_off_bytes",
                 "Payload bytes of those reads (not in cache_bytes_served: this worker did not send them)",
                 m.bytes_handed_off.clone(),
+            );
+            r.register(
+                "written_behind_answers",
+                "Reads answered from the bytes their fill fetched, while those were written into the block behind the answer",
+                m.written_behind_answers.clone(),
+            );
+            r.register(
+                "written_behind_answer_bytes",
+                "Payload bytes of those reads (in neither cache_bytes_served nor handed_off_bytes)",
+                m.written_behind_bytes.clone(),
             );
             r.register(
                 "origin_bytes",
@@ -320,6 +334,12 @@ impl WorkerMetrics {
     pub fn file_handoff(&self, len: u64) {
         self.file_handoffs.inc();
         self.bytes_handed_off.inc_by(len);
+    }
+
+    /// A read of `len` bytes answered from its fill's fetched bytes, written behind.
+    pub fn written_behind_answer(&self, len: u64) {
+        self.written_behind_answers.inc();
+        self.written_behind_bytes.inc_by(len);
     }
 
     /// Reads answered with a descriptor so far.

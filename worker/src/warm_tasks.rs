@@ -11,7 +11,7 @@ use talon_coordinator_client::api::{WarmTask, WarmTaskDone};
 use talon_core::wire::ReadRangeRequest;
 use talon_core::{BlockId, ObjectId, ObjectVersion};
 
-use crate::loader::{Loader, Prepared};
+use crate::loader::{Durability, Loader, Prepared};
 
 /// The outcomes of finished tasks, until a heartbeat carries them.
 #[derive(Debug, Default)]
@@ -68,8 +68,13 @@ async fn fill(loader: &Loader, task: &WarmTask) -> Result<u64, String> {
         offset: 0,
         len: u32::try_from(len).map_err(|_| format!("a block of {len} bytes is too large"))?,
     };
-    match loader.prepare(&req).await.map_err(|e| e.to_string())? {
-        Prepared::Cached { .. } => Ok(len),
+    match loader
+        .prepare(&req, Durability::BeforeAnswer)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        // `Fetched` is only answered to write-behind reads; it would mean being written.
+        Prepared::Cached { .. } | Prepared::Fetched(_) => Ok(len),
         Prepared::PassThrough(_) => Err("not cached: the worker has no room for it".into()),
     }
 }

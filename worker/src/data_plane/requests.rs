@@ -15,7 +15,7 @@ use talon_core::{ErrorCode, Message};
 
 use crate::block_store::{Block, FillPlan};
 use crate::error::{Result, WorkerError};
-use crate::loader::{Loader, Prepared};
+use crate::loader::{Durability, Loader, Prepared};
 use crate::metrics::WorkerMetrics;
 use crate::origins::StatCache;
 
@@ -261,7 +261,11 @@ async fn read_range(
             started,
         });
     }
-    match services.loader.prepare(req).await? {
+    match services
+        .loader
+        .prepare(req, Durability::WriteBehind)
+        .await?
+    {
         Prepared::Cached { block, from_origin } => Ok(Reply::File {
             header: encode_read_range_reply_header(id, req.len, from_origin)?,
             from_origin,
@@ -270,6 +274,14 @@ async fn read_range(
             len: u64::from(req.len),
             started,
         }),
+        Prepared::Fetched(data) => {
+            services.metrics.written_behind_answer(data.len() as u64);
+            Ok(Reply::Bytes {
+                header: encode_read_range_reply_header(id, req.len, true)?,
+                data,
+                started,
+            })
+        }
         Prepared::PassThrough(data) => Ok(Reply::Bytes {
             header: encode_read_range_reply_header(id, req.len, true)?,
             data,

@@ -129,6 +129,23 @@ async fn sixty_four_concurrent_readers_of_one_cold_page_cause_one_origin_fetch()
     );
 }
 
+/// Reads `range` and says where its pieces came from: `(bytes, hits, fills, fallbacks)`.
+async fn read_tracked(
+    client: &talon_cache_client::CacheClient,
+    id: &ObjectId,
+    version: &ObjectVersion,
+    size: u64,
+    range: std::ops::Range<u64>,
+) -> (Vec<u8>, u64, u64, u64) {
+    let (stream, sources) = client.read_range_tracked(id, version, size, range).unwrap();
+    let chunks: Vec<_> = futures_util::StreamExt::collect(stream).await;
+    let bytes: Vec<u8> = chunks
+        .into_iter()
+        .flat_map(|c| c.unwrap().to_vec())
+        .collect();
+    (bytes, sources.hits(), sources.fills(), sources.fallbacks())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_say_whether_the_worker_fetched_from_the_origin() {
     let size = 3 * BLOCK;
@@ -144,17 +161,7 @@ async fn replies_say_whether_the_worker_fetched_from_the_origin() {
     let range = BLOCK - PAGE..2 * BLOCK + PAGE;
     let read = |client: talon_cache_client::CacheClient| {
         let (id, version, range) = (id.clone(), version.clone(), range.clone());
-        async move {
-            let (stream, sources) = client
-                .read_range_tracked(&id, &version, size, range)
-                .unwrap();
-            let chunks: Vec<_> = futures_util::StreamExt::collect(stream).await;
-            let bytes: Vec<u8> = chunks
-                .into_iter()
-                .flat_map(|c| c.unwrap().to_vec())
-                .collect();
-            (bytes, sources.hits(), sources.fills(), sources.fallbacks())
-        }
+        async move { read_tracked(&client, &id, &version, size, range).await }
     };
     // Cold: every piece (one per block touched) was filled from the origin.
     let (bytes, hits, fills, fallbacks) = read(client.clone()).await;
@@ -236,20 +243,9 @@ async fn a_cold_read_is_answered_while_its_pages_are_written_behind() {
             && on_disk[..(4 * PAGE) as usize] == expected(&object, range.clone())[..],
         "the pages written behind the answer are in the block file"
     );
-    let (stream, sources) = client
-        .read_range_tracked(&id, &version, size, range.clone())
-        .unwrap();
-    let chunks: Vec<_> = futures_util::StreamExt::collect(stream).await;
-    let bytes: Vec<u8> = chunks
-        .into_iter()
-        .flat_map(|c| c.unwrap().to_vec())
-        .collect();
+    let (bytes, hits, fills, _) = read_tracked(&client, &id, &version, size, range.clone()).await;
     assert!(bytes == expected(&object, range));
-    assert_eq!(
-        (sources.hits(), sources.fills()),
-        (1, 0),
-        "the next read is a hit"
-    );
+    assert_eq!((hits, fills), (1, 0), "the next read is a hit");
     assert_eq!(cluster.origin_gets() - before, 1, "and fetches nothing");
 }
 

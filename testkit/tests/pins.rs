@@ -87,6 +87,8 @@ async fn a_prefix_pinned_through_the_coordinator_survives_churn_and_unpinned_doe
     let client = cluster.client().await;
     cluster.sync_client(&client).await;
     read_whole_checked(&client, &keep, "keep").await;
+    // Its pages are answered before they are written; pinned once written.
+    cluster.fills_settled().await;
     let store = cluster.worker(0).store().clone();
     assert!(
         store.stats().pinned_bytes >= 2 * BLOCK,

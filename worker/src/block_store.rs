@@ -1134,19 +1134,27 @@ impl BlockStore {
         data: &[u8],
         reservation: Reservation,
     ) -> Result<()> {
-        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
-        if data.len() as u64 != span.end - span.start {
-            return Err(WorkerError::InvalidRequest(format!(
-                "a fill of {} bytes for {} bytes of pages",
-                data.len(),
-                span.end - span.start
-            )));
-        }
+        let span = Self::fill_span(block, &pages, data.len())?;
         let source = PageSource::Memory {
             data,
             span_start: span.start,
         };
         self.commit_pages(block, pages, reservation, &source)
+    }
+
+    /// The block bytes `pages` span, checked against the `len` bytes fetched for them.
+    ///
+    /// # Errors
+    /// [`WorkerError::InvalidRequest`] for a length that is not the pages'.
+    fn fill_span(block: &Block, pages: &Range<u32>, len: usize) -> Result<Range<u64>> {
+        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
+        if len as u64 != span.end - span.start {
+            return Err(WorkerError::InvalidRequest(format!(
+                "a fill of {len} bytes for {} bytes of pages",
+                span.end - span.start
+            )));
+        }
+        Ok(span)
     }
 
     /// Stores the bytes of `pages` from `staged` (a staging file holding exactly the
@@ -1200,29 +1208,20 @@ impl BlockStore {
     }
 
     /// Stores fetched bytes of `pages` like [`BlockStore::commit_fill`], for a fill
-    /// whose reader was answered from `data` already (write-behind): `data` is dropped
-    /// and `written` called as soon as the pages are in the file (the page cache), before
-    /// the sync, so that what bounds the bytes held in memory is not the disk's sync
-    /// latency. The pages are marked present only after the sync, as every fill's.
+    /// whose reader was answered from `data` already (write-behind): this reference to
+    /// `data` is dropped as soon as the pages are in the file (the page cache), before
+    /// the sync. The pages are marked present only after the sync, as every fill's.
     ///
     /// # Errors
-    /// As [`BlockStore::commit_fill`]; `written` is then not called.
+    /// As [`BlockStore::commit_fill`].
     pub fn commit_fill_behind(
         &self,
         block: &Block,
         pages: Range<u32>,
         data: bytes::Bytes,
         reservation: Reservation,
-        written: impl FnOnce(),
     ) -> Result<()> {
-        let span = block.page_bytes(pages.start).start..block.page_bytes(pages.end - 1).end;
-        if data.len() as u64 != span.end - span.start {
-            return Err(WorkerError::InvalidRequest(format!(
-                "a fill of {} bytes for {} bytes of pages",
-                data.len(),
-                span.end - span.start
-            )));
-        }
+        let span = Self::fill_span(block, &pages, data.len())?;
         if block.is_evicted() {
             return Ok(());
         }
@@ -1232,7 +1231,6 @@ impl BlockStore {
         };
         let pages_written = Self::write_pages(block, pages, &source)?;
         drop(data);
-        written();
         self.seal_pages(block, pages_written, reservation)
     }
 

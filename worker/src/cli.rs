@@ -163,10 +163,10 @@ pub struct Args {
     /// for the pieces ahead of a reader).
     #[arg(long, env = "TALON_WORKER_READAHEAD_PAGES", default_value_t = 0)]
     readahead_pages: u32,
-    /// Fetched bytes that may be written into the cache behind their answers at once
+    /// Fetched bytes that may be answered before they are durable in the cache at once
     /// (write-behind: a cold read waits for the origin, not the disk; the pages count
-    /// as cached once synced). Beyond it a fill is durable before it is answered; 0:
-    /// always.
+    /// as cached once synced), until synced and sent. Beyond it a fill is durable
+    /// before it is answered; 0: always.
     #[arg(long, env = "TALON_WORKER_WRITE_BEHIND_BYTES", default_value = "64MiB", value_parser = parse_byte_size)]
     write_behind_bytes: u64,
     /// Most pages one origin fetch covers.

@@ -52,9 +52,11 @@ pub struct LoaderConfig {
     pub origin_retries: u32,
     /// First backoff; doubles with every retry (plus jitter).
     pub retry_backoff: Duration,
-    /// Most fetched bytes being written behind their answers at once; a fill beyond it
-    /// is made durable before its reader is answered (the disk slows the reads down
-    /// instead of memory growing). 0: every fill is durable before its answer.
+    /// Most fetched bytes of fills answered before they are durable: counted from the
+    /// answer until the pages are synced and the answer is sent, whichever is later. A
+    /// fill beyond it is made durable before its reader is answered (a disk slower than
+    /// the origin slows the reads down instead of memory and pending syncs growing).
+    /// 0: every fill is durable before its answer.
     pub write_behind_bytes: u64,
 }
 
@@ -179,25 +181,21 @@ async fn commit(
     }
 }
 
-/// Writes fetched pages into the block behind their answer: `permit` (the bytes' share
-/// of the write-behind bound) is returned as soon as they are in the file, before the
-/// sync. Returns whether they were stored: a disk that refuses them counts an error and
-/// ends the fill without them (its waiters plan again and meet the disk, or the
-/// origin, themselves).
+/// Writes fetched pages into the block behind their answer. Returns whether they were
+/// stored: a disk that refuses them counts an error and ends the fill without them (its
+/// waiters plan again and meet the disk, or the origin, themselves).
 async fn commit_behind(
     store: &Arc<BlockStore>,
     metrics: &WorkerMetrics,
     block: &Arc<Block>,
     pages: Range<u32>,
     fetched: FetchedPages,
-    permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<bool> {
     let FetchedPages {
         data, reservation, ..
     } = fetched;
     let (store, b) = (store.clone(), block.clone());
-    let written = move || drop(permit);
-    match blocking(move || store.commit_fill_behind(&b, pages, data, reservation, written)).await {
+    match blocking(move || store.commit_fill_behind(&b, pages, data, reservation)).await {
         Err(e @ WorkerError::Io { .. }) => {
             tracing::warn!(error = %e, "the cache disk failed; a fill answered from memory was not kept");
             metrics.disk_error("store");
@@ -207,6 +205,19 @@ async fn commit_behind(
             Ok(false)
         }
         other => other.map(|()| true),
+    }
+}
+
+/// An answer from a fill's fetched bytes, holding the fill's share of the write-behind
+/// bound while the reply is queued and sent.
+struct HeldAnswer {
+    bytes: Bytes,
+    _permit: Arc<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl AsRef<[u8]> for HeldAnswer {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
     }
 }
 
@@ -415,12 +426,21 @@ impl Loader {
                         && let Some(permit) = self.write_behind_permit(fetched.data.len())
                     {
                         self.metrics.miss();
+                        // The fill's share of the bound is held until its pages are
+                        // durable and its answer is gone (the answer shares the fill's
+                        // buffer): what is being written and what waits on a slow
+                        // reader's socket both count.
+                        let permit = Arc::new(permit);
+                        let answer = Bytes::from_owner(HeldAnswer {
+                            bytes: answer,
+                            _permit: permit.clone(),
+                        });
                         let (store, metrics) = (self.store.clone(), self.metrics.clone());
                         let block = block.clone();
                         tokio::spawn(async move {
                             let result =
-                                commit_behind(&store, &metrics, &block, pages, fetched, permit)
-                                    .await;
+                                commit_behind(&store, &metrics, &block, pages, fetched).await;
+                            drop(permit);
                             let stored = matches!(result, Ok(true));
                             // Finished before it stops counting in flight: once none is,
                             // a reader of these pages finds them present, not in a fill.

@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 export RUSTC_BOOTSTRAP=1
-TARGETS=(wire_frames s3_request azure_request aws_chunked range_conditional xml_readers)
+TARGETS=(wire_frames s3_request azure_request aws_chunked range_conditional xml_readers identities_file)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz

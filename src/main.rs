@@ -396,12 +396,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     // The conventions of the local emulators: signed requests with well-known
     // development credentials, anonymous access only when asked for.
     let mut identities = Identities::from_parts(IdentitiesFile {
-        s3: vec![S3Key {
-            access_key: credentials.0.into(),
-            secret_key: credentials.1.into(),
-        }],
+        s3: vec![S3Key::unrestricted(credentials.0, credentials.1)],
         azure: None,
         anonymous: args.anonymous,
+        public: Vec::new(),
     })?;
     identities.azure.key = Some(
         AccountKey::from_base64(EMULATOR_AZURE_KEY)

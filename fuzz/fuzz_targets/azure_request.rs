@@ -31,11 +31,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(key) = AccountKey::from_base64("a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5") else {
         return;
     };
-    let identity = AzureIdentity {
-        account: "devstoreaccount1".into(),
-        key: Some(key),
-        anonymous: talon_protocols::access::AnonymousAccess::ReadOnly,
-    };
+    let identity = AzureIdentity::unrestricted(
+        "devstoreaccount1",
+        Some(key),
+        talon_protocols::access::AnonymousAccess::ReadOnly,
+    );
     let transport = Transport {
         https: false,
         client_ip: Some([127, 0, 0, 1].into()),

@@ -33,10 +33,11 @@ fuzz_target!(|data: &[u8]| {
         S3Request::classify(&req.method, &addressing, &req.headers, &req.path, &req.query)
     {
         let identities = S3Identities {
-            secrets: [("AK".to_owned(), "secret".to_owned())].into_iter().collect(),
             anonymous: talon_protocols::access::AnonymousAccess::ReadOnly,
             regions: vec!["us-east-1".into()],
-        };
+            ..S3Identities::default()
+        }
+        .with_unrestricted_key("AK", "secret");
         let _ = authenticate(&identities, &classified, &parts, now);
     }
 });

@@ -36,9 +36,10 @@ pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> R
         front.backend,
         Some(ReaderId::from_ip(peer.ip())),
     );
+    let identities = gw.identities();
     let server = AzureServer {
         addressing: &front.addressing,
-        identity: &gw.identities.azure,
+        identity: &identities.azure,
         https: gw.https,
         service_endpoint: None,
         server_name: "talon-gateway",

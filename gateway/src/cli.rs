@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{
@@ -22,7 +23,7 @@ use talon_protocols::s3::sigv4::S3Credentials;
 
 /// Talon's gateway: unmodified S3 and Azure Blob clients read through the cache by
 /// changing only their endpoint.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// S3 listener ("off" to disable).
     #[arg(
@@ -225,8 +226,12 @@ pub struct Args {
     #[arg(long, env = "TALON_GATEWAY_LOCAL_READS", default_value_t = true, action = clap::ArgAction::Set)]
     local_reads: bool,
 
-    /// Client identities (JSON: {"s3": [{"access_key", "secret_key"}], "azure": {"account", "key"}, "anonymous": "none"|"read"|"read-write"}).
-    /// A front with no credentials refuses to start unless anonymous access is allowed.
+    /// Client identities and what each may do (JSON: {"s3": [{"access_key", "secret_key",
+    /// "grants": [{"bucket", "prefix", "actions": ["read", "list", "write", "delete",
+    /// "admin"]}]}], "azure": {"account", "key", "grants", "sas_grants"}, "public":
+    /// [grants], "anonymous": "none"|"read"|"read-write"}; docs/security.md). A key
+    /// without "grants" may do everything. Reloaded on SIGHUP. A front with no
+    /// credentials refuses to start unless anonymous access is allowed.
     #[arg(long, env = "TALON_GATEWAY_IDENTITIES")]
     identities: Option<PathBuf>,
     /// An S3 client identity ACCESS_KEY:SECRET (repeatable); adds to the file's.
@@ -386,27 +391,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Backend::Azure, _, false) => Backend::S3,
         (Backend::Azure, _, true) => Backend::Azure,
     };
-    let mut file = match &args.identities {
-        Some(path) => serde_json::from_str::<IdentitiesFile>(
-            &std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?,
-        )
-        .with_context(|| format!("parsing {}", path.display()))?,
-        None => IdentitiesFile::default(),
-    };
-    for c in &args.s3_credentials {
-        let (a, s) = c
-            .split_once(':')
-            .with_context(|| format!("--s3-credentials '{c}' is not KEY:SECRET"))?;
-        file.s3.push(S3Key {
-            access_key: a.into(),
-            secret_key: s.into(),
-        });
-    }
-    if let Some(level) = args.anonymous {
-        file.anonymous = level;
-    }
-    let identities = Identities::from_parts(file)?;
+    let identities = load_identities(&args)?;
     let origins = Origins {
         s3: s3_origin,
         azure: azure_origin,
@@ -522,7 +507,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ => None,
         },
     };
-    let gateway = start(config).await?;
+    let gateway = Arc::new(start(config).await?);
+    let reloads = tokio::spawn(reload_identities_on_hangup(args.clone(), gateway.clone()));
     if let Some(path) = &args.ready_file {
         let ready = serde_json::json!({
             "s3": gateway.s3_url(),
@@ -534,8 +520,66 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     talon_process::shutdown_signal().await;
     tracing::info!("shutting down");
-    gateway.shutdown().await;
+    reloads.abort();
+    let _ = reloads.await;
+    match Arc::try_unwrap(gateway) {
+        Ok(gateway) => gateway.shutdown().await,
+        Err(_) => tracing::warn!("the gateway is still referenced; not draining"),
+    }
     Ok(())
+}
+
+/// The identities file (if any) with the flags' keys and anonymous level over it.
+fn load_identities(args: &Args) -> anyhow::Result<Identities> {
+    let mut file = match &args.identities {
+        Some(path) => IdentitiesFile::parse(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )
+        .map_err(|e| anyhow::anyhow!("parsing {}: {}", path.display(), e.message()))?,
+        None => IdentitiesFile::default(),
+    };
+    for c in &args.s3_credentials {
+        let (a, s) = c
+            .split_once(':')
+            .with_context(|| format!("--s3-credentials '{c}' is not KEY:SECRET"))?;
+        file.s3.push(S3Key::unrestricted(a, s));
+    }
+    if let Some(level) = args.anonymous {
+        file.anonymous = level;
+    }
+    Ok(Identities::from_parts(file)?)
+}
+
+/// Reads the identities file again on every SIGHUP. A file that does not parse, or
+/// would leave a front without credentials, keeps the identities in use and says why.
+async fn reload_identities_on_hangup(args: Args, gateway: Arc<crate::RunningGateway>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP: identities will not be reloaded");
+            return;
+        }
+    };
+    let file = args
+        .identities
+        .as_ref()
+        .map_or_else(|| "the flags".to_owned(), |p| p.display().to_string());
+    while hangups.recv().await.is_some() {
+        let reloaded = load_identities(&args)
+            .and_then(|ids| gateway.replace_identities(ids).map_err(anyhow::Error::from));
+        match reloaded {
+            Ok(()) => {
+                gateway.metrics().identities_reloaded(true);
+                tracing::info!(from = %file, "identities reloaded");
+            }
+            Err(e) => {
+                gateway.metrics().identities_reloaded(false);
+                tracing::error!(from = %file, error = %format!("{e:#}"), "identities not reloaded; the previous ones stay in use");
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
 use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::auth::AzureIdentity;
 use talon_protocols::azure::request::AzureAddressing;
-use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::s3::auth::S3Identities;
 use talon_protocols::s3::request::S3Addressing;
 
@@ -180,67 +178,11 @@ impl Limits {
     }
 }
 
-/// The identities clients authenticate with, as read from a JSON file:
-///
-/// ```json
-/// {
-///   "s3": [{"access_key": "AKIA...", "secret_key": "..."}],
-///   "azure": {"account": "devstoreaccount1", "key": "base64..."},
-///   "anonymous": "none"
-/// }
-/// ```
-///
-/// `anonymous` is `"none"` (the default), `"read"` or `"read-write"`; `true` means
-/// `"read"` and `false` `"none"`. It applies to both fronts alike.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IdentitiesFile {
-    /// S3 access keys.
-    #[serde(default)]
-    pub s3: Vec<S3Key>,
-    /// The Azure account clients address, and its key.
-    #[serde(default)]
-    pub azure: Option<AzureAccount>,
-    /// What unauthenticated requests may do, on both fronts.
-    #[serde(default, deserialize_with = "anonymous_setting")]
-    pub anonymous: AnonymousAccess,
-}
-
-/// `anonymous` as a level name or, as older files have it, a boolean (`true` is
-/// read-only: writes must always be asked for by name).
-fn anonymous_setting<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AnonymousAccess, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Setting {
-        Flag(bool),
-        Level(String),
-    }
-    match Setting::deserialize(d)? {
-        Setting::Flag(true) => Ok(AnonymousAccess::ReadOnly),
-        Setting::Flag(false) => Ok(AnonymousAccess::Refused),
-        Setting::Level(l) => l.parse().map_err(serde::de::Error::custom),
-    }
-}
-
-/// One S3 access key.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct S3Key {
-    /// Access key id.
-    pub access_key: String,
-    /// Secret.
-    pub secret_key: String,
-}
-
-/// The Azure account clients see.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AzureAccount {
-    /// Account name.
-    pub account: String,
-    /// Account key, base64.
-    pub key: Option<String>,
-}
+/// The identities file's document: keys, their grants, public buckets
+/// (`talon_protocols::access::identities_file` describes the format).
+pub use talon_protocols::access::identities_file::{
+    AzureAccount, GrantSpec, IdentitiesFile, S3Key,
+};
 
 /// Both fronts' identities.
 #[derive(Debug, Clone)]
@@ -255,48 +197,28 @@ impl Identities {
     /// Reads an identities file.
     ///
     /// # Errors
-    /// [`GatewayError::Config`] when it cannot be read or parsed, or a key is not base64.
+    /// [`GatewayError::Config`] naming the file, when it cannot be read or parsed, a
+    /// grant is wrong or a key is not base64.
     pub fn from_file(path: &Path) -> Result<Identities, GatewayError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| GatewayError::Config(format!("reading {}: {e}", path.display())))?;
-        let file: IdentitiesFile = serde_json::from_str(&text)
-            .map_err(|e| GatewayError::Config(format!("parsing {}: {e}", path.display())))?;
+        let file = IdentitiesFile::parse(&text).map_err(|e| {
+            GatewayError::Config(format!("parsing {}: {}", path.display(), e.message()))
+        })?;
         Identities::from_parts(file)
     }
 
     /// Builds identities from their parts.
     ///
     /// # Errors
-    /// [`GatewayError::Config`] for a key that is not base64.
+    /// [`GatewayError::Config`] for a grant that is wrong or a key that is not base64.
     pub fn from_parts(file: IdentitiesFile) -> Result<Identities, GatewayError> {
-        let s3 = S3Identities {
-            secrets: file
-                .s3
-                .into_iter()
-                .map(|k| (k.access_key, k.secret_key))
-                .collect(),
-            anonymous: file.anonymous,
-            // Filled in with the S3 front's region when the gateway starts.
-            regions: Vec::new(),
-        };
-        let (account, key) = match file.azure {
-            Some(a) => (a.account, a.key),
-            None => (talon_protocols::azure::EMULATOR_ACCOUNT.to_owned(), None),
-        };
-        let key = match key {
-            Some(k) => Some(
-                AccountKey::from_base64(&k)
-                    .map_err(|e| GatewayError::Config(format!("azure key: {}", e.message())))?,
-            ),
-            None => None,
-        };
+        let built = file
+            .build(talon_protocols::azure::EMULATOR_ACCOUNT)
+            .map_err(|e| GatewayError::Config(format!("identities: {}", e.message())))?;
         Ok(Identities {
-            s3,
-            azure: AzureIdentity {
-                account,
-                key,
-                anonymous: file.anonymous,
-            },
+            s3: built.s3,
+            azure: built.azure,
         })
     }
 

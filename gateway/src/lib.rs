@@ -68,7 +68,9 @@ pub struct Gateway {
     https: bool,
     s3: Option<S3Front>,
     azure: Option<AzureFront>,
-    identities: Identities,
+    /// Who may call: replaced whole when the identities file is reloaded, so a request
+    /// sees one version from start to end.
+    identities: std::sync::RwLock<Arc<Identities>>,
     objects: Objects,
     limits: Limits,
     metrics: Arc<GatewayMetrics>,
@@ -112,7 +114,7 @@ impl RunningGateway {
             format!(
                 "{}://{a}/{}",
                 self.scheme(),
-                self.state.identities.azure.account
+                self.state.identities().azure.account
             )
         })
     }
@@ -120,6 +122,22 @@ impl RunningGateway {
     /// The metrics.
     pub fn metrics(&self) -> &GatewayMetrics {
         &self.state.metrics
+    }
+
+    /// Replaces who may call (a reloaded identities file). Requests in flight finish
+    /// with the identities they started with; connections stay open.
+    ///
+    /// # Errors
+    /// [`GatewayError::Config`] when a front would have no credentials and no
+    /// anonymous access; the identities in use stay.
+    pub fn replace_identities(&self, identities: Identities) -> Result<(), GatewayError> {
+        let state = &self.state;
+        let identities = for_fronts(identities, state.s3.as_ref(), state.azure.is_some())?;
+        *state
+            .identities
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(identities);
+        Ok(())
     }
 
     /// Stops accepting and finishes the responses in flight (bounded), then returns.
@@ -151,6 +169,32 @@ fn spawn_front(
     })
 }
 
+/// Checks `identities` against the fronts that listen and gives the S3 front's region
+/// to its signature check.
+fn for_fronts(
+    mut identities: Identities,
+    s3: Option<&S3Front>,
+    azure: bool,
+) -> Result<Identities, GatewayError> {
+    identities.check_fronts(s3.is_some(), azure)?;
+    if let Some(front) = s3
+        && !identities.s3.regions.contains(&front.region)
+    {
+        identities.s3.regions.push(front.region.clone());
+    }
+    Ok(identities)
+}
+
+impl Gateway {
+    /// Who may call, now.
+    fn identities(&self) -> Arc<Identities> {
+        self.identities
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// Starts a gateway.
 ///
 /// # Errors
@@ -169,20 +213,16 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             "a front routes through the cache but no cache cluster is configured".into(),
         ));
     }
-    config
-        .identities
-        .check_fronts(config.s3.is_some(), config.azure.is_some())?;
-    let mut identities = config.identities;
-    if let Some(front) = &config.s3
-        && !identities.s3.regions.contains(&front.region)
-    {
-        identities.s3.regions.push(front.region.clone());
-    }
+    let identities = for_fronts(
+        config.identities,
+        config.s3.as_ref(),
+        config.azure.is_some(),
+    )?;
     let state = Arc::new(Gateway {
         https: config.tls.is_some(),
         s3: config.s3.clone(),
         azure: config.azure.clone(),
-        identities,
+        identities: std::sync::RwLock::new(Arc::new(identities)),
         objects: Objects::new(
             config.origins,
             config.cache,

@@ -64,6 +64,7 @@ pub struct GatewayMetrics {
     stale_served: Counter,
     hot_reads_spread: Gauge,
     cluster_rules: Family<[(&'static str, &'static str); 1], Gauge>,
+    identities_reloads: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
 impl Default for GatewayMetrics {
@@ -94,6 +95,7 @@ impl GatewayMetrics {
             stale_served: Counter::default(),
             hot_reads_spread: Gauge::default(),
             cluster_rules: Family::default(),
+            identities_reloads: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -168,6 +170,11 @@ impl GatewayMetrics {
                 m.stale_served.clone(),
             );
             r.register(
+                "identities_reloads",
+                "Reloads of the identities file on SIGHUP since start, by outcome: applied, or refused (the file did not parse or left a front without credentials; the previous identities stay)",
+                m.identities_reloads.clone(),
+            );
+            r.register(
                 "hot_block_reads_spread",
                 "Reads of hot blocks sent to an owner other than the block's first (--hot-block-owners), since start",
                 m.hot_reads_spread.clone(),
@@ -213,6 +220,14 @@ impl GatewayMetrics {
         self.bytes_in
             .get_or_create(&[("protocol", protocol)])
             .inc_by(n);
+    }
+
+    /// Counts a reload of the identities file: `applied`, or refused.
+    pub fn identities_reloaded(&self, applied: bool) {
+        let outcome = if applied { "applied" } else { "refused" };
+        self.identities_reloads
+            .get_or_create(&[("outcome", outcome)])
+            .inc();
     }
 
     /// Counts a read served stale (stale-if-error).

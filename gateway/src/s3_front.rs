@@ -34,9 +34,10 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|peer| ReaderId::from_ip(peer.0.ip()));
     let backend = GatewayBackend::new(gw.clone(), PROTOCOL, front.route, front.backend, reader);
+    let identities = gw.identities();
     let server = S3Server {
         addressing: &front.addressing,
-        identities: &gw.identities.s3,
+        identities: &identities.s3,
         region: &front.region,
         owner_id: OWNER_ID,
         server_name: "talon-gateway",

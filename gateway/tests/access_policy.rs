@@ -66,10 +66,7 @@ fn config(stub: &RunningStub, identities: IdentitiesFile) -> GatewayConfig {
 }
 
 fn s3_keys() -> Vec<S3Key> {
-    vec![S3Key {
-        access_key: "AK".into(),
-        secret_key: "SK".into(),
-    }]
+    vec![S3Key::unrestricted("AK", "SK")]
 }
 
 /// Unsigned requests of every kind against both fronts; returns (what, status).
@@ -137,8 +134,10 @@ async fn with_credentials_neither_front_serves_anyone_anonymous() {
             azure: Some(AzureAccount {
                 account: ACCOUNT.into(),
                 key: Some(EMULATOR_AZURE_KEY.into()),
+                ..AzureAccount::default()
             }),
             anonymous: AnonymousAccess::Refused,
+            public: Vec::new(),
         },
     ))
     .await
@@ -215,5 +214,793 @@ async fn response_overrides_are_ignored_on_anonymous_requests() {
     assert_eq!(resp.status(), 200);
     assert_ne!(resp.headers()["content-type"], "text/html");
     assert!(resp.headers().get("content-disposition").is_none());
+    gw.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------
+// Grants: the permission matrix (identity × action × resource → status) on both fronts.
+
+use std::collections::BTreeMap;
+
+use talon_protocols::azure::sas::{SasGrant, generate_service_sas};
+use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::origin::{ForwardRequest, OriginBody};
+use talon_protocols::s3::sigv4::S3Credentials;
+
+/// Four S3 keys with grants, an Azure key that may not delete, SAS bounded to `train/`,
+/// and one public bucket.
+const GRANTS_FILE: &str = r#"{
+  "s3": [
+    {"access_key": "reader", "secret_key": "r", "grants": [
+      {"bucket": "shared", "prefix": "train/", "actions": ["read", "list"]}]},
+    {"access_key": "writer", "secret_key": "w", "grants": [
+      {"bucket": "shared", "actions": ["read", "list", "write", "delete"]}]},
+    {"access_key": "cleaner", "secret_key": "c", "grants": [
+      {"bucket": "shared", "prefix": "test/", "actions": ["delete"]}]},
+    {"access_key": "admin", "secret_key": "a", "grants": [
+      {"bucket": "*", "actions": ["read", "list", "write", "delete", "admin"]}]},
+    {"access_key": "nobody", "secret_key": "n", "grants": []}
+  ],
+  "azure": {"account": "devstoreaccount1", "key": "KEY",
+    "grants": [{"bucket": "shared", "actions": ["read", "list", "write"]}],
+    "sas_grants": [{"bucket": "shared", "prefix": "train/", "actions": ["read", "list"]}]},
+  "public": [{"bucket": "open", "actions": ["read", "list"]}]
+}"#;
+
+async fn stub_with_buckets() -> RunningStub {
+    let stub = talon_origin_stub::start(StubConfig::default())
+        .await
+        .unwrap();
+    for (path, body) in [
+        ("shared/train/a.bin", "train a"),
+        ("shared/test/b.bin", "test b"),
+        ("private/secret.bin", "secret"),
+        ("open/readme.txt", "open to all"),
+    ] {
+        let path = stub.data_dir().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    }
+    stub
+}
+
+/// Every file under the origin's folder and its bytes.
+fn origin_files(stub: &RunningStub) -> BTreeMap<String, Vec<u8>> {
+    fn walk(dir: &std::path::Path, root: &std::path::Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else {
+                let name = path.strip_prefix(root).unwrap().display().to_string();
+                out.insert(name, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(stub.data_dir(), stub.data_dir(), &mut out);
+    out
+}
+
+fn s3_client(gw: &RunningGateway, key: Option<(&str, &str)>) -> OriginClient {
+    OriginClient::new(OriginConfig::S3 {
+        endpoint: gw.s3_url().unwrap(),
+        region: "us-east-1".into(),
+        credentials: key.map(|(a, s)| S3Credentials {
+            access_key: a.into(),
+            secret_key: s.into(),
+            session_token: None,
+        }),
+        virtual_hosted: false,
+    })
+    .unwrap()
+}
+
+fn azure_client(gw: &RunningGateway, key: bool, sas: Option<String>) -> OriginClient {
+    OriginClient::new(OriginConfig::Azure {
+        endpoint: gw.azure_url().unwrap(),
+        account: ACCOUNT.into(),
+        key: key.then(|| AccountKey::from_base64(EMULATOR_AZURE_KEY).unwrap()),
+        sas,
+    })
+    .unwrap()
+}
+
+/// One request of the matrix.
+struct Call<'a> {
+    method: reqwest::Method,
+    bucket: Option<&'a str>,
+    key: Option<&'a str>,
+    query: &'a str,
+    headers: Vec<(&'a str, String)>,
+    body: &'static str,
+}
+
+fn call<'a>(method: &str, path: &'a str, query: &'a str) -> Call<'a> {
+    let (bucket, key) = match path.split_once('/') {
+        Some((b, k)) => (Some(b), Some(k)),
+        None if path.is_empty() => (None, None),
+        None => (Some(path), None),
+    };
+    Call {
+        method: method.parse().unwrap(),
+        bucket,
+        key,
+        query,
+        headers: Vec::new(),
+        body: "",
+    }
+}
+
+impl<'a> Call<'a> {
+    fn header(mut self, name: &'a str, value: impl Into<String>) -> Call<'a> {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    fn body(mut self, body: &'static str) -> Call<'a> {
+        self.body = body;
+        self
+    }
+
+    /// Sends it; returns the status and the body.
+    async fn send(self, client: &OriginClient) -> (u16, String) {
+        let response = client
+            .forward(ForwardRequest {
+                method: self.method,
+                bucket: self.bucket,
+                key: self.key,
+                query: self.query,
+                headers: self
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
+                body: if self.body.is_empty() {
+                    OriginBody::Empty
+                } else {
+                    OriginBody::Bytes(bytes::Bytes::from_static(self.body.as_bytes()))
+                },
+            })
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap())
+    }
+}
+
+/// Sends `call` and checks its status; a refusal (403) must carry `code` and leave
+/// every file of the origin as it was.
+async fn expect(
+    stub: &RunningStub,
+    client: &OriginClient,
+    what: &str,
+    c: Call<'_>,
+    status: u16,
+    code: &str,
+) {
+    let before = origin_files(stub);
+    let (got, body) = c.send(client).await;
+    assert_eq!(got, status, "{what}: {body}");
+    if status == 403 {
+        assert!(
+            body.contains(&format!("<Code>{code}</Code>")),
+            "{what}: {body}"
+        );
+        assert_eq!(origin_files(stub), before, "{what} changed the origin");
+    }
+}
+
+fn listed_names(body: &str, tag: &str) -> Vec<String> {
+    body.split(&format!("<{tag}>"))
+        .skip(1)
+        .filter_map(|s| {
+            s.split_once(&format!("</{tag}>"))
+                .map(|(n, _)| n.to_owned())
+        })
+        .collect()
+}
+
+async fn gateway_with_grants(stub: &RunningStub) -> RunningGateway {
+    let text = GRANTS_FILE.replace("KEY", EMULATOR_AZURE_KEY);
+    let file = IdentitiesFile::parse(&text).unwrap();
+    talon_gateway::start(config(stub, file)).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_s3_front_allows_what_each_key_was_granted_and_nothing_else() {
+    let stub = stub_with_buckets().await;
+    let gw = gateway_with_grants(&stub).await;
+    let reader = s3_client(&gw, Some(("reader", "r")));
+    let writer = s3_client(&gw, Some(("writer", "w")));
+    let admin = s3_client(&gw, Some(("admin", "a")));
+    let nobody = s3_client(&gw, Some(("nobody", "n")));
+    let anonymous = s3_client(&gw, None);
+    let denied = "AccessDenied";
+    let s = &stub;
+
+    // read and list, under the reader's prefix only
+    expect(
+        s,
+        &reader,
+        "reader GET train/",
+        call("GET", "shared/train/a.bin", ""),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader GET test/",
+        call("GET", "shared/test/b.bin", ""),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader HEAD bucket",
+        call("HEAD", "shared", ""),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader lists train/",
+        call("GET", "shared", "list-type=2&prefix=train%2F"),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader lists all",
+        call("GET", "shared", "list-type=2"),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader lists tr",
+        call("GET", "shared", "list-type=2&prefix=tr"),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader PUT",
+        call("PUT", "shared/train/new.bin", "").body("x"),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader DELETE",
+        call("DELETE", "shared/train/a.bin", ""),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader other bucket",
+        call("GET", "private/secret.bin", ""),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader multipart",
+        call("POST", "shared/train/m.bin", "uploads"),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &reader,
+        "reader creates bucket",
+        call("PUT", "made", ""),
+        403,
+        denied,
+    )
+    .await;
+
+    // write and delete in its bucket, nothing outside it, no bucket administration
+    expect(
+        s,
+        &writer,
+        "writer PUT",
+        call("PUT", "shared/new.txt", "").body("new"),
+        200,
+        "",
+    )
+    .await;
+    assert_eq!(
+        std::fs::read(stub.data_dir().join("shared/new.txt")).unwrap(),
+        b"new"
+    );
+    expect(
+        s,
+        &writer,
+        "writer DELETE",
+        call("DELETE", "shared/new.txt", ""),
+        204,
+        "",
+    )
+    .await;
+    assert!(!stub.data_dir().join("shared/new.txt").exists());
+    expect(
+        s,
+        &writer,
+        "writer PUT elsewhere",
+        call("PUT", "private/x.txt", "").body("x"),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &writer,
+        "writer GET elsewhere",
+        call("GET", "private/secret.bin", ""),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &writer,
+        "writer creates bucket",
+        call("PUT", "made", ""),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &writer,
+        "writer deletes bucket",
+        call("DELETE", "open", ""),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &writer,
+        "writer reads ACL",
+        call("GET", "shared", "acl"),
+        403,
+        denied,
+    )
+    .await;
+    // a copy needs read on the source and write on the destination
+    let copy_out =
+        call("PUT", "private/copy.bin", "").header("x-amz-copy-source", "/shared/train/a.bin");
+    expect(s, &writer, "writer copies out", copy_out, 403, denied).await;
+    let copy_in =
+        call("PUT", "shared/copy.bin", "").header("x-amz-copy-source", "/private/secret.bin");
+    expect(s, &writer, "writer copies in", copy_in, 403, denied).await;
+    let part_copy = call("PUT", "shared/part.bin", "partNumber=1&uploadId=u")
+        .header("x-amz-copy-source", "/private/secret.bin");
+    expect(
+        s,
+        &writer,
+        "writer copies a part in",
+        part_copy,
+        403,
+        denied,
+    )
+    .await;
+    let allowed_copy =
+        call("PUT", "shared/copy.bin", "").header("x-amz-copy-source", "/shared/test/b.bin");
+    expect(s, &writer, "writer copies within", allowed_copy, 200, "").await;
+    assert_eq!(
+        std::fs::read(stub.data_dir().join("shared/copy.bin")).unwrap(),
+        b"test b"
+    );
+
+    // nothing at all
+    expect(
+        s,
+        &nobody,
+        "nobody GET",
+        call("GET", "shared/train/a.bin", ""),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &nobody,
+        "nobody lists buckets",
+        call("GET", "", ""),
+        403,
+        denied,
+    )
+    .await;
+
+    // anonymous: the public bucket's reads and listings, nothing else
+    expect(
+        s,
+        &anonymous,
+        "anonymous GET public",
+        call("GET", "open/readme.txt", ""),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous lists public",
+        call("GET", "open", "list-type=2"),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous PUT public",
+        call("PUT", "open/x.txt", "").body("x"),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous DELETE public",
+        call("DELETE", "open/readme.txt", ""),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous GET private",
+        call("GET", "shared/train/a.bin", ""),
+        403,
+        denied,
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous lists buckets",
+        call("GET", "", ""),
+        403,
+        denied,
+    )
+    .await;
+
+    // the administrator
+    expect(
+        s,
+        &admin,
+        "admin creates bucket",
+        call("PUT", "made", ""),
+        200,
+        "",
+    )
+    .await;
+    assert!(stub.data_dir().join("made").is_dir());
+    expect(
+        s,
+        &admin,
+        "admin deletes bucket",
+        call("DELETE", "made", ""),
+        204,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &admin,
+        "admin GET private",
+        call("GET", "private/secret.bin", ""),
+        200,
+        "",
+    )
+    .await;
+
+    // ListBuckets shows what each may list
+    for (who, client, buckets) in [
+        ("reader", &reader, vec!["shared"]),
+        ("writer", &writer, vec!["shared"]),
+        ("admin", &admin, vec!["open", "private", "shared"]),
+    ] {
+        let (status, body) = call("GET", "", "").send(client).await;
+        assert_eq!(status, 200, "{who}: {body}");
+        assert_eq!(listed_names(&body, "Name"), buckets, "{who}");
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn delete_objects_deletes_the_granted_keys_and_refuses_each_other_one() {
+    let stub = stub_with_buckets().await;
+    let gw = gateway_with_grants(&stub).await;
+    let cleaner = s3_client(&gw, Some(("cleaner", "c")));
+    let reader = s3_client(&gw, Some(("reader", "r")));
+    let doc = "<Delete><Object><Key>test/b.bin</Key></Object><Object><Key>train/a.bin</Key></Object></Delete>";
+    let md5 = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        <md5::Md5 as md5::Digest>::digest(doc.as_bytes()),
+    );
+    let delete = || call("POST", "shared", "delete").header("content-md5", md5.clone());
+    // no delete grant anywhere in the bucket: the whole request is refused
+    expect(
+        &stub,
+        &reader,
+        "reader DeleteObjects",
+        delete().body(doc),
+        403,
+        "AccessDenied",
+    )
+    .await;
+    let (status, body) = delete().body(doc).send(&cleaner).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        listed_names(&body, "Key"),
+        ["test/b.bin", "train/a.bin"],
+        "{body}"
+    );
+    assert!(
+        body.contains("<Error><Key>train/a.bin</Key><Code>AccessDenied</Code>"),
+        "{body}"
+    );
+    assert!(!stub.data_dir().join("shared/test/b.bin").exists());
+    assert_eq!(
+        std::fs::read(stub.data_dir().join("shared/train/a.bin")).unwrap(),
+        b"train a"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_azure_front_applies_the_key_s_and_the_sas_grants() {
+    let stub = stub_with_buckets().await;
+    let gw = gateway_with_grants(&stub).await;
+    let keyed = azure_client(&gw, true, None);
+    let key = AccountKey::from_base64(EMULATOR_AZURE_KEY).unwrap();
+    let sas = generate_service_sas(
+        &SasGrant {
+            account: ACCOUNT,
+            container: "shared",
+            blob: None,
+            permissions: "racwdl",
+            start: None,
+            expiry: std::time::SystemTime::now() + Duration::from_secs(3600),
+            version: "2025-01-05",
+        },
+        &key,
+    );
+    let sas_client = azure_client(&gw, false, Some(sas));
+    let anonymous = azure_client(&gw, false, None);
+    let mismatch = "AuthorizationPermissionMismatch";
+    let s = &stub;
+    let put = |path| {
+        call("PUT", path, "")
+            .header("x-ms-blob-type", "BlockBlob")
+            .body("az")
+    };
+
+    // the Shared Key identity: read, list and write in `shared`, no delete, no admin
+    expect(
+        s,
+        &keyed,
+        "key GET",
+        call("GET", "shared/test/b.bin", ""),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &keyed,
+        "key lists",
+        call("GET", "shared", "restype=container&comp=list"),
+        200,
+        "",
+    )
+    .await;
+    expect(s, &keyed, "key PUT", put("shared/az.txt"), 201, "").await;
+    assert_eq!(
+        std::fs::read(stub.data_dir().join("shared/az.txt")).unwrap(),
+        b"az"
+    );
+    expect(
+        s,
+        &keyed,
+        "key DELETE",
+        call("DELETE", "shared/az.txt", ""),
+        403,
+        mismatch,
+    )
+    .await;
+    expect(
+        s,
+        &keyed,
+        "key GET elsewhere",
+        call("GET", "private/secret.bin", ""),
+        403,
+        mismatch,
+    )
+    .await;
+    expect(
+        s,
+        &keyed,
+        "key PUT elsewhere",
+        put("private/az.txt"),
+        403,
+        mismatch,
+    )
+    .await;
+    expect(
+        s,
+        &keyed,
+        "key creates container",
+        call("PUT", "made", "restype=container"),
+        403,
+        mismatch,
+    )
+    .await;
+    let source = format!("{}/private/secret.bin", gw.azure_url().unwrap());
+    let copy_in = call("PUT", "shared/copied.bin", "").header("x-ms-copy-source", source);
+    expect(
+        s,
+        &keyed,
+        "key copies in",
+        copy_in,
+        403,
+        "CannotVerifyCopySource",
+    )
+    .await;
+    let (status, body) = call("GET", "", "comp=list").send(&keyed).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(listed_names(&body, "Name"), ["shared"]);
+
+    // a SAS: its own permissions, bounded by sas_grants (train/, read and list)
+    expect(
+        s,
+        &sas_client,
+        "SAS GET train/",
+        call("GET", "shared/train/a.bin", ""),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &sas_client,
+        "SAS GET test/",
+        call("GET", "shared/test/b.bin", ""),
+        403,
+        mismatch,
+    )
+    .await;
+    let list_train = call(
+        "GET",
+        "shared",
+        "restype=container&comp=list&prefix=train%2F",
+    );
+    expect(s, &sas_client, "SAS lists train/", list_train, 200, "").await;
+    expect(
+        s,
+        &sas_client,
+        "SAS lists all",
+        call("GET", "shared", "restype=container&comp=list"),
+        403,
+        mismatch,
+    )
+    .await;
+    expect(
+        s,
+        &sas_client,
+        "SAS PUT",
+        put("shared/train/sas.txt"),
+        403,
+        mismatch,
+    )
+    .await;
+    expect(
+        s,
+        &sas_client,
+        "SAS DELETE",
+        call("DELETE", "shared/train/a.bin", ""),
+        403,
+        mismatch,
+    )
+    .await;
+
+    // anonymous: the public container only, reads and listings
+    expect(
+        s,
+        &anonymous,
+        "anonymous GET public",
+        call("GET", "open/readme.txt", ""),
+        200,
+        "",
+    )
+    .await;
+    let list_open = call("GET", "open", "restype=container&comp=list");
+    expect(s, &anonymous, "anonymous lists public", list_open, 200, "").await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous PUT public",
+        put("open/x.txt"),
+        403,
+        "AuthorizationFailure",
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous GET private",
+        call("GET", "shared/train/a.bin", ""),
+        403,
+        "AuthorizationFailure",
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous lists containers",
+        call("GET", "", "comp=list"),
+        403,
+        "AuthorizationFailure",
+    )
+    .await;
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn replaced_identities_apply_to_the_next_request_on_an_open_connection() {
+    let stub = stub_with_buckets().await;
+    let gw = gateway_with_grants(&stub).await;
+    // One client: its connection stays open across the replacement.
+    let reader = s3_client(&gw, Some(("reader", "r")));
+    let (status, _) = call("GET", "shared/test/b.bin", "").send(&reader).await;
+    assert_eq!(status, 403);
+    let widened = GRANTS_FILE.replace("KEY", EMULATOR_AZURE_KEY).replace(
+        r#""prefix": "train/", "actions": ["read", "list"]}]},
+    {"access_key": "writer""#,
+        r#""actions": ["read", "list"]}]},
+    {"access_key": "writer""#,
+    );
+    assert_ne!(widened, GRANTS_FILE.replace("KEY", EMULATOR_AZURE_KEY));
+    let identities = Identities::from_parts(IdentitiesFile::parse(&widened).unwrap()).unwrap();
+    gw.replace_identities(identities).unwrap();
+    let (status, body) = call("GET", "shared/test/b.bin", "").send(&reader).await;
+    assert_eq!((status, body.as_str()), (200, "test b"));
+    // Identities that would leave the Azure front without credentials are refused and
+    // the ones in use stay.
+    let keyless =
+        IdentitiesFile::parse(r#"{"s3": [{"access_key": "x", "secret_key": "y"}]}"#).unwrap();
+    let err = gw
+        .replace_identities(Identities::from_parts(keyless).unwrap())
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::Config(_)), "{err}");
+    let (status, _) = call("GET", "shared/test/b.bin", "").send(&reader).await;
+    assert_eq!(status, 200);
     gw.shutdown().await;
 }

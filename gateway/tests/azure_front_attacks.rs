@@ -52,13 +52,11 @@ impl Setup {
         })
         .unwrap();
         let identities = IdentitiesFile {
-            s3: vec![S3Key {
-                access_key: "AK".into(),
-                secret_key: "SK".into(),
-            }],
+            s3: vec![S3Key::unrestricted("AK", "SK")],
             azure: Some(AzureAccount {
                 account: ACCOUNT.into(),
                 key: Some(EMULATOR_AZURE_KEY.into()),
+                ..AzureAccount::default()
             }),
             ..IdentitiesFile::default()
         };

@@ -111,6 +111,7 @@ async fn every_metric_the_dashboard_and_the_alerts_ask_for_is_exported() {
         s3: Vec::new(),
         azure: None,
         anonymous: talon_protocols::access::AnonymousAccess::ReadWrite,
+        public: Vec::new(),
     })
     .unwrap();
     let gateway = talon_gateway::start(GatewayConfig {

@@ -46,6 +46,7 @@ async fn gateway_with(cluster: &Cluster, freshness: Freshness, limits: Limits) -
         s3: Vec::new(),
         azure: None,
         anonymous: talon_protocols::access::AnonymousAccess::ReadWrite,
+        public: Vec::new(),
     })
     .unwrap();
     talon_gateway::start(GatewayConfig {

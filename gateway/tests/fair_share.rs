@@ -34,6 +34,7 @@ async fn gateway(cache: CacheClient, cluster: &Cluster) -> RunningGateway {
         s3: Vec::new(),
         azure: None,
         anonymous: talon_protocols::access::AnonymousAccess::ReadOnly,
+        public: Vec::new(),
     })
     .unwrap();
     talon_gateway::start(GatewayConfig {

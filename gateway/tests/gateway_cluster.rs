@@ -24,12 +24,10 @@ async fn gateway(
     azure_backend: Backend,
 ) -> RunningGateway {
     let identities = Identities::from_parts(IdentitiesFile {
-        s3: vec![S3Key {
-            access_key: AK.into(),
-            secret_key: SK.into(),
-        }],
+        s3: vec![S3Key::unrestricted(AK, SK)],
         azure: None,
         anonymous: talon_protocols::access::AnonymousAccess::ReadWrite,
+        public: Vec::new(),
     })
     .unwrap();
     talon_gateway::start(GatewayConfig {

@@ -75,6 +75,7 @@ async fn gateway(front: Backend, origin: OriginClient, origin_kind: Backend) -> 
             s3: Vec::new(),
             azure: None,
             anonymous: AnonymousAccess::ReadWrite,
+            public: Vec::new(),
         })
         .unwrap(),
         freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),

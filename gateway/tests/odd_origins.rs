@@ -90,6 +90,7 @@ async fn gateway(origin: String) -> RunningGateway {
             s3: Vec::new(),
             azure: None,
             anonymous: talon_protocols::access::AnonymousAccess::ReadOnly,
+            public: Vec::new(),
         })
         .unwrap(),
         freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),

@@ -67,10 +67,7 @@ async fn env() -> Env {
         },
         cache: None,
         identities: Identities::from_parts(IdentitiesFile {
-            s3: vec![S3Key {
-                access_key: CLIENT_KEY.0.into(),
-                secret_key: CLIENT_KEY.1.into(),
-            }],
+            s3: vec![S3Key::unrestricted(CLIENT_KEY.0, CLIENT_KEY.1)],
             ..IdentitiesFile::default()
         })
         .unwrap(),

@@ -21,6 +21,7 @@ async fn gateway(cluster: &Cluster, write_through_max_bytes: u64) -> RunningGate
         s3: Vec::new(),
         azure: None,
         anonymous: talon_protocols::access::AnonymousAccess::ReadWrite,
+        public: Vec::new(),
     })
     .unwrap();
     let cache = cluster.client_with(|c| c.role = Role::Ingester).await;

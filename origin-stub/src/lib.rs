@@ -239,25 +239,28 @@ pub async fn start(mut config: StubConfig) -> Result<RunningStub, StubError> {
         region: config.region.clone(),
         s3_addressing: config.s3_addressing.clone(),
         azure_addressing: config.azure_addressing.clone(),
-        s3_identities: S3Identities {
-            secrets: config.s3_credentials.clone(),
-            // A stub without credentials is a local test origin: open to everything.
-            anonymous: if config.s3_credentials.is_empty() {
+        s3_identities: config.s3_credentials.iter().fold(
+            S3Identities {
+                // A stub without credentials is a local test origin: open to everything.
+                anonymous: if config.s3_credentials.is_empty() {
+                    AnonymousAccess::ReadWrite
+                } else {
+                    AnonymousAccess::Refused
+                },
+                regions: vec![config.region.clone()],
+                ..S3Identities::default()
+            },
+            |ids, (key, secret)| ids.with_unrestricted_key(key, secret),
+        ),
+        azure_identity: AzureIdentity::unrestricted(
+            config.azure_account.clone(),
+            config.azure_key.clone(),
+            if config.azure_key.is_none() {
                 AnonymousAccess::ReadWrite
             } else {
                 AnonymousAccess::Refused
             },
-            regions: vec![config.region.clone()],
-        },
-        azure_identity: AzureIdentity {
-            account: config.azure_account.clone(),
-            key: config.azure_key.clone(),
-            anonymous: if config.azure_key.is_none() {
-                AnonymousAccess::ReadWrite
-            } else {
-                AnonymousAccess::Refused
-            },
-        },
+        ),
         azure_endpoint: azure_addr
             .map(|a| format!("http://{a}/{}", config.azure_account))
             .unwrap_or_default(),

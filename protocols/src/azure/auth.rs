@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use super::request::AzureRequest;
 use super::sas::{self, SasRequest, SasToken};
 use super::shared_key::{self, AccountKey, SharedKeyParts};
-use crate::access::{AnonymousAccess, Caller, authorize};
+use crate::access::{Access, AnonymousAccess, Grants};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Who may call a server.
@@ -19,8 +19,40 @@ pub struct AzureIdentity {
     /// Its key; `None` means no Shared Key or SAS can be checked, so every request is
     /// anonymous and [`AzureIdentity::anonymous`] alone decides.
     pub key: Option<AccountKey>,
-    /// What requests without Shared Key or SAS may do.
+    /// What a Shared Key request may do.
+    pub grants: Grants,
+    /// What a SAS request may do at most (its own permissions still apply).
+    pub sas_grants: Grants,
+    /// What requests without Shared Key or SAS may do in every container.
     pub anonymous: AnonymousAccess,
+    /// Containers and prefixes requests without Shared Key or SAS may read and list.
+    pub public: Grants,
+}
+
+impl AzureIdentity {
+    /// An account whose key (if any) may do everything, and a SAS whatever it says.
+    pub fn unrestricted(
+        account: impl Into<String>,
+        key: Option<AccountKey>,
+        anonymous: AnonymousAccess,
+    ) -> AzureIdentity {
+        AzureIdentity {
+            account: account.into(),
+            key,
+            grants: Grants::everything(),
+            sas_grants: Grants::everything(),
+            anonymous,
+            public: Grants::NONE,
+        }
+    }
+
+    /// What an anonymous request may do.
+    pub fn anonymous_access(&self) -> Access<'_> {
+        Access::Anonymous {
+            level: self.anonymous,
+            public: &self.public,
+        }
+    }
 }
 
 /// Where a request came from, for SAS restrictions.
@@ -33,67 +65,73 @@ pub struct Transport {
 }
 
 /// A verified caller, and what its credentials limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Authorized {
-    /// Who it is.
-    pub caller: Caller,
+#[derive(Debug, Clone, Copy)]
+pub struct Authorized<'a> {
+    /// Who it is and what it may do.
+    pub access: Access<'a>,
     /// What its SAS allows beyond the operation (default for Shared Key and anonymous).
     pub sas: sas::SasScope,
 }
 
-/// Verifies a request and applies the access policy ([`crate::access::authorize`]) to
-/// its operation.
+/// Verifies a request and applies the access policy ([`Access::check`]) to what its
+/// operation needs ([`AzureRequest::need`]). A copy's source and the containers of a
+/// List Containers are checked by the server as it reaches them.
 ///
 /// With no key configured, Shared Key and SAS cannot be checked: every request is
 /// anonymous, whatever it carries, and the anonymous policy decides.
 ///
 /// # Errors
 /// [`ErrorKind::MissingCredentials`] when neither Shared Key nor SAS is present and
-/// anonymous access is refused, [`ErrorKind::AccessDenied`] for an anonymous write when
-/// it is read-only; the Shared Key and SAS errors otherwise.
-pub fn authenticate(
-    identity: &AzureIdentity,
+/// anonymous access is refused, [`ErrorKind::AccessDenied`] for another anonymous
+/// refusal, [`ErrorKind::PermissionMismatch`] where the grants do not allow it; the
+/// Shared Key and SAS errors otherwise.
+pub fn authenticate<'a>(
+    identity: &'a AzureIdentity,
     request: &AzureRequest,
     parts: &SharedKeyParts<'_>,
     transport: Transport,
     now: SystemTime,
-) -> Result<Authorized> {
+) -> Result<Authorized<'a>> {
     let authorized = verify_signature(identity, request, parts, transport, now)?;
-    authorize(
-        authorized.caller,
-        identity.anonymous,
-        request.operation.writes(),
-    )
-    .map_err(|e| {
-        if e.kind() == ErrorKind::MissingCredentials {
-            Error::new(
-                ErrorKind::MissingCredentials,
-                "Server failed to authenticate the request. Please refer to the information in the www-authenticate header.",
-            )
-        } else {
-            e
-        }
-    })?;
+    authorized
+        .access
+        .check(request.need())
+        .map_err(in_azure_words)?;
     Ok(authorized)
 }
 
-fn verify_signature(
-    identity: &AzureIdentity,
+/// The policy's refusals with the messages Azure Storage gives them.
+pub fn in_azure_words(e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::MissingCredentials => Error::new(
+            ErrorKind::MissingCredentials,
+            "Server failed to authenticate the request. Please refer to the information in the www-authenticate header.",
+        ),
+        ErrorKind::PermissionMismatch => Error::new(
+            ErrorKind::PermissionMismatch,
+            "This request is not authorized to perform this operation using this permission.",
+        ),
+        _ => e,
+    }
+}
+
+fn verify_signature<'a>(
+    identity: &'a AzureIdentity,
     request: &AzureRequest,
     parts: &SharedKeyParts<'_>,
     transport: Transport,
     now: SystemTime,
-) -> Result<Authorized> {
-    let plain = |caller| Authorized {
-        caller,
+) -> Result<Authorized<'a>> {
+    let plain = |access| Authorized {
+        access,
         sas: sas::SasScope::default(),
     };
     let Some(key) = &identity.key else {
-        return Ok(plain(Caller::Anonymous));
+        return Ok(plain(identity.anonymous_access()));
     };
     if let Some((account, signature)) = shared_key::parse_authorization(parts.headers)? {
         shared_key::verify(parts, &identity.account, key, &account, &signature, now)?;
-        return Ok(plain(Caller::Authenticated));
+        return Ok(plain(Access::Granted(&identity.grants)));
     }
     if let Some(token) = SasToken::from_query(&request.query) {
         let sas_request = SasRequest {
@@ -106,9 +144,9 @@ fn verify_signature(
         };
         let scope = sas::verify(&token, key, &sas_request, now)?;
         return Ok(Authorized {
-            caller: Caller::Authenticated,
+            access: Access::Granted(&identity.sas_grants),
             sas: scope,
         });
     }
-    Ok(plain(Caller::Anonymous))
+    Ok(plain(identity.anonymous_access()))
 }

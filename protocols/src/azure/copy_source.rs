@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use super::auth::{AzureIdentity, Transport};
 use super::request::{AzureAddressing, AzureOperation, canonical_query, resolve_address};
 use super::sas::{self, SasRequest, SasToken};
-use crate::access::{Caller, authorize};
+use crate::access::{Access, Action, Need, Resource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::s3::request::QueryParams;
 
@@ -91,7 +91,8 @@ pub fn resolve(
 }
 
 /// Whether the request may read `source`: `shared_key` tells that the request itself
-/// carried a verified Shared Key signature (which covers every blob of the account).
+/// carried a verified Shared Key signature (which covers the blobs of the account its
+/// grants cover).
 ///
 /// # Errors
 /// [`ErrorKind::CannotVerifyCopySource`] when neither the request's signature, the
@@ -103,15 +104,25 @@ pub fn authorize_source(
     transport: Transport,
     now: SystemTime,
 ) -> Result<()> {
-    let anonymous_read = || {
-        authorize(Caller::Anonymous, identity.anonymous, false)
-            .map_err(|_| cannot_verify("the request cannot read the source"))
+    let read = Need {
+        action: Action::Read,
+        resource: Resource::Object {
+            bucket: &source.container,
+            key: &source.blob,
+        },
+    };
+    let may_read = |access: Access<'_>| {
+        if access.allows(read) {
+            Ok(())
+        } else {
+            Err(cannot_verify("the request cannot read the source"))
+        }
     };
     let Some(key) = &identity.key else {
-        return anonymous_read();
+        return may_read(identity.anonymous_access());
     };
     if shared_key {
-        return Ok(());
+        return may_read(Access::Granted(&identity.grants));
     }
     match SasToken::from_query(&source.query) {
         Some(token) => {
@@ -124,10 +135,10 @@ pub fn authorize_source(
                 client_ip: transport.client_ip,
             };
             sas::verify(&token, key, &read, now)
-                .map(|_| ())
-                .map_err(|_| cannot_verify("the source's SAS does not grant reading it"))
+                .map_err(|_| cannot_verify("the source's SAS does not grant reading it"))?;
+            may_read(Access::Granted(&identity.sas_grants))
         }
-        None => anonymous_read(),
+        None => may_read(identity.anonymous_access()),
     }
 }
 
@@ -191,11 +202,8 @@ mod tests {
     #[test]
     fn the_source_is_read_with_its_own_authority() {
         let key = AccountKey::from_base64("a2V5a2V5a2V5a2V5").expect("key");
-        let identity = |anonymous| AzureIdentity {
-            account: "acct".into(),
-            key: Some(key.clone()),
-            anonymous,
-        };
+        let identity =
+            |anonymous| AzureIdentity::unrestricted("acct", Some(key.clone()), anonymous);
         let transport = Transport {
             https: false,
             client_ip: None,
@@ -259,11 +267,7 @@ mod tests {
                 "{blob} {permissions}"
             );
         }
-        let keyless = AzureIdentity {
-            account: "acct".into(),
-            key: None,
-            anonymous: AnonymousAccess::ReadWrite,
-        };
+        let keyless = AzureIdentity::unrestricted("acct", None, AnonymousAccess::ReadWrite);
         assert_eq!(
             kind(authorize_source(&keyless, &bare, false, transport, now)),
             None

@@ -3,6 +3,7 @@
 
 use http::{HeaderMap, Method};
 
+use crate::access::{Action, Need, Resource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::s3::request::{QueryParams, host_name};
 use crate::uri_encoding::decode;
@@ -55,19 +56,18 @@ pub enum AzureOperation {
 }
 
 impl AzureOperation {
-    /// Whether the operation changes anything (blobs, blocks, containers): what the
-    /// access policy refuses to anonymous read-only callers.
-    pub fn writes(self) -> bool {
+    /// The one action the operation needs: the Azure half of the access table in
+    /// docs/security.md. A copy needs [`Action::Read`] on its source as well (checked
+    /// where the source is resolved).
+    pub fn action(self) -> Action {
         use AzureOperation::*;
-        !matches!(
-            self,
-            ListContainers
-                | GetContainerProperties
-                | ListBlobs
-                | GetBlob
-                | GetBlobProperties
-                | GetBlockList
-        )
+        match self {
+            GetBlob | GetBlobProperties | GetBlockList => Action::Read,
+            ListContainers | GetContainerProperties | ListBlobs => Action::List,
+            PutBlob | PutBlock | PutBlockList | CopyBlob => Action::Write,
+            DeleteBlob => Action::Delete,
+            CreateContainer | DeleteContainer => Action::Admin,
+        }
     }
 
     /// The operation's name as the Azure REST reference spells it.
@@ -209,6 +209,31 @@ pub(crate) fn canonical_query(raw_query: &str) -> Result<QueryParams> {
 }
 
 impl AzureRequest {
+    /// What the request needs from the access policy: its operation's action on what
+    /// it names (the service, its container, the listing's prefix, or its blob).
+    pub fn need(&self) -> Need<'_> {
+        use AzureOperation::*;
+        let container = self.container.as_deref().unwrap_or_default();
+        let resource = match self.operation {
+            ListContainers => Resource::Service,
+            CreateContainer | DeleteContainer => Resource::Bucket(container),
+            GetContainerProperties => Resource::InBucket(container),
+            ListBlobs => Resource::Listing {
+                bucket: container,
+                prefix: self.query.get("prefix").unwrap_or_default(),
+            },
+            GetBlob | GetBlobProperties | GetBlockList | PutBlob | PutBlock | PutBlockList
+            | CopyBlob | DeleteBlob => Resource::Object {
+                bucket: container,
+                key: self.blob.as_deref().unwrap_or_default(),
+            },
+        };
+        Need {
+            action: self.operation.action(),
+            resource,
+        }
+    }
+
     /// Classifies a request.
     ///
     /// # Errors

@@ -14,6 +14,7 @@ use super::copy_source;
 use super::request::{AzureAddressing, AzureOperation, AzureRequest};
 use super::shared_key::SharedKeyParts;
 use super::xml;
+use crate::access::Access;
 use crate::answer::{
     ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
 };
@@ -173,6 +174,7 @@ where
         request: &request,
         shared_key,
         create_only: authorized.sas.create_only,
+        access: authorized.access,
         transport,
     };
     let streams_upload = matches!(
@@ -196,6 +198,8 @@ struct Ctx<'a> {
     shared_key: bool,
     /// Whether its SAS lets it create a blob but not replace one (`c` without `w`).
     create_only: bool,
+    /// What its caller may do.
+    access: Access<'a>,
     transport: Transport,
 }
 
@@ -662,7 +666,8 @@ fn created(written: &Written) -> Response<AnswerBody> {
 }
 
 async fn list_containers<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
-    let buckets = backend.list_buckets().await?;
+    let mut buckets = backend.list_buckets().await?;
+    buckets.retain(|b| ctx.access.may_list(&b.name));
     let max = ctx.max_results()?;
     let query = ListQuery {
         prefix: ctx.query("prefix").unwrap_or(""),

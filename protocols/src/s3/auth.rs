@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use super::request::S3Request;
+use super::request::{S3Operation, S3Request, parse_copy_source};
 use super::sigv2;
 use super::sigv4::{self, RequestParts, VerifiedSigV4};
-use crate::access::{AnonymousAccess, Caller, authorize};
+use crate::access::{Access, Action, AnonymousAccess, Grants, Need, Resource};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Who may call a server.
@@ -17,8 +17,12 @@ use crate::error::{Error, ErrorKind, Result};
 pub struct S3Identities {
     /// Access key id → secret.
     pub secrets: BTreeMap<String, String>,
-    /// What unsigned requests may do.
+    /// Access key id → what it may do. A key missing here may do nothing.
+    pub grants: BTreeMap<String, Grants>,
+    /// What unsigned requests may do in every bucket.
     pub anonymous: AnonymousAccess,
+    /// Buckets and prefixes unsigned requests may read and list.
+    pub public: Grants,
     /// The regions a SigV4 credential scope may name: the server's own (and any it is
     /// configured to answer for). A signature for another region or service is refused
     /// (SEC-15). Empty refuses every SigV4 signature.
@@ -30,66 +34,104 @@ impl S3Identities {
     /// (a local test origin).
     pub fn anonymous() -> S3Identities {
         S3Identities {
-            secrets: BTreeMap::new(),
             anonymous: AnonymousAccess::ReadWrite,
-            regions: Vec::new(),
+            ..S3Identities::default()
+        }
+    }
+
+    /// Adds a key that may do everything.
+    pub fn with_unrestricted_key(mut self, access_key: &str, secret_key: &str) -> S3Identities {
+        self.secrets
+            .insert(access_key.to_owned(), secret_key.to_owned());
+        self.grants
+            .insert(access_key.to_owned(), Grants::everything());
+        self
+    }
+
+    fn granted(&self, access_key: &str) -> Access<'_> {
+        static NOTHING: Grants = Grants::NONE;
+        Access::Granted(self.grants.get(access_key).unwrap_or(&NOTHING))
+    }
+
+    fn anonymous_access(&self) -> Access<'_> {
+        Access::Anonymous {
+            level: self.anonymous,
+            public: &self.public,
         }
     }
 }
 
 /// What authentication established about a request.
 #[derive(Debug, Clone)]
-pub struct S3Auth {
-    /// Who made it.
-    pub caller: Caller,
+pub struct S3Auth<'a> {
+    /// Who made it and what they may do.
+    pub access: Access<'a>,
     /// The SigV4 seed, for `aws-chunked` bodies with signed chunks.
     pub seed: Option<VerifiedSigV4>,
 }
 
-impl S3Auth {
-    fn anonymous() -> S3Auth {
-        S3Auth {
-            caller: Caller::Anonymous,
-            seed: None,
-        }
-    }
-}
-
-/// Verifies a request and applies the access policy ([`crate::access::authorize`]) to
-/// its operation.
+/// Verifies a request and applies the access policy ([`Access::check`]) to what its
+/// operation needs ([`S3Request::need`]). A copy's source, each key of a DeleteObjects
+/// and the buckets of a ListBuckets are checked by the server as it reaches them.
 ///
 /// With no secrets configured, signatures cannot be checked: every request is
 /// anonymous, whatever credentials it carries, and the anonymous policy decides.
 ///
 /// # Errors
 /// [`ErrorKind::MissingCredentials`] for an unsigned request when anonymous access is
-/// refused, [`ErrorKind::AccessDenied`] for an anonymous write when it is read-only,
+/// refused, [`ErrorKind::AccessDenied`] for an anonymous request it does not allow,
+/// [`ErrorKind::PermissionMismatch`] for an identity whose grants do not allow it,
 /// [`ErrorKind::InvalidAccessKeyId`], [`ErrorKind::SignatureDoesNotMatch`],
 /// [`ErrorKind::RequestTimeTooSkewed`], [`ErrorKind::ExpiredRequest`], and the parse
 /// errors of the signature formats.
-pub fn authenticate(
-    identities: &S3Identities,
+pub fn authenticate<'a>(
+    identities: &'a S3Identities,
     request: &S3Request,
     parts: &RequestParts<'_>,
     now: SystemTime,
-) -> Result<S3Auth> {
+) -> Result<S3Auth<'a>> {
     let auth = verify_signature(identities, request, parts, now)?;
-    authorize(
-        auth.caller,
-        identities.anonymous,
-        request.operation.writes(),
-    )?;
+    auth.access.check(request.need())?;
+    if let Some((bucket, key)) = copy_source(request, parts.headers)? {
+        auth.access.check(Need {
+            action: Action::Read,
+            resource: Resource::Object {
+                bucket: &bucket,
+                key: &key,
+            },
+        })?;
+    }
     Ok(auth)
 }
 
-fn verify_signature(
-    identities: &S3Identities,
+/// The source of a copy (CopyObject, UploadPartCopy), which needs `read`: checked here,
+/// before the server dispatches or relays the copy.
+fn copy_source(request: &S3Request, headers: &http::HeaderMap) -> Result<Option<(String, String)>> {
+    if !matches!(
+        request.operation,
+        S3Operation::CopyObject | S3Operation::UploadPartCopy
+    ) {
+        return Ok(None);
+    }
+    let value = headers
+        .get("x-amz-copy-source")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    parse_copy_source(value).map(Some)
+}
+
+fn verify_signature<'a>(
+    identities: &'a S3Identities,
     request: &S3Request,
     parts: &RequestParts<'_>,
     now: SystemTime,
-) -> Result<S3Auth> {
+) -> Result<S3Auth<'a>> {
+    let anonymous = || S3Auth {
+        access: identities.anonymous_access(),
+        seed: None,
+    };
     if identities.secrets.is_empty() {
-        return Ok(S3Auth::anonymous());
+        return Ok(anonymous());
     }
     let unknown_key = || {
         Error::new(
@@ -116,12 +158,12 @@ fn verify_signature(
             now,
         )?;
         return Ok(S3Auth {
-            caller: Caller::Authenticated,
+            access: identities.granted(&v2.access_key),
             seed: None,
         });
     }
     let Some(auth) = sigv4::parse_authorization(parts.headers, parts.raw_query)? else {
-        return Ok(S3Auth::anonymous());
+        return Ok(anonymous());
     };
     check_scope(identities, &auth.scope)?;
     let secret = identities
@@ -131,7 +173,7 @@ fn verify_signature(
     let seed = sigv4::verify(parts, &auth, secret, now)?;
     refuse_unsigned_amz_headers(parts.headers, &auth.signed_headers)?;
     Ok(S3Auth {
-        caller: Caller::Authenticated,
+        access: identities.granted(&auth.access_key),
         seed: Some(seed),
     })
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, Method};
 
+use crate::access::{Action, Need, Resource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::uri_encoding::{decode, parse_query};
 
@@ -100,26 +101,26 @@ pub enum S3Operation {
 }
 
 impl S3Operation {
-    /// Whether the operation changes anything (objects, buckets, uploads): what the
-    /// access policy refuses to anonymous read-only callers.
-    pub fn writes(self) -> bool {
+    /// The one action the operation needs: the S3 half of the access table in
+    /// docs/security.md. A copy needs [`Action::Read`] on its source as well (checked
+    /// where the source is parsed), and DeleteObjects `delete` on each key it names.
+    pub fn action(self) -> Action {
         use S3Operation::*;
-        !matches!(
-            self,
-            ListBuckets
-                | HeadBucket
-                | GetBucketLocation
-                | GetBucketAcl
-                | GetObjectAcl
-                | ListObjects
-                | ListObjectsV2
-                | ListObjectVersions
-                | ListMultipartUploads
-                | GetObject
-                | HeadObject
-                | ListParts
-                | GetObjectAttributes
-        )
+        match self {
+            GetObject | HeadObject | GetObjectAttributes | GetObjectAcl => Action::Read,
+            ListBuckets | HeadBucket | GetBucketLocation | ListObjects | ListObjectsV2
+            | ListObjectVersions | ListMultipartUploads => Action::List,
+            PutObject
+            | CopyObject
+            | CreateMultipartUpload
+            | UploadPart
+            | UploadPartCopy
+            | CompleteMultipartUpload
+            | AbortMultipartUpload
+            | ListParts => Action::Write,
+            DeleteObject | DeleteObjects => Action::Delete,
+            CreateBucket | DeleteBucket | GetBucketAcl => Action::Admin,
+        }
     }
 
     /// The operation's name as the S3 API reference spells it (used in metrics and logs).
@@ -267,6 +268,44 @@ pub fn resolve_address(
 }
 
 impl S3Request {
+    /// What the request needs from the access policy: its operation's action on what
+    /// it names (the service, its bucket, the listing's prefix, or its object).
+    pub fn need(&self) -> Need<'_> {
+        use S3Operation::*;
+        let bucket = self.bucket.as_deref().unwrap_or_default();
+        let resource = match self.operation {
+            ListBuckets => Resource::Service,
+            CreateBucket | DeleteBucket | GetBucketAcl => Resource::Bucket(bucket),
+            HeadBucket | GetBucketLocation | DeleteObjects => Resource::InBucket(bucket),
+            ListObjects | ListObjectsV2 | ListObjectVersions | ListMultipartUploads => {
+                Resource::Listing {
+                    bucket,
+                    prefix: self.query.get("prefix").unwrap_or_default(),
+                }
+            }
+            GetObject
+            | HeadObject
+            | GetObjectAttributes
+            | GetObjectAcl
+            | PutObject
+            | CopyObject
+            | DeleteObject
+            | CreateMultipartUpload
+            | UploadPart
+            | UploadPartCopy
+            | CompleteMultipartUpload
+            | AbortMultipartUpload
+            | ListParts => Resource::Object {
+                bucket,
+                key: self.key.as_deref().unwrap_or_default(),
+            },
+        };
+        Need {
+            action: self.operation.action(),
+            resource,
+        }
+    }
+
     /// Classifies a request.
     ///
     /// # Errors

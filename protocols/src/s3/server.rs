@@ -19,6 +19,7 @@ use super::request::{
 };
 use super::sigv4::RequestParts;
 use super::xml;
+use crate::access::{Action, Need, Resource};
 use crate::answer::{
     ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
 };
@@ -156,7 +157,7 @@ struct Ctx<'a> {
     server: &'a S3Server<'a>,
     headers: &'a HeaderMap,
     request: &'a S3Request,
-    auth: S3Auth,
+    auth: S3Auth<'a>,
     raw_query: &'a str,
 }
 
@@ -482,7 +483,8 @@ async fn list_buckets<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
         ),
     };
     let after = ctx.query("continuation-token").filter(|t| !t.is_empty());
-    let buckets = backend.list_buckets().await?;
+    let mut buckets = backend.list_buckets().await?;
+    buckets.retain(|b| ctx.auth.access.may_list(&b.name));
     let query = crate::listing::ListQuery {
         prefix: prefix.unwrap_or(""),
         delimiter: None,
@@ -698,7 +700,7 @@ async fn get_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: boo
     }
     crate::server::set_staleness_headers(h, read.stale);
     for (name, v) in
-        crate::content_headers::s3_response_overrides(&ctx.request.query, ctx.auth.caller)
+        crate::content_headers::s3_response_overrides(&ctx.request.query, ctx.auth.access.caller())
     {
         set_header(h, name, v);
     }
@@ -919,6 +921,21 @@ async fn delete_objects<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: Requ
     backend.head_bucket(bucket).await?;
     let mut outcomes = Vec::with_capacity(request.objects.len());
     for o in request.objects {
+        let may_delete = ctx.auth.access.check(Need {
+            action: Action::Delete,
+            resource: Resource::Object {
+                bucket,
+                key: &o.key,
+            },
+        });
+        if let Err(refused) = may_delete {
+            outcomes.push(xml::DeleteOutcome::Failed {
+                key: o.key,
+                kind: refused.kind(),
+                message: refused.message().to_owned(),
+            });
+            continue;
+        }
         let conditions = DeleteConditions {
             if_match: o.etag.as_deref().map(EtagList::parse),
             // An HTTP date, as the SDKs write it here, or ISO 8601.

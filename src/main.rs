@@ -86,7 +86,9 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct UpArgs {
     /// Folder served by the local origin; its top-level folders are buckets
-    /// (containers). Created with a small sample when it does not exist.
+    /// (containers). Created with a small sample when it does not exist. It also holds
+    /// the workers' caches (`.talon-cache`) and the ACLs clients set
+    /// (`.talon-acls.json`).
     #[arg(long, env = "TALON_DATA_DIR", default_value = "talon-data")]
     data_dir: PathBuf,
     /// A real origin instead of the local folder: `s3` (AWS, region from AWS_REGION),
@@ -434,6 +436,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             (Some(cert), Some(key)) => Some(talon_listener::Tls::from_pem_files(cert, key)?),
             _ => None,
         },
+        // Canned ACLs clients set (a public-read bucket or object) outlive a restart.
+        acl_file: Some(args.data_dir.join(".talon-acls.json")),
     })
     .await
     .context("starting the gateway")?;

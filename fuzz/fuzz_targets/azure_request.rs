@@ -41,5 +41,5 @@ fuzz_target!(|data: &[u8]| {
         client_ip: Some([127, 0, 0, 1].into()),
     };
     let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let _ = authenticate(&identity, &classified, &parts, transport, now);
+    let _ = authenticate(&identity, None, &classified, &parts, transport, now);
 });

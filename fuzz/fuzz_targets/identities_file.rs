@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use talon_protocols::access::identities_file::IdentitiesFile;
-use talon_protocols::access::{Access, Action, AnonymousAccess, Need, Resource};
+use talon_protocols::access::{Access, Action, AnonymousAccess, Need, Open, Resource};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -18,14 +18,18 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let names = ["", "*", "b", "data", "train/", "train/x"];
-    let mut accesses: Vec<Access<'_>> = built.s3.grants.values().map(Access::Granted).collect();
-    accesses.push(Access::Granted(&built.azure.grants));
-    accesses.push(Access::Granted(&built.azure.sas_grants));
-    let public = Access::Anonymous {
-        level: AnonymousAccess::Refused,
+    let open = Open {
         public: &built.s3.public,
+        acls: None,
     };
-    accesses.push(public);
+    let granted = |grants| Access::Granted { grants, open };
+    let mut accesses: Vec<Access<'_>> = built.s3.grants.values().map(granted).collect();
+    accesses.push(granted(&built.azure.grants));
+    accesses.push(granted(&built.azure.sas_grants));
+    accesses.push(Access::Anonymous {
+        level: AnonymousAccess::Refused,
+        open,
+    });
     for access in accesses {
         for action in Action::ALL {
             for bucket in names {

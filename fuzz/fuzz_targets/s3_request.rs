@@ -38,6 +38,6 @@ fuzz_target!(|data: &[u8]| {
             ..S3Identities::default()
         }
         .with_unrestricted_key("AK", "secret");
-        let _ = authenticate(&identities, &classified, &parts, now);
+        let _ = authenticate(&identities, None, &classified, &parts, now);
     }
 });

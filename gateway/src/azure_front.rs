@@ -40,6 +40,7 @@ pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> R
     let server = AzureServer {
         addressing: &front.addressing,
         identity: &identities.azure,
+        acls: gw.acls.as_ref(),
         https: gw.https,
         service_endpoint: None,
         server_name: "talon-gateway",

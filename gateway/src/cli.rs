@@ -234,6 +234,12 @@ pub struct Args {
     /// credentials refuses to start unless anonymous access is allowed.
     #[arg(long, env = "TALON_GATEWAY_IDENTITIES")]
     identities: Option<PathBuf>,
+    /// Where the canned ACLs clients set are kept (PutBucketAcl, PutObjectAcl and
+    /// `x-amz-acl: public-read` on CreateBucket, PutObject, CopyObject: a public bucket
+    /// may be listed, a public object read, without a signature). Without it, ACL
+    /// writes other than `private` are refused.
+    #[arg(long, env = "TALON_GATEWAY_ACL_FILE")]
+    acl_file: Option<PathBuf>,
     /// An S3 client identity ACCESS_KEY:SECRET (repeatable); adds to the file's.
     #[arg(
         long = "s3-credentials",
@@ -506,6 +512,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             (Some(cert), Some(key)) => Some(talon_listener::Tls::from_pem_files(cert, key)?),
             _ => None,
         },
+        acl_file: args.acl_file.clone(),
     };
     let gateway = Arc::new(start(config).await?);
     let reloads = tokio::spawn(reload_identities_on_hangup(args.clone(), gateway.clone()));

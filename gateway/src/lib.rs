@@ -60,6 +60,9 @@ pub struct GatewayConfig {
     pub limits: Limits,
     /// TLS for both fronts (the admin listener stays plain HTTP); `None` for HTTP.
     pub tls: Option<talon_listener::Tls>,
+    /// Where the canned ACLs clients set (PutBucketAcl, `x-amz-acl`) are kept; `None`:
+    /// ACL writes other than `private` are refused.
+    pub acl_file: Option<std::path::PathBuf>,
 }
 
 /// The shared state of a gateway's handlers.
@@ -71,6 +74,7 @@ pub struct Gateway {
     /// Who may call: replaced whole when the identities file is reloaded, so a request
     /// sees one version from start to end.
     identities: std::sync::RwLock<Arc<Identities>>,
+    acls: Option<talon_protocols::access::Acls>,
     objects: Objects,
     limits: Limits,
     metrics: Arc<GatewayMetrics>,
@@ -223,6 +227,12 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         s3: config.s3.clone(),
         azure: config.azure.clone(),
         identities: std::sync::RwLock::new(Arc::new(identities)),
+        acls: config
+            .acl_file
+            .as_ref()
+            .map(talon_protocols::access::Acls::open)
+            .transpose()
+            .map_err(|e| GatewayError::Config(format!("--acl-file: {}", e.message())))?,
         objects: Objects::new(
             config.origins,
             config.cache,

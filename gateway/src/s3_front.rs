@@ -38,6 +38,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
     let server = S3Server {
         addressing: &front.addressing,
         identities: &identities.s3,
+        acls: gw.acls.as_ref(),
         region: &front.region,
         owner_id: OWNER_ID,
         server_name: "talon-gateway",

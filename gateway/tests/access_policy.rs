@@ -62,6 +62,7 @@ fn config(stub: &RunningStub, identities: IdentitiesFile) -> GatewayConfig {
         freshness: talon_gateway::Freshness::within(Duration::from_millis(100)),
         limits: Limits::default(),
         tls: None,
+        acl_file: None,
     }
 }
 
@@ -1002,5 +1003,235 @@ async fn replaced_identities_apply_to_the_next_request_on_an_open_connection() {
     assert!(matches!(err, GatewayError::Config(_)), "{err}");
     let (status, _) = call("GET", "shared/test/b.bin", "").send(&reader).await;
     assert_eq!(status, 200);
+    gw.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------
+// Canned ACLs: public-read buckets (listed) and objects (read) without a signature.
+
+#[tokio::test]
+async fn canned_acls_open_a_bucket_to_listing_and_an_object_to_reading_and_outlive_a_restart() {
+    let stub = stub_with_buckets().await;
+    let acl_dir = tempfile::tempdir().unwrap();
+    let start = || {
+        let text = GRANTS_FILE.replace("KEY", EMULATOR_AZURE_KEY);
+        let mut config = config(&stub, IdentitiesFile::parse(&text).unwrap());
+        config.acl_file = Some(acl_dir.path().join("acls.json"));
+        talon_gateway::start(config)
+    };
+    let gw = start().await.unwrap();
+    let admin = s3_client(&gw, Some(("admin", "a")));
+    let writer = s3_client(&gw, Some(("writer", "w")));
+    let anonymous = s3_client(&gw, None);
+    let s = &stub;
+    let public = |c: Call<'static>| c.header("x-amz-acl", "public-read");
+
+    // A bucket created public-read: anyone may list it, nobody may read its objects.
+    expect(
+        s,
+        &admin,
+        "admin creates public",
+        public(call("PUT", "pub", "")),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &writer,
+        "writer makes shared public",
+        public(call("PUT", "shared", "acl")),
+        403,
+        "AccessDenied",
+    )
+    .await;
+    expect(
+        s,
+        &admin,
+        "admin writes an object",
+        call("PUT", "pub/k.txt", "").body("hello"),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous lists",
+        call("GET", "pub", "list-type=2"),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous reads a private object",
+        call("GET", "pub/k.txt", ""),
+        403,
+        "AccessDenied",
+    )
+    .await;
+    // A public object is read; the writer may write in `shared` but not make it public.
+    let public_put = public(call("PUT", "shared/p.txt", "").body("p"));
+    expect(
+        s,
+        &writer,
+        "writer PUTs public-read",
+        public_put,
+        403,
+        "AccessDenied",
+    )
+    .await;
+    expect(
+        s,
+        &admin,
+        "admin makes k public",
+        public(call("PUT", "pub/k.txt", "acl")),
+        200,
+        "",
+    )
+    .await;
+    assert_eq!(
+        call("GET", "pub/k.txt", "").send(&anonymous).await,
+        (200, "hello".to_owned())
+    );
+    let (_, acl) = call("GET", "pub/k.txt", "acl").send(&admin).await;
+    assert!(
+        acl.contains("groups/global/AllUsers</URI></Grantee><Permission>READ"),
+        "{acl}"
+    );
+
+    // It outlives a restart of the gateway.
+    gw.shutdown().await;
+    let gw = start().await.unwrap();
+    let admin = s3_client(&gw, Some(("admin", "a")));
+    let anonymous = s3_client(&gw, None);
+    assert_eq!(
+        call("GET", "pub/k.txt", "").send(&anonymous).await,
+        (200, "hello".to_owned())
+    );
+
+    // Written again without an ACL, the object is private again.
+    expect(
+        s,
+        &admin,
+        "admin rewrites k",
+        call("PUT", "pub/k.txt", "").body("again"),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous reads rewritten k",
+        call("GET", "pub/k.txt", ""),
+        403,
+        "AccessDenied",
+    )
+    .await;
+    // A deleted public object is NoSuchKey to whoever may list the bucket (as S3 answers).
+    expect(
+        s,
+        &admin,
+        "admin PUTs public",
+        public(call("PUT", "pub/gone.txt", "").body("g")),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &admin,
+        "admin deletes it",
+        call("DELETE", "pub/gone.txt", ""),
+        204,
+        "",
+    )
+    .await;
+    let (status, body) = call("GET", "pub/gone.txt", "").send(&anonymous).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("<Code>NoSuchKey</Code>"), "{body}");
+    // A deleted public bucket is NoSuchBucket; a bucket nobody opened stays a refusal.
+    expect(
+        s,
+        &admin,
+        "admin deletes k",
+        call("DELETE", "pub/k.txt", ""),
+        204,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &admin,
+        "admin deletes pub",
+        call("DELETE", "pub", ""),
+        204,
+        "",
+    )
+    .await;
+    let (status, body) = call("GET", "pub/k.txt", "").send(&anonymous).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("<Code>NoSuchBucket</Code>"), "{body}");
+    let (status, _) = call("GET", "never/k.txt", "").send(&anonymous).await;
+    assert_eq!(status, 403);
+    // Made private again, the bucket is closed to listing.
+    expect(
+        s,
+        &admin,
+        "admin creates pub2",
+        public(call("PUT", "pub2", "")),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &admin,
+        "admin makes pub2 private",
+        call("PUT", "pub2", "acl").header("x-amz-acl", "private"),
+        200,
+        "",
+    )
+    .await;
+    expect(
+        s,
+        &anonymous,
+        "anonymous lists pub2",
+        call("GET", "pub2", "list-type=2"),
+        403,
+        "AccessDenied",
+    )
+    .await;
+    // Only private and public-read are kept.
+    let rw = call("PUT", "pub2", "acl").header("x-amz-acl", "public-read-write");
+    expect(s, &admin, "public-read-write", rw, 501, "").await;
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_an_acl_file_only_private_is_accepted() {
+    let stub = stub_with_buckets().await;
+    let gw = gateway_with_grants(&stub).await;
+    let admin = s3_client(&gw, Some(("admin", "a")));
+    let before = origin_files(&stub);
+    let (status, body) = call("PUT", "shared", "acl")
+        .header("x-amz-acl", "public-read")
+        .send(&admin)
+        .await;
+    assert_eq!(status, 501, "{body}");
+    let (status, body) = call("PUT", "shared/x.txt", "")
+        .header("x-amz-acl", "public-read")
+        .body("x")
+        .send(&admin)
+        .await;
+    assert_eq!(status, 501, "{body}");
+    assert_eq!(origin_files(&stub), before);
+    let private = call("PUT", "shared/x.txt", "")
+        .header("x-amz-acl", "private")
+        .body("x");
+    assert_eq!(private.send(&admin).await.0, 200);
     gw.shutdown().await;
 }

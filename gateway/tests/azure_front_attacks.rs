@@ -84,6 +84,7 @@ impl Setup {
             freshness: talon_gateway::Freshness::within(Duration::from_millis(100)),
             limits: Limits::default(),
             tls: None,
+            acl_file: None,
         })
         .await
         .unwrap();

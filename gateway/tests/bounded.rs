@@ -50,6 +50,7 @@ async fn env(limits: Limits) -> (RunningStub, RunningGateway) {
         freshness: talon_gateway::Freshness::within(Duration::from_millis(100)),
         limits,
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap();

@@ -130,6 +130,7 @@ async fn every_metric_the_dashboard_and_the_alerts_ask_for_is_exported() {
         freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits::default(),
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap();

@@ -70,6 +70,7 @@ async fn gateway_with(cluster: &Cluster, freshness: Freshness, limits: Limits) -
         freshness,
         limits,
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap()

@@ -62,6 +62,7 @@ async fn gateway(cache: CacheClient, cluster: &Cluster) -> RunningGateway {
             ..Limits::default()
         },
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap()

@@ -51,6 +51,7 @@ async fn gateway(
         freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits::default(),
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap()

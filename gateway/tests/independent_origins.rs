@@ -81,6 +81,7 @@ async fn gateway(front: Backend, origin: OriginClient, origin_kind: Backend) -> 
         freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits::default(),
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap()

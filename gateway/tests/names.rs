@@ -74,6 +74,7 @@ async fn env() -> (RunningStub, RunningGateway) {
         freshness: talon_gateway::Freshness::within(Duration::from_millis(100)),
         limits: Limits::default(),
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap();

@@ -96,6 +96,7 @@ async fn gateway(origin: String) -> RunningGateway {
         freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits::default(),
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap()

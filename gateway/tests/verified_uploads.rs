@@ -74,6 +74,7 @@ async fn env() -> Env {
         freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits::default(),
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap();

@@ -50,6 +50,7 @@ async fn gateway(cluster: &Cluster, write_through_max_bytes: u64) -> RunningGate
             ..Limits::default()
         },
         tls: None,
+        acl_file: None,
     })
     .await
     .unwrap()

@@ -25,6 +25,8 @@ pub async fn handle(
     let server = AzureServer {
         addressing: &state.azure_addressing,
         identity: &state.azure_identity,
+        // The stub keeps no ACLs: `private` only, as before.
+        acls: None,
         https: false,
         service_endpoint: Some(&state.azure_endpoint),
         server_name: "talon-origin-stub",

@@ -25,6 +25,8 @@ pub async fn handle(
     let server = S3Server {
         addressing: &state.s3_addressing,
         identities: &state.s3_identities,
+        // The stub keeps no ACLs: `private` only, as before.
+        acls: None,
         region: &state.region,
         owner_id: OWNER_ID,
         server_name: "talon-origin-stub",

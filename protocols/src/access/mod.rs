@@ -14,9 +14,11 @@
 //! the security review: the Azure front served, overwrote and deleted anonymously what
 //! the S3 front protected).
 
+pub mod acl;
 mod grants;
 pub mod identities_file;
 
+pub use acl::{Acls, CannedAcl};
 pub use grants::{Action, Actions, EVERY_BUCKET, Grant, Grants};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -119,19 +121,51 @@ impl Grants {
     }
 }
 
+/// What is open to everyone, signed or not: the identities file's public grants and
+/// the canned ACLs clients set. Reads and listings only; never the list of buckets.
+#[derive(Debug, Clone, Copy)]
+pub struct Open<'a> {
+    /// The identities file's `public` grants.
+    pub public: &'a Grants,
+    /// The ACLs clients set, where the server keeps them.
+    pub acls: Option<&'a Acls>,
+}
+
+impl Open<'_> {
+    /// Nothing open.
+    pub const NOTHING: Open<'static> = Open {
+        public: &Grants::NONE,
+        acls: None,
+    };
+
+    /// Whether `need` is open to everyone.
+    pub fn allows(self, need: Need<'_>) -> bool {
+        need.resource != Resource::Service
+            && (self.public.allows(need) || self.acls.is_some_and(|a| a.allows(need)))
+    }
+
+    fn is_closed(self) -> bool {
+        self.public.is_empty() && self.acls.is_none_or(Acls::is_empty)
+    }
+}
+
 /// What a request's caller may do: an authenticated identity's grants, or what the
-/// server allows anonymous callers.
+/// server allows anonymous callers; and, for both, what is open to everyone.
 #[derive(Debug, Clone, Copy)]
 pub enum Access<'a> {
-    /// A verified signature (SigV4, SigV2, Shared Key or SAS) of an identity with these
-    /// grants.
-    Granted(&'a Grants),
+    /// A verified signature (SigV4, SigV2, Shared Key or SAS) of an identity.
+    Granted {
+        /// Its grants.
+        grants: &'a Grants,
+        /// What is open to everyone.
+        open: Open<'a>,
+    },
     /// No credentials, or credentials a server without keys cannot check.
     Anonymous {
         /// The server-wide anonymous level.
         level: AnonymousAccess,
-        /// Buckets and prefixes open to anonymous reads and listings beyond it.
-        public: &'a Grants,
+        /// What is open to everyone beyond it.
+        open: Open<'a>,
     },
 }
 
@@ -139,7 +173,7 @@ impl Access<'_> {
     /// Who the caller is.
     pub fn caller(self) -> Caller {
         match self {
-            Access::Granted(_) => Caller::Authenticated,
+            Access::Granted { .. } => Caller::Authenticated,
             Access::Anonymous { .. } => Caller::Anonymous,
         }
     }
@@ -147,27 +181,37 @@ impl Access<'_> {
     /// Whether `need` is allowed.
     pub fn allows(self, need: Need<'_>) -> bool {
         match self {
-            Access::Granted(grants) => grants.allows(need),
-            Access::Anonymous { level, public } => match level {
+            Access::Granted { grants, open } => grants.allows(need) || open.allows(need),
+            Access::Anonymous { level, open } => match level {
                 AnonymousAccess::ReadWrite => true,
                 AnonymousAccess::ReadOnly => {
-                    matches!(need.action, Action::Read | Action::List) || public.allows(need)
+                    matches!(need.action, Action::Read | Action::List) || open.allows(need)
                 }
-                // The bucket list stays refused: public grants open buckets, not the
-                // service.
-                AnonymousAccess::Refused => {
-                    need.resource != Resource::Service && public.allows(need)
-                }
+                AnonymousAccess::Refused => open.allows(need),
             },
         }
     }
 
-    /// Whether the caller may see `bucket` in the list of buckets or containers.
+    /// Whether the caller may list `bucket` (and so be told that an object or the
+    /// bucket it asks for does not exist, as S3 tells a caller with `s3:ListBucket`).
     pub fn may_list(self, bucket: &str) -> bool {
         self.allows(Need {
             action: Action::List,
             resource: Resource::InBucket(bucket),
         })
+    }
+
+    /// Whether `bucket` belongs in the caller's list of buckets or containers: one its
+    /// own grants let it list (a bucket open to everyone is not listed for everyone).
+    pub fn shows_bucket(self, bucket: &str) -> bool {
+        let need = Need {
+            action: Action::List,
+            resource: Resource::InBucket(bucket),
+        };
+        match self {
+            Access::Granted { grants, .. } => grants.allows(need),
+            Access::Anonymous { .. } => self.allows(need),
+        }
     }
 
     /// Refuses what [`Access::allows`] does not allow.
@@ -182,11 +226,11 @@ impl Access<'_> {
             return Ok(());
         }
         Err(match self {
-            Access::Granted(_) => Error::new(ErrorKind::PermissionMismatch, "Access Denied"),
+            Access::Granted { .. } => Error::new(ErrorKind::PermissionMismatch, "Access Denied"),
             Access::Anonymous {
                 level: AnonymousAccess::Refused,
-                public,
-            } if public.is_empty() => Error::new(
+                open,
+            } if open.is_closed() => Error::new(
                 ErrorKind::MissingCredentials,
                 "Anonymous access is not allowed; sign the request.",
             ),
@@ -223,7 +267,10 @@ mod tests {
         let kind = |level, action| {
             Access::Anonymous {
                 level,
-                public: &none,
+                open: Open {
+                    public: &none,
+                    acls: None,
+                },
             }
             .check(need(action, OBJECT))
             .map_err(|e| e.kind())
@@ -252,7 +299,10 @@ mod tests {
         }]);
         let anonymous = Access::Anonymous {
             level: AnonymousAccess::Refused,
-            public: &public,
+            open: Open {
+                public: &public,
+                acls: None,
+            },
         };
         let open = Resource::Object {
             bucket: "open",
@@ -283,7 +333,10 @@ mod tests {
             prefix: "k".into(),
             actions: [Action::Read].into_iter().collect(),
         }]);
-        let who = Access::Granted(&grants);
+        let who = Access::Granted {
+            grants: &grants,
+            open: Open::NOTHING,
+        };
         assert_eq!(who.caller(), Caller::Authenticated);
         assert!(who.check(need(Action::Read, OBJECT)).is_ok());
         assert!(who.check(need(Action::List, Resource::Service)).is_ok());
@@ -292,9 +345,12 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::PermissionMismatch, "{a}");
         }
         let nothing = Grants::NONE;
-        let e = Access::Granted(&nothing)
-            .check(need(Action::List, Resource::Service))
-            .unwrap_err();
+        let e = Access::Granted {
+            grants: &nothing,
+            open: Open::NOTHING,
+        }
+        .check(need(Action::List, Resource::Service))
+        .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::PermissionMismatch);
     }
 }

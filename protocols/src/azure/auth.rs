@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use super::request::AzureRequest;
 use super::sas::{self, SasRequest, SasToken};
 use super::shared_key::{self, AccountKey, SharedKeyParts};
-use crate::access::{Access, AnonymousAccess, Grants};
+use crate::access::{Access, Acls, AnonymousAccess, Grants, Open};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Who may call a server.
@@ -47,10 +47,33 @@ impl AzureIdentity {
     }
 
     /// What an anonymous request may do.
-    pub fn anonymous_access(&self) -> Access<'_> {
+    pub fn anonymous_access<'a>(&'a self, acls: Option<&'a Acls>) -> Access<'a> {
         Access::Anonymous {
             level: self.anonymous,
+            open: self.open(acls),
+        }
+    }
+
+    /// What a Shared Key request may do.
+    pub fn key_access<'a>(&'a self, acls: Option<&'a Acls>) -> Access<'a> {
+        Access::Granted {
+            grants: &self.grants,
+            open: self.open(acls),
+        }
+    }
+
+    /// What a SAS request may do at most.
+    pub fn sas_access<'a>(&'a self, acls: Option<&'a Acls>) -> Access<'a> {
+        Access::Granted {
+            grants: &self.sas_grants,
+            open: self.open(acls),
+        }
+    }
+
+    fn open<'a>(&'a self, acls: Option<&'a Acls>) -> Open<'a> {
+        Open {
             public: &self.public,
+            acls,
         }
     }
 }
@@ -87,12 +110,13 @@ pub struct Authorized<'a> {
 /// Shared Key and SAS errors otherwise.
 pub fn authenticate<'a>(
     identity: &'a AzureIdentity,
+    acls: Option<&'a Acls>,
     request: &AzureRequest,
     parts: &SharedKeyParts<'_>,
     transport: Transport,
     now: SystemTime,
 ) -> Result<Authorized<'a>> {
-    let authorized = verify_signature(identity, request, parts, transport, now)?;
+    let authorized = verify_signature(identity, acls, request, parts, transport, now)?;
     authorized
         .access
         .check(request.need())
@@ -117,6 +141,7 @@ pub fn in_azure_words(e: Error) -> Error {
 
 fn verify_signature<'a>(
     identity: &'a AzureIdentity,
+    acls: Option<&'a Acls>,
     request: &AzureRequest,
     parts: &SharedKeyParts<'_>,
     transport: Transport,
@@ -127,11 +152,11 @@ fn verify_signature<'a>(
         sas: sas::SasScope::default(),
     };
     let Some(key) = &identity.key else {
-        return Ok(plain(identity.anonymous_access()));
+        return Ok(plain(identity.anonymous_access(acls)));
     };
     if let Some((account, signature)) = shared_key::parse_authorization(parts.headers)? {
         shared_key::verify(parts, &identity.account, key, &account, &signature, now)?;
-        return Ok(plain(Access::Granted(&identity.grants)));
+        return Ok(plain(identity.key_access(acls)));
     }
     if let Some(token) = SasToken::from_query(&request.query) {
         let sas_request = SasRequest {
@@ -144,9 +169,9 @@ fn verify_signature<'a>(
         };
         let scope = sas::verify(&token, key, &sas_request, now)?;
         return Ok(Authorized {
-            access: Access::Granted(&identity.sas_grants),
+            access: identity.sas_access(acls),
             sas: scope,
         });
     }
-    Ok(plain(identity.anonymous_access()))
+    Ok(plain(identity.anonymous_access(acls)))
 }

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use super::auth::{AzureIdentity, Transport};
 use super::request::{AzureAddressing, AzureOperation, canonical_query, resolve_address};
 use super::sas::{self, SasRequest, SasToken};
-use crate::access::{Access, Action, Need, Resource};
+use crate::access::{Access, Acls, Action, Need, Resource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::s3::request::QueryParams;
 
@@ -99,6 +99,7 @@ pub fn resolve(
 /// source's own SAS nor the anonymous policy lets it read the source.
 pub fn authorize_source(
     identity: &AzureIdentity,
+    acls: Option<&Acls>,
     source: &CopySource,
     shared_key: bool,
     transport: Transport,
@@ -119,10 +120,10 @@ pub fn authorize_source(
         }
     };
     let Some(key) = &identity.key else {
-        return may_read(identity.anonymous_access());
+        return may_read(identity.anonymous_access(acls));
     };
     if shared_key {
-        return may_read(Access::Granted(&identity.grants));
+        return may_read(identity.key_access(acls));
     }
     match SasToken::from_query(&source.query) {
         Some(token) => {
@@ -136,9 +137,9 @@ pub fn authorize_source(
             };
             sas::verify(&token, key, &read, now)
                 .map_err(|_| cannot_verify("the source's SAS does not grant reading it"))?;
-            may_read(Access::Granted(&identity.sas_grants))
+            may_read(identity.sas_access(acls))
         }
-        None => may_read(identity.anonymous_access()),
+        None => may_read(identity.anonymous_access(acls)),
     }
 }
 
@@ -235,6 +236,7 @@ mod tests {
         let check = |s: &CopySource, anonymous, shared_key| {
             kind(authorize_source(
                 &identity(anonymous),
+                None,
                 s,
                 shared_key,
                 transport,
@@ -269,7 +271,9 @@ mod tests {
         }
         let keyless = AzureIdentity::unrestricted("acct", None, AnonymousAccess::ReadWrite);
         assert_eq!(
-            kind(authorize_source(&keyless, &bare, false, transport, now)),
+            kind(authorize_source(
+                &keyless, None, &bare, false, transport, now
+            )),
             None
         );
     }

@@ -14,7 +14,7 @@ use super::copy_source;
 use super::request::{AzureAddressing, AzureOperation, AzureRequest};
 use super::shared_key::SharedKeyParts;
 use super::xml;
-use crate::access::Access;
+use crate::access::{Access, Acls, CannedAcl};
 use crate::answer::{
     ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
 };
@@ -46,6 +46,9 @@ pub struct AzureServer<'a> {
     pub addressing: &'a AzureAddressing,
     /// The account served and who may call it.
     pub identity: &'a AzureIdentity,
+    /// The canned ACLs clients set over S3 (one policy for both fronts): what they open
+    /// applies here, and a write or delete here resets a blob's to private.
+    pub acls: Option<&'a Acls>,
     /// Whether requests arrive over HTTPS (for SAS `spr`).
     pub https: bool,
     /// The account's base URL written into listings; `None` to derive it from the
@@ -156,6 +159,7 @@ where
     };
     let authorized = azure_auth::authenticate(
         server.identity,
+        server.acls,
         &request,
         &signed,
         transport,
@@ -168,6 +172,7 @@ where
             super::shared_key::parse_authorization(&parts.headers),
             Ok(Some(_))
         );
+    forget_acls_of_what_changes(server.acls, &request)?;
     let ctx = Ctx {
         server,
         headers: &parts.headers,
@@ -187,6 +192,23 @@ where
         dispatch(&ctx, backend, request_body(body)),
     )
     .await
+}
+
+/// A blob written or deleted through this front is private again, and a deleted
+/// container's blobs forget their ACLs: before the change, so a failure never leaves a
+/// rewritten blob public (the S3 front's rule, `AclEffect`).
+fn forget_acls_of_what_changes(acls: Option<&Acls>, request: &AzureRequest) -> Result<(), Error> {
+    use AzureOperation::*;
+    let (Some(acls), Some(container)) = (acls, request.container.as_deref()) else {
+        return Ok(());
+    };
+    match (request.operation, request.blob.as_deref()) {
+        (PutBlob | PutBlockList | CopyBlob | DeleteBlob, Some(blob)) => {
+            acls.set_object(container, blob, CannedAcl::Private)
+        }
+        (DeleteContainer, _) => acls.forget_objects_of(container),
+        _ => Ok(()),
+    }
 }
 
 /// One request's context.
@@ -527,6 +549,7 @@ async fn copy_blob<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
     )?;
     copy_source::authorize_source(
         ctx.server.identity,
+        ctx.server.acls,
         &source,
         ctx.shared_key,
         ctx.transport,
@@ -667,7 +690,7 @@ fn created(written: &Written) -> Response<AnswerBody> {
 
 async fn list_containers<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
     let mut buckets = backend.list_buckets().await?;
-    buckets.retain(|b| ctx.access.may_list(&b.name));
+    buckets.retain(|b| ctx.access.shows_bucket(&b.name));
     let max = ctx.max_results()?;
     let query = ListQuery {
         prefix: ctx.query("prefix").unwrap_or(""),

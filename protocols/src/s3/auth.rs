@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use super::request::{S3Operation, S3Request, parse_copy_source};
 use super::sigv2;
 use super::sigv4::{self, RequestParts, VerifiedSigV4};
-use crate::access::{Access, Action, AnonymousAccess, Grants, Need, Resource};
+use crate::access::{Access, Acls, Action, AnonymousAccess, Grants, Need, Open, Resource};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Who may call a server.
@@ -48,15 +48,25 @@ impl S3Identities {
         self
     }
 
-    fn granted(&self, access_key: &str) -> Access<'_> {
+    fn granted<'a>(&'a self, access_key: &str, acls: Option<&'a Acls>) -> Access<'a> {
         static NOTHING: Grants = Grants::NONE;
-        Access::Granted(self.grants.get(access_key).unwrap_or(&NOTHING))
+        Access::Granted {
+            grants: self.grants.get(access_key).unwrap_or(&NOTHING),
+            open: self.open(acls),
+        }
     }
 
-    fn anonymous_access(&self) -> Access<'_> {
+    fn anonymous_access<'a>(&'a self, acls: Option<&'a Acls>) -> Access<'a> {
         Access::Anonymous {
             level: self.anonymous,
+            open: self.open(acls),
+        }
+    }
+
+    fn open<'a>(&'a self, acls: Option<&'a Acls>) -> Open<'a> {
+        Open {
             public: &self.public,
+            acls,
         }
     }
 }
@@ -86,13 +96,23 @@ pub struct S3Auth<'a> {
 /// errors of the signature formats.
 pub fn authenticate<'a>(
     identities: &'a S3Identities,
+    acls: Option<&'a Acls>,
     request: &S3Request,
     parts: &RequestParts<'_>,
     now: SystemTime,
 ) -> Result<S3Auth<'a>> {
-    let auth = verify_signature(identities, request, parts, now)?;
+    let auth = verify(identities, acls, request, parts, now)?;
+    authorize(&auth, request, parts.headers)?;
+    Ok(auth)
+}
+
+/// The policy half of [`authenticate`]: what the request needs, and a copy's source.
+///
+/// # Errors
+/// The refusals of [`Access::check`]; a copy source that does not parse.
+pub fn authorize(auth: &S3Auth<'_>, request: &S3Request, headers: &http::HeaderMap) -> Result<()> {
     auth.access.check(request.need())?;
-    if let Some((bucket, key)) = copy_source(request, parts.headers)? {
+    if let Some((bucket, key)) = copy_source(request, headers)? {
         auth.access.check(Need {
             action: Action::Read,
             resource: Resource::Object {
@@ -101,7 +121,7 @@ pub fn authenticate<'a>(
             },
         })?;
     }
-    Ok(auth)
+    Ok(())
 }
 
 /// The source of a copy (CopyObject, UploadPartCopy), which needs `read`: checked here,
@@ -120,14 +140,19 @@ fn copy_source(request: &S3Request, headers: &http::HeaderMap) -> Result<Option<
     parse_copy_source(value).map(Some)
 }
 
-fn verify_signature<'a>(
+/// The signature half of [`authenticate`]: who made the request.
+///
+/// # Errors
+/// The signature errors of [`authenticate`].
+pub fn verify<'a>(
     identities: &'a S3Identities,
+    acls: Option<&'a Acls>,
     request: &S3Request,
     parts: &RequestParts<'_>,
     now: SystemTime,
 ) -> Result<S3Auth<'a>> {
     let anonymous = || S3Auth {
-        access: identities.anonymous_access(),
+        access: identities.anonymous_access(acls),
         seed: None,
     };
     if identities.secrets.is_empty() {
@@ -158,7 +183,7 @@ fn verify_signature<'a>(
             now,
         )?;
         return Ok(S3Auth {
-            access: identities.granted(&v2.access_key),
+            access: identities.granted(&v2.access_key, acls),
             seed: None,
         });
     }
@@ -173,7 +198,7 @@ fn verify_signature<'a>(
     let seed = sigv4::verify(parts, &auth, secret, now)?;
     refuse_unsigned_amz_headers(parts.headers, &auth.signed_headers)?;
     Ok(S3Auth {
-        access: identities.granted(&auth.access_key),
+        access: identities.granted(&auth.access_key, acls),
         seed: Some(seed),
     })
 }

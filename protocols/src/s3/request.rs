@@ -59,10 +59,14 @@ pub enum S3Operation {
     HeadBucket,
     /// `GET /bucket?location`.
     GetBucketLocation,
-    /// `GET /bucket?acl`: the canned private ACL (ACL writes are not implemented).
+    /// `GET /bucket?acl`: the bucket's canned ACL (private or public-read).
     GetBucketAcl,
-    /// `GET /bucket/key?acl`: the canned private ACL.
+    /// `GET /bucket/key?acl`: the object's canned ACL.
     GetObjectAcl,
+    /// `PUT /bucket?acl` with `x-amz-acl`: a canned ACL (private or public-read).
+    PutBucketAcl,
+    /// `PUT /bucket/key?acl` with `x-amz-acl`.
+    PutObjectAcl,
     /// `GET /bucket` (V1 listing).
     ListObjects,
     /// `GET /bucket?list-type=2`.
@@ -119,7 +123,9 @@ impl S3Operation {
             | AbortMultipartUpload
             | ListParts => Action::Write,
             DeleteObject | DeleteObjects => Action::Delete,
-            CreateBucket | DeleteBucket | GetBucketAcl => Action::Admin,
+            CreateBucket | DeleteBucket | GetBucketAcl | PutBucketAcl | PutObjectAcl => {
+                Action::Admin
+            }
         }
     }
 
@@ -134,6 +140,8 @@ impl S3Operation {
             GetBucketLocation => "GetBucketLocation",
             GetBucketAcl => "GetBucketAcl",
             GetObjectAcl => "GetObjectAcl",
+            PutBucketAcl => "PutBucketAcl",
+            PutObjectAcl => "PutObjectAcl",
             ListObjects => "ListObjects",
             ListObjectsV2 => "ListObjectsV2",
             ListObjectVersions => "ListObjectVersions",
@@ -275,7 +283,7 @@ impl S3Request {
         let bucket = self.bucket.as_deref().unwrap_or_default();
         let resource = match self.operation {
             ListBuckets => Resource::Service,
-            CreateBucket | DeleteBucket | GetBucketAcl => Resource::Bucket(bucket),
+            CreateBucket | DeleteBucket | GetBucketAcl | PutBucketAcl => Resource::Bucket(bucket),
             HeadBucket | GetBucketLocation | DeleteObjects => Resource::InBucket(bucket),
             ListObjects | ListObjectsV2 | ListObjectVersions | ListMultipartUploads => {
                 Resource::Listing {
@@ -287,6 +295,7 @@ impl S3Request {
             | HeadObject
             | GetObjectAttributes
             | GetObjectAcl
+            | PutObjectAcl
             | PutObject
             | CopyObject
             | DeleteObject
@@ -328,11 +337,12 @@ impl S3Request {
             crate::names::check_s3_bucket(b)?;
         }
         let query = QueryParams::parse(raw_query);
-        // Reading an ACL is answered (the canned private one); writing one is not.
+        // Canned ACLs are read and written (`access::acl`); nothing else of `?acl`.
         let reads_acl = query.has("acl") && *method == Method::GET;
+        let writes_acl = query.has("acl") && *method == Method::PUT;
         if let Some(sub) = UNSUPPORTED_SUBRESOURCES
             .iter()
-            .find(|s| query.has(s) && !(reads_acl && **s == "acl"))
+            .find(|s| query.has(s) && !((reads_acl || writes_acl) && **s == "acl"))
         {
             return Err(Error::new(
                 ErrorKind::NotImplemented,
@@ -350,6 +360,7 @@ impl S3Request {
             (Some(_), None, m) => match *m {
                 Method::GET if query.has("location") => GetBucketLocation,
                 Method::GET if reads_acl => GetBucketAcl,
+                Method::PUT if writes_acl => PutBucketAcl,
                 Method::GET if query.has("uploads") => ListMultipartUploads,
                 Method::GET if query.has("versions") => ListObjectVersions,
                 Method::GET if query.get("list-type") == Some("2") => ListObjectsV2,
@@ -362,6 +373,7 @@ impl S3Request {
             },
             (Some(_), Some(_), m) => match *m {
                 Method::GET if reads_acl => GetObjectAcl,
+                Method::PUT if writes_acl => PutObjectAcl,
                 Method::GET if query.has("uploadId") => ListParts,
                 Method::GET if query.has("attributes") => GetObjectAttributes,
                 Method::GET => GetObject,

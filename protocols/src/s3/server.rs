@@ -19,7 +19,7 @@ use super::request::{
 };
 use super::sigv4::RequestParts;
 use super::xml;
-use crate::access::{Action, Need, Resource};
+use crate::access::{Access, Acls, Action, CannedAcl, Need, Resource};
 use crate::answer::{
     ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
 };
@@ -43,6 +43,9 @@ pub struct S3Server<'a> {
     pub addressing: &'a S3Addressing,
     /// Who may call.
     pub identities: &'a S3Identities,
+    /// The canned ACLs clients set; `None`: ACL writes are not kept here (refused, but
+    /// for `private`).
+    pub acls: Option<&'a Acls>,
     /// The region answered (HeadBucket, GetBucketLocation).
     pub region: &'a str,
     /// The owner id written into listings.
@@ -130,12 +133,20 @@ where
         raw_query,
         headers: &parts.headers,
     };
-    let auth = s3_auth::authenticate(
+    let auth = s3_auth::verify(
         server.identities,
+        server.acls,
         &request,
         &request_parts,
         SystemTime::now(),
     )?;
+    if let Err(refused) = s3_auth::authorize(&auth, &request, &parts.headers) {
+        return Err(absent_or(refused, auth.access, &request, backend)
+            .await
+            .into());
+    }
+    let acl = AclEffect::of(server.acls, &request, &parts.headers, auth.access)?;
+    acl.before(server.acls, &request)?;
     let ctx = Ctx {
         server,
         headers: &parts.headers,
@@ -149,7 +160,189 @@ where
         request.operation,
         S3Operation::PutObject | S3Operation::UploadPart
     );
-    within_deadline(&server.limits, streams_upload, dispatched).await
+    let response = within_deadline(&server.limits, streams_upload, dispatched).await?;
+    if response.status().is_success() {
+        acl.after(server.acls, &request)?;
+    }
+    Ok(response)
+}
+
+/// A refusal, or, for a caller who may list the bucket, S3's answer that what it asks
+/// for does not exist: `NoSuchBucket`, or `NoSuchKey` for an object read (a caller who
+/// may not list is refused either way, so a refusal tells nothing about existence).
+async fn absent_or<B: ObjectBackend>(
+    refused: Error,
+    access: Access<'_>,
+    request: &S3Request,
+    backend: &B,
+) -> Error {
+    let Some(bucket) = request.bucket.as_deref() else {
+        return refused;
+    };
+    if !access.may_list(bucket) {
+        return refused;
+    }
+    if let Err(f) = backend.head_bucket(bucket).await
+        && f.error.kind() == ErrorKind::NoSuchBucket
+    {
+        return f.error;
+    }
+    let reads_object = matches!(
+        request.operation,
+        S3Operation::GetObject | S3Operation::HeadObject
+    );
+    if let (true, Some(key)) = (reads_object, request.key.as_deref()) {
+        let head = backend
+            .read(ReadSpec {
+                object: Target { bucket, key },
+                conditions: &Conditions::default(),
+                range: None,
+                with_body: false,
+            })
+            .await;
+        if let Err(f) = head
+            && f.error.kind() == ErrorKind::NoSuchKey
+        {
+            return f.error;
+        }
+    }
+    refused
+}
+
+/// What a write does to the canned ACL of what it writes: every write of an object sets
+/// it (to `private` unless `x-amz-acl` says otherwise), a delete forgets it, a bucket's
+/// creation sets the bucket's, a bucket's deletion forgets its objects'. An object
+/// written as `private` is reset *before* the write, so a write whose answer fails
+/// after the origin took it never leaves the new object public; everything else
+/// happens after the request succeeded, so a refused request changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AclEffect {
+    /// Nothing to do.
+    None,
+    /// An object about to be written: private before the write.
+    PrivateFirst,
+    /// Set the bucket's or object's ACL to this once the request succeeded.
+    Set(CannedAcl),
+    /// A deleted bucket: forget its objects' ACLs.
+    ForgetObjects,
+}
+
+impl AclEffect {
+    /// # Errors
+    /// An `x-amz-acl` that is not a canned ACL kept here; `public-read` from a caller
+    /// without `admin` on what it names; an ACL on an operation that cannot carry one.
+    fn of(
+        acls: Option<&Acls>,
+        request: &S3Request,
+        headers: &HeaderMap,
+        access: Access<'_>,
+    ) -> Result<AclEffect, Error> {
+        use S3Operation::*;
+        let named = header(headers, "x-amz-acl")
+            .map(CannedAcl::parse)
+            .transpose()?;
+        let effect = match (request.operation, named) {
+            (DeleteObject, _) => AclEffect::Set(CannedAcl::Private),
+            (DeleteBucket, _) => AclEffect::ForgetObjects,
+            (CreateBucket, acl) => AclEffect::Set(acl.unwrap_or(CannedAcl::Private)),
+            (PutObject | CopyObject | CompleteMultipartUpload, Some(CannedAcl::PublicRead)) => {
+                AclEffect::Set(CannedAcl::PublicRead)
+            }
+            (PutObject | CopyObject | CompleteMultipartUpload, _) => AclEffect::PrivateFirst,
+            (CreateMultipartUpload, Some(CannedAcl::PublicRead)) => {
+                return Err(Error::new(
+                    ErrorKind::NotImplemented,
+                    "a canned ACL on CreateMultipartUpload is not implemented; set it with PutObjectAcl after the upload completes",
+                ));
+            }
+            _ => AclEffect::None,
+        };
+        if effect == AclEffect::Set(CannedAcl::PublicRead) {
+            if acls.is_none() {
+                return Err(acls_not_kept());
+            }
+            let resource = match request.operation {
+                CreateBucket => Resource::Bucket(request.bucket.as_deref().unwrap_or_default()),
+                _ => request.need().resource,
+            };
+            access.check(Need {
+                action: Action::Admin,
+                resource,
+            })?;
+        }
+        Ok(effect)
+    }
+
+    fn before(self, acls: Option<&Acls>, request: &S3Request) -> Result<(), Error> {
+        match self {
+            AclEffect::PrivateFirst => AclEffect::Set(CannedAcl::Private).after(acls, request),
+            _ => Ok(()),
+        }
+    }
+
+    fn after(self, acls: Option<&Acls>, request: &S3Request) -> Result<(), Error> {
+        let (Some(acls), Some(bucket)) = (acls, request.bucket.as_deref()) else {
+            return Ok(());
+        };
+        match (self, request.key.as_deref()) {
+            (AclEffect::Set(acl), Some(key)) => acls.set_object(bucket, key, acl),
+            (AclEffect::Set(acl), None) => acls.set_bucket(bucket, acl),
+            (AclEffect::ForgetObjects, _) => acls.forget_objects_of(bucket),
+            (AclEffect::None | AclEffect::PrivateFirst, _) => Ok(()),
+        }
+    }
+}
+
+fn acls_not_kept() -> Error {
+    Error::new(
+        ErrorKind::NotImplemented,
+        "ACL writes are not kept by this server (the gateway keeps them with --acl-file); only private is accepted",
+    )
+}
+
+/// PutBucketAcl and PutObjectAcl: a canned ACL in `x-amz-acl` (an
+/// `AccessControlPolicy` document of grants is not implemented).
+async fn put_acl<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) -> Answer {
+    let document = ctx.document(body).await?;
+    let acl = match header(ctx.headers, "x-amz-acl") {
+        Some(value) => CannedAcl::parse(value)?,
+        None if document.is_empty() => {
+            return Err(Error::new(
+                ErrorKind::InvalidRequest,
+                "an ACL write needs x-amz-acl or an AccessControlPolicy document",
+            )
+            .into());
+        }
+        None => {
+            return Err(Error::new(
+                ErrorKind::NotImplemented,
+                "ACL documents of grants are not implemented; use a canned ACL in x-amz-acl (private or public-read)",
+            )
+            .into());
+        }
+    };
+    let acls = ctx.server.acls.ok_or_else(acls_not_kept)?;
+    let bucket = ctx.bucket()?;
+    match ctx.request.key.as_deref() {
+        None => {
+            backend.head_bucket(bucket).await?;
+            acls.set_bucket(bucket, acl)?;
+        }
+        Some(_) => {
+            ctx.only_the_null_version()?;
+            backend
+                .read(ReadSpec {
+                    object: ctx.object()?,
+                    conditions: &Conditions::default(),
+                    range: None,
+                    with_body: false,
+                })
+                .await?;
+            let key = ctx.object()?.key;
+            acls.set_object(bucket, key, acl)?;
+        }
+    }
+    Ok(answer(StatusCode::OK, empty_body()))
 }
 
 /// One request's context.
@@ -273,9 +466,15 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
             Ok(xml_answer(xml::location_xml(ctx.server.region)))
         }
         GetBucketAcl => {
-            backend.head_bucket(ctx.bucket()?).await?;
-            Ok(xml_answer(xml::private_acl_xml(ctx.server.owner_id)))
+            let bucket = ctx.bucket()?;
+            backend.head_bucket(bucket).await?;
+            let acl = ctx
+                .server
+                .acls
+                .map_or(CannedAcl::Private, |a| a.bucket(bucket));
+            Ok(xml_answer(xml::acl_xml(ctx.server.owner_id, acl)))
         }
+        PutBucketAcl | PutObjectAcl => put_acl(ctx, backend, body).await,
         GetObjectAcl => {
             ctx.only_the_null_version()?;
             backend
@@ -286,7 +485,12 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
                     with_body: false,
                 })
                 .await?;
-            Ok(xml_answer(xml::private_acl_xml(ctx.server.owner_id)))
+            let object = ctx.object()?;
+            let acl = ctx
+                .server
+                .acls
+                .map_or(CannedAcl::Private, |a| a.object(object.bucket, object.key));
+            Ok(xml_answer(xml::acl_xml(ctx.server.owner_id, acl)))
         }
         CreateBucket => {
             let bucket = ctx.bucket()?;
@@ -484,7 +688,7 @@ async fn list_buckets<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
     };
     let after = ctx.query("continuation-token").filter(|t| !t.is_empty());
     let mut buckets = backend.list_buckets().await?;
-    buckets.retain(|b| ctx.auth.access.may_list(&b.name));
+    buckets.retain(|b| ctx.auth.access.shows_bucket(&b.name));
     let query = crate::listing::ListQuery {
         prefix: prefix.unwrap_or(""),
         delimiter: None,
@@ -955,6 +1159,11 @@ async fn delete_objects<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: Requ
                 &conditions,
             )
             .await;
+        if result.is_ok()
+            && let Some(acls) = ctx.server.acls
+        {
+            acls.set_object(bucket, &o.key, CannedAcl::Private)?;
+        }
         outcomes.push(match result {
             Ok(()) => xml::DeleteOutcome::Deleted(o.key),
             Err(f) if f.error.kind() == ErrorKind::NoSuchKey => xml::DeleteOutcome::Deleted(o.key),

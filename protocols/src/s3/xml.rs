@@ -251,24 +251,26 @@ pub fn list_versions_xml(
     w.finish()
 }
 
-/// The AccessControlPolicy of GetBucketAcl and GetObjectAcl: the canned `private` ACL,
-/// the owner with full control and nobody else.
-pub fn private_acl_xml(owner_id: &str) -> String {
+/// A GetBucketAcl or GetObjectAcl answer for a canned ACL: the owner's `FULL_CONTROL`,
+/// and for `public-read` the AllUsers group's `READ`.
+pub fn acl_xml(owner_id: &str, acl: crate::access::CannedAcl) -> String {
+    let xsi = ("xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
     let mut w = XmlWriter::new("UTF-8");
     w.open("AccessControlPolicy", Some(S3_XMLNS));
     write_owner(&mut w, owner_id);
     w.open("AccessControlList", None).open("Grant", None);
-    w.open_with_attrs(
-        "Grantee",
-        &[
-            ("xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance"),
-            ("xsi:type", "CanonicalUser"),
-        ],
-    )
-    .text("ID", owner_id)
-    .text("DisplayName", owner_id)
-    .close();
-    w.text("Permission", "FULL_CONTROL");
+    w.open_with_attrs("Grantee", &[xsi, ("xsi:type", "CanonicalUser")])
+        .text("ID", owner_id)
+        .text("DisplayName", owner_id)
+        .close();
+    w.text("Permission", "FULL_CONTROL").close();
+    if acl == crate::access::CannedAcl::PublicRead {
+        w.open("Grant", None);
+        w.open_with_attrs("Grantee", &[xsi, ("xsi:type", "Group")])
+            .text("URI", "http://acs.amazonaws.com/groups/global/AllUsers")
+            .close();
+        w.text("Permission", "READ").close();
+    }
     w.finish()
 }
 

@@ -183,3 +183,49 @@ def test_talon_warm_fills_the_cache_before_a_read(cluster):
     missing = subprocess.run([*argv[:-2], f"s3/{bucket}/absent.bin"], capture_output=True, timeout=60,
                              env=harness.clean_env())
     assert missing.returncode != 0 and b"absent.bin" in missing.stderr, missing.stderr
+
+
+def test_a_public_read_acl_opens_a_bucket_and_an_object_to_unsigned_sdks(up_default):
+    """boto3 makes a bucket and one object public with canned ACLs (kept by `talon up` in
+    its data folder): an unsigned boto3 lists the bucket and reads that object, on the S3
+    front, and an anonymous Azure SDK reads it on the Azure front; the other object stays
+    refused, writes stay refused, and writing the object again makes it private."""
+    from botocore.exceptions import ClientError
+    from azure.core.exceptions import HttpResponseError
+
+    signed = s3_client(up_default)
+    unsigned = s3_client(up_default, unsigned=True)
+    bucket = unique("pub")
+    signed.create_bucket(Bucket=bucket, ACL="public-read")
+    signed.put_object(Bucket=bucket, Key="open.txt", Body=b"open to all", ACL="public-read")
+    signed.put_object(Bucket=bucket, Key="closed.txt", Body=b"not public")
+    grants = signed.get_object_acl(Bucket=bucket, Key="open.txt")["Grants"]
+    assert {"Grantee": {"Type": "Group", "URI": "http://acs.amazonaws.com/groups/global/AllUsers"},
+            "Permission": "READ"} in grants, grants
+
+    listed = unsigned.list_objects_v2(Bucket=bucket)
+    assert sorted(o["Key"] for o in listed["Contents"]) == ["closed.txt", "open.txt"]
+    assert unsigned.get_object(Bucket=bucket, Key="open.txt")["Body"].read() == b"open to all"
+    before = _folder(up_default)
+    for call in (lambda: unsigned.get_object(Bucket=bucket, Key="closed.txt"),
+                 lambda: unsigned.put_object(Bucket=bucket, Key="open.txt", Body=b"overwritten"),
+                 lambda: unsigned.delete_object(Bucket=bucket, Key="open.txt")):
+        with pytest.raises(ClientError) as ei:
+            call()
+        assert ei.value.response["Error"]["Code"] == "AccessDenied"
+    assert _folder(up_default) == before, "a refused request changed the data folder"
+
+    from azure.storage.blob import BlobServiceClient
+    anonymous_blob = BlobServiceClient(up_default.blob_endpoint).get_blob_client(bucket, "open.txt")
+    assert anonymous_blob.download_blob().readall() == b"open to all"
+    with pytest.raises(HttpResponseError):
+        BlobServiceClient(up_default.blob_endpoint).get_blob_client(bucket, "closed.txt").download_blob().readall()
+
+    signed.put_object(Bucket=bucket, Key="open.txt", Body=b"private now")
+    with pytest.raises(ClientError) as ei:
+        unsigned.get_object(Bucket=bucket, Key="open.txt")
+    assert ei.value.response["Error"]["Code"] == "AccessDenied"
+    signed.put_bucket_acl(Bucket=bucket, ACL="private")
+    with pytest.raises(ClientError) as ei:
+        unsigned.list_objects_v2(Bucket=bucket)
+    assert ei.value.response["Error"]["Code"] == "AccessDenied"

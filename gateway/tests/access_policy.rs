@@ -1235,3 +1235,51 @@ async fn without_an_acl_file_only_private_is_accepted() {
     assert_eq!(private.send(&admin).await.0, 200);
     gw.shutdown().await;
 }
+
+/// A prefix grant cannot be escaped with dot segments: `train/../test/b.bin` starts with
+/// `train/`, but the URL standard resolves it (percent-encoded too) to `test/b.bin`, so
+/// both fronts refuse any key with a `.` or `..` segment before the policy or the origin
+/// sees it. Sent on a raw socket: HTTP clients resolve such paths before sending.
+#[tokio::test]
+async fn dot_segments_cannot_escape_a_prefix_grant() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stub = stub_with_buckets().await;
+    let file = IdentitiesFile::parse(&format!(
+        r#"{{"s3": [{{"access_key": "AK", "secret_key": "SK"}}],
+            "azure": {{"account": "{ACCOUNT}", "key": "{EMULATOR_AZURE_KEY}"}},
+            "public": [{{"bucket": "shared", "prefix": "train/", "actions": ["read"]}}]}}"#
+    ))
+    .unwrap();
+    let gw = talon_gateway::start(config(&stub, file)).await.unwrap();
+    let before = origin_files(&stub);
+    let raw_get = |addr: std::net::SocketAddr, path: String| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nx-ms-version: 2021-08-06\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        answer
+    };
+    let s3 = gw.s3_addr.unwrap();
+    let az = gw.azure_addr.unwrap();
+    assert!(
+        raw_get(s3, "/shared/train/a.bin".into())
+            .await
+            .ends_with("train a")
+    );
+    for (addr, path) in [
+        (s3, "/shared/train/../test/b.bin".to_owned()),
+        (s3, "/shared/train/%2E%2E/test/b.bin".to_owned()),
+        (s3, "/shared/train/./../test/b.bin".to_owned()),
+        (az, format!("/{ACCOUNT}/shared/train/../test/b.bin")),
+        (az, format!("/{ACCOUNT}/shared/train/%2e%2e/test/b.bin")),
+    ] {
+        let answer = raw_get(addr, path.clone()).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
+        assert!(!answer.contains("test b"), "{path}: {answer}");
+    }
+    assert_eq!(origin_files(&stub), before);
+    gw.shutdown().await;
+}

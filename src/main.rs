@@ -190,11 +190,14 @@ fn base64_encode(bytes: &[u8]) -> String {
 }
 
 /// Parses `--origin` into origin clients.
-fn real_origin(spec: &str) -> anyhow::Result<Origins> {
+async fn real_origin(spec: &str) -> anyhow::Result<Origins> {
     let settings = OriginSettings::from_env().map_err(|e| anyhow::anyhow!("{}", e.message()))?;
     let spec = OriginSpec::parse(spec, &settings.s3_region)
         .map_err(|e| anyhow::anyhow!("--origin: {}", e.message()))?;
-    Ok(Origins::from_specs(&[spec], &settings)?)
+    Origins::from_specs(&[spec], &settings)?
+        .with_default_s3_credentials(&|name| std::env::var(name).ok())
+        .await
+        .map_err(|e| anyhow::anyhow!("origin credentials: {}", e.message()))
 }
 
 /// Where `talon up`'s parts listen, for the banner and the ready file.
@@ -217,7 +220,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
 
     // The origin: a real account, or the stub over the data folder.
     let (origins, origin_name, stub) = match &args.origin {
-        Some(spec) => (real_origin(spec)?, spec.clone(), None),
+        Some(spec) => (real_origin(spec).await?, spec.clone(), None),
         None => {
             if !args.data_dir.exists() {
                 write_sample(&args.data_dir)?;

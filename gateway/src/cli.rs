@@ -87,6 +87,11 @@ pub struct Args {
     /// The gateway's own S3 secret for the origin.
     #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
     origin_s3_secret_key: Option<String>,
+    /// The session token of temporary origin keys. Without keys, the origin's
+    /// credentials come from AWS's default chain (web identity, container, instance
+    /// profile) and are refreshed before they expire (docs/security.md).
+    #[arg(long, env = "AWS_SESSION_TOKEN", hide_env_values = true)]
+    origin_s3_session_token: Option<String>,
     /// Azure origin account URL (e.g. https://acct.blob.core.windows.net), with
     /// --origin-azure-account; the same as `--origin az://ACCOUNT`, kept for existing
     /// command lines.
@@ -347,7 +352,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             (Some(a), Some(s)) => Some(S3Credentials {
                 access_key: a.clone(),
                 secret_key: s.clone(),
-                session_token: None,
+                session_token: args.origin_s3_session_token.clone(),
             }),
             _ => None,
         },
@@ -385,7 +390,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let Origins {
         s3: s3_origin,
         azure: azure_origin,
-    } = Origins::from_specs(&specs, &settings)?;
+    } = Origins::from_specs(&specs, &settings)?
+        .with_default_s3_credentials(&|name| std::env::var(name).ok())
+        .await
+        .map_err(|e| anyhow::anyhow!("origin credentials: {}", e.message()))?;
     anyhow::ensure!(
         s3_origin.is_some() || azure_origin.is_some(),
         "configure an origin: --origin URL (s3+http://HOST:PORT, az://ACCOUNT, ...)"

@@ -316,6 +316,9 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                         );
                         gw.metrics
                             .origin_request_limit(gw.objects.origin_request_limit());
+                        if let Some(stats) = gw.objects.origin_credential_stats() {
+                            gw.metrics.origin_credentials(stats);
+                        }
                         let (invalidations, freshness) = gw.objects.cluster_rules();
                         gw.metrics.cluster_rules(invalidations, freshness);
                         if let Some(cache) = gw.objects.cache() {

@@ -65,6 +65,7 @@ pub struct GatewayMetrics {
     hot_reads_spread: Gauge,
     cluster_rules: Family<[(&'static str, &'static str); 1], Gauge>,
     identities_reloads: Family<[(&'static str, &'static str); 1], Counter>,
+    origin_credentials: Family<[(&'static str, &'static str); 1], Gauge>,
 }
 
 impl Default for GatewayMetrics {
@@ -96,6 +97,7 @@ impl GatewayMetrics {
             hot_reads_spread: Gauge::default(),
             cluster_rules: Family::default(),
             identities_reloads: Family::default(),
+            origin_credentials: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -170,6 +172,11 @@ impl GatewayMetrics {
                 m.stale_served.clone(),
             );
             r.register(
+                "origin_credentials",
+                "The S3 origin's refreshed credentials (AWS's default chain), by what: refreshed and failed (refreshes since start; a failed one keeps the last good keys until they expire), expires_unix (when the keys in use expire, Unix seconds)",
+                m.origin_credentials.clone(),
+            );
+            r.register(
                 "identities_reloads",
                 "Reloads of the identities file on SIGHUP since start, by outcome: applied, or refused (the file did not parse or left a front without credentials; the previous identities stay)",
                 m.identities_reloads.clone(),
@@ -220,6 +227,20 @@ impl GatewayMetrics {
         self.bytes_in
             .get_or_create(&[("protocol", protocol)])
             .inc_by(n);
+    }
+
+    /// Records what refreshing the origin's credentials did (read when `/metrics` is
+    /// served).
+    pub fn origin_credentials(&self, stats: talon_protocols::origin::credentials::RefreshStats) {
+        for (what, value) in [
+            ("refreshed", stats.refreshed),
+            ("failed", stats.failed),
+            ("expires_unix", stats.expires_unix),
+        ] {
+            self.origin_credentials
+                .get_or_create(&[("what", what)])
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
     }
 
     /// Counts a reload of the identities file: `applied`, or refused.

@@ -345,6 +345,13 @@ impl Objects {
         self.origins.request_limit_stats()
     }
 
+    /// What refreshing the S3 origin's credentials did, for `/metrics`.
+    pub fn origin_credential_stats(
+        &self,
+    ) -> Option<talon_protocols::origin::credentials::RefreshStats> {
+        self.origins.s3_credential_stats()
+    }
+
     /// The metadata cache's holdings and counts, for `/metrics`.
     pub fn metadata_stats(&self) -> talon_metadata_cache::CacheStats {
         self.known.stats()

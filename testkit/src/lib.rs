@@ -21,6 +21,7 @@
 //! ([`origin_conformance`]) runs against the stub and against servers nobody here wrote,
 //! started as processes by [`independent_origins`] (moto's S3 server, Azurite).
 
+pub mod credential_endpoints;
 pub mod etcd;
 pub mod fault_proxy;
 pub mod independent_origins;

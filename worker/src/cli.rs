@@ -106,6 +106,11 @@ pub struct Args {
     /// S3 secret key.
     #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
     s3_secret_key: Option<String>,
+    /// The session token of temporary S3 keys. Without keys, the origin's credentials
+    /// come from AWS's default chain (web identity, container, instance profile) and are
+    /// refreshed before they expire (docs/security.md).
+    #[arg(long, env = "AWS_SESSION_TOKEN", hide_env_values = true)]
+    s3_session_token: Option<String>,
     /// Put the bucket in the host name (virtual-hosted addressing).
     #[arg(long, env = "TALON_WORKER_S3_VIRTUAL_HOSTED")]
     s3_virtual_hosted: bool,
@@ -258,14 +263,14 @@ pub struct Args {
     test_fail_io_uring_probe: Option<String>,
 }
 
-fn origins(args: &Args) -> anyhow::Result<Origins> {
+async fn origins(args: &Args) -> anyhow::Result<Origins> {
     let settings = OriginSettings {
         s3_region: args.s3_region.clone(),
         s3_credentials: match (&args.s3_access_key, &args.s3_secret_key) {
             (Some(ak), Some(sk)) => Some(S3Credentials {
                 access_key: ak.clone(),
                 secret_key: sk.clone(),
-                session_token: None,
+                session_token: args.s3_session_token.clone(),
             }),
             _ => None,
         },
@@ -300,7 +305,10 @@ fn origins(args: &Args) -> anyhow::Result<Origins> {
             account: args.azure_account.clone(),
         });
     }
-    let Origins { s3, azure } = Origins::from_specs(&specs, &settings)?;
+    let Origins { s3, azure } = Origins::from_specs(&specs, &settings)?
+        .with_default_s3_credentials(&|name| std::env::var(name).ok())
+        .await
+        .map_err(|e| anyhow::anyhow!("origin credentials: {}", e.message()))?;
     if s3.is_none() && azure.is_none() {
         tracing::warn!("no origin configured (--origin URL): only cached pages can be served");
     }
@@ -350,7 +358,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         cache_dir: args.cache_dir.clone(),
         capacity_bytes: args.capacity,
         page_size: args.page_size,
-        origins: origins(&args)?,
+        origins: origins(&args).await?,
         stat_ttl: Duration::from_millis(args.stat_ttl_ms),
         negative_stat_ttl: Duration::from_millis(args.negative_stat_ttl_ms),
         metadata: talon_metadata_cache::Limits {

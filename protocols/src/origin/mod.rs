@@ -16,6 +16,7 @@ mod blocks;
 mod compact_info;
 pub use compact_info::CompactInfo;
 mod copy;
+pub mod credentials;
 pub mod request_limit;
 pub use blocks::OriginBlockLists;
 pub use copy::{CopiedProperties, OriginCopy, destination_condition_headers};
@@ -351,7 +352,10 @@ trait Dialect: Send + Sync {
     fn parse_listing(&self, body: &[u8], include_metadata: bool) -> Result<ListResult>;
 }
 
-fn dialect(config: &OriginConfig) -> Arc<dyn Dialect> {
+fn dialect(
+    config: &OriginConfig,
+    refreshing: Option<Arc<credentials::RefreshingCredentials>>,
+) -> Arc<dyn Dialect> {
     match config.clone() {
         OriginConfig::S3 {
             endpoint,
@@ -361,7 +365,10 @@ fn dialect(config: &OriginConfig) -> Arc<dyn Dialect> {
         } => Arc::new(s3::S3Dialect {
             endpoint,
             region,
-            credentials,
+            credentials: match refreshing {
+                Some(r) => s3::Signing::Refreshing(r),
+                None => credentials.map_or(s3::Signing::Anonymous, s3::Signing::Static),
+            },
             virtual_hosted,
         }),
         OriginConfig::Azure {
@@ -390,6 +397,8 @@ pub struct OriginClient {
     dialect: Arc<dyn Dialect>,
     /// Every request's turn per prefix ([`request_limit`]); shared by clones.
     limiter: Option<Arc<request_limit::PrefixRequestLimiter>>,
+    /// Credentials kept current by their own task, where the client signs with them.
+    refreshing: Option<Arc<credentials::RefreshingCredentials>>,
 }
 
 impl std::fmt::Debug for OriginClient {
@@ -484,10 +493,29 @@ impl OriginClient {
         Ok(OriginClient {
             http,
             uploads,
-            dialect: dialect(&config),
+            dialect: dialect(&config, None),
             config,
             limiter: None,
+            refreshing: None,
         })
+    }
+
+    /// This client signing its S3 requests with `credentials`, kept current by their
+    /// own task ([`credentials::RefreshingCredentials`]), instead of the configuration's
+    /// keys. No effect on an Azure origin.
+    pub fn with_s3_credentials(
+        mut self,
+        credentials: Arc<credentials::RefreshingCredentials>,
+    ) -> OriginClient {
+        self.dialect = dialect(&self.config, Some(credentials.clone()));
+        self.refreshing = Some(credentials);
+        self
+    }
+
+    /// What refreshing the client's credentials did so far; `None` for fixed keys or
+    /// none.
+    pub fn credential_stats(&self) -> Option<credentials::RefreshStats> {
+        self.refreshing.as_ref().map(|r| r.stats())
     }
 
     /// This client with every request first taking its turn under `limit`
@@ -1178,6 +1206,51 @@ pub struct Origins {
 }
 
 impl Origins {
+    /// Gives an S3 origin configured without keys the credentials of AWS's default
+    /// chain (`env` reads a variable; [`credentials::default_chain`]), refreshed before
+    /// they expire. Where nothing is configured and no instance metadata service
+    /// answers, the origin stays anonymous, as before.
+    ///
+    /// # Errors
+    /// The chain's source's error when a configured source (web identity, container)
+    /// cannot give its first credentials: the process should not start.
+    pub async fn with_default_s3_credentials(
+        mut self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Origins> {
+        let Some(client) = self.s3.take() else {
+            return Ok(self);
+        };
+        let has_keys = matches!(
+            client.config(),
+            OriginConfig::S3 {
+                credentials: Some(_),
+                ..
+            }
+        );
+        let choice = if has_keys {
+            None
+        } else {
+            credentials::default_chain(env)
+        };
+        let Some(choice) = choice else {
+            self.s3 = Some(client);
+            return Ok(self);
+        };
+        let what = choice.source.describe();
+        self.s3 = Some(
+            match credentials::RefreshingCredentials::start(choice.source).await {
+                Ok(refreshing) => client.with_s3_credentials(refreshing),
+                Err(e) if choice.last_resort => {
+                    tracing::info!(tried = %what, error = %e.message(), "no origin credentials configured or found: S3 requests go unsigned");
+                    client
+                }
+                Err(e) => return Err(e),
+            },
+        );
+        Ok(self)
+    }
+
     /// These origins with every request of each client under its own `limit`
     /// ([`OriginClient::with_request_limit`]).
     pub fn with_request_limit(self, limit: request_limit::RequestLimit) -> Origins {
@@ -1185,6 +1258,11 @@ impl Origins {
             s3: self.s3.map(|c| c.with_request_limit(limit)),
             azure: self.azure.map(|(a, c)| (a, c.with_request_limit(limit))),
         }
+    }
+
+    /// What refreshing the S3 origin's credentials did so far, where they refresh.
+    pub fn s3_credential_stats(&self) -> Option<credentials::RefreshStats> {
+        self.s3.as_ref().and_then(OriginClient::credential_stats)
     }
 
     /// What the request limits of both clients did so far, summed.

@@ -17,8 +17,18 @@ use crate::uri_encoding::decode;
 pub(super) struct S3Dialect {
     pub(super) endpoint: String,
     pub(super) region: String,
-    pub(super) credentials: Option<S3Credentials>,
+    pub(super) credentials: Signing,
     pub(super) virtual_hosted: bool,
+}
+
+/// What S3 requests are signed with.
+pub(super) enum Signing {
+    /// Nothing: requests go unsigned (a public bucket, a local test origin).
+    Anonymous,
+    /// Keys given once.
+    Static(S3Credentials),
+    /// Keys kept current by their own task.
+    Refreshing(std::sync::Arc<super::credentials::RefreshingCredentials>),
 }
 
 fn rfc3339(text: &str) -> Option<SystemTime> {
@@ -54,7 +64,16 @@ impl Dialect for S3Dialect {
         body: &OriginBody,
         now: SystemTime,
     ) -> Result<()> {
-        let Some(creds) = &self.credentials else {
+        let refreshed;
+        let creds = match &self.credentials {
+            Signing::Static(c) => Some(c),
+            Signing::Refreshing(r) => {
+                refreshed = r.current()?;
+                Some(&*refreshed)
+            }
+            Signing::Anonymous => None,
+        };
+        let Some(creds) = creds else {
             if matches!(body, OriginBody::ChunkedWithTrailer { .. }) {
                 headers.push((
                     "x-amz-content-sha256".into(),

@@ -30,6 +30,16 @@ app.kubernetes.io/component: {{ .part }}
 {{- end -}}
 {{- end -}}
 
+{{- define "talon.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
+{{- else if .Values.serviceAccount.create -}}
+{{- include "talon.fullname" . -}}
+{{- else -}}
+default
+{{- end -}}
+{{- end -}}
+
 {{- define "talon.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end -}}

@@ -197,7 +197,10 @@ async fn real_origin(spec: &str) -> anyhow::Result<Origins> {
     Origins::from_specs(&[spec], &settings)?
         .with_default_s3_credentials(&|name| std::env::var(name).ok())
         .await
-        .map_err(|e| anyhow::anyhow!("origin credentials: {}", e.message()))
+        .map_err(|e| anyhow::anyhow!("origin credentials: {}", e.message()))?
+        .with_default_azure_credentials(&|name| std::env::var(name).ok(), None)
+        .await
+        .map_err(|e| anyhow::anyhow!("Azure origin credentials: {}", e.message()))
 }
 
 /// Where `talon up`'s parts listen, for the banner and the ready file.

@@ -104,9 +104,15 @@ pub struct Args {
         default_value = "devstoreaccount1"
     )]
     origin_azure_account: String,
-    /// The Azure origin's account key.
+    /// The Azure origin's account key. Without it (or a SAS file), the Azure origin's
+    /// credentials come from workload identity, a service principal or a managed
+    /// identity (`AZURE_*`, `IDENTITY_*`) and are refreshed before they expire.
     #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
     origin_azure_key: Option<String>,
+    /// A file holding a SAS for the Azure origin, read again before the SAS expires (so a
+    /// rotated SAS is picked up without a restart).
+    #[arg(long, env = "TALON_GATEWAY_ORIGIN_AZURE_SAS_FILE")]
+    origin_azure_sas_file: Option<PathBuf>,
     /// Requests per second this process may send the origin under one prefix (a
     /// bucket and a key's folder), reads, HEADs, listings and writes together: S3
     /// throttles about 3,500 writes and 5,500 reads per second per prefix. Past it,
@@ -393,7 +399,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     } = Origins::from_specs(&specs, &settings)?
         .with_default_s3_credentials(&|name| std::env::var(name).ok())
         .await
-        .map_err(|e| anyhow::anyhow!("origin credentials: {}", e.message()))?;
+        .map_err(|e| anyhow::anyhow!("origin credentials: {}", e.message()))?
+        .with_default_azure_credentials(
+            &|name| std::env::var(name).ok(),
+            args.origin_azure_sas_file.as_deref(),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("Azure origin credentials: {}", e.message()))?;
     anyhow::ensure!(
         s3_origin.is_some() || azure_origin.is_some(),
         "configure an origin: --origin URL (s3+http://HOST:PORT, az://ACCOUNT, ...)"

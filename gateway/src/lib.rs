@@ -317,7 +317,10 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                         gw.metrics
                             .origin_request_limit(gw.objects.origin_request_limit());
                         if let Some(stats) = gw.objects.origin_credential_stats() {
-                            gw.metrics.origin_credentials(stats);
+                            gw.metrics.origin_credentials("s3", stats);
+                        }
+                        if let Some(stats) = gw.objects.azure_origin_credential_stats() {
+                            gw.metrics.origin_credentials("azure", stats);
                         }
                         let (invalidations, freshness) = gw.objects.cluster_rules();
                         gw.metrics.cluster_rules(invalidations, freshness);

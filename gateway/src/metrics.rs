@@ -65,7 +65,7 @@ pub struct GatewayMetrics {
     hot_reads_spread: Gauge,
     cluster_rules: Family<[(&'static str, &'static str); 1], Gauge>,
     identities_reloads: Family<[(&'static str, &'static str); 1], Counter>,
-    origin_credentials: Family<[(&'static str, &'static str); 1], Gauge>,
+    origin_credentials: Family<[(&'static str, &'static str); 2], Gauge>,
 }
 
 impl Default for GatewayMetrics {
@@ -173,7 +173,7 @@ impl GatewayMetrics {
             );
             r.register(
                 "origin_credentials",
-                "The S3 origin's refreshed credentials (AWS's default chain), by what: refreshed and failed (refreshes since start; a failed one keeps the last good keys until they expire), expires_unix (when the keys in use expire, Unix seconds)",
+                "The origins' refreshed credentials (AWS's default chain; Azure's SAS file, Entra ID or managed identity), by origin (s3, azure) and what: refreshed and failed (refreshes since start; a failed one keeps the last good credentials until they expire), expires_unix (when those in use expire, Unix seconds)",
                 m.origin_credentials.clone(),
             );
             r.register(
@@ -231,14 +231,18 @@ impl GatewayMetrics {
 
     /// Records what refreshing the origin's credentials did (read when `/metrics` is
     /// served).
-    pub fn origin_credentials(&self, stats: talon_protocols::origin::credentials::RefreshStats) {
+    pub fn origin_credentials(
+        &self,
+        origin: &'static str,
+        stats: talon_protocols::origin::credentials::RefreshStats,
+    ) {
         for (what, value) in [
             ("refreshed", stats.refreshed),
             ("failed", stats.failed),
             ("expires_unix", stats.expires_unix),
         ] {
             self.origin_credentials
-                .get_or_create(&[("what", what)])
+                .get_or_create(&[("origin", origin), ("what", what)])
                 .set(i64::try_from(value).unwrap_or(i64::MAX));
         }
     }

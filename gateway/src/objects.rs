@@ -352,6 +352,13 @@ impl Objects {
         self.origins.s3_credential_stats()
     }
 
+    /// What refreshing the Azure origin's credentials did, for `/metrics`.
+    pub fn azure_origin_credential_stats(
+        &self,
+    ) -> Option<talon_protocols::origin::credentials::RefreshStats> {
+        self.origins.azure_credential_stats()
+    }
+
     /// The metadata cache's holdings and counts, for `/metrics`.
     pub fn metadata_stats(&self) -> talon_metadata_cache::CacheStats {
         self.known.stats()

@@ -1,7 +1,8 @@
 //! Origin credentials the way deployments hand them out, expiring mid-run: the gateway
 //! takes them from AWS's default chain (IMDSv2, the container endpoint, web identity
-//! through moto's STS) and refreshes them before they expire, so every read and write
-//! through it succeeds while the keys change under it. The IMDSv2 and container runs go
+//! through moto's STS) or Azure's (workload identity, a service principal, a managed
+//! identity, a SAS file) and refreshes them before they expire, so every read and write
+//! through it succeeds while the credentials change under it. The IMDSv2 and container runs go
 //! to an origin that refuses expired keys as S3 does (`talon_testkit::
 //! credential_endpoints::ExpiringOrigin`); a client that keeps its first keys is refused
 //! there, which shows the origin enforces what the gateway avoids.
@@ -19,10 +20,13 @@ use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
 use talon_protocols::s3::request::S3Addressing;
 use talon_protocols::s3::sigv4::S3Credentials;
 use talon_testkit::credential_endpoints::{
-    CONTAINER_TOKEN, CredentialEndpoints, ExpiringOrigin, Issuer,
+    CLIENT_SECRET, CONTAINER_TOKEN, CredentialEndpoints, ExpiringOrigin, FEDERATED_TOKEN,
+    IDENTITY_HEADER, Issuer, Protocol,
 };
 use talon_testkit::independent_origins::{IndependentOrigin, OriginKind};
 use talon_testkit::wait_for;
+
+const ACCOUNT: &str = "devstoreaccount1";
 
 /// How long the issued keys live: short enough that a run crosses several expiries.
 const LIFETIME: Duration = Duration::from_secs(3);
@@ -291,5 +295,203 @@ async fn web_identity_keys_from_moto_sts_are_refreshed_while_reads_and_writes_go
     read_and_write_until(&gw, "web-identity", || credentials.stats().refreshed >= 2).await;
     assert_ne!(credentials.current().unwrap().access_key, first);
     assert_eq!(credentials.stats().failed, 0);
+    gw.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------
+// Azure origins: Entra ID tokens (workload identity, service principal), a managed
+// identity, and a SAS file, refreshed before they expire.
+
+fn anonymous_azure_origin(endpoint: String) -> OriginClient {
+    OriginClient::new(OriginConfig::Azure {
+        endpoint,
+        account: ACCOUNT.into(),
+        key: None,
+        sas: None,
+    })
+    .unwrap()
+}
+
+/// A gateway whose S3 front reads and writes the Azure origin.
+async fn gateway_over_azure(origin: OriginClient) -> RunningGateway {
+    talon_gateway::start(GatewayConfig {
+        s3: Some(S3Front {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            route: Route::Origin,
+            backend: Backend::Azure,
+            addressing: S3Addressing::PathStyle,
+            region: "us-east-1".into(),
+        }),
+        azure: None,
+        admin_listen: None,
+        origins: Origins {
+            s3: None,
+            azure: Some((ACCOUNT.into(), origin)),
+        },
+        cache: None,
+        identities: Identities::from_parts(IdentitiesFile {
+            anonymous: AnonymousAccess::ReadWrite,
+            ..IdentitiesFile::default()
+        })
+        .unwrap(),
+        freshness: talon_gateway::Freshness::within(Duration::from_millis(100)),
+        limits: Limits::default(),
+        tls: None,
+        acl_file: None,
+    })
+    .await
+    .unwrap()
+}
+
+async fn azure_expiring_run(env: BTreeMap<&'static str, String>) {
+    let stub = talon_origin_stub::start(talon_origin_stub::StubConfig::default())
+        .await
+        .unwrap();
+    let issuer = Issuer::new(LIFETIME);
+    let endpoints = CredentialEndpoints::start(issuer.clone()).await;
+    let stub_base = stub.azure_url().unwrap();
+    let stub_host = stub_base
+        .trim_end_matches(&format!("/{ACCOUNT}"))
+        .to_owned();
+    let origin = ExpiringOrigin::start_for(Protocol::AzureBearer, issuer.clone(), stub_host).await;
+    let mut env = env;
+    env.insert("AZURE_AUTHORITY_HOST", endpoints.authority());
+    if env.contains_key("IDENTITY_HEADER") {
+        env.insert("IDENTITY_ENDPOINT", endpoints.identity_endpoint());
+    }
+    let origins = Origins {
+        s3: None,
+        azure: Some((
+            ACCOUNT.into(),
+            anonymous_azure_origin(format!("{}/{ACCOUNT}", origin.url())),
+        )),
+    }
+    .with_default_azure_credentials(&|name| env.get(name).cloned(), None)
+    .await
+    .unwrap();
+    let (_, client) = origins.azure.unwrap();
+    assert!(client.credential_stats().is_some());
+    let gw = gateway_over_azure(client).await;
+    read_and_write_until(&gw, "azcreds", || issuer.issued() >= 4).await;
+    let counts = origin.counts();
+    assert_eq!(counts.expired, 0, "{counts:?}");
+    assert_eq!(counts.refused, 0, "{counts:?}");
+    assert!(counts.accepted.len() >= 3, "{counts:?}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_identity_tokens_are_refreshed_before_they_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("azure-identity-token");
+    std::fs::write(&file, FEDERATED_TOKEN).unwrap();
+    azure_expiring_run(BTreeMap::from([
+        (
+            "AZURE_CLIENT_ID",
+            "11111111-2222-3333-4444-555555555555".to_owned(),
+        ),
+        ("AZURE_TENANT_ID", "tenant-talon".to_owned()),
+        ("AZURE_FEDERATED_TOKEN_FILE", file.display().to_string()),
+    ]))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_principal_and_managed_identity_tokens_are_refreshed() {
+    azure_expiring_run(BTreeMap::from([
+        (
+            "AZURE_CLIENT_ID",
+            "11111111-2222-3333-4444-555555555555".to_owned(),
+        ),
+        ("AZURE_TENANT_ID", "tenant-talon".to_owned()),
+        ("AZURE_CLIENT_SECRET", CLIENT_SECRET.to_owned()),
+    ]))
+    .await;
+    azure_expiring_run(BTreeMap::from([(
+        "IDENTITY_HEADER",
+        IDENTITY_HEADER.to_owned(),
+    )]))
+    .await;
+}
+
+/// A SAS file rotated under the gateway: the new SAS is read before the old one expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_sas_file_is_read_again_before_the_old_sas_expires() {
+    use talon_protocols::azure::sas::{SasGrant, generate_service_sas};
+    use talon_protocols::azure::shared_key::AccountKey;
+    let key = AccountKey::from_base64(talon_origin_stub::EMULATOR_AZURE_KEY).unwrap();
+    let stub = talon_origin_stub::start(talon_origin_stub::StubConfig {
+        azure_key: Some(key.clone()),
+        ..talon_origin_stub::StubConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sas");
+    let write_sas = |lifetime: Duration| {
+        let sas = generate_service_sas(
+            &SasGrant {
+                account: ACCOUNT,
+                container: "rotated",
+                blob: None,
+                permissions: "racwdl",
+                start: None,
+                expiry: std::time::SystemTime::now() + lifetime,
+                version: "2025-01-05",
+            },
+            &key,
+        );
+        std::fs::write(&file, sas).unwrap();
+    };
+    // A container the service SAS can work in (a service SAS cannot create one).
+    std::fs::create_dir_all(stub.data_dir().join("rotated")).unwrap();
+    write_sas(LIFETIME);
+    let origins = Origins {
+        s3: None,
+        azure: Some((
+            ACCOUNT.into(),
+            anonymous_azure_origin(stub.azure_url().unwrap()),
+        )),
+    }
+    .with_default_azure_credentials(&|_| None, Some(&file))
+    .await
+    .unwrap();
+    let (_, client) = origins.azure.unwrap();
+    let stats = || client.credential_stats().unwrap();
+    let gw = gateway_over_azure(client.clone()).await;
+    let http = reqwest::Client::new();
+    let s3 = gw.s3_url().unwrap();
+    let mut i = 0u32;
+    let mut rotated_at = std::time::Instant::now();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    // The rotator writes a fresh SAS every second; the gateway must pick one up before
+    // each one it holds expires.
+    while stats().refreshed < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refresh within 60 s: {:?}",
+            stats()
+        );
+        if rotated_at.elapsed() >= Duration::from_secs(1) {
+            write_sas(LIFETIME);
+            rotated_at = std::time::Instant::now();
+        }
+        let put = http
+            .put(format!("{s3}/rotated/obj-{i}"))
+            .body(body(i))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 200, "PUT {i}: {}", put.text().await.unwrap());
+        let get = http
+            .get(format!("{s3}/rotated/obj-{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(get.status(), 200, "GET {i}");
+        assert_eq!(sha(&get.bytes().await.unwrap()), sha(&body(i)));
+        i += 1;
+    }
+    assert_eq!(stats().failed, 0);
     gw.shutdown().await;
 }

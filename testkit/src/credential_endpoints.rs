@@ -7,11 +7,17 @@
 //!   `x-aws-ec2-metadata-token`) and the container endpoint (`GET /container/creds`
 //!   with the `Authorization` token). Every answer issues new keys that expire after
 //!   the lifetime given.
+//! - The same server speaks Entra ID's token endpoint (`POST /{tenant}/oauth2/v2.0/token`,
+//!   `client_credentials` with a `client_secret` or a `client_assertion`) and a managed
+//!   identity endpoint (`GET /msi/token` with `X-IDENTITY-HEADER`, as App Service's
+//!   `IDENTITY_ENDPOINT`), each issuing a bearer token that expires after the lifetime.
 //! - [`ExpiringOrigin`]: an HTTP proxy in front of an anonymous origin (the stub) that
 //!   verifies each request's SigV4 signature with the secret issued for its access key
 //!   (`talon_protocols::s3::auth`, the fronts' verifier) and its `x-amz-security-token`,
-//!   and answers `403 ExpiredToken` once the keys expired — what S3 does with temporary
-//!   credentials. Requests it accepts are forwarded unchanged, unsigned.
+//!   and answers `400 ExpiredToken` once the keys expired — what S3 does with temporary
+//!   credentials; or, for Azure, takes only an issued bearer token and answers `401
+//!   InvalidAuthenticationInfo` once it expired. Requests it accepts are forwarded
+//!   unsigned.
 //!
 //! Real AWS endpoints cannot be reached from here, and moto's STS issues keys that its
 //! S3 never expires, so this is the origin the expiry tests run against.
@@ -28,10 +34,12 @@ use talon_protocols::s3::sigv4::RequestParts;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Keys issued so far: access key → (secret, session token, expiry).
+/// Keys issued so far: access key → (secret, session token, expiry); bearer tokens →
+/// expiry.
 #[derive(Debug, Default)]
 struct Issued {
     keys: BTreeMap<String, (String, String, SystemTime)>,
+    tokens: BTreeMap<String, SystemTime>,
     serial: u64,
 }
 
@@ -65,7 +73,29 @@ impl Issuer {
         (key, secret, token, expires)
     }
 
-    /// How many keys were issued.
+    fn issue_token(&self) -> (String, SystemTime) {
+        let mut issued = self.issued.lock().unwrap_or_else(|p| p.into_inner());
+        issued.serial += 1;
+        let token = format!(
+            "eyJ0eXAiOiJKV1QifQ.bearer-{}-{}",
+            issued.serial,
+            fastrand_like(issued.serial)
+        );
+        let expires = SystemTime::now() + self.lifetime;
+        issued.tokens.insert(token.clone(), expires);
+        (token, expires)
+    }
+
+    fn token_expiry(&self, token: &str) -> Option<SystemTime> {
+        self.issued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tokens
+            .get(token)
+            .copied()
+    }
+
+    /// How many keys or tokens were issued.
     pub fn issued(&self) -> u64 {
         self.issued.lock().unwrap_or_else(|p| p.into_inner()).serial
     }
@@ -188,6 +218,13 @@ pub struct CredentialEndpoints {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The `X-IDENTITY-HEADER` the managed identity endpoint takes.
+pub const IDENTITY_HEADER: &str = "identity-header-secret";
+/// The client secret the Entra ID token endpoint takes.
+pub const CLIENT_SECRET: &str = "client-secret-value";
+/// The federated token (AKS's projected service account token) it takes.
+pub const FEDERATED_TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.federated.sig";
+
 /// The IMDS role name the stand-in reports.
 pub const ROLE: &str = "talon-test-role";
 /// The container endpoint's `Authorization` token.
@@ -248,6 +285,52 @@ impl CredentialEndpoints {
                         }
                         json(&issuer)
                     }
+                    ("GET", path) if path.starts_with("/msi/token?") => {
+                        let storage = path.contains("resource=https%3A%2F%2Fstorage.azure.com%2F");
+                        if header("x-identity-header") != Some(IDENTITY_HEADER) || !storage {
+                            return (400, Vec::new(), b"{\"error\":\"invalid_request\"}".to_vec());
+                        }
+                        let (token, expires) = issuer.issue_token();
+                        let on = expires
+                            .duration_since(SystemTime::UNIX_EPOCH)
+                            .unwrap_or_default()
+                            .as_secs();
+                        let body = serde_json::json!({
+                            "access_token": token,
+                            "expires_on": on.to_string(),
+                            "resource": "https://storage.azure.com/",
+                            "token_type": "Bearer",
+                        });
+                        (200, Vec::new(), body.to_string().into_bytes())
+                    }
+                    ("POST", path) if path.ends_with("/oauth2/v2.0/token") => {
+                        let form: BTreeMap<String, String> =
+                            talon_protocols::uri_encoding::parse_query(&String::from_utf8_lossy(
+                                &req.body,
+                            ))
+                            .into_iter()
+                            .collect();
+                        let field = |k: &str| form.get(k).map(String::as_str);
+                        let proven = field("client_secret") == Some(CLIENT_SECRET)
+                            || (field("client_assertion") == Some(FEDERATED_TOKEN)
+                                && field("client_assertion_type")
+                                    == Some(
+                                        "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+                                    ));
+                        if field("grant_type") != Some("client_credentials")
+                            || field("scope") != Some("https://storage.azure.com/.default")
+                            || !proven
+                        {
+                            return (401, Vec::new(), b"{\"error\":\"invalid_client\"}".to_vec());
+                        }
+                        let (token, _) = issuer.issue_token();
+                        let body = serde_json::json!({
+                            "token_type": "Bearer",
+                            "expires_in": issuer.lifetime.as_secs(),
+                            "access_token": token,
+                        });
+                        (200, Vec::new(), body.to_string().into_bytes())
+                    }
                     _ => (404, Vec::new(), Vec::new()),
                 }
             }
@@ -263,6 +346,16 @@ impl CredentialEndpoints {
     /// What `AWS_CONTAINER_CREDENTIALS_FULL_URI` names.
     pub fn container_uri(&self) -> String {
         format!("http://{}/container/creds", self.addr)
+    }
+
+    /// What `IDENTITY_ENDPOINT` names.
+    pub fn identity_endpoint(&self) -> String {
+        format!("http://{}/msi/token", self.addr)
+    }
+
+    /// What `AZURE_AUTHORITY_HOST` names.
+    pub fn authority(&self) -> String {
+        format!("http://{}", self.addr)
     }
 }
 
@@ -284,7 +377,16 @@ pub struct OriginCounts {
     pub refused: u64,
 }
 
-/// An S3 origin that takes only the issued keys, and only until they expire.
+/// Which credentials an [`ExpiringOrigin`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// S3: SigV4 with issued keys and their session token.
+    S3,
+    /// Azure Blob: an issued bearer token.
+    AzureBearer,
+}
+
+/// An origin that takes only the issued credentials, and only until they expire.
 #[derive(Debug)]
 pub struct ExpiringOrigin {
     addr: SocketAddr,
@@ -306,6 +408,12 @@ fn s3_error(status: u16, code: &str, message: &str) -> (u16, Vec<(String, String
 impl ExpiringOrigin {
     /// Starts it in front of `target` (`http://host:port`, an anonymous S3 origin).
     pub async fn start(issuer: Issuer, target: String) -> ExpiringOrigin {
+        ExpiringOrigin::start_for(Protocol::S3, issuer, target).await
+    }
+
+    /// Starts it for `protocol` in front of `target` (an anonymous origin of it; for
+    /// Azure, `http://host:port`, the account in the path).
+    pub async fn start_for(protocol: Protocol, issuer: Issuer, target: String) -> ExpiringOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let counts = Arc::new(Mutex::new(OriginCounts::default()));
@@ -320,7 +428,11 @@ impl ExpiringOrigin {
                 let count = |f: &dyn Fn(&mut OriginCounts)| {
                     f(&mut counts.lock().unwrap_or_else(|p| p.into_inner()))
                 };
-                match check(&issuer, &req) {
+                let checked = match protocol {
+                    Protocol::S3 => check(&issuer, &req),
+                    Protocol::AzureBearer => check_bearer(&issuer, &req),
+                };
+                match checked {
                     Ok(key) => count(&|c| *c.accepted.entry(key.clone()).or_default() += 1),
                     Err((expired, answer)) => {
                         count(&|c| {
@@ -387,6 +499,54 @@ impl Drop for ExpiringOrigin {
 }
 
 type Refusal = (bool, (u16, Vec<(String, String)>, Vec<u8>));
+
+/// The bearer token if it was issued and has not expired; else whether it had expired,
+/// and Azure's answer.
+fn check_bearer(issuer: &Issuer, req: &Raw) -> Result<String, Refusal> {
+    let azure_error = |status: u16, code: &str, detail: &str| {
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>{code}</Code><Message>Server failed to authenticate the request.</Message><AuthenticationErrorDetail>{detail}</AuthenticationErrorDetail></Error>"
+        );
+        (
+            status,
+            vec![("content-type".to_owned(), "application/xml".to_owned())],
+            body.into_bytes(),
+        )
+    };
+    let token = req
+        .headers
+        .iter()
+        .find(|(k, _)| k == "authorization")
+        .and_then(|(_, v)| v.strip_prefix("Bearer "))
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            (
+                false,
+                azure_error(401, "NoAuthenticationInformation", "no bearer token"),
+            )
+        })?;
+    let expires = issuer.token_expiry(&token).ok_or_else(|| {
+        (
+            false,
+            azure_error(
+                401,
+                "InvalidAuthenticationInfo",
+                "Signature validation failed.",
+            ),
+        )
+    })?;
+    if SystemTime::now() >= expires {
+        return Err((
+            true,
+            azure_error(
+                401,
+                "InvalidAuthenticationInfo",
+                "Lifetime validation failed. The token is expired.",
+            ),
+        ));
+    }
+    Ok(token.chars().take(40).collect())
+}
 
 /// The request's access key if its signature and token are those of unexpired issued
 /// keys; else whether they had expired, and S3's answer.

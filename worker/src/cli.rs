@@ -126,9 +126,15 @@ pub struct Args {
         default_value = "devstoreaccount1"
     )]
     azure_account: String,
-    /// Azure account key (base64); anonymous without.
+    /// Azure account key (base64). Without it (or a SAS file), the Azure origin's
+    /// credentials come from workload identity, a service principal or a managed
+    /// identity (`AZURE_*`, `IDENTITY_*`), refreshed before they expire; anonymous where
+    /// none is found.
     #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
     azure_key: Option<String>,
+    /// A file holding a SAS for the Azure origin, read again before the SAS expires.
+    #[arg(long, env = "TALON_WORKER_AZURE_SAS_FILE")]
+    azure_sas_file: Option<std::path::PathBuf>,
     /// Requests per second this process may send the origin under one prefix (a
     /// bucket and a key's folder), reads, HEADs, listings and writes together: S3
     /// throttles about 3,500 writes and 5,500 reads per second per prefix. Past it,
@@ -308,7 +314,13 @@ async fn origins(args: &Args) -> anyhow::Result<Origins> {
     let Origins { s3, azure } = Origins::from_specs(&specs, &settings)?
         .with_default_s3_credentials(&|name| std::env::var(name).ok())
         .await
-        .map_err(|e| anyhow::anyhow!("origin credentials: {}", e.message()))?;
+        .map_err(|e| anyhow::anyhow!("origin credentials: {}", e.message()))?
+        .with_default_azure_credentials(
+            &|name| std::env::var(name).ok(),
+            args.azure_sas_file.as_deref(),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("Azure origin credentials: {}", e.message()))?;
     if s3.is_none() && azure.is_none() {
         tracing::warn!("no origin configured (--origin URL): only cached pages can be served");
     }

@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use http::{HeaderMap, Method};
 
+use super::azure_credentials::AzureAuth;
 use super::{
     AZURE_API_VERSION, BucketSummary, Dialect, ListOptions, ListResult, ListedEntry, OriginBody,
     path_and_query,
@@ -21,6 +22,9 @@ pub(super) struct AzureDialect {
     pub(super) account: String,
     pub(super) key: Option<AccountKey>,
     pub(super) sas: Option<String>,
+    /// A token or SAS kept current by its own task; over `key` and `sas`.
+    pub(super) refreshing:
+        Option<std::sync::Arc<super::credentials::Refreshing<super::azure_credentials::AzureAuth>>>,
 }
 
 impl Dialect for AzureDialect {
@@ -36,8 +40,17 @@ impl Dialect for AzureDialect {
         names::validate_container_name(container)
     }
 
-    fn extra_query(&self) -> Option<&str> {
-        self.sas.as_deref().map(|sas| sas.trim_start_matches('?'))
+    fn extra_query(&self) -> Result<Option<std::borrow::Cow<'_, str>>> {
+        if let Some(r) = &self.refreshing {
+            return Ok(match &*r.current()? {
+                AzureAuth::Sas(sas) => Some(std::borrow::Cow::Owned(sas.clone())),
+                AzureAuth::Bearer(_) => None,
+            });
+        }
+        Ok(self
+            .sas
+            .as_deref()
+            .map(|sas| std::borrow::Cow::Borrowed(sas.trim_start_matches('?'))))
     }
 
     fn authorize(
@@ -51,6 +64,13 @@ impl Dialect for AzureDialect {
     ) -> Result<()> {
         headers.push(("x-ms-version".into(), AZURE_API_VERSION.into()));
         headers.push(("x-ms-date".into(), format_http_date(now)));
+        if let Some(r) = &self.refreshing {
+            // A SAS is in the URL (`extra_query`); a token goes in the header.
+            if let AzureAuth::Bearer(token) = &*r.current()? {
+                headers.push(("authorization".into(), format!("Bearer {token}")));
+            }
+            return Ok(());
+        }
         let Some(account_key) = &self.key else {
             return Ok(());
         };

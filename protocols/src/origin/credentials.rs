@@ -30,27 +30,28 @@ use serde::Deserialize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::s3::sigv4::S3Credentials;
 
-/// Credentials and when they stop being valid (`None`: never).
+/// Credentials (S3 keys, an Azure token or SAS) and when they stop being valid
+/// (`None`: never).
 #[derive(Clone)]
-pub struct Fetched {
-    /// The keys.
-    pub credentials: S3Credentials,
+pub struct Fetched<T> {
+    /// The credentials.
+    pub value: T,
     /// Their expiry.
     pub expires: Option<SystemTime>,
 }
 
 /// The boxed future a source's fetch returns.
-pub type FetchFuture<'a> = Pin<Box<dyn Future<Output = Result<Fetched>> + Send + 'a>>;
+pub type FetchFuture<'a, T> = Pin<Box<dyn Future<Output = Result<Fetched<T>>> + Send + 'a>>;
 
-/// Where credentials come from.
-pub trait CredentialSource: Send + Sync + 'static {
+/// Where credentials of kind `T` come from.
+pub trait Source<T>: Send + Sync + 'static {
     /// What it is, for logs and errors (no secret).
     fn describe(&self) -> String;
     /// Fetches credentials now.
-    fn fetch<'a>(&'a self, http: &'a reqwest::Client) -> FetchFuture<'a>;
+    fn fetch<'a>(&'a self, http: &'a reqwest::Client) -> FetchFuture<'a, T>;
 }
 
-fn unavailable(what: &str, why: impl std::fmt::Display) -> Error {
+pub(super) fn unavailable(what: &str, why: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorKind::ServiceUnavailable,
         format!("origin credentials from {what}: {why}"),
@@ -60,13 +61,13 @@ fn unavailable(what: &str, why: impl std::fmt::Display) -> Error {
 /// Keys that never change (the environment's, or flags').
 pub struct StaticSource(pub S3Credentials);
 
-impl CredentialSource for StaticSource {
+impl Source<S3Credentials> for StaticSource {
     fn describe(&self) -> String {
         "static keys".into()
     }
-    fn fetch<'a>(&'a self, _: &'a reqwest::Client) -> FetchFuture<'a> {
+    fn fetch<'a>(&'a self, _: &'a reqwest::Client) -> FetchFuture<'a, S3Credentials> {
         let fetched = Fetched {
-            credentials: self.0.clone(),
+            value: self.0.clone(),
             expires: None,
         };
         Box::pin(async move { Ok(fetched) })
@@ -109,13 +110,13 @@ struct StsCredentials {
     expiration: String,
 }
 
-fn rfc3339(what: &str, text: &str) -> Result<SystemTime> {
+pub(super) fn rfc3339(what: &str, text: &str) -> Result<SystemTime> {
     time::OffsetDateTime::parse(text.trim(), &time::format_description::well_known::Rfc3339)
         .map(SystemTime::from)
         .map_err(|e| unavailable(what, format!("expiry '{text}' is not a date: {e}")))
 }
 
-impl CredentialSource for WebIdentitySource {
+impl Source<S3Credentials> for WebIdentitySource {
     fn describe(&self) -> String {
         format!(
             "web identity (role {}, STS {})",
@@ -123,7 +124,7 @@ impl CredentialSource for WebIdentitySource {
         )
     }
 
-    fn fetch<'a>(&'a self, http: &'a reqwest::Client) -> FetchFuture<'a> {
+    fn fetch<'a>(&'a self, http: &'a reqwest::Client) -> FetchFuture<'a, S3Credentials> {
         Box::pin(async move {
             let what = self.describe();
             let token = std::fs::read_to_string(&self.token_file).map_err(|e| {
@@ -164,7 +165,7 @@ impl CredentialSource for WebIdentitySource {
             let c = parsed.assume_role_with_web_identity_result.credentials;
             Ok(Fetched {
                 expires: Some(rfc3339(&what, &c.expiration)?),
-                credentials: S3Credentials {
+                value: S3Credentials {
                     access_key: c.access_key_id,
                     secret_key: c.secret_access_key,
                     session_token: Some(c.session_token),
@@ -174,7 +175,7 @@ impl CredentialSource for WebIdentitySource {
     }
 }
 
-fn first_line(text: &str) -> &str {
+pub(super) fn first_line(text: &str) -> &str {
     let line = text.lines().next().unwrap_or_default();
     &line[..line.len().min(200)]
 }
@@ -190,14 +191,14 @@ struct JsonCredentials {
 }
 
 impl JsonCredentials {
-    fn into_fetched(self, what: &str) -> Result<Fetched> {
+    fn into_fetched(self, what: &str) -> Result<Fetched<S3Credentials>> {
         Ok(Fetched {
             expires: self
                 .expiration
                 .as_deref()
                 .map(|e| rfc3339(what, e))
                 .transpose()?,
-            credentials: S3Credentials {
+            value: S3Credentials {
                 access_key: self.access_key_id,
                 secret_key: self.secret_access_key,
                 session_token: self.token,
@@ -206,7 +207,10 @@ impl JsonCredentials {
     }
 }
 
-async fn json_credentials(what: &str, request: reqwest::RequestBuilder) -> Result<Fetched> {
+async fn json_credentials(
+    what: &str,
+    request: reqwest::RequestBuilder,
+) -> Result<Fetched<S3Credentials>> {
     let response = request.send().await.map_err(|e| unavailable(what, e))?;
     let status = response.status();
     let text = response.text().await.map_err(|e| unavailable(what, e))?;
@@ -231,12 +235,12 @@ pub struct ContainerSource {
     pub token_file: Option<std::path::PathBuf>,
 }
 
-impl CredentialSource for ContainerSource {
+impl Source<S3Credentials> for ContainerSource {
     fn describe(&self) -> String {
         format!("the container endpoint {}", self.url)
     }
 
-    fn fetch<'a>(&'a self, http: &'a reqwest::Client) -> FetchFuture<'a> {
+    fn fetch<'a>(&'a self, http: &'a reqwest::Client) -> FetchFuture<'a, S3Credentials> {
         Box::pin(async move {
             let what = self.describe();
             let mut request = http.get(&self.url);
@@ -263,7 +267,7 @@ pub struct ImdsSource {
     pub endpoint: String,
 }
 
-impl CredentialSource for ImdsSource {
+impl Source<S3Credentials> for ImdsSource {
     fn describe(&self) -> String {
         format!(
             "the instance metadata service (IMDSv2) at {}",
@@ -271,7 +275,7 @@ impl CredentialSource for ImdsSource {
         )
     }
 
-    fn fetch<'a>(&'a self, http: &'a reqwest::Client) -> FetchFuture<'a> {
+    fn fetch<'a>(&'a self, http: &'a reqwest::Client) -> FetchFuture<'a, S3Credentials> {
         Box::pin(async move {
             let what = self.describe();
             let base = self.endpoint.trim_end_matches('/');
@@ -320,10 +324,10 @@ impl CredentialSource for ImdsSource {
     }
 }
 
-/// The source [`default_chain`] picked.
-pub struct ChainChoice {
+/// The source a default chain picked.
+pub struct ChainChoice<T> {
     /// It.
-    pub source: Box<dyn CredentialSource>,
+    pub source: Box<dyn Source<T>>,
     /// Whether it is the last resort, the instance metadata service, tried because
     /// nothing else was configured: where it cannot be reached the origin is read
     /// anonymously, as before; any other source that fails refuses to start.
@@ -333,8 +337,8 @@ pub struct ChainChoice {
 /// The first source of AWS's default chain that the environment configures
 /// (`env` reads a variable), or `None` where only the instance metadata service is left
 /// and `AWS_EC2_METADATA_DISABLED` is `true`.
-pub fn default_chain(env: &dyn Fn(&str) -> Option<String>) -> Option<ChainChoice> {
-    let configured = |source: Box<dyn CredentialSource>| {
+pub fn default_chain(env: &dyn Fn(&str) -> Option<String>) -> Option<ChainChoice<S3Credentials>> {
+    let configured = |source: Box<dyn Source<S3Credentials>>| {
         Some(ChainChoice {
             source,
             last_resort: false,
@@ -398,22 +402,25 @@ pub struct RefreshStats {
     pub expires_unix: u64,
 }
 
-struct State {
-    current: Arc<S3Credentials>,
+struct State<T> {
+    current: Arc<T>,
     expires: Option<SystemTime>,
     last_error: Option<String>,
 }
 
-/// Credentials kept current from a [`CredentialSource`].
-pub struct RefreshingCredentials {
-    source: Box<dyn CredentialSource>,
+/// Credentials kept current from a [`Source`].
+pub struct Refreshing<T> {
+    source: Box<dyn Source<T>>,
     http: reqwest::Client,
-    state: RwLock<State>,
+    state: RwLock<State<T>>,
     refreshed: AtomicU64,
     failed: AtomicU64,
 }
 
-impl std::fmt::Debug for RefreshingCredentials {
+/// S3 keys kept current.
+pub type RefreshingCredentials = Refreshing<S3Credentials>;
+
+impl<T: 'static> std::fmt::Debug for Refreshing<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RefreshingCredentials")
             .field("source", &self.source.describe())
@@ -432,13 +439,13 @@ pub fn refresh_time(fetched: SystemTime, expires: SystemTime) -> SystemTime {
     fetched + lifetime.mul_f64(0.8)
 }
 
-impl RefreshingCredentials {
+impl<T: Send + Sync + 'static> Refreshing<T> {
     /// Fetches the first credentials and starts the task that refreshes them (when they
     /// expire); the task ends when the returned value is dropped.
     ///
     /// # Errors
     /// The source's error: a first resolution that fails refuses to start.
-    pub async fn start(source: Box<dyn CredentialSource>) -> Result<Arc<RefreshingCredentials>> {
+    pub async fn start(source: Box<dyn Source<T>>) -> Result<Arc<Refreshing<T>>> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(10))
@@ -448,11 +455,11 @@ impl RefreshingCredentials {
             })?;
         let first = source.fetch(&http).await?;
         let expires = first.expires;
-        let this = Arc::new(RefreshingCredentials {
+        let this = Arc::new(Refreshing {
             source,
             http,
             state: RwLock::new(State {
-                current: Arc::new(first.credentials),
+                current: Arc::new(first.value),
                 expires,
                 last_error: None,
             }),
@@ -480,7 +487,7 @@ impl RefreshingCredentials {
     /// [`ErrorKind::ServiceUnavailable`] once they expired and no refresh succeeded
     /// (with the last refresh's error): a request is never sent unsigned or with expired
     /// credentials.
-    pub fn current(&self) -> Result<Arc<S3Credentials>> {
+    pub fn current(&self) -> Result<Arc<T>> {
         let state = self
             .state
             .read()
@@ -522,7 +529,7 @@ impl RefreshingCredentials {
                     .state
                     .write()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                state.current = Arc::new(fetched.credentials);
+                state.current = Arc::new(fetched.value);
                 state.expires = fetched.expires;
                 state.last_error = None;
                 self.refreshed.fetch_add(1, Ordering::Relaxed);
@@ -543,7 +550,7 @@ impl RefreshingCredentials {
     }
 }
 
-async fn refresh_loop(this: Weak<RefreshingCredentials>, mut at: SystemTime) {
+async fn refresh_loop<T: Send + Sync + 'static>(this: Weak<Refreshing<T>>, mut at: SystemTime) {
     let mut retry = FIRST_RETRY;
     loop {
         let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
@@ -598,11 +605,11 @@ mod tests {
         calls: AtomicU64,
     }
 
-    impl CredentialSource for FailsAfterFirst {
+    impl Source<S3Credentials> for FailsAfterFirst {
         fn describe(&self) -> String {
             "a source that fails after its first answer".into()
         }
-        fn fetch<'a>(&'a self, _: &'a reqwest::Client) -> FetchFuture<'a> {
+        fn fetch<'a>(&'a self, _: &'a reqwest::Client) -> FetchFuture<'a, S3Credentials> {
             let n = self.calls.fetch_add(1, Ordering::Relaxed);
             let lifetime = self.lifetime;
             Box::pin(async move {
@@ -610,7 +617,7 @@ mod tests {
                     return Err(unavailable("the test source", "the endpoint is down"));
                 }
                 Ok(Fetched {
-                    credentials: S3Credentials {
+                    value: S3Credentials {
                         access_key: "AK1".into(),
                         secret_key: "SK1".into(),
                         session_token: Some("T1".into()),

@@ -12,6 +12,7 @@
 //! implementation per backend: [`s3`] and [`azure`]. This file holds what they share.
 
 mod azure;
+pub mod azure_credentials;
 mod blocks;
 mod compact_info;
 pub use compact_info::CompactInfo;
@@ -310,8 +311,11 @@ trait Dialect: Send + Sync {
     /// Checks a bucket (container) name by this origin's rules.
     fn check_bucket(&self, bucket: &str) -> Result<()>;
     /// A query string added to every request (an Azure SAS), without `?`.
-    fn extra_query(&self) -> Option<&str> {
-        None
+    ///
+    /// # Errors
+    /// A refreshed SAS that expired and could not be refreshed.
+    fn extra_query(&self) -> Result<Option<std::borrow::Cow<'_, str>>> {
+        Ok(None)
     }
     /// Adds the headers that authenticate the request (and the protocol's own, such as
     /// `x-ms-version`) to `headers`.
@@ -352,10 +356,16 @@ trait Dialect: Send + Sync {
     fn parse_listing(&self, body: &[u8], include_metadata: bool) -> Result<ListResult>;
 }
 
-fn dialect(
-    config: &OriginConfig,
-    refreshing: Option<Arc<credentials::RefreshingCredentials>>,
-) -> Arc<dyn Dialect> {
+/// Credentials a client signs with that their own task keeps current.
+#[derive(Clone)]
+enum Refreshed {
+    /// S3 keys.
+    S3(Arc<credentials::RefreshingCredentials>),
+    /// An Azure token or SAS.
+    Azure(Arc<credentials::Refreshing<azure_credentials::AzureAuth>>),
+}
+
+fn dialect(config: &OriginConfig, refreshed: Option<Refreshed>) -> Arc<dyn Dialect> {
     match config.clone() {
         OriginConfig::S3 {
             endpoint,
@@ -365,9 +375,9 @@ fn dialect(
         } => Arc::new(s3::S3Dialect {
             endpoint,
             region,
-            credentials: match refreshing {
-                Some(r) => s3::Signing::Refreshing(r),
-                None => credentials.map_or(s3::Signing::Anonymous, s3::Signing::Static),
+            credentials: match refreshed {
+                Some(Refreshed::S3(r)) => s3::Signing::Refreshing(r),
+                _ => credentials.map_or(s3::Signing::Anonymous, s3::Signing::Static),
             },
             virtual_hosted,
         }),
@@ -381,6 +391,10 @@ fn dialect(
             account,
             key,
             sas,
+            refreshing: match refreshed {
+                Some(Refreshed::Azure(r)) => Some(r),
+                _ => None,
+            },
         }),
     }
 }
@@ -398,7 +412,7 @@ pub struct OriginClient {
     /// Every request's turn per prefix ([`request_limit`]); shared by clones.
     limiter: Option<Arc<request_limit::PrefixRequestLimiter>>,
     /// Credentials kept current by their own task, where the client signs with them.
-    refreshing: Option<Arc<credentials::RefreshingCredentials>>,
+    refreshing: Option<Refreshed>,
 }
 
 impl std::fmt::Debug for OriginClient {
@@ -507,15 +521,32 @@ impl OriginClient {
         mut self,
         credentials: Arc<credentials::RefreshingCredentials>,
     ) -> OriginClient {
-        self.dialect = dialect(&self.config, Some(credentials.clone()));
-        self.refreshing = Some(credentials);
+        let refreshed = Refreshed::S3(credentials);
+        self.dialect = dialect(&self.config, Some(refreshed.clone()));
+        self.refreshing = Some(refreshed);
         self
     }
 
-    /// What refreshing the client's credentials did so far; `None` for fixed keys or
+    /// This client authorizing its Azure requests with a token or SAS kept current by
+    /// its own task, instead of the configuration's key or SAS. No effect on an S3
+    /// origin.
+    pub fn with_azure_credentials(
+        mut self,
+        credentials: Arc<credentials::Refreshing<azure_credentials::AzureAuth>>,
+    ) -> OriginClient {
+        let refreshed = Refreshed::Azure(credentials);
+        self.dialect = dialect(&self.config, Some(refreshed.clone()));
+        self.refreshing = Some(refreshed);
+        self
+    }
+
+    /// What refreshing the client's credentials did so far; `None` for fixed ones or
     /// none.
     pub fn credential_stats(&self) -> Option<credentials::RefreshStats> {
-        self.refreshing.as_ref().map(|r| r.stats())
+        self.refreshing.as_ref().map(|r| match r {
+            Refreshed::S3(c) => c.stats(),
+            Refreshed::Azure(c) => c.stats(),
+        })
     }
 
     /// This client with every request first taking its turn under `limit`
@@ -1140,11 +1171,11 @@ impl OriginClient {
             None => {}
         }
         let mut query = query.to_owned();
-        if let Some(extra) = self.dialect.extra_query() {
+        if let Some(extra) = self.dialect.extra_query()? {
             if !query.is_empty() {
                 query.push('&');
             }
-            query.push_str(extra);
+            query.push_str(&extra);
         }
         let path_and_query = if query.is_empty() {
             path.clone()
@@ -1251,6 +1282,48 @@ impl Origins {
         Ok(self)
     }
 
+    /// Gives an Azure origin configured without a key or SAS the credentials of the
+    /// Azure chain (a SAS file, workload identity, a service principal, a managed
+    /// identity; [`azure_credentials::default_azure_chain`]), refreshed before they
+    /// expire. Where nothing is configured and no instance metadata service answers,
+    /// the origin stays anonymous, as before.
+    ///
+    /// # Errors
+    /// A configured source's error when it cannot give its first credentials.
+    pub async fn with_default_azure_credentials(
+        mut self,
+        env: &dyn Fn(&str) -> Option<String>,
+        sas_file: Option<&std::path::Path>,
+    ) -> Result<Origins> {
+        let Some((account, client)) = self.azure.take() else {
+            return Ok(self);
+        };
+        let has_credentials = matches!(
+            client.config(),
+            OriginConfig::Azure { key: Some(_), .. } | OriginConfig::Azure { sas: Some(_), .. }
+        );
+        let choice = if has_credentials {
+            None
+        } else {
+            azure_credentials::default_azure_chain(env, sas_file)
+        };
+        let Some(choice) = choice else {
+            self.azure = Some((account, client));
+            return Ok(self);
+        };
+        let what = choice.source.describe();
+        let client = match credentials::Refreshing::start(choice.source).await {
+            Ok(refreshing) => client.with_azure_credentials(refreshing),
+            Err(e) if choice.last_resort => {
+                tracing::info!(tried = %what, error = %e.message(), "no Azure origin credentials configured or found: requests go anonymous");
+                client
+            }
+            Err(e) => return Err(e),
+        };
+        self.azure = Some((account, client));
+        Ok(self)
+    }
+
     /// These origins with every request of each client under its own `limit`
     /// ([`OriginClient::with_request_limit`]).
     pub fn with_request_limit(self, limit: request_limit::RequestLimit) -> Origins {
@@ -1263,6 +1336,11 @@ impl Origins {
     /// What refreshing the S3 origin's credentials did so far, where they refresh.
     pub fn s3_credential_stats(&self) -> Option<credentials::RefreshStats> {
         self.s3.as_ref().and_then(OriginClient::credential_stats)
+    }
+
+    /// What refreshing the Azure origin's credentials did so far, where they refresh.
+    pub fn azure_credential_stats(&self) -> Option<credentials::RefreshStats> {
+        self.azure.as_ref().and_then(|(_, c)| c.credential_stats())
     }
 
     /// What the request limits of both clients did so far, summed.

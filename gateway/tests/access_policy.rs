@@ -417,126 +417,144 @@ async fn the_s3_front_allows_what_each_key_was_granted_and_nothing_else() {
     let admin = s3_client(&gw, Some(("admin", "a")));
     let nobody = s3_client(&gw, Some(("nobody", "n")));
     let anonymous = s3_client(&gw, None);
+    let copy = |to, from: &str| call("PUT", to, "").header("x-amz-copy-source", from.to_owned());
     let denied = "AccessDenied";
-    let s = &stub;
-
-    // read and list, under the reader's prefix only
+    // Who, what, the request, and the answer: every 403 also leaves the origin as it was.
+    let refusals = [
+        // read and list, under the reader's prefix only
+        (&reader, "GET test/", call("GET", "shared/test/b.bin", "")),
+        (&reader, "list all", call("GET", "shared", "list-type=2")),
+        (
+            &reader,
+            "list tr",
+            call("GET", "shared", "list-type=2&prefix=tr"),
+        ),
+        (
+            &reader,
+            "PUT",
+            call("PUT", "shared/train/new.bin", "").body("x"),
+        ),
+        (&reader, "DELETE", call("DELETE", "shared/train/a.bin", "")),
+        (
+            &reader,
+            "GET elsewhere",
+            call("GET", "private/secret.bin", ""),
+        ),
+        (
+            &reader,
+            "multipart",
+            call("POST", "shared/train/m.bin", "uploads"),
+        ),
+        (&reader, "create bucket", call("PUT", "made", "")),
+        // write and delete in its bucket, nothing outside it, no administration
+        (
+            &writer,
+            "PUT elsewhere",
+            call("PUT", "private/x.txt", "").body("x"),
+        ),
+        (
+            &writer,
+            "GET elsewhere",
+            call("GET", "private/secret.bin", ""),
+        ),
+        (&writer, "create bucket", call("PUT", "made", "")),
+        (&writer, "delete bucket", call("DELETE", "open", "")),
+        (&writer, "read ACL", call("GET", "shared", "acl")),
+        // a copy needs read on the source and write on the destination
+        (
+            &writer,
+            "copy out",
+            copy("private/copy.bin", "/shared/train/a.bin"),
+        ),
+        (
+            &writer,
+            "copy in",
+            copy("shared/copy.bin", "/private/secret.bin"),
+        ),
+        (
+            &writer,
+            "copy a part in",
+            call("PUT", "shared/part.bin", "partNumber=1&uploadId=u")
+                .header("x-amz-copy-source", "/private/secret.bin"),
+        ),
+        (&nobody, "GET", call("GET", "shared/train/a.bin", "")),
+        (&nobody, "list buckets", call("GET", "", "")),
+        // anonymous: the public bucket's reads and listings, nothing else
+        (
+            &anonymous,
+            "PUT public",
+            call("PUT", "open/x.txt", "").body("x"),
+        ),
+        (
+            &anonymous,
+            "DELETE public",
+            call("DELETE", "open/readme.txt", ""),
+        ),
+        (
+            &anonymous,
+            "GET private",
+            call("GET", "shared/train/a.bin", ""),
+        ),
+        (&anonymous, "list buckets", call("GET", "", "")),
+    ];
+    for (who, what, c) in refusals {
+        expect(&stub, who, what, c, 403, denied).await;
+    }
+    let allowed = [
+        (
+            &reader,
+            "GET train/",
+            call("GET", "shared/train/a.bin", ""),
+            200,
+        ),
+        (&reader, "HEAD bucket", call("HEAD", "shared", ""), 200),
+        (
+            &reader,
+            "list train/",
+            call("GET", "shared", "list-type=2&prefix=train%2F"),
+            200,
+        ),
+        (
+            &writer,
+            "PUT",
+            call("PUT", "shared/new.txt", "").body("new"),
+            200,
+        ),
+        (
+            &writer,
+            "copy within",
+            copy("shared/copy.bin", "/shared/test/b.bin"),
+            200,
+        ),
+        (
+            &anonymous,
+            "GET public",
+            call("GET", "open/readme.txt", ""),
+            200,
+        ),
+        (
+            &anonymous,
+            "list public",
+            call("GET", "open", "list-type=2"),
+            200,
+        ),
+        (&admin, "create bucket", call("PUT", "made", ""), 200),
+        (
+            &admin,
+            "GET elsewhere",
+            call("GET", "private/secret.bin", ""),
+            200,
+        ),
+    ];
+    for (who, what, c, status) in allowed {
+        expect(&stub, who, what, c, status, "").await;
+    }
+    let file = |p: &str| std::fs::read(stub.data_dir().join(p)).unwrap();
+    assert_eq!(file("shared/new.txt"), b"new");
+    assert_eq!(file("shared/copy.bin"), b"test b");
+    assert!(stub.data_dir().join("made").is_dir());
     expect(
-        s,
-        &reader,
-        "reader GET train/",
-        call("GET", "shared/train/a.bin", ""),
-        200,
-        "",
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader GET test/",
-        call("GET", "shared/test/b.bin", ""),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader HEAD bucket",
-        call("HEAD", "shared", ""),
-        200,
-        "",
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader lists train/",
-        call("GET", "shared", "list-type=2&prefix=train%2F"),
-        200,
-        "",
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader lists all",
-        call("GET", "shared", "list-type=2"),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader lists tr",
-        call("GET", "shared", "list-type=2&prefix=tr"),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader PUT",
-        call("PUT", "shared/train/new.bin", "").body("x"),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader DELETE",
-        call("DELETE", "shared/train/a.bin", ""),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader other bucket",
-        call("GET", "private/secret.bin", ""),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader multipart",
-        call("POST", "shared/train/m.bin", "uploads"),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &reader,
-        "reader creates bucket",
-        call("PUT", "made", ""),
-        403,
-        denied,
-    )
-    .await;
-
-    // write and delete in its bucket, nothing outside it, no bucket administration
-    expect(
-        s,
-        &writer,
-        "writer PUT",
-        call("PUT", "shared/new.txt", "").body("new"),
-        200,
-        "",
-    )
-    .await;
-    assert_eq!(
-        std::fs::read(stub.data_dir().join("shared/new.txt")).unwrap(),
-        b"new"
-    );
-    expect(
-        s,
+        &stub,
         &writer,
         "writer DELETE",
         call("DELETE", "shared/new.txt", ""),
@@ -546,178 +564,11 @@ async fn the_s3_front_allows_what_each_key_was_granted_and_nothing_else() {
     .await;
     assert!(!stub.data_dir().join("shared/new.txt").exists());
     expect(
-        s,
-        &writer,
-        "writer PUT elsewhere",
-        call("PUT", "private/x.txt", "").body("x"),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &writer,
-        "writer GET elsewhere",
-        call("GET", "private/secret.bin", ""),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &writer,
-        "writer creates bucket",
-        call("PUT", "made", ""),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &writer,
-        "writer deletes bucket",
-        call("DELETE", "open", ""),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &writer,
-        "writer reads ACL",
-        call("GET", "shared", "acl"),
-        403,
-        denied,
-    )
-    .await;
-    // a copy needs read on the source and write on the destination
-    let copy_out =
-        call("PUT", "private/copy.bin", "").header("x-amz-copy-source", "/shared/train/a.bin");
-    expect(s, &writer, "writer copies out", copy_out, 403, denied).await;
-    let copy_in =
-        call("PUT", "shared/copy.bin", "").header("x-amz-copy-source", "/private/secret.bin");
-    expect(s, &writer, "writer copies in", copy_in, 403, denied).await;
-    let part_copy = call("PUT", "shared/part.bin", "partNumber=1&uploadId=u")
-        .header("x-amz-copy-source", "/private/secret.bin");
-    expect(
-        s,
-        &writer,
-        "writer copies a part in",
-        part_copy,
-        403,
-        denied,
-    )
-    .await;
-    let allowed_copy =
-        call("PUT", "shared/copy.bin", "").header("x-amz-copy-source", "/shared/test/b.bin");
-    expect(s, &writer, "writer copies within", allowed_copy, 200, "").await;
-    assert_eq!(
-        std::fs::read(stub.data_dir().join("shared/copy.bin")).unwrap(),
-        b"test b"
-    );
-
-    // nothing at all
-    expect(
-        s,
-        &nobody,
-        "nobody GET",
-        call("GET", "shared/train/a.bin", ""),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &nobody,
-        "nobody lists buckets",
-        call("GET", "", ""),
-        403,
-        denied,
-    )
-    .await;
-
-    // anonymous: the public bucket's reads and listings, nothing else
-    expect(
-        s,
-        &anonymous,
-        "anonymous GET public",
-        call("GET", "open/readme.txt", ""),
-        200,
-        "",
-    )
-    .await;
-    expect(
-        s,
-        &anonymous,
-        "anonymous lists public",
-        call("GET", "open", "list-type=2"),
-        200,
-        "",
-    )
-    .await;
-    expect(
-        s,
-        &anonymous,
-        "anonymous PUT public",
-        call("PUT", "open/x.txt", "").body("x"),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &anonymous,
-        "anonymous DELETE public",
-        call("DELETE", "open/readme.txt", ""),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &anonymous,
-        "anonymous GET private",
-        call("GET", "shared/train/a.bin", ""),
-        403,
-        denied,
-    )
-    .await;
-    expect(
-        s,
-        &anonymous,
-        "anonymous lists buckets",
-        call("GET", "", ""),
-        403,
-        denied,
-    )
-    .await;
-
-    // the administrator
-    expect(
-        s,
-        &admin,
-        "admin creates bucket",
-        call("PUT", "made", ""),
-        200,
-        "",
-    )
-    .await;
-    assert!(stub.data_dir().join("made").is_dir());
-    expect(
-        s,
+        &stub,
         &admin,
         "admin deletes bucket",
         call("DELETE", "made", ""),
         204,
-        "",
-    )
-    .await;
-    expect(
-        s,
-        &admin,
-        "admin GET private",
-        call("GET", "private/secret.bin", ""),
-        200,
         "",
     )
     .await;
@@ -796,181 +647,156 @@ async fn the_azure_front_applies_the_key_s_and_the_sas_grants() {
     );
     let sas_client = azure_client(&gw, false, Some(sas));
     let anonymous = azure_client(&gw, false, None);
-    let mismatch = "AuthorizationPermissionMismatch";
-    let s = &stub;
     let put = |path| {
         call("PUT", path, "")
             .header("x-ms-blob-type", "BlockBlob")
             .body("az")
     };
-
-    // the Shared Key identity: read, list and write in `shared`, no delete, no admin
-    expect(
-        s,
-        &keyed,
-        "key GET",
-        call("GET", "shared/test/b.bin", ""),
-        200,
-        "",
-    )
-    .await;
-    expect(
-        s,
-        &keyed,
-        "key lists",
-        call("GET", "shared", "restype=container&comp=list"),
-        200,
-        "",
-    )
-    .await;
-    expect(s, &keyed, "key PUT", put("shared/az.txt"), 201, "").await;
+    let list = |container, prefix| call("GET", container, prefix);
+    let source = format!("{}/private/secret.bin", gw.azure_url().unwrap());
+    let (mismatch, failure) = ("AuthorizationPermissionMismatch", "AuthorizationFailure");
+    let matrix = [
+        // the Shared Key identity: read, list and write in `shared`; no delete, no admin
+        (
+            &keyed,
+            "key GET",
+            call("GET", "shared/test/b.bin", ""),
+            200,
+            "",
+        ),
+        (
+            &keyed,
+            "key lists",
+            list("shared", "restype=container&comp=list"),
+            200,
+            "",
+        ),
+        (&keyed, "key PUT", put("shared/az.txt"), 201, ""),
+        (
+            &keyed,
+            "key DELETE",
+            call("DELETE", "shared/az.txt", ""),
+            403,
+            mismatch,
+        ),
+        (
+            &keyed,
+            "key GET elsewhere",
+            call("GET", "private/secret.bin", ""),
+            403,
+            mismatch,
+        ),
+        (
+            &keyed,
+            "key PUT elsewhere",
+            put("private/az.txt"),
+            403,
+            mismatch,
+        ),
+        (
+            &keyed,
+            "key creates",
+            call("PUT", "made", "restype=container"),
+            403,
+            mismatch,
+        ),
+        (
+            &keyed,
+            "key copies in",
+            call("PUT", "shared/copied.bin", "").header("x-ms-copy-source", source.clone()),
+            403,
+            "CannotVerifyCopySource",
+        ),
+        // a SAS: its own permissions, bounded by sas_grants (train/, read and list)
+        (
+            &sas_client,
+            "SAS GET train/",
+            call("GET", "shared/train/a.bin", ""),
+            200,
+            "",
+        ),
+        (
+            &sas_client,
+            "SAS GET test/",
+            call("GET", "shared/test/b.bin", ""),
+            403,
+            mismatch,
+        ),
+        (
+            &sas_client,
+            "SAS lists train/",
+            list("shared", "restype=container&comp=list&prefix=train%2F"),
+            200,
+            "",
+        ),
+        (
+            &sas_client,
+            "SAS lists all",
+            list("shared", "restype=container&comp=list"),
+            403,
+            mismatch,
+        ),
+        (
+            &sas_client,
+            "SAS PUT",
+            put("shared/train/sas.txt"),
+            403,
+            mismatch,
+        ),
+        (
+            &sas_client,
+            "SAS DELETE",
+            call("DELETE", "shared/train/a.bin", ""),
+            403,
+            mismatch,
+        ),
+        // anonymous: the public container only, reads and listings
+        (
+            &anonymous,
+            "anonymous GET public",
+            call("GET", "open/readme.txt", ""),
+            200,
+            "",
+        ),
+        (
+            &anonymous,
+            "anonymous lists public",
+            list("open", "restype=container&comp=list"),
+            200,
+            "",
+        ),
+        (
+            &anonymous,
+            "anonymous PUT public",
+            put("open/x.txt"),
+            403,
+            failure,
+        ),
+        (
+            &anonymous,
+            "anonymous GET private",
+            call("GET", "shared/train/a.bin", ""),
+            403,
+            failure,
+        ),
+        (
+            &anonymous,
+            "anonymous lists containers",
+            list("", "comp=list"),
+            403,
+            failure,
+        ),
+    ];
+    for (who, what, c, status, code) in matrix {
+        expect(&stub, who, what, c, status, code).await;
+    }
     assert_eq!(
         std::fs::read(stub.data_dir().join("shared/az.txt")).unwrap(),
         b"az"
     );
-    expect(
-        s,
-        &keyed,
-        "key DELETE",
-        call("DELETE", "shared/az.txt", ""),
-        403,
-        mismatch,
-    )
-    .await;
-    expect(
-        s,
-        &keyed,
-        "key GET elsewhere",
-        call("GET", "private/secret.bin", ""),
-        403,
-        mismatch,
-    )
-    .await;
-    expect(
-        s,
-        &keyed,
-        "key PUT elsewhere",
-        put("private/az.txt"),
-        403,
-        mismatch,
-    )
-    .await;
-    expect(
-        s,
-        &keyed,
-        "key creates container",
-        call("PUT", "made", "restype=container"),
-        403,
-        mismatch,
-    )
-    .await;
-    let source = format!("{}/private/secret.bin", gw.azure_url().unwrap());
-    let copy_in = call("PUT", "shared/copied.bin", "").header("x-ms-copy-source", source);
-    expect(
-        s,
-        &keyed,
-        "key copies in",
-        copy_in,
-        403,
-        "CannotVerifyCopySource",
-    )
-    .await;
     let (status, body) = call("GET", "", "comp=list").send(&keyed).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(listed_names(&body, "Name"), ["shared"]);
-
-    // a SAS: its own permissions, bounded by sas_grants (train/, read and list)
-    expect(
-        s,
-        &sas_client,
-        "SAS GET train/",
-        call("GET", "shared/train/a.bin", ""),
-        200,
-        "",
-    )
-    .await;
-    expect(
-        s,
-        &sas_client,
-        "SAS GET test/",
-        call("GET", "shared/test/b.bin", ""),
-        403,
-        mismatch,
-    )
-    .await;
-    let list_train = call(
-        "GET",
-        "shared",
-        "restype=container&comp=list&prefix=train%2F",
-    );
-    expect(s, &sas_client, "SAS lists train/", list_train, 200, "").await;
-    expect(
-        s,
-        &sas_client,
-        "SAS lists all",
-        call("GET", "shared", "restype=container&comp=list"),
-        403,
-        mismatch,
-    )
-    .await;
-    expect(
-        s,
-        &sas_client,
-        "SAS PUT",
-        put("shared/train/sas.txt"),
-        403,
-        mismatch,
-    )
-    .await;
-    expect(
-        s,
-        &sas_client,
-        "SAS DELETE",
-        call("DELETE", "shared/train/a.bin", ""),
-        403,
-        mismatch,
-    )
-    .await;
-
-    // anonymous: the public container only, reads and listings
-    expect(
-        s,
-        &anonymous,
-        "anonymous GET public",
-        call("GET", "open/readme.txt", ""),
-        200,
-        "",
-    )
-    .await;
-    let list_open = call("GET", "open", "restype=container&comp=list");
-    expect(s, &anonymous, "anonymous lists public", list_open, 200, "").await;
-    expect(
-        s,
-        &anonymous,
-        "anonymous PUT public",
-        put("open/x.txt"),
-        403,
-        "AuthorizationFailure",
-    )
-    .await;
-    expect(
-        s,
-        &anonymous,
-        "anonymous GET private",
-        call("GET", "shared/train/a.bin", ""),
-        403,
-        "AuthorizationFailure",
-    )
-    .await;
-    expect(
-        s,
-        &anonymous,
-        "anonymous lists containers",
-        call("GET", "", "comp=list"),
-        403,
-        "AuthorizationFailure",
-    )
-    .await;
     gw.shutdown().await;
 }
 

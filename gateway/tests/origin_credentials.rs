@@ -41,21 +41,20 @@ fn anonymous_origin(endpoint: String) -> OriginClient {
     .unwrap()
 }
 
-async fn gateway(origin: OriginClient) -> RunningGateway {
+/// A gateway whose S3 front reads and writes `origins`' origin of kind `backend`
+/// (route `origin`), open to anonymous clients: the tests are about the origin side.
+async fn gateway(origins: Origins, backend: Backend) -> RunningGateway {
     talon_gateway::start(GatewayConfig {
         s3: Some(S3Front {
             listen: "127.0.0.1:0".parse().unwrap(),
             route: Route::Origin,
-            backend: Backend::S3,
+            backend,
             addressing: S3Addressing::PathStyle,
             region: "us-east-1".into(),
         }),
         azure: None,
         admin_listen: None,
-        origins: Origins {
-            s3: Some(origin),
-            azure: None,
-        },
+        origins,
         cache: None,
         identities: Identities::from_parts(IdentitiesFile {
             anonymous: AnonymousAccess::ReadWrite,
@@ -69,6 +68,20 @@ async fn gateway(origin: OriginClient) -> RunningGateway {
     })
     .await
     .unwrap()
+}
+
+fn over_s3(client: OriginClient) -> Origins {
+    Origins {
+        s3: Some(client),
+        azure: None,
+    }
+}
+
+fn over_azure(client: OriginClient) -> Origins {
+    Origins {
+        s3: None,
+        azure: Some((ACCOUNT.into(), client)),
+    }
 }
 
 fn body(i: u32) -> Vec<u8> {
@@ -123,14 +136,11 @@ async fn read_and_write_until(
 }
 
 async fn expiring_run(env: BTreeMap<&'static str, String>, issuer: Issuer, origin: ExpiringOrigin) {
-    let origins = Origins {
-        s3: Some(anonymous_origin(origin.url())),
-        azure: None,
-    }
-    .with_default_s3_credentials(&|name| env.get(name).cloned())
-    .await
-    .unwrap();
-    let gw = gateway(origins.s3.unwrap()).await;
+    let origins = over_s3(anonymous_origin(origin.url()))
+        .with_default_s3_credentials(&|name| env.get(name).cloned())
+        .await
+        .unwrap();
+    let gw = gateway(origins, Backend::S3).await;
     // Four sets of keys: the first, then three refreshes, each before the last expired.
     let rounds = read_and_write_until(&gw, "creds", || issuer.issued() >= 4).await;
     let counts = origin.counts();
@@ -233,13 +243,10 @@ async fn a_configured_source_that_fails_refuses_to_start() {
         ),
         ("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:9".to_owned()),
     ]);
-    let err = Origins {
-        s3: Some(anonymous_origin("http://127.0.0.1:9".into())),
-        azure: None,
-    }
-    .with_default_s3_credentials(&|name| env.get(name).cloned())
-    .await
-    .unwrap_err();
+    let err = over_s3(anonymous_origin("http://127.0.0.1:9".into()))
+        .with_default_s3_credentials(&|name| env.get(name).cloned())
+        .await
+        .unwrap_err();
     assert!(
         err.message().contains("/nonexistent/talon/token"),
         "{}",
@@ -250,13 +257,10 @@ async fn a_configured_source_that_fails_refuses_to_start() {
         "AWS_EC2_METADATA_SERVICE_ENDPOINT",
         "http://127.0.0.1:9".to_owned(),
     )]);
-    let origins = Origins {
-        s3: Some(anonymous_origin("http://127.0.0.1:9".into())),
-        azure: None,
-    }
-    .with_default_s3_credentials(&|name| env.get(name).cloned())
-    .await
-    .unwrap();
+    let origins = over_s3(anonymous_origin("http://127.0.0.1:9".into()))
+        .with_default_s3_credentials(&|name| env.get(name).cloned())
+        .await
+        .unwrap();
     assert!(origins.s3.is_some());
 }
 
@@ -291,7 +295,8 @@ async fn web_identity_keys_from_moto_sts_are_refreshed_while_reads_and_writes_go
     .unwrap();
     let first = credentials.current().unwrap().access_key.clone();
     assert!(first.starts_with("ASIA"), "{first}");
-    let gw = gateway(anonymous_origin(endpoint).with_s3_credentials(credentials.clone())).await;
+    let client = anonymous_origin(endpoint).with_s3_credentials(credentials.clone());
+    let gw = gateway(over_s3(client), Backend::S3).await;
     read_and_write_until(&gw, "web-identity", || credentials.stats().refreshed >= 2).await;
     assert_ne!(credentials.current().unwrap().access_key, first);
     assert_eq!(credentials.stats().failed, 0);
@@ -312,37 +317,6 @@ fn anonymous_azure_origin(endpoint: String) -> OriginClient {
     .unwrap()
 }
 
-/// A gateway whose S3 front reads and writes the Azure origin.
-async fn gateway_over_azure(origin: OriginClient) -> RunningGateway {
-    talon_gateway::start(GatewayConfig {
-        s3: Some(S3Front {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            route: Route::Origin,
-            backend: Backend::Azure,
-            addressing: S3Addressing::PathStyle,
-            region: "us-east-1".into(),
-        }),
-        azure: None,
-        admin_listen: None,
-        origins: Origins {
-            s3: None,
-            azure: Some((ACCOUNT.into(), origin)),
-        },
-        cache: None,
-        identities: Identities::from_parts(IdentitiesFile {
-            anonymous: AnonymousAccess::ReadWrite,
-            ..IdentitiesFile::default()
-        })
-        .unwrap(),
-        freshness: talon_gateway::Freshness::within(Duration::from_millis(100)),
-        limits: Limits::default(),
-        tls: None,
-        acl_file: None,
-    })
-    .await
-    .unwrap()
-}
-
 async fn azure_expiring_run(env: BTreeMap<&'static str, String>) {
     let stub = talon_origin_stub::start(talon_origin_stub::StubConfig::default())
         .await
@@ -359,19 +333,16 @@ async fn azure_expiring_run(env: BTreeMap<&'static str, String>) {
     if env.contains_key("IDENTITY_HEADER") {
         env.insert("IDENTITY_ENDPOINT", endpoints.identity_endpoint());
     }
-    let origins = Origins {
-        s3: None,
-        azure: Some((
-            ACCOUNT.into(),
-            anonymous_azure_origin(format!("{}/{ACCOUNT}", origin.url())),
-        )),
-    }
+    let origins = over_azure(anonymous_azure_origin(format!(
+        "{}/{ACCOUNT}",
+        origin.url()
+    )))
     .with_default_azure_credentials(&|name| env.get(name).cloned(), None)
     .await
     .unwrap();
     let (_, client) = origins.azure.unwrap();
     assert!(client.credential_stats().is_some());
-    let gw = gateway_over_azure(client).await;
+    let gw = gateway(over_azure(client), Backend::Azure).await;
     read_and_write_until(&gw, "azcreds", || issuer.issued() >= 4).await;
     let counts = origin.counts();
     assert_eq!(counts.expired, 0, "{counts:?}");
@@ -446,19 +417,13 @@ async fn a_rotated_sas_file_is_read_again_before_the_old_sas_expires() {
     // A container the service SAS can work in (a service SAS cannot create one).
     std::fs::create_dir_all(stub.data_dir().join("rotated")).unwrap();
     write_sas(LIFETIME);
-    let origins = Origins {
-        s3: None,
-        azure: Some((
-            ACCOUNT.into(),
-            anonymous_azure_origin(stub.azure_url().unwrap()),
-        )),
-    }
-    .with_default_azure_credentials(&|_| None, Some(&file))
-    .await
-    .unwrap();
+    let origins = over_azure(anonymous_azure_origin(stub.azure_url().unwrap()))
+        .with_default_azure_credentials(&|_| None, Some(&file))
+        .await
+        .unwrap();
     let (_, client) = origins.azure.unwrap();
     let stats = || client.credential_stats().unwrap();
-    let gw = gateway_over_azure(client.clone()).await;
+    let gw = gateway(over_azure(client.clone()), Backend::Azure).await;
     let http = reqwest::Client::new();
     let s3 = gw.s3_url().unwrap();
     let mut i = 0u32;

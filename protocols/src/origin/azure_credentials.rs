@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 
-use super::credentials::{ChainChoice, FetchFuture, Fetched, Source, first_line, unavailable};
+use super::credentials::{ChainChoice, FetchFuture, Fetched, Source, json_answer, unavailable};
 use crate::error::Result;
 
 /// How an Azure request is authorized by a source that changes.
@@ -122,18 +122,9 @@ impl TokenAnswer {
 }
 
 async fn token(what: &str, request: reqwest::RequestBuilder) -> Result<Fetched<AzureAuth>> {
-    let response = request.send().await.map_err(|e| unavailable(what, e))?;
-    let status = response.status();
-    let text = response.text().await.map_err(|e| unavailable(what, e))?;
-    if !status.is_success() {
-        return Err(unavailable(
-            what,
-            format!("answered {status}: {}", first_line(&text)),
-        ));
-    }
-    let answer: TokenAnswer = serde_json::from_str(&text)
-        .map_err(|e| unavailable(what, format!("unreadable answer: {e}")))?;
-    answer.into_fetched(what)
+    json_answer::<TokenAnswer>(what, request)
+        .await?
+        .into_fetched(what)
 }
 
 /// How an Entra ID client proves itself.

@@ -175,7 +175,7 @@ impl Source<S3Credentials> for WebIdentitySource {
     }
 }
 
-pub(super) fn first_line(text: &str) -> &str {
+fn first_line(text: &str) -> &str {
     let line = text.lines().next().unwrap_or_default();
     &line[..line.len().min(200)]
 }
@@ -207,10 +207,15 @@ impl JsonCredentials {
     }
 }
 
-async fn json_credentials(
+/// Sends `request` to a credential endpoint and reads its JSON answer.
+///
+/// # Errors
+/// [`ErrorKind::ServiceUnavailable`] naming `what`: no answer, a status other than
+/// success (with the answer's first line), or JSON that is not a `T`.
+pub(super) async fn json_answer<T: serde::de::DeserializeOwned>(
     what: &str,
     request: reqwest::RequestBuilder,
-) -> Result<Fetched<S3Credentials>> {
+) -> Result<T> {
     let response = request.send().await.map_err(|e| unavailable(what, e))?;
     let status = response.status();
     let text = response.text().await.map_err(|e| unavailable(what, e))?;
@@ -220,9 +225,16 @@ async fn json_credentials(
             format!("answered {status}: {}", first_line(&text)),
         ));
     }
-    let parsed: JsonCredentials = serde_json::from_str(&text)
-        .map_err(|e| unavailable(what, format!("unreadable answer: {e}")))?;
-    parsed.into_fetched(what)
+    serde_json::from_str(&text).map_err(|e| unavailable(what, format!("unreadable answer: {e}")))
+}
+
+async fn json_credentials(
+    what: &str,
+    request: reqwest::RequestBuilder,
+) -> Result<Fetched<S3Credentials>> {
+    json_answer::<JsonCredentials>(what, request)
+        .await?
+        .into_fetched(what)
 }
 
 /// The container credentials endpoint (ECS task roles, EKS Pod Identity).

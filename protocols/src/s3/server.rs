@@ -192,14 +192,7 @@ async fn absent_or<B: ObjectBackend>(
         S3Operation::GetObject | S3Operation::HeadObject
     );
     if let (true, Some(key)) = (reads_object, request.key.as_deref()) {
-        let head = backend
-            .read(ReadSpec {
-                object: Target { bucket, key },
-                conditions: &Conditions::default(),
-                range: None,
-                with_body: false,
-            })
-            .await;
+        let head = object_exists(backend, Target { bucket, key }).await;
         if let Err(f) = head
             && f.error.kind() == ErrorKind::NoSuchKey
         {
@@ -207,6 +200,20 @@ async fn absent_or<B: ObjectBackend>(
         }
     }
     refused
+}
+
+/// Whether `object` exists (a HEAD at the backend): its `NoSuchKey` or `NoSuchBucket`
+/// otherwise.
+async fn object_exists<B: ObjectBackend>(backend: &B, object: Target<'_>) -> Result<(), Failure> {
+    backend
+        .read(ReadSpec {
+            object,
+            conditions: &Conditions::default(),
+            range: None,
+            with_body: false,
+        })
+        .await
+        .map(|_| ())
 }
 
 /// What a write does to the canned ACL of what it writes: every write of an object sets
@@ -330,14 +337,7 @@ async fn put_acl<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody
         }
         Some(_) => {
             ctx.only_the_null_version()?;
-            backend
-                .read(ReadSpec {
-                    object: ctx.object()?,
-                    conditions: &Conditions::default(),
-                    range: None,
-                    with_body: false,
-                })
-                .await?;
+            object_exists(backend, ctx.object()?).await?;
             let key = ctx.object()?.key;
             acls.set_object(bucket, key, acl)?;
         }
@@ -477,14 +477,7 @@ async fn dispatch<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBod
         PutBucketAcl | PutObjectAcl => put_acl(ctx, backend, body).await,
         GetObjectAcl => {
             ctx.only_the_null_version()?;
-            backend
-                .read(ReadSpec {
-                    object: ctx.object()?,
-                    conditions: &Conditions::default(),
-                    range: None,
-                    with_body: false,
-                })
-                .await?;
+            object_exists(backend, ctx.object()?).await?;
             let object = ctx.object()?;
             let acl = ctx
                 .server

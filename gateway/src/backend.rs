@@ -837,7 +837,16 @@ impl ObjectBackend for GatewayBackend {
     /// identity (client credentials are never forwarded); an upload's body is verified
     /// on the way.
     async fn relay(&self, relay: Relay<'_>) -> Result<http::Response<AnswerBody>, Failure> {
-        reachable(&[relay.key.unwrap_or_default()])?;
+        // A relayed copy's source too: the policy checked it as a key, and it must not
+        // name the blocks this gateway stages for Azure clients.
+        let source = match header(relay.headers, "x-amz-copy-source") {
+            Some(value) => Some(talon_protocols::s3::request::parse_copy_source(value)?.1),
+            None => None,
+        };
+        reachable(&[
+            relay.key.unwrap_or_default(),
+            source.as_deref().unwrap_or_default(),
+        ])?;
         let (backend, method, mut headers) = match relay.operation {
             Operation::S3(op) => {
                 let write =

@@ -840,7 +840,11 @@ async fn canned_acls_open_a_bucket_to_listing_and_an_object_to_reading_and_outli
     let stub = stub_with_buckets().await;
     let acl_dir = tempfile::tempdir().unwrap();
     let start = || {
-        let text = GRANTS_FILE.replace("KEY", EMULATOR_AZURE_KEY);
+        // The Azure key administers every container here (it re-creates one below).
+        let text = GRANTS_FILE.replace("KEY", EMULATOR_AZURE_KEY).replace(
+            r#""grants": [{"bucket": "shared", "actions": ["read", "list", "write"]}]"#,
+            r#""grants": [{"bucket": "*", "actions": ["read", "list", "write", "delete", "admin"]}]"#,
+        );
         let mut config = config(&stub, IdentitiesFile::parse(&text).unwrap());
         config.acl_file = Some(acl_dir.path().join("acls.json"));
         talon_gateway::start(config)
@@ -1001,6 +1005,20 @@ async fn canned_acls_open_a_bucket_to_listing_and_an_object_to_reading_and_outli
     let (status, body) = call("GET", "pub/k.txt", "").send(&anonymous).await;
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("<Code>NoSuchBucket</Code>"), "{body}");
+    // Made again through the Azure front, the container is private.
+    let (status, body) = call("PUT", "pub", "restype=container")
+        .send(&azure_client(&gw, true, None))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    expect(
+        s,
+        &anonymous,
+        "anonymous lists re-made pub",
+        call("GET", "pub", "list-type=2"),
+        403,
+        "AccessDenied",
+    )
+    .await;
     let (status, _) = call("GET", "never/k.txt", "").send(&anonymous).await;
     assert_eq!(status, 403);
     // Made private again, the bucket is closed to listing.
@@ -1059,6 +1077,107 @@ async fn without_an_acl_file_only_private_is_accepted() {
         .header("x-amz-acl", "private")
         .body("x");
     assert_eq!(private.send(&admin).await.0, 200);
+    // `private` is what everything already is: accepted, nothing kept.
+    let (status, body) = call("PUT", "shared", "acl")
+        .header("x-amz-acl", "private")
+        .send(&admin)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // ACLs of explicit grants are refused, not ignored.
+    let before = origin_files(&stub);
+    let (status, body) = call("PUT", "shared/g.txt", "")
+        .header(
+            "x-amz-grant-read",
+            "uri=\"http://acs.amazonaws.com/groups/global/AllUsers\"",
+        )
+        .body("g")
+        .send(&admin)
+        .await;
+    assert_eq!(status, 501, "{body}");
+    assert_eq!(origin_files(&stub), before);
+    gw.shutdown().await;
+}
+
+/// What a helper's review of the grants found (2026-12-05), each refused: a listing
+/// with two prefixes (the policy reads the first, a relayed query reaches an origin
+/// that may read the last); a copy source with dot segments or under the gateway's
+/// staging prefix (relayed copies forward the header as sent); and a caller who may list
+/// one prefix learns nothing of keys outside it (refused whether they exist or not).
+#[tokio::test]
+async fn a_second_prefix_a_dotted_copy_source_and_existence_outside_a_prefix_are_refused() {
+    let stub = stub_with_buckets().await;
+    let gw = gateway_with_grants(&stub).await;
+    let reader = s3_client(&gw, Some(("reader", "r")));
+    let writer = s3_client(&gw, Some(("writer", "w")));
+    let copy = |from: &str| {
+        call("PUT", "shared/copy.bin", "").header("x-amz-copy-source", from.to_owned())
+    };
+    let refusals = [
+        (
+            &reader,
+            "two prefixes",
+            call("GET", "shared", "versions&prefix=train%2F&prefix="),
+            400,
+            "InvalidArgument",
+        ),
+        (
+            &reader,
+            "two prefixes, V2",
+            call("GET", "shared", "list-type=2&prefix=train%2F&prefix="),
+            400,
+            "InvalidArgument",
+        ),
+        (
+            &writer,
+            "dotted source",
+            copy("/shared/train/%2E%2E/test/b.bin"),
+            400,
+            "InvalidArgument",
+        ),
+        (
+            &writer,
+            "dotted source, plain",
+            copy("/shared/train/../test/b.bin"),
+            400,
+            "InvalidArgument",
+        ),
+        (
+            &writer,
+            "staged source",
+            copy("/shared/.talon-blocks/x"),
+            403,
+            "AccessDenied",
+        ),
+        (
+            &reader,
+            "existing, outside",
+            call("GET", "shared/test/b.bin", ""),
+            403,
+            "AccessDenied",
+        ),
+        (
+            &reader,
+            "missing, outside",
+            call("GET", "shared/test/missing.bin", ""),
+            403,
+            "AccessDenied",
+        ),
+    ];
+    for (who, what, c, status, code) in refusals {
+        let before = origin_files(&stub);
+        let (got, body) = c.send(who).await;
+        assert_eq!(got, status, "{what}: {body}");
+        assert!(
+            body.contains(&format!("<Code>{code}</Code>")),
+            "{what}: {body}"
+        );
+        assert_eq!(origin_files(&stub), before, "{what} changed the origin");
+    }
+    // Inside its prefix the reader is told what is missing.
+    let (status, body) = call("GET", "shared/train/missing.bin", "")
+        .send(&reader)
+        .await;
+    assert_eq!(status, 404, "{body}");
     gw.shutdown().await;
 }
 

@@ -252,16 +252,36 @@ async fn a_configured_source_that_fails_refuses_to_start() {
         "{}",
         err.message()
     );
-    // Nothing configured and no instance metadata service: anonymous, as before.
+    // An instance metadata endpoint named explicitly that does not answer: the same.
     let env = BTreeMap::from([(
         "AWS_EC2_METADATA_SERVICE_ENDPOINT",
         "http://127.0.0.1:9".to_owned(),
     )]);
-    let origins = over_s3(anonymous_origin("http://127.0.0.1:9".into()))
+    let err = over_s3(anonymous_origin("http://127.0.0.1:9".into()))
         .with_default_s3_credentials(&|name| env.get(name).cloned())
         .await
+        .unwrap_err();
+    assert!(err.message().contains("IMDSv2"), "{}", err.message());
+    // Nothing configured, a plain-HTTP origin: anonymous, as before (the instance
+    // profile is not even asked: it is for origins reached over TLS).
+    let origins = over_s3(anonymous_origin("http://127.0.0.1:9".into()))
+        .with_default_s3_credentials(&|_| None)
+        .await
         .unwrap();
-    assert!(origins.s3.is_some());
+    assert_eq!(origins.s3.unwrap().credential_stats(), None);
+    // Entra ID tokens are never sent in the clear to a remote origin.
+    let env = BTreeMap::from([
+        ("AZURE_CLIENT_ID", "c".to_owned()),
+        ("AZURE_TENANT_ID", "t".to_owned()),
+        ("AZURE_CLIENT_SECRET", "s".to_owned()),
+    ]);
+    let err = over_azure(anonymous_azure_origin(format!(
+        "http://storage.example.invalid/{ACCOUNT}"
+    )))
+    .with_default_azure_credentials(&|name| env.get(name).cloned(), None)
+    .await
+    .unwrap_err();
+    assert!(err.message().contains("plain HTTP"), "{}", err.message());
 }
 
 /// Web identity (EKS IAM roles for service accounts) against moto's STS, which speaks

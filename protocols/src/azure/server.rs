@@ -207,6 +207,8 @@ fn forget_acls_of_what_changes(acls: Option<&Acls>, request: &AzureRequest) -> R
             acls.set_object(container, blob, CannedAcl::Private)
         }
         (DeleteContainer, _) => acls.forget_objects_of(container),
+        // A container made anew is private, as an S3 CreateBucket without an ACL makes it.
+        (CreateContainer, _) => acls.set_bucket(container, CannedAcl::Private),
         _ => Ok(()),
     }
 }

@@ -108,12 +108,14 @@ fn number(v: &serde_json::Value) -> Option<u64> {
 impl TokenAnswer {
     fn into_fetched(self, what: &str) -> Result<Fetched<AzureAuth>> {
         let expires = if let Some(on) = self.expires_on.as_ref().and_then(number) {
-            SystemTime::UNIX_EPOCH + Duration::from_secs(on)
+            SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(on))
         } else if let Some(within) = self.expires_in.as_ref().and_then(number) {
-            SystemTime::now() + Duration::from_secs(within)
+            SystemTime::now().checked_add(Duration::from_secs(within))
         } else {
             return Err(unavailable(what, "the token answer names no expiry"));
         };
+        let expires =
+            expires.ok_or_else(|| unavailable(what, "the token's expiry is out of range"))?;
         Ok(Fetched {
             value: AzureAuth::Bearer(self.access_token),
             expires: Some(expires),
@@ -332,6 +334,18 @@ mod tests {
         assert!(app.contains("http://x/msi"), "{app}");
         assert!(chain(&[], None).unwrap().contains("169.254.169.254"));
         assert_eq!(chain(&[("AZURE_IMDS_DISABLED", "true")], None), None);
+    }
+
+    #[test]
+    fn an_expiry_out_of_range_is_an_error_not_a_panic() {
+        for answer in [
+            r#"{"access_token": "t", "expires_on": "18446744073709551615"}"#,
+            r#"{"access_token": "t", "expires_in": 18446744073709551615}"#,
+            r#"{"access_token": "t"}"#,
+        ] {
+            let parsed: TokenAnswer = serde_json::from_str(answer).unwrap();
+            assert!(parsed.into_fetched("t").is_err(), "{answer}");
+        }
     }
 
     #[test]

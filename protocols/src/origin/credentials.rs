@@ -175,9 +175,14 @@ impl Source<S3Credentials> for WebIdentitySource {
     }
 }
 
-fn first_line(text: &str) -> &str {
-    let line = text.lines().next().unwrap_or_default();
-    &line[..line.len().min(200)]
+/// The first line of an endpoint's answer, at most 200 characters, for an error.
+fn first_line(text: &str) -> String {
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(200)
+        .collect()
 }
 
 /// The JSON the container endpoint and IMDS answer.
@@ -394,12 +399,13 @@ pub fn default_chain(env: &dyn Fn(&str) -> Option<String>) -> Option<ChainChoice
     if var("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         return None;
     }
+    // An endpoint named explicitly is a choice, not a last resort.
+    let named = var("AWS_EC2_METADATA_SERVICE_ENDPOINT");
     Some(ChainChoice {
+        last_resort: named.is_none(),
         source: Box::new(ImdsSource {
-            endpoint: var("AWS_EC2_METADATA_SERVICE_ENDPOINT")
-                .unwrap_or_else(|| "http://169.254.169.254".into()),
+            endpoint: named.unwrap_or_else(|| "http://169.254.169.254".into()),
         }),
-        last_resort: true,
     })
 }
 
@@ -465,7 +471,7 @@ impl<T: Send + Sync + 'static> Refreshing<T> {
             .map_err(|e| {
                 Error::new(ErrorKind::InternalError, "cannot build the HTTP client").with_source(e)
             })?;
-        let first = source.fetch(&http).await?;
+        let first = fetch_unexpired(&*source, &http).await?;
         let expires = first.expires;
         let this = Arc::new(Refreshing {
             source,
@@ -535,7 +541,7 @@ impl<T: Send + Sync + 'static> Refreshing<T> {
     /// One refresh: new credentials replace the old; a failure keeps them. Returns
     /// the new expiry, or the error.
     async fn refresh(&self) -> Result<Option<SystemTime>> {
-        match self.source.fetch(&self.http).await {
+        match fetch_unexpired(&*self.source, &self.http).await {
             Ok(fetched) => {
                 let mut state = self
                     .state
@@ -561,6 +567,29 @@ impl<T: Send + Sync + 'static> Refreshing<T> {
         }
     }
 }
+
+/// Fetches from `source`; an answer that has expired already (a skewed clock, stale
+/// credentials at the endpoint) is a failure, so the refresh loop backs off instead of
+/// asking again at once.
+async fn fetch_unexpired<T: 'static>(
+    source: &dyn Source<T>,
+    http: &reqwest::Client,
+) -> Result<Fetched<T>> {
+    let fetched = source.fetch(http).await?;
+    match fetched.expires {
+        Some(e) if e <= SystemTime::now() + MIN_LIFETIME => Err(unavailable(
+            &source.describe(),
+            format!(
+                "the answer expires at {e:?}, less than {} s from now (is this host's clock right?)",
+                MIN_LIFETIME.as_secs()
+            ),
+        )),
+        _ => Ok(fetched),
+    }
+}
+
+/// Credentials that live less than this are refused as already expired.
+const MIN_LIFETIME: Duration = Duration::from_secs(1);
 
 async fn refresh_loop<T: Send + Sync + 'static>(this: Weak<Refreshing<T>>, mut at: SystemTime) {
     let mut retry = FIRST_RETRY;
@@ -674,6 +703,41 @@ mod tests {
             expired.message()
         );
         assert_eq!(credentials.stats().refreshed, 0);
+    }
+
+    /// Keys that expired before they were given.
+    struct Stale;
+
+    impl Source<S3Credentials> for Stale {
+        fn describe(&self) -> String {
+            "a stale source".into()
+        }
+        fn fetch<'a>(&'a self, _: &'a reqwest::Client) -> FetchFuture<'a, S3Credentials> {
+            Box::pin(async {
+                Ok(Fetched {
+                    value: S3Credentials {
+                        access_key: "AK".into(),
+                        secret_key: "SK".into(),
+                        session_token: None,
+                    },
+                    expires: Some(SystemTime::now() - Duration::from_secs(60)),
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn credentials_that_expired_already_are_refused_not_refreshed_in_a_loop() {
+        let e = RefreshingCredentials::start(Box::new(Stale))
+            .await
+            .unwrap_err();
+        assert!(e.message().contains("clock"), "{}", e.message());
+    }
+
+    #[test]
+    fn an_answer_quoted_in_an_error_is_cut_at_a_character() {
+        let answer = format!("{}\u{e9}\u{e9}\nsecond line", "a".repeat(199));
+        assert_eq!(first_line(&answer), format!("{}\u{e9}", "a".repeat(199)));
     }
 
     #[test]

@@ -356,6 +356,60 @@ trait Dialect: Send + Sync {
     fn parse_listing(&self, body: &[u8], include_metadata: bool) -> Result<ListResult>;
 }
 
+/// How a client reaches its origin, for which ambient credentials it may send there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndpointTransport {
+    /// `https://`.
+    Tls,
+    /// `http://` to a loopback address (an emulator, a test stand-in).
+    PlainLoopback,
+    /// `http://` to another host.
+    PlainRemote,
+}
+
+impl EndpointTransport {
+    fn of(client: &OriginClient) -> EndpointTransport {
+        let Ok(url) = reqwest::Url::parse(client.dialect.endpoint()) else {
+            return EndpointTransport::PlainRemote;
+        };
+        let host = url.host_str().unwrap_or_default();
+        let loopback = host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|a| a.is_loopback());
+        match (url.scheme(), loopback) {
+            ("https", _) => EndpointTransport::Tls,
+            (_, true) => EndpointTransport::PlainLoopback,
+            _ => EndpointTransport::PlainRemote,
+        }
+    }
+}
+
+/// The Azure chain's choice for an origin reached over `transport`: the instance
+/// metadata service only over TLS; whether the source gives bearer tokens.
+fn azure_chain_for(
+    env: &dyn Fn(&str) -> Option<String>,
+    sas_file: Option<&std::path::Path>,
+    transport: EndpointTransport,
+) -> Option<AzureChoice> {
+    let choice = azure_credentials::default_azure_chain(env, sas_file)
+        .filter(|c| !c.last_resort || transport == EndpointTransport::Tls)?;
+    Some(AzureChoice {
+        bearer: sas_file.is_none(),
+        source: choice.source,
+        last_resort: choice.last_resort,
+    })
+}
+
+/// [`credentials::ChainChoice`] for Azure, with whether it gives bearer tokens.
+struct AzureChoice {
+    source: Box<dyn credentials::Source<azure_credentials::AzureAuth>>,
+    last_resort: bool,
+    bearer: bool,
+}
+
 /// Credentials a client signs with that their own task keeps current.
 #[derive(Clone)]
 enum Refreshed {
@@ -1259,10 +1313,14 @@ impl Origins {
                 ..
             }
         );
-        let choice = if has_keys {
-            None
-        } else {
-            credentials::default_chain(env)
+        let transport = EndpointTransport::of(&client);
+        // The instance profile is asked for only where the origin is reached over TLS:
+        // a plain-HTTP origin without keys (a local MinIO, a public test bucket) stays
+        // anonymous as before rather than get the instance's role.
+        let choice = match has_keys {
+            true => None,
+            false => credentials::default_chain(env)
+                .filter(|c| !c.last_resort || transport == EndpointTransport::Tls),
         };
         let Some(choice) = choice else {
             self.s3 = Some(client);
@@ -1302,16 +1360,26 @@ impl Origins {
             client.config(),
             OriginConfig::Azure { key: Some(_), .. } | OriginConfig::Azure { sas: Some(_), .. }
         );
-        let choice = if has_credentials {
-            None
-        } else {
-            azure_credentials::default_azure_chain(env, sas_file)
+        let transport = EndpointTransport::of(&client);
+        let choice = match has_credentials {
+            true => None,
+            false => azure_chain_for(env, sas_file, transport),
         };
         let Some(choice) = choice else {
             self.azure = Some((account, client));
             return Ok(self);
         };
         let what = choice.source.describe();
+        if choice.bearer && transport == EndpointTransport::PlainRemote {
+            // As Azure's SDKs do: a bearer token is a credential in the clear.
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "refusing to send Entra ID tokens from {what} over plain HTTP to {}: use https, or an account key or SAS",
+                    client.dialect.endpoint()
+                ),
+            ));
+        }
         let client = match credentials::Refreshing::start(choice.source).await {
             Ok(refreshing) => client.with_azure_credentials(refreshing),
             Err(e) if choice.last_resort => {

@@ -137,7 +137,11 @@ fn copy_source(request: &S3Request, headers: &http::HeaderMap) -> Result<Option<
         .get("x-amz-copy-source")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    parse_copy_source(value).map(Some)
+    let (bucket, key) = parse_copy_source(value)?;
+    // The source is a key like any other: no `.` or `..` segment that a relay or the
+    // origin would resolve into another key than the one the policy checked.
+    crate::names::check_object_key(&key)?;
+    Ok(Some((bucket, key)))
 }
 
 /// The signature half of [`authenticate`]: who made the request.

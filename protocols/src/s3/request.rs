@@ -44,6 +44,15 @@ impl QueryParams {
     pub fn has(&self, name: &str) -> bool {
         self.0.iter().any(|(k, _)| k == name)
     }
+
+    /// A name given more than once, if any.
+    pub fn repeated_name(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .enumerate()
+            .find(|(i, (k, _))| self.0[..*i].iter().any(|(earlier, _)| earlier == k))
+            .map(|(_, (k, _))| k.as_str())
+    }
 }
 
 /// The S3 operations this crate recognises.
@@ -337,6 +346,14 @@ impl S3Request {
             crate::names::check_s3_bucket(b)?;
         }
         let query = QueryParams::parse(raw_query);
+        // One value per name: the access policy reads the first `prefix`, and a relayed
+        // query reaches an origin that may read the last.
+        if let Some(name) = query.repeated_name() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("the query parameter '{name}' is given more than once"),
+            ));
+        }
         // Canned ACLs are read and written (`access::acl`); nothing else of `?acl`.
         let reads_acl = query.has("acl") && *method == Method::GET;
         let writes_acl = query.has("acl") && *method == Method::PUT;

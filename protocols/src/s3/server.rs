@@ -167,9 +167,11 @@ where
     Ok(response)
 }
 
-/// A refusal, or, for a caller who may list the bucket, S3's answer that what it asks
-/// for does not exist: `NoSuchBucket`, or `NoSuchKey` for an object read (a caller who
-/// may not list is refused either way, so a refusal tells nothing about existence).
+/// A refusal, or S3's answer that what it asks for does not exist: `NoSuchBucket` for a
+/// caller who may list something in the bucket, `NoSuchKey` for an object read by a
+/// caller who may list the key itself (a listing of its prefix would show it absent
+/// anyway). Any other caller is refused either way, so a refusal tells it nothing about
+/// what exists; this costs the origin a HEAD only for callers with a `list` grant.
 async fn absent_or<B: ObjectBackend>(
     refused: Error,
     access: Access<'_>,
@@ -191,7 +193,18 @@ async fn absent_or<B: ObjectBackend>(
         request.operation,
         S3Operation::GetObject | S3Operation::HeadObject
     );
-    if let (true, Some(key)) = (reads_object, request.key.as_deref()) {
+    let may_list_key = |key| {
+        access.allows(Need {
+            action: Action::List,
+            resource: Resource::Listing {
+                bucket,
+                prefix: key,
+            },
+        })
+    };
+    if let (true, Some(key)) = (reads_object, request.key.as_deref())
+        && may_list_key(key)
+    {
         let head = object_exists(backend, Target { bucket, key }).await;
         if let Err(f) = head
             && f.error.kind() == ErrorKind::NoSuchKey
@@ -245,6 +258,17 @@ impl AclEffect {
         access: Access<'_>,
     ) -> Result<AclEffect, Error> {
         use S3Operation::*;
+        if let Some(grant) = headers
+            .keys()
+            .find(|n| n.as_str().starts_with("x-amz-grant-"))
+        {
+            return Err(Error::new(
+                ErrorKind::NotImplemented,
+                format!(
+                    "{grant}: ACLs of explicit grants are not implemented; use a canned ACL in x-amz-acl (private or public-read)"
+                ),
+            ));
+        }
         let named = header(headers, "x-amz-acl")
             .map(CannedAcl::parse)
             .transpose()?;
@@ -328,8 +352,20 @@ async fn put_acl<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody
             .into());
         }
     };
-    let acls = ctx.server.acls.ok_or_else(acls_not_kept)?;
     let bucket = ctx.bucket()?;
+    let Some(acls) = ctx.server.acls else {
+        // Nothing kept here is public: `private` is what it already is.
+        if acl != CannedAcl::Private {
+            return Err(acls_not_kept().into());
+        }
+        match ctx.request.key.as_deref() {
+            None => {
+                backend.head_bucket(bucket).await?;
+            }
+            Some(_) => object_exists(backend, ctx.object()?).await?,
+        }
+        return Ok(answer(StatusCode::OK, empty_body()));
+    };
     match ctx.request.key.as_deref() {
         None => {
             backend.head_bucket(bucket).await?;

@@ -1228,3 +1228,37 @@ async fn dot_segments_cannot_escape_a_prefix_grant() {
     assert_eq!(origin_files(&stub), before);
     gw.shutdown().await;
 }
+
+/// A refusal costs the origin nothing for a caller without a `list` grant in the bucket,
+/// and at most one request (the bucket's HEAD, to answer NoSuchBucket) for one with it.
+#[tokio::test]
+async fn a_refusal_costs_the_origin_nothing_unless_the_caller_may_list_there() {
+    let stub = stub_with_buckets().await;
+    let gw = gateway_with_grants(&stub).await;
+    let requests = || stub.metrics().requests_total();
+    for (who, path, most) in [
+        (
+            s3_client(&gw, Some(("nobody", "n"))),
+            "shared/train/a.bin",
+            0,
+        ),
+        (s3_client(&gw, None), "shared/train/a.bin", 0),
+        (
+            s3_client(&gw, Some(("writer", "w"))),
+            "private/secret.bin",
+            0,
+        ),
+        (
+            s3_client(&gw, Some(("reader", "r"))),
+            "shared/test/b.bin",
+            1,
+        ),
+    ] {
+        let before = requests();
+        let (status, body) = call("GET", path, "").send(&who).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        let sent = requests() - before;
+        assert!(sent <= most, "{path}: {sent} origin requests for a refusal");
+    }
+    gw.shutdown().await;
+}

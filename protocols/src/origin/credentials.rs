@@ -10,6 +10,7 @@
 //! | source | when | exchange |
 //! |---|---|---|
 //! | environment | `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`) | none; never refreshed |
+//! | profile | `AWS_PROFILE` (or `default`) in `~/.aws/credentials` / `~/.aws/config` (`AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`) | its static keys, or its `role_arn` with `web_identity_token_file` as web identity; `credential_process` and SSO profiles are refused, not ignored |
 //! | web identity (EKS IRSA) | `AWS_WEB_IDENTITY_TOKEN_FILE` and `AWS_ROLE_ARN` | STS `AssumeRoleWithWebIdentity`, unsigned, with the file's token read again each time |
 //! | container (ECS, EKS Pod Identity) | `AWS_CONTAINER_CREDENTIALS_FULL_URI` or `_RELATIVE_URI` | `GET` with `AWS_CONTAINER_AUTHORIZATION_TOKEN(_FILE)`, JSON |
 //! | instance profile (EC2) | last, unless `AWS_EC2_METADATA_DISABLED=true` | IMDSv2: `PUT /latest/api/token`, then the role's JSON with that token |
@@ -341,6 +342,117 @@ impl Source<S3Credentials> for ImdsSource {
     }
 }
 
+/// One profile's settings from the shared files: `[name]` in the credentials file,
+/// `[profile name]` (or `[default]`) in the config file; the credentials file wins.
+fn profile_settings(
+    credentials: Option<&str>,
+    config: Option<&str>,
+    name: &str,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let section = |text: &str, wanted: &[String]| {
+        let mut found = None::<std::collections::BTreeMap<String, String>>;
+        let mut inside = false;
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+                continue;
+            }
+            if let Some(header) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                inside = wanted.iter().any(|w| w == header.trim());
+                if inside {
+                    found.get_or_insert_with(Default::default);
+                }
+                continue;
+            }
+            if let (true, Some((k, v)), Some(map)) = (inside, line.split_once('='), found.as_mut())
+            {
+                map.insert(k.trim().to_ascii_lowercase(), v.trim().to_owned());
+            }
+        }
+        found
+    };
+    let from_credentials = credentials.and_then(|t| section(t, &[name.to_owned()]));
+    let config_names = [format!("profile {name}"), name.to_owned()];
+    let config_names: &[String] = if name == "default" {
+        &config_names
+    } else {
+        &config_names[..1]
+    };
+    let from_config = config.and_then(|t| section(t, config_names));
+    match (from_credentials, from_config) {
+        (None, None) => None,
+        (a, b) => {
+            let mut merged = b.unwrap_or_default();
+            merged.extend(a.unwrap_or_default());
+            Some(merged)
+        }
+    }
+}
+
+/// The source a profile of the shared files names, if it names one.
+fn profile_source(
+    var: &dyn Fn(&str) -> Option<String>,
+    region: &str,
+) -> Option<Result<Box<dyn Source<S3Credentials>>>> {
+    let home = var("HOME").unwrap_or_default();
+    let read = |path: Option<String>, default: &str| {
+        let path = path.unwrap_or_else(|| format!("{home}/.aws/{default}"));
+        std::fs::read_to_string(path).ok()
+    };
+    let credentials = read(var("AWS_SHARED_CREDENTIALS_FILE"), "credentials");
+    let config = read(var("AWS_CONFIG_FILE"), "config");
+    let named = var("AWS_PROFILE");
+    let name = named.clone().unwrap_or_else(|| "default".into());
+    let what = format!("the AWS profile '{name}'");
+    let Some(settings) = profile_settings(credentials.as_deref(), config.as_deref(), &name) else {
+        // A profile asked for by name must exist; `default` may be absent.
+        return named.map(|_| Err(unavailable(&what, "no such profile in the shared files")));
+    };
+    let get = |k: &str| settings.get(k).filter(|v| !v.is_empty()).cloned();
+    if let (Some(access_key), Some(secret_key)) =
+        (get("aws_access_key_id"), get("aws_secret_access_key"))
+    {
+        return Some(Ok(Box::new(StaticSource(S3Credentials {
+            access_key,
+            secret_key,
+            session_token: get("aws_session_token"),
+        }))));
+    }
+    if let (Some(role_arn), Some(token_file)) = (get("role_arn"), get("web_identity_token_file")) {
+        return Some(Ok(Box::new(WebIdentitySource {
+            sts_endpoint: var("AWS_ENDPOINT_URL_STS")
+                .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com")),
+            role_arn,
+            session_name: get("role_session_name").unwrap_or_else(|| "talon".into()),
+            token_file: token_file.into(),
+            duration_seconds: None,
+        })));
+    }
+    if get("credential_process").is_some()
+        || get("sso_start_url").is_some()
+        || get("sso_session").is_some()
+    {
+        return Some(Err(unavailable(
+            &what,
+            "credential_process and SSO profiles are not implemented: give keys, a web identity, or run where a role is given",
+        )));
+    }
+    named.map(|_| Err(unavailable(&what, "it holds no keys and no web identity")))
+}
+
+/// A profile that cannot give credentials: its error, at the first fetch.
+struct FailedProfile(Error);
+
+impl Source<S3Credentials> for FailedProfile {
+    fn describe(&self) -> String {
+        self.0.message().to_owned()
+    }
+    fn fetch<'a>(&'a self, _: &'a reqwest::Client) -> FetchFuture<'a, S3Credentials> {
+        let e = Error::new(self.0.kind(), self.0.message());
+        Box::pin(async move { Err(e) })
+    }
+}
+
 /// The source a default chain picked.
 pub struct ChainChoice<T> {
     /// It.
@@ -362,6 +474,9 @@ pub fn default_chain(env: &dyn Fn(&str) -> Option<String>) -> Option<ChainChoice
         })
     };
     let var = |name: &str| env(name).filter(|v| !v.is_empty());
+    let region = var("AWS_REGION")
+        .or_else(|| var("AWS_DEFAULT_REGION"))
+        .unwrap_or_else(|| "us-east-1".into());
     if let (Some(access_key), Some(secret_key)) =
         (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"))
     {
@@ -371,12 +486,15 @@ pub fn default_chain(env: &dyn Fn(&str) -> Option<String>) -> Option<ChainChoice
             session_token: var("AWS_SESSION_TOKEN"),
         })));
     }
+    match profile_source(&var, &region) {
+        Some(Ok(source)) => return configured(source),
+        // A profile that names what cannot be used: a source that fails at start.
+        Some(Err(e)) => return configured(Box::new(FailedProfile(e))),
+        None => {}
+    }
     if let (Some(token_file), Some(role_arn)) =
         (var("AWS_WEB_IDENTITY_TOKEN_FILE"), var("AWS_ROLE_ARN"))
     {
-        let region = var("AWS_REGION")
-            .or_else(|| var("AWS_DEFAULT_REGION"))
-            .unwrap_or_else(|| "us-east-1".into());
         return configured(Box::new(WebIdentitySource {
             sts_endpoint: var("AWS_ENDPOINT_URL_STS")
                 .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com")),
@@ -738,6 +856,57 @@ mod tests {
     fn an_answer_quoted_in_an_error_is_cut_at_a_character() {
         let answer = format!("{}\u{e9}\u{e9}\nsecond line", "a".repeat(199));
         assert_eq!(first_line(&answer), format!("{}\u{e9}", "a".repeat(199)));
+    }
+
+    #[test]
+    fn profiles_come_from_the_shared_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let credentials = dir.path().join("credentials");
+        let config = dir.path().join("config");
+        std::fs::write(
+            &credentials,
+            "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = s\n\n[team]\naws_access_key_id=AKTEAM\naws_secret_access_key=t\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &config,
+            "# roles\n[profile irsa]\nrole_arn = arn:aws:iam::1:role/r\nweb_identity_token_file = /var/run/token\n[profile tool]\ncredential_process = /bin/creds\n",
+        )
+        .unwrap();
+        let files = [
+            (
+                "AWS_SHARED_CREDENTIALS_FILE",
+                credentials.display().to_string(),
+            ),
+            ("AWS_CONFIG_FILE", config.display().to_string()),
+        ];
+        let chain = |profile: Option<&str>| {
+            let mut env: Vec<(String, String)> = files
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect();
+            if let Some(p) = profile {
+                env.push(("AWS_PROFILE".into(), p.into()));
+            }
+            let var = move |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+            default_chain(&var).map(|c| c.source.describe())
+        };
+        assert_eq!(chain(None).as_deref(), Some("static keys"));
+        assert_eq!(chain(Some("team")).as_deref(), Some("static keys"));
+        assert!(
+            chain(Some("irsa"))
+                .unwrap()
+                .contains("arn:aws:iam::1:role/r")
+        );
+        assert!(chain(Some("tool")).unwrap().contains("credential_process"));
+        assert!(chain(Some("nope")).unwrap().contains("no such profile"));
+        let settings = profile_settings(
+            Some(&std::fs::read_to_string(&credentials).unwrap()),
+            None,
+            "team",
+        )
+        .unwrap();
+        assert_eq!(settings["aws_access_key_id"], "AKTEAM");
     }
 
     #[test]

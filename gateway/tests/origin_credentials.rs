@@ -199,14 +199,26 @@ async fn first_keys_expire(origin: &ExpiringOrigin, endpoints: &CredentialEndpoi
     assert_eq!(origin.counts().expired, 1, "{}", refused.message());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn imds_credentials_are_refreshed_before_they_expire_and_no_request_fails() {
+/// An anonymous stub behind an origin that takes only keys `issuer` gave out, and the
+/// endpoints that give them out.
+async fn s3_stage() -> (
+    talon_origin_stub::RunningStub,
+    Issuer,
+    CredentialEndpoints,
+    ExpiringOrigin,
+) {
     let stub = talon_origin_stub::start(talon_origin_stub::StubConfig::default())
         .await
         .unwrap();
     let issuer = Issuer::new(LIFETIME);
     let endpoints = CredentialEndpoints::start(issuer.clone()).await;
     let origin = ExpiringOrigin::start(issuer.clone(), stub.s3_url().unwrap()).await;
+    (stub, issuer, endpoints, origin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imds_credentials_are_refreshed_before_they_expire_and_no_request_fails() {
+    let (_stub, issuer, endpoints, origin) = s3_stage().await;
     let env = BTreeMap::from([(
         "AWS_EC2_METADATA_SERVICE_ENDPOINT",
         endpoints.imds_endpoint(),
@@ -216,12 +228,7 @@ async fn imds_credentials_are_refreshed_before_they_expire_and_no_request_fails(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn container_credentials_are_refreshed_and_fixed_keys_are_refused_after_expiry() {
-    let stub = talon_origin_stub::start(talon_origin_stub::StubConfig::default())
-        .await
-        .unwrap();
-    let issuer = Issuer::new(LIFETIME);
-    let endpoints = CredentialEndpoints::start(issuer.clone()).await;
-    let origin = ExpiringOrigin::start(issuer.clone(), stub.s3_url().unwrap()).await;
+    let (stub, issuer, endpoints, origin) = s3_stage().await;
     let env = BTreeMap::from([
         (
             "AWS_CONTAINER_CREDENTIALS_FULL_URI",

@@ -612,11 +612,6 @@ impl<T: Send + Sync + 'static> Refreshing<T> {
         Ok(this)
     }
 
-    /// What the credentials come from.
-    pub fn describe(&self) -> String {
-        self.source.describe()
-    }
-
     /// The credentials to sign with now.
     ///
     /// # Errors

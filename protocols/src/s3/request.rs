@@ -47,11 +47,12 @@ impl QueryParams {
 
     /// A name given more than once, if any.
     pub fn repeated_name(&self) -> Option<&str> {
+        // One pass with a set: a request may carry thousands of parameters.
+        let mut seen = std::collections::HashSet::with_capacity(self.0.len());
         self.0
             .iter()
-            .enumerate()
-            .find(|(i, (k, _))| self.0[..*i].iter().any(|(earlier, _)| earlier == k))
-            .map(|(_, (k, _))| k.as_str())
+            .map(|(k, _)| k.as_str())
+            .find(|k| !seen.insert(*k))
     }
 }
 

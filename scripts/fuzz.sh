@@ -4,14 +4,19 @@
 # --sanitizer none needs no instrumented standard library (the targets assert their own
 # invariants; a panic is a crash).
 #
-#   scripts/fuzz.sh smoke            every target for FUZZ_SECONDS (default 10) each, from the
-#                                    committed corpus: what CI runs
+#   scripts/fuzz.sh smoke            every target for FUZZ_SECONDS (default 10) each, from its
+#                                    corpus unpacked into a scratch folder: what CI runs
 #   scripts/fuzz.sh run [RUNS]       every target for RUNS executions (default 10000000), on
-#                                    both cores, then merge what was found into the corpus and
-#                                    print a table plus JSON of executions per target
+#                                    both cores, then minimise what it found and pack it back
+#                                    into fuzz/corpora/TARGET.tar.gz (commit those to keep it);
+#                                    prints a table plus JSON of executions per target
 #   scripts/fuzz.sh one TARGET ...   any cargo fuzz run arguments for one target
 #
-# A crash leaves its input in fuzz/artifacts/TARGET/ and fails the command.
+# The corpora are not files in git: each target's minimised corpus is one archive,
+# fuzz/corpora/TARGET.tar.gz, unpacked into fuzz/corpus/TARGET (ignored by git), where
+# libFuzzer writes what it finds. fuzz/seeds/ (hand-written inputs and fixed crashes) is
+# read, never written. A crash leaves its input in fuzz/artifacts/TARGET/ and fails the
+# command.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 export RUSTC_BOOTSTRAP=1
@@ -22,10 +27,25 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 cargo fuzz build --sanitizer none -O >/dev/null
 
+# The working corpus of a target, fresh from its archive (or empty, for a new target),
+# then the seeds: libFuzzer adds what it finds to the first folder only.
 corpus_of() {
+  rm -rf "corpus/$1"
   mkdir -p "corpus/$1"
-  # Seeds are kept apart (reviewed by hand); the corpus grows from runs.
+  if [ -f "corpora/$1.tar.gz" ]; then
+    tar -xzf "corpora/$1.tar.gz" -C "corpus/$1"
+  fi
   echo "corpus/$1" "seeds/$1"
+}
+
+# Packs a target's minimised corpus back into its archive, byte for byte the same for the
+# same files (sorted names, no times or owners), so an unchanged corpus changes nothing.
+pack() {
+  mkdir -p corpora
+  cargo fuzz cmin --sanitizer none -O "$1" "corpus/$1" >/dev/null 2>&1 \
+    || echo "cmin of $1 failed: its corpus is packed as it is" >&2
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - -C "corpus/$1" . \
+    | gzip -n -9 > "corpora/$1.tar.gz"
 }
 
 case "${1:-smoke}" in
@@ -64,10 +84,8 @@ case "${1:-smoke}" in
     done
     echo "${json%,}}"
     failed=$(grep -L "^exit 0" logs/*.log || true)
-    # Keep the committed corpus small: only inputs that add coverage.
-    for t in "${TARGETS[@]}"; do
-      cargo fuzz cmin --sanitizer none -O "$t" "corpus/$t" >/dev/null 2>&1 || true
-    done
+    # Keep the archives small: only inputs that add coverage.
+    for t in "${TARGETS[@]}"; do pack "$t"; done
     [ -z "$failed" ] || { echo "crashed: $failed (inputs in fuzz/artifacts/)" >&2; exit 1; }
     ;;
   one)

@@ -241,6 +241,11 @@ pub fn origin_write_headers(origin: Backend, write: &WriteSpec) -> Vec<(String, 
 }
 
 /// S3 operations the gateway relays to an S3 origin as they are.
+///
+/// Not ListObjectVersions: the gateway answers it from its own listing, each object as
+/// its `null` version, the only version any read through Talon may name. Relayed, it
+/// named the blocks Azure clients stage (every listing leaves them out), and an origin
+/// without versioning (s3s-fs) answers it NotImplemented.
 fn relayed_to_s3(op: S3Operation) -> bool {
     use S3Operation::*;
     matches!(
@@ -253,7 +258,6 @@ fn relayed_to_s3(op: S3Operation) -> bool {
             | AbortMultipartUpload
             | ListParts
             | ListMultipartUploads
-            | ListObjectVersions
             | GetObjectAttributes
             | CreateBucket
             | DeleteBucket

@@ -21,7 +21,7 @@ use talon_origin_stub::{EMULATOR_AZURE_KEY, RunningStub, StubConfig};
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::azure::sas::{SasGrant, generate_service_sas};
 use talon_protocols::azure::shared_key::{AccountKey, SharedKeyParts, authorization};
-use talon_protocols::block_staging::BlobStaging;
+use talon_protocols::block_staging::{BlobStaging, is_staging_key};
 use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
 use talon_protocols::s3::request::S3Addressing;
 use talon_protocols::s3::sigv4::S3Credentials;
@@ -85,6 +85,7 @@ impl Setup {
             limits: Limits::default(),
             tls: None,
             acl_file: None,
+            cache_status: true,
         })
         .await
         .unwrap();
@@ -327,6 +328,29 @@ async fn staged_blocks_are_reachable_through_no_front() {
         b"name,salary\nalice,250000\n",
         "the staged block changed"
     );
+    // No listing names it: ListObjects and ListObjectVersions alike (the second was
+    // relayed to the origin as it was, staged keys included).
+    let listed = s3.list("demo", "", None, None, None).await.unwrap();
+    assert!(
+        listed.objects.iter().all(|o| !is_staging_key(&o.key)),
+        "{:?}",
+        listed.objects
+    );
+    let versions = s3
+        .forward(talon_protocols::origin::ForwardRequest {
+            method: http::Method::GET,
+            bucket: Some("demo"),
+            key: None,
+            query: "versions",
+            headers: Vec::new(),
+            body: talon_protocols::origin::OriginBody::Empty,
+        })
+        .await
+        .unwrap();
+    assert_eq!(versions.status(), 200);
+    let versions = versions.text().await.unwrap();
+    assert!(versions.contains("<ListVersionsResult"), "{versions}");
+    assert!(!versions.contains(".talon-blocks"), "{versions}");
     // The writer's own Put Block List still commits it.
     let list = format!(
         "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList><Latest>{block_id}</Latest></BlockList>"

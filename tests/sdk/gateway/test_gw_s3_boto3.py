@@ -619,7 +619,7 @@ def test_conditional_deletes(gw, gw_s3, gw_bucket):
 
 
 def test_list_object_versions_through_the_gateway(gw_s3, gw_bucket):
-    """ListObjectVersions through the gateway (relayed to the S3 origin): every object
+    """ListObjectVersions through the gateway (answered from its own listing): every object
     once as its latest `null` version, paged."""
     keys = ["k0", "k1", "k2", "sub/k3"]
     for k in keys:

@@ -97,6 +97,10 @@ struct UpArgs {
     /// come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AZURE_STORAGE_KEY.
     #[arg(long, env = "TALON_ORIGIN")]
     origin: Option<String>,
+    /// Say in a `Cache-Status` response header (RFC 9211) how each answer was served
+    /// (`talon; hit`, `talon; fwd=miss; stored`, ...); `--cache-status false`: no header.
+    #[arg(long, env = "TALON_CACHE_STATUS", default_value_t = true, action = clap::ArgAction::Set)]
+    cache_status: bool,
     /// Number of workers.
     #[arg(long, env = "TALON_WORKERS", default_value_t = 2)]
     workers: usize,
@@ -444,6 +448,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         },
         // Canned ACLs clients set (a public-read bucket or object) outlive a restart.
         acl_file: Some(args.data_dir.join(".talon-acls.json")),
+        cache_status: args.cache_status,
     })
     .await
     .context("starting the gateway")?;

@@ -43,8 +43,9 @@ pub struct GatewayBackend {
     route: Route,
     origin: Backend,
     reader: Option<ReaderId>,
-    /// How a read was served; `None` until one was.
-    served: Mutex<Option<Outcome>>,
+    /// How a read was served, and whether from the last known version past its bound;
+    /// `None` until one was.
+    served: Mutex<Option<(Outcome, bool)>>,
 }
 
 impl GatewayBackend {
@@ -156,13 +157,18 @@ impl GatewayBackend {
     /// How the request was served, for the metrics: a read's own outcome, otherwise
     /// the origin (or a failure).
     pub fn outcome(&self, failed: bool) -> Outcome {
+        self.served_as(failed).0
+    }
+
+    /// [`Self::outcome`], and whether the read was answered stale.
+    fn served_as(&self, failed: bool) -> (Outcome, bool) {
         if failed {
-            return Outcome::Failed;
+            return (Outcome::Failed, false);
         }
         self.served
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .unwrap_or(Outcome::Origin)
+            .unwrap_or((Outcome::Origin, false))
     }
 
     /// The answer of a request this backend served, counted in the gateway's metrics
@@ -172,11 +178,19 @@ impl GatewayBackend {
         handled: talon_protocols::server::Handled,
         started: std::time::Instant,
     ) -> axum::response::Response {
-        let outcome = self.outcome(handled.failed);
+        let (outcome, stale) = self.served_as(handled.failed);
         let metrics = &self.gw.metrics;
         metrics.request(self.protocol, handled.operation, self.route.name(), outcome);
         metrics.latency(self.protocol, handled.operation, started.elapsed());
-        handled.response.map(axum::body::Body::new)
+        let mut response = handled.response;
+        if self.gw.cache_status
+            && let Some(value) = crate::cache_status::cache_status(outcome, stale)
+        {
+            response
+                .headers_mut()
+                .insert(crate::cache_status::CACHE_STATUS, value);
+        }
+        response.map(axum::body::Body::new)
     }
 
     fn client(&self) -> Result<&talon_protocols::origin::OriginClient, Error> {
@@ -423,7 +437,7 @@ impl ObjectBackend for GatewayBackend {
             .as_ref()
             .and_then(|key| self.gw.objects.listings().get(key))
         {
-            *self.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(Outcome::Hit);
+            *self.served.lock().unwrap_or_else(|p| p.into_inner()) = Some((Outcome::Hit, false));
             return Ok(page);
         }
         let sent = std::time::Instant::now();
@@ -450,7 +464,8 @@ impl ObjectBackend for GatewayBackend {
                 reader: self.reader,
             })
             .await?;
-        *self.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(done.outcome);
+        *self.served.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((done.outcome, done.stale.is_some()));
         if done.stale.is_some() {
             self.gw.metrics.stale_served();
         }

@@ -231,6 +231,11 @@ pub struct Args {
         action = clap::ArgAction::Set
     )]
     origin_fallback: bool,
+    /// Say in a `Cache-Status` response header (RFC 9211) how each answer was served:
+    /// `talon; hit`, `talon; fwd=miss; stored` (filled), `talon; fwd=miss;
+    /// detail=fallback`, ... (`--cache-status false`: no header).
+    #[arg(long, env = "TALON_GATEWAY_CACHE_STATUS", default_value_t = true, action = clap::ArgAction::Set)]
+    cache_status: bool,
     /// Read cached blocks of workers on this host through their local socket, where
     /// the worker hands over the block file and the bytes cross no socket between the
     /// two (`--local-reads false`: every worker over TCP).
@@ -533,6 +538,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ => None,
         },
         acl_file: args.acl_file.clone(),
+        cache_status: args.cache_status,
     };
     let gateway = Arc::new(start(config).await?);
     let reloads = tokio::spawn(reload_identities_on_hangup(args.clone(), gateway.clone()));

@@ -12,6 +12,7 @@
 pub mod azure_front;
 pub mod backend;
 pub mod blocks_over_s3;
+pub mod cache_status;
 pub mod cli;
 pub mod config;
 pub mod copies;
@@ -63,6 +64,9 @@ pub struct GatewayConfig {
     /// Where the canned ACLs clients set (PutBucketAcl, `x-amz-acl`) are kept; `None`:
     /// ACL writes other than `private` are refused.
     pub acl_file: Option<std::path::PathBuf>,
+    /// Whether answers carry a `Cache-Status` header (RFC 9211) saying how this gateway
+    /// served them: a hit, a fill, a fallback to the origin ([`cache_status`]).
+    pub cache_status: bool,
 }
 
 /// The shared state of a gateway's handlers.
@@ -75,6 +79,8 @@ pub struct Gateway {
     /// sees one version from start to end.
     identities: std::sync::RwLock<Arc<Identities>>,
     acls: Option<talon_protocols::access::Acls>,
+    /// Whether answers carry `Cache-Status` ([`cache_status`]).
+    cache_status: bool,
     objects: Objects,
     limits: Limits,
     metrics: Arc<GatewayMetrics>,
@@ -233,6 +239,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             .map(talon_protocols::access::Acls::open)
             .transpose()
             .map_err(|e| GatewayError::Config(format!("--acl-file: {}", e.message())))?,
+        cache_status: config.cache_status,
         objects: Objects::new(
             config.origins,
             config.cache,

@@ -63,6 +63,7 @@ fn config(stub: &RunningStub, identities: IdentitiesFile) -> GatewayConfig {
         limits: Limits::default(),
         tls: None,
         acl_file: None,
+        cache_status: true,
     }
 }
 

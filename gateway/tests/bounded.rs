@@ -51,6 +51,7 @@ async fn env(limits: Limits) -> (RunningStub, RunningGateway) {
         limits,
         tls: None,
         acl_file: None,
+        cache_status: true,
     })
     .await
     .unwrap();

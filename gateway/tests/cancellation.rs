@@ -51,6 +51,7 @@ async fn gateway(cluster: &Cluster) -> RunningGateway {
         limits: Limits::default(),
         tls: None,
         acl_file: None,
+        cache_status: true,
     })
     .await
     .unwrap()

@@ -131,6 +131,7 @@ async fn every_metric_the_dashboard_and_the_alerts_ask_for_is_exported() {
         limits: Limits::default(),
         tls: None,
         acl_file: None,
+        cache_status: true,
     })
     .await
     .unwrap();

@@ -71,6 +71,7 @@ async fn gateway_with(cluster: &Cluster, freshness: Freshness, limits: Limits) -
         limits,
         tls: None,
         acl_file: None,
+        cache_status: true,
     })
     .await
     .unwrap()

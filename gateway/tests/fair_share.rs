@@ -63,6 +63,7 @@ async fn gateway(cache: CacheClient, cluster: &Cluster) -> RunningGateway {
         },
         tls: None,
         acl_file: None,
+        cache_status: true,
     })
     .await
     .unwrap()

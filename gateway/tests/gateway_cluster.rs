@@ -23,6 +23,16 @@ async fn gateway(
     s3_backend: Backend,
     azure_backend: Backend,
 ) -> RunningGateway {
+    gateway_saying_cache_status(cluster, route, s3_backend, azure_backend, true).await
+}
+
+async fn gateway_saying_cache_status(
+    cluster: &Cluster,
+    route: Route,
+    s3_backend: Backend,
+    azure_backend: Backend,
+    cache_status: bool,
+) -> RunningGateway {
     let identities = Identities::from_parts(IdentitiesFile {
         s3: vec![S3Key::unrestricted(AK, SK)],
         azure: None,
@@ -52,6 +62,7 @@ async fn gateway(
         limits: Limits::default(),
         tls: None,
         acl_file: None,
+        cache_status,
     })
     .await
     .unwrap()
@@ -112,11 +123,14 @@ async fn s3_front_reads_through_the_cache_and_hits_the_second_time() {
     let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::Azure).await;
     let resp = s3_get(&gw, "/data/big.bin", Some("bytes=100-300099")).await;
     assert_eq!(resp.status(), 206);
+    // RFC 9211's Cache-Status says the first read was filled, the second a hit.
+    assert_eq!(resp.headers()["cache-status"], "talon; fwd=miss; stored");
     assert_eq!(resp.headers()["content-range"], "bytes 100-300099/1000000");
     assert_eq!(resp.headers()["etag"].to_str().unwrap(), object.etag());
     assert_eq!(resp.bytes().await.unwrap(), expected(&object, 100, 300_100));
     let gets = cluster.origin_gets();
     let resp = s3_get(&gw, "/data/big.bin", Some("bytes=100-300099")).await;
+    assert_eq!(resp.headers()["cache-status"], "talon; hit");
     assert_eq!(resp.bytes().await.unwrap(), expected(&object, 100, 300_100));
     assert_eq!(
         cluster.origin_gets(),
@@ -131,6 +145,7 @@ async fn s3_front_reads_through_the_cache_and_hits_the_second_time() {
     );
     let missing = s3_get(&gw, "/data/nope.bin", None).await;
     assert_eq!(missing.status(), 404);
+    assert!(missing.headers().get("cache-status").is_none());
     assert!(
         missing
             .text()
@@ -138,6 +153,25 @@ async fn s3_front_reads_through_the_cache_and_hits_the_second_time() {
             .unwrap()
             .contains("<Code>NoSuchKey</Code>")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_status_off_leaves_the_header_out() {
+    let object = GeneratedObject::new("data", "quiet.bin", 10_000, 5);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw =
+        gateway_saying_cache_status(&cluster, Route::Cache, Backend::S3, Backend::Azure, false)
+            .await;
+    for _ in 0..2 {
+        let resp = s3_get(&gw, "/data/quiet.bin", None).await;
+        assert_eq!(resp.status(), 200);
+        assert!(resp.headers().get("cache-status").is_none());
+        assert_eq!(resp.bytes().await.unwrap(), expected(&object, 0, 10_000));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +194,17 @@ async fn azure_front_reads_an_s3_origin_and_s3_front_an_azure_origin() {
         .unwrap();
     assert_eq!(resp.status(), 206);
     assert!(resp.headers().contains_key("x-ms-request-id"));
+    assert_eq!(resp.headers()["cache-status"], "talon; fwd=miss; stored");
     assert_eq!(resp.bytes().await.unwrap(), expected(&object, 10, 1010));
+    let again = reqwest::Client::new()
+        .get(&url)
+        .header("x-ms-version", "2025-01-05")
+        .header("x-ms-range", "bytes=10-1009")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.headers()["cache-status"], "talon; hit");
+    assert_eq!(again.bytes().await.unwrap(), expected(&object, 10, 1010));
     // S3 client, Azure origin.
     let resp = s3_get(&gw, "/data/cross.bin", Some("bytes=-1000")).await;
     assert_eq!(resp.status(), 206);
@@ -641,8 +685,25 @@ async fn when_no_worker_answers_route_cache_reads_the_origin_and_cache_only_refu
     // fallback.
     let resp = s3_get(&cache, "/data/orphan.bin", Some("bytes=10-300009")).await;
     assert_eq!(resp.status(), 206);
+    assert_eq!(
+        resp.headers()["cache-status"],
+        "talon; fwd=miss; detail=fallback"
+    );
     assert_eq!(resp.bytes().await.unwrap(), expected(&object, 10, 300_010));
     assert!(cluster.origin_gets() > gets);
+    let resp = reqwest::Client::new()
+        .get(format!("{}/data/orphan.bin", cache.azure_url().unwrap()))
+        .header("x-ms-version", "2025-01-05")
+        .header("x-ms-range", "bytes=10-1009")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 206);
+    assert_eq!(
+        resp.headers()["cache-status"],
+        "talon; fwd=miss; detail=fallback"
+    );
+    assert_eq!(resp.bytes().await.unwrap(), expected(&object, 10, 1010));
     let admin = cache.admin_addr.unwrap();
     let metrics = talon_testkit::http_get(&format!("http://{admin}/metrics")).await;
     assert!(

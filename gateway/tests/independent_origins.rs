@@ -82,6 +82,7 @@ async fn gateway(front: Backend, origin: OriginClient, origin_kind: Backend) -> 
         limits: Limits::default(),
         tls: None,
         acl_file: None,
+        cache_status: true,
     })
     .await
     .unwrap()

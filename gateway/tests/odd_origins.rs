@@ -97,6 +97,7 @@ async fn gateway(origin: String) -> RunningGateway {
         limits: Limits::default(),
         tls: None,
         acl_file: None,
+        cache_status: true,
     })
     .await
     .unwrap()

@@ -65,6 +65,7 @@ async fn gateway(origins: Origins, backend: Backend) -> RunningGateway {
         limits: Limits::default(),
         tls: None,
         acl_file: None,
+        cache_status: true,
     })
     .await
     .unwrap()

@@ -75,6 +75,7 @@ async fn env() -> Env {
         limits: Limits::default(),
         tls: None,
         acl_file: None,
+        cache_status: true,
     })
     .await
     .unwrap();

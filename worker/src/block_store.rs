@@ -157,6 +157,10 @@ pub struct Block {
     /// Whether it belongs to a pinned prefix ([`Pins`], or the cluster's pins): set and
     /// changed only under the store's lock, with the pinned byte count.
     pinned: std::sync::atomic::AtomicBool,
+    /// Pages a stat's first read fetched and kept that no read has been served from
+    /// yet: the read that takes them reports them as filled from the origin, since
+    /// they were fetched to answer it ([`Block::take_kept_unread`]).
+    kept_unread: std::sync::atomic::AtomicBool,
     page_size: u64,
     file: File,
     /// A read-only descriptor of `file`, opened on first use, for readers on this host.
@@ -325,6 +329,22 @@ impl Block {
             st.inflight.retain(|(r, _)| *r != pages);
         }
         let _ = done.send(Some(outcome));
+    }
+
+    /// Marks pages kept from a stat's first read, fetched from the origin for the read
+    /// that follows.
+    pub fn mark_kept_unread(&self) {
+        self.kept_unread
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this read is the first served since [`Block::mark_kept_unread`] (and
+    /// clears the mark): its bytes came from the origin to answer it.
+    pub fn take_kept_unread(&self) -> bool {
+        self.kept_unread.load(std::sync::atomic::Ordering::Relaxed)
+            && self
+                .kept_unread
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the block was evicted (its files are gone; a new entry replaces it).
@@ -926,6 +946,7 @@ impl BlockStore {
         };
         Ok(Block {
             pinned: false.into(),
+            kept_unread: false.into(),
             id,
             object_size,
             len,

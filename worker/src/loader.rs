@@ -281,16 +281,23 @@ impl Loader {
 
     /// The block to serve `req` from when that needs no waiting at all: every page
     /// present and verified, nothing to read from disk or fetch (see
-    /// [`BlockStore::ready_for_read`]). Counts a hit. `None`: use [`Loader::prepare`].
-    pub fn try_hit(&self, req: &ReadRangeRequest) -> Option<Arc<Block>> {
+    /// [`BlockStore::ready_for_read`]), and whether its bytes came from the origin for
+    /// this read (a stat's first read kept them: [`Block::take_kept_unread`]). Counts a
+    /// hit, or a miss for those. `None`: use [`Loader::prepare`].
+    pub fn try_hit(&self, req: &ReadRangeRequest) -> Option<(Arc<Block>, bool)> {
         let block = self.store.ready_for_read(
             &req.block,
             req.object_size,
             req.offset,
             u64::from(req.len),
         )?;
-        self.metrics.hit();
-        Some(block)
+        let from_origin = block.take_kept_unread();
+        if from_origin {
+            self.metrics.miss();
+        } else {
+            self.metrics.hit();
+        }
+        Some((block, from_origin))
     }
 
     /// The block `req` reads, created empty if not cached. When it is cached for
@@ -380,6 +387,8 @@ impl Loader {
                     let store = self.store.clone();
                     let (b, pages) = (block.clone(), need.clone());
                     if blocking(move || store.verify(&b, pages)).await? {
+                        // Pages a stat fetched for this read count as its fill.
+                        let missed = missed | block.take_kept_unread();
                         if missed {
                             self.metrics.miss();
                         } else {
@@ -550,6 +559,7 @@ impl Loader {
         let result = blocking(move || store.commit_fill(&b, pages, &data, reservation)).await;
         match result {
             Ok(()) => {
+                block.mark_kept_unread();
                 fill.finish(Ok(()));
                 Ok(())
             }

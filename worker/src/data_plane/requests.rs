@@ -85,11 +85,11 @@ pub(crate) fn answer_now(
         )),
         Message::ReadRange(req) if req.len > 0 && req.validate().is_ok() => {
             let started = Instant::now();
-            let block = services.loader.try_hit(req)?;
-            let header = encode_read_range_reply_header(id, req.len, false).ok()?;
+            let (block, from_origin) = services.loader.try_hit(req)?;
+            let header = encode_read_range_reply_header(id, req.len, from_origin).ok()?;
             Some(Reply::File {
                 header,
-                from_origin: false,
+                from_origin,
                 block,
                 offset: req.offset,
                 len: u64::from(req.len),

@@ -6,7 +6,7 @@ use std::path::Path;
 use talon_origin_stub::{DEFAULT_AZURE_ACCOUNT, EMULATOR_AZURE_KEY};
 use talon_protocols::access::AnonymousAccess;
 
-use crate::{Endpoints, UpArgs};
+use crate::{DEFAULT_DATA_DIR, Endpoints, UpArgs};
 
 /// The object the banner's commands read.
 #[derive(Debug, PartialEq, Eq)]
@@ -182,15 +182,16 @@ Ctrl-C stops it.
         origin = e.origin,
         staleness = shown_duration(args.max_staleness),
         coordinator = e.coordinator,
-        warm = if args.cluster.cluster_secret_file.is_some()
-            || args.cluster.cluster_secret.is_some()
-        {
+        warm = {
+            // The tools find this deployment through its state file in the data folder.
+            let at = if args.data_dir == Path::new(DEFAULT_DATA_DIR) {
+                String::new()
+            } else {
+                format!(" --data-dir {}", args.data_dir.display())
+            };
             format!(
-                "talon warm s3://{bucket}/ --coordinator {} --block-size {}   (same cluster secret: fills the cache on the workers)",
-                e.coordinator, args.block_size
+                "talon warm s3://{bucket}/{at}   (fills the cache on the workers)\n  talon status{at}"
             )
-        } else {
-            "(start talon up with TALON_CLUSTER_SECRET set to run talon warm and talon status against it)".to_owned()
         },
         anonymous = match args.anonymous {
             AnonymousAccess::Refused => "refused (--anonymous allows reads)",

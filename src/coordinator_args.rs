@@ -1,21 +1,96 @@
 //! The flags of a command that talks to a running cluster's coordinator (`talon status`,
-//! `talon warm`, `talon pin`): where it is, and the cluster secret that proves the command may ask.
+//! `talon warm`, `talon pin`, `talon invalidate`, `talon freshness`): where it is, and the
+//! cluster secret that proves the command may ask. With neither given, a `talon up`
+//! serving `--data-dir` (default `talon-data`, as `talon up`'s) is found through its
+//! state file ([`crate::up_state`]).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use talon_core::cluster_auth::ClusterSecret;
+
+use crate::up_state::UpState;
+
+/// Where a command asks when nothing names a coordinator and no state file is found.
+const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7000";
 
 /// Where the coordinator is and how to authenticate to it.
 #[derive(Debug, clap::Args)]
 pub struct CoordinatorArgs {
-    /// The coordinator's admin URL (http://HOST:PORT).
-    #[arg(
-        long,
-        env = "TALON_COORDINATOR",
-        default_value = "http://127.0.0.1:7000"
-    )]
-    pub coordinator: String,
+    /// The coordinator's admin URL (http://HOST:PORT; a bare HOST:PORT is taken as
+    /// http). Default: the one of the `talon up` serving --data-dir, else
+    /// http://127.0.0.1:7000.
+    #[arg(long, env = "TALON_COORDINATOR")]
+    pub coordinator: Option<String>,
+    /// The data folder of a `talon up` on this machine: its state file
+    /// (`DATA_DIR/.talon-up.json`) names the coordinator, the cluster secret and the
+    /// block size.
+    #[arg(long, env = "TALON_DATA_DIR", default_value = crate::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
     #[command(flatten)]
     pub cluster: talon_coordinator::auth::ClusterSecretArgs,
 }
 
 impl CoordinatorArgs {
+    /// The state of the `talon up` serving --data-dir, when one wrote it.
+    ///
+    /// # Errors
+    /// A state file that cannot be read.
+    pub fn up_state(&self) -> anyhow::Result<Option<UpState>> {
+        UpState::read(&self.data_dir)
+    }
+
+    /// The coordinator's URL: --coordinator, else the state file's, else the default.
+    ///
+    /// # Errors
+    /// A state file that cannot be read.
+    pub fn url(&self) -> anyhow::Result<String> {
+        let url = match (&self.coordinator, self.up_state()?) {
+            (Some(url), _) => url.clone(),
+            (None, Some(state)) => state.coordinator,
+            (None, None) => DEFAULT_COORDINATOR.to_owned(),
+        };
+        Ok(if url.contains("://") {
+            url
+        } else {
+            format!("http://{url}")
+        })
+    }
+
+    /// The cluster secret: the flags' (file or TALON_CLUSTER_SECRET), else the one the
+    /// state file holds or names (when no --coordinator points elsewhere).
+    ///
+    /// # Errors
+    /// No secret anywhere, or one that cannot be read.
+    pub fn secret(&self) -> anyhow::Result<ClusterSecret> {
+        if self.cluster.cluster_secret_file.is_some() || self.cluster.cluster_secret.is_some() {
+            return Ok(self.cluster.load()?);
+        }
+        let state = match (&self.coordinator, self.up_state()?) {
+            (None, Some(state)) => state,
+            _ => anyhow::bail!(
+                "no cluster secret: give --cluster-secret-file or TALON_CLUSTER_SECRET (or run \
+                 this where --data-dir names a running talon up's data folder; no {} there)",
+                UpState::path(&self.data_dir).display()
+            ),
+        };
+        match (state.cluster_secret, state.cluster_secret_file) {
+            (Some(text), _) => Ok(ClusterSecret::new(text.as_bytes())?),
+            (None, Some(file)) => Ok(talon_coordinator::auth::load_secret(Some(&file), None)
+                .with_context(|| {
+                    format!(
+                        "the secret file {}",
+                        UpState::path(&self.data_dir).display()
+                    )
+                })?),
+            (None, None) => anyhow::bail!(
+                "the talon up serving {} was given its cluster secret in TALON_CLUSTER_SECRET: \
+                 set the same here",
+                self.data_dir.display()
+            ),
+        }
+    }
+
     /// A client of the coordinator, signing as `role`.
     ///
     /// # Errors
@@ -25,8 +100,8 @@ impl CoordinatorArgs {
         role: talon_core::cluster_auth::Role,
     ) -> anyhow::Result<talon_coordinator::client::CoordinatorClient> {
         Ok(
-            talon_coordinator::client::CoordinatorClient::new(self.coordinator.clone())?
-                .with_auth(self.cluster.load()?, role),
+            talon_coordinator::client::CoordinatorClient::new(self.url()?)?
+                .with_auth(self.secret()?, role),
         )
     }
 }

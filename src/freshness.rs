@@ -115,7 +115,7 @@ pub async fn freshness(args: FreshnessArgs) -> anyhow::Result<()> {
         anyhow::bail!(problem);
     }
     let client = args.target.client(Role::Admin)?;
-    let at = &args.target.coordinator;
+    let at = &args.target.url()?;
     let current = client
         .freshness()
         .await

@@ -62,7 +62,7 @@ pub async fn invalidate(args: InvalidateArgs) -> anyhow::Result<()> {
         anyhow::bail!(problem);
     }
     let client = args.target.client(Role::Admin)?;
-    let at = &args.target.coordinator;
+    let at = &args.target.url()?;
     let mut view = None;
     for prefix in &named {
         view = Some(

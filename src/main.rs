@@ -12,6 +12,7 @@ mod freshness;
 mod invalidate;
 mod pin;
 mod status;
+mod up_state;
 mod warm;
 
 use std::net::{IpAddr, SocketAddr};
@@ -83,13 +84,16 @@ enum Command {
     Freshness(freshness::FreshnessArgs),
 }
 
+/// `talon up`'s data folder, and where the operator tools look for its state file.
+const DEFAULT_DATA_DIR: &str = "talon-data";
+
 #[derive(Debug, clap::Args)]
 struct UpArgs {
     /// Folder served by the local origin; its top-level folders are buckets
     /// (containers). Created with a small sample when it does not exist. It also holds
     /// the workers' caches (`.talon-cache`) and the ACLs clients set
     /// (`.talon-acls.json`).
-    #[arg(long, env = "TALON_DATA_DIR", default_value = "talon-data")]
+    #[arg(long, env = "TALON_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
     data_dir: PathBuf,
     /// A real origin instead of the local folder: `s3` (AWS, region from AWS_REGION),
     /// `s3://HOST[:PORT]` (https), `s3+http://HOST:PORT`, `az://ACCOUNT`
@@ -128,6 +132,11 @@ struct UpArgs {
     /// Gateway admin port (/metrics, /healthz, /readyz).
     #[arg(long, env = "TALON_ADMIN_PORT", default_value_t = 9300)]
     admin_port: u16,
+    /// Coordinator port (the operator tools' default, `talon status` and `talon warm`
+    /// with no flags, is this one on loopback; 0: any free port, which the state file
+    /// `DATA_DIR/.talon-up.json` names for them).
+    #[arg(long, env = "TALON_COORDINATOR_PORT", default_value_t = 7000)]
+    coordinator_port: u16,
     /// The staleness bound: a change made at the origin other than through this
     /// gateway (a file edited in the folder, a write to the real account) is seen by
     /// reads at most this long after it; writes through the gateway are seen at once.
@@ -172,6 +181,42 @@ struct UpArgs {
 }
 
 /// Writes the sample data set into a new folder.
+/// Takes `<dir>/.talon-up.lock` for this process's lifetime (the lock goes with the
+/// returned file), creating `dir`; refuses when another process holds it.
+fn lock_folder(dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = dir.join(".talon-up.lock");
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            anyhow::bail!(
+                "another talon up (pid {}) is using {}: stop it first, or give this one \
+                 another --data-dir (or --cache-dir)",
+                holder
+                    .trim()
+                    .parse::<u32>()
+                    .map_or("?".to_owned(), |p| p.to_string()),
+                dir.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    use std::io::Write as _;
+    file.set_len(0)?;
+    write!(file, "{}", std::process::id())?;
+    Ok(file)
+}
+
 fn write_sample(dir: &Path) -> anyhow::Result<()> {
     let demo = dir.join("demo");
     std::fs::create_dir_all(demo.join("tables"))
@@ -224,12 +269,48 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         .context("--s3-credentials is not ACCESS_KEY:SECRET")?;
     let loopback = |port| SocketAddr::new(args.bind, port);
     let any_port = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), 0);
+    // Settings that could never work are refused before anything starts.
+    let geometry = BlockGeometry::new(args.block_size, args.page_size).context(
+        "--block-size and --page-size must be powers of two, the page no larger than the block",
+    )?;
+    anyhow::ensure!(
+        args.workers >= 1,
+        "--workers 0: a deployment needs at least one worker to cache anything"
+    );
+    anyhow::ensure!(
+        args.capacity >= args.block_size,
+        "--capacity {} bytes is less than one --block-size ({} bytes): no block could ever be cached; \
+         give each worker at least one block",
+        args.capacity,
+        args.block_size
+    );
+    anyhow::ensure!(
+        !args.data_dir.exists() || args.data_dir.is_dir(),
+        "--data-dir {} is a file, not a folder: name a folder (it is created if missing)",
+        args.data_dir.display()
+    );
+    let cache_root = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join(".talon-cache"));
+    // Only a data folder this run creates gets the sample (taking the locks below may
+    // create it).
+    let new_data_dir = !args.data_dir.exists();
+    // One `talon up` per cache folder (and per data folder it serves): a second would
+    // share the workers' files.
+    let _locks = [
+        Some(lock_folder(&cache_root)?),
+        match args.origin {
+            None if args.cache_dir.is_some() => Some(lock_folder(&args.data_dir)?),
+            _ => None,
+        },
+    ];
 
     // The origin: a real account, or the stub over the data folder.
     let (origins, origin_name, stub) = match &args.origin {
         Some(spec) => (real_origin(spec).await?, spec.clone(), None),
         None => {
-            if !args.data_dir.exists() {
+            if new_data_dir {
                 write_sample(&args.data_dir)?;
                 tracing::info!(dir = %args.data_dir.display(), "created the data folder with a sample");
             }
@@ -303,17 +384,26 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         }
     };
 
-    // One cluster secret per run, never written down: the coordinator's API and every
-    // worker connection require it, so nothing internal is open to other local users.
+    // One cluster secret per run unless one is given: the coordinator's API and every
+    // worker connection require it, so nothing internal is open to other local users. A
+    // secret made here is written only into the state file (mode 0600) in the data
+    // folder, for the operator tools of the same user.
     let given_secret =
         args.cluster.cluster_secret_file.is_some() || args.cluster.cluster_secret.is_some();
-    let cluster_secret = if given_secret {
-        args.cluster.load()?
+    let (cluster_secret, made_secret) = if given_secret {
+        (args.cluster.load()?, None)
     } else {
-        talon_coordinator::auth::random_secret()
+        let mut bytes = [0u8; 32];
+        getrandom::getrandom(&mut bytes)
+            .map_err(|e| anyhow::anyhow!("no randomness for the cluster secret: {e}"))?;
+        let text = hex::encode(bytes);
+        (
+            talon_core::cluster_auth::ClusterSecret::new(text.as_bytes())?,
+            Some(text),
+        )
     };
     let coordinator = talon_coordinator::start(CoordinatorConfig {
-        listen: any_port,
+        listen: loopback(args.coordinator_port),
         cluster_secret: cluster_secret.clone(),
         heartbeat_interval: Duration::from_millis(500),
         expiry: Duration::from_secs(3),
@@ -323,17 +413,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     })
     .await
     .context("starting the coordinator")?;
-    let geometry = BlockGeometry::new(args.block_size, args.page_size).context(
-        "--block-size and --page-size must be powers of two, the page no larger than the block",
-    )?;
-    let cache_root = args
-        .cache_dir
-        .clone()
-        .unwrap_or_else(|| args.data_dir.join(".talon-cache"));
     let mut workers = Vec::new();
     let open_files_share = talon_worker::descriptors::raise_open_files_limit()
-        .map(|limit| limit / (args.workers.max(1) as u64 + 1));
-    for i in 0..args.workers.max(1) {
+        .map(|limit| limit / (args.workers as u64 + 1));
+    for i in 0..args.workers {
         let worker = talon_worker::start(WorkerConfig {
             pins: Default::default(),
             cluster_secret: cluster_secret.clone(),
@@ -476,6 +559,21 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         talon_process::write_ready_file(path, &ready)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    up_state::UpState {
+        pid: std::process::id(),
+        coordinator: endpoints.coordinator.clone(),
+        s3: endpoints.s3.clone(),
+        azure: endpoints.azure.clone(),
+        admin: endpoints.admin.clone(),
+        block_size: args.block_size,
+        cluster_secret: made_secret,
+        cluster_secret_file: args
+            .cluster
+            .cluster_secret_file
+            .as_ref()
+            .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.clone())),
+    }
+    .write(&args.data_dir)?;
     let example = match &args.origin {
         Some(_) => None,
         None => banner::example_object(&args.data_dir),
@@ -483,6 +581,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     banner::print_banner(&endpoints, &args, credentials, example.as_ref());
     talon_process::shutdown_signal().await;
     tracing::info!("shutting down");
+    up_state::UpState::remove(&args.data_dir);
     gateway.shutdown().await;
     for w in workers {
         w.shutdown().await;
@@ -494,13 +593,20 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
     let command = Cli::parse().command;
     if let Command::Loadgen(args) = command {
         // The load generator sizes and starts its own runtime.
-        return Ok(talon_bench::loadgen_cli::run(args));
+        return talon_bench::loadgen_cli::run(args);
     }
     talon_process::init_logs();
+    match run(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => talon_process::exit_with_error("talon", e.as_ref()),
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -524,6 +630,5 @@ fn main() -> anyhow::Result<ExitCode> {
             Command::Freshness(args) => freshness::freshness(args).await,
             Command::Loadgen(_) => unreachable!("handled above"),
         }
-    })?;
-    Ok(ExitCode::SUCCESS)
+    })
 }

@@ -86,7 +86,7 @@ pub async fn pin(args: PinArgs) -> anyhow::Result<()> {
         anyhow::bail!(problem);
     }
     let client = args.target.client(Role::Admin)?;
-    let at = &args.target.coordinator;
+    let at = &args.target.url()?;
     let current = client
         .pins()
         .await

@@ -21,18 +21,19 @@ pub struct StatusArgs {
 /// A missing cluster secret, or a coordinator that cannot be reached or refuses.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let client = args.target.client(Role::Reader)?;
+    let at = args.target.url()?;
     let members = client
         .members()
         .await
-        .with_context(|| format!("asking {} for its members", args.target.coordinator))?;
+        .with_context(|| format!("asking {} for its members", at))?;
     let cluster = client
         .cluster()
         .await
-        .with_context(|| format!("asking {} for its totals", args.target.coordinator))?;
+        .with_context(|| format!("asking {} for its totals", at))?;
     let jobs = client
         .warm_jobs()
         .await
-        .with_context(|| format!("asking {} for its warm jobs", args.target.coordinator))?
+        .with_context(|| format!("asking {} for its warm jobs", at))?
         .jobs;
     if args.json {
         let line = serde_json::json!({

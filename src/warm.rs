@@ -37,9 +37,10 @@ pub struct WarmArgs {
     #[command(flatten)]
     target: crate::coordinator_args::CoordinatorArgs,
     /// The cluster's block size: the gateways' --block-size (the blocks warmed are the
-    /// blocks they read only if it is the same).
-    #[arg(long, env = "TALON_BLOCK_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
-    block_size: u64,
+    /// blocks they read only if it is the same). Default: the one of the `talon up`
+    /// serving --data-dir, else 256MiB (the gateway's default).
+    #[arg(long, env = "TALON_BLOCK_SIZE", value_parser = parse_byte_size)]
+    block_size: Option<u64>,
     /// Objects warmed at once.
     #[arg(long, default_value_t = 2)]
     in_flight: usize,
@@ -47,6 +48,10 @@ pub struct WarmArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// The block size warmed by when neither --block-size nor a `talon up` state file says:
+/// the gateway's default.
+const DEFAULT_BLOCK_SIZE: u64 = 256 << 20;
 
 /// One object's warm.
 #[derive(Debug, serde::Serialize)]
@@ -66,7 +71,13 @@ struct Warmed {
 /// # Errors
 /// A name that is not a key path, a cluster that cannot be reached, or an object that
 /// cannot be read (its error names it); the objects warmed before it stay warm.
-pub async fn warm(args: WarmArgs) -> anyhow::Result<()> {
+pub async fn warm(mut args: WarmArgs) -> anyhow::Result<()> {
+    if args.block_size.is_none() {
+        args.block_size = Some(match args.target.up_state()? {
+            Some(state) if args.target.coordinator.is_none() => state.block_size,
+            _ => DEFAULT_BLOCK_SIZE,
+        });
+    }
     if let Some(path) = &args.list {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -89,16 +100,14 @@ pub async fn warm(args: WarmArgs) -> anyhow::Result<()> {
         .iter()
         .map(|o| ObjectId::from_key_path(o).with_context(|| format!("'{o}' is not a key path")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let geometry = BlockGeometry::new(args.block_size, args.block_size)
+    let block_size = args.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
+    let geometry = BlockGeometry::new(block_size, block_size)
         .context("--block-size must be a power of two")?;
-    let config = CacheClientConfig::new(
-        args.target.coordinator.clone(),
-        geometry,
-        args.target.cluster.load()?,
-    );
+    let at = args.target.url()?;
+    let config = CacheClientConfig::new(at.clone(), geometry, args.target.secret()?);
     let client = CacheClient::connect(config)
         .await
-        .with_context(|| format!("connecting to the cluster at {}", args.target.coordinator))?;
+        .with_context(|| format!("connecting to the cluster at {at}"))?;
     let started = Instant::now();
     let done_bytes = Arc::new(AtomicU64::new(0));
     let done_objects = Arc::new(AtomicU64::new(0));
@@ -206,14 +215,14 @@ async fn warm_job(args: &WarmArgs, source: String, objects: Vec<String>) -> anyh
         .warm_start(&WarmRequest {
             source,
             objects,
-            block_size: args.block_size,
+            block_size: args.block_size.unwrap_or(DEFAULT_BLOCK_SIZE),
             budget_bytes: args.budget,
         })
         .await
         .with_context(|| {
             format!(
                 "starting a warm job of {what} at {}",
-                args.target.coordinator
+                args.target.url().unwrap_or_default()
             )
         })?;
     if job.objects_over_budget > 0 {

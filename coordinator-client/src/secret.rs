@@ -68,7 +68,6 @@ pub struct ClusterSecretArgs {
     #[arg(
         long = "cluster-secret",
         env = "TALON_CLUSTER_SECRET",
-        hide = true,
         hide_env_values = true
     )]
     pub cluster_secret: Option<String>,

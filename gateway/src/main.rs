@@ -12,7 +12,10 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     talon_process::init_logs();
-    talon_gateway::cli::run(Cli::parse().args).await
+    match talon_gateway::cli::run(Cli::parse().args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => talon_process::exit_with_error("talon-gateway", e.as_ref()),
+    }
 }

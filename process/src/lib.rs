@@ -8,6 +8,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 /// Starts logging to stderr, filtered by `TALON_LOG` (a `tracing` filter such as
 /// `info` or `talon_gateway=debug`; `info` when unset). Colours only for a person at a
@@ -34,6 +35,31 @@ pub fn write_ready_file(path: &Path, body: &serde_json::Value) -> io::Result<()>
     let tmp = PathBuf::from(tmp);
     std::fs::write(&tmp, serde_json::to_vec_pretty(body)?)?;
     std::fs::rename(&tmp, path)
+}
+
+/// The end of a command that failed: its error as one line on stderr, each cause once
+/// (`program: what failed: why`), and a failing exit status. No backtrace, whatever
+/// `RUST_BACKTRACE` says: the person reading it made a configuration mistake, and the
+/// line must say which.
+pub fn exit_with_error(program: &str, error: &(dyn std::error::Error + 'static)) -> ExitCode {
+    eprintln!("{program}: {}", error_line(error));
+    ExitCode::FAILURE
+}
+
+/// An error and its causes as one line, `a: b: c`, leaving out a cause whose text the
+/// line already holds (an error that prints its source in its own message).
+pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = next.source();
+    }
+    line.replace('\n', " ")
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM: what a Talon process drains and exits on.
@@ -69,6 +95,35 @@ pub async fn shutdown_signal() {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn an_error_line_names_each_cause_once() {
+        let io = Layer("File exists (os error 17)", None);
+        let store = Layer(
+            "creating /tmp/d: File exists (os error 17)",
+            Some(Box::new(io)),
+        );
+        let top = Layer("starting the origin", Some(Box::new(store)));
+        assert_eq!(
+            error_line(&top),
+            "starting the origin: creating /tmp/d: File exists (os error 17)"
+        );
+        let multi = Layer("first\nsecond", None);
+        assert_eq!(error_line(&multi), "first second");
+    }
 
     #[test]
     fn the_ready_file_is_whole_json_and_leaves_no_temporary_file() {

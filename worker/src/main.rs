@@ -12,7 +12,10 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     talon_process::init_logs();
-    talon_worker::cli::run(Cli::parse().args).await
+    match talon_worker::cli::run(Cli::parse().args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => talon_process::exit_with_error("talon-worker", e.as_ref()),
+    }
 }

@@ -86,14 +86,14 @@ CLUSTER_SECRET = secrets.token_hex(32)
 
 def clean_env(**extra) -> dict:
     """The caller's environment without AWS_/AZURE_/TALON_ settings, plus the cluster
-    secret and ``extra``."""
+    secret and ``extra`` (a name given as None is left out)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "TALON_"))}
     env["TALON_CLUSTER_SECRET"] = CLUSTER_SECRET
     env.setdefault("RUST_BACKTRACE", "1")
     env.setdefault("RUST_LOG", "info")
     env.setdefault("NO_COLOR", "1")  # plain logs in failure reports
     env.update(extra)
-    return env
+    return {k: v for k, v in env.items() if v is not None}
 
 
 def free_port() -> int:
@@ -291,7 +291,7 @@ def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int
     ready = workdir / "ready.json"
     argv = [
         binary("talon"), "up",
-        "--s3-port", "0", "--azure-port", "0", "--admin-port", "0",
+        "--s3-port", "0", "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0",
         "--data-dir", data_dir, "--ready-file", ready,
         "--workers", str(workers), "--block-size", BLOCK_SIZE, "--page-size", PAGE_SIZE,
         "--capacity", "256MiB",

@@ -1,0 +1,144 @@
+"""What a new operator meets in the first hour with `talon up` (the first-hour review of
+2026-12): settings that could never work are refused at start with one line that says
+why (no backtrace, each cause once), nothing is created or changed by a refusal, a
+second `talon up` on a folder in use is refused, and every answer says in RFC 9211's
+`Cache-Status` how it was served."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+
+import pytest
+
+from botocore.exceptions import ClientError
+
+from conftest import blob_service, s3_client
+
+from . import harness
+
+
+def _refused(argv: list, env_extra: dict | None = None) -> str:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, timeout=60,
+                          env=harness.clean_env(RUST_BACKTRACE="1", **(env_extra or {})))
+    stderr = proc.stderr.decode(errors="replace")
+    assert proc.returncode != 0, f"{argv} was accepted: {stderr}"
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    # One line, from the binary, without a backtrace, whatever RUST_BACKTRACE says.
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("talon: "), stderr
+    assert "backtrace" not in stderr.lower() and "Caused by" not in stderr, stderr
+    return lines[0]
+
+
+def _tree(root) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--workers", "0"], "--workers 0"),
+    (["--capacity", "1MiB"], "is less than one --block-size"),
+    (["--block-size", "3MiB"], "powers of two"),
+])
+def test_settings_that_could_never_work_are_refused_at_start(tmp_path, args, says):
+    data = tmp_path / "data"
+    line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", "0", "--azure-port", "0",
+                     "--admin-port", "0", "--coordinator-port", "0", *args])
+    assert says in line, line
+    assert not data.exists(), "a refused start created the data folder"
+
+
+def test_a_data_folder_that_is_a_file_is_named_as_such(tmp_path):
+    data = tmp_path / "data"
+    data.write_bytes(b"not a folder")
+    line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", "0", "--azure-port", "0",
+                     "--admin-port", "0", "--coordinator-port", "0"])
+    assert f"{data} is a file, not a folder" in line, line
+    assert data.read_bytes() == b"not a folder"
+
+
+def test_a_second_talon_up_on_a_folder_in_use_is_refused(tmp_path, _isolated_client_env):
+    front = harness.start_talon_up("first", tmp_path, auth=False, workers=1)
+    try:
+        before = _tree(front.data_dir)
+        line = _refused([harness.binary("talon"), "up", "--data-dir", front.data_dir, "--s3-port", "0",
+                         "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0"])
+        pid = front.procs[0].popen.pid
+        assert f"another talon up (pid {pid}) is using" in line, line
+        assert _tree(front.data_dir) == before
+        # The first one still serves.
+        s3 = s3_client(front)
+        assert s3.get_object(Bucket="demo", Key="hello.txt")["Body"].read().startswith(b"Hello from Talon")
+    finally:
+        harness.stop_all(front.procs)
+
+
+def test_cache_status_says_fill_then_hit_on_both_fronts(tmp_path, _isolated_client_env):
+    front = harness.start_talon_up("cache-status", tmp_path, auth=False, workers=1)
+    try:
+        s3 = s3_client(front)
+        body = b"c" * 300_000
+        # Written at the origin's folder, not through the gateway (whose writes may be
+        # pushed into the cache): the first read must fetch it.
+        (front.data_dir / "demo" / "status.bin").write_bytes(body)
+        seen = []
+        for _ in range(2):
+            resp = s3.get_object(Bucket="demo", Key="status.bin")
+            assert resp["Body"].read() == body
+            seen.append(resp["ResponseMetadata"]["HTTPHeaders"].get("cache-status"))
+        assert seen == ["talon; fwd=miss; stored", "talon; hit"], seen
+        # The Azure front reads the folder through the origin's Azure endpoint: blocks
+        # are the origin's, so its first read fills too.
+        azure_seen = []
+        blob = blob_service(front).get_blob_client("demo", "status.bin")
+        for _ in range(2):
+            download = blob.download_blob(
+                raw_response_hook=lambda r: azure_seen.append(r.http_response.headers.get("cache-status")))
+            assert download.readall() == body
+        assert azure_seen == ["talon; fwd=miss; stored", "talon; hit"], azure_seen
+        # A refusal carries none: the error is the answer.
+        with pytest.raises(ClientError) as refused:
+            s3.get_object(Bucket="demo", Key="never-written.bin")
+        assert refused.value.response["Error"]["Code"] == "NoSuchKey"
+        assert "cache-status" not in refused.value.response["ResponseMetadata"]["HTTPHeaders"]
+    finally:
+        harness.stop_all(front.procs)
+
+
+def test_the_operator_tools_find_a_plain_talon_up(tmp_path, _isolated_client_env):
+    """`talon up` given no cluster secret writes its state file (mode 0600) into the data
+    folder; `talon status` and `talon warm` with only --data-dir (no coordinator, no
+    secret, no block size) find it, and what the warm filled is a hit for the next read.
+    The file goes when talon up stops."""
+    import json
+    import stat
+
+    front = harness.start_talon_up("tools", tmp_path, auth=False, workers=1,
+                                   env={"TALON_CLUSTER_SECRET": None})
+    state_file = front.data_dir / ".talon-up.json"
+    tools_env = harness.clean_env(TALON_CLUSTER_SECRET=None)
+    try:
+        assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+        state = json.loads(state_file.read_text())
+        assert state["pid"] == front.procs[0].popen.pid and state["s3"] == front.s3, state
+        talon = str(harness.binary("talon"))
+        out = subprocess.run([talon, "status", "--data-dir", str(front.data_dir), "--json"],
+                             capture_output=True, timeout=60, env=tools_env)
+        assert out.returncode == 0, out.stderr.decode()
+        assert json.loads(out.stdout)["cluster"]["live"] == 1
+        body = b"w" * 200_000
+        (front.data_dir / "demo" / "warm-me.bin").write_bytes(body)
+        warm = subprocess.run([talon, "warm", "s3://demo/warm-me", "--data-dir", str(front.data_dir), "--json"],
+                              capture_output=True, timeout=120, env=tools_env)
+        assert warm.returncode == 0, warm.stderr.decode()
+        resp = s3_client(front).get_object(Bucket="demo", Key="warm-me.bin")
+        assert resp["Body"].read() == body
+        assert resp["ResponseMetadata"]["HTTPHeaders"]["cache-status"] == "talon; hit"
+        # Elsewhere, with nothing to go by, the tool says what it lacks.
+        lost = subprocess.run([talon, "status", "--data-dir", str(tmp_path / "nowhere")], capture_output=True,
+                              timeout=60, env=tools_env)
+        assert lost.returncode != 0 and b"no cluster secret" in lost.stderr, lost.stderr
+    finally:
+        harness.stop_all(front.procs)
+    assert not state_file.exists(), "talon up left its state file behind"

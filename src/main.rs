@@ -32,6 +32,7 @@ use talon_origin_stub::generated::GeneratedObject;
 use talon_origin_stub::{DEFAULT_AZURE_ACCOUNT, EMULATOR_AZURE_KEY, StubConfig};
 use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::shared_key::AccountKey;
+use talon_protocols::origin::check::{OriginCheckMode, check_origins};
 use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
 use talon_protocols::origin_spec::{OriginSettings, OriginSpec};
 use talon_protocols::s3::request::S3Addressing;
@@ -101,6 +102,16 @@ struct UpArgs {
     /// come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AZURE_STORAGE_KEY.
     #[arg(long, env = "TALON_ORIGIN")]
     origin: Option<String>,
+    /// With --origin: check it at start with one signed request (ListBuckets, List
+    /// Containers); `fail` refuses to start and says why, `warn` starts and says it in
+    /// /readyz and the log until it passes, `off` does not check.
+    #[arg(
+        long,
+        env = "TALON_ORIGIN_CHECK",
+        default_value = "fail",
+        value_parser = |s: &str| s.parse::<OriginCheckMode>()
+    )]
+    origin_check: OriginCheckMode,
     /// Say in a `Cache-Status` response header (RFC 9211) how each answer was served
     /// (`talon; hit`, `talon; fwd=miss; stored`, ...); `--cache-status false`: no header.
     #[arg(long, env = "TALON_CACHE_STATUS", default_value_t = true, action = clap::ArgAction::Set)]
@@ -289,6 +300,18 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         "--data-dir {} is a file, not a folder: name a folder (it is created if missing)",
         args.data_dir.display()
     );
+    // A real origin is checked before anything is created or started.
+    let mut origin_problems = Vec::new();
+    let mut real = match &args.origin {
+        Some(spec) => {
+            let origins = real_origin(spec).await?;
+            origin_problems = check_origins(&origins, args.origin_check)
+                .await
+                .map_err(|e| anyhow::anyhow!("--origin {spec}: {}", e.message()))?;
+            Some(origins)
+        }
+        None => None,
+    };
     let cache_root = args
         .cache_dir
         .clone()
@@ -306,9 +329,9 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         },
     ];
 
-    // The origin: a real account, or the stub over the data folder.
+    // The origin: a real account (checked above), or the stub over the data folder.
     let (origins, origin_name, stub) = match &args.origin {
-        Some(spec) => (real_origin(spec).await?, spec.clone(), None),
+        Some(spec) => (real.take().unwrap_or_default(), spec.clone(), None),
         None => {
             if new_data_dir {
                 write_sample(&args.data_dir)?;
@@ -505,7 +528,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         (Some(_), None) => (Backend::S3, Backend::S3),
         _ => (Backend::Azure, Backend::Azure),
     };
-    let gateway = talon_gateway::start(talon_gateway::GatewayConfig {
+    let mut gateway = talon_gateway::start(talon_gateway::GatewayConfig {
         s3: Some(S3Front {
             listen: loopback(args.s3_port),
             route: Route::Cache,
@@ -520,7 +543,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             addressing: Default::default(),
         }),
         admin_listen: Some(loopback(args.admin_port)),
-        origins,
+        origins: origins.clone(),
         cache: Some(cache),
         identities,
         freshness: talon_gateway::Freshness::within(args.max_staleness),
@@ -535,6 +558,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     })
     .await
     .context("starting the gateway")?;
+    if !origin_problems.is_empty() {
+        gateway.set_not_ready(Some(origin_problems.join("; ")));
+        gateway.keep_checking_origins(origins.clone(), talon_gateway::cli::ORIGIN_RECHECK);
+    }
     let endpoints = Endpoints {
         s3: gateway.s3_url().unwrap_or_default(),
         azure: gateway.azure_url().unwrap_or_default(),

@@ -17,6 +17,7 @@ use talon_protocols::access::AnonymousAccess;
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::origin::Origins;
+use talon_protocols::origin::check::{OriginCheckMode, check_origins};
 use talon_protocols::origin_spec::{OriginSettings, OriginSpec};
 use talon_protocols::s3::request::S3Addressing;
 use talon_protocols::s3::sigv4::S3Credentials;
@@ -231,6 +232,16 @@ pub struct Args {
         action = clap::ArgAction::Set
     )]
     origin_fallback: bool,
+    /// Check each origin at start with one signed request (ListBuckets, List
+    /// Containers): `fail` refuses to start and says why; `warn` starts and says it in
+    /// /readyz (503) and the log until the origin passes; `off` does not check.
+    #[arg(
+        long,
+        env = "TALON_GATEWAY_ORIGIN_CHECK",
+        default_value = "fail",
+        value_parser = |s: &str| s.parse::<OriginCheckMode>()
+    )]
+    origin_check: OriginCheckMode,
     /// Say in a `Cache-Status` response header (RFC 9211) how each answer was served:
     /// `talon; hit`, `talon; fwd=miss; stored` (filled), `talon; fwd=miss;
     /// detail=fallback`, ... (`--cache-status false`: no header).
@@ -427,6 +438,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         s3: s3_origin,
         azure: azure_origin,
     };
+    let origin_problems = check_origins(&origins, args.origin_check)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+    let checked_origins = origins.clone();
     let geometry = BlockGeometry::new(args.block_size, args.block_size)
         .context("--block-size must be a power of two")?;
     let cache = match &args.coordinator {
@@ -540,7 +555,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         acl_file: args.acl_file.clone(),
         cache_status: args.cache_status,
     };
-    let gateway = Arc::new(start(config).await?);
+    let mut gateway = start(config).await?;
+    if !origin_problems.is_empty() {
+        gateway.set_not_ready(Some(origin_problems.join("; ")));
+        gateway.keep_checking_origins(checked_origins, ORIGIN_RECHECK);
+    }
+    let gateway = Arc::new(gateway);
     let reloads = tokio::spawn(reload_identities_on_hangup(args.clone(), gateway.clone()));
     if let Some(path) = &args.ready_file {
         let ready = serde_json::json!({
@@ -561,6 +581,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// How often an origin that failed its start-up check (`--origin-check warn`) is
+/// checked again.
+pub const ORIGIN_RECHECK: Duration = Duration::from_secs(30);
 
 /// The identities file (if any) with the flags' keys and anonymous level over it.
 fn load_identities(args: &Args) -> anyhow::Result<Identities> {

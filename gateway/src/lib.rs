@@ -81,6 +81,9 @@ pub struct Gateway {
     acls: Option<talon_protocols::access::Acls>,
     /// Whether answers carry `Cache-Status` ([`cache_status`]).
     cache_status: bool,
+    /// Why `/readyz` says not ready (an origin that failed its check, when the process
+    /// was told to start anyway); `None`: ready.
+    not_ready: std::sync::RwLock<Option<String>>,
     objects: Objects,
     limits: Limits,
     metrics: Arc<GatewayMetrics>,
@@ -132,6 +135,51 @@ impl RunningGateway {
     /// The metrics.
     pub fn metrics(&self) -> &GatewayMetrics {
         &self.state.metrics
+    }
+
+    /// Says on `/readyz` (503 with `why`) that this gateway is not ready; `None`: ready.
+    pub fn set_not_ready(&self, why: Option<String>) {
+        *self
+            .state
+            .not_ready
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
+    /// Checks `origins` every `period` until shutdown ([`OriginClient::check_at_start`]
+    /// again), keeping `/readyz` and the log saying what is wrong until it is right: for
+    /// a gateway started with `--origin-check warn` over an origin that failed it.
+    ///
+    /// [`OriginClient::check_at_start`]: talon_protocols::origin::OriginClient::check_at_start
+    pub fn keep_checking_origins(
+        &mut self,
+        origins: talon_protocols::origin::Origins,
+        period: std::time::Duration,
+    ) {
+        let state = self.state.clone();
+        let mut shutdown = self.shutdown.subscribe();
+        self.tasks.push(tokio::spawn(async move {
+            loop {
+                let checks = origins
+                    .check_at_start(talon_protocols::origin::check::START_CHECK_TIMEOUT)
+                    .await;
+                let problems: Vec<String> = checks.into_iter().filter_map(|c| c.problem).collect();
+                let why = (!problems.is_empty()).then(|| problems.join("; "));
+                match &why {
+                    Some(why) => tracing::warn!(problem = %why, "the origin is not ready"),
+                    None => tracing::info!("the origin passed its check"),
+                }
+                let done = why.is_none();
+                *state.not_ready.write().unwrap_or_else(|p| p.into_inner()) = why;
+                if done {
+                    return;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(period) => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+        }));
     }
 
     /// Replaces who may call (a reloaded identities file). Requests in flight finish
@@ -240,6 +288,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             .transpose()
             .map_err(|e| GatewayError::Config(format!("--acl-file: {}", e.message())))?,
         cache_status: config.cache_status,
+        not_ready: std::sync::RwLock::new(None),
         objects: Objects::new(
             config.origins,
             config.cache,
@@ -311,6 +360,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         let listener = bind(addr).await?;
         admin_addr = listener.local_addr().ok();
         let gw = state.clone();
+        let ready = state.clone();
         let router = axum::Router::new()
             .route(
                 "/metrics",
@@ -348,7 +398,24 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                 }),
             )
             .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-            .route("/readyz", axum::routing::get(|| async { "ready\n" }));
+            .route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let why = ready
+                        .not_ready
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone();
+                    async move {
+                        match why {
+                            None => (http::StatusCode::OK, "ready\n".to_owned()),
+                            Some(why) => {
+                                (http::StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"))
+                            }
+                        }
+                    }
+                }),
+            );
         tasks.push(spawn_front(
             listener,
             router,

@@ -111,6 +111,16 @@ pub struct Args {
     /// refreshed before they expire (docs/security.md).
     #[arg(long, env = "AWS_SESSION_TOKEN", hide_env_values = true)]
     s3_session_token: Option<String>,
+    /// Check each origin at start with one signed request (ListBuckets, List
+    /// Containers): `fail` refuses to start and says why; `warn` starts and logs it;
+    /// `off` does not check.
+    #[arg(
+        long,
+        env = "TALON_WORKER_ORIGIN_CHECK",
+        default_value = "fail",
+        value_parser = |s: &str| s.parse::<talon_protocols::origin::check::OriginCheckMode>()
+    )]
+    origin_check: talon_protocols::origin::check::OriginCheckMode,
     /// Put the bucket in the host name (virtual-hosted addressing).
     #[arg(long, env = "TALON_WORKER_S3_VIRTUAL_HOSTED")]
     s3_virtual_hosted: bool,
@@ -324,7 +334,11 @@ async fn origins(args: &Args) -> anyhow::Result<Origins> {
     if s3.is_none() && azure.is_none() {
         tracing::warn!("no origin configured (--origin URL): only cached pages can be served");
     }
-    Ok(Origins { s3, azure })
+    let origins = Origins { s3, azure };
+    talon_protocols::origin::check::check_origins(&origins, args.origin_check)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+    Ok(origins)
 }
 
 /// Runs the part with `args` until SIGTERM or SIGINT, then drains.

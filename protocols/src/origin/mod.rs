@@ -14,6 +14,7 @@
 mod azure;
 pub mod azure_credentials;
 mod blocks;
+pub mod check;
 mod compact_info;
 pub use compact_info::CompactInfo;
 mod copy;

@@ -31,6 +31,11 @@ def _refused(argv: list, env_extra: dict | None = None) -> str:
     return lines[0]
 
 
+def _up_argv(data, *extra) -> list:
+    return [harness.binary("talon"), "up", "--data-dir", data, "--s3-port", "0", "--azure-port", "0",
+            "--admin-port", "0", "--coordinator-port", "0", *extra]
+
+
 def _tree(root) -> dict:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
             for p in sorted(root.rglob("*"))}
@@ -142,3 +147,44 @@ def test_the_operator_tools_find_a_plain_talon_up(tmp_path, _isolated_client_env
     finally:
         harness.stop_all(front.procs)
     assert not state_file.exists(), "talon up left its state file behind"
+
+
+@pytest.mark.parametrize("case", ["dead", "wrong scheme", "no credentials", "wrong credentials"])
+def test_an_origin_that_cannot_serve_is_refused_at_start_with_why(tmp_path, stub, case):
+    """`talon up --origin` checks the origin with one signed ListBuckets before it says it
+    is up: a dead origin, https to a plain-HTTP server, no credentials for an origin that
+    requires them and refused credentials each stop it with one line naming the URL and
+    what to do; the data folder is not created. (Before: "Talon is up", then clients got
+    "Anonymous access is not allowed" or a 503 after 7-10 s.)"""
+    host = stub.s3.removeprefix("http://")
+    key, secret = stub.s3_credentials[0]
+    keys = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
+    origin, env, says = {
+        "dead": (f"s3+http://127.0.0.1:{harness.free_port()}", keys, "cannot reach the origin at http://127.0.0.1:"),
+        "wrong scheme": (f"s3://{host}", keys, f"cannot reach the origin at https://{host}"),
+        "no credentials": (f"s3+http://{host}", {}, "refuses unsigned requests"),
+        "wrong credentials": (f"s3+http://{host}", {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": "wrong"},
+                              "refused the credentials"),
+    }[case]
+    data = tmp_path / "data"
+    line = _refused(_up_argv(data, "--origin", origin), env)
+    assert says in line, line
+    assert "--origin-check warn" in line, line
+    assert not data.exists(), "a refused start created the data folder"
+
+
+def test_origin_check_warn_starts_and_says_it_on_readyz(tmp_path, _isolated_client_env):
+    """With --origin-check warn, a dead origin does not stop talon up: /readyz answers 503
+    with the problem (and /healthz stays ok) until the origin passes."""
+    import requests
+
+    dead = f"s3+http://127.0.0.1:{harness.free_port()}"
+    front = harness.start_talon_up("warn", tmp_path, auth=False, workers=1,
+                                   extra=["--origin", dead, "--origin-check", "warn"])
+    try:
+        ready = requests.get(front.admin + "/readyz", timeout=10)
+        assert ready.status_code == 503, ready.text
+        assert "cannot reach the origin at http://127.0.0.1:" in ready.text, ready.text
+        assert requests.get(front.admin + "/healthz", timeout=10).status_code == 200
+    finally:
+        harness.stop_all(front.procs)

@@ -106,6 +106,17 @@ async fn s3_get(gw: &RunningGateway, path: &str, range: Option<&str>) -> reqwest
     req.send().await.unwrap()
 }
 
+/// An anonymous ranged Get Blob through the Azure front.
+async fn azure_get(gw: &RunningGateway, path: &str, range: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(format!("{}{path}", gw.azure_url().unwrap()))
+        .header("x-ms-version", "2025-01-05")
+        .header("x-ms-range", range)
+        .send()
+        .await
+        .unwrap()
+}
+
 fn expected(object: &GeneratedObject, start: u64, end: u64) -> Vec<u8> {
     let mut buf = vec![0u8; (end - start) as usize];
     object.fill(start, &mut buf);
@@ -184,25 +195,12 @@ async fn azure_front_reads_an_s3_origin_and_s3_front_an_azure_origin() {
     .await;
     let gw = gateway(&cluster, Route::Cache, Backend::Azure, Backend::S3).await;
     // Azure client, S3 origin (anonymous Azure access is allowed by this gateway).
-    let url = format!("{}/data/cross.bin", gw.azure_url().unwrap());
-    let resp = reqwest::Client::new()
-        .get(&url)
-        .header("x-ms-version", "2025-01-05")
-        .header("x-ms-range", "bytes=10-1009")
-        .send()
-        .await
-        .unwrap();
+    let resp = azure_get(&gw, "/data/cross.bin", "bytes=10-1009").await;
     assert_eq!(resp.status(), 206);
     assert!(resp.headers().contains_key("x-ms-request-id"));
     assert_eq!(resp.headers()["cache-status"], "talon; fwd=miss; stored");
     assert_eq!(resp.bytes().await.unwrap(), expected(&object, 10, 1010));
-    let again = reqwest::Client::new()
-        .get(&url)
-        .header("x-ms-version", "2025-01-05")
-        .header("x-ms-range", "bytes=10-1009")
-        .send()
-        .await
-        .unwrap();
+    let again = azure_get(&gw, "/data/cross.bin", "bytes=10-1009").await;
     assert_eq!(again.headers()["cache-status"], "talon; hit");
     assert_eq!(again.bytes().await.unwrap(), expected(&object, 10, 1010));
     // S3 client, Azure origin.
@@ -691,13 +689,7 @@ async fn when_no_worker_answers_route_cache_reads_the_origin_and_cache_only_refu
     );
     assert_eq!(resp.bytes().await.unwrap(), expected(&object, 10, 300_010));
     assert!(cluster.origin_gets() > gets);
-    let resp = reqwest::Client::new()
-        .get(format!("{}/data/orphan.bin", cache.azure_url().unwrap()))
-        .header("x-ms-version", "2025-01-05")
-        .header("x-ms-range", "bytes=10-1009")
-        .send()
-        .await
-        .unwrap();
+    let resp = azure_get(&cache, "/data/orphan.bin", "bytes=10-1009").await;
     assert_eq!(resp.status(), 206);
     assert_eq!(
         resp.headers()["cache-status"],

@@ -185,7 +185,7 @@ def main() -> int:
     ready = work / "ready.json"
     log = open(work / "talon.log", "wb")
     proc = subprocess.Popen([args.binary, "up", "--data-dir", str(work / "data"), "--ready-file", str(ready),
-                             "--s3-port", "0", "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0",
+                             "--s3-port", "0", "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0",
                              "--anonymous", "read-write", "--workers", "2"],
                             stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                             env={**os.environ, "TALON_LOG": "warn"})

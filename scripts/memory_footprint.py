@@ -416,7 +416,7 @@ def talon_up(procs: Processes, tmp: Path) -> int:
         "talon-up",
         [
             str(BIN / "talon"), "up", "--data-dir", str(tmp / "up-data"), "--ready-file", str(tmp / "up.json"),
-            "--s3-port", "0", "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0",
+            "--s3-port", "0", "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0",
         ],
         tmp / "up.json",
     )

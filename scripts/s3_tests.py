@@ -294,7 +294,7 @@ def start_talon(talon: Path, tmp: Path, origin: str | None) -> tuple[subprocess.
     # Port 0: talon up binds free ports itself and names them in its ready file (picking
     # free ports here would race with the ports its workers bind).
     argv = [str(talon), "up", "--data-dir", str(tmp / "data"), "--s3-port", "0",
-            "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0", "--ready-file", str(ready)]
+            "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0", "--ready-file", str(ready)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "TALON_"))}
     if origin:
         argv += ["--origin", origin]

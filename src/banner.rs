@@ -148,29 +148,30 @@ fn banner(
     };
     let curl = if args.anonymous == AnonymousAccess::Refused {
         format!(
-            "curl -s --aws-sigv4 aws:amz:us-east-1:s3 --user {ak}:{sk} -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {s3}/{bucket}/{key}"
+            "curl -s --aws-sigv4 aws:amz:{region}:s3 --user {ak}:{sk} -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {s3}/{bucket}/{key}",
+            region = args.region
         )
     } else {
         format!("curl -s {s3}/{bucket}/{key}")
     };
     format!(
         r#"
-Talon is up: {workers} workers behind a gateway, reading {origin}.
+Talon is up: {workers} behind a gateway, reading {origin}.
 
-  S3          {s3}   region us-east-1, path-style
+  S3          {s3}   region {region}, path-style
               access key {ak}, secret {sk}{not_shown} (signatures required)
   Azure Blob  {azure}
               account {DEFAULT_AZURE_ACCOUNT}, key {azure_key} (Shared Key or SAS required)
   Anonymous   {anonymous}
   Staleness   {staleness}: reads see changes made at the origin other than through
               this gateway within {staleness} (--max-staleness); writes through it at once
-  Metrics     {admin}/metrics   (coordinator: {coordinator}/v1/cluster)
+  Metrics     {admin}/metrics   (cluster status page: {status})
 
 {try_it}
   {curl}
   AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} aws --endpoint-url {s3} s3 ls s3://{bucket} --recursive
 
-  python3 -c "import boto3; s3 = boto3.client('s3', endpoint_url='{s3}', aws_access_key_id='{ak}', aws_secret_access_key='{sk}', region_name='us-east-1'); print(s3.get_object(Bucket='{bucket}', Key='{key}')['Body'].read())"
+  python3 -c "import boto3; s3 = boto3.client('s3', endpoint_url='{s3}', aws_access_key_id='{ak}', aws_secret_access_key='{sk}', region_name='{region}'); print(s3.get_object(Bucket='{bucket}', Key='{key}')['Body'].read())"
 
   python3 -c "from azure.storage.blob import BlobServiceClient; c = BlobServiceClient.from_connection_string('DefaultEndpointsProtocol=http;AccountName={DEFAULT_AZURE_ACCOUNT};AccountKey={azure_key};BlobEndpoint={azure};'); print(c.get_blob_client('{bucket}', '{key}').download_blob().readall())"
 
@@ -178,10 +179,18 @@ Talon is up: {workers} workers behind a gateway, reading {origin}.
 
 Ctrl-C stops it.
 "#,
-        workers = args.workers,
+        workers = match args.workers {
+            1 => "1 worker".to_owned(),
+            n => format!("{n} workers"),
+        },
         origin = e.origin,
         staleness = shown_duration(args.max_staleness),
-        coordinator = e.coordinator,
+        status = if e.status.is_empty() {
+            "off"
+        } else {
+            &e.status
+        },
+        region = args.region,
         warm = {
             // The tools find this deployment through its state file in the data folder.
             let at = if args.data_dir == Path::new(DEFAULT_DATA_DIR) {
@@ -220,6 +229,7 @@ mod tests {
             azure: "http://127.0.0.1:10000/devstoreaccount1".into(),
             admin: "http://127.0.0.1:9300".into(),
             coordinator: "http://127.0.0.1:9400".into(),
+            status: "http://127.0.0.1:9301/".into(),
             origin: "./talon-data".into(),
         }
     }

@@ -148,6 +148,13 @@ struct UpArgs {
     /// `DATA_DIR/.talon-up.json` names for them).
     #[arg(long, env = "TALON_COORDINATOR_PORT", default_value_t = 7000)]
     coordinator_port: u16,
+    /// The cluster's status page (read-only, no authentication: every worker, its state
+    /// and what it caches) on this port of --bind; 0: any free port (the banner names it).
+    #[arg(long, env = "TALON_STATUS_PORT", default_value_t = 9301)]
+    status_port: u16,
+    /// The S3 region clients sign for (any name; their SDK's region must match).
+    #[arg(long, env = "TALON_REGION", default_value = "us-east-1")]
+    region: String,
     /// The staleness bound: a change made at the origin other than through this
     /// gateway (a file edited in the folder, a write to the real account) is seen by
     /// reads at most this long after it; writes through the gateway are seen at once.
@@ -269,6 +276,8 @@ struct Endpoints {
     azure: String,
     admin: String,
     coordinator: String,
+    /// The cluster's status page.
+    status: String,
     origin: String,
 }
 
@@ -427,6 +436,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     };
     let coordinator = talon_coordinator::start(CoordinatorConfig {
         listen: loopback(args.coordinator_port),
+        status_listen: Some(loopback(args.status_port)),
         cluster_secret: cluster_secret.clone(),
         heartbeat_interval: Duration::from_millis(500),
         expiry: Duration::from_secs(3),
@@ -534,7 +544,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             route: Route::Cache,
             backend: s3_backend,
             addressing: S3Addressing::PathStyle,
-            region: "us-east-1".into(),
+            region: args.region.clone(),
         }),
         azure: Some(AzureFront {
             listen: loopback(args.azure_port),
@@ -570,6 +580,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             .map(|a| format!("http://{a}"))
             .unwrap_or_default(),
         coordinator: coordinator.url(),
+        status: coordinator
+            .status_addr
+            .map(|a| format!("http://{a}/"))
+            .unwrap_or_default(),
         origin: origin_name,
     };
     if let Some(path) = &args.ready_file {
@@ -579,6 +593,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             "azure_account": DEFAULT_AZURE_ACCOUNT,
             "admin": endpoints.admin,
             "coordinator": endpoints.coordinator,
+            "status": endpoints.status,
             "origin_s3": stub.as_ref().and_then(|s| s.s3_url()),
             "origin_azure": stub.as_ref().and_then(|s| s.azure_url()),
             "origin_admin": stub.as_ref().and_then(|s| s.admin_url()),
@@ -592,6 +607,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         s3: endpoints.s3.clone(),
         azure: endpoints.azure.clone(),
         admin: endpoints.admin.clone(),
+        status: endpoints.status.clone(),
         block_size: args.block_size,
         cluster_secret: made_secret,
         cluster_secret_file: args
@@ -607,7 +623,15 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     };
     banner::print_banner(&endpoints, &args, credentials, example.as_ref());
     talon_process::shutdown_signal().await;
-    tracing::info!("shutting down");
+    tracing::info!(
+        "shutting down: finishing open requests (up to 10 s; Ctrl-C again stops at once)"
+    );
+    tokio::spawn(async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("talon: stopped at once (second Ctrl-C)");
+            std::process::exit(130);
+        }
+    });
     up_state::UpState::remove(&args.data_dir);
     gateway.shutdown().await;
     for w in workers {

@@ -75,9 +75,14 @@ fn hit_ratio(hits: u64, misses: u64) -> String {
 /// The cluster as a markdown table, under a one-line summary.
 fn table(cluster: &ClusterSummary, members: &MembersResponse) -> String {
     let mut out = format!(
-        "epoch {} · {} workers ({} live, {} draining) · {} of {} cached · hit ratio {}\n\n",
+        "epoch {} · {} {} ({} live, {} draining) · {} of {} cached · hit ratio {}\n\n",
         cluster.epoch,
         cluster.workers,
+        if cluster.workers == 1 {
+            "worker"
+        } else {
+            "workers"
+        },
         cluster.live,
         cluster.draining,
         bytes(cluster.bytes_cached),

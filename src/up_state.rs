@@ -26,6 +26,9 @@ pub struct UpState {
     pub azure: String,
     /// The gateway's admin URL (`/metrics`).
     pub admin: String,
+    /// The cluster's status page.
+    #[serde(default)]
+    pub status: String,
     /// The cluster's block size, in bytes (what `talon warm` must fill by).
     pub block_size: u64,
     /// The cluster secret, when `talon up` made it (none was given); otherwise `None`
@@ -102,6 +105,7 @@ mod tests {
             s3: "http://127.0.0.1:9000".into(),
             azure: "http://127.0.0.1:10000/devstoreaccount1".into(),
             admin: "http://127.0.0.1:9300".into(),
+            status: "http://127.0.0.1:9301/".into(),
             block_size: 64 << 20,
             cluster_secret: Some("ab".repeat(32)),
             cluster_secret_file: None,

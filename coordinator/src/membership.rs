@@ -138,8 +138,8 @@ impl Inner {
         let epoch = placement_epoch(&self.placement_members());
         if epoch != self.epoch {
             tracing::info!(
-                old = format_args!("{:016x}", self.epoch),
-                new = format_args!("{epoch:016x}"),
+                old = format_args!("{}", self.epoch),
+                new = format_args!("{epoch}"),
                 live = self
                     .members
                     .values()

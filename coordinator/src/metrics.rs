@@ -109,7 +109,7 @@ fn encode_snapshot(
         }
     }
     {
-        let epoch = format!("{:016x}", snap.epoch);
+        let epoch = snap.epoch.to_string();
         let mut info = encoder.encode_descriptor(
             "epoch",
             "The membership epoch (fingerprint of the placement set).",
@@ -272,7 +272,7 @@ mod tests {
         let plan = crate::warm::WarmPlan::new("s3://b/", objects, 1024, 0).unwrap();
         warm.start(&plan, &placement).unwrap();
         let text = Metrics::new(membership.clone(), warm).render();
-        let epoch = format!("{:016x}", membership.epoch());
+        let epoch = membership.epoch().to_string();
         for line in [
             "talon_coordinator_workers{state=\"live\"} 1",
             "talon_coordinator_workers{state=\"draining\"} 1",

@@ -52,7 +52,7 @@ async fn status(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         [(header::CACHE_CONTROL, "no-store")],
         Json(serde_json::json!({
             // As hex: a JSON number past 2^53 loses digits in a browser.
-            "epoch": format!("{:016x}", snap.epoch),
+            "epoch": snap.epoch.to_string(),
             "cluster": snap.cluster(),
             "members": snap.members,
             "warm_jobs": state.warm.list(),

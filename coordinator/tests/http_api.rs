@@ -463,7 +463,7 @@ async fn health_ready_metrics_and_unknown_routes() {
         .to_owned();
     assert!(ct.starts_with("text/plain"), "{ct}");
     let text = metrics.text().await.unwrap();
-    let epoch = format!("{:016x}", coordinator.membership().epoch());
+    let epoch = coordinator.membership().epoch().to_string();
     for line in [
         "talon_coordinator_workers{state=\"live\"} 1",
         "talon_coordinator_workers{state=\"draining\"} 0",

@@ -427,7 +427,13 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             shutdown_rx.clone(),
         ));
     }
-    tracing::info!(?s3_addr, ?azure_addr, ?admin_addr, "gateway serving");
+    let shown = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());
+    tracing::info!(
+        s3 = %shown(s3_addr),
+        azure = %shown(azure_addr),
+        admin = %shown(admin_addr),
+        "gateway serving"
+    );
     Ok(RunningGateway {
         s3_addr,
         azure_addr,

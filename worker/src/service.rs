@@ -306,7 +306,11 @@ pub async fn start(mut config: WorkerConfig) -> Result<RunningWorker> {
         }
         None => None,
     };
-    tracing::info!(%addr, ?admin_addr, "worker serving");
+    tracing::info!(
+        %addr,
+        admin = %admin_addr.map_or_else(|| "off".to_owned(), |a| a.to_string()),
+        "worker serving"
+    );
     Ok(RunningWorker {
         addr,
         admin_addr,

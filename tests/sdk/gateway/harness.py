@@ -291,7 +291,7 @@ def start_talon_up(name: str, workdir: pathlib.Path, *, auth: bool, workers: int
     ready = workdir / "ready.json"
     argv = [
         binary("talon"), "up",
-        "--s3-port", "0", "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0",
+        "--s3-port", "0", "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0",
         "--data-dir", data_dir, "--ready-file", ready,
         "--workers", str(workers), "--block-size", BLOCK_SIZE, "--page-size", PAGE_SIZE,
         "--capacity", "256MiB",

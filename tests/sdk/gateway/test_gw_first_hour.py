@@ -33,7 +33,7 @@ def _refused(argv: list, env_extra: dict | None = None) -> str:
 
 def _up_argv(data, *extra) -> list:
     return [harness.binary("talon"), "up", "--data-dir", data, "--s3-port", "0", "--azure-port", "0",
-            "--admin-port", "0", "--coordinator-port", "0", *extra]
+            "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0", *extra]
 
 
 def _tree(root) -> dict:
@@ -49,7 +49,7 @@ def _tree(root) -> dict:
 def test_settings_that_could_never_work_are_refused_at_start(tmp_path, args, says):
     data = tmp_path / "data"
     line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", "0", "--azure-port", "0",
-                     "--admin-port", "0", "--coordinator-port", "0", *args])
+                     "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0", *args])
     assert says in line, line
     assert not data.exists(), "a refused start created the data folder"
 
@@ -58,7 +58,7 @@ def test_a_data_folder_that_is_a_file_is_named_as_such(tmp_path):
     data = tmp_path / "data"
     data.write_bytes(b"not a folder")
     line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", "0", "--azure-port", "0",
-                     "--admin-port", "0", "--coordinator-port", "0"])
+                     "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0"])
     assert f"{data} is a file, not a folder" in line, line
     assert data.read_bytes() == b"not a folder"
 
@@ -68,7 +68,7 @@ def test_a_second_talon_up_on_a_folder_in_use_is_refused(tmp_path, _isolated_cli
     try:
         before = _tree(front.data_dir)
         line = _refused([harness.binary("talon"), "up", "--data-dir", front.data_dir, "--s3-port", "0",
-                         "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0"])
+                         "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0"])
         pid = front.procs[0].popen.pid
         assert f"another talon up (pid {pid}) is using" in line, line
         assert _tree(front.data_dir) == before
@@ -188,3 +188,62 @@ def test_origin_check_warn_starts_and_says_it_on_readyz(tmp_path, _isolated_clie
         assert requests.get(front.admin + "/healthz", timeout=10).status_code == 200
     finally:
         harness.stop_all(front.procs)
+
+
+def test_region_and_status_page_under_talon_up(tmp_path, _isolated_client_env):
+    """`talon up --region` serves clients that sign for that region (and refuses others,
+    changing nothing); the cluster's status page is on by default, named in the ready
+    file and the state file."""
+    import json
+
+    import requests
+
+    front = harness.start_talon_up("region", tmp_path, auth=False, workers=1, extra=["--region", "eu-west-3"])
+    try:
+        s3 = s3_client(front, region_name="eu-west-3")
+        s3.put_object(Bucket="demo", Key="region.txt", Body=b"signed for eu-west-3")
+        assert s3.get_object(Bucket="demo", Key="region.txt")["Body"].read() == b"signed for eu-west-3"
+        other = s3_client(front, region_name="us-east-1")
+        with pytest.raises(ClientError) as refused:
+            other.put_object(Bucket="demo", Key="region.txt", Body=b"signed for us-east-1")
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] in (400, 403), refused.value.response
+        assert (front.data_dir / "demo" / "region.txt").read_bytes() == b"signed for eu-west-3"
+        state = json.loads((front.data_dir / ".talon-up.json").read_text())
+        ready = json.loads((tmp_path / "ready.json").read_text())
+        assert state["status"] == ready["status"] and state["status"].startswith("http://127.0.0.1:"), state
+        page = requests.get(state["status"], timeout=10)
+        assert page.status_code == 200 and "<html" in page.text.lower(), page.text[:200]
+        workers = requests.get(state["status"] + "status.json", timeout=10).json()
+        assert len(workers["members"]) == 1, workers
+    finally:
+        harness.stop_all(front.procs)
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path, _isolated_client_env):
+    """The first Ctrl-C says what it waits for (open requests, up to 10 s); a second one
+    stops the process at once (exit 130) instead of waiting out an upload in flight."""
+    import signal
+    import socket
+    import urllib.parse
+
+    front = harness.start_talon_up("ctrl-c", tmp_path, auth=False, workers=1, anonymous="read-write")
+    proc = front.procs[0]
+    s3 = urllib.parse.urlsplit(front.s3)
+    # An upload in flight that will not finish: the drain waits for it.
+    upload = socket.create_connection((s3.hostname, s3.port), timeout=30)
+    try:
+        upload.sendall(b"PUT /demo/slow.bin HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
+                       b"Expect: 100-continue\r\n\r\n")
+        # 100 Continue: the gateway has taken the request and reads its body.
+        assert upload.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        upload.sendall(b"x" * 1000)
+        proc.popen.send_signal(signal.SIGINT)
+        harness.wait_for(proc, lambda: "Ctrl-C again stops at once" in proc.tail(), "the first Ctrl-C's log line", 30)
+        proc.popen.send_signal(signal.SIGINT)
+        assert proc.popen.wait(timeout=30) == 130, proc.tail()
+        assert "stopped at once (second Ctrl-C)" in proc.tail(), proc.tail()
+    finally:
+        upload.close()
+        # Exited with 130 above, as it should; anything else has failed already.
+        harness.stop(proc, check=False)
+

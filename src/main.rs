@@ -116,6 +116,11 @@ struct UpArgs {
     /// (`talon; hit`, `talon; fwd=miss; stored`, ...); `--cache-status false`: no header.
     #[arg(long, env = "TALON_CACHE_STATUS", default_value_t = true, action = clap::ArgAction::Set)]
     cache_status: bool,
+    /// Write one JSON line per answered request (time, request id, identity,
+    /// operation, bucket, key, range, status, bytes, outcome, ms) to this file, appended,
+    /// or `-` for standard output (where the banner goes too). Off by default.
+    #[arg(long, env = "TALON_ACCESS_LOG")]
+    access_log: Option<PathBuf>,
     /// Number of workers.
     #[arg(long, env = "TALON_WORKERS", default_value_t = 2)]
     workers: usize,
@@ -565,6 +570,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         // Canned ACLs clients set (a public-read bucket or object) outlive a restart.
         acl_file: Some(args.data_dir.join(".talon-acls.json")),
         cache_status: args.cache_status,
+        access_log: args.access_log.clone(),
     })
     .await
     .context("starting the gateway")?;

@@ -19,7 +19,7 @@ use talon_protocols::answer::Front;
 use talon_protocols::azure::server::AzureServer;
 
 use crate::Gateway;
-use crate::backend::GatewayBackend;
+use crate::backend::{Asked, GatewayBackend};
 
 const PROTOCOL: &str = "azure";
 
@@ -36,6 +36,10 @@ pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> R
         front.backend,
         Some(ReaderId::from_ip(peer.ip())),
     );
+    let asked = gw
+        .access_log
+        .is_some()
+        .then(|| Asked::of(&req, "x-ms-range"));
     let identities = gw.identities();
     let server = AzureServer {
         addressing: &front.addressing,
@@ -45,8 +49,9 @@ pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> R
         service_endpoint: None,
         server_name: "talon-gateway",
         limits: gw.limits.server_limits(),
+        log_requests: asked.is_some(),
     };
     let handled =
         talon_protocols::azure::server::handle(&server, &backend, req, Some(peer.ip())).await;
-    backend.answer(handled, started)
+    backend.answer(handled, started, asked)
 }

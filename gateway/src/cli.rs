@@ -247,6 +247,11 @@ pub struct Args {
     /// detail=fallback`, ... (`--cache-status false`: no header).
     #[arg(long, env = "TALON_GATEWAY_CACHE_STATUS", default_value_t = true, action = clap::ArgAction::Set)]
     cache_status: bool,
+    /// Write one JSON line per answered request (time, request id, identity,
+    /// operation, bucket, key, range, status, bytes, outcome, ms) to this file, appended,
+    /// or `-` for standard output. Off by default.
+    #[arg(long, env = "TALON_GATEWAY_ACCESS_LOG")]
+    access_log: Option<PathBuf>,
     /// Read cached blocks of workers on this host through their local socket, where
     /// the worker hands over the block file and the bytes cross no socket between the
     /// two (`--local-reads false`: every worker over TCP).
@@ -554,6 +559,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         acl_file: args.acl_file.clone(),
         cache_status: args.cache_status,
+        access_log: args.access_log.clone(),
     };
     let mut gateway = start(config).await?;
     if !origin_problems.is_empty() {

@@ -9,6 +9,7 @@
 //! reached through `talon-cache-client`), the protocols' formats (`talon-protocols`), or
 //! the origin.
 
+pub mod access_log;
 pub mod azure_front;
 pub mod backend;
 pub mod blocks_over_s3;
@@ -67,6 +68,9 @@ pub struct GatewayConfig {
     /// Whether answers carry a `Cache-Status` header (RFC 9211) saying how this gateway
     /// served them: a hit, a fill, a fallback to the origin ([`cache_status`]).
     pub cache_status: bool,
+    /// Where the access log goes (`-`: standard output); `None`: no access log
+    /// ([`access_log`]).
+    pub access_log: Option<std::path::PathBuf>,
 }
 
 /// The shared state of a gateway's handlers.
@@ -81,6 +85,8 @@ pub struct Gateway {
     acls: Option<talon_protocols::access::Acls>,
     /// Whether answers carry `Cache-Status` ([`cache_status`]).
     cache_status: bool,
+    /// One line per answered request, when configured.
+    access_log: Option<access_log::AccessLog>,
     /// Why `/readyz` says not ready (an origin that failed its check, when the process
     /// was told to start anyway); `None`: ready.
     not_ready: std::sync::RwLock<Option<String>>,
@@ -288,6 +294,11 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             .transpose()
             .map_err(|e| GatewayError::Config(format!("--acl-file: {}", e.message())))?,
         cache_status: config.cache_status,
+        access_log: config
+            .access_log
+            .as_deref()
+            .map(access_log::AccessLog::open)
+            .transpose()?,
         not_ready: std::sync::RwLock::new(None),
         objects: Objects::new(
             config.origins,

@@ -30,7 +30,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn name(self) -> &'static str {
+    /// The name the metrics and the access log give it.
+    pub fn name(self) -> &'static str {
         match self {
             Outcome::Hit => "hit",
             Outcome::Fill => "fill",

@@ -18,7 +18,7 @@ use talon_protocols::answer::Front;
 use talon_protocols::s3::server::S3Server;
 
 use crate::Gateway;
-use crate::backend::GatewayBackend;
+use crate::backend::{Asked, GatewayBackend};
 
 const OWNER_ID: &str = "talon-gateway";
 const PROTOCOL: &str = "s3";
@@ -34,6 +34,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|peer| ReaderId::from_ip(peer.0.ip()));
     let backend = GatewayBackend::new(gw.clone(), PROTOCOL, front.route, front.backend, reader);
+    let asked = gw.access_log.is_some().then(|| Asked::of(&req, "range"));
     let identities = gw.identities();
     let server = S3Server {
         addressing: &front.addressing,
@@ -43,7 +44,8 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
         owner_id: OWNER_ID,
         server_name: "talon-gateway",
         limits: gw.limits.server_limits(),
+        log_requests: asked.is_some(),
     };
     let handled = talon_protocols::s3::server::handle(&server, &backend, req).await;
-    backend.answer(handled, started)
+    backend.answer(handled, started, asked)
 }

@@ -64,6 +64,7 @@ fn config(stub: &RunningStub, identities: IdentitiesFile) -> GatewayConfig {
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     }
 }
 

@@ -86,6 +86,7 @@ impl Setup {
             tls: None,
             acl_file: None,
             cache_status: true,
+            access_log: None,
         })
         .await
         .unwrap();

@@ -52,6 +52,7 @@ async fn env(limits: Limits) -> (RunningStub, RunningGateway) {
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     })
     .await
     .unwrap();

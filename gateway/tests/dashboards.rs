@@ -132,6 +132,7 @@ async fn every_metric_the_dashboard_and_the_alerts_ask_for_is_exported() {
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     })
     .await
     .unwrap();

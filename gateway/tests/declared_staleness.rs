@@ -72,6 +72,7 @@ async fn gateway_with(cluster: &Cluster, freshness: Freshness, limits: Limits) -
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     })
     .await
     .unwrap()

@@ -64,6 +64,7 @@ async fn gateway(cache: CacheClient, cluster: &Cluster) -> RunningGateway {
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     })
     .await
     .unwrap()

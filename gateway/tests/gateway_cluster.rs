@@ -63,6 +63,7 @@ async fn gateway_saying_cache_status(
         tls: None,
         acl_file: None,
         cache_status,
+        access_log: None,
     })
     .await
     .unwrap()

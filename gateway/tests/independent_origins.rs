@@ -83,6 +83,7 @@ async fn gateway(front: Backend, origin: OriginClient, origin_kind: Backend) -> 
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     })
     .await
     .unwrap()

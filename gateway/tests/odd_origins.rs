@@ -98,6 +98,7 @@ async fn gateway(origin: String) -> RunningGateway {
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     })
     .await
     .unwrap()

@@ -66,6 +66,7 @@ async fn gateway(origins: Origins, backend: Backend) -> RunningGateway {
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     })
     .await
     .unwrap()

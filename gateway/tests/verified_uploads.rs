@@ -76,6 +76,7 @@ async fn env() -> Env {
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     })
     .await
     .unwrap();

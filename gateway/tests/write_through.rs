@@ -52,6 +52,7 @@ async fn gateway(cluster: &Cluster, write_through_max_bytes: u64) -> RunningGate
         tls: None,
         acl_file: None,
         cache_status: true,
+        access_log: None,
     })
     .await
     .unwrap()

@@ -31,6 +31,7 @@ pub async fn handle(
         service_endpoint: Some(&state.azure_endpoint),
         server_name: "talon-origin-stub",
         limits: ServerLimits::default(),
+        log_requests: false,
     };
     let handled =
         talon_protocols::azure::server::handle(&server, &backend, req, Some(peer.ip())).await;

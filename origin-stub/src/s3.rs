@@ -31,6 +31,7 @@ pub async fn handle(
         owner_id: OWNER_ID,
         server_name: "talon-origin-stub",
         limits: ServerLimits::default(),
+        log_requests: false,
     };
     let handled = talon_protocols::s3::server::handle(&server, &backend, req).await;
     if backend.reset() {

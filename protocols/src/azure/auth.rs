@@ -94,6 +94,9 @@ pub struct Authorized<'a> {
     pub access: Access<'a>,
     /// What its SAS allows beyond the operation (default for Shared Key and anonymous).
     pub sas: sas::SasScope,
+    /// How it proved itself: `sharedkey` or `sas` (of the server's one account); `None`
+    /// for an anonymous request.
+    pub who: Option<&'static str>,
 }
 
 /// Verifies a request and applies the access policy ([`Access::check`]) to what its
@@ -147,16 +150,17 @@ fn verify_signature<'a>(
     transport: Transport,
     now: SystemTime,
 ) -> Result<Authorized<'a>> {
-    let plain = |access| Authorized {
+    let plain = |access, who| Authorized {
         access,
         sas: sas::SasScope::default(),
+        who,
     };
     let Some(key) = &identity.key else {
-        return Ok(plain(identity.anonymous_access(acls)));
+        return Ok(plain(identity.anonymous_access(acls), None));
     };
     if let Some((account, signature)) = shared_key::parse_authorization(parts.headers)? {
         shared_key::verify(parts, &identity.account, key, &account, &signature, now)?;
-        return Ok(plain(identity.key_access(acls)));
+        return Ok(plain(identity.key_access(acls), Some("sharedkey")));
     }
     if let Some(token) = SasToken::from_query(&request.query) {
         let sas_request = SasRequest {
@@ -171,7 +175,8 @@ fn verify_signature<'a>(
         return Ok(Authorized {
             access: identity.sas_access(acls),
             sas: scope,
+            who: Some("sas"),
         });
     }
-    Ok(plain(identity.anonymous_access(acls)))
+    Ok(plain(identity.anonymous_access(acls), None))
 }

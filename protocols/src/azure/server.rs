@@ -26,7 +26,7 @@ use crate::origin::AZURE_API_VERSION;
 use crate::range::RangeSpec;
 use crate::server::{
     AnswerBody, CopySpec, Handled, ListFrom, ListSpec, ObjectBackend, Operation, ReadSpec, Relay,
-    RelayBody, RequestBody, ServerLimits, Target, Upload, WriteSpec, Written, empty_body,
+    RelayBody, RequestBody, Seen, ServerLimits, Target, Upload, WriteSpec, Written, empty_body,
     full_body, read_document, request_body, within_deadline,
 };
 use crate::upload::{UploadClaims, VerifyingStream};
@@ -58,6 +58,8 @@ pub struct AzureServer<'a> {
     pub server_name: &'a str,
     /// Bounds.
     pub limits: ServerLimits,
+    /// Whether [`Handled::record`] is filled (for an access log).
+    pub log_requests: bool,
 }
 
 /// Handles one Azure Blob request from `peer` against `backend`.
@@ -79,10 +81,9 @@ where
         .unwrap_or(AZURE_API_VERSION)
         .to_owned();
     let has_body = request_has_body(req.headers());
-    let mut operation = "Unknown";
+    let mut seen = Seen::new(server.log_requests);
     let result =
-        tracing::Instrument::instrument(route(server, backend, req, peer, &mut operation), span)
-            .await;
+        tracing::Instrument::instrument(route(server, backend, req, peer, &mut seen), span).await;
     let failed = result.is_err();
     let mut response = match result {
         Ok(resp) => resp,
@@ -103,11 +104,7 @@ where
         &version,
         server.server_name,
     );
-    Handled {
-        response,
-        operation,
-        failed,
-    }
+    seen.handled(response, failed, request_id)
 }
 
 type Answer = Result<Response<AnswerBody>, Failure>;
@@ -117,7 +114,7 @@ async fn route<B, Body>(
     backend: &B,
     req: Request<Body>,
     peer: Option<IpAddr>,
-    operation: &mut &'static str,
+    seen: &mut Seen,
 ) -> Answer
 where
     B: ObjectBackend,
@@ -135,7 +132,11 @@ where
         raw_path,
         raw_query,
     )?;
-    *operation = request.operation.name();
+    seen.classified(
+        request.operation.name(),
+        request.container.as_ref(),
+        request.blob.as_ref(),
+    );
     backend.admit(request.operation.name()).await?;
     if request.account != server.identity.account {
         return Err(Error::new(
@@ -165,6 +166,13 @@ where
         transport,
         SystemTime::now(),
     )?;
+    if seen.wants_record() {
+        seen.caller(
+            authorized
+                .who
+                .map(|how| format!("{how}:{}", server.identity.account)),
+        );
+    }
     // Authenticated by now: a Shared Key header here is a verified one (when the server
     // has a key to verify it with).
     let shared_key = server.identity.key.is_some()

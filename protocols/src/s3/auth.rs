@@ -76,6 +76,8 @@ impl S3Identities {
 pub struct S3Auth<'a> {
     /// Who made it and what they may do.
     pub access: Access<'a>,
+    /// The access key id it was signed with; `None` for an anonymous request.
+    pub who: Option<&'a str>,
     /// The SigV4 seed, for `aws-chunked` bodies with signed chunks.
     pub seed: Option<VerifiedSigV4>,
 }
@@ -157,6 +159,7 @@ pub fn verify<'a>(
 ) -> Result<S3Auth<'a>> {
     let anonymous = || S3Auth {
         access: identities.anonymous_access(acls),
+        who: None,
         seed: None,
     };
     if identities.secrets.is_empty() {
@@ -169,9 +172,9 @@ pub fn verify<'a>(
         )
     };
     if let Some(v2) = sigv2::parse_authorization(parts.headers, parts.raw_query)? {
-        let secret = identities
+        let (who, secret) = identities
             .secrets
-            .get(&v2.access_key)
+            .get_key_value(&v2.access_key)
             .ok_or_else(unknown_key)?;
         let resource = match (&request.bucket, request.virtual_hosted) {
             (Some(bucket), true) => format!("/{bucket}{}", parts.raw_path),
@@ -188,6 +191,7 @@ pub fn verify<'a>(
         )?;
         return Ok(S3Auth {
             access: identities.granted(&v2.access_key, acls),
+            who: Some(who),
             seed: None,
         });
     }
@@ -195,14 +199,15 @@ pub fn verify<'a>(
         return Ok(anonymous());
     };
     check_scope(identities, &auth.scope)?;
-    let secret = identities
+    let (who, secret) = identities
         .secrets
-        .get(&auth.access_key)
+        .get_key_value(&auth.access_key)
         .ok_or_else(unknown_key)?;
     let seed = sigv4::verify(parts, &auth, secret, now)?;
     refuse_unsigned_amz_headers(parts.headers, &auth.signed_headers)?;
     Ok(S3Auth {
         access: identities.granted(&auth.access_key, acls),
+        who: Some(who),
         seed: Some(seed),
     })
 }

@@ -29,8 +29,8 @@ use crate::listing::ListPage;
 use crate::range::{RangeSpec, parse_copy_source_range};
 use crate::server::{
     AnswerBody, CopySpec, ListFrom, ListSpec, ObjectBackend, Operation, PartCopySpec, ReadSpec,
-    Relay, RelayBody, RequestBody, Target, Upload, WriteSpec, empty_body, full_body, read_document,
-    request_body, within_deadline,
+    Relay, RelayBody, RequestBody, Seen, Target, Upload, WriteSpec, empty_body, full_body,
+    read_document, request_body, within_deadline,
 };
 pub use crate::server::{Handled, ServerLimits};
 use crate::upload::{UploadClaims, VerifyingStream};
@@ -54,6 +54,8 @@ pub struct S3Server<'a> {
     pub server_name: &'a str,
     /// Bounds.
     pub limits: ServerLimits,
+    /// Whether [`Handled::record`] is filled (for an access log).
+    pub log_requests: bool,
 }
 
 /// Handles one S3 request against `backend`.
@@ -69,9 +71,9 @@ where
     let resource = req.uri().path().to_owned();
     let host = header(req.headers(), "host").map(str::to_owned);
     let has_body = request_has_body(req.headers());
-    let mut operation = "Unknown";
+    let mut seen = Seen::new(server.log_requests);
     let result =
-        tracing::Instrument::instrument(route(server, backend, req, &mut operation), span).await;
+        tracing::Instrument::instrument(route(server, backend, req, &mut seen), span).await;
     let failed = result.is_err();
     let mut response = match result {
         Ok(resp) => resp,
@@ -91,11 +93,7 @@ where
         }
     };
     Front::S3.stamp(response.headers_mut(), &request_id, "", server.server_name);
-    Handled {
-        response,
-        operation,
-        failed,
-    }
+    seen.handled(response, failed, request_id)
 }
 
 /// The region whose CreateBucket answers the owner of an existing bucket with 200.
@@ -107,7 +105,7 @@ async fn route<B, Body>(
     server: &S3Server<'_>,
     backend: &B,
     req: Request<Body>,
-    operation: &mut &'static str,
+    seen: &mut Seen,
 ) -> Answer
 where
     B: ObjectBackend,
@@ -125,7 +123,11 @@ where
         raw_path,
         raw_query,
     )?;
-    *operation = request.operation.name();
+    seen.classified(
+        request.operation.name(),
+        request.bucket.as_ref(),
+        request.key.as_ref(),
+    );
     backend.admit(request.operation.name()).await?;
     let request_parts = RequestParts {
         method: parts.method.as_str(),
@@ -140,6 +142,9 @@ where
         &request_parts,
         SystemTime::now(),
     )?;
+    if seen.wants_record() {
+        seen.caller(auth.who.map(str::to_owned));
+    }
     if let Err(refused) = s3_auth::authorize(&auth, &request, &parts.headers) {
         return Err(absent_or(refused, auth.access, &request, backend)
             .await

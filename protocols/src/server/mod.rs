@@ -114,6 +114,80 @@ pub struct Handled {
     pub operation: &'static str,
     /// Whether the answer is an error answer.
     pub failed: bool,
+    /// What an access log says of the request, when the server was asked to keep it
+    /// (`log_requests`); `None` otherwise, at no cost.
+    pub record: Option<RequestRecord>,
+}
+
+/// Who asked for what, as far as the server learned before answering: what an access
+/// log line needs beyond the answer itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// The request id the client sees (`x-amz-request-id`, `x-ms-request-id`).
+    pub request_id: String,
+    /// The caller: an S3 access key id, `sharedkey:ACCOUNT` or `sas:ACCOUNT`; `None`
+    /// for an anonymous request or one refused before it was authenticated.
+    pub identity: Option<String>,
+    /// The bucket (container), once the request was classified.
+    pub bucket: Option<String>,
+    /// The key (blob name), decoded.
+    pub key: Option<String>,
+}
+
+/// What a server has learned of a request so far, filled as it goes.
+#[derive(Debug)]
+pub(crate) struct Seen {
+    pub(crate) operation: &'static str,
+    pub(crate) record: Option<RequestRecord>,
+}
+
+impl Seen {
+    pub(crate) fn new(log_requests: bool) -> Seen {
+        Seen {
+            operation: "Unknown",
+            record: log_requests.then(RequestRecord::default),
+        }
+    }
+
+    /// The request was classified: its operation and what it names.
+    pub(crate) fn classified(
+        &mut self,
+        operation: &'static str,
+        bucket: Option<&String>,
+        key: Option<&String>,
+    ) {
+        self.operation = operation;
+        if let Some(r) = &mut self.record {
+            r.bucket = bucket.cloned();
+            r.key = key.cloned();
+        }
+    }
+
+    /// The caller was authenticated as `who`.
+    pub(crate) fn caller(&mut self, who: Option<String>) {
+        if let Some(r) = &mut self.record {
+            r.identity = who;
+        }
+    }
+
+    pub(crate) fn wants_record(&self) -> bool {
+        self.record.is_some()
+    }
+
+    /// The answer is given, with `request_id`.
+    pub(crate) fn handled(
+        self,
+        response: Response<AnswerBody>,
+        failed: bool,
+        request_id: String,
+    ) -> Handled {
+        Handled {
+            response,
+            operation: self.operation,
+            failed,
+            record: self.record.map(|r| RequestRecord { request_id, ..r }),
+        }
+    }
 }
 
 /// Reads a small request body (an XML document) whole, up to `limit` bytes.

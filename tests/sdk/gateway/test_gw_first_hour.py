@@ -247,3 +247,48 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path, _isolated_client_env):
         # Exited with 130 above, as it should; anything else has failed already.
         harness.stop(proc, check=False)
 
+
+
+def test_the_access_log_says_who_asked_for_what_and_how_it_was_served(tmp_path, _isolated_client_env):
+    """`talon up --access-log FILE`: one JSON line per answered request with the request
+    id the client saw, the identity, the operation, bucket, key, range, status, bytes and
+    outcome, on both fronts; a refused request is logged with its status and no identity."""
+    import json
+
+    log = tmp_path / "access.log"
+    front = harness.start_talon_up("access-log", tmp_path, auth=True, workers=1, extra=["--access-log", log])
+    try:
+        s3 = s3_client(front)
+        body = b"a" * 100_000
+        (front.data_dir / "demo" / "logged.bin").write_bytes(body)
+        first = s3.get_object(Bucket="demo", Key="logged.bin", Range="bytes=0-999")
+        assert first["Body"].read() == body[:1000]
+        second = s3.get_object(Bucket="demo", Key="logged.bin", Range="bytes=0-999")
+        assert second["Body"].read() == body[:1000]
+        intruder = s3_client(front, access_key="AKIANOBODY0000000000", secret_key="nope")
+        with pytest.raises(ClientError):
+            intruder.get_object(Bucket="demo", Key="logged.bin")
+        download = blob_service(front).get_blob_client("demo", "logged.bin").download_blob()
+        assert download.readall() == body
+        ids = [r["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"] for r in (first, second)]
+
+        def lines():
+            return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+        harness.wait_for(front.procs[0], lambda: len(lines()) >= 4, "four access log lines", 30)
+        by_id = {line["request_id"]: line for line in lines()}
+        for request_id, outcome in zip(ids, ["fill", "hit"]):
+            line = by_id[request_id]
+            assert {k: line[k] for k in ("protocol", "operation", "identity", "method", "bucket", "key", "range",
+                                         "status", "bytes", "outcome")} == {
+                "protocol": "s3", "operation": "GetObject", "identity": harness.CLIENT_S3[0], "method": "GET",
+                "bucket": "demo", "key": "logged.bin", "range": "bytes=0-999", "status": 206, "bytes": 1000,
+                "outcome": outcome}, line
+            assert line["time"].endswith("Z") and line["ms"] >= 0, line
+        refused = [l for l in lines() if l["status"] == 403]
+        assert refused and refused[0]["identity"] is None and refused[0]["outcome"] == "failed", refused
+        azure = [l for l in lines() if l["protocol"] == "azure"]
+        assert azure and azure[-1]["operation"] == "GetBlob" and azure[-1]["status"] in (200, 206), azure
+        assert azure[-1]["identity"] == f"sharedkey:{front.azure_account}", azure
+    finally:
+        harness.stop_all(front.procs)

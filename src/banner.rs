@@ -146,13 +146,22 @@ fn banner(
             "Try it (the folder has no object yet: its top-level folders are buckets, the files in them objects; put one in place of BUCKET and KEY):".to_owned(),
         ),
     };
+    // With a certificate of the user's own (often self-signed), each line trusts it.
+    let (curl_ca, aws_ca, boto_ca) = match &args.tls_cert {
+        Some(cert) => (
+            format!(" --cacert {}", cert.display()),
+            format!(" --ca-bundle {}", cert.display()),
+            format!(", verify='{}'", cert.display()),
+        ),
+        None => Default::default(),
+    };
     let curl = if args.anonymous == AnonymousAccess::Refused {
         format!(
-            "curl -s --aws-sigv4 aws:amz:{region}:s3 --user {ak}:{sk} -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {s3}/{bucket}/{key}",
+            "curl -s{curl_ca} --aws-sigv4 aws:amz:{region}:s3 --user {ak}:{sk} -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' {s3}/{bucket}/{key}",
             region = args.region
         )
     } else {
-        format!("curl -s {s3}/{bucket}/{key}")
+        format!("curl -s{curl_ca} {s3}/{bucket}/{key}")
     };
     format!(
         r#"
@@ -169,9 +178,9 @@ Talon is up: {workers} behind a gateway, reading {origin}.
 
 {try_it}
   {curl}
-  AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} aws --endpoint-url {s3} s3 ls s3://{bucket} --recursive
+  AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} aws --endpoint-url {s3}{aws_ca} s3 ls s3://{bucket} --recursive
 
-  python3 -c "import boto3; s3 = boto3.client('s3', endpoint_url='{s3}', aws_access_key_id='{ak}', aws_secret_access_key='{sk}', region_name='{region}'); print(s3.get_object(Bucket='{bucket}', Key='{key}')['Body'].read())"
+  python3 -c "import boto3; s3 = boto3.client('s3', endpoint_url='{s3}', aws_access_key_id='{ak}', aws_secret_access_key='{sk}', region_name='{region}'{boto_ca}); print(s3.get_object(Bucket='{bucket}', Key='{key}')['Body'].read())"
 
   python3 -c "from azure.storage.blob import BlobServiceClient; c = BlobServiceClient.from_connection_string('DefaultEndpointsProtocol=http;AccountName={DEFAULT_AZURE_ACCOUNT};AccountKey={azure_key};BlobEndpoint={azure};'); print(c.get_blob_client('{bucket}', '{key}').download_blob().readall())"
 
@@ -280,6 +289,49 @@ mod tests {
         assert!(long.contains("Staleness   5m:"), "{long}");
         assert!(long.contains("within 5m (--max-staleness)"), "{long}");
         assert!(text(&["--max-staleness", "1500ms"]).contains("Staleness   1500ms:"));
+    }
+
+    /// The first-hour review's F9 and F14: the lines work as printed with --region and
+    /// with a certificate of the user's own.
+    #[test]
+    fn the_lines_carry_the_region_and_trust_the_given_certificate() {
+        let hello = object("demo", "hello.txt");
+        let text = banner(
+            &endpoints(),
+            &up_args(&[
+                "--region",
+                "eu-west-1",
+                "--tls-cert",
+                "/etc/talon/cert.pem",
+                "--tls-key",
+                "/etc/talon/key.pem",
+            ]),
+            DEVELOPMENT_S3_CREDENTIALS,
+            hello.as_ref(),
+        );
+        assert!(text.contains("region eu-west-1, path-style"), "{text}");
+        assert!(
+            text.contains("curl -s --cacert /etc/talon/cert.pem --aws-sigv4 aws:amz:eu-west-1:s3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("--ca-bundle /etc/talon/cert.pem s3 ls"),
+            "{text}"
+        );
+        assert!(
+            text.contains("region_name='eu-west-1', verify='/etc/talon/cert.pem')"),
+            "{text}"
+        );
+        let plain = banner(
+            &endpoints(),
+            &up_args(&[]),
+            DEVELOPMENT_S3_CREDENTIALS,
+            hello.as_ref(),
+        );
+        assert!(
+            !plain.contains("--cacert") && !plain.contains("verify="),
+            "{plain}"
+        );
     }
 
     fn object(bucket: &str, key: &str) -> Option<ExampleObject> {

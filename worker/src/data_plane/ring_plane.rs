@@ -311,6 +311,9 @@ impl Ring {
             };
             let (stream, peer) = match accepted {
                 Ok(a) => a,
+                // The listener closed under a shutdown: not a failure (it used to log
+                // "accept failed ... Invalid argument" on most stops).
+                Err(_) if *shutdown.borrow() || *killed.borrow() => break,
                 Err(e) => {
                     tracing::warn!(ring = self.index, error = %e, "accept failed");
                     // Out of descriptors, for example: let connections end first.

@@ -107,6 +107,10 @@ step "SDK acceptance suite (tests/sdk)"
 rm -rf target/compat
 "$VENV/bin/python" -m pytest tests/sdk -q -p no:cacheprovider
 
+# docs/architecture.md names files, functions and crate links that exist.
+step "docs/architecture.md against the tree (scripts/check_architecture.py)"
+python3 scripts/check_architecture.py
+
 # docs/gateway.md's compatibility table is what the gateway suite just served.
 step "the compatibility table against this run (scripts/compat_table.py)"
 python3 scripts/compat_table.py --check

@@ -453,7 +453,12 @@ async fn a_rotated_sas_file_is_read_again_before_the_old_sas_expires() {
             },
             &key,
         );
-        std::fs::write(&file, sas).unwrap();
+        // Rotated as Kubernetes rotates a mounted Secret: whole, by a rename (a reader
+        // of a file rewritten in place may see it empty; the refresher then retries
+        // before the SAS in hand expires: credentials.rs's unit tests).
+        let next = file.with_extension("next");
+        std::fs::write(&next, sas).unwrap();
+        std::fs::rename(&next, &file).unwrap();
     };
     // A container the service SAS can work in (a service SAS cannot create one).
     std::fs::create_dir_all(stub.data_dir().join("rotated")).unwrap();

@@ -651,6 +651,14 @@ impl<T: Send + Sync + 'static> Refreshing<T> {
         }
     }
 
+    /// When the credentials in hand expire (`None`: never, or not known).
+    fn expires(&self) -> Option<SystemTime> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .expires
+    }
+
     /// One refresh: new credentials replace the old; a failure keeps them. Returns
     /// the new expiry, or the error.
     async fn refresh(&self) -> Result<Option<SystemTime>> {
@@ -701,6 +709,9 @@ async fn fetch_unexpired<T: 'static>(
     }
 }
 
+/// The soonest a failed refresh is tried again.
+const MIN_RETRY: Duration = Duration::from_millis(250);
+
 /// Credentials that live less than this are refused as already expired.
 const MIN_LIFETIME: Duration = Duration::from_secs(1);
 
@@ -719,7 +730,18 @@ async fn refresh_loop<T: Send + Sync + 'static>(this: Weak<Refreshing<T>>, mut a
             }
             Ok(None) => return,
             Err(_) => {
-                at = SystemTime::now() + retry;
+                // Again before the credentials in hand expire: a failure that passes
+                // (a file read while it was being rewritten, an endpoint's hiccup) must
+                // not outlast short-lived ones.
+                let now = SystemTime::now();
+                let left = credentials
+                    .expires()
+                    .and_then(|e| e.duration_since(now).ok());
+                let wait = match left {
+                    Some(left) => retry.min((left / 2).max(MIN_RETRY)),
+                    None => retry,
+                };
+                at = now + wait;
                 retry = (retry * 2).min(MAX_RETRY);
             }
         }
@@ -816,6 +838,56 @@ mod tests {
             expired.message()
         );
         assert_eq!(credentials.stats().refreshed, 0);
+    }
+
+    /// Answers, then fails once, then answers with new keys.
+    struct FailsOnce {
+        calls: AtomicU64,
+    }
+
+    impl Source<S3Credentials> for FailsOnce {
+        fn describe(&self) -> String {
+            "a source that fails once".into()
+        }
+        fn fetch<'a>(&'a self, _: &'a reqwest::Client) -> FetchFuture<'a, S3Credentials> {
+            let n = self.calls.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async move {
+                if n == 1 {
+                    return Err(unavailable("the test source", "a passing failure"));
+                }
+                Ok(Fetched {
+                    value: S3Credentials {
+                        access_key: format!("AK{n}"),
+                        secret_key: "SK".into(),
+                        session_token: None,
+                    },
+                    expires: Some(SystemTime::now() + Duration::from_secs(3)),
+                })
+            })
+        }
+    }
+
+    /// A refresh that fails once near the end of short-lived keys is tried again before
+    /// they expire (it waited the first backoff, 5 s, and the keys lapsed: the rotated
+    /// SAS file test's 503, when it read the file while it was being rewritten).
+    #[tokio::test]
+    async fn a_passing_refresh_failure_is_retried_before_the_keys_expire() {
+        let credentials = RefreshingCredentials::start(Box::new(FailsOnce {
+            calls: AtomicU64::new(0),
+        }))
+        .await
+        .unwrap();
+        let fresh = until(
+            "keys from the refresh after the failure",
+            || match credentials.current() {
+                Ok(keys) if keys.access_key == "AK2" => Some(Ok(())),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            },
+        )
+        .await;
+        assert!(fresh.is_ok(), "the keys lapsed: {fresh:?}");
+        assert_eq!(credentials.stats().failed, 1);
     }
 
     /// Keys that expired before they were given.

@@ -51,6 +51,9 @@ impl UpState {
     /// # Errors
     /// The I/O error.
     pub fn write(&self, data_dir: &Path) -> anyhow::Result<()> {
+        // With --origin and --cache-dir elsewhere nothing else made the folder.
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?;
         let path = Self::path(data_dir);
         let tmp = data_dir.join(format!("{STATE_FILE}.tmp"));
         let mut options = std::fs::OpenOptions::new();

@@ -295,3 +295,22 @@ def test_the_access_log_says_who_asked_for_what_and_how_it_was_served(tmp_path, 
         assert azure[-1]["identity"] == f"sharedkey:{front.azure_account}", azure
     finally:
         harness.stop_all(front.procs)
+
+
+def test_talon_up_over_a_real_origin_with_the_cache_elsewhere_writes_its_state(tmp_path, stub):
+    """`talon up --origin … --cache-dir …` with no data folder yet: it starts, serves, and
+    writes its state file (it failed writing it: nothing else made the folder)."""
+    import json
+
+    host = stub.s3.removeprefix("http://")
+    key, secret = stub.s3_credentials[0]
+    front = harness.start_talon_up("elsewhere", tmp_path, auth=True, workers=1,
+                                   extra=["--origin", f"s3+http://{host}", "--cache-dir", tmp_path / "cache"],
+                                   env={"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret})
+    try:
+        state = json.loads((front.data_dir / ".talon-up.json").read_text())
+        assert state["s3"] == front.s3, state
+        assert (tmp_path / "cache" / ".talon-up.lock").exists()
+        s3_client(front).list_buckets()
+    finally:
+        harness.stop_all(front.procs)

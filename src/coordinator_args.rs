@@ -31,48 +31,75 @@ pub struct CoordinatorArgs {
     pub cluster: talon_coordinator::auth::ClusterSecretArgs,
 }
 
-impl CoordinatorArgs {
-    /// The state of the `talon up` serving --data-dir, when one wrote it.
-    ///
-    /// # Errors
-    /// A state file that cannot be read.
-    pub fn up_state(&self) -> anyhow::Result<Option<UpState>> {
-        UpState::read(&self.data_dir)
-    }
+/// Where a command asks and how it signs, resolved once from the flags and the state
+/// file ([`CoordinatorArgs::resolve`]).
+pub struct Target {
+    /// The coordinator's URL.
+    pub url: String,
+    /// The cluster secret.
+    pub secret: ClusterSecret,
+    /// The block size of the `talon up` found through its state file, when the command
+    /// asks that one.
+    pub up_block_size: Option<u64>,
+}
 
-    /// The coordinator's URL: --coordinator, else the state file's, else the default.
+impl Target {
+    /// A client of the coordinator, signing as `role`.
     ///
     /// # Errors
-    /// A state file that cannot be read.
-    pub fn url(&self) -> anyhow::Result<String> {
-        let url = match (&self.coordinator, self.up_state()?) {
+    /// A URL that is not one.
+    pub fn client(
+        &self,
+        role: talon_core::cluster_auth::Role,
+    ) -> anyhow::Result<talon_coordinator::client::CoordinatorClient> {
+        Ok(
+            talon_coordinator::client::CoordinatorClient::new(self.url.clone())?
+                .with_auth(self.secret.clone(), role),
+        )
+    }
+}
+
+impl CoordinatorArgs {
+    /// The coordinator's URL (--coordinator, else the state file's, else the default)
+    /// and the cluster secret (the flags', else the one the state file holds or names,
+    /// when no --coordinator points elsewhere), reading the state file once.
+    ///
+    /// # Errors
+    /// A state file that cannot be read; no secret anywhere, or one that cannot be read.
+    pub fn resolve(&self) -> anyhow::Result<Target> {
+        // The state file speaks for its own coordinator only.
+        let state = match &self.coordinator {
+            Some(_) => None,
+            None => UpState::read(&self.data_dir)?,
+        };
+        let url = match (&self.coordinator, &state) {
             (Some(url), _) => url.clone(),
-            (None, Some(state)) => state.coordinator,
+            (None, Some(state)) => state.coordinator.clone(),
             (None, None) => DEFAULT_COORDINATOR.to_owned(),
         };
-        Ok(if url.contains("://") {
+        let url = if url.contains("://") {
             url
         } else {
             format!("http://{url}")
+        };
+        let up_block_size = state.as_ref().map(|s| s.block_size);
+        Ok(Target {
+            url,
+            secret: self.secret(state)?,
+            up_block_size,
         })
     }
 
-    /// The cluster secret: the flags' (file or TALON_CLUSTER_SECRET), else the one the
-    /// state file holds or names (when no --coordinator points elsewhere).
-    ///
-    /// # Errors
-    /// No secret anywhere, or one that cannot be read.
-    pub fn secret(&self) -> anyhow::Result<ClusterSecret> {
+    fn secret(&self, state: Option<UpState>) -> anyhow::Result<ClusterSecret> {
         if self.cluster.cluster_secret_file.is_some() || self.cluster.cluster_secret.is_some() {
             return Ok(self.cluster.load()?);
         }
-        let state = match (&self.coordinator, self.up_state()?) {
-            (None, Some(state)) => state,
-            _ => anyhow::bail!(
+        let Some(state) = state else {
+            anyhow::bail!(
                 "no cluster secret: give --cluster-secret-file or TALON_CLUSTER_SECRET (or run \
                  this where --data-dir names a running talon up's data folder; no {} there)",
                 UpState::path(&self.data_dir).display()
-            ),
+            );
         };
         match (state.cluster_secret, state.cluster_secret_file) {
             (Some(text), _) => Ok(ClusterSecret::new(text.as_bytes())?),
@@ -89,19 +116,5 @@ impl CoordinatorArgs {
                 self.data_dir.display()
             ),
         }
-    }
-
-    /// A client of the coordinator, signing as `role`.
-    ///
-    /// # Errors
-    /// A missing or unreadable cluster secret, or a URL that is not one.
-    pub fn client(
-        &self,
-        role: talon_core::cluster_auth::Role,
-    ) -> anyhow::Result<talon_coordinator::client::CoordinatorClient> {
-        Ok(
-            talon_coordinator::client::CoordinatorClient::new(self.url()?)?
-                .with_auth(self.secret()?, role),
-        )
     }
 }

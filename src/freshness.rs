@@ -114,8 +114,9 @@ pub async fn freshness(args: FreshnessArgs) -> anyhow::Result<()> {
     {
         anyhow::bail!(problem);
     }
-    let client = args.target.client(Role::Admin)?;
-    let at = &args.target.url()?;
+    let target = args.target.resolve()?;
+    let client = target.client(Role::Admin)?;
+    let at = &target.url;
     let current = client
         .freshness()
         .await

@@ -61,8 +61,9 @@ pub async fn invalidate(args: InvalidateArgs) -> anyhow::Result<()> {
     {
         anyhow::bail!(problem);
     }
-    let client = args.target.client(Role::Admin)?;
-    let at = &args.target.url()?;
+    let target = args.target.resolve()?;
+    let client = target.client(Role::Admin)?;
+    let at = &target.url;
     let mut view = None;
     for prefix in &named {
         view = Some(

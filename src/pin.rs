@@ -85,8 +85,9 @@ pub async fn pin(args: PinArgs) -> anyhow::Result<()> {
     {
         anyhow::bail!(problem);
     }
-    let client = args.target.client(Role::Admin)?;
-    let at = &args.target.url()?;
+    let target = args.target.resolve()?;
+    let client = target.client(Role::Admin)?;
+    let at = &target.url;
     let current = client
         .pins()
         .await

@@ -20,8 +20,9 @@ pub struct StatusArgs {
 /// # Errors
 /// A missing cluster secret, or a coordinator that cannot be reached or refuses.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let client = args.target.client(Role::Reader)?;
-    let at = args.target.url()?;
+    let target = args.target.resolve()?;
+    let client = target.client(Role::Reader)?;
+    let at = &target.url;
     let members = client
         .members()
         .await

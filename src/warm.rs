@@ -71,13 +71,12 @@ struct Warmed {
 /// # Errors
 /// A name that is not a key path, a cluster that cannot be reached, or an object that
 /// cannot be read (its error names it); the objects warmed before it stay warm.
-pub async fn warm(mut args: WarmArgs) -> anyhow::Result<()> {
-    if args.block_size.is_none() {
-        args.block_size = Some(match args.target.up_state()? {
-            Some(state) if args.target.coordinator.is_none() => state.block_size,
-            _ => DEFAULT_BLOCK_SIZE,
-        });
-    }
+pub async fn warm(args: WarmArgs) -> anyhow::Result<()> {
+    let target = args.target.resolve()?;
+    let block_size = args
+        .block_size
+        .or(target.up_block_size)
+        .unwrap_or(DEFAULT_BLOCK_SIZE);
     if let Some(path) = &args.list {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -88,23 +87,22 @@ pub async fn warm(mut args: WarmArgs) -> anyhow::Result<()> {
             .map(str::to_owned)
             .collect();
         anyhow::ensure!(!objects.is_empty(), "{} names no object", path.display());
-        return warm_job(&args, String::new(), objects).await;
+        return warm_job(&args, &target, block_size, String::new(), objects).await;
     }
     if let [source] = args.objects.as_slice()
         && (source.starts_with("s3://") || source.starts_with("az://"))
     {
-        return warm_job(&args, source.clone(), Vec::new()).await;
+        return warm_job(&args, &target, block_size, source.clone(), Vec::new()).await;
     }
     let ids = args
         .objects
         .iter()
         .map(|o| ObjectId::from_key_path(o).with_context(|| format!("'{o}' is not a key path")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let block_size = args.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
     let geometry = BlockGeometry::new(block_size, block_size)
         .context("--block-size must be a power of two")?;
-    let at = args.target.url()?;
-    let config = CacheClientConfig::new(at.clone(), geometry, args.target.secret()?);
+    let at = &target.url;
+    let config = CacheClientConfig::new(at.clone(), geometry, target.secret.clone());
     let client = CacheClient::connect(config)
         .await
         .with_context(|| format!("connecting to the cluster at {at}"))?;
@@ -203,28 +201,29 @@ fn table(warmed: &[Warmed], seconds: f64) -> String {
 
 /// Runs a warm job for `source` (or the `objects` named) on the coordinator and follows
 /// it to the end.
-async fn warm_job(args: &WarmArgs, source: String, objects: Vec<String>) -> anyhow::Result<()> {
+async fn warm_job(
+    args: &WarmArgs,
+    target: &crate::coordinator_args::Target,
+    block_size: u64,
+    source: String,
+    objects: Vec<String>,
+) -> anyhow::Result<()> {
     let what = if source.is_empty() {
         format!("{} objects", objects.len())
     } else {
         source.clone()
     };
     use talon_coordinator::api::{WarmRequest, WarmState};
-    let client = args.target.client(talon_core::cluster_auth::Role::Admin)?;
+    let client = target.client(talon_core::cluster_auth::Role::Admin)?;
     let job = client
         .warm_start(&WarmRequest {
             source,
             objects,
-            block_size: args.block_size.unwrap_or(DEFAULT_BLOCK_SIZE),
+            block_size,
             budget_bytes: args.budget,
         })
         .await
-        .with_context(|| {
-            format!(
-                "starting a warm job of {what} at {}",
-                args.target.url().unwrap_or_default()
-            )
-        })?;
+        .with_context(|| format!("starting a warm job of {what} at {}", target.url))?;
     if job.objects_over_budget > 0 {
         eprintln!(
             "warm: {} objects are past the budget of {} and left out",

@@ -29,6 +29,29 @@ use std::sync::Mutex;
 use serde::Serialize;
 
 use crate::error::GatewayError;
+use crate::metrics::Outcome;
+
+/// What an access log line needs of a request that the server does not keep: taken by
+/// the front before the request is handed over, only when the access log is on.
+#[derive(Debug)]
+pub struct Asked {
+    method: http::Method,
+    range: Option<String>,
+}
+
+impl Asked {
+    /// The method and the range header `range_header` of `req`.
+    pub fn of<B>(req: &http::Request<B>, range_header: &str) -> Asked {
+        Asked {
+            method: req.method().clone(),
+            range: req
+                .headers()
+                .get(range_header)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        }
+    }
+}
 
 /// Where access log lines go.
 pub struct AccessLog {
@@ -97,8 +120,44 @@ impl AccessLog {
         })
     }
 
+    /// Writes the line of a request `protocol`'s front answered (`handled`, served as
+    /// `outcome`, arrived at `started`).
+    pub fn record(
+        &self,
+        protocol: &str,
+        handled: &talon_protocols::server::Handled,
+        asked: &Asked,
+        outcome: Outcome,
+        started: std::time::Instant,
+    ) {
+        let record = handled.record.as_ref();
+        fn text(v: Option<&String>) -> Option<&str> {
+            v.map(String::as_str)
+        }
+        self.write(&AccessLine {
+            time: talon_protocols::dates::format_iso8601_millis(std::time::SystemTime::now()),
+            request_id: text(record.map(|r| &r.request_id)),
+            protocol,
+            operation: handled.operation,
+            identity: text(record.and_then(|r| r.identity.as_ref())),
+            method: asked.method.as_str(),
+            bucket: text(record.and_then(|r| r.bucket.as_ref())),
+            key: text(record.and_then(|r| r.key.as_ref())),
+            range: asked.range.as_deref(),
+            status: handled.response.status().as_u16(),
+            bytes: handled
+                .response
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok()),
+            outcome: outcome.name(),
+            ms: started.elapsed().as_secs_f64() * 1000.0,
+        });
+    }
+
     /// Writes `line`. A write that fails is logged, never the request's failure.
-    pub fn write(&self, line: &AccessLine<'_>) {
+    fn write(&self, line: &AccessLine<'_>) {
         let Ok(mut text) = serde_json::to_vec(line) else {
             return;
         };

@@ -19,7 +19,8 @@ use talon_protocols::answer::Front;
 use talon_protocols::azure::server::AzureServer;
 
 use crate::Gateway;
-use crate::backend::{Asked, GatewayBackend};
+use crate::access_log::Asked;
+use crate::backend::GatewayBackend;
 
 const PROTOCOL: &str = "azure";
 

@@ -155,12 +155,7 @@ impl GatewayBackend {
     }
 
     /// How the request was served, for the metrics: a read's own outcome, otherwise
-    /// the origin (or a failure).
-    pub fn outcome(&self, failed: bool) -> Outcome {
-        self.served_as(failed).0
-    }
-
-    /// [`Self::outcome`], and whether the read was answered stale.
+    /// the origin (or a failure); and whether the read was answered stale.
     fn served_as(&self, failed: bool) -> (Outcome, bool) {
         if failed {
             return (Outcome::Failed, false);
@@ -177,37 +172,14 @@ impl GatewayBackend {
         &self,
         handled: talon_protocols::server::Handled,
         started: std::time::Instant,
-        asked: Option<Asked>,
+        asked: Option<crate::access_log::Asked>,
     ) -> axum::response::Response {
         let (outcome, stale) = self.served_as(handled.failed);
         let metrics = &self.gw.metrics;
         metrics.request(self.protocol, handled.operation, self.route.name(), outcome);
         metrics.latency(self.protocol, handled.operation, started.elapsed());
         if let (Some(log), Some(asked)) = (&self.gw.access_log, &asked) {
-            let record = handled.record.as_ref();
-            fn text(v: Option<&String>) -> Option<&str> {
-                v.map(String::as_str)
-            }
-            log.write(&crate::access_log::AccessLine {
-                time: talon_protocols::dates::format_iso8601_millis(std::time::SystemTime::now()),
-                request_id: text(record.map(|r| &r.request_id)),
-                protocol: self.protocol,
-                operation: handled.operation,
-                identity: text(record.and_then(|r| r.identity.as_ref())),
-                method: asked.method.as_str(),
-                bucket: text(record.and_then(|r| r.bucket.as_ref())),
-                key: text(record.and_then(|r| r.key.as_ref())),
-                range: asked.range.as_deref(),
-                status: handled.response.status().as_u16(),
-                bytes: handled
-                    .response
-                    .headers()
-                    .get(http::header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse().ok()),
-                outcome: outcome.name(),
-                ms: started.elapsed().as_secs_f64() * 1000.0,
-            });
+            log.record(self.protocol, &handled, asked, outcome, started);
         }
         let mut response = handled.response;
         if self.gw.cache_status
@@ -279,28 +251,6 @@ pub fn origin_write_headers(origin: Backend, write: &WriteSpec) -> Vec<(String, 
         out.push(("expires".to_owned(), expires.clone()));
     }
     out
-}
-
-/// What an access log line needs of a request that the server does not keep: taken by
-/// the front before the request is handed over, only when the access log is on.
-#[derive(Debug)]
-pub struct Asked {
-    method: http::Method,
-    range: Option<String>,
-}
-
-impl Asked {
-    /// The method and the range header `range_header` of `req`.
-    pub fn of<B>(req: &http::Request<B>, range_header: &str) -> Asked {
-        Asked {
-            method: req.method().clone(),
-            range: req
-                .headers()
-                .get(range_header)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-        }
-    }
 }
 
 /// S3 operations the gateway relays to an S3 origin as they are.

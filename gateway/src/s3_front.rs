@@ -18,7 +18,8 @@ use talon_protocols::answer::Front;
 use talon_protocols::s3::server::S3Server;
 
 use crate::Gateway;
-use crate::backend::{Asked, GatewayBackend};
+use crate::access_log::Asked;
+use crate::backend::GatewayBackend;
 
 const OWNER_ID: &str = "talon-gateway";
 const PROTOCOL: &str = "s3";

@@ -166,13 +166,11 @@ where
         transport,
         SystemTime::now(),
     )?;
-    if seen.wants_record() {
-        seen.caller(
-            authorized
-                .who
-                .map(|how| format!("{how}:{}", server.identity.account)),
-        );
-    }
+    seen.caller(|| {
+        authorized
+            .who
+            .map(|how| format!("{how}:{}", server.identity.account))
+    });
     // Authenticated by now: a Shared Key header here is a verified one (when the server
     // has a key to verify it with).
     let shared_key = server.identity.key.is_some()

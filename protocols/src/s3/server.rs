@@ -142,9 +142,7 @@ where
         &request_parts,
         SystemTime::now(),
     )?;
-    if seen.wants_record() {
-        seen.caller(auth.who.map(str::to_owned));
-    }
+    seen.caller(|| auth.who.map(str::to_owned));
     if let Err(refused) = s3_auth::authorize(&auth, &request, &parts.headers) {
         return Err(absent_or(refused, auth.access, &request, backend)
             .await

@@ -163,15 +163,11 @@ impl Seen {
         }
     }
 
-    /// The caller was authenticated as `who`.
-    pub(crate) fn caller(&mut self, who: Option<String>) {
+    /// The caller was authenticated as `who` (called only when a record is kept).
+    pub(crate) fn caller(&mut self, who: impl FnOnce() -> Option<String>) {
         if let Some(r) = &mut self.record {
-            r.identity = who;
+            r.identity = who();
         }
-    }
-
-    pub(crate) fn wants_record(&self) -> bool {
-        self.record.is_some()
     }
 
     /// The answer is given, with `request_id`.

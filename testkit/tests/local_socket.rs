@@ -223,7 +223,17 @@ async fn a_missing_local_socket_costs_a_tcp_read_not_an_error() {
         sum_metric(&cluster, "talon_worker_file_handoffs_total"),
         0.0
     );
-    assert!(sum_metric(&cluster, "talon_worker_cache_bytes_served_total") >= size as f64);
+    // Counted once a reply is written whole, which may be just after the reader has
+    // its bytes: waited for, not read once.
+    talon_testkit::wait_for(
+        "the TCP bytes to be counted",
+        Duration::from_secs(10),
+        || {
+            let served = sum_metric(&cluster, "talon_worker_cache_bytes_served_total");
+            std::future::ready((served >= size as f64).then_some(()))
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

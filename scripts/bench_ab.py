@@ -204,7 +204,8 @@ def start_arms(dep: Deployment, arm_bins: dict[str, Path], tools: Path, load: st
     for arm, bins in arm_bins.items():
         coord = dep.spawn(
             f"coordinator-{arm}",
-            [str(tools / "talon-coordinator"), "--listen", "127.0.0.1:0", "--ready-file", str(tmp / f"coord-{arm}.json")],
+            [str(tools / "talon-coordinator"), "--listen", "127.0.0.1:0", "--ready-file", str(tmp / f"coord-{arm}.json"),
+             "--block-size", str(BLOCK_SIZE), "--page-size", str(PAGE_SIZE)],
             tmp / f"coord-{arm}.json",
         )["url"]
         worker_ready = tmp / f"worker-{arm}.json"

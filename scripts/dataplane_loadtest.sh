@@ -180,7 +180,7 @@ log "origin stub at $S3 serving bench/block.bin ($object_bytes bytes)"
 # The coordinator each worker registers with, as in a deployment (the load generator
 # still talks to the worker directly, as a cache client would once it has located it).
 $BIN/talon-coordinator --listen 127.0.0.1:0 --ready-file "$TMP/coordinator.json" \
-  >"$TMP/coordinator.log" 2>&1 &
+  --block-size "$BLOCK_SIZE" --page-size 1MiB >"$TMP/coordinator.log" 2>&1 &
 PIDS+=($!)
 wait_ready "$TMP/coordinator.json" "$!" coordinator
 COORDINATOR=$(sed -n 's/.*"url": *"\([^"]*\)".*/\1/p' "$TMP/coordinator.json")

@@ -333,7 +333,8 @@ def deployment(procs: Processes, tmp: Path, k: int) -> dict:
     )
     coord, coord_ready = procs.spawn(
         "coordinator",
-        [str(BIN / "talon-coordinator"), "--listen", "127.0.0.1:0", "--ready-file", str(tmp / "coord.json")],
+        [str(BIN / "talon-coordinator"), "--listen", "127.0.0.1:0", "--ready-file", str(tmp / "coord.json"),
+         "--block-size", str(BLOCK_SIZE), "--page-size", str(PAGE_SIZE)],
         tmp / "coord.json",
     )
     coordinator = coord_ready["url"]

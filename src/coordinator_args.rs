@@ -23,8 +23,7 @@ pub struct CoordinatorArgs {
     #[arg(long, env = "TALON_COORDINATOR")]
     pub coordinator: Option<String>,
     /// The data folder of a `talon up` on this machine: its state file
-    /// (`DATA_DIR/.talon-up.json`) names the coordinator, the cluster secret and the
-    /// block size.
+    /// (`DATA_DIR/.talon-up.json`) names the coordinator and the cluster secret.
     #[arg(long, env = "TALON_DATA_DIR", default_value = crate::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
     #[command(flatten)]
@@ -38,9 +37,6 @@ pub struct Target {
     pub url: String,
     /// The cluster secret.
     pub secret: ClusterSecret,
-    /// The block size of the `talon up` found through its state file, when the command
-    /// asks that one.
-    pub up_block_size: Option<u64>,
 }
 
 impl Target {
@@ -82,11 +78,9 @@ impl CoordinatorArgs {
         } else {
             format!("http://{url}")
         };
-        let up_block_size = state.as_ref().map(|s| s.block_size);
         Ok(Target {
             url,
             secret: self.secret(state)?,
-            up_block_size,
         })
     }
 

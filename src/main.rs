@@ -447,6 +447,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         expiry: Duration::from_secs(3),
         // Warm jobs list their prefixes at this deployment's origin.
         origins: Some(origins.clone()),
+        // Every part (and `talon warm` later) takes the geometry from here.
+        geometry: Some(talon_coordinator::api::ClusterGeometry {
+            block_size: args.block_size,
+            page_size: args.page_size,
+        }),
         ..CoordinatorConfig::default()
     })
     .await

@@ -29,7 +29,7 @@ pub struct UpState {
     /// The cluster's status page.
     #[serde(default)]
     pub status: String,
-    /// The cluster's block size, in bytes (what `talon warm` must fill by).
+    /// The cluster's block size, in bytes (for a person: the tools ask the coordinator).
     pub block_size: u64,
     /// The cluster secret, when `talon up` made it (none was given); otherwise `None`
     /// and [`UpState::cluster_secret_file`] or the operator's own environment names it.

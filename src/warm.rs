@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures_util::StreamExt as _;
 use talon_cache_client::{CacheClient, CacheClientConfig};
+use talon_coordinator::api::ClusterGeometry;
 use talon_core::{BlockGeometry, ObjectId, parse_byte_size};
 
 /// `talon warm`'s flags.
@@ -36,9 +37,9 @@ pub struct WarmArgs {
     budget: u64,
     #[command(flatten)]
     target: crate::coordinator_args::CoordinatorArgs,
-    /// The cluster's block size: the gateways' --block-size (the blocks warmed are the
-    /// blocks they read only if it is the same). Default: the one of the `talon up`
-    /// serving --data-dir, else 256MiB (the gateway's default).
+    /// The cluster's block size. Taken from the coordinator when left out (its
+    /// --block-size, the one every gateway reads by); given, it must equal the
+    /// coordinator's or nothing is warmed.
     #[arg(long, env = "TALON_BLOCK_SIZE", value_parser = parse_byte_size)]
     block_size: Option<u64>,
     /// Objects warmed at once.
@@ -48,10 +49,6 @@ pub struct WarmArgs {
     #[arg(long)]
     json: bool,
 }
-
-/// The block size warmed by when neither --block-size nor a `talon up` state file says:
-/// the gateway's default.
-const DEFAULT_BLOCK_SIZE: u64 = 256 << 20;
 
 /// One object's warm.
 #[derive(Debug, serde::Serialize)]
@@ -73,10 +70,13 @@ struct Warmed {
 /// cannot be read (its error names it); the objects warmed before it stay warm.
 pub async fn warm(args: WarmArgs) -> anyhow::Result<()> {
     let target = args.target.resolve()?;
-    let block_size = args
-        .block_size
-        .or(target.up_block_size)
-        .unwrap_or(DEFAULT_BLOCK_SIZE);
+    // The blocks warmed are the blocks the gateways read only at the cluster's size.
+    let members = target
+        .client(talon_core::cluster_auth::Role::Admin)?
+        .members()
+        .await
+        .with_context(|| format!("asking the coordinator at {}", target.url))?;
+    let block_size = ClusterGeometry::block_size_for(members.geometry, args.block_size)?;
     if let Some(path) = &args.list {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

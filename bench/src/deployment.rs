@@ -442,6 +442,16 @@ impl Stub {
     }
 }
 
+/// The cluster geometry a coordinator publishes (its `--block-size` and `--page-size`):
+/// the gateways' and workers' own flags must name the same.
+#[derive(Debug, Clone, Copy)]
+pub struct Geometry {
+    /// Bytes per block.
+    pub block_size: u64,
+    /// Bytes per page.
+    pub page_size: u64,
+}
+
 /// A coordinator.
 #[derive(Debug)]
 pub struct Coordinator {
@@ -456,8 +466,13 @@ impl Coordinator {
     ///
     /// # Errors
     /// As [`Process::spawn`]; one that dies or never becomes ready.
-    pub async fn start(binaries: &Binaries, dir: &Path, name: &str) -> HarnessResult<Coordinator> {
-        Coordinator::start_on(binaries, dir, name, &NetHost::loopback()).await
+    pub async fn start(
+        binaries: &Binaries,
+        dir: &Path,
+        name: &str,
+        geometry: Geometry,
+    ) -> HarnessResult<Coordinator> {
+        Coordinator::start_on(binaries, dir, name, geometry, &NetHost::loopback()).await
     }
 
     /// [`Coordinator::start`] on `host`.
@@ -468,6 +483,7 @@ impl Coordinator {
         binaries: &Binaries,
         dir: &Path,
         name: &str,
+        geometry: Geometry,
         host: &NetHost,
     ) -> HarnessResult<Coordinator> {
         let ready = fresh_ready_file(dir.join(format!("{name}.ready.json")))?;
@@ -479,6 +495,10 @@ impl Coordinator {
             "200",
             "--expiry-ms",
             "2000",
+            "--block-size",
+            &geometry.block_size.to_string(),
+            "--page-size",
+            &geometry.page_size.to_string(),
         ]);
         args.push("--ready-file".into());
         args.push(ready.clone().into());

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use talon_bench::deployment::{
-    Binaries, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
+    Binaries, Coordinator, Gateway, GatewaySpec, Geometry, Route, Stub, Worker, WorkerSpec,
+    client_auth,
 };
 use talon_bench::http_load::{Length, LoadSpec, ObjectTarget, Pick, Protocol, run_load};
 use talon_bench::netns::Network;
@@ -147,10 +148,18 @@ async fn a_cluster_across_hosts_survives_a_partitioned_worker_and_a_lost_coordin
         .await
         .unwrap();
     // Heartbeats every 200 ms, expiry after 2 s.
-    let mut coordinator =
-        Coordinator::start_on(&bins, dir.path(), "coordinator", net.host("coord"))
-            .await
-            .unwrap();
+    let mut coordinator = Coordinator::start_on(
+        &bins,
+        dir.path(),
+        "coordinator",
+        Geometry {
+            block_size: BLOCK,
+            page_size: 256 << 10,
+        },
+        net.host("coord"),
+    )
+    .await
+    .unwrap();
     let coordinator_url = coordinator.url.clone();
     let mut workers = Vec::new();
     for id in WORKERS {

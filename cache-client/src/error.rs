@@ -44,6 +44,11 @@ pub enum CacheClientError {
     /// error). Nothing was asked of any worker.
     #[error("overloaded: {0}")]
     Overloaded(String),
+    /// The cluster's block size (as its coordinator publishes it) differs from the
+    /// one this client was given: [`connect`](crate::CacheClient::connect) refuses,
+    /// naming both.
+    #[error("{0}")]
+    GeometryMismatch(String),
 }
 
 impl CacheClientError {
@@ -58,6 +63,7 @@ impl CacheClientError {
             CacheClientError::Origin(_, kind) => kind.of_an_origin_read(),
             CacheClientError::InvalidRequest(_) => ErrorKind::InvalidRange,
             CacheClientError::Overloaded(_) => ErrorKind::SlowDown,
+            CacheClientError::GeometryMismatch(_) => ErrorKind::InternalError,
         }
     }
 
@@ -71,7 +77,9 @@ impl CacheClientError {
             | CacheClientError::NoMembership(_) => true,
             CacheClientError::Origin(_, kind) => kind.is_retryable(),
             // Another worker has no more room in this client's budget.
-            CacheClientError::InvalidRequest(_) | CacheClientError::Overloaded(_) => false,
+            CacheClientError::InvalidRequest(_)
+            | CacheClientError::Overloaded(_)
+            | CacheClientError::GeometryMismatch(_) => false,
         }
     }
 }

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
-use talon_coordinator_client::api::MembersResponse;
+use talon_coordinator_client::api::{ClusterGeometry, MembersResponse};
 use talon_coordinator_client::client::CoordinatorClient;
 use talon_coordinator_client::placement::{PlacementMember, RendezvousPlacement};
 use talon_coordinator_client::zones;
@@ -72,9 +72,15 @@ use crate::read_budget::{Held, ReadBudget};
 pub struct CacheClientConfig {
     /// The coordinator's base URL.
     pub coordinator_url: String,
-    /// Block geometry (block size must match the cluster's; the page size is the
-    /// workers').
+    /// Block geometry. Where the coordinator publishes the cluster's
+    /// ([`ClusterGeometry`](talon_coordinator_client::api::ClusterGeometry)), the block
+    /// size must equal it ([`connect`](CacheClient::connect) refuses another), or is
+    /// taken from it with [`Self::take_cluster_block_size`].
     pub geometry: BlockGeometry,
+    /// Use the block size the coordinator publishes instead of `geometry`'s (which
+    /// stays where it publishes none). `false`: `geometry` was given, and a cluster
+    /// of another block size is refused.
+    pub take_cluster_block_size: bool,
     /// Connections kept per worker.
     pub connections_per_worker: usize,
     /// Each piece's deadlines: connect, first byte and stall on the worker hop, the
@@ -143,6 +149,7 @@ impl CacheClientConfig {
             role: Role::Reader,
             coordinator_url: coordinator_url.into(),
             geometry,
+            take_cluster_block_size: false,
             connections_per_worker: 2,
             deadlines: DeadlineBudget::default(),
             health: HealthConfig::default(),
@@ -390,7 +397,7 @@ impl CacheClient {
     /// # Errors
     /// [`CacheClientError::NoMembership`] when the coordinator cannot be reached for the
     /// first snapshot.
-    pub async fn connect(config: CacheClientConfig) -> Result<CacheClient> {
+    pub async fn connect(mut config: CacheClientConfig) -> Result<CacheClient> {
         let coordinator = CoordinatorClient::new(config.coordinator_url.clone())
             .map_err(|e| CacheClientError::NoMembership(e.to_string()))?
             .with_auth(config.cluster_secret.clone(), config.role);
@@ -401,6 +408,14 @@ impl CacheClient {
         let placement = members
             .checked_placement()
             .map_err(|e| CacheClientError::NoMembership(e.to_string()))?;
+        let given = (!config.take_cluster_block_size).then(|| config.geometry.block_size());
+        let block_size = ClusterGeometry::block_size_for(members.geometry, given)
+            .map_err(|e| CacheClientError::GeometryMismatch(e.to_string()))?;
+        if block_size != config.geometry.block_size() {
+            config.geometry =
+                BlockGeometry::new(block_size, config.geometry.page_size().min(block_size))
+                    .map_err(|e| CacheClientError::InvalidRequest(e.to_string()))?;
+        }
         let here = if config.local_reads {
             talon_coordinator_client::local_endpoint::host_identity()
         } else {

@@ -86,6 +86,10 @@ pub struct RegisterRequest {
     /// The worker's local socket for readers on its host (empty: none).
     #[serde(default)]
     pub local: LocalEndpoint,
+    /// The worker's page size in bytes (0: not said, an older worker). A coordinator
+    /// that publishes a [`ClusterGeometry`] refuses another one (409).
+    #[serde(default)]
+    pub page_size: u64,
 }
 
 /// What a body without `placement_version` was built with: version 1, the
@@ -217,6 +221,94 @@ pub fn validate_addr(addr: &str) -> Result<(), CoordinatorError> {
         return Err(bad("host is neither an IP address nor a DNS name"));
     }
     Ok(())
+}
+
+/// The block size a cluster uses when its coordinator is started without
+/// `--block-size`.
+pub const DEFAULT_BLOCK_SIZE: u64 = 256 << 20;
+/// The page size a cluster's workers use when its coordinator is started without
+/// `--page-size`.
+pub const DEFAULT_PAGE_SIZE: u64 = 1 << 20;
+
+/// The cluster's geometry as its coordinator publishes it (in [`MembersResponse`]):
+/// gateways and `talon warm` split objects into blocks of `block_size` bytes, and
+/// workers keep presence in pages of `page_size` bytes. Every part takes it from the
+/// coordinator; one started with other values refuses to run
+/// ([`ClusterGeometry::block_size_for`], [`ClusterGeometry::page_size_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterGeometry {
+    /// Bytes per block: a power of two.
+    pub block_size: u64,
+    /// Bytes per page: a power of two, at most `block_size`.
+    pub page_size: u64,
+}
+
+impl Default for ClusterGeometry {
+    fn default() -> Self {
+        Self {
+            block_size: DEFAULT_BLOCK_SIZE,
+            page_size: DEFAULT_PAGE_SIZE,
+        }
+    }
+}
+
+impl ClusterGeometry {
+    /// The block size a part started with `given` (its `--block-size`, if any) uses
+    /// in a cluster that publishes `published` (none: a coordinator from before the
+    /// field): the cluster's; `given` where the cluster says none; else the default.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::GeometryMismatch`] when `given` differs from the cluster's.
+    pub fn block_size_for(
+        published: Option<Self>,
+        given: Option<u64>,
+    ) -> Result<u64, CoordinatorError> {
+        agree(
+            "--block-size",
+            published.map(|g| g.block_size),
+            given,
+            DEFAULT_BLOCK_SIZE,
+        )
+    }
+
+    /// The page size a worker started with `given` (its `--page-size`, if any) uses;
+    /// the same rule as [`Self::block_size_for`].
+    ///
+    /// # Errors
+    /// [`CoordinatorError::GeometryMismatch`] when `given` differs from the cluster's.
+    pub fn page_size_for(
+        published: Option<Self>,
+        given: Option<u64>,
+    ) -> Result<u64, CoordinatorError> {
+        agree(
+            "--page-size",
+            published.map(|g| g.page_size),
+            given,
+            DEFAULT_PAGE_SIZE,
+        )
+    }
+}
+
+/// The one rule of [`ClusterGeometry`]: the cluster's value wins, and a part told
+/// another one refuses with both.
+fn agree(
+    flag: &str,
+    cluster: Option<u64>,
+    given: Option<u64>,
+    default: u64,
+) -> Result<u64, CoordinatorError> {
+    match (cluster, given) {
+        (Some(cluster), Some(given)) if cluster != given => {
+            Err(CoordinatorError::GeometryMismatch(format!(
+                "{flag} {given} bytes differs from the cluster's {cluster} bytes (the \
+                 coordinator's {flag}): leave {flag} out to take the cluster's, or give both \
+                 the same value"
+            )))
+        }
+        (Some(cluster), _) => Ok(cluster),
+        (None, Some(given)) => Ok(given),
+        (None, None) => Ok(default),
+    }
 }
 
 /// Answer to a registration.
@@ -506,6 +598,9 @@ pub struct WarmJobView {
     pub id: u64,
     /// What it warms.
     pub source: String,
+    /// The block size it fills by (0 from a coordinator from before the field).
+    #[serde(default)]
+    pub block_size: u64,
     /// Where it stands.
     pub state: WarmState,
     /// Objects listed under the source and taken (within the budget).
@@ -701,6 +796,10 @@ pub struct MembersResponse {
     /// The cluster's per-prefix freshness, which every gateway applies too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub freshness: Vec<FreshnessRule>,
+    /// The cluster's block and page size (none from a coordinator started without
+    /// one, or from before the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geometry: Option<ClusterGeometry>,
 }
 
 impl MembersResponse {
@@ -797,6 +896,45 @@ mod tests {
     use super::*;
     use crate::placement::PLACEMENT_VERSION;
 
+    #[test]
+    fn a_part_takes_the_clusters_geometry_and_refuses_another() {
+        let cluster = Some(ClusterGeometry {
+            block_size: 64 << 20,
+            page_size: 1 << 20,
+        });
+        assert_eq!(
+            ClusterGeometry::block_size_for(cluster, None).unwrap(),
+            64 << 20
+        );
+        assert_eq!(
+            ClusterGeometry::block_size_for(cluster, Some(64 << 20)).unwrap(),
+            64 << 20
+        );
+        let e = ClusterGeometry::block_size_for(cluster, Some(256 << 20)).unwrap_err();
+        assert!(matches!(e, CoordinatorError::GeometryMismatch(_)));
+        assert_eq!(e.status_code(), 409);
+        let text = e.to_string();
+        assert!(
+            text.contains("--block-size 268435456 bytes") && text.contains("cluster's 67108864"),
+            "{text}"
+        );
+        let e = ClusterGeometry::page_size_for(cluster, Some(4096)).unwrap_err();
+        assert!(e.to_string().contains("--page-size 4096 bytes"), "{e}");
+        // A coordinator that publishes none: the part's own, else the default.
+        assert_eq!(
+            ClusterGeometry::block_size_for(None, Some(4096)).unwrap(),
+            4096
+        );
+        assert_eq!(
+            ClusterGeometry::block_size_for(None, None).unwrap(),
+            DEFAULT_BLOCK_SIZE
+        );
+        assert_eq!(
+            ClusterGeometry::page_size_for(None, None).unwrap(),
+            DEFAULT_PAGE_SIZE
+        );
+    }
+
     fn reg(id: &str, addr: &str, weight: u32) -> RegisterRequest {
         RegisterRequest {
             id: id.into(),
@@ -808,6 +946,7 @@ mod tests {
             data_plane: String::new(),
             local: LocalEndpoint::default(),
             placement_version: PLACEMENT_VERSION,
+            page_size: 0,
         }
     }
 
@@ -973,6 +1112,7 @@ mod tests {
             ],
             invalidations: Vec::new(),
             freshness: Vec::new(),
+            geometry: None,
         };
         let c = members.cluster();
         assert_eq!((c.epoch, c.workers, c.live, c.draining), (9, 2, 1, 1));

@@ -45,6 +45,12 @@ pub enum CoordinatorError {
     )]
     PlacementVersion(u32),
 
+    /// A part was started with another block or page size than the cluster's (the
+    /// coordinator's `--block-size` / `--page-size`): the message names both values.
+    /// Readers of two block sizes would place and cache every block twice. HTTP 409.
+    #[error("{0}")]
+    GeometryMismatch(String),
+
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
@@ -90,7 +96,7 @@ impl CoordinatorError {
             Self::Unauthenticated(_) => 401,
             Self::Forbidden(_) => 403,
             Self::UnknownWorker(_) => 404,
-            Self::Conflict(_) | Self::PlacementVersion(_) => 409,
+            Self::Conflict(_) | Self::PlacementVersion(_) | Self::GeometryMismatch(_) => 409,
             Self::StateStore(_) => 503,
             Self::Api { status, .. } => *status,
             Self::InvalidConfig(_) | Self::Bind { .. } | Self::Transport(_) | Self::Decode(_) => {

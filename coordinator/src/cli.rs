@@ -87,6 +87,15 @@ pub struct Args {
     )]
     state_prefix: String,
 
+    /// The cluster's block size: gateways and `talon warm` split objects into blocks of
+    /// it, and take it from here (a part given another refuses to start). A power of two.
+    #[arg(long, env = "TALON_COORDINATOR_BLOCK_SIZE", default_value = "256MiB", value_parser = talon_core::size::parse_byte_size)]
+    block_size: u64,
+    /// The workers' page size (their unit of presence and of origin fetches): workers
+    /// take it from here; one given another is refused. A power of two, at most
+    /// --block-size.
+    #[arg(long, env = "TALON_COORDINATOR_PAGE_SIZE", default_value = "1MiB", value_parser = talon_core::size::parse_byte_size)]
+    page_size: u64,
     /// Once listening, write {"url": "http://HOST:PORT"} to this file (atomically), so a
     /// test or script that started the coordinator on port 0 can find it.
     #[arg(long, env = "TALON_COORDINATOR_READY_FILE")]
@@ -99,6 +108,9 @@ pub struct Args {
 /// A configuration that does not hold, or a listener that cannot start.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let cluster_secret = args.cluster.load()?;
+    talon_core::BlockGeometry::new(args.block_size, args.page_size).context(
+        "--block-size and --page-size must be powers of two, the page no larger than the block",
+    )?;
     let config = CoordinatorConfig {
         listen: args.listen,
         cluster_secret,
@@ -113,6 +125,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )?,
         status_listen: args.status_listen,
         origins: warm_origins(&args.origin)?,
+        geometry: Some(crate::api::ClusterGeometry {
+            block_size: args.block_size,
+            page_size: args.page_size,
+        }),
     };
     let coordinator = crate::start(config).await?;
     let url = coordinator.url();
@@ -124,6 +140,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         heartbeat_interval_ms = args.heartbeat_interval_ms,
         expiry_ms = args.expiry_ms,
         state = %args.state,
+        block_size = args.block_size,
+        page_size = args.page_size,
         "coordinator listening"
     );
     if let Some(path) = &args.ready_file {

@@ -78,6 +78,10 @@ pub struct CoordinatorConfig {
     pub status_listen: Option<SocketAddr>,
     /// The origins warm jobs list their prefixes at ([`warm`]); `None`: no warm jobs.
     pub origins: Option<talon_protocols::origin::Origins>,
+    /// The cluster's block and page size, published in `GET /v1/members` for every
+    /// gateway, worker and `talon warm` to take; a worker registering with another
+    /// page size is refused. `None` publishes nothing (each part keeps its own).
+    pub geometry: Option<crate::api::ClusterGeometry>,
 }
 
 /// Where a coordinator keeps membership.
@@ -167,6 +171,7 @@ impl Default for CoordinatorConfig {
             state: StateConfig::Memory,
             status_listen: None,
             origins: None,
+            geometry: None,
         }
     }
 }

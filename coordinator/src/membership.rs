@@ -590,6 +590,7 @@ impl MembershipSnapshot {
             members: self.members.clone(),
             invalidations: Vec::new(),
             freshness: Vec::new(),
+            geometry: None,
         }
     }
 }
@@ -618,6 +619,7 @@ mod tests {
             data_plane: String::new(),
             local: Default::default(),
             placement_version: crate::placement::PLACEMENT_VERSION,
+            page_size: 0,
         }
     }
 

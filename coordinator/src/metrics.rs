@@ -253,6 +253,7 @@ mod tests {
                 data_plane: String::new(),
                 local: Default::default(),
                 placement_version: crate::placement::PLACEMENT_VERSION,
+                page_size: 0,
             };
             membership.register(&req, now).unwrap();
         }

@@ -16,8 +16,8 @@ use serde::de::DeserializeOwned;
 
 use crate::CoordinatorConfig;
 use crate::api::{
-    CircuitsReport, CircuitsResponse, DrainRequest, DrainResponse, ErrorBody, HeartbeatRequest,
-    HeartbeatResponse, RegisterRequest, RegisterResponse,
+    CircuitsReport, CircuitsResponse, ClusterGeometry, DrainRequest, DrainResponse, ErrorBody,
+    HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse,
 };
 use crate::error::CoordinatorError;
 use crate::membership::Membership;
@@ -117,6 +117,13 @@ async fn register(
             return Err(e.into());
         }
     };
+    // A worker that says no page size (one from before the field) is not checked.
+    if req.page_size != 0
+        && let Err(e) = ClusterGeometry::page_size_for(state.config.geometry, Some(req.page_size))
+    {
+        state.membership.record_rejected_registration();
+        return Err(e.into());
+    }
     let epoch = match &state.shared {
         Some(shared) => shared.register(&req, Instant::now()).await?,
         None => state.membership.register(&req, Instant::now())?,
@@ -311,6 +318,7 @@ async fn members(State(state): State<Arc<AppState>>) -> Response {
     let mut answer = state.membership.snapshot(Instant::now()).members_response();
     answer.invalidations = state.invalidations.current();
     answer.freshness = state.freshness.rules();
+    answer.geometry = state.config.geometry;
     Json(answer).into_response()
 }
 

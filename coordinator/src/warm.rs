@@ -118,6 +118,8 @@ struct Task {
 #[derive(Debug)]
 struct Job {
     source: String,
+    /// Bytes per block of its tasks.
+    block_size: u64,
     state: WarmState,
     /// When it was started, by the wall clock (it may have been started elsewhere).
     started: SystemTime,
@@ -156,6 +158,7 @@ impl Job {
         WarmJobView {
             id,
             source: self.source.clone(),
+            block_size: self.block_size,
             state: self.state,
             objects: self.blocks_left.len() as u64,
             objects_done: self.objects_done,
@@ -281,6 +284,7 @@ impl WarmJobs {
         }
         let mut job = Job {
             source: plan.source.clone(),
+            block_size: plan.block_size,
             state: WarmState::Running,
             started,
             ran: None,

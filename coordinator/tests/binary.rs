@@ -84,6 +84,7 @@ async fn serves_on_port_zero_and_exits_cleanly_on_sigterm() {
         instance: String::new(),
         data_plane: String::new(),
         placement_version: talon_coordinator::placement::PLACEMENT_VERSION,
+        page_size: 0,
         local: Default::default(),
     };
     assert!(

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use talon_coordinator::api::{
-    ErrorBody, HeartbeatRequest, MemberState, MembersResponse, RegisterRequest,
+    ClusterGeometry, ErrorBody, HeartbeatRequest, MemberState, MembersResponse, RegisterRequest,
 };
 use talon_coordinator::auth::{AUTH_HEADER, unix_now};
 use talon_coordinator::client::{CoordinatorClient, Report};
@@ -25,6 +25,7 @@ fn reg(id: &str, port: u16, weight: u32) -> RegisterRequest {
         instance: String::new(),
         data_plane: String::new(),
         placement_version: PLACEMENT_VERSION,
+        page_size: 0,
         local: Default::default(),
     }
 }
@@ -323,6 +324,47 @@ async fn a_worker_of_another_placement_version_is_refused_and_adds_nobody() {
     // The same worker with this version joins.
     client.register(&reg("w1", 7101, 1)).await.unwrap();
     assert_eq!(client.members().await.unwrap().members.len(), 1);
+    coordinator.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_cluster_geometry_is_published_and_a_worker_of_another_page_size_is_refused() {
+    let geometry = ClusterGeometry {
+        block_size: 64 << 20,
+        page_size: 1 << 20,
+    };
+    let coordinator = talon_coordinator::start(CoordinatorConfig {
+        geometry: Some(geometry),
+        expiry: Duration::from_secs(600),
+        ..CoordinatorConfig::default()
+    })
+    .await
+    .unwrap();
+    let client = CoordinatorClient::new(coordinator.url())
+        .unwrap()
+        .with_auth(coordinator.cluster_secret().clone(), Role::Worker);
+    assert_eq!(client.members().await.unwrap().geometry, Some(geometry));
+    let mut other = reg("w1", 7101, 1);
+    other.page_size = 64 << 10;
+    match client.register(&other).await {
+        Err(CoordinatorError::Api {
+            status: 409,
+            message,
+        }) => assert!(
+            message.contains("--page-size 65536 bytes differs from the cluster's 1048576 bytes"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let members = client.members().await.unwrap();
+    assert!(members.members.is_empty());
+    assert_eq!(members.epoch, 0);
+    // The same page size, or none said (a worker from before the field), joins.
+    let mut same = reg("w1", 7101, 1);
+    same.page_size = 1 << 20;
+    client.register(&same).await.unwrap();
+    client.register(&reg("w2", 7102, 1)).await.unwrap();
+    assert_eq!(client.members().await.unwrap().members.len(), 2);
     coordinator.shutdown().await;
 }
 

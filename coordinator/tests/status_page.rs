@@ -63,6 +63,7 @@ fn registration(id: &str, port: u16, zone: &str) -> RegisterRequest {
         instance: format!("{id}-instance"),
         data_plane: "io_uring".into(),
         placement_version: PLACEMENT_VERSION,
+        page_size: 0,
         local: Default::default(),
     }
 }

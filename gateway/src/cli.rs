@@ -217,9 +217,11 @@ pub struct Args {
     metadata_bytes: u64,
     #[command(flatten)]
     cluster: talon_coordinator_client::secret::ClusterSecretArgs,
-    /// The cluster's block size.
-    #[arg(long, env = "TALON_GATEWAY_BLOCK_SIZE", default_value = "256MiB", value_parser = parse_byte_size)]
-    block_size: u64,
+    /// The cluster's block size. Taken from the coordinator when left out (its
+    /// --block-size); given, it must equal the coordinator's or the gateway refuses to
+    /// start.
+    #[arg(long, env = "TALON_GATEWAY_BLOCK_SIZE", value_parser = parse_byte_size)]
+    block_size: Option<u64>,
     /// On route cache, read what no worker can answer (metadata, then each piece) from
     /// the origin, pinned to the version; route cache-only never does.
     /// `--origin-fallback false` (or `=false`) turns it off.
@@ -447,12 +449,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
     let checked_origins = origins.clone();
-    let geometry = BlockGeometry::new(args.block_size, args.block_size)
+    let block_size = args
+        .block_size
+        .unwrap_or(talon_coordinator_client::api::DEFAULT_BLOCK_SIZE);
+    let geometry = BlockGeometry::new(block_size, block_size)
         .context("--block-size must be a power of two")?;
     let cache = match &args.coordinator {
         Some(url) => {
             let secret = args.cluster.load()?;
             let mut config = CacheClientConfig::new(url.clone(), geometry, secret);
+            config.take_cluster_block_size = args.block_size.is_none();
             config.max_buffered_bytes = args.buffer_budget;
             config.max_buffered_bytes_per_reader = args
                 .buffer_budget_per_client

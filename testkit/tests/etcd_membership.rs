@@ -64,6 +64,7 @@ fn registration(id: &str, port: u16, instance: &str) -> RegisterRequest {
         instance: instance.into(),
         data_plane: "tokio".into(),
         placement_version: PLACEMENT_VERSION,
+        page_size: 0,
         local: Default::default(),
     }
 }

@@ -297,6 +297,7 @@ fn per_worker(m: usize) -> (PerItem, PerItem) {
             instance: format!("{i:016x}"),
             data_plane: String::new(),
             placement_version: talon_coordinator_client::placement::PLACEMENT_VERSION,
+            page_size: 0,
             local: Default::default(),
         })
         .collect();

@@ -50,8 +50,11 @@ pub struct Args {
     #[arg(long, env = "TALON_WORKER_MAX_BLOCKS", default_value_t = crate::block_store::DEFAULT_MAX_BLOCKS)]
     max_blocks: usize,
     /// Page size: the unit of presence and of origin fetches (power of two), e.g. 1MiB.
-    #[arg(long, env = "TALON_WORKER_PAGE_SIZE", default_value = "1MiB", value_parser = parse_byte_size)]
-    page_size: u64,
+    /// Taken from the coordinator when left out (its --page-size; 1MiB standalone);
+    /// given, it must equal the coordinator's: the worker refuses to start, or the
+    /// coordinator refuses its registration.
+    #[arg(long, env = "TALON_WORKER_PAGE_SIZE", value_parser = parse_byte_size)]
+    page_size: Option<u64>,
 
     /// Coordinator URL (http://host:port); without it the worker runs standalone.
     #[arg(long, env = "TALON_WORKER_COORDINATOR")]
@@ -341,6 +344,39 @@ async fn origins(args: &Args) -> anyhow::Result<Origins> {
     Ok(origins)
 }
 
+/// The page size this worker keeps presence by: the cluster's, as its coordinator
+/// publishes it, or --page-size (else 1 MiB) where there is none or the coordinator
+/// cannot be asked at start (a different one is then refused at registration).
+///
+/// # Errors
+/// --page-size given and not the cluster's: the message names both.
+async fn cluster_page_size(
+    args: &Args,
+    secret: &talon_core::cluster_auth::ClusterSecret,
+) -> anyhow::Result<u64> {
+    use talon_coordinator_client::api::ClusterGeometry;
+    let Some(url) = &args.coordinator else {
+        return Ok(ClusterGeometry::page_size_for(None, args.page_size)?);
+    };
+    let client = talon_coordinator_client::client::CoordinatorClient::new(url.clone())
+        .map_err(|e| anyhow::anyhow!("--coordinator {url}: {e}"))?
+        .with_auth(secret.clone(), talon_core::cluster_auth::Role::Worker);
+    match client.members().await {
+        Ok(members) => Ok(ClusterGeometry::page_size_for(
+            members.geometry,
+            args.page_size,
+        )?),
+        Err(e) => {
+            tracing::warn!(
+                coordinator = %url,
+                error = %e,
+                "could not ask the coordinator for the cluster's page size; using --page-size"
+            );
+            Ok(ClusterGeometry::page_size_for(None, args.page_size)?)
+        }
+    }
+}
+
 /// Runs the part with `args` until SIGTERM or SIGINT, then drains.
 ///
 /// # Errors
@@ -371,6 +407,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     {
         anyhow::bail!("--pin: {problem}");
     }
+    let page_size = cluster_page_size(&args, &cluster_secret).await?;
     // Every block is an open file: take what the hard limit allows before planning.
     crate::descriptors::raise_open_files_limit();
     let config = WorkerConfig {
@@ -383,7 +420,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         admin_listen,
         cache_dir: args.cache_dir.clone(),
         capacity_bytes: args.capacity,
-        page_size: args.page_size,
+        page_size,
         origins: origins(&args).await?,
         stat_ttl: Duration::from_millis(args.stat_ttl_ms),
         negative_stat_ttl: Duration::from_millis(args.negative_stat_ttl_ms),

@@ -293,6 +293,7 @@ pub async fn start(mut config: WorkerConfig) -> Result<RunningWorker> {
                 zone: m.zone.clone(),
                 capacity_bytes: config.capacity_bytes,
                 placement_version: talon_coordinator_client::placement::PLACEMENT_VERSION,
+                page_size: config.page_size,
                 local,
             };
             tasks.push(tokio::spawn(agent(

@@ -47,8 +47,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use talon_bench::deployment::{
-    BenchSetup, Coordinator, Gateway, GatewaySpec, ORIGIN_ACCESS_KEY, ORIGIN_SECRET_KEY, Route,
-    Stub, Worker, WorkerSpec, client_auth, run_bench,
+    BenchSetup, Coordinator, Gateway, GatewaySpec, Geometry, ORIGIN_ACCESS_KEY, ORIGIN_SECRET_KEY,
+    Route, Stub, Worker, WorkerSpec, client_auth, run_bench,
 };
 use talon_bench::http_load::{Connection, ObjectTarget, Protocol, fetch};
 use talon_bench::procfs::{Footprint, footprint};
@@ -353,7 +353,16 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         .collect();
     eprintln!("[chaos] {}", setup.host.describe());
     let stub = Stub::start(&setup.binaries, &dir, &objects).await?;
-    let mut coordinator = Coordinator::start(&setup.binaries, &dir, "coordinator").await?;
+    let mut coordinator = Coordinator::start(
+        &setup.binaries,
+        &dir,
+        "coordinator",
+        Geometry {
+            block_size: BLOCK_SIZE,
+            page_size: 64 << 10,
+        },
+    )
+    .await?;
     let coordinator_url = coordinator.url.clone();
     let ids: Vec<String> = (0..args.workers.max(2)).map(|i| format!("w{i}")).collect();
     let mut workers = Vec::new();

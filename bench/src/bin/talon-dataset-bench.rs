@@ -33,8 +33,8 @@ use talon_bench::dataset_load::{
     Endpoint, EpochOutcome, EpochSpec, Order, ThrottleRetry, run_epoch,
 };
 use talon_bench::deployment::{
-    BenchSetup, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
-    run_bench,
+    BenchSetup, Coordinator, Gateway, GatewaySpec, Geometry, Route, Stub, Worker, WorkerSpec,
+    client_auth, run_bench,
 };
 use talon_bench::http_load::{Protocol, control_request};
 use talon_bench::summary::{LatencySummary, fmt_latency, mib, thousands};
@@ -384,7 +384,16 @@ async fn start(args: &Args, set: &GeneratedSet, setup: &BenchSetup) -> anyhow::R
         ..FaultConfig::default()
     })
     .await?;
-    let mut coordinator = Coordinator::start(binaries, dir, "coordinator").await?;
+    let mut coordinator = Coordinator::start(
+        binaries,
+        dir,
+        "coordinator",
+        Geometry {
+            block_size: 256 << 20,
+            page_size: 1 << 20,
+        },
+    )
+    .await?;
     let coordinator_url = coordinator.url.clone();
     // Room for the whole dataset on every worker, whatever the placement.
     let dataset_bytes = set.count.saturating_mul(set.max_size.min(1 << 20));

@@ -46,8 +46,8 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use talon_bench::delay_line::DelayLine;
 use talon_bench::deployment::{
-    BenchSetup, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
-    run_bench,
+    BenchSetup, Coordinator, Gateway, GatewaySpec, Geometry, Route, Stub, Worker, WorkerSpec,
+    client_auth, run_bench,
 };
 use talon_bench::host::{HostInfo, load_average, load_line};
 use talon_bench::http_load::{
@@ -287,7 +287,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut cache_side = None;
     if args.routes.contains(&Route::Cache) {
         progress("starting a coordinator, a worker behind the delay line, the cache gateway");
-        let mut coordinator = Coordinator::start(&binaries, dir, "coordinator").await?;
+        let mut coordinator = Coordinator::start(
+            &binaries,
+            dir,
+            "coordinator",
+            Geometry {
+                block_size: args.block_size,
+                page_size: 1 << 20,
+            },
+        )
+        .await?;
         let relay = DelayLine::bind(([127, 0, 0, 1], 0).into()).await?;
         let coordinator_url = coordinator.url.clone();
         let worker = Worker::start(

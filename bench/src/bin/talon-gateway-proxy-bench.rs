@@ -51,8 +51,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::bail;
 use clap::Parser;
 use talon_bench::deployment::{
-    BenchSetup, Coordinator, Gateway, GatewaySpec, Route, Stub, Worker, WorkerSpec, client_auth,
-    run_bench,
+    BenchSetup, Coordinator, Gateway, GatewaySpec, Geometry, Route, Stub, Worker, WorkerSpec,
+    client_auth, run_bench,
 };
 use talon_bench::host::{HostInfo, load_average, load_line};
 use talon_bench::http_load::{
@@ -326,8 +326,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "starting the {} cache deployment (coordinator, worker, gateway)",
             protocol.label()
         ));
-        let mut coordinator =
-            Coordinator::start(&binaries, dir, &format!("coordinator-{p}")).await?;
+        let mut coordinator = Coordinator::start(
+            &binaries,
+            dir,
+            &format!("coordinator-{p}"),
+            Geometry {
+                block_size: args.block_size,
+                page_size: 1 << 20,
+            },
+        )
+        .await?;
         let coordinator_url = coordinator.url.clone();
         let worker = Worker::start(
             &binaries,

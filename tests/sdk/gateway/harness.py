@@ -480,6 +480,7 @@ def start_cluster(workdir: pathlib.Path) -> Cluster:
         coord = spawn("coordinator", [
             *part("coordinator"), "--listen", "127.0.0.1:0", "--ready-file", ready,
             "--heartbeat-interval-ms", "200", "--expiry-ms", "1500",
+            "--block-size", BLOCK_SIZE, "--page-size", PAGE_SIZE,
         ], coord_dir, clean_env())
         procs.append(coord)
         coordinator = wait_for(coord, lambda: (read_json(ready) or {}).get("url"), f"ready file {ready}")

@@ -7,6 +7,7 @@ second `talon up` on a folder in use is refused, and every answer says in RFC 92
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 
 import pytest
@@ -114,9 +115,8 @@ def test_cache_status_says_fill_then_hit_on_both_fronts(tmp_path, _isolated_clie
 def test_the_operator_tools_find_a_plain_talon_up(tmp_path, _isolated_client_env):
     """`talon up` given no cluster secret writes its state file (mode 0600) into the data
     folder; `talon status` and `talon warm` with only --data-dir (no coordinator, no
-    secret, no block size) find it, and what the warm filled is a hit for the next read.
+    secret, no block size: the coordinator says it) find it, and what the warm filled is a hit for the next read.
     The file goes when talon up stops."""
-    import json
     import stat
 
     front = harness.start_talon_up("tools", tmp_path, auth=False, workers=1,
@@ -137,6 +137,8 @@ def test_the_operator_tools_find_a_plain_talon_up(tmp_path, _isolated_client_env
         warm = subprocess.run([talon, "warm", "s3://demo/warm-me", "--data-dir", str(front.data_dir), "--json"],
                               capture_output=True, timeout=120, env=tools_env)
         assert warm.returncode == 0, warm.stderr.decode()
+        # The block size is the cluster's, as its coordinator publishes it.
+        assert json.loads(warm.stdout)["block_size"] == 1 << 20, warm.stdout
         resp = s3_client(front).get_object(Bucket="demo", Key="warm-me.bin")
         assert resp["Body"].read() == body
         assert resp["ResponseMetadata"]["HTTPHeaders"]["cache-status"] == "talon; hit"
@@ -197,7 +199,6 @@ def test_region_and_status_page_under_talon_up(tmp_path, _isolated_client_env):
     """`talon up --region` serves clients that sign for that region (and refuses others,
     changing nothing); the cluster's status page is on by default, named in the ready
     file and the state file."""
-    import json
 
     import requests
 
@@ -256,7 +257,6 @@ def test_the_access_log_says_who_asked_for_what_and_how_it_was_served(tmp_path, 
     """`talon up --access-log FILE`: one JSON line per answered request with the request
     id the client saw, the identity, the operation, bucket, key, range, status, bytes and
     outcome, on both fronts; a refused request is logged with its status and no identity."""
-    import json
 
     log = tmp_path / "access.log"
     front = harness.start_talon_up("access-log", tmp_path, auth=True, workers=1, extra=["--access-log", log])
@@ -300,7 +300,6 @@ def test_the_access_log_says_who_asked_for_what_and_how_it_was_served(tmp_path, 
 def test_talon_up_over_a_real_origin_with_the_cache_elsewhere_writes_its_state(tmp_path, stub):
     """`talon up --origin … --cache-dir …` with no data folder yet: it starts, serves, and
     writes its state file (it failed writing it: nothing else made the folder)."""
-    import json
 
     host = stub.s3.removeprefix("http://")
     key, secret = stub.s3_credentials[0]
@@ -314,3 +313,41 @@ def test_talon_up_over_a_real_origin_with_the_cache_elsewhere_writes_its_state(t
         s3_client(front).list_buckets()
     finally:
         harness.stop_all(front.procs)
+
+
+def test_parts_of_another_geometry_are_refused_with_both_values(tmp_path):
+    """The coordinator publishes the cluster's block and page size; a gateway, a worker or
+    a `talon warm` given another refuses to start with one line naming both values, and
+    creates nothing. (Before: `talon warm` filled 256 MiB blocks for a 64 MiB cluster and
+    said 100% done; every later read was a fill.)"""
+    talon = harness.binary("talon")
+    coord_dir = tmp_path / "coordinator"
+    ready = coord_dir / "ready.json"
+    coord = harness.spawn("geometry-coordinator", [
+        talon, "coordinator", "--listen", "127.0.0.1:0", "--ready-file", ready,
+        "--block-size", "64MiB", "--page-size", "1MiB",
+    ], coord_dir, harness.clean_env())
+    try:
+        url = harness.wait_for(coord, lambda: (harness.read_json(ready) or {}).get("url"), f"ready file {ready}")
+        dead_origin = "s3+http://127.0.0.1:9"
+        line = _refused([talon, "gateway", "--coordinator", url, "--block-size", "256MiB",
+                         "--origin", dead_origin, "--origin-check", "off", "--s3-listen", "127.0.0.1:0",
+                         "--azure-listen", "off", "--admin-listen", "off", "--anonymous", "read"])
+        assert "--block-size 268435456 bytes differs from the cluster's 67108864 bytes" in line, line
+        cache = tmp_path / "worker-cache"
+        line = _refused([talon, "worker", "--coordinator", url, "--page-size", "64KiB", "--cache-dir", cache,
+                         "--listen", "127.0.0.1:0", "--admin-listen", "off", "--origin", dead_origin,
+                         "--origin-check", "off"])
+        assert "--page-size 65536 bytes differs from the cluster's 1048576 bytes" in line, line
+        assert not cache.exists(), "a refused worker created its cache folder"
+        line = _refused([talon, "warm", "s3://demo/", "--coordinator", url, "--block-size", "1MiB"])
+        assert "--block-size 1048576 bytes differs from the cluster's 67108864 bytes" in line, line
+        # Nothing reached the coordinator: no member, no warm job.
+        members = subprocess.run([talon, "status", "--coordinator", url, "--json"], capture_output=True,
+                                 timeout=60, env=harness.clean_env())
+        assert members.returncode == 0, members.stderr.decode()
+        status = json.loads(members.stdout)
+        assert status["cluster"]["workers"] == 0, status
+        assert not status.get("warm_jobs"), status
+    finally:
+        harness.stop_all([coord])

@@ -174,7 +174,9 @@ Talon is up: {workers} behind a gateway, reading {origin}.
   Anonymous   {anonymous}
   Staleness   {staleness}: reads see changes made at the origin other than through
               this gateway within {staleness} (--max-staleness); writes through it at once
-  Metrics     {admin}/metrics   (cluster status page: {status})
+  Metrics     {admin}/metrics (gateway), {coordinator}/metrics (coordinator)
+              {worker_metrics}
+              cluster status page: {status}
 
 {try_it}
   {curl}
@@ -193,6 +195,16 @@ Ctrl-C stops it.
             n => format!("{n} workers"),
         },
         origin = e.origin,
+        coordinator = e.coordinator,
+        worker_metrics = match e.workers.as_slice() {
+            [] => "workers: off".to_owned(),
+            urls => urls
+                .iter()
+                .enumerate()
+                .map(|(i, url)| format!("{url}/metrics (w{i})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        },
         staleness = shown_duration(args.max_staleness),
         status = if e.status.is_empty() {
             "off"
@@ -239,6 +251,7 @@ mod tests {
             admin: "http://127.0.0.1:9300".into(),
             coordinator: "http://127.0.0.1:9400".into(),
             status: "http://127.0.0.1:9301/".into(),
+            workers: vec!["http://127.0.0.1:40001".into()],
             origin: "./talon-data".into(),
         }
     }

@@ -283,6 +283,8 @@ struct Endpoints {
     coordinator: String,
     /// The cluster's status page.
     status: String,
+    /// Each worker's admin URL (`/metrics`, `/healthz`, `/readyz`), in worker order.
+    workers: Vec<String>,
     origin: String,
 }
 
@@ -464,7 +466,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             pins: Default::default(),
             cluster_secret: cluster_secret.clone(),
             listen: any_port,
-            admin_listen: None,
+            // Each worker's /metrics on a port of its own, which the banner prints.
+            admin_listen: Some(loopback(0)),
             cache_dir: cache_root.join(format!("w{i}")),
             // The gateway runs in this process: it reads cached blocks through the
             // workers' local sockets (the co-located fast path).
@@ -595,6 +598,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             .status_addr
             .map(|a| format!("http://{a}/"))
             .unwrap_or_default(),
+        workers: workers
+            .iter()
+            .filter_map(|w| w.admin_addr.map(|a| format!("http://{a}")))
+            .collect(),
         origin: origin_name,
     };
     if let Some(path) = &args.ready_file {
@@ -605,6 +612,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             "admin": endpoints.admin,
             "coordinator": endpoints.coordinator,
             "status": endpoints.status,
+            "workers": endpoints.workers,
             "origin_s3": stub.as_ref().and_then(|s| s.s3_url()),
             "origin_azure": stub.as_ref().and_then(|s| s.azure_url()),
             "origin_admin": stub.as_ref().and_then(|s| s.admin_url()),
@@ -619,6 +627,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         azure: endpoints.azure.clone(),
         admin: endpoints.admin.clone(),
         status: endpoints.status.clone(),
+        workers: endpoints.workers.clone(),
         block_size: args.block_size,
         cluster_secret: made_secret,
         cluster_secret_file: args

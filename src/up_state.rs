@@ -29,6 +29,9 @@ pub struct UpState {
     /// The cluster's status page.
     #[serde(default)]
     pub status: String,
+    /// Each worker's admin URL (`/metrics`, `/healthz`, `/readyz`).
+    #[serde(default)]
+    pub workers: Vec<String>,
     /// The cluster's block size, in bytes (for a person: the tools ask the coordinator).
     pub block_size: u64,
     /// The cluster secret, when `talon up` made it (none was given); otherwise `None`
@@ -109,6 +112,7 @@ mod tests {
             azure: "http://127.0.0.1:10000/devstoreaccount1".into(),
             admin: "http://127.0.0.1:9300".into(),
             status: "http://127.0.0.1:9301/".into(),
+            workers: vec!["http://127.0.0.1:40001".into()],
             block_size: 64 << 20,
             cluster_secret: Some("ab".repeat(32)),
             cluster_secret_file: None,

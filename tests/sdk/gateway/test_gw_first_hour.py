@@ -198,7 +198,9 @@ def test_origin_check_warn_starts_and_says_it_on_readyz(tmp_path, _isolated_clie
 def test_region_and_status_page_under_talon_up(tmp_path, _isolated_client_env):
     """`talon up --region` serves clients that sign for that region (and refuses others,
     changing nothing); the cluster's status page is on by default, named in the ready
-    file and the state file."""
+    file and the state file; each worker's /metrics is served on a port the banner, the
+    ready file and the state file name (before, the workers' metrics were on no
+    endpoint under `talon up`)."""
 
     import requests
 
@@ -219,6 +221,15 @@ def test_region_and_status_page_under_talon_up(tmp_path, _isolated_client_env):
         assert page.status_code == 200 and "<html" in page.text.lower(), page.text[:200]
         workers = requests.get(state["status"] + "status.json", timeout=10).json()
         assert len(workers["members"]) == 1, workers
+        # The worker's metrics: the one read of region.txt reached it (a hit when the
+        # upload's write-through into the cache came first, else a fill).
+        assert state["workers"] == ready["workers"] and len(ready["workers"]) == 1, ready
+        metrics = requests.get(ready["workers"][0] + "/metrics", timeout=10)
+        assert metrics.status_code == 200, metrics.text[:200]
+        counted = {line.split()[0]: float(line.split()[1]) for line in metrics.text.splitlines()
+                   if line.startswith(("talon_worker_hits_total ", "talon_worker_misses_total "))}
+        assert sum(counted.values()) == 1, counted
+        assert f"{ready['workers'][0]}/metrics (w0)" in front.procs[0].tail(), front.procs[0].tail()
     finally:
         harness.stop_all(front.procs)
 

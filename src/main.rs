@@ -44,7 +44,7 @@ use talon_worker::service::MembershipConfig;
 
 /// Talon: a distributed read-through cache for object stores.
 #[derive(Debug, Parser)]
-#[command(name = "talon", version)]
+#[command(name = "talon", version, after_help = talon_process::LOG_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -53,35 +53,45 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a whole local deployment on loopback: origin, coordinator, workers, gateway.
+    #[command(after_help = talon_process::LOG_HELP)]
     Up(UpArgs),
     /// Run a gateway: the S3 and Azure Blob fronts of a cluster, reading through its
     /// cache (or straight from the origin) and writing to the origin once.
+    #[command(after_help = talon_process::LOG_HELP)]
     Gateway(talon_gateway::cli::Args),
     /// Run a cache worker: a block store on local disk, filled from the origin on a
     /// miss, serving the cluster's wire protocol.
+    #[command(after_help = talon_process::LOG_HELP)]
     Worker(talon_worker::cli::Args),
     /// Run a coordinator: worker membership, the placement epoch and the admin API.
+    #[command(after_help = talon_process::LOG_HELP)]
     Coordinator(talon_coordinator::cli::Args),
     /// Run an origin that speaks S3 and Azure Blob over a folder and generated objects
     /// (for tests, demos and benches).
+    #[command(after_help = talon_process::LOG_HELP)]
     Origin(talon_origin_stub::cli::Args),
     /// Drive a worker's data plane or an HTTP server with range reads and report
     /// throughput, latency percentiles and the server's CPU.
     Loadgen(talon_bench::loadgen_cli::Args),
     /// Show a cluster as its coordinator knows it: the epoch, every worker (address,
     /// state, last heartbeat, bytes cached, hit ratio) and the totals.
+    #[command(after_help = talon_process::LOG_HELP)]
     Status(status::StatusArgs),
     /// Fill the cache with named objects before a job reads them, with progress and a
     /// table (or --json) at the end.
+    #[command(after_help = talon_process::LOG_HELP)]
     Warm(warm::WarmArgs),
     /// List, add or remove the cluster's pinned prefixes (kept from eviction on every
     /// worker within its --pin-share).
+    #[command(after_help = talon_process::LOG_HELP)]
     Pin(pin::PinArgs),
     /// Make every gateway and worker forget what it learned under prefixes (object
     /// metadata, listing pages) within a heartbeat, or list the invalidations in force.
+    #[command(after_help = talon_process::LOG_HELP)]
     Invalidate(invalidate::InvalidateArgs),
     /// List, add or remove the cluster's per-prefix staleness bounds (PREFIX=DURATION or
     /// PREFIX=immutable), which every gateway and worker applies instead of its own.
+    #[command(after_help = talon_process::LOG_HELP)]
     Freshness(freshness::FreshnessArgs),
 }
 

@@ -5,7 +5,7 @@ use clap::Parser;
 
 /// Talon's coordinator: worker membership, the placement epoch and the admin API (the same as `talon coordinator`).
 #[derive(Debug, Parser)]
-#[command(name = "talon-coordinator", version)]
+#[command(name = "talon-coordinator", version, after_help = talon_process::LOG_HELP)]
 struct Cli {
     #[command(flatten)]
     args: talon_coordinator::cli::Args,

@@ -5,7 +5,7 @@ use clap::Parser;
 
 /// Talon's S3 and Azure Blob gateway (the same as `talon gateway`).
 #[derive(Debug, Parser)]
-#[command(name = "talon-gateway", version)]
+#[command(name = "talon-gateway", version, after_help = talon_process::LOG_HELP)]
 struct Cli {
     #[command(flatten)]
     args: talon_gateway::cli::Args,

@@ -5,7 +5,7 @@ use clap::Parser;
 
 /// One origin that speaks S3 and Azure Blob over a folder and generated objects (the same as `talon origin`).
 #[derive(Debug, Parser)]
-#[command(name = "talon-origin-stub", version)]
+#[command(name = "talon-origin-stub", version, after_help = talon_process::LOG_HELP)]
 struct Cli {
     #[command(flatten)]
     args: talon_origin_stub::cli::Args,

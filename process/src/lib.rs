@@ -10,13 +10,24 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// Where every command's logs go and how to choose them: the end of each `--help`.
+pub const LOG_HELP: &str = "Logs go to stderr. TALON_LOG sets their filter (a tracing filter: \
+info by default; e.g. TALON_LOG=debug, TALON_LOG=warn or TALON_LOG=talon_gateway=debug); \
+a filter that does not parse is said once and info is used.";
+
 /// Starts logging to stderr, filtered by `TALON_LOG` (a `tracing` filter such as
 /// `info` or `talon_gateway=debug`; `info` when unset). Colours only for a person at a
 /// terminal. A second call does nothing (a test or an embedding program may have
 /// started logging first).
 pub fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TALON_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = match std::env::var("TALON_LOG") {
+        Ok(spec) => tracing_subscriber::EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            // Said once, not silently ignored: the person asked for other logs.
+            eprintln!("talon: TALON_LOG={spec:?} is not a log filter ({e}); logging at info");
+            tracing_subscriber::EnvFilter::new("info")
+        }),
+        Err(_) => tracing_subscriber::EnvFilter::new("info"),
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)

@@ -178,8 +178,10 @@ pub fn error_answer(front: Front, failure: Failure, request: ErrorContext<'_>) -
     let kind = failure.error.kind();
     if kind != ErrorKind::NotModified {
         tracing::info!(
+            request_id = request.request_id,
             code = kind.s3_code(),
-            message = failure.error.message(),
+            // Quoted: an origin's message may span lines.
+            why = ?failure.error.message(),
             resource = request.resource,
             "request failed"
         );

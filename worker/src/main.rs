@@ -5,7 +5,7 @@ use clap::Parser;
 
 /// A Talon cache worker (the same as `talon worker`).
 #[derive(Debug, Parser)]
-#[command(name = "talon-worker", version)]
+#[command(name = "talon-worker", version, after_help = talon_process::LOG_HELP)]
 struct Cli {
     #[command(flatten)]
     args: talon_worker::cli::Args,

@@ -81,6 +81,7 @@ where
         .unwrap_or(AZURE_API_VERSION)
         .to_owned();
     let has_body = request_has_body(req.headers());
+    let resource = req.uri().path().to_owned();
     let mut seen = Seen::new(server.log_requests);
     let result =
         tracing::Instrument::instrument(route(server, backend, req, peer, &mut seen), span).await;
@@ -92,7 +93,7 @@ where
                 is_head,
                 has_body,
                 request_id: &request_id,
-                resource: "",
+                resource: &resource,
                 subject: Default::default(),
             };
             error_answer(Front::Azure, f, context).map(full_body)

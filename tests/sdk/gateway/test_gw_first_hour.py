@@ -362,3 +362,28 @@ def test_parts_of_another_geometry_are_refused_with_both_values(tmp_path):
         assert not status.get("warm_jobs"), status
     finally:
         harness.stop_all([coord])
+
+
+def test_a_failed_request_is_logged_under_the_request_id_the_client_saw(tmp_path, _isolated_client_env):
+    """Each front's `request failed` line names the request id the client got
+    (`x-amz-request-id`, `x-ms-request-id`) and the resource, so one grep finds it.
+    (Before: the line had no request id, and Azure's said `resource=""`.)"""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    front = harness.start_talon_up("request-id", tmp_path, auth=False, workers=1)
+    log = front.procs[0]
+    try:
+        with pytest.raises(ClientError) as refused:
+            s3_client(front).get_object(Bucket="demo", Key="no-such-key.bin")
+        s3_id = refused.value.response["ResponseMetadata"]["RequestId"]
+        assert s3_id, refused.value.response
+        with pytest.raises(ResourceNotFoundError) as missing:
+            blob_service(front).get_blob_client("demo", "no-such-blob.bin").download_blob()
+        azure_id = missing.value.response.headers["x-ms-request-id"]
+        for request_id, resource in ((s3_id, "/demo/no-such-key.bin"),
+                                     (azure_id, "/devstoreaccount1/demo/no-such-blob.bin")):
+            line = harness.wait_for(log, lambda r=request_id: next(
+                (line for line in log.tail().splitlines() if r in line), None), f"a log line with {request_id}")
+            assert "request failed" in line and resource in line, line
+    finally:
+        harness.stop_all(front.procs)

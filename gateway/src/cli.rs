@@ -283,7 +283,7 @@ pub struct Args {
     s3_credentials: Vec<String>,
     /// What unauthenticated requests may do on both fronts: none, read (GET, HEAD,
     /// listings) or read-write; `--anonymous` alone means read. Overrides the
-    /// identities file's `anonymous`.
+    /// identities file's `anonymous`. Default: the identities file's, else none.
     #[arg(long, env = "TALON_GATEWAY_ANONYMOUS", num_args = 0..=1, default_missing_value = "read")]
     anonymous: Option<AnonymousAccess>,
 

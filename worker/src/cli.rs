@@ -98,21 +98,44 @@ pub struct Args {
     origin: Vec<String>,
     /// S3 origin endpoint, e.g. https://s3.eu-west-1.amazonaws.com or
     /// http://127.0.0.1:9000; the same as `--origin`, kept for existing command lines.
-    #[arg(long, env = "TALON_WORKER_S3_ENDPOINT")]
+    #[arg(
+        long = "origin-s3-endpoint",
+        visible_alias = "s3-endpoint",
+        env = "TALON_WORKER_S3_ENDPOINT"
+    )]
     s3_endpoint: Option<String>,
     /// S3 signing region.
-    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    #[arg(
+        long = "origin-s3-region",
+        visible_alias = "s3-region",
+        env = "AWS_REGION",
+        default_value = "us-east-1"
+    )]
     s3_region: String,
     /// S3 access key (anonymous without).
-    #[arg(long, env = "AWS_ACCESS_KEY_ID")]
+    #[arg(
+        long = "origin-s3-access-key",
+        visible_alias = "s3-access-key",
+        env = "AWS_ACCESS_KEY_ID"
+    )]
     s3_access_key: Option<String>,
     /// S3 secret key.
-    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    #[arg(
+        long = "origin-s3-secret-key",
+        visible_alias = "s3-secret-key",
+        env = "AWS_SECRET_ACCESS_KEY",
+        hide_env_values = true
+    )]
     s3_secret_key: Option<String>,
     /// The session token of temporary S3 keys. Without keys, the origin's credentials
     /// come from AWS's default chain (web identity, container, instance profile) and are
     /// refreshed before they expire (docs/security.md).
-    #[arg(long, env = "AWS_SESSION_TOKEN", hide_env_values = true)]
+    #[arg(
+        long = "origin-s3-session-token",
+        visible_alias = "s3-session-token",
+        env = "AWS_SESSION_TOKEN",
+        hide_env_values = true
+    )]
     s3_session_token: Option<String>,
     /// Check each origin at start with one signed request (ListBuckets, List
     /// Containers): `fail` refuses to start and says why; `warn` starts and logs it;
@@ -125,16 +148,25 @@ pub struct Args {
     )]
     origin_check: talon_protocols::origin::check::OriginCheckMode,
     /// Put the bucket in the host name (virtual-hosted addressing).
-    #[arg(long, env = "TALON_WORKER_S3_VIRTUAL_HOSTED")]
+    #[arg(
+        long = "origin-s3-virtual-hosted",
+        visible_alias = "s3-virtual-hosted",
+        env = "TALON_WORKER_S3_VIRTUAL_HOSTED"
+    )]
     s3_virtual_hosted: bool,
     /// Azure Blob account URL, e.g. https://acct.blob.core.windows.net or
     /// http://127.0.0.1:10000/devstoreaccount1, with --azure-account; the same as
     /// `--origin`, kept for existing command lines.
-    #[arg(long, env = "TALON_WORKER_AZURE_ENDPOINT")]
+    #[arg(
+        long = "origin-azure-endpoint",
+        visible_alias = "azure-endpoint",
+        env = "TALON_WORKER_AZURE_ENDPOINT"
+    )]
     azure_endpoint: Option<String>,
     /// Azure storage account name.
     #[arg(
-        long,
+        long = "origin-azure-account",
+        visible_alias = "azure-account",
         env = "AZURE_STORAGE_ACCOUNT",
         default_value = "devstoreaccount1"
     )]
@@ -143,10 +175,19 @@ pub struct Args {
     /// credentials come from workload identity, a service principal or a managed
     /// identity (`AZURE_*`, `IDENTITY_*`), refreshed before they expire; anonymous where
     /// none is found.
-    #[arg(long, env = "AZURE_STORAGE_KEY", hide_env_values = true)]
+    #[arg(
+        long = "origin-azure-key",
+        visible_alias = "azure-key",
+        env = "AZURE_STORAGE_KEY",
+        hide_env_values = true
+    )]
     azure_key: Option<String>,
     /// A file holding a SAS for the Azure origin, read again before the SAS expires.
-    #[arg(long, env = "TALON_WORKER_AZURE_SAS_FILE")]
+    #[arg(
+        long = "origin-azure-sas-file",
+        visible_alias = "azure-sas-file",
+        env = "TALON_WORKER_AZURE_SAS_FILE"
+    )]
     azure_sas_file: Option<std::path::PathBuf>,
     /// Requests per second this process may send the origin under one prefix (a
     /// bucket and a key's folder), reads, HEADs, listings and writes together: S3
@@ -297,7 +338,7 @@ async fn origins(args: &Args) -> anyhow::Result<Origins> {
         azure_key: match &args.azure_key {
             Some(k) => Some(
                 AccountKey::from_base64(k)
-                    .map_err(|e| anyhow::anyhow!("--azure-key: {}", e.message()))?,
+                    .map_err(|e| anyhow::anyhow!("--origin-azure-key: {}", e.message()))?,
             ),
             None => None,
         },
@@ -485,4 +526,45 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!("draining");
     worker.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::Args,
+    }
+
+    fn parse(argv: &[&str]) -> super::Args {
+        Cli::try_parse_from([&["talon-worker"], argv].concat())
+            .unwrap()
+            .args
+    }
+
+    /// The origin flags are named as the gateway's; the older spellings still parse to
+    /// the same setting.
+    #[test]
+    fn the_origin_flags_have_the_gateways_names_and_keep_the_old_ones() {
+        for (new, old) in [
+            ("--origin-s3-access-key", "--s3-access-key"),
+            ("--origin-azure-account", "--azure-account"),
+            ("--origin-s3-endpoint", "--s3-endpoint"),
+        ] {
+            let a = parse(&[new, "x"]);
+            let b = parse(&[old, "x"]);
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{new} and {old}");
+        }
+        let args = parse(&[
+            "--origin-s3-access-key",
+            "AK",
+            "--origin-azure-account",
+            "acct",
+        ]);
+        assert_eq!(args.s3_access_key.as_deref(), Some("AK"));
+        assert_eq!(args.azure_account, "acct");
+    }
 }

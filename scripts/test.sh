@@ -111,6 +111,9 @@ rm -rf target/compat
 step "docs/architecture.md against the tree (scripts/check_architecture.py)"
 python3 scripts/check_architecture.py
 
+step "the command lines of the README and docs/ against --help (scripts/check_doc_commands.py)"
+python3 scripts/check_doc_commands.py
+
 # docs/gateway.md's compatibility table is what the gateway suite just served.
 step "the compatibility table against this run (scripts/compat_table.py)"
 python3 scripts/compat_table.py --check

@@ -95,6 +95,18 @@ pub async fn pin(args: PinArgs) -> anyhow::Result<()> {
     if named.is_empty() && !args.clear {
         return print(&current, args.json);
     }
+    if args.remove
+        && let Some(unknown) = named.iter().find(|p| !current.prefixes.contains(p))
+    {
+        anyhow::bail!(
+            "{unknown} is not pinned (pinned: {}); nothing changed",
+            if current.prefixes.is_empty() {
+                "none".to_owned()
+            } else {
+                current.prefixes.join(", ")
+            }
+        );
+    }
     let prefixes = if args.clear {
         Vec::new()
     } else {

@@ -281,11 +281,7 @@ fn progress_line(v: &talon_coordinator::api::WarmJobView, tty: bool) -> String {
     let filled = ((fraction * WIDTH as f64).round() as usize).min(WIDTH);
     let secs = v.elapsed_ms as f64 / 1000.0;
     let rate = v.bytes_done as f64 / secs.max(0.001);
-    let eta = if rate > 0.0 && v.bytes > v.bytes_done {
-        format!("{:.0} s", (v.bytes - v.bytes_done) as f64 / rate)
-    } else {
-        "-".into()
-    };
+    let eta = time_left(v);
     let line = format!(
         "[{}{}] {:>5.1}% · {}/{} objects · {} of {} · {}/s · ETA {eta}",
         "#".repeat(filled),
@@ -301,6 +297,33 @@ fn progress_line(v: &talon_coordinator::api::WarmJobView, tty: bool) -> String {
         format!("\r{line}\x1b[K")
     } else {
         format!("{line}\n")
+    }
+}
+
+/// The time a job has left, from the share of it done so far: of its bytes or of its
+/// blocks, whichever is further (small objects often finish first, and bytes alone
+/// then promised days for a job of seconds); `…` until something is done.
+fn time_left(v: &talon_coordinator::api::WarmJobView) -> String {
+    let share = |done: u64, all: u64| {
+        if all == 0 {
+            0.0
+        } else {
+            done as f64 / all as f64
+        }
+    };
+    let done = share(v.bytes_done, v.bytes).max(share(v.blocks_done, v.blocks));
+    if done <= 0.0 || v.elapsed_ms == 0 {
+        return "…".into();
+    }
+    if done >= 1.0 {
+        return "0 s".into();
+    }
+    let left = (v.elapsed_ms as f64 / 1000.0) * (1.0 - done) / done;
+    match left.round() as u64 {
+        s if s < 120 => format!("{s} s"),
+        s if s < 7200 => format!("{} min", s.div_ceil(60)),
+        s if s < 172_800 => format!("{} h", s.div_ceil(3600)),
+        s => format!("{} days", s.div_ceil(86_400)),
     }
 }
 
@@ -323,4 +346,51 @@ fn job_table(v: &talon_coordinator::api::WarmJobView) -> String {
         v.objects_over_budget,
         crate::status::bytes((v.bytes_done as f64 / secs.max(0.001)) as u64),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use talon_coordinator::api::{WarmJobView, WarmState};
+
+    fn job(
+        bytes: u64,
+        bytes_done: u64,
+        blocks: u64,
+        blocks_done: u64,
+        elapsed_ms: u64,
+    ) -> WarmJobView {
+        WarmJobView {
+            id: 1,
+            source: "s3://demo/".into(),
+            block_size: 1 << 20,
+            state: WarmState::Running,
+            objects: blocks,
+            objects_done: blocks_done,
+            bytes,
+            bytes_done,
+            blocks,
+            blocks_done,
+            objects_over_budget: 0,
+            errors: 0,
+            first_error: None,
+            elapsed_ms,
+        }
+    }
+
+    /// The first-hour review's job: 3.8 MiB whose first small object was done after
+    /// 3 s of origin latency showed "ETA 750250 s".
+    #[test]
+    fn the_time_left_follows_the_blocks_done_not_only_the_bytes() {
+        let early = super::time_left(&job(3_984_588, 16, 12, 1, 3_000));
+        assert_eq!(early, "33 s");
+        assert_eq!(super::time_left(&job(3_984_588, 0, 12, 0, 3_000)), "…");
+        assert_eq!(
+            super::time_left(&job(1 << 40, 1 << 30, 1 << 14, 16, 60_000)),
+            "18 h"
+        );
+        assert_eq!(super::time_left(&job(100, 100, 1, 1, 10)), "0 s");
+        assert!(
+            super::progress_line(&job(3_984_588, 16, 12, 1, 3_000), false).ends_with("ETA 33 s\n")
+        );
+    }
 }

@@ -408,7 +408,9 @@ impl Stub {
             "talon-origin-stub",
             &binaries.path("talon-origin-stub")?,
             &args,
-            &[],
+            // Fault injection behind a token: on a host of a network namespace its
+            // admin listener is not on loopback, where the stub refuses it open.
+            &[("TALON_STUB_ADMIN_TOKEN", cluster_secret())],
             dir.join("stub.log"),
         )?;
         let json = ready_file(&mut process, &ready).await?;

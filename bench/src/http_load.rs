@@ -876,6 +876,13 @@ pub async fn control_request(
         if json_body.is_some() {
             b = b.header(http::header::CONTENT_TYPE, "application/json");
         }
+        if uri.path() == "/admin/faults" && method != Method::GET {
+            // The stubs this process starts take the cluster secret as their admin token.
+            b = b.header(
+                http::header::AUTHORIZATION,
+                format!("Bearer {}", crate::deployment::cluster_secret()),
+            );
+        }
         if uri.path().starts_with("/v1/") {
             // The coordinator's API: signed with the deployment's cluster secret.
             let secret = talon_core::cluster_auth::ClusterSecret::new(

@@ -48,6 +48,47 @@ fn request_problem(req: &PinsRequest) -> Option<String> {
     req.prefixes.iter().find_map(|p| pin_prefix_problem(p))
 }
 
+/// Refuses a prefix in `added` whose bucket (container) the origin does not have, or
+/// whose Azure account is not the origin's: such a pin keeps nothing, and a typo would
+/// otherwise be accepted silently. One listing of at most one key per prefix; an origin
+/// that cannot answer does not block the change (logged).
+///
+/// # Errors
+/// [`CoordinatorError::InvalidRequest`] naming the prefix and the missing bucket.
+pub async fn check_pinned_buckets(
+    origins: &talon_protocols::origin::Origins,
+    added: &[&str],
+) -> Result<(), CoordinatorError> {
+    for prefix in added {
+        let bad = |why: String| CoordinatorError::InvalidRequest(format!("pin {prefix}: {why}"));
+        let mut parts = prefix.splitn(4, '/');
+        let (client, bucket) = match (parts.next(), parts.next(), parts.next()) {
+            (Some("s3"), Some(bucket), _) => match &origins.s3 {
+                Some(client) => (client, bucket),
+                None => return Err(bad("no S3 origin is configured".into())),
+            },
+            (Some("az"), Some(account), Some(container)) => match &origins.azure {
+                Some((ours, _)) if ours != account => {
+                    return Err(bad(format!("the Azure origin's account is {ours}")));
+                }
+                Some((_, client)) => (client, container),
+                None => return Err(bad("no Azure origin is configured".into())),
+            },
+            _ => continue, // the prefix's own form was checked before
+        };
+        match client.list(bucket, "", None, None, Some(1)).await {
+            Err(e) if e.kind() == talon_protocols::ErrorKind::NoSuchBucket => {
+                return Err(bad(format!("{bucket} does not exist at the origin")));
+            }
+            Err(e) => {
+                tracing::warn!(%prefix, error = %e, "could not ask the origin for a pinned prefix's bucket")
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
 impl ClusterPins {
     /// Pins kept in `etcd` under `<prefix>pins/` (`prefix` ends in `/`).
     pub fn shared(etcd: Arc<Etcd>, prefix: &str) -> ClusterPins {

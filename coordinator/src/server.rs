@@ -251,6 +251,16 @@ async fn pins_set(
     body: Bytes,
 ) -> Result<Json<crate::api::PinsView>, ApiError> {
     let req: crate::api::PinsRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+    if let Some(origins) = &state.config.origins {
+        let current = state.pins.get().prefixes;
+        let added: Vec<&str> = req
+            .prefixes
+            .iter()
+            .filter(|p| !current.contains(p))
+            .map(String::as_str)
+            .collect();
+        crate::pins::check_pinned_buckets(origins, &added).await?;
+    }
     Ok(Json(state.pins.set(&req).await?))
 }
 

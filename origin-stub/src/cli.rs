@@ -59,6 +59,12 @@ pub struct Args {
     )]
     admin_listen: String,
 
+    /// Changing faults (`PUT /admin/faults`) needs `Authorization: Bearer TOKEN`.
+    /// Without it, fault injection is open to whoever reaches --admin-listen, which is
+    /// therefore refused on any address but loopback.
+    #[arg(long, env = "TALON_STUB_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+
     /// Serve S3 virtual-hosted requests for BUCKET.DOMAIN (path-style always works).
     #[arg(long, alias = "domain", env = "TALON_STUB_S3_DOMAIN")]
     s3_domain: Option<String>,
@@ -193,10 +199,25 @@ fn config(args: &Args) -> anyhow::Result<StubConfig> {
             fail_next: 0,
         },
         max_connections: args.max_connections,
-        admin_token: std::env::var("TALON_STUB_ADMIN_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty()),
+        admin_token: admin_token(args)?,
     })
+}
+
+/// The fault-injection token, refused missing where the admin listener is reachable
+/// from another host: an open `PUT /admin/faults` there lets anyone break the origin.
+fn admin_token(args: &Args) -> anyhow::Result<Option<String>> {
+    let token = args.admin_token.clone().filter(|t| !t.is_empty());
+    let listen = listen_addr(&args.admin_listen, "--admin-listen")?;
+    if let Some(addr) = listen
+        && token.is_none()
+        && !addr.ip().is_loopback()
+    {
+        anyhow::bail!(
+            "--admin-listen {addr} without --admin-token (TALON_STUB_ADMIN_TOKEN) would let \
+             anyone who reaches it inject faults: give a token, or listen on loopback"
+        );
+    }
+    Ok(token)
 }
 
 /// Runs the part with `args` until SIGTERM or SIGINT, then drains.

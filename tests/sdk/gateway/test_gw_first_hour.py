@@ -387,3 +387,41 @@ def test_a_failed_request_is_logged_under_the_request_id_the_client_saw(tmp_path
             assert "request failed" in line and resource in line, line
     finally:
         harness.stop_all(front.procs)
+
+
+def test_pins_of_nothing_are_refused_and_change_nothing(tmp_path, _isolated_client_env):
+    """`talon pin s3://nosuch/` (a bucket the origin does not have) and `talon pin --remove`
+    of a prefix never pinned are refused with why, and the pins stay as they were.
+    (Before: both were accepted silently, the first bumping the pins' version.)"""
+    front = harness.start_talon_up("pins", tmp_path, auth=False, workers=1)
+    talon = str(harness.binary("talon"))
+    at = ["--data-dir", str(front.data_dir)]
+
+    def pins() -> dict:
+        out = subprocess.run([talon, "pin", *at, "--json"], capture_output=True, timeout=60, env=harness.clean_env())
+        assert out.returncode == 0, out.stderr.decode()
+        return json.loads(out.stdout)
+
+    try:
+        added = subprocess.run([talon, "pin", *at, "s3://demo/keep/"], capture_output=True, timeout=60,
+                               env=harness.clean_env())
+        assert added.returncode == 0, added.stderr.decode()
+        before = pins()
+        assert before["prefixes"] == ["s3/demo/keep/"], before
+        line = _refused([talon, "pin", *at, "s3://nosuch/"])
+        assert "nosuch does not exist at the origin" in line, line
+        line = _refused([talon, "pin", *at, "--remove", "s3://demo/never/"])
+        assert "s3/demo/never/ is not pinned (pinned: s3/demo/keep/); nothing changed" in line, line
+        assert pins() == before
+    finally:
+        harness.stop_all(front.procs)
+
+
+def test_the_origins_fault_injection_is_not_left_open_to_the_network(tmp_path):
+    """`talon origin` refuses an admin listener off loopback without --admin-token: its
+    PUT /admin/faults would let anyone who reaches it break the origin."""
+    line = _refused([harness.binary("talon"), "origin", "--admin-listen", "0.0.0.0:0", "--s3-listen", "127.0.0.1:0",
+                     "--azure-listen", "off", "--data-dir", tmp_path / "origin"],
+                    env_extra={"TALON_STUB_ADMIN_TOKEN": None})
+    assert "--admin-listen 0.0.0.0:0 without --admin-token" in line, line
+    assert not (tmp_path / "origin").exists()

@@ -151,6 +151,10 @@ pub fn protocol_words(front: Front, kind: ErrorKind) -> Option<&'static str> {
             "The range specified is invalid for the current size of the resource."
         }
         (Front::Azure, BucketAlreadyExists) => "The specified container already exists.",
+        // Azure would delete the blobs with it; Talon over a folder or S3 keeps them.
+        (Front::Azure, BucketNotEmpty) => {
+            "The specified container is not empty: delete its blobs first."
+        }
         (Front::Azure, InternalError) => {
             "Server encountered an internal error. Please try again after some time."
         }

@@ -12,7 +12,8 @@ use std::process::ExitCode;
 
 /// Where every command's logs go and how to choose them: the end of each `--help`.
 pub const LOG_HELP: &str = "Logs go to stderr. TALON_LOG sets their filter (a tracing filter: \
-info by default; e.g. TALON_LOG=debug, TALON_LOG=warn or TALON_LOG=talon_gateway=debug); \
+info by default; e.g. TALON_LOG=debug, TALON_LOG=warn or TALON_LOG=talon_gateway=debug; \
+debug keeps the HTTP libraries at info unless named, as in TALON_LOG=debug,hyper_util=debug); \
 a filter that does not parse is said once and info is used.";
 
 /// Starts logging to stderr, filtered by `TALON_LOG` (a `tracing` filter such as
@@ -21,11 +22,13 @@ a filter that does not parse is said once and info is used.";
 /// started logging first).
 pub fn init_logs() {
     let filter = match std::env::var("TALON_LOG") {
-        Ok(spec) => tracing_subscriber::EnvFilter::try_new(&spec).unwrap_or_else(|e| {
-            // Said once, not silently ignored: the person asked for other logs.
-            eprintln!("talon: TALON_LOG={spec:?} is not a log filter ({e}); logging at info");
-            tracing_subscriber::EnvFilter::new("info")
-        }),
+        Ok(spec) => {
+            tracing_subscriber::EnvFilter::try_new(quiet_libraries(&spec)).unwrap_or_else(|e| {
+                // Said once, not silently ignored: the person asked for other logs.
+                eprintln!("talon: TALON_LOG={spec:?} is not a log filter ({e}); logging at info");
+                tracing_subscriber::EnvFilter::new("info")
+            })
+        }
         Err(_) => tracing_subscriber::EnvFilter::new("info"),
     };
     let _ = tracing_subscriber::fmt()
@@ -33,6 +36,32 @@ pub fn init_logs() {
         .with_writer(io::stderr)
         .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .try_init();
+}
+
+/// The HTTP libraries Talon is built on, whose debug lines (a connection pool's every
+/// reuse) would bury Talon's own.
+const NOISY_LIBRARIES: [&str; 4] = ["hyper", "hyper_util", "h2", "reqwest"];
+
+/// `spec` with the HTTP libraries kept at `info` when it asks for `debug` or `trace`
+/// everywhere and does not name them itself: `TALON_LOG=debug` shows Talon's debug
+/// lines, `TALON_LOG=debug,hyper_util=debug` the libraries' too.
+fn quiet_libraries(spec: &str) -> String {
+    let mut out = spec.to_owned();
+    let verbose = spec
+        .split(',')
+        .any(|d| matches!(d.trim().to_ascii_lowercase().as_str(), "debug" | "trace"));
+    if !verbose {
+        return out;
+    }
+    for library in NOISY_LIBRARIES {
+        let named = spec
+            .split(',')
+            .any(|d| d.trim().split(['=', '[', ':']).next() == Some(library));
+        if !named {
+            out.push_str(&format!(",{library}=info"));
+        }
+    }
+    out
 }
 
 /// Writes `body` as JSON to `path` through a temporary file beside it and a rename,
@@ -106,6 +135,24 @@ pub async fn shutdown_signal() {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn debug_everywhere_keeps_the_http_libraries_at_info_unless_named() {
+        use super::quiet_libraries;
+        assert_eq!(
+            quiet_libraries("debug"),
+            "debug,hyper=info,hyper_util=info,h2=info,reqwest=info"
+        );
+        assert_eq!(
+            quiet_libraries("trace,hyper_util=debug"),
+            "trace,hyper_util=debug,hyper=info,h2=info,reqwest=info"
+        );
+        assert_eq!(quiet_libraries("warn"), "warn");
+        assert_eq!(
+            quiet_libraries("talon_gateway=debug"),
+            "talon_gateway=debug"
+        );
+    }
 
     #[derive(Debug)]
     struct Layer(&'static str, Option<Box<Layer>>);

@@ -70,16 +70,36 @@ impl CoordinatorClient {
         Self::with_timeout(base_url, DEFAULT_TIMEOUT)
     }
 
-    /// Like [`new`](Self::new) with a per-request timeout.
+    /// Like [`new`](Self::new) with a per-request timeout. A bare `host:port` is taken
+    /// as `http://host:port`, as the operator tools take it.
     ///
     /// # Errors
+    /// [`CoordinatorError::InvalidConfig`] for a URL that is not one (naming it),
     /// [`CoordinatorError::Transport`] if the HTTP client cannot be built.
     pub fn with_timeout(
         base_url: impl Into<String>,
         timeout: Duration,
     ) -> Result<Self, CoordinatorError> {
         let http = reqwest::Client::builder().timeout(timeout).build()?;
-        let base = base_url.into().trim_end_matches('/').to_owned();
+        let given = base_url.into();
+        let base = if given.contains("://") {
+            given.trim_end_matches('/').to_owned()
+        } else {
+            format!("http://{}", given.trim_end_matches('/'))
+        };
+        match reqwest::Url::parse(&base) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
+            Ok(_) => {
+                return Err(CoordinatorError::InvalidConfig(format!(
+                    "coordinator URL {given:?} is not http://HOST:PORT or https://HOST:PORT"
+                )));
+            }
+            Err(e) => {
+                return Err(CoordinatorError::InvalidConfig(format!(
+                    "coordinator URL {given:?}: {e}"
+                )));
+            }
+        }
         Ok(Self {
             base,
             http,
@@ -399,5 +419,20 @@ mod tests {
         assert_eq!(path_segment("w-1.a_b"), "w-1.a_b");
         assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
         assert_eq!(path_segment(".."), "%2E%2E");
+    }
+
+    #[test]
+    fn a_bare_host_port_is_http_and_other_schemes_are_refused() {
+        let client = CoordinatorClient::new("127.0.0.1:7000/").expect("http");
+        assert_eq!(client.base_url(), "http://127.0.0.1:7000");
+        for bad in ["ftp://127.0.0.1:7000", "http://", "::not a url"] {
+            assert!(
+                matches!(
+                    CoordinatorClient::new(bad),
+                    Err(CoordinatorError::InvalidConfig(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 }

@@ -425,3 +425,16 @@ def test_the_origins_fault_injection_is_not_left_open_to_the_network(tmp_path):
                     env_extra={"TALON_STUB_ADMIN_TOKEN": None})
     assert "--admin-listen 0.0.0.0:0 without --admin-token" in line, line
     assert not (tmp_path / "origin").exists()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("127.0.0.1:1", "http://127.0.0.1:1/v1/members): client error (Connect): tcp connect error: Connection refused"),
+    ("ftp://127.0.0.1:1", 'coordinator URL "ftp://127.0.0.1:1" is not http://HOST:PORT'),
+])
+def test_a_coordinator_url_is_taken_or_refused_by_what_it_says(url, says):
+    """A bare HOST:PORT is http, as the operator tools take it; a URL of another scheme is
+    refused naming it; an unreachable one says why. (Before: "builder error".)"""
+    line = _refused([harness.binary("talon"), "gateway", "--coordinator", url, "--origin", "s3+http://127.0.0.1:9",
+                     "--origin-check", "off", "--s3-listen", "127.0.0.1:0", "--azure-listen", "off",
+                     "--admin-listen", "off", "--anonymous"])
+    assert says in line and "builder error" not in line, line

@@ -170,6 +170,8 @@ impl CoordinatorClient {
                 CoordinatorError::InvalidRegistration(message)
             }
             (StatusCode::BAD_REQUEST, _) => CoordinatorError::InvalidRequest(message),
+            (StatusCode::UNAUTHORIZED, _) => CoordinatorError::Unauthenticated(message),
+            (StatusCode::FORBIDDEN, _) => CoordinatorError::Forbidden(message),
             _ => CoordinatorError::Api {
                 status: status.as_u16(),
                 message,

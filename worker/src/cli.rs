@@ -387,10 +387,11 @@ async fn origins(args: &Args) -> anyhow::Result<Origins> {
 
 /// The page size this worker keeps presence by: the cluster's, as its coordinator
 /// publishes it, or --page-size (else 1 MiB) where there is none or the coordinator
-/// cannot be asked at start (a different one is then refused at registration).
+/// cannot be reached at start (a different one is then refused at registration).
 ///
 /// # Errors
-/// --page-size given and not the cluster's: the message names both.
+/// --page-size given and not the cluster's: the message names both; a coordinator that
+/// refuses this worker's cluster secret.
 async fn cluster_page_size(
     args: &Args,
     secret: &talon_core::cluster_auth::ClusterSecret,
@@ -407,6 +408,14 @@ async fn cluster_page_size(
             members.geometry,
             args.page_size,
         )?),
+        // A coordinator that answers but refuses this process will refuse it forever.
+        Err(
+            e @ (talon_coordinator_client::error::CoordinatorError::Unauthenticated(_)
+            | talon_coordinator_client::error::CoordinatorError::Forbidden(_)),
+        ) => anyhow::bail!(
+            "the coordinator at {url} refused this worker ({e}): give the cluster's secret \
+             (--cluster-secret-file or TALON_CLUSTER_SECRET)"
+        ),
         Err(e) => {
             tracing::warn!(
                 coordinator = %url,

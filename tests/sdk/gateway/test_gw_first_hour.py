@@ -351,6 +351,12 @@ def test_parts_of_another_geometry_are_refused_with_both_values(tmp_path):
                          "--origin-check", "off"])
         assert "--page-size 65536 bytes differs from the cluster's 1048576 bytes" in line, line
         assert not cache.exists(), "a refused worker created its cache folder"
+        # A worker with another cluster secret is refused at start, not left retrying.
+        line = _refused([talon, "worker", "--coordinator", url, "--cache-dir", cache, "--listen", "127.0.0.1:0",
+                         "--admin-listen", "off", "--origin", dead_origin, "--origin-check", "off"],
+                        env_extra={"TALON_CLUSTER_SECRET": "another-secret-of-32-bytes-at-least-0123456789"})
+        assert f"the coordinator at {url} refused this worker" in line, line
+        assert not cache.exists(), "a refused worker created its cache folder"
         line = _refused([talon, "warm", "s3://demo/", "--coordinator", url, "--block-size", "1MiB"])
         assert "--block-size 1048576 bytes differs from the cluster's 67108864 bytes" in line, line
         # Nothing reached the coordinator: no member, no warm job.

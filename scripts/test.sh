@@ -145,4 +145,10 @@ command -v promtool >/dev/null || apt_install prometheus
 step "deployment: scripts/check_deploy.sh"
 ./scripts/check_deploy.sh
 
+# The container image, built from deploy/docker/Dockerfile with buildah (no Docker engine
+# runs here) and driven with podman: boto3 and the Azure SDK against `talon up` in it,
+# its HEALTHCHECK and a clean stop (docs/operations.md, "The container image").
+step "the container image: scripts/image_check.sh (buildah, podman)"
+./scripts/image_check.sh
+
 step "all tests passed"

@@ -142,8 +142,23 @@ config=$(podman image inspect "$TAG" \
 data=$W/data
 rm -rf "$data" && mkdir -p "$data/demo" && echo "hello from the talon image" >"$data/demo/hello.txt"
 chown -R 10001:10001 "$data"
-port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-s3=$(port) azure=$(port) admin=$(port) coordinator=$(port) status=$(port)
+# Five free ports below the kernel's ephemeral range, so that no port 0 the workers bind
+# meanwhile can take one (the health check needs the admin port before the start).
+read -r s3 azure admin coordinator status < <(python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+picked = []
+while len(picked) < 5:
+    port = random.randrange(max(1024, low - 12000), low)
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    if port not in picked:
+        picked.append(port)
+print(*picked)
+')
 name=talon-image-check
 podman rm -f -t 2 "$name" >/dev/null 2>&1 || true
 cleanup() { podman rm -f -t 2 "$name" >/dev/null 2>&1 || true; }

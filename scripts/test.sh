@@ -111,6 +111,9 @@ rm -rf target/compat
 step "docs/architecture.md against the tree (scripts/check_architecture.py)"
 python3 scripts/check_architecture.py
 
+step "protocol knowledge in protocols: no x-amz-/x-ms- literal outside it (scripts/check_protocol_literals.py)"
+python3 scripts/check_protocol_literals.py
+
 step "the command lines of the README and docs/ against --help (scripts/check_doc_commands.py)"
 python3 scripts/check_doc_commands.py
 

@@ -223,12 +223,9 @@ pub fn validate_addr(addr: &str) -> Result<(), CoordinatorError> {
     Ok(())
 }
 
-/// The block size a cluster uses when its coordinator is started without
-/// `--block-size`.
-pub const DEFAULT_BLOCK_SIZE: u64 = 256 << 20;
-/// The page size a cluster's workers use when its coordinator is started without
-/// `--page-size`.
-pub const DEFAULT_PAGE_SIZE: u64 = 1 << 20;
+/// The block and page size of a cluster whose coordinator is started without
+/// `--block-size` / `--page-size` (256 MiB, 1 MiB): core's defaults.
+pub use talon_core::{DEFAULT_BLOCK_SIZE, DEFAULT_PAGE_SIZE};
 
 /// The cluster's geometry as its coordinator publishes it (in [`MembersResponse`]):
 /// gateways and `talon warm` split objects into blocks of `block_size` bytes, and

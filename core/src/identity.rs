@@ -122,6 +122,29 @@ impl Backend {
     }
 }
 
+impl Backend {
+    /// The protocol's name in flags and logs: `s3` or `azure`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::S3 => "s3",
+            Self::Azure => "azure",
+        }
+    }
+}
+
+/// A flag's value: `s3` or `azure` ([`Backend::name`]).
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "s3" => Ok(Self::S3),
+            "azure" => Ok(Self::Azure),
+            other => Err(format!("unknown origin '{other}' (s3, azure)")),
+        }
+    }
+}
+
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.key_prefix())

@@ -40,7 +40,7 @@ pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> R
     let asked = gw
         .access_log
         .is_some()
-        .then(|| Asked::of(&req, "x-ms-range"));
+        .then(|| Asked::of(&req, talon_protocols::relay::AZURE_RANGE));
     let identities = gw.identities();
     let server = AzureServer {
         addressing: &front.addressing,

@@ -229,30 +229,6 @@ impl GatewayBackend {
     }
 }
 
-/// The headers an object write carries to an origin, in that origin's dialect.
-pub fn origin_write_headers(origin: Backend, write: &WriteSpec) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let (content_type, content_prefix, meta_prefix) = match origin {
-        Backend::S3 => ("content-type", "", "x-amz-meta-"),
-        Backend::Azure => ("x-ms-blob-content-type", "x-ms-blob-", "x-ms-meta-"),
-    };
-    if let Some(ct) = &write.content_type {
-        out.push((content_type.to_owned(), ct.clone()));
-    }
-    for (name, value) in &write.content_headers {
-        out.push((format!("{content_prefix}{name}"), value.clone()));
-    }
-    for (name, value) in &write.user_metadata {
-        out.push((format!("{meta_prefix}{name}"), value.clone()));
-    }
-    if origin == Backend::S3
-        && let Some(expires) = &write.expires
-    {
-        out.push(("expires".to_owned(), expires.clone()));
-    }
-    out
-}
-
 /// S3 operations the gateway relays to an S3 origin as they are.
 ///
 /// Not ListObjectVersions: the gateway answers it from its own listing, each object as
@@ -321,27 +297,6 @@ const LISTING_HEADS_IN_FLIGHT: usize = 8;
 /// Most objects of a listing page with metadata over an S3 origin: each costs one
 /// origin HEAD, so one request costs at most this many.
 const MAX_LISTED_WITH_HEADS: usize = 100;
-
-/// Headers of a relayed S3 request passed on besides the write's own.
-const RELAYED_S3_HEADERS: &[&str] = &[
-    "x-amz-copy-source",
-    "x-amz-copy-source-range",
-    "x-amz-copy-source-if-match",
-    "x-amz-copy-source-if-none-match",
-    "x-amz-copy-source-if-modified-since",
-    "x-amz-copy-source-if-unmodified-since",
-    "x-amz-metadata-directive",
-    // GetObjectAttributes' attributes and parts page.
-    "x-amz-object-attributes",
-    "x-amz-max-parts",
-    "x-amz-part-number-marker",
-    // A copy's (and a completion's) conditions on its destination.
-    "if-match",
-    "if-none-match",
-    "x-amz-tagging",
-    "x-amz-storage-class",
-    "content-md5",
-];
 
 impl ObjectBackend for GatewayBackend {
     /// The origin's buckets by name, as S3 and Azure both list them (and as the fronts'
@@ -547,7 +502,7 @@ impl ObjectBackend for GatewayBackend {
         };
         Ok(PartBounds {
             range,
-            count: text("x-amz-mp-parts-count").and_then(|c| c.parse().ok()),
+            count: text(talon_protocols::relay::S3_PARTS_COUNT).and_then(|c| c.parse().ok()),
             etag: text("etag").map(str::to_owned),
         })
     }
@@ -561,7 +516,7 @@ impl ObjectBackend for GatewayBackend {
         reachable(&[object.key])?;
         let Target { bucket, key } = object;
         let len = upload.stream.required_len()?;
-        let mut headers = origin_write_headers(self.origin, &write);
+        let mut headers = write.origin_headers(self.origin);
         // A checksum the client sent as a header is known before the body: the origin
         // keeps it (and verifies it again). One announced as a trailer is known only at
         // the end: the body goes on to an S3 origin with a trailer of its own.
@@ -639,20 +594,7 @@ impl ObjectBackend for GatewayBackend {
         }
         let mut headers: Vec<(&str, String)> = Vec::new();
         match self.origin {
-            Backend::S3 => {
-                if let Some(list) = &conditions.if_match {
-                    headers.push(("if-match", list.header_value()));
-                }
-                if let Some(t) = conditions.last_modified {
-                    headers.push((
-                        "x-amz-if-match-last-modified-time",
-                        talon_protocols::dates::format_http_date(t),
-                    ));
-                }
-                if let Some(size) = conditions.size {
-                    headers.push(("x-amz-if-match-size", size.to_string()));
-                }
-            }
+            Backend::S3 => headers = conditions.s3_origin_headers(),
             Backend::Azure if conditions.last_modified.is_some() || conditions.size.is_some() => {
                 match client.head(object.bucket, object.key).await {
                     Ok(info) => {
@@ -857,7 +799,7 @@ impl ObjectBackend for GatewayBackend {
     async fn relay(&self, relay: Relay<'_>) -> Result<http::Response<AnswerBody>, Failure> {
         // A relayed copy's source too: the policy checked it as a key, and it must not
         // name the blocks this gateway stages for Azure clients.
-        let source = match header(relay.headers, "x-amz-copy-source") {
+        let source = match header(relay.headers, talon_protocols::relay::S3_COPY_SOURCE) {
             Some(value) => Some(talon_protocols::s3::request::parse_copy_source(value)?.1),
             None => None,
         };
@@ -867,10 +809,9 @@ impl ObjectBackend for GatewayBackend {
         ])?;
         let (backend, method, mut headers) = match relay.operation {
             Operation::S3(op) => {
-                let write =
-                    WriteSpec::from_headers(relay.headers, "content-type", "x-amz-meta-", "")?;
-                let mut headers = origin_write_headers(Backend::S3, &write);
-                for name in RELAYED_S3_HEADERS {
+                let write = WriteSpec::of_request(Backend::S3, relay.headers)?;
+                let mut headers = write.origin_headers(Backend::S3);
+                for name in talon_protocols::relay::RELAYED_S3_REQUEST_HEADERS {
                     if let Some(v) = header(relay.headers, name) {
                         headers.push(((*name).to_owned(), v.to_owned()));
                     }
@@ -878,16 +819,8 @@ impl ObjectBackend for GatewayBackend {
                 (Backend::S3, method_of(op), headers)
             }
             Operation::Azure(op) => {
-                let mut write = WriteSpec::from_headers(
-                    relay.headers,
-                    "x-ms-blob-content-type",
-                    "x-ms-meta-",
-                    "x-ms-blob-",
-                )?;
-                write.content_type = write
-                    .content_type
-                    .or_else(|| header(relay.headers, "content-type").map(str::to_owned));
-                let mut headers = origin_write_headers(Backend::Azure, &write);
+                let write = WriteSpec::of_request(Backend::Azure, relay.headers)?;
+                let mut headers = write.origin_headers(Backend::Azure);
                 if let Some(v) = header(relay.headers, "content-md5") {
                     headers.push(("content-md5".to_owned(), v.to_owned()));
                 }

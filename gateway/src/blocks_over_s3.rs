@@ -16,7 +16,6 @@ use talon_protocols::server::{BlockLists, Target, Upload, WriteSpec, Written};
 use talon_protocols::upload::settle;
 use talon_protocols::{Error, ErrorKind};
 
-use crate::backend::origin_write_headers;
 use crate::config::Backend;
 
 /// Largest committed-list record read back (a blob has at most 50,000 blocks).
@@ -191,7 +190,7 @@ pub async fn put_block_list(
         })
         .flatten()
         .map(|chunk| chunk.map_err(|e| std::io::Error::other(e.message().to_owned())));
-    let mut headers = origin_write_headers(Backend::S3, write);
+    let mut headers = write.origin_headers(Backend::S3);
     for (name, value) in write.condition_headers() {
         if name.starts_with("if-") && name.ends_with("match") {
             headers.push((name.to_owned(), value));

@@ -51,36 +51,9 @@ impl std::str::FromStr for Route {
     }
 }
 
-/// Which origin protocol a front reads and writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Backend {
-    /// The S3 origin.
-    S3,
-    /// The Azure Blob origin.
-    Azure,
-}
-
-impl Backend {
-    /// The name used in flags.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::S3 => "s3",
-            Backend::Azure => "azure",
-        }
-    }
-}
-
-impl std::str::FromStr for Backend {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "s3" => Ok(Backend::S3),
-            "azure" => Ok(Backend::Azure),
-            other => Err(format!("unknown origin '{other}' (s3, azure)")),
-        }
-    }
-}
+/// Which origin protocol a front reads and writes: the kind of object store, as every
+/// part names it.
+pub use talon_core::Backend;
 
 /// The S3 front.
 #[derive(Debug, Clone)]

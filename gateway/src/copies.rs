@@ -17,7 +17,6 @@ use talon_protocols::origin::{
 };
 use talon_protocols::server::{CopySpec, Target, WriteSpec};
 
-use crate::backend::origin_write_headers;
 use crate::config::Backend;
 
 /// How a copy over an Azure origin runs.
@@ -80,10 +79,7 @@ pub async fn copy(
     copy: &CopySpec<'_>,
 ) -> Result<OriginCopy, Error> {
     let (dest, from) = ((to.bucket, to.key), (copy.from.bucket, copy.from.key));
-    let headers = copy
-        .replace
-        .as_ref()
-        .map(|w| origin_write_headers(backend, w));
+    let headers = copy.replace.as_ref().map(|w| w.origin_headers(backend));
     let properties = match &headers {
         Some(h) => CopiedProperties::Replace(h),
         None => CopiedProperties::Source,

@@ -18,7 +18,6 @@ use talon_protocols::server::{
 use talon_protocols::upload::{UploadClaims, VerifyingStream, settle};
 use talon_protocols::{Error, ErrorKind};
 
-use crate::backend::origin_write_headers;
 use crate::config::Backend;
 
 /// A marker block's content: Azure stores a block per id, the marker's content is not read.
@@ -109,7 +108,7 @@ pub async fn complete(
         .map(|n| BlockListItem::Uncommitted(mapping.block_id(BlockRole::Part(n))))
         .collect();
     let write = mapping.metadata().clone().into_write();
-    let mut headers = origin_write_headers(Backend::Azure, &write);
+    let mut headers = write.origin_headers(Backend::Azure);
     // The completion's conditions on what the blob is now go with the commit.
     headers.extend(destination_condition_headers(true, conditions));
     let headers: Vec<(&str, String)> = headers

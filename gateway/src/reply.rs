@@ -9,34 +9,12 @@ use http::{HeaderMap, StatusCode};
 pub use talon_protocols::answer::{Failure, answer, header, header_text, set_header};
 use talon_protocols::server::{AnswerBody, stream_body};
 
-/// Headers of an origin answer that a client may see; everything else (its request ids,
-/// its server, connection management) is the gateway's own.
-const RELAYED_HEADERS: &[&str] = &[
-    "content-type",
-    "content-length",
-    "content-range",
-    "content-md5",
-    "etag",
-    "last-modified",
-    "location",
-    "x-ms-error-code",
-    "x-ms-blob-type",
-    "x-ms-request-server-encrypted",
-    "x-ms-blob-content-md5",
-];
-
-fn relayed(name: &str) -> bool {
-    RELAYED_HEADERS.contains(&name)
-        || (name.starts_with("x-amz-") && name != "x-amz-request-id" && name != "x-amz-id-2")
-        || (name.starts_with("x-ms-meta-"))
-}
-
 /// Relays an origin's answer (status, the headers a client may see, the body streamed).
 pub fn relay(resp: reqwest::Response) -> Response<AnswerBody> {
     let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut headers = HeaderMap::new();
     for (name, value) in resp.headers() {
-        if relayed(name.as_str()) {
+        if talon_protocols::relay::client_may_see(name.as_str()) {
             headers.append(name.clone(), value.clone());
         }
     }

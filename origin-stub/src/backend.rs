@@ -88,10 +88,7 @@ pub fn info_of(meta: &ObjectMeta) -> ObjectInfo {
             checksum: meta
                 .checksum
                 .as_ref()
-                .map(|(alg, v)| {
-                    let name = alg.header_name().trim_start_matches("x-amz-checksum-");
-                    format!("{name}:{v}")
-                })
+                .map(|(alg, v)| alg.kept(v))
                 .unwrap_or_default(),
             content_encoding: content("content-encoding"),
             content_language: content("content-language"),

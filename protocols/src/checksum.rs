@@ -62,6 +62,13 @@ impl ChecksumAlgorithm {
         }
     }
 
+    /// A checksum as an object's headers keep it (`HeaderSet::checksum`,
+    /// [`crate::server`]): `crc32:VALUE`, the algorithm as its header's suffix.
+    pub fn kept(self, value: &str) -> String {
+        let name = self.header_name().trim_start_matches("x-amz-checksum-");
+        format!("{name}:{value}")
+    }
+
     /// Parses an algorithm name (`CRC32`, any case) or a header name (`x-amz-checksum-crc32`).
     pub fn parse(s: &str) -> Option<ChecksumAlgorithm> {
         let s = s.trim();

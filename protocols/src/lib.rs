@@ -31,6 +31,7 @@ pub mod names;
 pub mod origin;
 pub mod origin_spec;
 pub mod range;
+pub mod relay;
 pub mod s3;
 pub mod server;
 pub mod upload;

@@ -291,11 +291,7 @@ impl Ctx<'_> {
     /// Block List they describe the request's own body.
     fn write_spec(&self, put_blob: bool) -> Result<WriteSpec, Error> {
         let h = self.headers;
-        let mut write =
-            WriteSpec::from_headers(h, "x-ms-blob-content-type", "x-ms-meta-", "x-ms-blob-")?;
-        if write.content_type.is_none() {
-            write.content_type = header(h, "content-type").map(str::to_owned);
-        }
+        let mut write = WriteSpec::of_request(talon_core::Backend::Azure, h)?;
         if put_blob {
             let plain = WriteSpec::from_headers(h, "content-type", "x-ms-meta-", "")?;
             for (name, value) in plain.content_headers {

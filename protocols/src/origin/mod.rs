@@ -1526,8 +1526,7 @@ fn full_object_checksum(headers: &reqwest::header::HeaderMap) -> String {
         .into_iter()
         .find_map(|alg| {
             let value = text(alg.header_name())?.trim();
-            let name = alg.header_name().strip_prefix("x-amz-checksum-")?;
-            (!value.is_empty() && !value.contains('-')).then(|| format!("{name}:{value}"))
+            (!value.is_empty() && !value.contains('-')).then(|| alg.kept(value))
         })
         .unwrap_or_default()
 }

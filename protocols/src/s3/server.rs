@@ -443,7 +443,7 @@ impl Ctx<'_> {
     }
 
     fn write_spec(&self) -> Result<WriteSpec, Error> {
-        WriteSpec::from_headers(self.headers, "content-type", "x-amz-meta-", "")
+        WriteSpec::of_request(talon_core::Backend::S3, self.headers)
     }
 
     /// The verified stream of an upload's body (PutObject, UploadPart).

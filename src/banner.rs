@@ -91,7 +91,7 @@ pub(crate) fn print_banner(
     credentials: (&str, &str),
     example: Option<&ExampleObject>,
 ) {
-    println!("{}", banner(e, args, credentials, example));
+    crate::output::line(format_args!("{}", banner(e, args, credentials, example)));
 }
 
 /// The S3 secret as the banner shows it: the built-in development secret as it is
@@ -147,13 +147,21 @@ fn banner(
         ),
     };
     // With a certificate of the user's own (often self-signed), each line trusts it.
-    let (curl_ca, aws_ca, boto_ca) = match &args.tls_cert {
+    let (curl_ca, aws_ca, boto_ca, azure_ca, azure_scheme) = match &args.tls_cert {
         Some(cert) => (
             format!(" --cacert {}", cert.display()),
             format!(" --ca-bundle {}", cert.display()),
             format!(", verify='{}'", cert.display()),
+            format!(", connection_verify='{}'", cert.display()),
+            "https",
         ),
-        None => Default::default(),
+        None => (
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            "http",
+        ),
     };
     let curl = if args.anonymous == AnonymousAccess::Refused {
         format!(
@@ -180,11 +188,11 @@ Talon is up: {workers} behind a gateway, reading {origin}.
 
 {try_it}
   {curl}
-  AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} aws --endpoint-url {s3}{aws_ca} s3 ls s3://{bucket} --recursive
+  AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} aws --endpoint-url {s3} --region {region}{aws_ca} s3 ls s3://{bucket} --recursive
 
   python3 -c "import boto3; s3 = boto3.client('s3', endpoint_url='{s3}', aws_access_key_id='{ak}', aws_secret_access_key='{sk}', region_name='{region}'{boto_ca}); print(s3.get_object(Bucket='{bucket}', Key='{key}')['Body'].read())"
 
-  python3 -c "from azure.storage.blob import BlobServiceClient; c = BlobServiceClient.from_connection_string('DefaultEndpointsProtocol=http;AccountName={DEFAULT_AZURE_ACCOUNT};AccountKey={azure_key};BlobEndpoint={azure};'); print(c.get_blob_client('{bucket}', '{key}').download_blob().readall())"
+  python3 -c "from azure.storage.blob import BlobServiceClient; c = BlobServiceClient.from_connection_string('DefaultEndpointsProtocol={azure_scheme};AccountName={DEFAULT_AZURE_ACCOUNT};AccountKey={azure_key};BlobEndpoint={azure};'{azure_ca}); print(c.get_blob_client('{bucket}', '{key}').download_blob().readall())"
 
   {warm}
 
@@ -328,7 +336,12 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("--ca-bundle /etc/talon/cert.pem s3 ls"),
+            text.contains("--region eu-west-1 --ca-bundle /etc/talon/cert.pem s3 ls"),
+            "{text}"
+        );
+        assert!(
+            text.contains("DefaultEndpointsProtocol=https;")
+                && text.contains(";', connection_verify='/etc/talon/cert.pem')"),
             "{text}"
         );
         assert!(

@@ -72,17 +72,22 @@ fn changed(current: &[FreshnessRule], named: &[FreshnessRule], remove: bool) -> 
 
 fn print(view: &FreshnessView, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(view)?);
+        crate::output::line(format_args!("{}", serde_json::to_string(view)?));
         return Ok(());
     }
-    println!("per-prefix freshness (version {}):", view.version);
+    crate::output::line(format_args!(
+        "per-prefix freshness (version {}):",
+        view.version
+    ));
     if view.rules.is_empty() {
-        println!("  (none: every gateway's own --max-staleness-ms)");
+        crate::output::line(format_args!(
+            "  (none: every gateway's own --max-staleness-ms)"
+        ));
     }
     for r in &view.rules {
         match r.max_staleness_ms {
-            Some(ms) => println!("  {}  {} ms", r.prefix, ms),
-            None => println!("  {}  immutable", r.prefix),
+            Some(ms) => crate::output::line(format_args!("  {}  {} ms", r.prefix, ms)),
+            None => crate::output::line(format_args!("  {}  immutable", r.prefix)),
         }
     }
     Ok(())

@@ -26,20 +26,20 @@ pub struct InvalidateArgs {
 
 fn print(view: &InvalidationsView, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(view)?);
+        crate::output::line(format_args!("{}", serde_json::to_string(view)?));
         return Ok(());
     }
-    println!(
+    crate::output::line(format_args!(
         "invalidations in force (version {}; each for 10 minutes):",
         view.version
-    );
+    ));
     if view.invalidations.is_empty() {
-        println!("  (none)");
+        crate::output::line(format_args!("  (none)"));
     }
     let now = talon_coordinator::invalidations::unix_ms_now();
     for i in &view.invalidations {
         let ago = now.saturating_sub(i.at_unix_ms) as f64 / 1000.0;
-        println!("  {}  {ago:.1} s ago", i.prefix);
+        crate::output::line(format_args!("  {}  {ago:.1} s ago", i.prefix));
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ mod banner;
 mod coordinator_args;
 mod freshness;
 mod invalidate;
+mod output;
 mod pin;
 mod status;
 mod up_state;

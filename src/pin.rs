@@ -59,15 +59,15 @@ fn changed(current: &[String], named: &[String], remove: bool) -> Vec<String> {
 
 fn print(view: &PinsView, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(view)?);
+        crate::output::line(format_args!("{}", serde_json::to_string(view)?));
         return Ok(());
     }
-    println!("pinned prefixes (version {}):", view.version);
+    crate::output::line(format_args!("pinned prefixes (version {}):", view.version));
     if view.prefixes.is_empty() {
-        println!("  (none)");
+        crate::output::line(format_args!("  (none)"));
     }
     for p in &view.prefixes {
-        println!("  {p}");
+        crate::output::line(format_args!("  {p}"));
     }
     Ok(())
 }

@@ -42,10 +42,10 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
             "members": members.members,
             "warm_jobs": jobs,
         });
-        println!("{line}");
+        crate::output::line(format_args!("{line}"));
     } else {
-        print!("{}", table(&cluster, &members));
-        print!("{}", jobs_table(&jobs));
+        crate::output::text(format_args!("{}", table(&cluster, &members)));
+        crate::output::text(format_args!("{}", jobs_table(&jobs)));
     }
     Ok(())
 }

@@ -146,9 +146,9 @@ pub async fn warm(args: WarmArgs) -> anyhow::Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     if args.json {
         let line = serde_json::json!({ "objects": warmed, "seconds": seconds });
-        println!("{line}");
+        crate::output::line(format_args!("{line}"));
     } else {
-        print!("{}", table(&warmed, seconds));
+        crate::output::text(format_args!("{}", table(&warmed, seconds)));
     }
     Ok(())
 }
@@ -255,9 +255,9 @@ async fn warm_job(
         }
     };
     if args.json {
-        println!("{}", serde_json::to_string(&view)?);
+        crate::output::line(format_args!("{}", serde_json::to_string(&view)?));
     } else {
-        print!("{}", job_table(&view));
+        crate::output::text(format_args!("{}", job_table(&view)));
     }
     anyhow::ensure!(
         view.errors == 0,

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -132,6 +135,13 @@ def test_the_operator_tools_find_a_plain_talon_up(tmp_path, _isolated_client_env
                              capture_output=True, timeout=60, env=tools_env)
         assert out.returncode == 0, out.stderr.decode()
         assert json.loads(out.stdout)["cluster"]["live"] == 1
+        # A reader that is gone (`talon status | head -1`): the tool ends quietly, no panic.
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        gone = subprocess.run([talon, "status", "--data-dir", str(front.data_dir)], stdout=write_end,
+                              stderr=subprocess.PIPE, timeout=60, env=tools_env)
+        os.close(write_end)
+        assert gone.returncode == 0 and not gone.stderr, gone.stderr.decode()
         body = b"w" * 200_000
         (front.data_dir / "demo" / "warm-me.bin").write_bytes(body)
         warm = subprocess.run([talon, "warm", "s3://demo/warm-me", "--data-dir", str(front.data_dir), "--json"],
@@ -230,6 +240,12 @@ def test_region_and_status_page_under_talon_up(tmp_path, _isolated_client_env):
                    if line.startswith(("talon_worker_hits_total ", "talon_worker_misses_total "))}
         assert sum(counted.values()) == 1, counted
         assert f"{ready['workers'][0]}/metrics (w0)" in front.procs[0].tail(), front.procs[0].tail()
+        # The banner's aws line, as printed, signs for the region in force.
+        line = next(l.strip() for l in front.procs[0].tail().splitlines() if l.strip().startswith("AWS_ACCESS_KEY_ID="))
+        bin_dir = pathlib.Path(sys.executable).parent
+        run = subprocess.run(["bash", "-c", line], capture_output=True, timeout=120,
+                             env=harness.clean_env(PATH=f"{bin_dir}:{os.environ['PATH']}", HOME=str(tmp_path)))
+        assert run.returncode == 0 and b"region.txt" in run.stdout, run.stderr.decode()
     finally:
         harness.stop_all(front.procs)
 

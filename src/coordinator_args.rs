@@ -68,6 +68,16 @@ impl CoordinatorArgs {
             Some(_) => None,
             None => UpState::read(&self.data_dir)?,
         };
+        if let Some(state) = &state
+            && !std::path::Path::new(&format!("/proc/{}", state.pid)).exists()
+        {
+            anyhow::bail!(
+                "the talon up that wrote {} (pid {}) is no longer running (stopped without \
+                 cleaning up): start it again, or give --coordinator",
+                UpState::path(&self.data_dir).display(),
+                state.pid
+            );
+        }
         let url = match (&self.coordinator, &state) {
             (Some(url), _) => url.clone(),
             (None, Some(state)) => state.coordinator.clone(),
@@ -89,6 +99,12 @@ impl CoordinatorArgs {
             return Ok(self.cluster.load()?);
         }
         let Some(state) = state else {
+            if self.coordinator.is_some() {
+                anyhow::bail!(
+                    "no cluster secret: give --cluster-secret-file or TALON_CLUSTER_SECRET (with \
+                     --coordinator, a talon up's state file is not read)"
+                );
+            }
             anyhow::bail!(
                 "no cluster secret: give --cluster-secret-file or TALON_CLUSTER_SECRET (or run \
                  this where --data-dir names a running talon up's data folder; no {} there)",

@@ -164,14 +164,20 @@ impl CoordinatorClient {
         let message = serde_json::from_slice::<ErrorBody>(&bytes)
             .map(|b| b.error)
             .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+        // The body says the error as the coordinator's own type displays it; the typed
+        // error displays its kind again, so it keeps only the rest.
+        let typed = |variant: fn(String) -> CoordinatorError| {
+            let kind = variant(String::new()).to_string();
+            variant(message.strip_prefix(&kind).unwrap_or(&message).to_owned())
+        };
         Err(match (status, kind) {
             (StatusCode::NOT_FOUND, Kind::Worker(id)) => CoordinatorError::UnknownWorker(id.into()),
             (StatusCode::BAD_REQUEST, Kind::Register) => {
-                CoordinatorError::InvalidRegistration(message)
+                typed(CoordinatorError::InvalidRegistration)
             }
-            (StatusCode::BAD_REQUEST, _) => CoordinatorError::InvalidRequest(message),
-            (StatusCode::UNAUTHORIZED, _) => CoordinatorError::Unauthenticated(message),
-            (StatusCode::FORBIDDEN, _) => CoordinatorError::Forbidden(message),
+            (StatusCode::BAD_REQUEST, _) => typed(CoordinatorError::InvalidRequest),
+            (StatusCode::UNAUTHORIZED, _) => typed(CoordinatorError::Unauthenticated),
+            (StatusCode::FORBIDDEN, _) => typed(CoordinatorError::Forbidden),
             _ => CoordinatorError::Api {
                 status: status.as_u16(),
                 message,

@@ -612,8 +612,12 @@ pub async fn list_source(
         let page = client
             .list(&bucket, &prefix, None, token.as_deref(), Some(1000))
             .await
-            .map_err(|e| {
-                CoordinatorError::StateStore(format!("listing {source} at the origin: {e}"))
+            .map_err(|e| match e.kind() {
+                // The caller's mistake, not a passing failure: no 503 to retry.
+                talon_protocols::ErrorKind::NoSuchBucket => {
+                    bad(&format!("{bucket} does not exist at the origin"))
+                }
+                _ => CoordinatorError::StateStore(format!("listing {source} at the origin: {e}")),
             })?;
         for entry in page.objects {
             // Keys a block cannot name (folder markers, empty segments) pass through

@@ -156,6 +156,19 @@ def test_the_operator_tools_find_a_plain_talon_up(tmp_path, _isolated_client_env
         lost = subprocess.run([talon, "status", "--data-dir", str(tmp_path / "nowhere")], capture_output=True,
                               timeout=60, env=tools_env)
         assert lost.returncode != 0 and b"no cluster secret" in lost.stderr, lost.stderr
+        pointed = subprocess.run([talon, "status", "--coordinator", "127.0.0.1:1", "--data-dir", str(front.data_dir)],
+                                 capture_output=True, timeout=60, env=tools_env)
+        assert b"with --coordinator, a talon up's state file is not read" in pointed.stderr, pointed.stderr
+        # The state file of a talon up killed without cleaning up names it as gone.
+        stale = tmp_path / "stale"
+        stale.mkdir()
+        gone_pid = subprocess.Popen(["true"])
+        gone_pid.wait()
+        (stale / ".talon-up.json").write_text(json.dumps({**state, "pid": gone_pid.pid}))
+        killed = subprocess.run([talon, "status", "--data-dir", str(stale)], capture_output=True, timeout=60,
+                                env=tools_env)
+        assert killed.returncode != 0 and f"(pid {gone_pid.pid}) is no longer running".encode() in killed.stderr, \
+            killed.stderr
     finally:
         harness.stop_all(front.procs)
     assert not state_file.exists(), "talon up left its state file behind"
@@ -432,6 +445,9 @@ def test_pins_of_nothing_are_refused_and_change_nothing(tmp_path, _isolated_clie
         assert before["prefixes"] == ["s3/demo/keep/"], before
         line = _refused([talon, "pin", *at, "s3://nosuch/"])
         assert "nosuch does not exist at the origin" in line, line
+        assert line.count("invalid request") == 1, line  # each cause once
+        line = _refused([talon, "warm", *at, "s3://nosuch/"])
+        assert "nosuch does not exist at the origin" in line and "503" not in line, line
         line = _refused([talon, "pin", *at, "--remove", "s3://demo/never/"])
         assert "s3/demo/never/ is not pinned (pinned: s3/demo/keep/); nothing changed" in line, line
         assert pins() == before

@@ -214,6 +214,34 @@ struct UpArgs {
     cluster: talon_coordinator::auth::ClusterSecretArgs,
 }
 
+/// Refuses, before anything is created or started, two of `talon up`'s ports that are
+/// the same or one that another process holds, naming the flag (a listener that fails
+/// later says only its address, after the sample folder and the workers exist).
+fn check_ports(args: &UpArgs) -> anyhow::Result<()> {
+    let ports = [
+        ("--s3-port", args.s3_port),
+        ("--azure-port", args.azure_port),
+        ("--admin-port", args.admin_port),
+        ("--coordinator-port", args.coordinator_port),
+        ("--status-port", args.status_port),
+    ];
+    for (i, (flag, port)) in ports.iter().enumerate() {
+        if *port == 0 {
+            continue;
+        }
+        if let Some((other, _)) = ports[..i].iter().find(|(_, p)| p == port) {
+            anyhow::bail!("{other} and {flag} are both {port}: give each its own port");
+        }
+        let addr = SocketAddr::new(args.bind, *port);
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            anyhow::bail!(
+                "{flag} {port}: cannot listen on {addr} ({e}): free it, or give another port (0: any free one)"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Writes the sample data set into a new folder.
 /// Takes `<dir>/.talon-up.lock` for this process's lifetime (the lock goes with the
 /// returned file), creating `dir`; refuses when another process holds it.
@@ -327,6 +355,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         "--data-dir {} is a file, not a folder: name a folder (it is created if missing)",
         args.data_dir.display()
     );
+    check_ports(&args)?;
     // A real origin is checked before anything is created or started.
     let mut origin_problems = Vec::new();
     let mut real = match &args.origin {

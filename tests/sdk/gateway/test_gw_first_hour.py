@@ -476,3 +476,25 @@ def test_a_coordinator_url_is_taken_or_refused_by_what_it_says(url, says):
                      "--origin-check", "off", "--s3-listen", "127.0.0.1:0", "--azure-listen", "off",
                      "--admin-listen", "off", "--anonymous"])
     assert says in line and "builder error" not in line, line
+
+
+def test_a_port_in_use_or_given_twice_is_named_before_anything_starts(tmp_path):
+    """`talon up` checks its ports first: one held by another process, or two flags with
+    the same port, are refused naming the flag, and the data folder is not created.
+    (Before: "cannot listen on 127.0.0.1:PORT" after the sample folder and the workers
+    were made.)"""
+    import socket
+
+    data = tmp_path / "data"
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", "0", "--azure-port", "0",
+                         "--admin-port", "0", "--coordinator-port", "0", "--status-port", str(port)])
+        assert f"--status-port {port}: cannot listen on 127.0.0.1:{port}" in line, line
+        line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", str(port + 1),
+                         "--azure-port", str(port + 1), "--admin-port", "0", "--coordinator-port", "0",
+                         "--status-port", "0"])
+        assert f"--s3-port and --azure-port are both {port + 1}" in line, line
+    assert not data.exists(), "a refused start created the data folder"

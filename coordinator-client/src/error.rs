@@ -70,7 +70,7 @@ pub enum CoordinatorError {
     },
 
     /// The client could not reach the coordinator or read its answer.
-    #[error("coordinator request failed: {}", with_causes(.0))]
+    #[error("coordinator request failed: {}", talon_core::error_line(.0))]
     Transport(#[from] reqwest::Error),
 
     /// The coordinator answered with an error status the client does not
@@ -86,22 +86,6 @@ pub enum CoordinatorError {
     /// The coordinator's answer was not the expected JSON.
     #[error("unexpected answer from the coordinator: {0}")]
     Decode(String),
-}
-
-/// A transport error with its causes ("error sending request for url (…): connection
-/// refused"): reqwest's own text names the URL but not why.
-fn with_causes(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 impl CoordinatorError {

@@ -35,7 +35,7 @@ pub mod wire;
 pub use bitmap::PresentBitmap;
 pub use block::{BlockGeometry, BlockSpan, DEFAULT_BLOCK_SIZE, DEFAULT_PAGE_SIZE, Spans};
 pub use duration::parse_duration;
-pub use error::{Error, NameField, NameProblem};
+pub use error::{Error, NameField, NameProblem, error_line};
 pub use identity::{Backend, BlockId, Namespace, ObjectId, ObjectVersion, canonical_etag};
 pub use size::parse_byte_size;
 pub use wire::{ErrorCode, Message};

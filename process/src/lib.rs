@@ -86,21 +86,8 @@ pub fn exit_with_error(program: &str, error: &(dyn std::error::Error + 'static))
     ExitCode::FAILURE
 }
 
-/// An error and its causes as one line, `a: b: c`, leaving out a cause whose text the
-/// line already holds (an error that prints its source in its own message).
-pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        let text = next.to_string();
-        if !text.is_empty() && !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        cause = next.source();
-    }
-    line.replace('\n', " ")
-}
+/// An error and its causes as one line ([`talon_core::error_line`]).
+pub use talon_core::error_line;
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM: what a Talon process drains and exits on.
 /// A signal that cannot be listened for is logged and never resolves by itself.

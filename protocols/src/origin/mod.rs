@@ -489,7 +489,12 @@ fn transport(err: reqwest::Error) -> Error {
     };
     tracing::debug!(error = %err, "origin request failed");
     let err = err.without_url();
-    Error::new(kind, format!("origin request failed: {err}")).with_source(err)
+    // With its causes (connection refused, a TLS failure), which name no URL either.
+    Error::new(
+        kind,
+        format!("origin request failed: {}", talon_core::error_line(&err)),
+    )
+    .with_source(err)
 }
 
 /// The quoted ETag of a write the origin answered.

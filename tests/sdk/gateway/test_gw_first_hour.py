@@ -214,6 +214,14 @@ def test_origin_check_warn_starts_and_says_it_on_readyz(tmp_path, _isolated_clie
         assert ready.status_code == 503, ready.text
         assert "cannot reach the origin at http://127.0.0.1:" in ready.text, ready.text
         assert requests.get(front.admin + "/healthz", timeout=10).status_code == 200
+        # A read meanwhile fails, and its log line says why (not only "error sending
+        # request"), still without the origin's URL.
+        with pytest.raises(ClientError):
+            s3_client(front).get_object(Bucket="demo", Key="any.bin")
+        line = harness.wait_for(front.procs[0], lambda: next(
+            (l for l in front.procs[0].tail().splitlines() if "request failed" in l and "any.bin" in l), None),
+            "the failed read's log line")
+        assert "Connection refused" in line and dead.split("//")[1] not in line, line
     finally:
         harness.stop_all(front.procs)
 

@@ -78,8 +78,8 @@ enum Command {
     /// state, last heartbeat, bytes cached, hit ratio) and the totals.
     #[command(after_help = talon_process::LOG_HELP)]
     Status(status::StatusArgs),
-    /// Fill the cache with named objects before a job reads them, with progress and a
-    /// table (or --json) at the end.
+    /// Fill the cache before a job reads it: a prefix (s3://BUCKET/PREFIX, filled by the
+    /// workers) or named objects, with progress and a table (or --json) at the end.
     #[command(after_help = talon_process::LOG_HELP)]
     Warm(warm::WarmArgs),
     /// List, add or remove the cluster's pinned prefixes (kept from eviction on every
@@ -336,9 +336,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let loopback = |port| SocketAddr::new(args.bind, port);
     let any_port = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), 0);
     // Settings that could never work are refused before anything starts.
-    let geometry = BlockGeometry::new(args.block_size, args.page_size).context(
-        "--block-size and --page-size must be powers of two, the page no larger than the block",
-    )?;
+    let geometry = BlockGeometry::new(args.block_size, args.page_size)
+        .context("--block-size and --page-size")?;
     anyhow::ensure!(
         args.workers >= 1,
         "--workers 0: a deployment needs at least one worker to cache anything"

@@ -10,6 +10,11 @@ pub fn parse_byte_size(s: &str) -> Result<u64, String> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
     let n: u64 = digits.parse().map_err(|_| format!("'{s}' is not a size"))?;
+    if unit.starts_with(['.', ',']) {
+        return Err(format!(
+            "'{s}': sizes are whole numbers of a unit (e.g. 1536MiB, not 1.5GiB)"
+        ));
+    }
     let shift = match unit.trim() {
         "" | "B" => 0,
         "K" | "KiB" => 10,
@@ -38,6 +43,7 @@ mod tests {
         assert_eq!(parse_byte_size("2T"), Ok(2 << 40));
         assert!(parse_byte_size("1XB").is_err());
         assert!(parse_byte_size("GiB").is_err());
+        assert!(parse_byte_size("1.5GiB").unwrap_err().contains("1536MiB"));
         assert!(parse_byte_size("99999999999TiB").is_err());
     }
 }

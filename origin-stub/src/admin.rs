@@ -54,7 +54,13 @@ pub async fn handle(
                     Ok(c)
                 }) {
                 Ok(config) => {
-                    tracing::info!(?config, "faults changed");
+                    tracing::info!(
+                        latency_ms = config.latency_ms,
+                        bandwidth_bytes_per_sec = config.bandwidth_bytes_per_sec.unwrap_or(0),
+                        error_rate = config.error_rate,
+                        throttle_rps = config.throttle_rps.unwrap_or(0),
+                        "faults changed"
+                    );
                     json(StatusCode::OK, &config)
                 }
                 Err(e) => json(StatusCode::BAD_REQUEST, &serde_json::json!({ "error": e })),

@@ -48,7 +48,7 @@ def _tree(root) -> dict:
 @pytest.mark.parametrize("args, says", [
     (["--workers", "0"], "--workers 0"),
     (["--capacity", "1MiB"], "is less than one --block-size"),
-    (["--block-size", "3MiB"], "powers of two"),
+    (["--block-size", "3MiB"], "block size must be a power of two"),
 ])
 def test_settings_that_could_never_work_are_refused_at_start(tmp_path, args, says):
     data = tmp_path / "data"

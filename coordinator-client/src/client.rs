@@ -163,7 +163,14 @@ impl CoordinatorClient {
         }
         let message = serde_json::from_slice::<ErrorBody>(&bytes)
             .map(|b| b.error)
-            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+            .unwrap_or_else(|_| {
+                // Not the coordinator's JSON error: most likely another server's port.
+                format!(
+                    "an answer that is not a Talon coordinator's (is {} the coordinator's \
+                     address?)",
+                    self.base
+                )
+            });
         // The body says the error as the coordinator's own type displays it; the typed
         // error displays its kind again, so it keeps only the rest.
         let typed = |variant: fn(String) -> CoordinatorError| {

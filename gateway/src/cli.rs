@@ -299,6 +299,10 @@ pub struct Args {
         default_value_t = 5000
     )]
     max_staleness_ms: u64,
+    /// The same bound as a duration, as `talon up --max-staleness` takes it (1s, 5m,
+    /// 250ms); wins over --max-staleness-ms.
+    #[arg(long, env = "TALON_GATEWAY_MAX_STALENESS", value_parser = talon_core::parse_duration)]
+    max_staleness: Option<Duration>,
     /// Stale-if-error, milliseconds past --max-staleness-ms: when the origin cannot be
     /// reached (5xx, throttling, timeouts, refused connections) the last known version
     /// of an object may serve this much longer, flagged with `x-talon-stale` and
@@ -368,6 +372,14 @@ fn listen(value: &str, flag: &str) -> anyhow::Result<Option<SocketAddr>> {
         .parse()
         .map(Some)
         .with_context(|| format!("{flag} '{value}' is not an address"))
+}
+
+impl Args {
+    /// The declared staleness: --max-staleness, else --max-staleness-ms.
+    fn staleness_bound(&self) -> Duration {
+        self.max_staleness
+            .unwrap_or(Duration::from_millis(self.max_staleness_ms))
+    }
 }
 
 /// Runs the part with `args` until SIGTERM or SIGINT, then drains.
@@ -544,7 +556,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         cache,
         identities,
         freshness: Freshness {
-            max_staleness: Duration::from_millis(args.max_staleness_ms),
+            max_staleness: args.staleness_bound(),
             stale_if_error: Duration::from_millis(args.stale_if_error_ms),
         },
         limits: Limits {
@@ -661,6 +673,32 @@ mod tests {
     struct Gateway {
         #[command(flatten)]
         args: Args,
+    }
+
+    /// `talon up --max-staleness 1s` and the gateway's own flag take the same duration;
+    /// the older `--max-staleness-ms` still works.
+    #[test]
+    fn the_staleness_bound_is_a_duration_as_talon_up_takes_it() {
+        let parse = |extra: &[&str]| {
+            let g = Gateway::try_parse_from(
+                [
+                    &["gateway", "--cluster-secret", "0123456789abcdef0123"],
+                    extra,
+                ]
+                .concat(),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            g.args.staleness_bound()
+        };
+        assert_eq!(parse(&[]), std::time::Duration::from_secs(5));
+        assert_eq!(
+            parse(&["--max-staleness", "5m"]),
+            std::time::Duration::from_secs(300)
+        );
+        assert_eq!(
+            parse(&["--max-staleness-ms", "250"]),
+            std::time::Duration::from_millis(250)
+        );
     }
 
     /// The read review: `--origin-fallback=false`, which the docs tell users to set,

@@ -159,6 +159,11 @@ def test_the_operator_tools_find_a_plain_talon_up(tmp_path, _isolated_client_env
         pointed = subprocess.run([talon, "status", "--coordinator", "127.0.0.1:1", "--data-dir", str(front.data_dir)],
                                  capture_output=True, timeout=60, env=tools_env)
         assert b"with --coordinator, a talon up's state file is not read" in pointed.stderr, pointed.stderr
+        # Pointed at the gateway's S3 port instead of the coordinator: said so, no XML.
+        wrong = subprocess.run([talon, "status", "--coordinator", front.s3], capture_output=True, timeout=60,
+                               env=harness.clean_env())
+        assert wrong.returncode != 0 and b"not a Talon coordinator's" in wrong.stderr, wrong.stderr
+        assert b"<?xml" not in wrong.stderr, wrong.stderr
         # The state file of a talon up killed without cleaning up names it as gone.
         stale = tmp_path / "stale"
         stale.mkdir()

@@ -289,6 +289,22 @@ impl Error {
     }
 }
 
+/// An error and its causes as one line, `a: b: c`, leaving out a cause whose text the
+/// line already holds (an error that prints its source in its own message).
+pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = next.source();
+    }
+    line.replace('\n', " ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,20 +348,4 @@ mod tests {
             "invalid bucket: is 300 bytes long, the limit is 255"
         );
     }
-}
-
-/// An error and its causes as one line, `a: b: c`, leaving out a cause whose text the
-/// line already holds (an error that prints its source in its own message).
-pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        let text = next.to_string();
-        if !text.is_empty() && !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        cause = next.source();
-    }
-    line.replace('\n', " ")
 }

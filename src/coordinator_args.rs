@@ -47,9 +47,9 @@ impl Target {
     pub fn client(
         &self,
         role: talon_core::cluster_auth::Role,
-    ) -> anyhow::Result<talon_coordinator::client::CoordinatorClient> {
+    ) -> anyhow::Result<talon_coordinator_client::client::CoordinatorClient> {
         Ok(
-            talon_coordinator::client::CoordinatorClient::new(self.url.clone())?
+            talon_coordinator_client::client::CoordinatorClient::new(self.url.clone())?
                 .with_auth(self.secret.clone(), role),
         )
     }

@@ -10,7 +10,7 @@
 //! otherwise: run it again).
 
 use anyhow::Context;
-use talon_coordinator::api::{
+use talon_coordinator_client::api::{
     FreshnessRequest, FreshnessRule, FreshnessView, cluster_prefix_problem,
 };
 use talon_core::cluster_auth::Role;

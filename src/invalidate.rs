@@ -8,7 +8,7 @@
 //! path) invalidates; with no prefix it lists the invalidations still handed out.
 
 use anyhow::Context;
-use talon_coordinator::api::{InvalidationsView, cluster_prefix_problem};
+use talon_coordinator_client::api::{InvalidationsView, cluster_prefix_problem};
 use talon_core::cluster_auth::Role;
 
 /// `talon invalidate`'s flags.

@@ -489,7 +489,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         // Warm jobs list their prefixes at this deployment's origin.
         origins: Some(origins.clone()),
         // Every part (and `talon warm` later) takes the geometry from here.
-        geometry: Some(talon_coordinator::api::ClusterGeometry {
+        geometry: Some(talon_coordinator_client::api::ClusterGeometry {
             block_size: args.block_size,
             page_size: args.page_size,
         }),
@@ -542,8 +542,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         workers.push(worker);
     }
     // Wait until the coordinator places blocks on every worker before taking requests.
-    let coordinator_client = talon_coordinator::client::CoordinatorClient::new(coordinator.url())?
-        .with_auth(
+    let coordinator_client =
+        talon_coordinator_client::client::CoordinatorClient::new(coordinator.url())?.with_auth(
             cluster_secret.clone(),
             talon_core::cluster_auth::Role::Reader,
         );

@@ -7,7 +7,7 @@
 //! changed it meanwhile (409 otherwise: run it again).
 
 use anyhow::Context;
-use talon_coordinator::api::{PinsRequest, PinsView};
+use talon_coordinator_client::api::{PinsRequest, PinsView};
 use talon_core::cluster_auth::Role;
 
 /// `talon pin`'s flags.
@@ -81,7 +81,7 @@ pub async fn pin(args: PinArgs) -> anyhow::Result<()> {
     let named: Vec<String> = args.prefixes.iter().map(|p| key_path_prefix(p)).collect();
     if let Some(problem) = named
         .iter()
-        .find_map(|p| talon_coordinator::api::pin_prefix_problem(p))
+        .find_map(|p| talon_coordinator_client::api::pin_prefix_problem(p))
     {
         anyhow::bail!(problem);
     }

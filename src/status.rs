@@ -2,7 +2,7 @@
 //! for a script (`--json`, one line).
 
 use anyhow::Context;
-use talon_coordinator::api::{ClusterSummary, MemberCircuits, MemberInfo, MembersResponse};
+use talon_coordinator_client::api::{ClusterSummary, MemberCircuits, MemberInfo, MembersResponse};
 use talon_core::cluster_auth::Role;
 
 /// `talon status`'s flags.
@@ -99,7 +99,7 @@ fn table(cluster: &ClusterSummary, members: &MembersResponse) -> String {
 }
 
 /// The coordinator's warm jobs, under a heading ("no warm jobs" when there are none).
-fn jobs_table(jobs: &[talon_coordinator::api::WarmJobView]) -> String {
+fn jobs_table(jobs: &[talon_coordinator_client::api::WarmJobView]) -> String {
     if jobs.is_empty() {
         return "\nno warm jobs\n".into();
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures_util::StreamExt as _;
 use talon_cache_client::{CacheClient, CacheClientConfig};
-use talon_coordinator::api::ClusterGeometry;
+use talon_coordinator_client::api::ClusterGeometry;
 use talon_core::{BlockGeometry, ObjectId, parse_byte_size};
 
 /// `talon warm`'s flags.
@@ -213,7 +213,7 @@ async fn warm_job(
     } else {
         source.clone()
     };
-    use talon_coordinator::api::{WarmRequest, WarmState};
+    use talon_coordinator_client::api::{WarmRequest, WarmState};
     let client = target.client(talon_core::cluster_auth::Role::Admin)?;
     let job = client
         .warm_start(&WarmRequest {
@@ -271,7 +271,7 @@ async fn warm_job(
 
 /// One progress line: a bar, objects, bytes, rate and ETA; redrawn in place on a
 /// terminal, one line per second otherwise.
-fn progress_line(v: &talon_coordinator::api::WarmJobView, tty: bool) -> String {
+fn progress_line(v: &talon_coordinator_client::api::WarmJobView, tty: bool) -> String {
     const WIDTH: usize = 30;
     let fraction = if v.bytes == 0 {
         1.0
@@ -303,7 +303,7 @@ fn progress_line(v: &talon_coordinator::api::WarmJobView, tty: bool) -> String {
 /// The time a job has left, from the share of it done so far: of its bytes or of its
 /// blocks, whichever is further (small objects often finish first, and bytes alone
 /// then promised days for a job of seconds); `…` until something is done.
-fn time_left(v: &talon_coordinator::api::WarmJobView) -> String {
+fn time_left(v: &talon_coordinator_client::api::WarmJobView) -> String {
     let share = |done: u64, all: u64| {
         if all == 0 {
             0.0
@@ -327,7 +327,7 @@ fn time_left(v: &talon_coordinator::api::WarmJobView) -> String {
     }
 }
 
-fn job_table(v: &talon_coordinator::api::WarmJobView) -> String {
+fn job_table(v: &talon_coordinator_client::api::WarmJobView) -> String {
     let secs = v.elapsed_ms as f64 / 1000.0;
     format!(
         "| job | source | state | objects | blocks | bytes | failed blocks | left out (budget) | seconds | rate |\n\
@@ -350,7 +350,7 @@ fn job_table(v: &talon_coordinator::api::WarmJobView) -> String {
 
 #[cfg(test)]
 mod tests {
-    use talon_coordinator::api::{WarmJobView, WarmState};
+    use talon_coordinator_client::api::{WarmJobView, WarmState};
 
     fn job(
         bytes: u64,

@@ -4,7 +4,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sha2::{Digest, Sha256};
-use talon_coordinator::placement::{PlacementMember, RendezvousPlacement};
+use talon_coordinator_client::placement::{PlacementMember, RendezvousPlacement};
 use talon_core::{BlockId, ObjectId, ObjectVersion};
 
 const SIZES: [usize; 3] = [8, 64, 256];

@@ -7,7 +7,7 @@
 use std::io::Write;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let text = talon_coordinator::vectors::render()?;
+    let text = talon_coordinator_client::vectors::render()?;
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(())
 }

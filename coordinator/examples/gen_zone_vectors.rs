@@ -10,5 +10,5 @@ use std::io::Write;
 fn main() -> std::io::Result<()> {
     std::io::stdout()
         .lock()
-        .write_all(talon_coordinator::zones::render_vectors().as_bytes())
+        .write_all(talon_coordinator_client::zones::render_vectors().as_bytes())
 }

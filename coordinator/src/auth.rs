@@ -25,7 +25,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use talon_core::cluster_auth::{ClusterSecret, Role, parse_api_auth_header};
 
-use crate::error::CoordinatorError;
+use talon_coordinator_client::error::CoordinatorError;
 
 /// How far a signed request's timestamp may be from the coordinator's clock.
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);

@@ -125,7 +125,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )?,
         status_listen: args.status_listen,
         origins: warm_origins(&args.origin)?,
-        geometry: Some(crate::api::ClusterGeometry {
+        geometry: Some(talon_coordinator_client::api::ClusterGeometry {
             block_size: args.block_size,
             page_size: args.page_size,
         }),

@@ -21,7 +21,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
-use crate::error::CoordinatorError;
+use talon_coordinator_client::error::CoordinatorError;
 
 /// How long one request to one endpoint may take (a watch is exempt once it has begun).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);

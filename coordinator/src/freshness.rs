@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
-use crate::api::{
-    FreshnessRequest, FreshnessRule, FreshnessView, MAX_FRESHNESS_RULES, cluster_prefix_problem,
-};
-use crate::error::CoordinatorError;
 use crate::etcd::Etcd;
 use crate::shared_document::{ClusterDocument, Document, SharedDocument};
+use talon_coordinator_client::api::{
+    FreshnessRequest, FreshnessRule, FreshnessView, MAX_FRESHNESS_RULES, cluster_prefix_problem,
+};
+use talon_coordinator_client::error::CoordinatorError;
 
 impl Document for FreshnessView {
     fn version(&self) -> u64 {

@@ -10,13 +10,13 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::api::{
+use crate::etcd::Etcd;
+use crate::shared_document::{ClusterDocument, Document, SharedDocument};
+use talon_coordinator_client::api::{
     INVALIDATIONS_KEPT_MS, Invalidation, InvalidationsView, MAX_INVALIDATIONS,
     cluster_prefix_problem,
 };
-use crate::error::CoordinatorError;
-use crate::etcd::Etcd;
-use crate::shared_document::{ClusterDocument, Document, SharedDocument};
+use talon_coordinator_client::error::CoordinatorError;
 
 impl Document for InvalidationsView {
     fn version(&self) -> u64 {

@@ -33,9 +33,6 @@ pub mod shared_membership;
 pub mod shared_warm;
 mod status_page;
 pub mod warm;
-// The client side lives in `talon-coordinator-client` (which links no server); its
-// modules keep their paths here.
-pub use talon_coordinator_client::{api, client, epoch, error, placement, vectors, zones};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,12 +44,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use crate::error::CoordinatorError;
 use crate::membership::{Membership, MembershipSnapshot};
 use crate::metrics::Metrics;
 use crate::server::AppState;
 use crate::shared_membership::SharedMembership;
 use crate::shared_warm::SharedWarmJobs;
+pub use talon_coordinator_client::error::CoordinatorError;
 
 /// How long [`RunningCoordinator::shutdown`] waits for in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -81,7 +78,7 @@ pub struct CoordinatorConfig {
     /// The cluster's block and page size, published in `GET /v1/members` for every
     /// gateway, worker and `talon warm` to take; a worker registering with another
     /// page size is refused. `None` publishes nothing (each part keeps its own).
-    pub geometry: Option<crate::api::ClusterGeometry>,
+    pub geometry: Option<talon_coordinator_client::api::ClusterGeometry>,
 }
 
 /// Where a coordinator keeps membership.

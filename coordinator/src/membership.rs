@@ -21,13 +21,13 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::api::{
+use talon_coordinator_client::api::{
     CircuitsReport, ClusterSummary, HeartbeatRequest, HeartbeatResponse, MemberCircuits,
     MemberInfo, MemberState, MembersResponse, RegisterRequest,
 };
-use crate::epoch::placement_epoch;
-use crate::error::CoordinatorError;
-use crate::placement::{PlacementMember, RendezvousPlacement};
+use talon_coordinator_client::epoch::placement_epoch;
+use talon_coordinator_client::error::CoordinatorError;
+use talon_coordinator_client::placement::{PlacementMember, RendezvousPlacement};
 
 /// Counts of membership events since the coordinator started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -389,7 +389,7 @@ impl Membership {
 
     /// Records a heartbeat with the worker's latest statistics. A heartbeat
     /// with `draining: true` takes a live member out of placement; draining
-    /// is sticky (see [`crate::api`]).
+    /// is sticky (see [`talon_coordinator_client::api`]).
     ///
     /// # Errors
     /// [`CoordinatorError::UnknownWorker`] if `id` is not a member (it must
@@ -481,7 +481,7 @@ impl Membership {
         report: CircuitsReport,
         now: Instant,
     ) -> Result<u64, CoordinatorError> {
-        crate::api::validate_id(reader)
+        talon_coordinator_client::api::validate_id(reader)
             .map_err(|e| CoordinatorError::InvalidRequest(format!("reader {e}")))?;
         report.validate()?;
         let mut inner = self.lock();
@@ -586,7 +586,7 @@ impl MembershipSnapshot {
     pub fn members_response(&self) -> MembersResponse {
         MembersResponse {
             epoch: self.epoch,
-            placement_version: crate::placement::PLACEMENT_VERSION,
+            placement_version: talon_coordinator_client::placement::PLACEMENT_VERSION,
             members: self.members.clone(),
             invalidations: Vec::new(),
             freshness: Vec::new(),
@@ -618,7 +618,7 @@ mod tests {
             instance: String::new(),
             data_plane: String::new(),
             local: Default::default(),
-            placement_version: crate::placement::PLACEMENT_VERSION,
+            placement_version: talon_coordinator_client::placement::PLACEMENT_VERSION,
             page_size: 0,
         }
     }
@@ -858,7 +858,7 @@ mod tests {
 
     #[test]
     fn readers_circuits_show_on_the_member_they_name_until_they_go_quiet() {
-        use crate::api::WorkerCircuit;
+        use talon_coordinator_client::api::WorkerCircuit;
         let m = Membership::new(EXPIRY);
         let t0 = Instant::now();
         m.register(&reg("a", "a:1", 1), t0).unwrap();

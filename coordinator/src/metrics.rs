@@ -30,9 +30,9 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::api::MemberState;
 use crate::membership::{Membership, MembershipSnapshot};
 use crate::warm::WarmJobs;
+use talon_coordinator_client::api::MemberState;
 
 pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -188,7 +188,7 @@ struct WarmCollector {
 
 impl Collector for WarmCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use crate::api::WarmState;
+        use talon_coordinator_client::api::WarmState;
         let jobs = self.warm.list();
         {
             let mut family = encoder.encode_descriptor(
@@ -236,7 +236,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::api::{HeartbeatRequest, RegisterRequest};
+    use talon_coordinator_client::api::{HeartbeatRequest, RegisterRequest};
 
     #[test]
     fn renders_every_series() {
@@ -252,7 +252,7 @@ mod tests {
                 instance: String::new(),
                 data_plane: String::new(),
                 local: Default::default(),
-                placement_version: crate::placement::PLACEMENT_VERSION,
+                placement_version: talon_coordinator_client::placement::PLACEMENT_VERSION,
                 page_size: 0,
             };
             membership.register(&req, now).unwrap();

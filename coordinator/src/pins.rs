@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
-use crate::api::{MAX_PINS, PinsRequest, PinsView, pin_prefix_problem};
-use crate::error::CoordinatorError;
 use crate::etcd::Etcd;
 use crate::shared_document::{ClusterDocument, Document, SharedDocument};
+use talon_coordinator_client::api::{MAX_PINS, PinsRequest, PinsView, pin_prefix_problem};
+use talon_coordinator_client::error::CoordinatorError;
 
 impl Document for PinsView {
     fn version(&self) -> u64 {

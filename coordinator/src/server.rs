@@ -1,5 +1,5 @@
 //! The admin HTTP API (axum): routes, handlers, and how errors become JSON
-//! answers. The routes and bodies are described in [`crate::api`].
+//! answers. The routes and bodies are described in [`talon_coordinator_client::api`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,14 +15,14 @@ use axum::routing::{get, post};
 use serde::de::DeserializeOwned;
 
 use crate::CoordinatorConfig;
-use crate::api::{
-    CircuitsReport, CircuitsResponse, ClusterGeometry, DrainRequest, DrainResponse, ErrorBody,
-    HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse,
-};
-use crate::error::CoordinatorError;
 use crate::membership::Membership;
 use crate::metrics::{self, Metrics};
 use crate::shared_membership::SharedMembership;
+use talon_coordinator_client::api::{
+    CircuitsReport, CircuitsResponse, ClusterGeometry, DrainRequest, DrainResponse, ErrorBody,
+    HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse,
+};
+use talon_coordinator_client::error::CoordinatorError;
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -157,7 +157,8 @@ async fn heartbeat(
     answer.invalidations = state.invalidations.current();
     answer.freshness = state.freshness.rules();
     // Placement is built only while a job runs: a heartbeat is otherwise no costlier.
-    if answer.state == crate::api::MemberState::Live && state.warm.any_running() {
+    if answer.state == talon_coordinator_client::api::MemberState::Live && state.warm.any_running()
+    {
         let placement = state.membership.snapshot(Instant::now()).placement();
         answer.warm = state.warm.take(&id, &placement);
     }
@@ -198,9 +199,10 @@ async fn circuits(
 async fn warm_start(
     State(state): State<Arc<AppState>>,
     body: Bytes,
-) -> Result<Json<crate::api::WarmJobView>, ApiError> {
-    let req: crate::api::WarmRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
-    if req.source.len() > crate::api::MAX_WARM_SOURCE_LEN {
+) -> Result<Json<talon_coordinator_client::api::WarmJobView>, ApiError> {
+    let req: talon_coordinator_client::api::WarmRequest =
+        parse_body(&body, CoordinatorError::InvalidRequest)?;
+    if req.source.len() > talon_coordinator_client::api::MAX_WARM_SOURCE_LEN {
         return Err(CoordinatorError::InvalidRequest("warm source too long".into()).into());
     }
     let Some(origins) = &state.config.origins else {
@@ -211,10 +213,12 @@ async fn warm_start(
         .into());
     };
     let objects = if req.source.is_empty() {
-        if req.objects.is_empty() || req.objects.len() > crate::api::MAX_WARM_OBJECTS {
+        if req.objects.is_empty()
+            || req.objects.len() > talon_coordinator_client::api::MAX_WARM_OBJECTS
+        {
             return Err(CoordinatorError::InvalidRequest(format!(
                 "name a source or between 1 and {} objects",
-                crate::api::MAX_WARM_OBJECTS
+                talon_coordinator_client::api::MAX_WARM_OBJECTS
             ))
             .into());
         }
@@ -242,15 +246,18 @@ async fn warm_start(
     Ok(Json(view))
 }
 
-async fn pins_get(State(state): State<Arc<AppState>>) -> Json<crate::api::PinsView> {
+async fn pins_get(
+    State(state): State<Arc<AppState>>,
+) -> Json<talon_coordinator_client::api::PinsView> {
     Json(state.pins.get())
 }
 
 async fn pins_set(
     State(state): State<Arc<AppState>>,
     body: Bytes,
-) -> Result<Json<crate::api::PinsView>, ApiError> {
-    let req: crate::api::PinsRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+) -> Result<Json<talon_coordinator_client::api::PinsView>, ApiError> {
+    let req: talon_coordinator_client::api::PinsRequest =
+        parse_body(&body, CoordinatorError::InvalidRequest)?;
     if let Some(origins) = &state.config.origins {
         let current = state.pins.get().prefixes;
         let added: Vec<&str> = req
@@ -264,34 +271,40 @@ async fn pins_set(
     Ok(Json(state.pins.set(&req).await?))
 }
 
-async fn freshness_get(State(state): State<Arc<AppState>>) -> Json<crate::api::FreshnessView> {
+async fn freshness_get(
+    State(state): State<Arc<AppState>>,
+) -> Json<talon_coordinator_client::api::FreshnessView> {
     Json(state.freshness.get())
 }
 
 async fn freshness_set(
     State(state): State<Arc<AppState>>,
     body: Bytes,
-) -> Result<Json<crate::api::FreshnessView>, ApiError> {
-    let req: crate::api::FreshnessRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+) -> Result<Json<talon_coordinator_client::api::FreshnessView>, ApiError> {
+    let req: talon_coordinator_client::api::FreshnessRequest =
+        parse_body(&body, CoordinatorError::InvalidRequest)?;
     Ok(Json(state.freshness.set(&req).await?))
 }
 
 async fn invalidations_get(
     State(state): State<Arc<AppState>>,
-) -> Json<crate::api::InvalidationsView> {
+) -> Json<talon_coordinator_client::api::InvalidationsView> {
     Json(state.invalidations.view())
 }
 
 async fn invalidate(
     State(state): State<Arc<AppState>>,
     body: Bytes,
-) -> Result<Json<crate::api::InvalidationsView>, ApiError> {
-    let req: crate::api::InvalidateRequest = parse_body(&body, CoordinatorError::InvalidRequest)?;
+) -> Result<Json<talon_coordinator_client::api::InvalidationsView>, ApiError> {
+    let req: talon_coordinator_client::api::InvalidateRequest =
+        parse_body(&body, CoordinatorError::InvalidRequest)?;
     Ok(Json(state.invalidations.invalidate(&req.prefix).await?))
 }
 
-async fn warm_list(State(state): State<Arc<AppState>>) -> Json<crate::api::WarmJobsResponse> {
-    Json(crate::api::WarmJobsResponse {
+async fn warm_list(
+    State(state): State<Arc<AppState>>,
+) -> Json<talon_coordinator_client::api::WarmJobsResponse> {
+    Json(talon_coordinator_client::api::WarmJobsResponse {
         jobs: state.warm.list(),
     })
 }
@@ -307,7 +320,7 @@ fn no_job(id: &str) -> ApiError {
 async fn warm_view(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-) -> Result<Json<crate::api::WarmJobView>, ApiError> {
+) -> Result<Json<talon_coordinator_client::api::WarmJobView>, ApiError> {
     let n: u64 = id.parse().map_err(|_| no_job(&id))?;
     state.warm.view(n).map(Json).ok_or_else(|| no_job(&id))
 }
@@ -315,7 +328,7 @@ async fn warm_view(
 async fn warm_cancel(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-) -> Result<Json<crate::api::WarmJobView>, ApiError> {
+) -> Result<Json<talon_coordinator_client::api::WarmJobView>, ApiError> {
     let n: u64 = id.parse().map_err(|_| no_job(&id))?;
     let cancelled = match &state.shared_warm {
         Some(shared) => shared.cancel(n).await?,
@@ -371,7 +384,7 @@ async fn not_found() -> (StatusCode, Json<ErrorBody>) {
     (
         StatusCode::NOT_FOUND,
         Json(ErrorBody {
-            error: "no such endpoint; see the talon_coordinator::api docs".into(),
+            error: "no such endpoint; see the talon_coordinator_client::api docs".into(),
         }),
     )
 }

@@ -11,8 +11,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::error::CoordinatorError;
 use crate::etcd::{Etcd, Expect, WatchEvent};
+use talon_coordinator_client::error::CoordinatorError;
 
 /// A document kept by [`SharedDocument`].
 pub trait Document: Serialize + DeserializeOwned + Clone + Default + Send + Sync {

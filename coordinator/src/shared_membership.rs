@@ -11,7 +11,7 @@
 //!   runs out, once, in etcd, and every coordinator sees that delete.
 //! - **Every coordinator mirrors the keys** into its own [`Membership`] with a watch
 //!   (after a full read, and again after any break), and answers reads from it. The
-//!   epoch is a hash of the placement set ([`crate::epoch`]), so coordinators holding
+//!   epoch is a hash of the placement set ([`talon_coordinator_client::epoch`]), so coordinators holding
 //!   the same members answer the same epoch without agreeing on anything else.
 //! - **What stays local**: the statistics a worker reports with its heartbeats
 //!   (bytes cached, hits, the time of its last heartbeat) and the readers' circuit
@@ -28,10 +28,12 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::api::{HeartbeatRequest, HeartbeatResponse, MemberState, RegisterRequest};
-use crate::error::CoordinatorError;
 use crate::etcd::{Etcd, Expect, WatchEvent};
 use crate::membership::{MemberRecord, Membership};
+use talon_coordinator_client::api::{
+    HeartbeatRequest, HeartbeatResponse, MemberState, RegisterRequest,
+};
+use talon_coordinator_client::error::CoordinatorError;
 
 /// The etcd-backed side of one coordinator's membership.
 #[derive(Debug)]

@@ -36,11 +36,11 @@ use serde::{Deserialize, Serialize};
 use talon_core::{ObjectId, ObjectVersion};
 use tokio::sync::watch;
 
-use crate::api::{WarmJobView, WarmState, WarmTaskDone};
-use crate::error::CoordinatorError;
 use crate::etcd::{Etcd, Expect, KeyValue, WatchEvent};
 use crate::membership::Membership;
 use crate::warm::{ListedObject, WarmJobs, WarmPlan};
+use talon_coordinator_client::api::{WarmJobView, WarmState, WarmTaskDone};
+use talon_coordinator_client::error::CoordinatorError;
 
 /// Objects per `objects/<n>` key (about 200 bytes each: well under etcd's limit).
 pub const OBJECTS_PER_CHUNK: usize = 2_000;

@@ -26,11 +26,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use talon_core::{BlockId, ObjectId, ObjectVersion};
 
-use crate::api::{
+use talon_coordinator_client::api::{
     WARM_TASK_TIMEOUT_MS, WARM_TASKS_PER_WORKER, WarmJobView, WarmState, WarmTask, WarmTaskDone,
 };
-use crate::error::CoordinatorError;
-use crate::placement::RendezvousPlacement;
+use talon_coordinator_client::error::CoordinatorError;
+use talon_coordinator_client::placement::RendezvousPlacement;
 
 /// Most jobs kept (finished ones are dropped oldest first past this).
 pub const MAX_JOBS: usize = 64;
@@ -648,7 +648,7 @@ pub async fn list_source(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::PlacementMember;
+    use talon_coordinator_client::placement::PlacementMember;
 
     fn placement(ids: &[&str]) -> RendezvousPlacement {
         RendezvousPlacement::new(

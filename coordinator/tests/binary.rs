@@ -71,11 +71,11 @@ async fn serves_on_port_zero_and_exits_cleanly_on_sigterm() {
     let secret =
         talon_core::cluster_auth::ClusterSecret::new(&std::fs::read(&secret_file).unwrap())
             .unwrap();
-    let unsigned = talon_coordinator::client::CoordinatorClient::new(&url).unwrap();
+    let unsigned = talon_coordinator_client::client::CoordinatorClient::new(&url).unwrap();
     let client = unsigned
         .clone()
         .with_auth(secret, talon_core::cluster_auth::Role::Worker);
-    let reg = talon_coordinator::api::RegisterRequest {
+    let reg = talon_coordinator_client::api::RegisterRequest {
         id: "w1".into(),
         addr: "127.0.0.1:7101".into(),
         weight: 1,
@@ -83,7 +83,7 @@ async fn serves_on_port_zero_and_exits_cleanly_on_sigterm() {
         capacity_bytes: 0,
         instance: String::new(),
         data_plane: String::new(),
-        placement_version: talon_coordinator::placement::PLACEMENT_VERSION,
+        placement_version: talon_coordinator_client::placement::PLACEMENT_VERSION,
         page_size: 0,
         local: Default::default(),
     };

@@ -1,5 +1,5 @@
 //! The committed golden vectors (`tests/vectors/placement_v2.txt`) must be exactly what
-//! `talon_coordinator::vectors` generates, and every committed line must hold when checked
+//! `talon_coordinator_client::vectors` generates, and every committed line must hold when checked
 //! directly against `RendezvousPlacement`, the epoch and `BlockId::placement_key`.
 
 #![allow(clippy::unwrap_used)]
@@ -7,11 +7,13 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use talon_coordinator::epoch::placement_epoch;
-use talon_coordinator::placement::{
+use talon_coordinator_client::epoch::placement_epoch;
+use talon_coordinator_client::placement::{
     PlacementMember, RendezvousPlacement, member_hash, member_seed,
 };
-use talon_coordinator::vectors::{GENERATE_COMMAND, KEYS_PER_SET, TOP_K, member_sets, render};
+use talon_coordinator_client::vectors::{
+    GENERATE_COMMAND, KEYS_PER_SET, TOP_K, member_sets, render,
+};
 use talon_core::{BlockId, ObjectId, ObjectVersion};
 
 fn committed_path() -> PathBuf {

@@ -5,14 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use talon_coordinator::api::{
+use talon_coordinator::auth::{AUTH_HEADER, unix_now};
+use talon_coordinator::{CoordinatorConfig, CoordinatorError, RunningCoordinator};
+use talon_coordinator_client::api::{
     ClusterGeometry, ErrorBody, HeartbeatRequest, MemberState, MembersResponse, RegisterRequest,
 };
-use talon_coordinator::auth::{AUTH_HEADER, unix_now};
-use talon_coordinator::client::{CoordinatorClient, Report};
-use talon_coordinator::epoch::placement_epoch;
-use talon_coordinator::placement::{PLACEMENT_VERSION, PlacementMember};
-use talon_coordinator::{CoordinatorConfig, CoordinatorError, RunningCoordinator};
+use talon_coordinator_client::client::{CoordinatorClient, Report};
+use talon_coordinator_client::epoch::placement_epoch;
+use talon_coordinator_client::placement::{PLACEMENT_VERSION, PlacementMember};
 use talon_core::cluster_auth::{ClusterSecret, Role, api_auth_header};
 
 fn reg(id: &str, port: u16, weight: u32) -> RegisterRequest {
@@ -755,7 +755,7 @@ async fn a_worker_with_a_bad_local_socket_is_refused_and_adds_nobody() {
 /// nothing.
 #[tokio::test]
 async fn readers_report_their_circuits_into_the_member_view() {
-    use talon_coordinator::api::{CircuitsReport, MemberCircuits, WorkerCircuit};
+    use talon_coordinator_client::api::{CircuitsReport, MemberCircuits, WorkerCircuit};
     let (coordinator, client) = start().await;
     client.register(&reg("w1", 7201, 1)).await.unwrap();
     let reader = CoordinatorClient::new(coordinator.url())

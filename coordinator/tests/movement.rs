@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use sha2::{Digest, Sha256};
-use talon_coordinator::placement::{PlacementMember, RendezvousPlacement};
+use talon_coordinator_client::placement::{PlacementMember, RendezvousPlacement};
 
 const KEYS: u64 = 20_000;
 

@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use talon_coordinator::api::RegisterRequest;
-use talon_coordinator::client::CoordinatorClient;
-use talon_coordinator::placement::PLACEMENT_VERSION;
 use talon_coordinator::{CoordinatorConfig, RunningCoordinator};
+use talon_coordinator_client::api::RegisterRequest;
+use talon_coordinator_client::client::CoordinatorClient;
+use talon_coordinator_client::placement::PLACEMENT_VERSION;
 use talon_core::cluster_auth::Role;
 
 fn chromium() -> PathBuf {

@@ -1,12 +1,12 @@
 //! The committed zone vectors (`tests/vectors/zones_v1.txt`) must be exactly what
-//! `talon_coordinator::zones` generates: the homes of a hot block across zones and the
+//! `talon_coordinator_client::zones` generates: the homes of a hot block across zones and the
 //! order a reader in each zone asks them are part of what every reader agrees on.
 
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
 
-use talon_coordinator::zones::{GENERATE_COMMAND, render_vectors};
+use talon_coordinator_client::zones::{GENERATE_COMMAND, render_vectors};
 
 #[test]
 fn committed_zone_vectors_match_the_generator() {

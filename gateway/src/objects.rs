@@ -36,7 +36,7 @@ use talon_protocols::{Error, ErrorKind};
 
 use crate::config::{Backend, Route};
 use crate::metrics::Outcome;
-use crate::reply::Failure;
+use talon_protocols::answer::Failure;
 
 /// A stream of object bytes for an HTTP body.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static>>;

@@ -6,7 +6,7 @@
 use axum::response::Response;
 use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
-pub use talon_protocols::answer::{Failure, answer, header, header_text, set_header};
+use talon_protocols::answer::answer;
 use talon_protocols::server::{AnswerBody, stream_body};
 
 /// Relays an origin's answer (status, the headers a client may see, the body streamed).

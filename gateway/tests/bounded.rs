@@ -155,7 +155,7 @@ async fn a_connection_over_the_cap_gets_slow_down_with_retry_after() {
         || async {
             (stub
                 .metrics()
-                .requests_of(talon_origin_stub::metrics::Protocol::S3, "PutObject")
+                .requests_of(talon_core::Backend::S3, "PutObject")
                 > 0)
             .then_some(())
         },

@@ -392,13 +392,10 @@ async fn a_cold_read_costs_the_origin_one_request_and_a_warm_one_none() {
                     spent,
                     expected,
                     "{front} {case} {pass}: {spent} origin requests (HEADs {} / {}, GETs {} / {})",
-                    stub.requests_of(talon_origin_stub::metrics::Protocol::S3, "HeadObject"),
-                    stub.requests_of(
-                        talon_origin_stub::metrics::Protocol::Azure,
-                        "GetBlobProperties"
-                    ),
-                    stub.requests_of(talon_origin_stub::metrics::Protocol::S3, "GetObject"),
-                    stub.requests_of(talon_origin_stub::metrics::Protocol::Azure, "GetBlob"),
+                    stub.requests_of(talon_core::Backend::S3, "HeadObject"),
+                    stub.requests_of(talon_core::Backend::Azure, "GetBlobProperties"),
+                    stub.requests_of(talon_core::Backend::S3, "GetObject"),
+                    stub.requests_of(talon_core::Backend::Azure, "GetBlob"),
                 );
             }
         }
@@ -735,7 +732,7 @@ async fn a_shuffled_pass_after_t_is_revalidated_from_listing_pages_not_a_head_ea
             .wrapping_add(1);
         shuffled.swap(i, (state >> 33) as usize % (i + 1));
     }
-    let head_objects = || stub.requests_of(talon_origin_stub::metrics::Protocol::S3, "HeadObject");
+    let head_objects = || stub.requests_of(talon_core::Backend::S3, "HeadObject");
     let (before, heads_before) = (stub.requests_total(), head_objects());
     pass(shuffled).await;
     let after_t = stub.requests_total() - before;

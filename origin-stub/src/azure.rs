@@ -12,8 +12,8 @@ use talon_protocols::server::ServerLimits;
 
 use crate::backend::StubBackend;
 use crate::front::StubState;
-use crate::metrics::Protocol;
 use crate::server::{ConnectionReset, HandlerResult};
+use talon_core::Backend;
 
 /// Handles one Azure Blob request.
 pub async fn handle(
@@ -21,7 +21,7 @@ pub async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> HandlerResult {
-    let backend = StubBackend::new(state.clone(), Protocol::Azure);
+    let backend = StubBackend::new(state.clone(), Backend::Azure);
     let server = AzureServer {
         addressing: &state.azure_addressing,
         identity: &state.azure_identity,

@@ -26,14 +26,14 @@ use talon_protocols::{Error, ErrorKind, Result};
 
 use crate::body::{self, Delivery};
 use crate::front::{Outcome, StubState, apply_faults, blocking};
-use crate::metrics::Protocol;
 use crate::store::{BlockChoice, NewObject, ObjectMeta, StagedFile, WriteOptions};
+use talon_core::Backend;
 
 /// The stub's store, for one request on one front.
 #[derive(Debug)]
 pub struct StubBackend {
     state: Arc<StubState>,
-    protocol: Protocol,
+    protocol: Backend,
     /// The truncation fault hit this request: a GET body breaks off halfway.
     truncate: AtomicBool,
     /// The reset fault hit this request: the connection is closed without an answer.
@@ -42,7 +42,7 @@ pub struct StubBackend {
 
 impl StubBackend {
     /// The store, for a request on `protocol`'s front.
-    pub fn new(state: Arc<StubState>, protocol: Protocol) -> StubBackend {
+    pub fn new(state: Arc<StubState>, protocol: Backend) -> StubBackend {
         StubBackend {
             state,
             protocol,

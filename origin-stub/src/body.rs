@@ -18,8 +18,9 @@ use talon_protocols::checksum::ChecksumAlgorithm;
 use talon_protocols::{Error, ErrorKind, Result};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use crate::metrics::{Metrics, Protocol};
+use crate::metrics::Metrics;
 use crate::store::{ObjectBody, StagedFile};
+use talon_core::Backend;
 
 /// The body type of every response.
 pub type ResponseBody = UnsyncBoxBody<Bytes, io::Error>;
@@ -47,7 +48,7 @@ pub struct Delivery {
     /// Stop (and fail the connection) after this many bytes.
     pub truncate_after: Option<u64>,
     /// Which counter the bytes go to.
-    pub protocol: Protocol,
+    pub protocol: Backend,
 }
 
 enum Source {
@@ -277,7 +278,7 @@ mod tests {
         Delivery {
             bandwidth: None,
             truncate_after: None,
-            protocol: Protocol::S3,
+            protocol: Backend::S3,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-pub use talon_protocols::answer::Failure;
+use talon_protocols::answer::Failure;
 use talon_protocols::azure::auth::AzureIdentity;
 use talon_protocols::azure::request::AzureAddressing;
 use talon_protocols::s3::auth::S3Identities;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use talon_core::Backend;
 
 /// Counters of requests, bytes and injected faults.
 #[derive(Debug, Default)]
@@ -17,28 +18,9 @@ pub struct Metrics {
     put_bytes_azure: AtomicU64,
 }
 
-/// Which front a request came through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// S3.
-    S3,
-    /// Azure Blob.
-    Azure,
-}
-
-impl Protocol {
-    /// The label value.
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::S3 => "s3",
-            Protocol::Azure => "azure",
-        }
-    }
-}
-
 impl Metrics {
     /// Counts one request of `operation`.
-    pub fn request(&self, protocol: Protocol, operation: &'static str) {
+    pub fn request(&self, protocol: Backend, operation: &'static str) {
         *self
             .requests
             .lock()
@@ -58,25 +40,25 @@ impl Metrics {
     }
 
     /// Counts body bytes sent by GET answers.
-    pub fn get_bytes(&self, protocol: Protocol, n: u64) {
+    pub fn get_bytes(&self, protocol: Backend, n: u64) {
         match protocol {
-            Protocol::S3 => &self.get_bytes_s3,
-            Protocol::Azure => &self.get_bytes_azure,
+            Backend::S3 => &self.get_bytes_s3,
+            Backend::Azure => &self.get_bytes_azure,
         }
         .fetch_add(n, Ordering::Relaxed);
     }
 
     /// Counts body bytes received by writes.
-    pub fn put_bytes(&self, protocol: Protocol, n: u64) {
+    pub fn put_bytes(&self, protocol: Backend, n: u64) {
         match protocol {
-            Protocol::S3 => &self.put_bytes_s3,
-            Protocol::Azure => &self.put_bytes_azure,
+            Backend::S3 => &self.put_bytes_s3,
+            Backend::Azure => &self.put_bytes_azure,
         }
         .fetch_add(n, Ordering::Relaxed);
     }
 
     /// The count of one (protocol, operation), for in-process tests.
-    pub fn requests_of(&self, protocol: Protocol, operation: &str) -> u64 {
+    pub fn requests_of(&self, protocol: Backend, operation: &str) -> u64 {
         self.requests
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -164,10 +146,10 @@ mod tests {
     #[test]
     fn renders_counters() {
         let m = Metrics::default();
-        m.request(Protocol::S3, "GetObject");
-        m.request(Protocol::S3, "GetObject");
-        m.request(Protocol::Azure, "GetBlob");
-        m.get_bytes(Protocol::S3, 10);
+        m.request(Backend::S3, "GetObject");
+        m.request(Backend::S3, "GetObject");
+        m.request(Backend::Azure, "GetBlob");
+        m.get_bytes(Backend::S3, 10);
         m.fault("reset");
         let text = m.render();
         assert!(
@@ -182,6 +164,6 @@ mod tests {
         );
         assert!(text.contains("talon_origin_get_bytes_total{protocol=\"s3\"} 10\n"));
         assert!(text.contains("talon_origin_faults_total{kind=\"reset\"} 1\n"));
-        assert_eq!(m.requests_of(Protocol::S3, "GetObject"), 2);
+        assert_eq!(m.requests_of(Backend::S3, "GetObject"), 2);
     }
 }

@@ -9,8 +9,8 @@ use talon_protocols::s3::server::{S3Server, ServerLimits};
 
 use crate::backend::StubBackend;
 use crate::front::StubState;
-use crate::metrics::Protocol;
 use crate::server::{ConnectionReset, HandlerResult};
+use talon_core::Backend;
 
 /// The owner id written into listings.
 const OWNER_ID: &str = "talon-origin-stub";
@@ -21,7 +21,7 @@ pub async fn handle(
     req: Request<Incoming>,
     _peer: SocketAddr,
 ) -> HandlerResult {
-    let backend = StubBackend::new(state.clone(), Protocol::S3);
+    let backend = StubBackend::new(state.clone(), Backend::S3);
     let server = S3Server {
         addressing: &state.s3_addressing,
         identities: &state.s3_identities,

@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 use base64::Engine;
 use bytes::Bytes;
 use futures_util::StreamExt;
+use talon_core::Backend;
 use talon_origin_stub::faults::{FaultConfig, FaultKind};
 use talon_origin_stub::generated::GeneratedObject;
-use talon_origin_stub::metrics::Protocol;
 use talon_origin_stub::{EMULATOR_AZURE_KEY, RunningStub, StubConfig};
 use talon_protocols::azure::sas::{SasGrant, generate_service_sas};
 use talon_protocols::azure::shared_key::AccountKey;
@@ -76,10 +76,10 @@ enum Flavor {
 }
 
 impl Flavor {
-    fn protocol(self) -> Protocol {
+    fn protocol(self) -> Backend {
         match self {
-            Flavor::S3 => Protocol::S3,
-            Flavor::Azure => Protocol::Azure,
+            Flavor::S3 => Backend::S3,
+            Flavor::Azure => Backend::Azure,
         }
     }
 
@@ -609,8 +609,8 @@ async fn conformance(flavor: Flavor) {
         h.flavor
     );
     let other = match flavor {
-        Flavor::S3 => (Protocol::Azure, Flavor::Azure.get_op()),
-        Flavor::Azure => (Protocol::S3, Flavor::S3.get_op()),
+        Flavor::S3 => (Backend::Azure, Flavor::Azure.get_op()),
+        Flavor::Azure => (Backend::S3, Flavor::S3.get_op()),
     };
     assert_eq!(metrics.requests_of(other.0, other.1), 0);
     stub.shutdown().await;

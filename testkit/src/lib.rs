@@ -38,12 +38,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use talon_cache_client::{CacheClient, CacheClientConfig, CacheClientError};
-use talon_coordinator::placement::RendezvousPlacement;
 use talon_coordinator::{CoordinatorConfig, RunningCoordinator};
+use talon_coordinator_client::placement::RendezvousPlacement;
+use talon_core::Backend;
 use talon_core::cluster_auth::{ClusterSecret, Role};
 use talon_core::{BlockGeometry, BlockId, ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
-use talon_origin_stub::metrics::Protocol;
 use talon_origin_stub::{EMULATOR_AZURE_KEY, RunningStub, StubConfig};
 use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
@@ -415,7 +415,7 @@ impl Cluster {
             || {
                 let (url, secret) = (url.clone(), secret.clone());
                 async move {
-                    let client = talon_coordinator::client::CoordinatorClient::new(url)
+                    let client = talon_coordinator_client::client::CoordinatorClient::new(url)
                         .ok()?
                         .with_auth(secret.clone(), Role::Reader);
                     let members = client.members().await.ok()?;
@@ -456,8 +456,11 @@ impl Cluster {
     ///
     /// # Panics
     /// When the client cannot be built.
-    pub fn coordinator_client(&self, role: Role) -> talon_coordinator::client::CoordinatorClient {
-        talon_coordinator::client::CoordinatorClient::new(self.coordinator.url())
+    pub fn coordinator_client(
+        &self,
+        role: Role,
+    ) -> talon_coordinator_client::client::CoordinatorClient {
+        talon_coordinator_client::client::CoordinatorClient::new(self.coordinator.url())
             .unwrap_or_else(|e| panic!("coordinator client: {e}"))
             .with_auth(self.cluster_secret().clone(), role)
     }
@@ -493,22 +496,17 @@ impl Cluster {
 
     /// GetObject requests the origin has served over S3.
     pub fn origin_gets(&self) -> u64 {
-        self.origin.metrics().requests_of(Protocol::S3, "GetObject")
-            + self
-                .origin
-                .metrics()
-                .requests_of(Protocol::Azure, "GetBlob")
+        self.origin.metrics().requests_of(Backend::S3, "GetObject")
+            + self.origin.metrics().requests_of(Backend::Azure, "GetBlob")
     }
 
     /// HEAD requests the origin has served.
     pub fn origin_heads(&self) -> u64 {
-        self.origin
-            .metrics()
-            .requests_of(Protocol::S3, "HeadObject")
+        self.origin.metrics().requests_of(Backend::S3, "HeadObject")
             + self
                 .origin
                 .metrics()
-                .requests_of(Protocol::Azure, "GetBlobProperties")
+                .requests_of(Backend::Azure, "GetBlobProperties")
     }
 
     /// The sandbox's configuration.

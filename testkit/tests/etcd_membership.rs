@@ -8,12 +8,12 @@
 
 use std::time::Duration;
 
-use talon_coordinator::api::{HeartbeatRequest, MemberState, RegisterRequest};
-use talon_coordinator::client::CoordinatorClient;
-use talon_coordinator::epoch::placement_epoch;
 use talon_coordinator::etcd::EtcdTls;
-use talon_coordinator::placement::{PLACEMENT_VERSION, PlacementMember};
 use talon_coordinator::{CoordinatorConfig, CoordinatorError, RunningCoordinator, StateConfig};
+use talon_coordinator_client::api::{HeartbeatRequest, MemberState, RegisterRequest};
+use talon_coordinator_client::client::CoordinatorClient;
+use talon_coordinator_client::epoch::placement_epoch;
+use talon_coordinator_client::placement::{PLACEMENT_VERSION, PlacementMember};
 use talon_core::cluster_auth::{ClusterSecret, Role};
 use talon_testkit::etcd::EtcdCluster;
 use talon_testkit::wait_for;

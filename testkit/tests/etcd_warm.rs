@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use talon_coordinator::RunningCoordinator;
 use talon_coordinator::StateConfig;
-use talon_coordinator::api::{PinsRequest, WarmJobView, WarmRequest, WarmState};
-use talon_coordinator::client::CoordinatorClient;
+use talon_coordinator_client::api::{PinsRequest, WarmJobView, WarmRequest, WarmState};
+use talon_coordinator_client::client::CoordinatorClient;
 use talon_core::cluster_auth::Role;
 use talon_origin_stub::generated::GeneratedObject;
 use talon_testkit::etcd::EtcdCluster;

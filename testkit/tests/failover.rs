@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use talon_coordinator::placement::RendezvousPlacement;
+use talon_coordinator_client::placement::RendezvousPlacement;
 use talon_core::wire::ReadRangeRequest;
 use talon_core::{Message, ObjectId, ObjectVersion};
 use talon_origin_stub::faults::FaultConfig;

@@ -132,7 +132,7 @@ async fn a_reader_reads_a_hot_block_from_its_home_in_the_readers_zone() {
     .await;
     let placement = cluster.placement().await;
     let block = cluster.block_id(&id_of(&hot()), &version_of(&hot()), 0);
-    let homes = talon_coordinator::zones::homes(&placement, &block.placement_key(), 2);
+    let homes = talon_coordinator_client::zones::homes(&placement, &block.placement_key(), 2);
     assert_ne!(
         homes[0].zone, homes[1].zone,
         "the two homes are in two zones"

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use talon_coordinator::api::PinsRequest;
+use talon_coordinator_client::api::PinsRequest;
 use talon_core::cluster_auth::Role;
 use talon_origin_stub::generated::GeneratedObject;
 use talon_testkit::{Cluster, ClusterConfig, read_whole_checked, wait_for};

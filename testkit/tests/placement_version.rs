@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use talon_cache_client::{CacheClient, CacheClientConfig, CacheClientError};
-use talon_coordinator::epoch::placement_epoch;
-use talon_coordinator::placement::{PLACEMENT_VERSION, PlacementMember};
+use talon_coordinator_client::epoch::placement_epoch;
+use talon_coordinator_client::placement::{PLACEMENT_VERSION, PlacementMember};
 use talon_core::BlockGeometry;
 use talon_core::cluster_auth::ClusterSecret;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

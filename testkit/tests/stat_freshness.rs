@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use talon_core::Backend;
 use talon_core::ObjectId;
 use talon_origin_stub::StubConfig;
-use talon_origin_stub::metrics::Protocol;
 use talon_protocols::conditional::same_version;
 use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
 use talon_testkit::fault_proxy::{Fault, FaultProxy};
@@ -121,7 +121,7 @@ async fn a_stat_needing_newer_metadata_than_the_fetch_in_flight_does_not_join_it
         "the table kept the earlier answer"
     );
     assert_eq!(
-        stub.metrics().requests_of(Protocol::S3, "HeadObject"),
+        stub.metrics().requests_of(Backend::S3, "HeadObject"),
         2,
         "one HEAD each for A and B, and the last stat from memory"
     );

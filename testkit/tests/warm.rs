@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use talon_coordinator::api::{WarmJobView, WarmRequest, WarmState};
+use talon_coordinator_client::api::{WarmJobView, WarmRequest, WarmState};
 use talon_core::cluster_auth::Role;
 use talon_core::{ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;

@@ -39,11 +39,13 @@ FLAG_IN_HELP = re.compile(r"--[a-z0-9][a-z0-9-]*")
 def command_lines(path: pathlib.Path):
     """(line number, command text) for each talon command the file shows."""
     lines = path.read_text().splitlines()
-    in_block = False
+    fenced = in_block = False
     pending, start = "", 0
     for n, line in enumerate(lines, 1):
         if line.startswith("```"):
-            in_block = bool(SHELL_BLOCK.match(line)) and not in_block
+            # An opening fence says the block's language; a closing one ends any block.
+            fenced = not fenced
+            in_block = fenced and bool(SHELL_BLOCK.match(line))
             pending = ""
             continue
         if in_block:

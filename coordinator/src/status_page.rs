@@ -1,6 +1,8 @@
 //! A read-only status page for people without Grafana: the cluster's totals and every
 //! worker (address, zone, state, plane, last heartbeat, bytes cached, hit ratio, what
-//! the readers' circuits say) and the warm jobs, refreshed every 5 s in the browser.
+//! the readers' circuits say), the warm jobs, and the rules every part applies (the
+//! block and page size, pinned prefixes, per-prefix freshness, invalidations in force),
+//! refreshed every 5 s in the browser.
 //!
 //! It is served on its own listener (`--status-listen`, off by default) with no
 //! authentication, because a browser cannot sign requests with the cluster secret: it
@@ -51,11 +53,15 @@ async fn status(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     (
         [(header::CACHE_CONTROL, "no-store")],
         Json(serde_json::json!({
-            // As hex: a JSON number past 2^53 loses digits in a browser.
+            // As a string: a JSON number past 2^53 loses digits in a browser.
             "epoch": snap.epoch.to_string(),
             "cluster": snap.cluster(),
             "members": snap.members,
             "warm_jobs": state.warm.list(),
+            "geometry": state.config.geometry,
+            "pins": state.pins.get().prefixes,
+            "freshness": state.freshness.rules(),
+            "invalidations": state.invalidations.current(),
         })),
     )
 }

@@ -71,6 +71,10 @@ fn registration(id: &str, port: u16, zone: &str) -> RegisterRequest {
 async fn coordinator() -> RunningCoordinator {
     talon_coordinator::start(CoordinatorConfig {
         status_listen: Some("127.0.0.1:0".parse().unwrap()),
+        geometry: Some(talon_coordinator_client::api::ClusterGeometry {
+            block_size: 64 << 20,
+            page_size: 1 << 20,
+        }),
         ..CoordinatorConfig::default()
     })
     .await
@@ -92,6 +96,16 @@ async fn a_browser_renders_every_worker_and_the_totals() {
         .await
         .unwrap();
     worker.drain("w-west", "w-west-instance").await.unwrap();
+    let admin = CoordinatorClient::new(c.url())
+        .unwrap()
+        .with_auth(c.cluster_secret().clone(), Role::Admin);
+    admin
+        .set_pins(&talon_coordinator_client::api::PinsRequest {
+            prefixes: vec!["s3/models/llama/".into()],
+            expect_version: None,
+        })
+        .await
+        .unwrap();
     let page = format!("http://{}/", c.status_addr.unwrap());
 
     // Without the script the page holds no worker: what the browser shows below is
@@ -107,6 +121,13 @@ async fn a_browser_renders_every_worker_and_the_totals() {
 
     let dom = rendered_dom(&page);
     assert!(dom.contains("2 workers (1 live, 1 draining)"), "{dom}");
+    // The rules every part applies: the geometry and the pins (an operator could not
+    // see the pins anywhere but the API before).
+    assert!(
+        dom.contains("Blocks of 64.0 MiB, pages of 1.0 MiB"),
+        "{dom}"
+    );
+    assert!(dom.contains("Pinned: s3/models/llama/"), "{dom}");
     assert!(
         dom.contains("6.0 GiB cached") || dom.contains("of 6.0 GiB"),
         "{dom}"

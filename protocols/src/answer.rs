@@ -59,6 +59,55 @@ impl Front {
         Err(Error::new(ErrorKind::HeadersTooLarge, message))
     }
 
+    /// Refuses a request signed for the other protocol (SigV4 or a presigned S3 URL at
+    /// the Azure front; Shared Key or a SAS at the S3 front) naming the endpoint it
+    /// belongs on: classified here it would be answered something unrelated (an SDK
+    /// pointed at the wrong port got `NotImplemented` for an account operation).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidRequest`] saying which endpoint to use (not an authentication
+    /// code: both protocols answer those in fixed words that would hide the advice).
+    pub fn check_signed_for_this_front(
+        self,
+        headers: &HeaderMap,
+        query: &str,
+    ) -> Result<(), Error> {
+        let authorization = header(headers, "authorization").unwrap_or("");
+        let has = |name: &str| {
+            query.split('&').any(|pair| {
+                pair.split('=')
+                    .next()
+                    .is_some_and(|k| k.eq_ignore_ascii_case(name))
+            })
+        };
+        let (other, belongs) = match self {
+            Front::Azure
+                if authorization.starts_with("AWS4-HMAC-SHA256 ")
+                    || authorization.starts_with("AWS ")
+                    || has("X-Amz-Signature")
+                    || (has("Signature") && has("AWSAccessKeyId")) =>
+            {
+                ("S3 (SigV4 or SigV2)", "the S3 endpoint")
+            }
+            Front::S3
+                if authorization.starts_with("SharedKey ")
+                    || authorization.starts_with("SharedKeyLite ")
+                    || (has("sig") && has("sv")) =>
+            {
+                ("Azure Blob (Shared Key or SAS)", "the Azure Blob endpoint")
+            }
+            _ => return Ok(()),
+        };
+        let here = match self {
+            Front::S3 => "the S3 endpoint",
+            Front::Azure => "the Azure Blob endpoint",
+        };
+        Err(Error::new(
+            ErrorKind::InvalidRequest,
+            format!("This is {here}; the request is signed for {other}: send it to {belongs}."),
+        ))
+    }
+
     /// Sets the headers every answer of this protocol carries: the request id (S3 sends
     /// it as `x-amz-request-id` and `x-amz-id-2`, Azure as `x-ms-request-id` with the
     /// `x-ms-version` it answered in) and `Server`.

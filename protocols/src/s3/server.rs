@@ -114,6 +114,7 @@ where
 {
     let (parts, body) = req.into_parts();
     Front::S3.check_header_size(&parts.headers, server.limits.max_header_bytes)?;
+    Front::S3.check_signed_for_this_front(&parts.headers, parts.uri.query().unwrap_or(""))?;
     let raw_path = parts.uri.path();
     let raw_query = parts.uri.query().unwrap_or("");
     let request = S3Request::classify(

@@ -511,3 +511,28 @@ def test_a_port_in_use_or_given_twice_is_named_before_anything_starts(tmp_path):
                          "--status-port", "0"])
         assert f"--s3-port and --azure-port are both {port + 1}" in line, line
     assert not data.exists(), "a refused start created the data folder"
+
+
+def test_a_client_at_the_other_fronts_port_is_told_where_to_go(tmp_path, _isolated_client_env):
+    """boto3 pointed at the Azure Blob endpoint, and the Azure SDK at the S3 one, are told
+    which endpoint their requests belong on. (Before: boto3 got `NotImplemented: this
+    account operation is not implemented`.)"""
+    from azure.core.exceptions import HttpResponseError
+
+    front = harness.start_talon_up("wrong-port", tmp_path, auth=False, workers=1)
+    try:
+        import dataclasses
+
+        azure_root = front.blob_endpoint.rsplit("/", 1)[0]
+        with pytest.raises(ClientError) as s3_at_azure:
+            s3_client(dataclasses.replace(front, s3=azure_root)).list_buckets()
+        assert "This is the Azure Blob endpoint; the request is signed for S3" in str(s3_at_azure.value), \
+            s3_at_azure.value
+        with pytest.raises(HttpResponseError) as azure_at_s3:
+            account = front.blob_endpoint.rsplit("/", 1)[1]
+            blob_service(dataclasses.replace(front, blob_endpoint=f"{front.s3}/{account}")).get_container_client(
+                "demo").get_container_properties()
+        assert "This is the S3 endpoint; the request is signed for Azure Blob" in str(azure_at_s3.value), \
+            azure_at_s3.value
+    finally:
+        harness.stop_all(front.procs)

@@ -225,6 +225,7 @@ fn check_ports(args: &UpArgs) -> anyhow::Result<()> {
         ("--coordinator-port", args.coordinator_port),
         ("--status-port", args.status_port),
     ];
+    // Two flags with one port are wrong whatever else runs here, so they are said first.
     for (i, (flag, port)) in ports.iter().enumerate() {
         if *port == 0 {
             continue;
@@ -232,6 +233,8 @@ fn check_ports(args: &UpArgs) -> anyhow::Result<()> {
         if let Some((other, _)) = ports[..i].iter().find(|(_, p)| p == port) {
             anyhow::bail!("{other} and {flag} are both {port}: give each its own port");
         }
+    }
+    for (flag, port) in ports.iter().filter(|(_, port)| *port != 0) {
         let addr = SocketAddr::new(args.bind, *port);
         if let Err(e) = std::net::TcpListener::bind(addr) {
             anyhow::bail!(

@@ -506,10 +506,12 @@ def test_a_port_in_use_or_given_twice_is_named_before_anything_starts(tmp_path):
         line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", "0", "--azure-port", "0",
                          "--admin-port", "0", "--coordinator-port", "0", "--status-port", str(port)])
         assert f"--status-port {port}: cannot listen on 127.0.0.1:{port}" in line, line
-        line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", str(port + 1),
-                         "--azure-port", str(port + 1), "--admin-port", "0", "--coordinator-port", "0",
+        # The same port twice is said as such even where that port is also held (a
+        # clash between flags is wrong whatever else runs on the machine).
+        line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", str(port),
+                         "--azure-port", str(port), "--admin-port", "0", "--coordinator-port", "0",
                          "--status-port", "0"])
-        assert f"--s3-port and --azure-port are both {port + 1}" in line, line
+        assert f"--s3-port and --azure-port are both {port}" in line, line
     assert not data.exists(), "a refused start created the data folder"
 
 

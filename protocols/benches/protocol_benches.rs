@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{HeaderMap, Method};
+use talon_protocols::answer::Front;
 use talon_protocols::azure::request::{AzureAddressing, AzureRequest};
 use talon_protocols::azure::shared_key::{self, AccountKey, SharedKeyParts};
 use talon_protocols::conditional::Conditions;
@@ -148,6 +149,22 @@ fn signatures(c: &mut Criterion) {
         raw_query: &query,
         headers: &ph,
     };
+    // The wrong-front check every request passes before it is classified: a request
+    // signed for this front (the hit path's case) must cost next to nothing.
+    c.bench_function("front/signed_for_this_front_header", |b| {
+        b.iter(|| {
+            Front::S3
+                .check_signed_for_this_front(black_box(&h), black_box(""))
+                .expect("this front")
+        })
+    });
+    c.bench_function("front/signed_for_this_front_presigned", |b| {
+        b.iter(|| {
+            Front::S3
+                .check_signed_for_this_front(black_box(&ph), black_box(&query))
+                .expect("this front")
+        })
+    });
     c.bench_function("sigv4/verify_presigned", |b| {
         b.iter(|| {
             let auth = sigv4::parse_authorization(&ph, black_box(&query))

@@ -99,7 +99,7 @@ def build(rev_sha: str) -> tuple[Path, Path]:
     for name in ("talon-worker", "talon-gateway"):
         shutil.copy2(AB_DIR / "target" / "release" / name, a_bin / name)
 
-    packages = [arg for p in ("talon-worker", "talon-gateway", "talon-origin-stub", "talon-coordinator", "talon-bench") for arg in ("-p", p)]
+    packages = [arg for p in ("talon-worker", "talon-gateway", "talon-origin-stub", "talon-coordinator", "talon-loadgen") for arg in ("-p", p)]
     sh(["cargo", "build", "--release", "--bins", *packages])
     b_bin = AB_DIR / "B"
     b_bin.mkdir(parents=True, exist_ok=True)

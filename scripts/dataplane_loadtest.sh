@@ -93,8 +93,8 @@ bytes() {
 }
 
 if [[ $BUILD == 1 ]]; then
-  log "building (release): talon-bench talon-worker talon-origin-stub talon-coordinator"
-  cargo build --release -q -p talon-bench -p talon-worker -p talon-origin-stub -p talon-coordinator
+  log "building (release): talon-loadgen talon-worker talon-origin-stub talon-coordinator"
+  cargo build --release -q -p talon-loadgen -p talon-worker -p talon-origin-stub -p talon-coordinator
 fi
 for b in talon-loadgen talon-worker talon-origin-stub talon-coordinator; do
   [[ -x $BIN/$b ]] || die "$BIN/$b is missing (BUILD=1 builds it)"

@@ -73,7 +73,7 @@ enum Command {
     Origin(talon_origin_stub::cli::Args),
     /// Drive a worker's data plane or an HTTP server with range reads and report
     /// throughput, latency percentiles and the server's CPU.
-    Loadgen(talon_bench::loadgen_cli::Args),
+    Loadgen(talon_loadgen::cli::Args),
     /// Show a cluster as its coordinator knows it: the epoch, every worker (address,
     /// state, last heartbeat, bytes cached, hit ratio) and the totals.
     #[command(after_help = talon_process::LOG_HELP)]
@@ -710,7 +710,7 @@ fn main() -> ExitCode {
     let command = Cli::parse().command;
     if let Command::Loadgen(args) = command {
         // The load generator sizes and starts its own runtime.
-        return talon_bench::loadgen_cli::run(args);
+        return talon_loadgen::cli::run(args);
     }
     talon_process::init_logs();
     match run(command) {

@@ -88,17 +88,6 @@ impl HostInfo {
     }
 }
 
-/// The 1-minute load average from `/proc/loadavg` text.
-pub fn parse_load_average(loadavg: &str) -> Option<f64> {
-    loadavg.split_whitespace().next()?.parse().ok()
-}
-
-/// This host's 1-minute load average now: on a shared machine, other work
-/// competing for the cores shows here, so every result line records it.
-pub fn load_average() -> Option<f64> {
-    parse_load_average(&std::fs::read_to_string("/proc/loadavg").ok()?)
-}
-
 /// The sentence a report ends with about the host's load: the 1-minute load
 /// average at the start and at the end of the run.
 pub fn load_line((start, end): (Option<f64>, Option<f64>)) -> String {
@@ -126,10 +115,5 @@ mod tests {
             parse_mem_total_mib("MemTotal:       24576000 kB\nMemFree: 1 kB\n"),
             Some(24000)
         );
-        assert_eq!(
-            parse_load_average("6.32 6.74 3.93 6/178 29847\n"),
-            Some(6.32)
-        );
-        assert_eq!(parse_load_average(""), None);
     }
 }

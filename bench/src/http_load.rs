@@ -39,9 +39,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::harness_error::{HarnessError, HarnessResult};
-use crate::procfs::ProcSample;
 use crate::verify::{ExpectedRanges, Received, StreamCheck, StreamVerdict, check_response};
 use crate::watch::{Reading, Watched};
+use talon_loadgen::procfs::ProcSample;
 
 /// The Azure REST version the client announces (what current SDKs send).
 pub const AZURE_VERSION: &str = "2025-01-05";
@@ -685,11 +685,14 @@ pub async fn run_load(spec: LoadSpec) -> LoadOutcome {
     let mut edges = None;
     if let Some(end) = window_end {
         tokio::time::sleep_until(window_start).await;
-        let before = (sample_all(&watch), crate::procfs::sample_self());
+        let before = (sample_all(&watch), talon_loadgen::procfs::sample_self());
         tokio::time::sleep_until(end).await;
-        edges = Some((before, (sample_all(&watch), crate::procfs::sample_self())));
+        edges = Some((
+            before,
+            (sample_all(&watch), talon_loadgen::procfs::sample_self()),
+        ));
     }
-    let before_run = (sample_all(&watch), crate::procfs::sample_self());
+    let before_run = (sample_all(&watch), talon_loadgen::procfs::sample_self());
     let mut latencies = Vec::new();
     let mut bytes = 0;
     let mut last = start;
@@ -706,7 +709,7 @@ pub async fn run_load(spec: LoadSpec) -> LoadOutcome {
         Some(e) => e,
         None => (
             before_run,
-            (sample_all(&watch), crate::procfs::sample_self()),
+            (sample_all(&watch), talon_loadgen::procfs::sample_self()),
         ),
     };
     let elapsed = match shared.spec.length {

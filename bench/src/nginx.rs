@@ -216,7 +216,7 @@ impl Nginx {
     /// The master and its workers.
     pub fn pids(&self) -> Vec<u32> {
         let mut pids = vec![self.process.pid()];
-        pids.extend(crate::procfs::children_of(self.process.pid()));
+        pids.extend(talon_loadgen::procfs::children_of(self.process.pid()));
         pids
     }
 }
@@ -224,7 +224,7 @@ impl Nginx {
 impl Drop for Nginx {
     fn drop(&mut self) {
         // The workers outlive a killed master, so they go first.
-        crate::procfs::kill_children(self.process.pid());
+        talon_loadgen::procfs::kill_children(self.process.pid());
     }
 }
 

@@ -3,6 +3,7 @@
 //! figures, and the ceiling Little's law puts on a closed loop.
 
 use std::time::Duration;
+use talon_loadgen::stats::thousands;
 
 use serde::Serialize;
 
@@ -91,9 +92,6 @@ pub fn little_ceiling(concurrency: usize, base: Duration, added: Duration) -> Op
     let t = (base + added).as_secs_f64();
     (t > 0.0).then(|| concurrency as f64 / t)
 }
-
-/// `1234567.8` → `1,234,568`.
-pub use crate::stats::thousands;
 
 /// A latency in µs as a table cell: `842 µs` below 10 ms, `12.3 ms` above.
 pub fn fmt_latency(us: f64) -> String {

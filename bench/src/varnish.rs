@@ -127,7 +127,7 @@ impl Varnish {
 impl Drop for Varnish {
     fn drop(&mut self) {
         // The cache process would outlive a killed manager, so it goes first.
-        crate::procfs::kill_children(self.process.pid());
+        talon_loadgen::procfs::kill_children(self.process.pid());
     }
 }
 

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::procfs::{USER_HZ, children_of, parse_stat, parse_status_rss};
+use talon_loadgen::procfs::{USER_HZ, children_of, parse_stat, parse_status_rss};
 
 /// CPU ticks and RSS of one process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

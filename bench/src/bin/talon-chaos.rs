@@ -51,10 +51,11 @@ use talon_bench::deployment::{
     Route, Stub, Worker, WorkerSpec, client_auth, run_bench,
 };
 use talon_bench::http_load::{Connection, ObjectTarget, Protocol, fetch};
-use talon_bench::procfs::{Footprint, footprint};
-use talon_bench::summary::{LatencySummary, fmt_latency, thousands};
+use talon_bench::summary::{LatencySummary, fmt_latency};
 use talon_bench::verify::{ExpectedRanges, Received, check_response};
 use talon_core::parse_byte_size;
+use talon_loadgen::procfs::{Footprint, footprint};
+use talon_loadgen::stats::thousands;
 use talon_origin_stub::faults::{FaultConfig, FaultKind};
 use talon_origin_stub::generated::GeneratedObject;
 

@@ -37,7 +37,8 @@ use talon_bench::deployment::{
     client_auth, run_bench,
 };
 use talon_bench::http_load::{Protocol, control_request};
-use talon_bench::summary::{LatencySummary, fmt_latency, mib, thousands};
+use talon_bench::summary::{LatencySummary, fmt_latency, mib};
+use talon_loadgen::stats::thousands;
 use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedSet;
 
@@ -301,7 +302,7 @@ struct Deployment {
 
 impl Deployment {
     fn rss_mib(pids: impl Iterator<Item = u32>) -> f64 {
-        pids.filter_map(talon_bench::procfs::footprint)
+        pids.filter_map(talon_loadgen::procfs::footprint)
             .map(|f| mib(f.rss_bytes))
             .sum()
     }

@@ -49,15 +49,17 @@ use talon_bench::deployment::{
     BenchSetup, Coordinator, Gateway, GatewaySpec, Geometry, Route, Stub, Worker, WorkerSpec,
     client_auth, run_bench,
 };
-use talon_bench::host::{HostInfo, load_average, load_line};
+use talon_bench::host::{HostInfo, load_line};
 use talon_bench::http_load::{
     Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, paced_read, run_load,
 };
 use talon_bench::results::JsonLines;
-use talon_bench::summary::{LatencySummary, fmt_latency, little_ceiling, mib, thousands};
+use talon_bench::summary::{LatencySummary, fmt_latency, little_ceiling, mib};
 use talon_bench::verify::ExpectedRanges;
 use talon_bench::watch::Watched;
 use talon_core::parse_byte_size;
+use talon_loadgen::procfs::load_average;
+use talon_loadgen::stats::thousands;
 use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedObject;
 

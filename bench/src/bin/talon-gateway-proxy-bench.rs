@@ -54,17 +54,19 @@ use talon_bench::deployment::{
     BenchSetup, Coordinator, Gateway, GatewaySpec, Geometry, Route, Stub, Worker, WorkerSpec,
     client_auth, run_bench,
 };
-use talon_bench::host::{HostInfo, load_average, load_line};
+use talon_bench::host::{HostInfo, load_line};
 use talon_bench::http_load::{
     Auth, Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, run_load,
 };
 use talon_bench::nginx::{Nginx, find_nginx};
 use talon_bench::rounds::round_order;
-use talon_bench::summary::{LatencySummary, fmt_latency, median, mib, spread, thousands};
+use talon_bench::summary::{LatencySummary, fmt_latency, median, mib, spread};
 use talon_bench::varnish::{Varnish, find_varnishd};
 use talon_bench::verify::ExpectedRanges;
 use talon_bench::watch::Watched;
 use talon_core::parse_byte_size;
+use talon_loadgen::procfs::load_average;
+use talon_loadgen::stats::thousands;
 use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedObject;
 

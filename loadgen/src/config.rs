@@ -6,7 +6,7 @@ use talon_core::cluster_auth::ClusterSecret;
 use talon_core::ObjectId;
 use talon_core::wire::MAX_READ_LEN;
 
-use crate::error::{BenchError, Result};
+use crate::error::{LoadError, Result};
 
 /// Longest duration, warmup or timeout accepted: one week.
 pub const MAX_SPAN: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -140,9 +140,9 @@ impl LoadConfig {
     }
 
     /// Checks the flags against each other. Errors with
-    /// [`BenchError::Config`] naming the flag.
+    /// [`LoadError::Config`] naming the flag.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(BenchError::Config(m));
+        let bad = |m: String| Err(LoadError::Config(m));
         if self.conns == 0 {
             return bad("--conns must be at least 1".into());
         }

@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::error::BenchError;
+use crate::error::LoadError;
 
 /// Highest latency the histograms hold exactly: one hour, in nanoseconds.
 /// Anything slower is recorded as one hour.
@@ -18,10 +18,10 @@ const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
 /// histograms (bounds lock traffic to one acquisition per this many).
 const FLUSH_EVERY: usize = 512;
 
-fn new_histogram() -> Result<Histogram<u64>, BenchError> {
+fn new_histogram() -> Result<Histogram<u64>, LoadError> {
     // Three significant digits: any percentile is within 0.1% of the truth.
     Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3)
-        .map_err(|e| BenchError::Config(format!("cannot create a histogram: {e}")))
+        .map_err(|e| LoadError::Config(format!("cannot create a histogram: {e}")))
 }
 
 struct Histograms {
@@ -102,7 +102,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Recorder {
-    pub(crate) fn new() -> Result<Self, BenchError> {
+    pub(crate) fn new() -> Result<Self, LoadError> {
         Ok(Self {
             progress_requests: AtomicU64::new(0),
             progress_bytes: AtomicU64::new(0),

@@ -8,7 +8,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::config::{LoadConfig, Target};
-use crate::error::{BenchError, Result};
+use crate::error::{LoadError, Result};
 use crate::http::{self, HttpCtx, HttpTarget};
 use crate::procfs::{self, ProcSample, ProcessSet};
 use crate::schedule::{Pacer, Times};
@@ -152,7 +152,7 @@ where
         }
         if let Some(joined) = set.join_next().await {
             let (i, r) =
-                joined.map_err(|e| BenchError::Config(format!("a connect task failed: {e}")))?;
+                joined.map_err(|e| LoadError::Config(format!("a connect task failed: {e}")))?;
             out[i] = Some(r?);
         }
     }
@@ -161,7 +161,7 @@ where
 
 /// Runs the load described by `config` and reports what it measured.
 ///
-/// Errors (a [`BenchError`]) only when the run cannot start: bad flags, an
+/// Errors (a [`LoadError`]) only when the run cannot start: bad flags, an
 /// unreachable target, an object that does not exist, a server process
 /// that cannot be read. Failures during the run are counted in the report,
 /// whose `ok` is then false and which then carries no latency figures.
@@ -170,7 +170,7 @@ pub async fn run(config: &LoadConfig) -> Result<Report> {
     if let Some(limit) = procfs::open_files_limit() {
         let need = config.conns as u64 + 64;
         if limit < need {
-            return Err(BenchError::Config(format!(
+            return Err(LoadError::Config(format!(
                 "--conns {} needs about {need} open files and the limit is {limit}; \
                  raise it (ulimit -n) first",
                 config.conns
@@ -237,7 +237,7 @@ pub async fn run(config: &LoadConfig) -> Result<Report> {
             let span = config.blocks * config.block_size;
             let last_block_start = (config.blocks - 1) * config.block_size;
             if object_size < last_block_start + u64::from(config.range_size) {
-                return Err(BenchError::Config(format!(
+                return Err(LoadError::Config(format!(
                     "{url} is {object_size} bytes: too small for --blocks {} of --block-size {} \
                      with --range-size {}",
                     config.blocks, config.block_size, config.range_size
@@ -310,7 +310,7 @@ pub async fn run(config: &LoadConfig) -> Result<Report> {
     }
     let window = sampler
         .await
-        .map_err(|e| BenchError::Config(format!("the sampler task failed: {e}")))?;
+        .map_err(|e| LoadError::Config(format!("the sampler task failed: {e}")))?;
     let _ = stop_tx.send(true);
     if let Some(p) = progress_task {
         let _ = p.await;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::error::{BenchError, Result};
+use crate::error::{LoadError, Result};
 
 /// Clock ticks per second of the `utime`/`stime` fields. Linux exports
 /// them in `USER_HZ`, which is fixed at 100 on every architecture Talon
@@ -133,7 +133,7 @@ pub struct ProcessSet {
 
 impl ProcessSet {
     /// The given processes, plus their children when `children` is set.
-    /// Errors with [`BenchError::Proc`] for a process that cannot be read.
+    /// Errors with [`LoadError::Proc`] for a process that cannot be read.
     pub fn resolve(pids: &[u32], children: bool) -> Result<Self> {
         let mut all = Vec::new();
         for &pid in pids {
@@ -158,8 +158,8 @@ impl ProcessSet {
     pub fn sample(&self) -> Result<ProcSample> {
         let mut sum = ProcSample::default();
         for &pid in &self.pids {
-            let s = sample_one(&pid.to_string())
-                .map_err(|message| BenchError::Proc { pid, message })?;
+            let s =
+                sample_one(&pid.to_string()).map_err(|message| LoadError::Proc { pid, message })?;
             sum.utime_ticks += s.utime_ticks;
             sum.stime_ticks += s.stime_ticks;
             sum.rss_bytes += s.rss_bytes;
@@ -209,9 +209,16 @@ pub fn kernel_release() -> Option<String> {
     Some(text.trim().to_owned())
 }
 
-/// The one-minute load average: how busy the host already was (a shared
-/// machine makes every figure noisier).
-pub use crate::host::load_average;
+/// The 1-minute load average from `/proc/loadavg` text.
+pub fn parse_load_average(loadavg: &str) -> Option<f64> {
+    loadavg.split_whitespace().next()?.parse().ok()
+}
+
+/// This host's 1-minute load average now: how busy the host already was (on a
+/// shared machine other work competes for the cores, so every result records it).
+pub fn load_average() -> Option<f64> {
+    parse_load_average(&std::fs::read_to_string("/proc/loadavg").ok()?)
+}
 
 #[cfg(test)]
 mod tests {
@@ -253,6 +260,11 @@ mod tests {
         assert!(open_files_limit().is_some_and(|n| n > 0));
         assert!(kernel_release().is_some_and(|k| !k.is_empty()));
         assert!(load_average().is_some_and(|l| l >= 0.0));
+        assert_eq!(
+            parse_load_average("6.32 6.74 3.93 6/178 29847\n"),
+            Some(6.32)
+        );
+        assert_eq!(parse_load_average(""), None);
     }
 
     #[test]

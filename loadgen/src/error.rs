@@ -6,7 +6,7 @@
 /// lengths) are not errors of this type: they are counted in the
 /// [`Report`](crate::Report), which then marks the run as failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub enum LoadError {
     /// A flag or a combination of flags makes no sense.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -50,4 +50,4 @@ pub enum BenchError {
 }
 
 /// Results of this crate.
-pub type Result<T> = std::result::Result<T, BenchError>;
+pub type Result<T> = std::result::Result<T, LoadError>;

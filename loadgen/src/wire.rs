@@ -22,7 +22,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::error::{BenchError, Result};
+use crate::error::{LoadError, Result};
 use crate::schedule::Pacer;
 use crate::stats::{Recorder, Samples, Timing};
 
@@ -45,19 +45,19 @@ pub(crate) async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> 
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(error)) => {
-            return Err(BenchError::Connect {
+            return Err(LoadError::Connect {
                 addr: addr.to_owned(),
                 error,
             });
         }
         Err(_) => {
-            return Err(BenchError::ConnectTimeout {
+            return Err(LoadError::ConnectTimeout {
                 addr: addr.to_owned(),
                 secs: timeout.as_secs_f64(),
             });
         }
     };
-    stream.set_nodelay(true).map_err(|error| BenchError::Io {
+    stream.set_nodelay(true).map_err(|error| LoadError::Io {
         what: format!("setting TCP_NODELAY on a connection to {addr}"),
         error,
     })?;
@@ -74,7 +74,7 @@ pub(crate) async fn connect_worker(
     let mut stream = connect(addr, timeout).await?;
     talon_cache_client::hello::authenticate(&mut stream, secret, Role::Reader, None, timeout)
         .await
-        .map_err(|e| BenchError::Io {
+        .map_err(|e| LoadError::Io {
             what: format!("authenticating to {addr}"),
             error: std::io::Error::other(e.to_string()),
         })?;
@@ -105,7 +105,7 @@ impl RequestTemplate {
         };
         let frame = Message::ReadRange(request.clone())
             .encode(0)
-            .map_err(|e| BenchError::Config(format!("cannot encode a ReadRange: {e}")))?;
+            .map_err(|e| LoadError::Config(format!("cannot encode a ReadRange: {e}")))?;
         let template = Self { frame, block_len };
         // Self-check: a patched frame must decode to the request it claims.
         let offset = block_len.saturating_sub(u64::from(len));
@@ -115,7 +115,7 @@ impl RequestTemplate {
         let ok = decode_one(&probe)
             .is_some_and(|(id, m)| id == 0x0102_0304 && m == Message::ReadRange(want.clone()));
         if !ok {
-            return Err(BenchError::Config(
+            return Err(LoadError::Config(
                 "the ReadRange payload layout is not the one talon-loadgen patches \
                  (block id, object size, offset u64, len u32 last)"
                     .into(),
@@ -163,8 +163,8 @@ impl SerialConn {
     async fn request(&mut self, message: &Message, id: u32, timeout: Duration) -> Result<Reply> {
         let frame = message
             .encode(id)
-            .map_err(|e| BenchError::Config(format!("cannot encode the request: {e}")))?;
-        let io = |what: &str, error| BenchError::Io {
+            .map_err(|e| LoadError::Config(format!("cannot encode the request: {e}")))?;
+        let io = |what: &str, error| LoadError::Io {
             what: format!("{what} {}", self.addr),
             error,
         };
@@ -177,10 +177,10 @@ impl SerialConn {
         loop {
             let n = tokio::time::timeout_at(deadline, self.stream.read(&mut self.buf))
                 .await
-                .map_err(|_| BenchError::Server(format!("{} did not answer in time", self.addr)))?
+                .map_err(|_| LoadError::Server(format!("{} did not answer in time", self.addr)))?
                 .map_err(|e| io("reading from", e))?;
             if n == 0 {
-                return Err(BenchError::Server(format!(
+                return Err(LoadError::Server(format!(
                     "{} closed the connection before answering",
                     self.addr
                 )));
@@ -189,13 +189,13 @@ impl SerialConn {
             while let Some(event) = self
                 .decoder
                 .decode(&mut input)
-                .map_err(|e| BenchError::Server(format!("undecodable reply: {e}")))?
+                .map_err(|e| LoadError::Server(format!("undecodable reply: {e}")))?
             {
                 let done = match event {
                     Event::Frame(f) => Some(Reply::Control(f.header.request_id(), f.message)),
                     Event::BulkStart(b) => {
                         if b.kind != BulkKind::ReadRangeReply {
-                            return Err(BenchError::Server(
+                            return Err(LoadError::Server(
                                 "the server sent an Ingest frame".into(),
                             ));
                         }
@@ -218,7 +218,7 @@ impl SerialConn {
                 };
                 if let Some(reply) = done {
                     if !input.is_empty() {
-                        return Err(BenchError::Server(
+                        return Err(LoadError::Server(
                             "the server sent more than one reply to one request".into(),
                         ));
                     }
@@ -267,26 +267,26 @@ pub(crate) async fn prepare(
     let (object_size, version) = match reply {
         Reply::Control(1, Message::StatReply(r)) => (r.size, r.version),
         Reply::Control(id, Message::Error(e)) => {
-            return Err(BenchError::Server(format!(
+            return Err(LoadError::Server(format!(
                 "stat {key} at {addr} (request {id}): the worker answered {}: {}",
                 e.code, e.message
             )));
         }
         Reply::Control(id, m) => {
-            return Err(BenchError::Server(format!(
+            return Err(LoadError::Server(format!(
                 "stat {key} at {addr}: expected a StatReply to request 1, got {:?} for request {id}",
                 m.message_type()
             )));
         }
         Reply::Bulk(id, _) => {
-            return Err(BenchError::Server(format!(
+            return Err(LoadError::Server(format!(
                 "stat {key} at {addr}: expected a StatReply, got a ReadRangeReply for request {id}"
             )));
         }
     };
     let available = object_size.div_ceil(block_size);
     if available < blocks {
-        return Err(BenchError::Config(format!(
+        return Err(LoadError::Config(format!(
             "{key} is {object_size} bytes: {available} block(s) of {block_size} bytes, \
              fewer than --blocks {blocks}"
         )));
@@ -294,10 +294,10 @@ pub(crate) async fn prepare(
     let mut templates = Vec::new();
     for i in 0..blocks {
         let block = BlockId::new(object.clone(), version.clone(), i * block_size, block_size)
-            .map_err(|e| BenchError::Config(format!("block {i}: {e}")))?;
+            .map_err(|e| LoadError::Config(format!("block {i}: {e}")))?;
         let t = RequestTemplate::new(block, object_size, range_size)?;
         if t.block_len < u64::from(range_size) {
-            return Err(BenchError::Config(format!(
+            return Err(LoadError::Config(format!(
                 "block {i} of {key} holds {} bytes, fewer than --range-size {range_size}",
                 t.block_len
             )));
@@ -316,7 +316,7 @@ pub(crate) async fn prepare(
                     i as u64 * block_size,
                     block_size,
                 )
-                .map_err(|e| BenchError::Config(format!("block {i}: {e}")))?;
+                .map_err(|e| LoadError::Config(format!("block {i}: {e}")))?;
                 let message = Message::ReadRange(ReadRangeRequest {
                     block,
                     object_size,
@@ -326,13 +326,13 @@ pub(crate) async fn prepare(
                 match conn.request(&message, id, Duration::from_secs(120)).await? {
                     Reply::Bulk(got_id, got) if got_id == id && got == u64::from(len) => {}
                     Reply::Control(_, Message::Error(e)) => {
-                        return Err(BenchError::Server(format!(
+                        return Err(LoadError::Server(format!(
                             "prefetching block {i} bytes {offset}+{len}: the worker answered {}: {}",
                             e.code, e.message
                         )));
                     }
                     _ => {
-                        return Err(BenchError::Server(format!(
+                        return Err(LoadError::Server(format!(
                             "prefetching block {i} bytes {offset}+{len}: a wrong reply \
                              (request id, type or length)"
                         )));

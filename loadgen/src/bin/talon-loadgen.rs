@@ -1,5 +1,5 @@
 //! `talon-loadgen`: an alias of `talon loadgen`, kept for scripts and benches that name
-//! the tool's own binary. The tool is in `talon_bench::loadgen_cli`.
+//! the tool's own binary. The tool is in `talon_loadgen::cli`.
 
 use std::process::ExitCode;
 
@@ -11,9 +11,9 @@ use clap::Parser;
 #[command(name = "talon-loadgen", version)]
 struct Cli {
     #[command(flatten)]
-    args: talon_bench::loadgen_cli::Args,
+    args: talon_loadgen::cli::Args,
 }
 
 fn main() -> ExitCode {
-    talon_bench::loadgen_cli::run(Cli::parse().args)
+    talon_loadgen::cli::run(Cli::parse().args)
 }

@@ -21,7 +21,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::error::{BenchError, Result};
+use crate::error::{LoadError, Result};
 use crate::schedule::Pacer;
 use crate::stats::{Recorder, Samples, Timing};
 
@@ -40,10 +40,10 @@ pub struct HttpTarget {
 }
 
 impl HttpTarget {
-    /// Parses `http://host[:port]/path`. Errors with [`BenchError::Config`]
+    /// Parses `http://host[:port]/path`. Errors with [`LoadError::Config`]
     /// for another scheme, a missing host or user information.
     pub fn parse(url: &str) -> Result<Self> {
-        let bad = |why: &str| BenchError::Config(format!("--http '{url}': {why}"));
+        let bad = |why: &str| LoadError::Config(format!("--http '{url}': {why}"));
         let uri: Uri = url.parse().map_err(|e| bad(&format!("not a URL ({e})")))?;
         match uri.scheme_str() {
             Some("http") => {}
@@ -81,7 +81,7 @@ impl HttpTarget {
             b = b.header(RANGE, format!("bytes={first}-{last}"));
         }
         b.body(Empty::new()).map_err(|e| {
-            BenchError::Config(format!("cannot build a request for {}: {e}", self.path))
+            LoadError::Config(format!("cannot build a request for {}: {e}", self.path))
         })
     }
 }
@@ -94,7 +94,7 @@ pub(crate) async fn handshake(
 ) -> Result<SendRequest<Empty<Bytes>>> {
     let (sender, conn) = http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| BenchError::Server(format!("HTTP handshake with {}: {e}", target.connect)))?;
+        .map_err(|e| LoadError::Server(format!("HTTP handshake with {}: {e}", target.connect)))?;
     tokio::spawn(async move {
         // Its failure surfaces as an error on the next request.
         let _ = conn.await;
@@ -126,10 +126,10 @@ pub(crate) async fn head_size(target: &HttpTarget, timeout: Duration) -> Result<
     let req = target.request(Method::HEAD, None)?;
     let resp = tokio::time::timeout(Duration::from_secs(30), sender.send_request(req))
         .await
-        .map_err(|_| BenchError::Server(format!("HEAD {}: no answer in 30 s", target.path)))?
-        .map_err(|e| BenchError::Server(format!("HEAD {}: {e}", target.path)))?;
+        .map_err(|_| LoadError::Server(format!("HEAD {}: no answer in 30 s", target.path)))?
+        .map_err(|e| LoadError::Server(format!("HEAD {}: {e}", target.path)))?;
     if resp.status() != StatusCode::OK {
-        return Err(BenchError::Server(format!(
+        return Err(LoadError::Server(format!(
             "HEAD {} answered {}",
             target.path,
             resp.status()
@@ -139,7 +139,7 @@ pub(crate) async fn head_size(target: &HttpTarget, timeout: Duration) -> Result<
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| BenchError::Server(format!("HEAD {} has no Content-Length", target.path)))
+        .ok_or_else(|| LoadError::Server(format!("HEAD {} has no Content-Length", target.path)))
 }
 
 /// Reads bytes `0..len` once (prefetch: the server's page cache).
@@ -151,22 +151,22 @@ pub(crate) async fn prefetch(target: &HttpTarget, len: u64, timeout: Duration) -
     let resp = sender
         .send_request(req)
         .await
-        .map_err(|e| BenchError::Server(format!("{what}: {e}")))?;
+        .map_err(|e| LoadError::Server(format!("{what}: {e}")))?;
     if resp.status() != StatusCode::PARTIAL_CONTENT {
         let status = resp.status();
         let body = quote_body(resp.into_body()).await;
-        return Err(BenchError::Server(format!("{what}: HTTP {status}: {body}")));
+        return Err(LoadError::Server(format!("{what}: HTTP {status}: {body}")));
     }
     let mut body = resp.into_body();
     let mut got = 0u64;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| BenchError::Server(format!("{what}: {e}")))?;
+        let frame = frame.map_err(|e| LoadError::Server(format!("{what}: {e}")))?;
         if let Some(d) = frame.data_ref() {
             got += d.len() as u64;
         }
     }
     if got != len {
-        return Err(BenchError::Server(format!("{what}: got {got} bytes")));
+        return Err(LoadError::Server(format!("{what}: got {got} bytes")));
     }
     Ok(())
 }

@@ -6,11 +6,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use talon_bench::{LoadConfig, Report, Target};
 use talon_core::cluster_auth::HelloSide;
 use talon_core::wire::{ErrorReply, StatReply};
 use talon_core::wire::{Event, FrameDecoder, encode_read_range_reply_header};
 use talon_core::{ErrorCode, Message, ObjectId, ObjectVersion};
+use talon_loadgen::{LoadConfig, Report, Target};
 use talon_origin_stub::generated::GeneratedObject;
 use talon_origin_stub::{RunningStub, StubConfig};
 use talon_protocols::origin::{OriginClient, OriginConfig, Origins};
@@ -86,7 +86,7 @@ fn wire(addr: SocketAddr, key: &str) -> LoadConfig {
 }
 
 async fn run(c: &LoadConfig) -> Report {
-    talon_bench::run(c)
+    talon_loadgen::run(c)
         .await
         .unwrap_or_else(|e| panic!("run could not start: {e}"))
 }
@@ -160,7 +160,7 @@ async fn constant_rate_and_several_blocks() {
     assert!(r.service_time_us.is_some() && r.client_send_lag_us.is_some());
     // More blocks than the object has is refused before any load.
     c.blocks = 4;
-    let err = talon_bench::run(&c)
+    let err = talon_loadgen::run(&c)
         .await
         .err()
         .map(|e| e.to_string())
@@ -174,7 +174,7 @@ async fn a_missing_object_is_refused_with_the_workers_words() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let worker = worker(&stub, dir.path()).await;
     let c = wire(worker.addr, "s3/bench/nope.bin");
-    let err = talon_bench::run(&c)
+    let err = talon_loadgen::run(&c)
         .await
         .err()
         .map(|e| e.to_string())
@@ -186,7 +186,7 @@ async fn a_missing_object_is_refused_with_the_workers_words() {
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = closed.local_addr().unwrap_or_else(|e| panic!("{e}"));
     drop(closed);
-    let err = talon_bench::run(&wire(addr, "s3/bench/block.bin"))
+    let err = talon_loadgen::run(&wire(addr, "s3/bench/block.bin"))
         .await
         .err()
         .map(|e| e.to_string())
@@ -222,7 +222,7 @@ async fn http_range_reads_against_the_origin_stub() {
         url: format!("{}/bench/nope.bin", stub.s3_url().unwrap_or_default()),
     });
     c.duration = Duration::from_millis(200);
-    let err = talon_bench::run(&c)
+    let err = talon_loadgen::run(&c)
         .await
         .err()
         .map(|e| e.to_string())

@@ -40,6 +40,7 @@
 //! soak is `--soak --faults kill --every-ms <half the run>`: one worker restarted in the
 //! middle).
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -342,74 +343,9 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         args.json,
         args.keep_dir,
     )?;
-    let dir = setup.tmp.path().to_owned();
-    let mut sizes = vec![4 << 10, 300 << 10, (5 << 20) + 123];
-    if args.max_size > sizes[2] {
-        sizes.push(args.max_size);
-    }
-    let objects: Vec<GeneratedObject> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, size)| GeneratedObject::new("chaos", format!("o{i}.bin"), *size, 40 + i as u64))
-        .collect();
     eprintln!("[chaos] {}", setup.host.describe());
-    let stub = Stub::start(&setup.binaries, &dir, &objects).await?;
-    let mut coordinator = Coordinator::start(
-        &setup.binaries,
-        &dir,
-        "coordinator",
-        Geometry {
-            block_size: BLOCK_SIZE,
-            page_size: 64 << 10,
-        },
-    )
-    .await?;
-    let coordinator_url = coordinator.url.clone();
-    let ids: Vec<String> = (0..args.workers.max(2)).map(|i| format!("w{i}")).collect();
-    let mut workers = Vec::new();
-    for id in &ids {
-        workers.push(Some(
-            start_worker(&setup, &dir, &stub, &mut coordinator, id, &coordinator_url).await?,
-        ));
-    }
-    let gateway = |name, front| GatewaySpec {
-        origin_request_limit: None,
-        name,
-        front,
-        route: Route::Cache,
-        coordinator: Some(&coordinator_url),
-        block_size: BLOCK_SIZE,
-        local_reads: false,
-        max_staleness_ms: Some(args.max_staleness_ms),
-        hedge_budget: Some(args.hedge_budget),
-        host: None,
-    };
-    let s3 = Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Protocol::S3)).await?;
-    let azure = Gateway::start(
-        &setup.binaries,
-        &dir,
-        &stub,
-        gateway("gw-azure", Protocol::Azure),
-    )
-    .await?;
-    let processes: Processes = Arc::new(Mutex::new(Default::default()));
-    {
-        let mut p = processes.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        p.insert("origin-stub".into(), (stub.process.pid(), now));
-        p.insert("coordinator".into(), (coordinator.process.pid(), now));
-        p.insert("gw-s3".into(), (s3.process.pid(), now));
-        p.insert("gw-azure".into(), (azure.process.pid(), now));
-        for (id, w) in ids.iter().zip(&workers) {
-            if let Some(w) = w {
-                p.insert(id.clone(), (w.process.pid(), now));
-            }
-        }
-    }
-    let watched = Arc::new(Mutex::new(
-        std::collections::BTreeMap::<String, Watched>::new(),
-    ));
-    let warmup = Duration::from_secs(args.warmup_s);
+    let objects = chaos_objects(args.max_size);
+    let mut cluster = Cluster::start(&setup, &args, &objects).await?;
 
     // The object overwritten at the origin: two contents of one size, two blocks.
     let flip = (args.overwrite_ms > 0).then(|| {
@@ -419,8 +355,96 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
             GeneratedObject::new("chaos", "flip.bin", size, 91),
         ]
     });
-    let origin =
-        talon_protocols::origin::OriginClient::new(talon_protocols::origin::OriginConfig::S3 {
+    let origin = origin_client(&cluster.stub)?;
+    if let Some([first, _]) = &flip {
+        origin
+            .put(&first.bucket, &first.key, generated_bytes(first), None)
+            .await
+            .context("writing flip.bin")?;
+    }
+    let readable = Arc::new(cluster.readable(&objects, flip.as_ref())?);
+
+    let clock = Clock::start(Duration::from_secs(args.seconds));
+    let readers = Readers::spawn(&args, readable, clock);
+    let overwriter = flip.map(|contents| {
+        Overwriter::spawn(
+            contents,
+            origin,
+            Duration::from_millis(args.overwrite_ms),
+            clock,
+        )
+    });
+    let watched = Arc::new(Mutex::new(BTreeMap::<String, Watched>::new()));
+    let sampler = spawn_sampler(&args, &cluster.processes, &watched, clock);
+    let windows = inject_faults(&args, &setup, &mut cluster, clock).await?;
+
+    let (samples, first_wrong) = readers.join().await?;
+    let overwrites = match overwriter {
+        Some(o) => o.join().await?,
+        None => Vec::new(),
+    };
+    sampler.await.context("the sampler panicked")?;
+    measure(
+        &cluster.processes,
+        &watched,
+        Duration::from_secs(args.warmup_s),
+    );
+    let watched = watched.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for w in cluster.workers.iter_mut().flatten() {
+        w.process.ensure_running("at the end of the run")?;
+    }
+    let asked = cluster.what_was_asked().await?;
+
+    let judged = judge(
+        &samples,
+        &windows,
+        &overwrites,
+        Duration::from_millis(args.max_staleness_ms),
+    );
+    let report = ChaosReport {
+        all: tally(judged.iter().map(|j| (j.sample, j.verdict))),
+        during: tally(
+            judged
+                .iter()
+                .filter(|j| j.during_a_fault)
+                .map(|j| (j.sample, j.verdict)),
+        ),
+        outside: tally(
+            judged
+                .iter()
+                .filter(|j| !j.during_a_fault)
+                .map(|j| (j.sample, j.verdict)),
+        ),
+        windows,
+        overwrites: overwrites.len(),
+        asked,
+        watched,
+        first_wrong,
+    };
+    report.print(&args);
+    report.emit(&args, &mut setup)?;
+    Ok(report.passed(&args))
+}
+
+/// The objects every reader picks from: 4 KiB, 300 KiB, a little over 5 MiB and, when
+/// larger, `max_size`.
+fn chaos_objects(max_size: u64) -> Vec<GeneratedObject> {
+    let mut sizes = vec![4 << 10, 300 << 10, (5 << 20) + 123];
+    if max_size > sizes[2] {
+        sizes.push(max_size);
+    }
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, size)| GeneratedObject::new("chaos", format!("o{i}.bin"), *size, 40 + i as u64))
+        .collect()
+}
+
+/// A client of the stub's S3 front with the origin's credentials (the overwriter writes
+/// through it, not through the gateways).
+fn origin_client(stub: &Stub) -> anyhow::Result<talon_protocols::origin::OriginClient> {
+    Ok(talon_protocols::origin::OriginClient::new(
+        talon_protocols::origin::OriginConfig::S3 {
             endpoint: stub.s3_url.clone(),
             region: "us-east-1".into(),
             credentials: Some(talon_protocols::s3::sigv4::S3Credentials {
@@ -429,15 +453,130 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                 session_token: None,
             }),
             virtual_hosted: false,
-        })?;
-    if let Some([first, _]) = &flip {
-        origin
-            .put(&first.bucket, &first.key, generated_bytes(first), None)
-            .await
-            .context("writing flip.bin")?;
+        },
+    )?)
+}
+
+/// The run's clock: when the readers started and when they stop.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    started: Instant,
+    until: Instant,
+}
+
+impl Clock {
+    fn start(length: Duration) -> Self {
+        let started = Instant::now();
+        Self {
+            started,
+            until: started + length,
+        }
     }
-    let target =
-        |o: &GeneratedObject, second: Option<&GeneratedObject>| -> anyhow::Result<Readable> {
+
+    fn running(&self) -> bool {
+        Instant::now() < self.until
+    }
+}
+
+/// The deployment under test, all real processes on loopback.
+struct Cluster {
+    dir: std::path::PathBuf,
+    stub: Stub,
+    coordinator: Coordinator,
+    coordinator_url: String,
+    /// The workers' ids, by slot.
+    ids: Vec<String>,
+    /// The workers by slot; a slot is empty while its worker is down.
+    workers: Vec<Option<Worker>>,
+    s3: Gateway,
+    azure: Gateway,
+    /// Every process by name, for the footprint sampler (a restart replaces its pid).
+    processes: Processes,
+}
+
+impl Cluster {
+    /// The origin stub serving `objects`, a coordinator, `--workers` workers (at least
+    /// two) and one gateway per front on route `cache`.
+    async fn start(
+        setup: &BenchSetup,
+        args: &Args,
+        objects: &[GeneratedObject],
+    ) -> anyhow::Result<Self> {
+        let dir = setup.tmp.path().to_owned();
+        let stub = Stub::start(&setup.binaries, &dir, objects).await?;
+        let mut coordinator = Coordinator::start(
+            &setup.binaries,
+            &dir,
+            "coordinator",
+            Geometry {
+                block_size: BLOCK_SIZE,
+                page_size: 64 << 10,
+            },
+        )
+        .await?;
+        let coordinator_url = coordinator.url.clone();
+        let ids: Vec<String> = (0..args.workers.max(2)).map(|i| format!("w{i}")).collect();
+        let mut workers = Vec::new();
+        for id in &ids {
+            workers.push(Some(
+                start_worker(setup, &dir, &stub, &mut coordinator, id, &coordinator_url).await?,
+            ));
+        }
+        let gateway = |name, front| GatewaySpec {
+            origin_request_limit: None,
+            name,
+            front,
+            route: Route::Cache,
+            coordinator: Some(&coordinator_url),
+            block_size: BLOCK_SIZE,
+            local_reads: false,
+            max_staleness_ms: Some(args.max_staleness_ms),
+            hedge_budget: Some(args.hedge_budget),
+            host: None,
+        };
+        let s3 =
+            Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Protocol::S3)).await?;
+        let azure = Gateway::start(
+            &setup.binaries,
+            &dir,
+            &stub,
+            gateway("gw-azure", Protocol::Azure),
+        )
+        .await?;
+        let mut named = BTreeMap::new();
+        let now = Instant::now();
+        named.insert("origin-stub".into(), (stub.process.pid(), now));
+        named.insert("coordinator".into(), (coordinator.process.pid(), now));
+        named.insert("gw-s3".into(), (s3.process.pid(), now));
+        named.insert("gw-azure".into(), (azure.process.pid(), now));
+        for (id, w) in ids.iter().zip(&workers) {
+            if let Some(w) = w {
+                named.insert(id.clone(), (w.process.pid(), now));
+            }
+        }
+        Ok(Self {
+            dir,
+            stub,
+            coordinator,
+            coordinator_url,
+            ids,
+            workers,
+            s3,
+            azure,
+            processes: Arc::new(Mutex::new(named)),
+        })
+    }
+
+    /// Each object as the readers ask for it through either front; `flip`'s first
+    /// content with its second as the other right answer.
+    fn readable(
+        &self,
+        objects: &[GeneratedObject],
+        flip: Option<&[GeneratedObject; 2]>,
+    ) -> anyhow::Result<Vec<Readable>> {
+        let target = |o: &GeneratedObject,
+                      second: Option<&GeneratedObject>|
+         -> anyhow::Result<Readable> {
             Ok(Readable {
                 ranged: ExpectedRanges::new(o.clone(), RANGE_SIZE),
                 whole: ExpectedRanges::whole_object(o.clone()),
@@ -447,135 +586,271 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                         ExpectedRanges::whole_object(b.clone()),
                     )
                 }),
-                s3: ObjectTarget::s3(&s3.url, &o.bucket, &o.key, client_auth(Protocol::S3)?)?,
+                s3: ObjectTarget::s3(&self.s3.url, &o.bucket, &o.key, client_auth(Protocol::S3)?)?,
                 azure: ObjectTarget::azure(
-                    &azure.url,
+                    &self.azure.url,
                     &o.bucket,
                     &o.key,
                     client_auth(Protocol::Azure)?,
                 )?,
             })
         };
-    let mut all_readable: Vec<Readable> = objects
-        .iter()
-        .map(|o| target(o, None))
-        .collect::<anyhow::Result<_>>()?;
-    if let Some([a, b]) = &flip {
-        all_readable.push(target(a, Some(b))?);
+        let mut all: Vec<Readable> = objects
+            .iter()
+            .map(|o| target(o, None))
+            .collect::<anyhow::Result<_>>()?;
+        if let Some([a, b]) = flip {
+            all.push(target(a, Some(b))?);
+        }
+        Ok(all)
     }
-    let readable = Arc::new(all_readable);
 
-    let started = Instant::now();
-    let until = started + Duration::from_secs(args.seconds);
-    let stuck = Duration::from_secs(args.stuck_s);
-    let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
-    let first_wrong = Arc::new(Mutex::new(None::<String>));
-    // Aborted when dropped: a run that ends in an error stops its readers with it.
-    let mut readers = tokio::task::JoinSet::new();
-    for r in 0..args.readers.max(1) {
-        let (readable, samples, first_wrong) =
-            (readable.clone(), samples.clone(), first_wrong.clone());
-        readers.spawn(async move {
-            let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (r as u64 + 1));
-            let mut conns: [Option<Connection>; 2] = [None, None];
-            while Instant::now() < until {
-                let object = &readable[dice.below(readable.len())];
-                let azure = dice.below(2) == 1;
-                let target = if azure { &object.azure } else { &object.s3 };
-                let whole = dice.below(3) == 0;
-                let (mut expected, range) = if whole {
-                    (vec![object.whole.expect_range(0)], None)
-                } else {
-                    let k = dice.below(object.ranged.len());
-                    (
-                        vec![object.ranged.expect_range(k)],
-                        Some(object.ranged.range(k)),
-                    )
-                };
-                if let Some((ranged, whole_b)) = &object.other {
-                    expected.push(match &range {
-                        None => whole_b.expect_range(0),
-                        Some(r) => ranged.expect_range((r.start / RANGE_SIZE) as usize),
-                    });
-                }
-                let at = Instant::now();
-                let slot = &mut conns[usize::from(azure)];
-                let ending = match one_request(slot, target, range, stuck).await {
-                    Err(Outcome::Stuck) => Ending::Stuck,
-                    Err(Outcome::Failed(why)) => {
-                        eprintln!("[chaos] a request failed: {why}");
-                        if why.starts_with("the body broke off") {
-                            Ending::Cut
-                        } else {
-                            Ending::NoAnswer
-                        }
-                    }
-                    Ok(got) => {
-                        let received = Received {
-                            status: got.status,
-                            headers: &got.headers,
-                            body: &got.body,
-                            sha256: got.sha256,
-                        };
-                        // Right when it is wholly one of the contents the object had.
-                        let checks: Vec<Result<(), String>> = expected
-                            .iter()
-                            .map(|e| check_response(e, &received))
-                            .collect();
-                        match checks.iter().find_map(|c| c.as_ref().err()) {
-                            _ if checks.iter().any(Result::is_ok) => Ending::Right,
-                            Some(why) if got.status.is_success() => {
-                                first_wrong
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .get_or_insert(why.clone());
-                                Ending::Wrong
-                            }
-                            _ => {
-                                let code = error_code(&got);
-                                let origin_failure = is_origin_failure_answer(&got, &code);
-                                eprintln!(
-                                    "[chaos] an error answer{}: {} {code} to a GET of {}",
-                                    if origin_failure {
-                                        " (an origin failure's)"
-                                    } else {
-                                        ""
-                                    },
-                                    got.status.as_u16(),
-                                    target.url(),
-                                );
-                                Ending::ErrorAnswer { origin_failure }
-                            }
-                        }
-                    }
-                };
-                if ending != Ending::Right {
-                    *slot = None;
-                }
-                samples
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(Sample {
-                        started: at - started,
-                        took: at.elapsed(),
-                        ending,
-                        flip: object.other.is_some(),
-                    });
+    /// Kills the worker in `slot` and starts it again on its cache folder `down` later.
+    async fn restart_worker(
+        &mut self,
+        setup: &BenchSetup,
+        slot: usize,
+        down: Duration,
+    ) -> anyhow::Result<()> {
+        if let Some(w) = self.workers[slot].take() {
+            signal(w.process.pid(), "KILL")?;
+            drop(w);
+        }
+        tokio::time::sleep(down).await;
+        let id = self.ids[slot].clone();
+        let w = start_worker(
+            setup,
+            &self.dir,
+            &self.stub,
+            &mut self.coordinator,
+            &id,
+            &self.coordinator_url,
+        )
+        .await?;
+        self.processes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, (w.process.pid(), Instant::now()));
+        self.workers[slot] = Some(w);
+        Ok(())
+    }
+
+    /// What the gateways' cache clients did through the run, and what the origin was
+    /// asked (their `/metrics`).
+    async fn what_was_asked(&self) -> anyhow::Result<Asked> {
+        let mut fail_open = BTreeMap::<String, u64>::new();
+        for gateway in [&self.s3, &self.azure] {
+            for (event, n) in
+                samples_of(&gateway.admin_url, "talon_gateway_fail_open{event=\"").await?
+            {
+                *fail_open.entry(event).or_default() += n;
             }
+        }
+        let origin_requests = samples_of(&self.stub.admin_url, "talon_origin_requests_total{")
+            .await?
+            .values()
+            .sum();
+        Ok(Asked {
+            fail_open,
+            origin_requests,
+        })
+    }
+}
+
+/// The gateways' fail-open events and the origin's request count, at the end.
+#[derive(Debug, serde::Serialize)]
+struct Asked {
+    fail_open: BTreeMap<String, u64>,
+    origin_requests: u64,
+}
+
+/// A fault injected, and when (from the start of the run).
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    fault: Fault,
+    from: Duration,
+    to: Duration,
+}
+
+/// The readers: `--readers` tasks reading random objects through random fronts until
+/// the clock runs out, every answer checked. Aborted when dropped (a run that ends in
+/// an error stops its readers with it).
+struct Readers {
+    tasks: tokio::task::JoinSet<()>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    first_wrong: Arc<Mutex<Option<String>>>,
+}
+
+impl Readers {
+    fn spawn(args: &Args, readable: Arc<Vec<Readable>>, clock: Clock) -> Self {
+        let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+        let first_wrong = Arc::new(Mutex::new(None::<String>));
+        let stuck = Duration::from_secs(args.stuck_s);
+        let mut tasks = tokio::task::JoinSet::new();
+        for r in 0..args.readers.max(1) {
+            let (readable, samples, first_wrong) =
+                (readable.clone(), samples.clone(), first_wrong.clone());
+            tasks.spawn(async move {
+                let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (r as u64 + 1));
+                let mut conns: [Option<Connection>; 2] = [None, None];
+                while clock.running() {
+                    let sample =
+                        read_one(&readable, &mut dice, &mut conns, stuck, &first_wrong, clock)
+                            .await;
+                    samples
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(sample);
+                }
+            });
+        }
+        Self {
+            tasks,
+            samples,
+            first_wrong,
+        }
+    }
+
+    /// Waits for every reader; the samples, and the first wrong answer's description.
+    async fn join(mut self) -> anyhow::Result<(Vec<Sample>, Option<String>)> {
+        while let Some(r) = self.tasks.join_next().await {
+            r.context("a reader panicked")?;
+        }
+        let samples = self
+            .samples
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let first_wrong = self
+            .first_wrong
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok((samples, first_wrong))
+    }
+}
+
+/// One request of a reader: a random object, front, and whole or one aligned range;
+/// the answer checked against every content the object may have.
+async fn read_one(
+    readable: &[Readable],
+    dice: &mut Dice,
+    conns: &mut [Option<Connection>; 2],
+    stuck: Duration,
+    first_wrong: &Mutex<Option<String>>,
+    clock: Clock,
+) -> Sample {
+    let object = &readable[dice.below(readable.len())];
+    let azure = dice.below(2) == 1;
+    let target = if azure { &object.azure } else { &object.s3 };
+    let whole = dice.below(3) == 0;
+    let (mut expected, range) = if whole {
+        (vec![object.whole.expect_range(0)], None)
+    } else {
+        let k = dice.below(object.ranged.len());
+        (
+            vec![object.ranged.expect_range(k)],
+            Some(object.ranged.range(k)),
+        )
+    };
+    if let Some((ranged, whole_b)) = &object.other {
+        expected.push(match &range {
+            None => whole_b.expect_range(0),
+            Some(r) => ranged.expect_range((r.start / RANGE_SIZE) as usize),
         });
     }
+    let at = Instant::now();
+    let slot = &mut conns[usize::from(azure)];
+    let ending = match one_request(slot, target, range, stuck).await {
+        Err(Outcome::Stuck) => Ending::Stuck,
+        Err(Outcome::Failed(why)) => {
+            eprintln!("[chaos] a request failed: {why}");
+            if why.starts_with("the body broke off") {
+                Ending::Cut
+            } else {
+                Ending::NoAnswer
+            }
+        }
+        Ok(got) => check_answer(&got, &expected, target, first_wrong),
+    };
+    if ending != Ending::Right {
+        *slot = None;
+    }
+    Sample {
+        started: at - clock.started,
+        took: at.elapsed(),
+        ending,
+        flip: object.other.is_some(),
+    }
+}
 
-    // Overwrites of flip.bin at the origin, alternating its two contents; one that
-    // fails (in an `origin` window) is simply tried again at the next turn.
-    let overwrites = Arc::new(Mutex::new(Vec::<Duration>::new()));
-    let mut overwriter = tokio::task::JoinSet::new();
-    if let Some(contents) = flip.clone() {
-        let (origin, overwrites) = (origin.clone(), overwrites.clone());
-        let every = Duration::from_millis(args.overwrite_ms);
+/// How an answer ends: right when it is wholly one of the contents the object had;
+/// a 2xx that is not is wrong (the first one's reason kept); else an error answer.
+fn check_answer(
+    got: &talon_bench::http_load::Fetched,
+    expected: &[talon_bench::verify::Expectation],
+    target: &ObjectTarget,
+    first_wrong: &Mutex<Option<String>>,
+) -> Ending {
+    let received = Received {
+        status: got.status,
+        headers: &got.headers,
+        body: &got.body,
+        sha256: got.sha256,
+    };
+    let checks: Vec<Result<(), String>> = expected
+        .iter()
+        .map(|e| check_response(e, &received))
+        .collect();
+    match checks.iter().find_map(|c| c.as_ref().err()) {
+        _ if checks.iter().any(Result::is_ok) => Ending::Right,
+        Some(why) if got.status.is_success() => {
+            first_wrong
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(why.clone());
+            Ending::Wrong
+        }
+        _ => {
+            let code = error_code(got);
+            let origin_failure = is_origin_failure_answer(got, &code);
+            eprintln!(
+                "[chaos] an error answer{}: {} {code} to a GET of {}",
+                if origin_failure {
+                    " (an origin failure's)"
+                } else {
+                    ""
+                },
+                got.status.as_u16(),
+                target.url(),
+            );
+            Ending::ErrorAnswer { origin_failure }
+        }
+    }
+}
+
+/// Overwrites of flip.bin at the origin, alternating its two contents; one that fails
+/// (in an `origin` window) is simply tried again at the next turn.
+struct Overwriter {
+    task: tokio::task::JoinSet<()>,
+    /// When each overwrite landed, from the start of the run.
+    done: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl Overwriter {
+    fn spawn(
+        contents: [GeneratedObject; 2],
+        origin: talon_protocols::origin::OriginClient,
+        every: Duration,
+        clock: Clock,
+    ) -> Self {
+        let done = Arc::new(Mutex::new(Vec::<Duration>::new()));
         let bodies = contents.each_ref().map(generated_bytes);
-        overwriter.spawn(async move {
+        let mut task = tokio::task::JoinSet::new();
+        let landed = done.clone();
+        task.spawn(async move {
             let mut next = 1;
-            while Instant::now() + every < until {
+            while Instant::now() + every < clock.until {
                 tokio::time::sleep(every).await;
                 let o = &contents[next];
                 if origin
@@ -583,31 +858,52 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                     .await
                     .is_ok()
                 {
-                    overwrites
+                    landed
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .push(started.elapsed());
+                        .push(clock.started.elapsed());
                     next = 1 - next;
                 }
             }
         });
+        Self { task, done }
     }
 
-    // Every process measured every --sample-ms.
-    let mut sampler = tokio::task::JoinSet::new();
-    {
-        let (processes, watched) = (processes.clone(), watched.clone());
-        let every = Duration::from_millis(args.sample_ms.max(100));
-        sampler.spawn(async move {
-            while Instant::now() < until {
-                measure(&processes, &watched, warmup);
-                tokio::time::sleep(every).await;
-            }
-        });
+    async fn join(mut self) -> anyhow::Result<Vec<Duration>> {
+        while let Some(r) = self.task.join_next().await {
+            r.context("the overwriter panicked")?;
+        }
+        Ok(self.done.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
+}
 
-    // The faults, one at a time, on a random worker or on the origin.
-    let mut windows: Vec<(Fault, Duration, Duration)> = Vec::new();
+/// Every process measured every `--sample-ms` (at least 100) until the clock runs out.
+fn spawn_sampler(
+    args: &Args,
+    processes: &Processes,
+    watched: &Arc<Mutex<BTreeMap<String, Watched>>>,
+    clock: Clock,
+) -> tokio::task::JoinHandle<()> {
+    let (processes, watched) = (processes.clone(), watched.clone());
+    let every = Duration::from_millis(args.sample_ms.max(100));
+    let warmup = Duration::from_secs(args.warmup_s);
+    tokio::spawn(async move {
+        while clock.running() {
+            measure(&processes, &watched, warmup);
+            tokio::time::sleep(every).await;
+        }
+    })
+}
+
+/// The faults, one at a time with `--every-ms` between them, on a random worker or on
+/// the origin, while a whole one still fits before the clock runs out.
+async fn inject_faults(
+    args: &Args,
+    setup: &BenchSetup,
+    cluster: &mut Cluster,
+    clock: Clock,
+) -> anyhow::Result<Vec<Window>> {
+    let mut windows = Vec::new();
     let mut dice = Dice(0x5851_f42d_4c95_7f2d);
     let mut turn = 0usize;
     loop {
@@ -615,63 +911,16 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
         let Some(&fault) = args.faults.get(turn % args.faults.len().max(1)) else {
             break;
         };
-        if Instant::now() + fault_length(&args, fault) > until {
+        if Instant::now() + fault_length(args, fault) > clock.until {
             break;
         }
         turn += 1;
-        let victim = dice.below(workers.len());
-        let id = ids[victim].clone();
-        let from = started.elapsed();
-        match fault {
-            Fault::Kill => {
-                if let Some(w) = workers[victim].take() {
-                    signal(w.process.pid(), "KILL")?;
-                    drop(w);
-                }
-                tokio::time::sleep(Duration::from_millis(args.down_ms)).await;
-                let w = start_worker(&setup, &dir, &stub, &mut coordinator, &id, &coordinator_url)
-                    .await?;
-                processes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id.clone(), (w.process.pid(), Instant::now()));
-                workers[victim] = Some(w);
-            }
-            Fault::Hang => {
-                let pid = workers[victim]
-                    .as_ref()
-                    .map(|w| w.process.pid())
-                    .context("a worker slot is empty")?;
-                signal(pid, "STOP")?;
-                tokio::time::sleep(Duration::from_millis(args.hang_ms)).await;
-                signal(pid, "CONT")?;
-            }
-            Fault::Origin | Fault::OriginSlow => {
-                let faults = if fault == Fault::Origin {
-                    FaultConfig {
-                        error_rate: args.origin_error_rate,
-                        error_kinds: vec![
-                            FaultKind::Internal,
-                            FaultKind::Slowdown,
-                            FaultKind::Reset,
-                            FaultKind::Truncate,
-                        ],
-                        ..FaultConfig::default()
-                    }
-                } else {
-                    FaultConfig {
-                        latency_ms: args.origin_latency_ms,
-                        ..FaultConfig::default()
-                    }
-                };
-                stub.set_faults(&faults).await?;
-                tokio::time::sleep(Duration::from_millis(args.origin_fault_ms)).await;
-                stub.set_faults(&FaultConfig::default()).await?;
-            }
-        }
-        let to = started.elapsed();
+        let victim = dice.below(cluster.workers.len());
+        let from = clock.started.elapsed();
+        inject(args, setup, cluster, fault, victim).await?;
+        let to = clock.started.elapsed();
         let on = match fault {
-            Fault::Kill | Fault::Hang => id.as_str(),
+            Fault::Kill | Fault::Hang => cluster.ids[victim].as_str(),
             Fault::Origin | Fault::OriginSlow => "the origin",
         };
         eprintln!(
@@ -679,53 +928,82 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
             from.as_secs_f64(),
             to.as_secs_f64()
         );
-        windows.push((fault, from, to));
+        windows.push(Window { fault, from, to });
     }
-    while let Some(r) = readers.join_next().await {
-        r.context("a reader panicked")?;
-    }
-    while let Some(r) = overwriter.join_next().await {
-        r.context("the overwriter panicked")?;
-    }
-    while let Some(r) = sampler.join_next().await {
-        r.context("the sampler panicked")?;
-    }
-    measure(&processes, &watched, warmup);
-    let watched = watched.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    for w in workers.iter_mut().flatten() {
-        w.process.ensure_running("at the end of the run")?;
-    }
+    Ok(windows)
+}
 
-    // What the gateways' cache clients did to get there, and what the origin was asked.
-    let mut fail_open = std::collections::BTreeMap::<String, u64>::new();
-    for gateway in [&s3, &azure] {
-        for (event, n) in samples_of(&gateway.admin_url, "talon_gateway_fail_open{event=\"").await?
-        {
-            *fail_open.entry(event).or_default() += n;
+/// One fault, from its start to its end (a worker killed is back, a hung one resumed,
+/// the origin healthy again).
+async fn inject(
+    args: &Args,
+    setup: &BenchSetup,
+    cluster: &mut Cluster,
+    fault: Fault,
+    victim: usize,
+) -> anyhow::Result<()> {
+    match fault {
+        Fault::Kill => {
+            cluster
+                .restart_worker(setup, victim, Duration::from_millis(args.down_ms))
+                .await?;
+        }
+        Fault::Hang => {
+            let pid = cluster.workers[victim]
+                .as_ref()
+                .map(|w| w.process.pid())
+                .context("a worker slot is empty")?;
+            signal(pid, "STOP")?;
+            tokio::time::sleep(Duration::from_millis(args.hang_ms)).await;
+            signal(pid, "CONT")?;
+        }
+        Fault::Origin | Fault::OriginSlow => {
+            let faults = if fault == Fault::Origin {
+                FaultConfig {
+                    error_rate: args.origin_error_rate,
+                    error_kinds: vec![
+                        FaultKind::Internal,
+                        FaultKind::Slowdown,
+                        FaultKind::Reset,
+                        FaultKind::Truncate,
+                    ],
+                    ..FaultConfig::default()
+                }
+            } else {
+                FaultConfig {
+                    latency_ms: args.origin_latency_ms,
+                    ..FaultConfig::default()
+                }
+            };
+            cluster.stub.set_faults(&faults).await?;
+            tokio::time::sleep(Duration::from_millis(args.origin_fault_ms)).await;
+            cluster.stub.set_faults(&FaultConfig::default()).await?;
         }
     }
-    let origin_requests: u64 = samples_of(&stub.admin_url, "talon_origin_requests_total{")
-        .await?
-        .values()
-        .sum();
+    Ok(())
+}
 
-    let samples = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
+/// Each request's verdict once the fault windows and overwrites are known: an error
+/// is the origin's only inside an `origin` window, a cut body of flip.bin an overwrite
+/// abort only when an overwrite (or one within the declared `staleness` before it)
+/// overlapped it.
+fn judge<'a>(
+    samples: &'a [Sample],
+    windows: &[Window],
+    overwrites: &[Duration],
+    staleness: Duration,
+) -> Vec<Judged<'a>> {
     let overlaps = |s: &Sample, kinds: &[Fault]| {
-        windows.iter().any(|(fault, from, to)| {
-            kinds.contains(fault) && s.started < *to && s.started + s.took > *from
-        })
+        windows
+            .iter()
+            .any(|w| kinds.contains(&w.fault) && s.started < w.to && s.started + s.took > w.from)
     };
-    let all_faults = [Fault::Kill, Fault::Hang, Fault::Origin, Fault::OriginSlow];
-    let overwrites = overwrites.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    // The object was overwritten while the request ran, or so shortly before that the
-    // gateway could still name the version replaced (declared staleness).
-    let staleness = Duration::from_millis(args.max_staleness_ms);
     let overwritten_during = |s: &Sample| {
         overwrites
             .iter()
             .any(|at| *at + staleness > s.started && *at < s.started + s.took)
     };
-    let judged: Vec<(&Sample, Verdict)> = samples
+    samples
         .iter()
         .map(|s| {
             let verdict = match s.ending {
@@ -743,150 +1021,189 @@ async fn chaos(args: Args) -> anyhow::Result<bool> {
                 Ending::Cut if s.flip && overwritten_during(s) => Verdict::OverwriteAbort,
                 Ending::ErrorAnswer { .. } | Ending::Cut | Ending::NoAnswer => Verdict::Failed,
             };
-            (s, verdict)
+            Judged {
+                sample: s,
+                verdict,
+                during_a_fault: overlaps(s, &ALL_FAULTS),
+            }
         })
-        .collect();
-    let all = tally(judged.iter().copied());
-    let during = tally(
-        judged
+        .collect()
+}
+
+/// One request's verdict, and whether it overlapped any fault's window.
+#[derive(Debug, Clone, Copy)]
+struct Judged<'a> {
+    sample: &'a Sample,
+    verdict: Verdict,
+    during_a_fault: bool,
+}
+
+/// Every kind of fault.
+const ALL_FAULTS: [Fault; 4] = [Fault::Kill, Fault::Hang, Fault::Origin, Fault::OriginSlow];
+
+/// What a run found: the tallies overall, overlapping a fault and outside, and what
+/// surrounds them.
+struct ChaosReport {
+    all: Tally,
+    during: Tally,
+    outside: Tally,
+    windows: Vec<Window>,
+    overwrites: usize,
+    asked: Asked,
+    watched: BTreeMap<String, Watched>,
+    first_wrong: Option<String>,
+}
+
+impl ChaosReport {
+    fn count(&self, kind: Fault) -> usize {
+        self.windows.iter().filter(|w| w.fault == kind).count()
+    }
+
+    /// The processes whose memory or descriptors grew beyond what a soak allows.
+    fn grown(&self) -> Vec<&String> {
+        self.watched
             .iter()
-            .copied()
-            .filter(|(s, _)| overlaps(s, &all_faults)),
-    );
-    let outside = tally(
-        judged
-            .iter()
-            .copied()
-            .filter(|(s, _)| !overlaps(s, &all_faults)),
-    );
-    let count = |kind: Fault| windows.iter().filter(|w| w.0 == kind).count();
-    let (kills, hangs) = (count(Fault::Kill), count(Fault::Hang));
-    let (origin_faults, origin_slow) = (count(Fault::Origin), count(Fault::OriginSlow));
-    let overwrites = overwrites.len();
-    let hung = if hangs > 0 {
-        format!(" of {} ms", args.hang_ms)
-    } else {
-        String::new()
-    };
-    eprintln!(
-        "\n### talon-chaos: {} s, {} workers, {} readers, {kills} kills, {hangs} hangs{hung}, \
-         {origin_faults} origin fault windows, {origin_slow} slow-origin windows, {overwrites} overwrites\n",
-        args.seconds, args.workers, args.readers
-    );
-    eprintln!(
-        "| requests | count | right | failed | wrong | stuck | origin errors | overwrite aborts | p50 | p99 | max |"
-    );
-    eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (name, t) in [
-        ("all", &all),
-        ("overlapping a fault", &during),
-        ("outside faults", &outside),
-    ] {
+            .filter(|(_, w)| w.grew() == Some(true))
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    /// The tables a person reads, on stderr.
+    fn print(&self, args: &Args) {
+        let (kills, hangs) = (self.count(Fault::Kill), self.count(Fault::Hang));
+        let (origin_faults, origin_slow) =
+            (self.count(Fault::Origin), self.count(Fault::OriginSlow));
+        let overwrites = self.overwrites;
+        let hung = if hangs > 0 {
+            format!(" of {} ms", args.hang_ms)
+        } else {
+            String::new()
+        };
         eprintln!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            thousands(t.requests as f64),
-            thousands(t.right as f64),
-            t.failed,
-            t.wrong,
-            t.stuck,
-            t.origin_errors,
-            t.overwrite_aborts,
-            fmt_latency(t.p50_ms * 1e3),
-            fmt_latency(t.p99_ms * 1e3),
-            fmt_latency(t.max_ms * 1e3),
+            "\n### talon-chaos: {} s, {} workers, {} readers, {kills} kills, {hangs} hangs{hung}, \
+             {origin_faults} origin fault windows, {origin_slow} slow-origin windows, {overwrites} overwrites\n",
+            args.seconds, args.workers, args.readers
         );
-    }
-    eprintln!(
-        "\n| origin requests | piece retries | resumed | skipped (open circuit) | fallbacks | hedged | hedges won |"
-    );
-    eprintln!("|---:|---:|---:|---:|---:|---:|---:|");
-    let event = |name: &str| fail_open.get(name).copied().unwrap_or(0);
-    eprintln!(
-        "| {} | {} | {} | {} | {} | {} | {} |",
-        thousands(origin_requests as f64),
-        event("retries"),
-        event("resumed"),
-        event("skipped"),
-        event("fallbacks"),
-        event("hedged"),
-        event("hedges_won"),
-    );
-    let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1 << 20));
-    eprintln!(
-        "\n| process | pid | RSS after warm-up | RSS at end | peak RSS | fds after warm-up | fds at end |"
-    );
-    eprintln!("|---|---:|---:|---:|---:|---:|---:|");
-    for (name, w) in &watched {
-        let (rss0, fds0) = w
-            .after_warmup
-            .map_or(("–".to_owned(), "–".to_owned()), |f| {
-                (mib(f.rss_bytes), f.open_fds.to_string())
-            });
         eprintln!(
-            "| {name}{} | {} | {rss0} | {} | {} | {fds0} | {} |",
-            if w.grew() == Some(true) {
-                " (grew)"
-            } else {
-                ""
-            },
-            w.pid,
-            mib(w.at_end.rss_bytes),
-            mib(w.peak_rss_bytes),
-            w.at_end.open_fds,
+            "| requests | count | right | failed | wrong | stuck | origin errors | overwrite aborts | p50 | p99 | max |"
         );
-    }
-    let grown: Vec<&String> = watched
-        .iter()
-        .filter(|(_, w)| w.grew() == Some(true))
-        .map(|(name, _)| name)
-        .collect();
-    if let Some(why) = first_wrong
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-    {
-        eprintln!("\nthe first wrong response: {why}");
-    }
-    setup.lines.emit(&serde_json::json!({
-        "bench": "chaos",
-        "host": setup.host,
-        "seconds": args.seconds,
-        "workers": args.workers,
-        "readers": args.readers,
-        "faults": args.faults,
-        "kills": kills,
-        "hangs": hangs,
-        "hang_ms": args.hang_ms,
-        "down_ms": args.down_ms,
-        "origin_fault_windows": origin_faults,
-        "origin_slow_windows": origin_slow,
-        "origin_fault_ms": args.origin_fault_ms,
-        "origin_error_rate": args.origin_error_rate,
-        "origin_latency_ms": args.origin_latency_ms,
-        "overwrites": overwrites,
-        "overwrite_ms": args.overwrite_ms,
-        "soak": args.soak,
-        "warmup_s": args.warmup_s,
-        "processes": watched,
-        "max_size": args.max_size,
-        "hedge_budget": args.hedge_budget,
-        "fail_open": fail_open,
-        "origin_requests": origin_requests,
-        "all": all,
-        "overlapping_a_fault": during,
-        "outside_faults": outside,
-    }))?;
-    let mut ok = all.failed == 0 && all.wrong == 0 && all.stuck == 0 && all.requests > 0;
-    if args.soak && !grown.is_empty() {
-        eprintln!("\ntalon-chaos: FAILED: memory or descriptors grew in {grown:?}");
-        ok = false;
-    }
-    if !ok {
+        eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for (name, t) in [
+            ("all", &self.all),
+            ("overlapping a fault", &self.during),
+            ("outside faults", &self.outside),
+        ] {
+            eprintln!(
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                thousands(t.requests as f64),
+                thousands(t.right as f64),
+                t.failed,
+                t.wrong,
+                t.stuck,
+                t.origin_errors,
+                t.overwrite_aborts,
+                fmt_latency(t.p50_ms * 1e3),
+                fmt_latency(t.p99_ms * 1e3),
+                fmt_latency(t.max_ms * 1e3),
+            );
+        }
         eprintln!(
-            "\ntalon-chaos: FAILED: a wrong byte, a stuck request, or an error the origin did not cause"
+            "\n| origin requests | piece retries | resumed | skipped (open circuit) | fallbacks | hedged | hedges won |"
         );
+        eprintln!("|---:|---:|---:|---:|---:|---:|---:|");
+        let event = |name: &str| self.asked.fail_open.get(name).copied().unwrap_or(0);
+        eprintln!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            thousands(self.asked.origin_requests as f64),
+            event("retries"),
+            event("resumed"),
+            event("skipped"),
+            event("fallbacks"),
+            event("hedged"),
+            event("hedges_won"),
+        );
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1 << 20));
+        eprintln!(
+            "\n| process | pid | RSS after warm-up | RSS at end | peak RSS | fds after warm-up | fds at end |"
+        );
+        eprintln!("|---|---:|---:|---:|---:|---:|---:|");
+        for (name, w) in &self.watched {
+            let (rss0, fds0) = w
+                .after_warmup
+                .map_or(("–".to_owned(), "–".to_owned()), |f| {
+                    (mib(f.rss_bytes), f.open_fds.to_string())
+                });
+            eprintln!(
+                "| {name}{} | {} | {rss0} | {} | {} | {fds0} | {} |",
+                if w.grew() == Some(true) {
+                    " (grew)"
+                } else {
+                    ""
+                },
+                w.pid,
+                mib(w.at_end.rss_bytes),
+                mib(w.peak_rss_bytes),
+                w.at_end.open_fds,
+            );
+        }
+        if let Some(why) = &self.first_wrong {
+            eprintln!("\nthe first wrong response: {why}");
+        }
     }
-    Ok(ok)
+
+    /// The JSON line a script reads (bench/results/chaos.jsonl, and stdout with --json).
+    fn emit(&self, args: &Args, setup: &mut BenchSetup) -> anyhow::Result<()> {
+        setup.lines.emit(&serde_json::json!({
+            "bench": "chaos",
+            "host": setup.host,
+            "seconds": args.seconds,
+            "workers": args.workers,
+            "readers": args.readers,
+            "faults": args.faults,
+            "kills": self.count(Fault::Kill),
+            "hangs": self.count(Fault::Hang),
+            "hang_ms": args.hang_ms,
+            "down_ms": args.down_ms,
+            "origin_fault_windows": self.count(Fault::Origin),
+            "origin_slow_windows": self.count(Fault::OriginSlow),
+            "origin_fault_ms": args.origin_fault_ms,
+            "origin_error_rate": args.origin_error_rate,
+            "origin_latency_ms": args.origin_latency_ms,
+            "overwrites": self.overwrites,
+            "overwrite_ms": args.overwrite_ms,
+            "soak": args.soak,
+            "warmup_s": args.warmup_s,
+            "processes": self.watched,
+            "max_size": args.max_size,
+            "hedge_budget": args.hedge_budget,
+            "fail_open": self.asked.fail_open,
+            "origin_requests": self.asked.origin_requests,
+            "all": self.all,
+            "overlapping_a_fault": self.during,
+            "outside_faults": self.outside,
+        }))?;
+        Ok(())
+    }
+
+    /// Whether the run passed: requests made, none failed, wrong or stuck; under
+    /// `--soak`, no process grew. Says why on stderr when not.
+    fn passed(&self, args: &Args) -> bool {
+        let mut ok = self.all.failed == 0
+            && self.all.wrong == 0
+            && self.all.stuck == 0
+            && self.all.requests > 0;
+        let grown = self.grown();
+        if args.soak && !grown.is_empty() {
+            eprintln!("\ntalon-chaos: FAILED: memory or descriptors grew in {grown:?}");
+            ok = false;
+        }
+        if !ok {
+            eprintln!(
+                "\ntalon-chaos: FAILED: a wrong byte, a stuck request, or an error the origin did not cause"
+            );
+        }
+        ok
+    }
 }
 
 /// The samples of `/metrics` at `admin_url` whose line starts with `prefix`, by what

@@ -286,14 +286,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         args.json,
         args.keep_dir,
     )?;
-    let dir = tmp.path();
     progress(&format!("host: {}", host.describe()));
     for (k, v) in talon_bench::deployment::passed_through_env() {
         progress(&format!("passed to the parts: {k}={v}"));
     }
 
     let object = GeneratedObject::new("bench", "proxy.bin", args.object_size, 3);
-    progress("starting the origin stub");
     // Cold-read objects: two per cold read (one per cache arm), never read before.
     let cold_objects: Vec<GeneratedObject> = (0..args.cold_reads * 2)
         .map(|i| {
@@ -305,32 +303,194 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             )
         })
         .collect();
-    let stub_objects: Vec<GeneratedObject> = std::iter::once(object.clone())
-        .chain(cold_objects.iter().cloned())
-        .collect();
-    let stub = Stub::start(&binaries, dir, &stub_objects).await?;
-    stub.set_faults(&FaultConfig {
-        latency_ms: args.origin_latency_ms,
-        bandwidth_bytes_per_sec: args.origin_bandwidth.0,
-        ..FaultConfig::default()
-    })
-    .await?;
-    progress(&origin_model_line(&args));
+    let deployed = Deployer::deploy(&args, &binaries, tmp.path(), &object, &cold_objects).await?;
 
-    let mut clusters = Vec::new();
-    let mut gateways = Vec::new();
-    let mut arms: Vec<PendingArm> = Vec::new();
-    // The gateways cold reads go through (S3), by name.
-    let mut cold_arms: Vec<(&str, String)> = Vec::new();
-    for protocol in [Protocol::S3, Protocol::Azure] {
+    progress(&format!(
+        "computing the SHA-256 of every {} range of the {} MiB object",
+        human_bytes(args.range_size),
+        args.object_size >> 20
+    ));
+    let expected = Arc::new(if args.whole_object {
+        ExpectedRanges::whole_object(object.clone())
+    } else {
+        ExpectedRanges::new(object.clone(), args.range_size)
+    });
+    let stub_set = Watched::new(vec![deployed.deployments.stub.process.pid()], false);
+    let Some(mut arms) = warm(&args, deployed.arms, &expected).await else {
+        return Ok(false);
+    };
+    if !measure_rounds(&args, &host, &mut arms, &expected, &stub_set, &mut lines).await? {
+        return Ok(false);
+    }
+    let Some(cold) =
+        cold_reads(&args, &host, &deployed.cold_arms, &cold_objects, &mut lines).await?
+    else {
+        return Ok(false);
+    };
+    drop(deployed.deployments);
+
+    let mut rows = Vec::new();
+    for arm in &arms {
+        let s = ArmSummary::of(arm);
+        lines.emit(&summary_json(&args, &host, arm, &s))?;
+        rows.push((arm.name.clone(), s));
+    }
+    let table = render(
+        &args,
+        &host,
+        &rows,
+        began.elapsed(),
+        (load_at_start, load_average()),
+    );
+    let table = table + &render_cold(&args, &cold);
+    if args.json {
+        eprintln!("{table}");
+    } else {
+        println!("{table}");
+    }
+    eprintln!("JSON Lines: {}", lines.path().display());
+    Ok(true)
+}
+
+/// What [`Deployer::deploy`] started: the processes, the arms to warm and measure, and
+/// the endpoints cold reads go through, by name.
+struct Deployed {
+    deployments: Deployments,
+    arms: Vec<PendingArm>,
+    cold_arms: Vec<(&'static str, String)>,
+}
+
+/// Starts every arm's processes on loopback: the origin stub (with the origin model),
+/// per protocol a cache cluster and an origin-route gateway, the control arm, and the
+/// peers (nginx, Varnish) where installed and not left out.
+struct Deployer<'a> {
+    args: &'a Args,
+    binaries: &'a talon_bench::deployment::Binaries,
+    dir: &'a std::path::Path,
+    object: &'a GeneratedObject,
+    arms: Vec<PendingArm>,
+    cold_arms: Vec<(&'static str, String)>,
+    clusters: Vec<(Coordinator, Worker)>,
+    gateways: Vec<Gateway>,
+}
+
+impl<'a> Deployer<'a> {
+    async fn deploy(
+        args: &'a Args,
+        binaries: &'a talon_bench::deployment::Binaries,
+        dir: &'a std::path::Path,
+        object: &'a GeneratedObject,
+        cold_objects: &[GeneratedObject],
+    ) -> anyhow::Result<Deployed> {
+        progress("starting the origin stub");
+        let stub_objects: Vec<GeneratedObject> = std::iter::once(object.clone())
+            .chain(cold_objects.iter().cloned())
+            .collect();
+        let stub = Stub::start(binaries, dir, &stub_objects).await?;
+        stub.set_faults(&FaultConfig {
+            latency_ms: args.origin_latency_ms,
+            bandwidth_bytes_per_sec: args.origin_bandwidth.0,
+            ..FaultConfig::default()
+        })
+        .await?;
+        progress(&origin_model_line(args));
+
+        let mut d = Deployer {
+            args,
+            binaries,
+            dir,
+            object,
+            arms: Vec::new(),
+            cold_arms: Vec::new(),
+            clusters: Vec::new(),
+            gateways: Vec::new(),
+        };
+        for protocol in [Protocol::S3, Protocol::Azure] {
+            d.cache_arms(&stub, protocol).await?;
+        }
+        for protocol in [Protocol::S3, Protocol::Azure] {
+            d.origin_arm(&stub, protocol).await?;
+        }
+        d.arms.push(PendingArm {
+            name: "control: S3 straight to the stub".into(),
+            key: "control-s3-direct".into(),
+            protocol: Protocol::S3,
+            path: "direct",
+            target: target(
+                Protocol::S3,
+                &stub.s3_url,
+                object,
+                client_auth(Protocol::S3)?,
+            )?,
+            pids: Vec::new(),
+            with_children: false,
+        });
+        d.cold_arms
+            .push(("straight from the origin (the stub)", stub.s3_url.clone()));
+        let upstream = stub.s3_url.trim_start_matches("http://").to_owned();
+        let nginx = d.nginx_arms(&upstream).await?;
+        let varnish = d.varnish_arm(&upstream).await?;
+        Ok(Deployed {
+            deployments: Deployments {
+                stub,
+                _clusters: d.clusters,
+                _gateways: d.gateways,
+                _nginx: nginx,
+                _varnish: varnish,
+            },
+            arms: d.arms,
+            cold_arms: d.cold_arms,
+        })
+    }
+
+    /// A gateway of this deployment's shape on route `cache` (or `origin` without a
+    /// coordinator).
+    async fn gateway(
+        &self,
+        stub: &Stub,
+        name: &str,
+        front: Protocol,
+        coordinator: Option<&str>,
+        local_reads: bool,
+    ) -> anyhow::Result<Gateway> {
+        Ok(Gateway::start(
+            self.binaries,
+            self.dir,
+            stub,
+            GatewaySpec {
+                origin_request_limit: None,
+                name,
+                front,
+                route: if coordinator.is_some() {
+                    Route::Cache
+                } else {
+                    Route::Origin
+                },
+                coordinator,
+                block_size: self.args.block_size,
+                local_reads,
+                max_staleness_ms: None,
+                hedge_budget: None,
+                host: None,
+            },
+        )
+        .await?)
+    }
+
+    /// One protocol's cache cluster (coordinator, worker, gateway reading the worker's
+    /// disk through its local socket) and its arm; for S3, unless `--no-tcp-arm`, a
+    /// second gateway on the same cluster reading over TCP, as one on another host would
+    /// (what the local socket saves).
+    async fn cache_arms(&mut self, stub: &Stub, protocol: Protocol) -> anyhow::Result<()> {
+        let args = self.args;
         let p = protocol.label().to_ascii_lowercase();
         progress(&format!(
             "starting the {} cache deployment (coordinator, worker, gateway)",
             protocol.label()
         ));
         let mut coordinator = Coordinator::start(
-            &binaries,
-            dir,
+            self.binaries,
+            self.dir,
             &format!("coordinator-{p}"),
             Geometry {
                 block_size: args.block_size,
@@ -340,9 +500,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         .await?;
         let coordinator_url = coordinator.url.clone();
         let worker = Worker::start(
-            &binaries,
-            dir,
-            &stub,
+            self.binaries,
+            self.dir,
+            stub,
             &mut coordinator,
             WorkerSpec {
                 origin_request_limit: None,
@@ -358,239 +518,188 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             },
         )
         .await?;
-        let gateway = Gateway::start(
-            &binaries,
-            dir,
-            &stub,
-            GatewaySpec {
-                origin_request_limit: None,
-                name: &format!("gateway-{p}-cache"),
-                front: protocol,
-                route: Route::Cache,
-                coordinator: Some(&coordinator_url),
-                block_size: args.block_size,
-                local_reads: true,
-                max_staleness_ms: None,
-                hedge_budget: None,
-                host: None,
-            },
-        )
-        .await?;
-        arms.push(PendingArm {
+        let cluster_pids = |gateway: &Gateway| {
+            vec![
+                ("gateway", gateway.process.pid()),
+                ("worker", worker.process.pid()),
+                ("coordinator", coordinator.process.pid()),
+            ]
+        };
+        let gateway = self
+            .gateway(
+                stub,
+                &format!("gateway-{p}-cache"),
+                protocol,
+                Some(&coordinator_url),
+                true,
+            )
+            .await?;
+        self.arms.push(PendingArm {
             name: format!("{}, cache", protocol.label()),
             key: format!("{p}-cache"),
             protocol,
             path: "cache",
-            target: target(protocol, &gateway.url, &object, client_auth(protocol)?)?,
-            pids: vec![
-                ("gateway", gateway.process.pid()),
-                ("worker", worker.process.pid()),
-                ("coordinator", coordinator.process.pid()),
-            ],
+            target: target(protocol, &gateway.url, self.object, client_auth(protocol)?)?,
+            pids: cluster_pids(&gateway),
             with_children: false,
         });
         if protocol == Protocol::S3 {
-            cold_arms.push(("through the cache (local socket)", gateway.url.clone()));
+            self.cold_arms
+                .push(("through the cache (local socket)", gateway.url.clone()));
         }
-        gateways.push(gateway);
+        self.gateways.push(gateway);
         if protocol == Protocol::S3 && !args.no_tcp_arm {
-            // The same cluster read over TCP, as a gateway on another host would:
-            // what the local socket saves.
-            let tcp = Gateway::start(
-                &binaries,
-                dir,
-                &stub,
-                GatewaySpec {
-                    origin_request_limit: None,
-                    name: "gateway-s3-cache-tcp",
-                    front: protocol,
-                    route: Route::Cache,
-                    coordinator: Some(&coordinator_url),
-                    block_size: args.block_size,
-                    local_reads: false,
-                    max_staleness_ms: None,
-                    hedge_budget: None,
-                    host: None,
-                },
-            )
-            .await?;
-            arms.push(PendingArm {
+            let tcp = self
+                .gateway(
+                    stub,
+                    "gateway-s3-cache-tcp",
+                    protocol,
+                    Some(&coordinator_url),
+                    false,
+                )
+                .await?;
+            self.arms.push(PendingArm {
                 name: "S3, cache over TCP (local reads off)".into(),
                 key: "s3-cache-tcp".into(),
                 protocol,
                 path: "cache",
-                target: target(protocol, &tcp.url, &object, client_auth(protocol)?)?,
-                pids: vec![
-                    ("gateway", tcp.process.pid()),
-                    ("worker", worker.process.pid()),
-                    ("coordinator", coordinator.process.pid()),
-                ],
+                target: target(protocol, &tcp.url, self.object, client_auth(protocol)?)?,
+                pids: cluster_pids(&tcp),
                 with_children: false,
             });
-            cold_arms.push(("through the cache over TCP", tcp.url.clone()));
-            gateways.push(tcp);
+            self.cold_arms
+                .push(("through the cache over TCP", tcp.url.clone()));
+            self.gateways.push(tcp);
         }
-        clusters.push((coordinator, worker));
+        self.clusters.push((coordinator, worker));
+        Ok(())
     }
-    for protocol in [Protocol::S3, Protocol::Azure] {
+
+    /// One protocol's gateway on route `origin` (no cache) and its arm.
+    async fn origin_arm(&mut self, stub: &Stub, protocol: Protocol) -> anyhow::Result<()> {
         let p = protocol.label().to_ascii_lowercase();
         progress(&format!(
             "starting the {} origin deployment (gateway)",
             protocol.label()
         ));
-        let gateway = Gateway::start(
-            &binaries,
-            dir,
-            &stub,
-            GatewaySpec {
-                origin_request_limit: None,
-                name: &format!("gateway-{p}-origin"),
-                front: protocol,
-                route: Route::Origin,
-                coordinator: None,
-                block_size: args.block_size,
-                local_reads: false,
-                max_staleness_ms: None,
-                hedge_budget: None,
-                host: None,
-            },
-        )
-        .await?;
-        arms.push(PendingArm {
+        let gateway = self
+            .gateway(stub, &format!("gateway-{p}-origin"), protocol, None, false)
+            .await?;
+        self.arms.push(PendingArm {
             name: format!("{}, origin", protocol.label()),
             key: format!("{p}-origin"),
             protocol,
             path: "origin",
-            target: target(protocol, &gateway.url, &object, client_auth(protocol)?)?,
+            target: target(protocol, &gateway.url, self.object, client_auth(protocol)?)?,
             pids: vec![("gateway", gateway.process.pid())],
             with_children: false,
         });
-        gateways.push(gateway);
+        self.gateways.push(gateway);
+        Ok(())
     }
-    arms.push(PendingArm {
-        name: "control: S3 straight to the stub".into(),
-        key: "control-s3-direct".into(),
-        protocol: Protocol::S3,
-        path: "direct",
-        target: target(
-            Protocol::S3,
-            &stub.s3_url,
-            &object,
-            client_auth(Protocol::S3)?,
-        )?,
-        pids: Vec::new(),
-        with_children: false,
-    });
-    cold_arms.push(("straight from the origin (the stub)", stub.s3_url.clone()));
-    let upstream = stub.s3_url.trim_start_matches("http://").to_owned();
-    let mut nginx = Vec::new();
-    if args.no_nginx {
-        progress("nginx arms: skipped (--no-nginx)");
-    } else {
-        match find_nginx() {
-            None => progress(
+
+    /// nginx's slice cache in front of the stub, with sendfile on (nginx's default for
+    /// a slice cache) and off (every cached byte read into nginx's buffers and written:
+    /// one copy through user space, as a relaying gateway must). None when nginx is not
+    /// installed or `--no-nginx`.
+    async fn nginx_arms(&mut self, upstream: &str) -> anyhow::Result<Vec<Nginx>> {
+        let args = self.args;
+        let mut nginx = Vec::new();
+        if args.no_nginx {
+            progress("nginx arms: skipped (--no-nginx)");
+            return Ok(nginx);
+        }
+        let Some(binary) = find_nginx() else {
+            progress(
                 "nginx arms: SKIPPED, nginx is not installed (as root: apt-get install -y nginx; \
                  `just gateway-proxy-bench` installs it)",
+            );
+            return Ok(nginx);
+        };
+        let workers = args
+            .nginx_workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        for (sendfile, name, key, folder) in [
+            (
+                true,
+                "peer: nginx slice cache (S3, anonymous)",
+                "nginx-slice-cache",
+                "nginx",
             ),
-            Some(binary) => {
-                let workers = args
-                    .nginx_workers
-                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-                // sendfile on: nginx's default for a slice cache. Off: every cached byte
-                // is read into nginx's buffers and written, one copy through user space,
-                // as a relaying gateway must.
-                for (sendfile, name, key, folder) in [
-                    (
-                        true,
-                        "peer: nginx slice cache (S3, anonymous)",
-                        "nginx-slice-cache",
-                        "nginx",
-                    ),
-                    (
-                        false,
-                        "peer: nginx slice cache, sendfile off",
-                        "nginx-slice-cache-copy",
-                        "nginx-copy",
-                    ),
-                ] {
-                    progress(&format!("starting {name} ({})", binary.display()));
-                    let n = Nginx::start(
-                        &binary,
-                        &dir.join(folder),
-                        &upstream,
-                        args.range_size,
-                        workers,
-                        sendfile,
-                    )
-                    .await?;
-                    arms.push(PendingArm {
-                        name: name.into(),
-                        key: key.into(),
-                        protocol: Protocol::S3,
-                        path: "nginx",
-                        target: target(Protocol::S3, &n.url, &object, Auth::Anonymous)?,
-                        pids: vec![("nginx", n.process.pid())],
-                        with_children: true,
-                    });
-                    nginx.push(n);
-                }
-            }
+            (
+                false,
+                "peer: nginx slice cache, sendfile off",
+                "nginx-slice-cache-copy",
+                "nginx-copy",
+            ),
+        ] {
+            progress(&format!("starting {name} ({})", binary.display()));
+            let n = Nginx::start(
+                &binary,
+                &self.dir.join(folder),
+                upstream,
+                args.range_size,
+                workers,
+                sendfile,
+            )
+            .await?;
+            self.arms.push(PendingArm {
+                name: name.into(),
+                key: key.into(),
+                protocol: Protocol::S3,
+                path: "nginx",
+                target: target(Protocol::S3, &n.url, self.object, Auth::Anonymous)?,
+                pids: vec![("nginx", n.process.pid())],
+                with_children: true,
+            });
+            nginx.push(n);
         }
+        Ok(nginx)
     }
-    let mut varnish = None;
-    if args.no_varnish {
-        progress("varnish arm: skipped (--no-varnish)");
-    } else {
-        match find_varnishd() {
-            None => progress(
+
+    /// Varnish in front of the stub; None when it is not installed or `--no-varnish`.
+    async fn varnish_arm(&mut self, upstream: &str) -> anyhow::Result<Option<Varnish>> {
+        if self.args.no_varnish {
+            progress("varnish arm: skipped (--no-varnish)");
+            return Ok(None);
+        }
+        let Some(binary) = find_varnishd() else {
+            progress(
                 "varnish arm: SKIPPED, varnishd is not installed (as root: apt-get install -y \
                  varnish; `just gateway-proxy-bench` installs it)",
-            ),
-            Some(binary) => {
-                progress(&format!("starting varnish ({})", binary.display()));
-                let v = Varnish::start(
-                    &binary,
-                    &dir.join("varnish"),
-                    &upstream,
-                    args.object_size * 2 + (64 << 20),
-                )
-                .await?;
-                arms.push(PendingArm {
-                    name: "peer: varnish (S3, anonymous)".into(),
-                    key: "varnish".into(),
-                    protocol: Protocol::S3,
-                    path: "varnish",
-                    target: target(Protocol::S3, &v.url, &object, Auth::Anonymous)?,
-                    pids: vec![("varnish", v.process.pid())],
-                    with_children: true,
-                });
-                varnish = Some(v);
-            }
-        }
+            );
+            return Ok(None);
+        };
+        progress(&format!("starting varnish ({})", binary.display()));
+        let v = Varnish::start(
+            &binary,
+            &self.dir.join("varnish"),
+            upstream,
+            self.args.object_size * 2 + (64 << 20),
+        )
+        .await?;
+        self.arms.push(PendingArm {
+            name: "peer: varnish (S3, anonymous)".into(),
+            key: "varnish".into(),
+            protocol: Protocol::S3,
+            path: "varnish",
+            target: target(Protocol::S3, &v.url, self.object, Auth::Anonymous)?,
+            pids: vec![("varnish", v.process.pid())],
+            with_children: true,
+        });
+        Ok(Some(v))
     }
-    let deployments = Deployments {
-        stub,
-        _clusters: clusters,
-        _gateways: gateways,
-        _nginx: nginx,
-        _varnish: varnish,
-    };
+}
 
-    progress(&format!(
-        "computing the SHA-256 of every {} range of the {} MiB object",
-        human_bytes(args.range_size),
-        args.object_size >> 20
-    ));
-    let expected = Arc::new(if args.whole_object {
-        ExpectedRanges::whole_object(object.clone())
-    } else {
-        ExpectedRanges::new(object.clone(), args.range_size)
-    });
-    let stub_set = Watched::new(vec![deployments.stub.process.pid()], false);
-
-    // Warm every arm: each range once (fills the caches; opens the
-    // gateways' origin connections). Not measured.
-    let mut ready_arms = Vec::new();
+/// Warms every arm: each range once (fills the caches, opens the gateways' origin
+/// connections), not measured. None, with the failure printed, when a warm-up read
+/// went wrong.
+async fn warm(
+    args: &Args,
+    arms: Vec<PendingArm>,
+    expected: &Arc<ExpectedRanges>,
+) -> Option<Vec<Arm>> {
+    let mut ready = Vec::new();
     for PendingArm {
         name,
         key,
@@ -617,7 +726,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         .await;
         if let Some(e) = warm.first_error {
             eprintln!("\nFAILED while warming {name}; the failure, verbatim:\n{e}");
-            return Ok(false);
+            return None;
         }
         // nginx's set is its master and whatever children it has at each
         // reading (workers, cache manager, the short-lived cache loader).
@@ -625,7 +734,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             .iter()
             .map(|&(role, pid)| (role.to_owned(), Watched::new(vec![pid], with_children)))
             .collect();
-        ready_arms.push(Arm {
+        ready.push(Arm {
             name,
             key,
             protocol,
@@ -635,8 +744,20 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             rounds: Vec::new(),
         });
     }
-    let mut arms = ready_arms;
+    Some(ready)
+}
 
+/// The measured rounds: every arm once per round, the order reversed every other
+/// round, each round's line printed and written. False, with the failure printed, when
+/// a response went wrong (the run stops there).
+async fn measure_rounds(
+    args: &Args,
+    host: &HostInfo,
+    arms: &mut [Arm],
+    expected: &Arc<ExpectedRanges>,
+    stub_set: &Watched,
+    lines: &mut talon_bench::results::JsonLines,
+) -> anyhow::Result<bool> {
     progress(&format!(
         "{} rounds × {} arms × {} requests, concurrency {}, arm order reversed every other round",
         args.rounds,
@@ -687,7 +808,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 if outcome.errors > 0 { ", FAILED" } else { "" }
             ));
             lines.emit(&round_json(
-                &args, &host, arm, round, position, &outcome, &latency,
+                args, host, arm, round, position, &outcome, &latency,
             ))?;
             let failure = outcome.first_error.clone();
             arm.rounds.push(outcome);
@@ -701,32 +822,6 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             }
         }
     }
-    let cold = match cold_reads(&args, &host, &cold_arms, &cold_objects, &mut lines).await? {
-        Some(cold) => cold,
-        None => return Ok(false),
-    };
-    drop(deployments);
-
-    let mut rows = Vec::new();
-    for arm in &arms {
-        let s = ArmSummary::of(arm);
-        lines.emit(&summary_json(&args, &host, arm, &s))?;
-        rows.push((arm.name.clone(), s));
-    }
-    let table = render(
-        &args,
-        &host,
-        &rows,
-        began.elapsed(),
-        (load_at_start, load_average()),
-    );
-    let table = table + &render_cold(&args, &cold);
-    if args.json {
-        eprintln!("{table}");
-    } else {
-        println!("{table}");
-    }
-    eprintln!("JSON Lines: {}", lines.path().display());
     Ok(true)
 }
 

@@ -282,10 +282,47 @@ pub fn parse_content_range(value: &str) -> Option<(ByteRange, Option<u64>)> {
     ))
 }
 
+/// Whether a 206's `Content-Range` serves nothing at the object's end (`bytes
+/// N-(N-1)/N`): how Azurite answers a range that starts at or past the end, where S3
+/// and Azure answer 416. Gives the object's size, to answer the 416 the client is owed.
+pub fn content_range_serves_nothing_at_end(value: &str) -> Option<u64> {
+    let rest = value.trim().strip_prefix("bytes ")?;
+    let (span, size) = rest.split_once('/')?;
+    let (a, b) = span.split_once('-')?;
+    let (start, last, size) = (
+        parse_offset(a.trim())?,
+        parse_offset(b.trim())?,
+        parse_offset(size.trim())?,
+    );
+    (start == size && last.checked_add(1) == Some(start)).then_some(size)
+}
+
 #[cfg(test)]
 mod served_exactly_tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn an_empty_range_at_the_end_is_told_apart() {
+        assert_eq!(
+            content_range_serves_nothing_at_end("bytes 1000-999/1000"),
+            Some(1000)
+        );
+        assert_eq!(content_range_serves_nothing_at_end("bytes 0--1/0"), None);
+        assert_eq!(
+            content_range_serves_nothing_at_end("bytes 999-999/1000"),
+            None
+        );
+        assert_eq!(
+            content_range_serves_nothing_at_end("bytes 500-499/1000"),
+            None
+        );
+        assert_eq!(
+            content_range_serves_nothing_at_end("bytes 1000-999/*"),
+            None
+        );
+        assert_eq!(parse_content_range("bytes 1000-999/1000"), None);
+    }
 
     #[test]
     fn only_the_bytes_asked_for_count_as_served() {

@@ -833,6 +833,14 @@ impl OriginClient {
             .and_then(|v| v.to_str().ok())
         {
             Some(v) if partial => {
+                if let Some(size) = crate::range::content_range_serves_nothing_at_end(v) {
+                    // Azurite's answer to a range past the end: what S3 and Azure say
+                    // with a 416.
+                    return Err(Error::new(
+                        ErrorKind::InvalidRange,
+                        format!("the range starts at or past the object's end ({size} bytes)"),
+                    ));
+                }
                 let (r, total) = parse_content_range(v).ok_or_else(|| {
                     Error::new(
                         ErrorKind::InternalError,

@@ -440,8 +440,9 @@ impl ObjectBackend for GatewayBackend {
     }
 
     /// An S3 origin is asked where the part lies (`HEAD ?partNumber=n`: only it knows
-    /// its multipart boundaries); an Azure origin has no parts, so part 1 is the whole
-    /// blob. The part's bytes are then read through the route like any range.
+    /// its multipart boundaries); at an Azure origin a part is a committed block
+    /// ([`multipart_over_azure::part_bounds`]: how S3 uploads through a gateway are
+    /// kept there). The part's bytes are then read through the route like any range.
     async fn part(&self, object: Target<'_>, number: u32) -> Result<PartBounds, Failure> {
         reachable(&[object.key])?;
         let unsatisfiable = || {
@@ -451,11 +452,7 @@ impl ObjectBackend for GatewayBackend {
             )
         };
         if self.origin == Backend::Azure {
-            return if number == 1 {
-                Ok(PartBounds::default())
-            } else {
-                Err(unsatisfiable().into())
-            };
+            return Ok(multipart_over_azure::part_bounds(self.client()?, object, number).await?);
         }
         let query = format!("partNumber={number}");
         let resp = self
@@ -500,9 +497,23 @@ impl ObjectBackend for GatewayBackend {
             ),
             None => None,
         };
+        let count: Option<u32> =
+            text(talon_protocols::relay::S3_PARTS_COUNT).and_then(|c| c.parse().ok());
+        if range.is_none() && count.is_some_and(|c| c > 1) {
+            // The whole object is not part n of several: the origin did not say where
+            // the part lies (moto's server answers 200 without Content-Range).
+            return Err(Error::new(
+                ErrorKind::NotImplemented,
+                format!(
+                    "reading by part number needs an origin that says where a part lies; \
+                     this one answered part {number} without a Content-Range"
+                ),
+            )
+            .into());
+        }
         Ok(PartBounds {
             range,
-            count: text(talon_protocols::relay::S3_PARTS_COUNT).and_then(|c| c.parse().ok()),
+            count,
             etag: text("etag").map(str::to_owned),
         })
     }

@@ -12,8 +12,9 @@ use talon_protocols::multipart_blocks::{BlockRole, BlockUpload};
 use talon_protocols::origin::{
     OriginBlockLists, OriginBody, OriginClient, destination_condition_headers,
 };
+use talon_protocols::range::ByteRange;
 use talon_protocols::server::{
-    PartCopySpec, PartSummary, Target, Upload, Written, request_body, stream_body,
+    PartBounds, PartCopySpec, PartSummary, Target, Upload, Written, request_body, stream_body,
 };
 use talon_protocols::upload::{UploadClaims, VerifyingStream, settle};
 use talon_protocols::{Error, ErrorKind};
@@ -29,6 +30,51 @@ async fn blocks(client: &OriginClient, object: Target<'_>) -> Result<OriginBlock
         Err(e) if e.kind() == ErrorKind::NoSuchKey => Ok(OriginBlockLists::default()),
         other => other,
     }
+}
+
+/// Where part `number` of a blob lies: a completed upload's parts are the blob's
+/// committed blocks, one each, so part n is block n; a blob of one block or none
+/// (written whole) has one part, the whole of it.
+///
+/// # Errors
+/// [`ErrorKind::InvalidPartNumber`] past the last part; the origin's error.
+pub async fn part_bounds(
+    client: &OriginClient,
+    object: Target<'_>,
+    number: u32,
+) -> Result<PartBounds, Error> {
+    let unsatisfiable = || {
+        Error::new(
+            ErrorKind::InvalidPartNumber,
+            "The requested partnumber is not satisfiable",
+        )
+    };
+    let lists = client.get_block_list(object.bucket, object.key).await?;
+    let blocks = &lists.committed;
+    let n = number as usize;
+    if blocks.len() <= 1 {
+        return if n == 1 {
+            Ok(PartBounds {
+                etag: lists.etag,
+                ..PartBounds::default()
+            })
+        } else {
+            Err(unsatisfiable())
+        };
+    }
+    if n == 0 || n > blocks.len() {
+        return Err(unsatisfiable());
+    }
+    let start: u64 = blocks[..n - 1].iter().map(|(_, size)| size).sum();
+    Ok(PartBounds {
+        range: Some(ByteRange {
+            start,
+            end: start + blocks[n - 1].1,
+        })
+        .filter(|r| r.end > r.start),
+        count: u32::try_from(blocks.len()).ok(),
+        etag: lists.etag,
+    })
 }
 
 /// Puts a marker block (created, aborted, a part's tag), whose id is what it says.

@@ -19,6 +19,9 @@ pub struct OriginBlockLists {
     pub committed: Vec<(String, u64)>,
     /// Blocks uploaded and not yet committed.
     pub uncommitted: Vec<(String, u64)>,
+    /// The committed blob's quoted entity tag, when the answer gave one: the version
+    /// `committed` describes.
+    pub etag: Option<String>,
 }
 
 impl OriginClient {
@@ -100,12 +103,18 @@ impl OriginClient {
             )
             .await?;
         let resp = check(resp).await?;
+        let etag = resp
+            .headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let body = read_capped(resp, MAX_ORIGIN_LISTING_BODY).await?;
         let (committed, uncommitted) = parse_block_list(&body)?;
         let pairs = |l: Vec<BlockEntry>| l.into_iter().map(|b| (b.id, b.size)).collect();
         Ok(OriginBlockLists {
             committed: pairs(committed),
             uncommitted: pairs(uncommitted),
+            etag,
         })
     }
 }

@@ -71,9 +71,7 @@ OVER_INDEPENDENT_ORIGINS = {
     ("test_put_with_default_sdk_checksums", "azurite"): ("xfail", "Azure has no flexible checksums to keep"),
     ("test_part_number_reads", "moto"): (
         "xfail", "moto answers HEAD ?partNumber with 200, the part's own ETag and no Content-Range (S3: 206, the "
-        "object's ETag and the part's Content-Range), so the gateway cannot place the part and answers 503 SlowDown"),
-    ("test_part_number_reads", "azurite"): (
-        "xfail", "over an Azure origin an object uploaded in parts is one part (its blocks are not read as parts)"),
+        "object's ETag and the part's Content-Range), so the gateway cannot place the part and answers 501"),
     ("test_rclone_s3_ls_copy_check", "azurite"): (
         "xfail", "over an Azure origin a single-part object's ETag is the blob's, not its MD5, so rclone cannot check hashes"),
 }

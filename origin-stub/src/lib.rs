@@ -48,8 +48,7 @@ use crate::store::ObjectStore;
 /// The account name the Azure emulators use, and the stub's default.
 pub const DEFAULT_AZURE_ACCOUNT: &str = "devstoreaccount1";
 /// The well-known key of the Azure emulators (public, for local use only).
-pub const EMULATOR_AZURE_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+pub const EMULATOR_AZURE_KEY: &str = talon_protocols::azure::shared_key::EMULATOR_ACCOUNT_KEY;
 
 /// How to run a stub.
 #[derive(Debug, Clone)]

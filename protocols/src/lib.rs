@@ -34,6 +34,8 @@ pub mod range;
 pub mod relay;
 pub mod s3;
 pub mod server;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod upload;
 pub mod uri_encoding;
 pub mod xml;

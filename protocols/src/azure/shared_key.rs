@@ -34,6 +34,11 @@ const SIGNED_STANDARD_HEADERS: [&str; 11] = [
     "range",
 ];
 
+/// The well-known key of the Azure emulators' account (`devstoreaccount1`): public,
+/// for local use only.
+pub const EMULATOR_ACCOUNT_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
 /// An account key, decoded from base64.
 #[derive(Clone)]
 pub struct AccountKey(Vec<u8>);

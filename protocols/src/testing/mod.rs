@@ -1,0 +1,11 @@
+//! Test support for every [`ObjectBackend`](crate::server::ObjectBackend) (feature
+//! `testing`, never in a shipped binary): the one conformance suite that drives the S3
+//! and Azure Blob servers through HTTP ([`suite`]), an in-memory backend that is the
+//! interface's reference implementation ([`memory`]), and a way to serve any backend
+//! with the two servers on loopback ([`serve`]). The suite runs unchanged against the
+//! in-memory backend (here), the origin stub's store (`origin-stub/tests`) and the
+//! gateway's backend (`gateway/tests`).
+
+pub mod memory;
+pub mod serve;
+pub mod suite;

@@ -34,7 +34,7 @@ pub mod range;
 pub mod relay;
 pub mod s3;
 pub mod server;
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod upload;
 pub mod uri_encoding;

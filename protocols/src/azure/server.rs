@@ -987,3 +987,188 @@ async fn relay<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) 
         })
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    //! The Azure Blob server's own dispatch, over the in-memory reference backend:
+    //! classification, refusals, request ids and versions, error codes, with the
+    //! backend's state checked after each refusal.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::access::AnonymousAccess;
+    use crate::server::{ObjectBackend, empty_body};
+    use crate::testing::memory::MemoryBackend;
+    use http_body_util::{BodyExt as _, Full};
+
+    const ACCOUNT: &str = "devstoreaccount1";
+
+    struct Fixture {
+        addressing: AzureAddressing,
+        identity: AzureIdentity,
+        backend: MemoryBackend,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                addressing: AzureAddressing::PathStyle,
+                identity: AzureIdentity::unrestricted(ACCOUNT, None, AnonymousAccess::ReadWrite),
+                backend: MemoryBackend::new(),
+            }
+        }
+
+        async fn send(&self, req: Request<Full<Bytes>>) -> (Handled, Bytes) {
+            let server = AzureServer {
+                addressing: &self.addressing,
+                identity: &self.identity,
+                acls: None,
+                https: false,
+                service_endpoint: None,
+                server_name: "talon-test",
+                limits: ServerLimits::default(),
+                log_requests: true,
+            };
+            let mut handled = handle(&server, &self.backend, req, None).await;
+            let body = std::mem::replace(handled.response.body_mut(), empty_body());
+            let bytes = body.collect().await.unwrap().to_bytes();
+            (handled, bytes)
+        }
+
+        fn request(method: &str, path: &str) -> http::request::Builder {
+            Request::builder()
+                .method(method)
+                .uri(format!("/{ACCOUNT}{path}"))
+                .header("host", "127.0.0.1")
+                .header("x-ms-version", "2025-01-05")
+        }
+
+        async fn call(&self, method: &str, path: &str, body: &'static [u8]) -> (Handled, Bytes) {
+            let mut req = Fixture::request(method, path).header("content-length", body.len());
+            if method == "PUT" && !path.contains('?') {
+                req = req.header("x-ms-blob-type", "BlockBlob");
+            }
+            self.send(req.body(Full::new(Bytes::from_static(body))).unwrap())
+                .await
+        }
+
+        async fn containers(&self) -> usize {
+            self.backend.list_buckets().await.unwrap().len()
+        }
+    }
+
+    fn code(h: &Handled) -> &str {
+        h.response
+            .headers()
+            .get("x-ms-error-code")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn every_answer_names_its_request_version_and_operation() {
+        let f = Fixture::new();
+        let (ok, _) = f.call("PUT", "/box?restype=container", b"").await;
+        assert_eq!(ok.response.status(), 201);
+        assert_eq!(ok.operation, "CreateContainer");
+        let h = ok.response.headers();
+        assert!(!h["x-ms-request-id"].is_empty());
+        assert_eq!(h["x-ms-version"], "2025-01-05");
+        let (missing, _) = f.call("GET", "/box/none", b"").await;
+        assert_eq!(missing.response.status(), 404);
+        assert!(missing.failed);
+        assert_eq!(code(&missing), "BlobNotFound");
+        let (no_container, _) = f.call("GET", "/nobox/none", b"").await;
+        assert_eq!(code(&no_container), "ContainerNotFound");
+    }
+
+    #[tokio::test]
+    async fn another_account_is_refused_and_nothing_is_made() {
+        let f = Fixture::new();
+        let req = Request::builder()
+            .method("PUT")
+            .uri("/otheraccount/box?restype=container")
+            .header("host", "127.0.0.1")
+            .header("x-ms-version", "2025-01-05")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (h, _) = f.send(req).await;
+        assert_eq!(h.response.status(), 400);
+        assert_eq!(f.containers().await, 0);
+    }
+
+    #[tokio::test]
+    async fn an_invalid_container_name_is_refused_and_nothing_is_made() {
+        let f = Fixture::new();
+        for name in [
+            "/Upper?restype=container",
+            "/ab?restype=container",
+            "/a--b?restype=container",
+        ] {
+            let (h, _) = f.call("PUT", name, b"").await;
+            assert_eq!(h.response.status(), 400, "{name}");
+            assert_eq!(code(&h), "InvalidResourceName", "{name}");
+        }
+        assert_eq!(f.containers().await, 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_signed_for_s3_is_told_where_it_belongs() {
+        let f = Fixture::new();
+        let req = Fixture::request("PUT", "/box?restype=container")
+            .header(
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=AK/20261205/us-east-1/s3/aws4_request, \
+                 SignedHeaders=host, Signature=00",
+            )
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (h, body) = f.send(req).await;
+        assert_eq!(h.response.status(), 400);
+        assert!(String::from_utf8_lossy(&body).contains("the S3 endpoint"));
+        assert_eq!(f.containers().await, 0);
+    }
+
+    #[tokio::test]
+    async fn x_ms_range_wins_over_range() {
+        let f = Fixture::new();
+        f.call("PUT", "/box?restype=container", b"").await;
+        let (put, _) = f.call("PUT", "/box/blob", b"0123456789").await;
+        assert_eq!(put.response.status(), 201);
+        let req = Fixture::request("GET", "/box/blob")
+            .header("range", "bytes=0-0")
+            .header("x-ms-range", "bytes=5-7")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (h, body) = f.send(req).await;
+        assert_eq!(h.response.status(), 206);
+        assert_eq!(&body[..], b"567");
+    }
+
+    #[tokio::test]
+    async fn a_shared_key_with_the_wrong_key_changes_nothing() {
+        let mut f = Fixture::new();
+        f.identity = AzureIdentity::unrestricted(
+            ACCOUNT,
+            Some(
+                crate::azure::shared_key::AccountKey::from_base64(
+                    crate::azure::shared_key::EMULATOR_ACCOUNT_KEY,
+                )
+                .unwrap(),
+            ),
+            AnonymousAccess::Refused,
+        );
+        let req = Fixture::request("PUT", "/box?restype=container")
+            .header(
+                "x-ms-date",
+                crate::dates::format_http_date(SystemTime::now()),
+            )
+            .header("authorization", format!("SharedKey {ACCOUNT}:AAAA"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (h, _) = f.send(req).await;
+        assert_eq!(h.response.status(), 403);
+        assert_eq!(code(&h), "AuthenticationFailed");
+        assert_eq!(f.containers().await, 0);
+    }
+}

@@ -1253,3 +1253,197 @@ async fn relay<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, body: RequestBody) 
         })
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    //! The S3 server's own dispatch, over the in-memory reference backend: what is
+    //! decided here before and around a backend (classification, refusals, request
+    //! ids, error documents), with the backend's state checked after each refusal.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::testing::memory::MemoryBackend;
+    use http_body_util::Full;
+
+    struct Fixture {
+        addressing: S3Addressing,
+        identities: S3Identities,
+        backend: MemoryBackend,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                addressing: S3Addressing::PathStyle,
+                identities: S3Identities::anonymous(),
+                backend: MemoryBackend::new(),
+            }
+        }
+
+        async fn send(&self, req: Request<Full<Bytes>>) -> (Handled, Bytes) {
+            let server = S3Server {
+                addressing: &self.addressing,
+                identities: &self.identities,
+                acls: None,
+                region: "us-east-1",
+                owner_id: "owner",
+                server_name: "talon-test",
+                limits: ServerLimits::default(),
+                log_requests: true,
+            };
+            let mut handled = handle(&server, &self.backend, req).await;
+            let body = std::mem::replace(handled.response.body_mut(), empty_body());
+            let bytes = body.collect().await.unwrap().to_bytes();
+            (handled, bytes)
+        }
+
+        async fn call(&self, method: &str, uri: &str, body: &'static [u8]) -> (Handled, Bytes) {
+            let req = Request::builder()
+                .method(method)
+                .uri(uri)
+                .header("host", "127.0.0.1")
+                .header("content-length", body.len())
+                .body(Full::new(Bytes::from_static(body)))
+                .unwrap();
+            self.send(req).await
+        }
+
+        async fn buckets(&self) -> usize {
+            self.backend.list_buckets().await.unwrap().len()
+        }
+    }
+
+    fn code(body: &[u8]) -> String {
+        let text = String::from_utf8_lossy(body);
+        let start = text.find("<Code>").map_or(0, |i| i + "<Code>".len());
+        let end = text.find("</Code>").unwrap_or(start);
+        text[start..end].to_owned()
+    }
+
+    #[tokio::test]
+    async fn every_answer_names_its_request_and_operation() {
+        let f = Fixture::new();
+        let (ok, _) = f.call("PUT", "/bucket-one", b"").await;
+        assert_eq!(ok.response.status(), 200);
+        assert_eq!(ok.operation, "CreateBucket");
+        assert!(!ok.failed);
+        let id = ok.response.headers()["x-amz-request-id"].to_str().unwrap();
+        assert!(!id.is_empty());
+        assert_eq!(ok.record.unwrap().request_id, id);
+        let (missing, body) = f.call("GET", "/bucket-one/none", b"").await;
+        assert_eq!(missing.response.status(), 404);
+        assert!(missing.failed);
+        assert_eq!(code(&body), "NoSuchKey");
+        assert_eq!(missing.operation, "GetObject");
+        assert!(missing.response.headers().contains_key("x-amz-request-id"));
+    }
+
+    #[tokio::test]
+    async fn an_invalid_bucket_name_is_refused_and_nothing_is_made() {
+        let f = Fixture::new();
+        for name in ["/Upper_Case", "/ab", "/a..b"] {
+            let (h, body) = f.call("PUT", name, b"").await;
+            assert_eq!(h.response.status(), 400, "{name}");
+            assert_eq!(code(&body), "InvalidBucketName", "{name}");
+        }
+        assert_eq!(f.buckets().await, 0);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_header_section_is_refused_before_classification() {
+        let f = Fixture::new();
+        let req = Request::builder()
+            .method("PUT")
+            .uri("/big-headers")
+            .header("host", "127.0.0.1")
+            .header("x-amz-meta-filler", "x".repeat(9000))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (h, body) = f.send(req).await;
+        assert_eq!(h.response.status(), 400);
+        assert_eq!(code(&body), "RequestHeaderSectionTooLarge");
+        assert_eq!(h.operation, "Unknown");
+        assert_eq!(f.buckets().await, 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_signed_for_azure_is_told_where_it_belongs() {
+        let f = Fixture::new();
+        let req = Request::builder()
+            .method("PUT")
+            .uri("/container-x")
+            .header("host", "127.0.0.1")
+            .header("authorization", "SharedKey devstoreaccount1:c2ln")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (h, body) = f.send(req).await;
+        assert_eq!(h.response.status(), 400);
+        assert_eq!(code(&body), "InvalidRequest");
+        assert!(String::from_utf8_lossy(&body).contains("the Azure Blob endpoint"));
+        assert_eq!(f.buckets().await, 0);
+    }
+
+    #[tokio::test]
+    async fn a_head_error_answer_has_no_body() {
+        let f = Fixture::new();
+        f.call("PUT", "/bucket-two", b"").await;
+        let (h, body) = f.call("HEAD", "/bucket-two/none", b"").await;
+        assert_eq!(h.response.status(), 404);
+        assert!(body.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_signed_request_with_an_unknown_key_changes_nothing() {
+        let mut f = Fixture::new();
+        f.identities = S3Identities {
+            regions: vec!["us-east-1".into()],
+            ..S3Identities::default()
+        }
+        .with_unrestricted_key("KNOWN", "secret");
+        let signed = crate::s3::sigv4::sign_request(
+            "PUT",
+            "http://127.0.0.1/bucket-three",
+            &[("host", "127.0.0.1")],
+            crate::s3::sigv4::SignedBody::Bytes(&[]),
+            &crate::s3::sigv4::S3Credentials {
+                access_key: "UNKNOWN".into(),
+                secret_key: "secret".into(),
+                session_token: None,
+            },
+            "us-east-1",
+            SystemTime::now(),
+        )
+        .unwrap();
+        let mut req = Request::builder()
+            .method("PUT")
+            .uri("/bucket-three")
+            .header("host", "127.0.0.1");
+        for (k, v) in &signed {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let (h, body) = f.send(req.body(Full::new(Bytes::new())).unwrap()).await;
+        assert_eq!(h.response.status(), 403);
+        assert_eq!(code(&body), "InvalidAccessKeyId");
+        assert_eq!(f.buckets().await, 0);
+    }
+
+    #[tokio::test]
+    async fn a_write_then_a_ranged_read_through_the_server() {
+        let f = Fixture::new();
+        f.call("PUT", "/bucket-four", b"").await;
+        let (put, _) = f.call("PUT", "/bucket-four/k", b"0123456789").await;
+        assert_eq!(put.response.status(), 200);
+        assert_eq!(put.operation, "PutObject");
+        let req = Request::builder()
+            .method("GET")
+            .uri("/bucket-four/k")
+            .header("host", "127.0.0.1")
+            .header("range", "bytes=2-4")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (h, body) = f.send(req).await;
+        assert_eq!(h.response.status(), 206);
+        assert_eq!(&body[..], b"234");
+        assert_eq!(h.response.headers()["content-range"], "bytes 2-4/10");
+    }
+}

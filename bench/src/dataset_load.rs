@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+use talon_core::Backend;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -21,7 +22,7 @@ use http_body_util::{BodyExt, Empty};
 use talon_origin_stub::generated::{GeneratedObject, GeneratedSet};
 use tokio::time::Instant;
 
-use crate::http_load::{Auth, Connection, ObjectTarget, Protocol};
+use crate::http_load::{Auth, Connection, ObjectTarget};
 
 /// Longest one request may take, headers to last byte.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -30,7 +31,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     /// The protocol it speaks.
-    pub protocol: Protocol,
+    pub protocol: Backend,
     /// `http://host:port` (S3) or `http://host:port/ACCOUNT` (Azure).
     pub base: String,
     /// How requests to it are signed.
@@ -41,8 +42,8 @@ impl Endpoint {
     /// The target of one object of `set` at this endpoint.
     fn target(&self, bucket: &str, key: &str) -> Result<ObjectTarget, String> {
         let built = match self.protocol {
-            Protocol::S3 => ObjectTarget::s3(&self.base, bucket, key, self.auth.clone()),
-            Protocol::Azure => ObjectTarget::azure(&self.base, bucket, key, self.auth.clone()),
+            Backend::S3 => ObjectTarget::s3(&self.base, bucket, key, self.auth.clone()),
+            Backend::Azure => ObjectTarget::azure(&self.base, bucket, key, self.auth.clone()),
         };
         built.map_err(|e| e.to_string())
     }

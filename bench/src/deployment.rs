@@ -15,6 +15,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use talon_core::Backend;
 
 use http::{Method, StatusCode};
 use talon_origin_stub::faults::FaultConfig;
@@ -24,7 +25,7 @@ use talon_protocols::azure::shared_key::AccountKey;
 use talon_protocols::s3::sigv4::S3Credentials;
 
 use crate::harness_error::{HarnessError, HarnessResult};
-use crate::http_load::{Auth, Protocol, control_request};
+use crate::http_load::{Auth, control_request};
 use crate::netns::{NetHost, ip_binary};
 
 /// The per-prefix origin request limit the benches' gateways and workers run with: on
@@ -707,7 +708,7 @@ pub struct GatewaySpec<'a> {
     /// Its name in the harness (and its log's).
     pub name: &'a str,
     /// The one front it serves (the other is off).
-    pub front: Protocol,
+    pub front: Backend,
     /// That front's route.
     pub route: Route,
     /// The coordinator of its cache cluster (the cache route needs one).
@@ -769,8 +770,8 @@ impl Gateway {
         let host = spec.host.unwrap_or(&loopback);
         let listen = host.any_port();
         let (s3, azure) = match spec.front {
-            Protocol::S3 => (listen.as_str(), "off"),
-            Protocol::Azure => ("off", listen.as_str()),
+            Backend::S3 => (listen.as_str(), "off"),
+            Backend::Azure => ("off", listen.as_str()),
         };
         let mut args = os(&[
             "--s3-listen",
@@ -831,8 +832,8 @@ impl Gateway {
         )?;
         let json = ready_file(&mut process, &ready).await?;
         let url = match spec.front {
-            Protocol::S3 => field(&json, "s3", spec.name)?,
-            Protocol::Azure => field(&json, "azure", spec.name)?,
+            Backend::S3 => field(&json, "s3", spec.name)?,
+            Backend::Azure => field(&json, "azure", spec.name)?,
         };
         let admin_url = field(&json, "admin", spec.name)?;
         let readyz = format!("{admin_url}/readyz");
@@ -855,9 +856,9 @@ impl Gateway {
 ///
 /// # Errors
 /// [`HarnessError::Config`] if the built-in key does not decode.
-pub fn client_auth(protocol: Protocol) -> HarnessResult<Auth> {
+pub fn client_auth(protocol: Backend) -> HarnessResult<Auth> {
     Ok(match protocol {
-        Protocol::S3 => Auth::SigV4 {
+        Backend::S3 => Auth::SigV4 {
             credentials: S3Credentials {
                 access_key: CLIENT_ACCESS_KEY.into(),
                 secret_key: CLIENT_SECRET_KEY.into(),
@@ -865,7 +866,7 @@ pub fn client_auth(protocol: Protocol) -> HarnessResult<Auth> {
             },
             region: "us-east-1".into(),
         },
-        Protocol::Azure => Auth::SharedKey {
+        Backend::Azure => Auth::SharedKey {
             account: DEFAULT_AZURE_ACCOUNT.into(),
             key: AccountKey::from_base64(EMULATOR_AZURE_KEY)
                 .map_err(|e| HarnessError::Config(format!("the emulator key: {}", e.message())))?,

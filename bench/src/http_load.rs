@@ -23,6 +23,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
+use talon_core::Backend;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
@@ -52,22 +53,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest one request may take, headers to last byte, in a load run.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The protocol a target speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// S3 (path-style), ranges in `Range`.
-    S3,
-    /// Azure Blob (emulator-style URLs), ranges in `x-ms-range`.
-    Azure,
+/// A protocol's name in tables: `S3` or `Azure` (the bench's own presentation of
+/// [`Backend`], whose [`Backend::name`] is the lower-case form flags and JSON use).
+pub trait ProtocolLabel {
+    /// `S3` or `Azure`.
+    fn label(self) -> &'static str;
 }
 
-impl Protocol {
-    /// `S3` or `Azure`, for tables.
-    pub fn label(self) -> &'static str {
+impl ProtocolLabel for Backend {
+    fn label(self) -> &'static str {
         match self {
-            Protocol::S3 => "S3",
-            Protocol::Azure => "Azure",
+            Backend::S3 => "S3",
+            Backend::Azure => "Azure",
         }
     }
 }
@@ -115,7 +112,7 @@ impl Auth {
 #[derive(Debug, Clone)]
 pub struct ObjectTarget {
     /// The protocol.
-    pub protocol: Protocol,
+    pub protocol: Backend,
     /// `host:port` connected to.
     pub connect: String,
     /// The `Host` header.
@@ -152,7 +149,7 @@ impl ObjectTarget {
     pub fn s3(base: &str, bucket: &str, key: &str, auth: Auth) -> HarnessResult<ObjectTarget> {
         let (authority, prefix) = split_base(base)?;
         Ok(ObjectTarget {
-            protocol: Protocol::S3,
+            protocol: Backend::S3,
             connect: authority.clone(),
             authority,
             path: format!(
@@ -177,7 +174,7 @@ impl ObjectTarget {
     ) -> HarnessResult<ObjectTarget> {
         let (authority, prefix) = split_base(account_url)?;
         Ok(ObjectTarget {
-            protocol: Protocol::Azure,
+            protocol: Backend::Azure,
             connect: authority.clone(),
             authority,
             path: format!(
@@ -203,12 +200,12 @@ impl ObjectTarget {
         let mut headers: Vec<(String, String)> = Vec::with_capacity(6);
         let now = SystemTime::now();
         match self.protocol {
-            Protocol::S3 => {
+            Backend::S3 => {
                 if let Some(v) = &range_value {
                     headers.push(("range".into(), v.clone()));
                 }
             }
-            Protocol::Azure => {
+            Backend::Azure => {
                 headers.push(("x-ms-version".into(), AZURE_VERSION.into()));
                 headers.push((
                     "x-ms-date".into(),

@@ -8,12 +8,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use talon_core::Backend;
 
 use talon_bench::delay_line::DelayLine;
 use talon_bench::deployment::{CLIENT_ACCESS_KEY, CLIENT_SECRET_KEY, client_auth};
-use talon_bench::http_load::{
-    Auth, Length, LoadSpec, ObjectTarget, Pick, Protocol, paced_read, run_load,
-};
+use talon_bench::http_load::{Auth, Length, LoadSpec, ObjectTarget, Pick, paced_read, run_load};
 use talon_bench::verify::ExpectedRanges;
 use talon_origin_stub::generated::GeneratedObject;
 use talon_origin_stub::{EMULATOR_AZURE_KEY, RunningStub, StubConfig};
@@ -58,14 +57,14 @@ async fn signed_s3_and_azure_reads_are_accepted_and_verified() {
         &stub.s3_url().unwrap_or_default(),
         &o.bucket,
         &o.key,
-        client_auth(Protocol::S3).unwrap_or_else(|e| panic!("{e}")),
+        client_auth(Backend::S3).unwrap_or_else(|e| panic!("{e}")),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let azure = ObjectTarget::azure(
         &stub.azure_url().unwrap_or_default(),
         &o.bucket,
         &o.key,
-        client_auth(Protocol::Azure).unwrap_or_else(|e| panic!("{e}")),
+        client_auth(Backend::Azure).unwrap_or_else(|e| panic!("{e}")),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     for target in [s3, azure] {
@@ -125,7 +124,7 @@ async fn a_delay_line_in_front_slows_answers_but_keeps_them_whole() {
         &format!("http://{}", line.local_addr()),
         &o.bucket,
         &o.key,
-        client_auth(Protocol::S3).unwrap_or_else(|e| panic!("{e}")),
+        client_auth(Backend::S3).unwrap_or_else(|e| panic!("{e}")),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let out = run_load(spec(target, &expected, Pick::Random { seed: 1 }, 12)).await;
@@ -149,7 +148,7 @@ async fn the_slow_consumer_reads_whole_objects_and_prefixes() {
         &stub.s3_url().unwrap_or_default(),
         &o.bucket,
         &o.key,
-        client_auth(Protocol::S3).unwrap_or_else(|e| panic!("{e}")),
+        client_auth(Backend::S3).unwrap_or_else(|e| panic!("{e}")),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     // Fast enough to finish: the whole object, checked.

@@ -13,12 +13,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use talon_core::Backend;
 
 use talon_bench::deployment::{
     Binaries, Coordinator, Gateway, GatewaySpec, Geometry, Route, Stub, Worker, WorkerSpec,
     client_auth,
 };
-use talon_bench::http_load::{Length, LoadSpec, ObjectTarget, Pick, Protocol, run_load};
+use talon_bench::http_load::{Length, LoadSpec, ObjectTarget, Pick, run_load};
 use talon_bench::netns::Network;
 use talon_bench::verify::ExpectedRanges;
 use talon_origin_stub::generated::GeneratedObject;
@@ -64,7 +65,7 @@ async fn read_all(gateway: &Gateway, objects: &[GeneratedObject], what: &str) {
                 &gateway.url,
                 &o.bucket,
                 &o.key,
-                client_auth(Protocol::S3).unwrap(),
+                client_auth(Backend::S3).unwrap(),
             )
             .unwrap();
             let out = run_load(LoadSpec {
@@ -186,7 +187,7 @@ async fn a_cluster_across_hosts_survives_a_partitioned_worker_and_a_lost_coordin
         GatewaySpec {
             origin_request_limit: None,
             name: "gateway",
-            front: Protocol::S3,
+            front: Backend::S3,
             route: Route::Cache,
             coordinator: Some(&coordinator_url),
             block_size: BLOCK,

@@ -44,6 +44,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use talon_core::Backend;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
@@ -51,7 +52,7 @@ use talon_bench::deployment::{
     BenchSetup, Coordinator, Gateway, GatewaySpec, Geometry, ORIGIN_ACCESS_KEY, ORIGIN_SECRET_KEY,
     Route, Stub, Worker, WorkerSpec, client_auth, run_bench,
 };
-use talon_bench::http_load::{Connection, ObjectTarget, Protocol, fetch};
+use talon_bench::http_load::{Connection, ObjectTarget, fetch};
 use talon_bench::summary::{LatencySummary, fmt_latency};
 use talon_bench::verify::{ExpectedRanges, Received, check_response};
 use talon_core::parse_byte_size;
@@ -535,12 +536,12 @@ impl Cluster {
             host: None,
         };
         let s3 =
-            Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Protocol::S3)).await?;
+            Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Backend::S3)).await?;
         let azure = Gateway::start(
             &setup.binaries,
             &dir,
             &stub,
-            gateway("gw-azure", Protocol::Azure),
+            gateway("gw-azure", Backend::Azure),
         )
         .await?;
         let mut named = BTreeMap::new();
@@ -586,12 +587,12 @@ impl Cluster {
                         ExpectedRanges::whole_object(b.clone()),
                     )
                 }),
-                s3: ObjectTarget::s3(&self.s3.url, &o.bucket, &o.key, client_auth(Protocol::S3)?)?,
+                s3: ObjectTarget::s3(&self.s3.url, &o.bucket, &o.key, client_auth(Backend::S3)?)?,
                 azure: ObjectTarget::azure(
                     &self.azure.url,
                     &o.bucket,
                     &o.key,
-                    client_auth(Protocol::Azure)?,
+                    client_auth(Backend::Azure)?,
                 )?,
             })
         };

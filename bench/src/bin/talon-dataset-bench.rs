@@ -26,6 +26,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use talon_bench::http_load::ProtocolLabel;
+use talon_core::Backend;
 
 use anyhow::bail;
 use clap::Parser;
@@ -36,7 +38,7 @@ use talon_bench::deployment::{
     BenchSetup, Coordinator, Gateway, GatewaySpec, Geometry, Route, Stub, Worker, WorkerSpec,
     client_auth, run_bench,
 };
-use talon_bench::http_load::{Protocol, control_request};
+use talon_bench::http_load::control_request;
 use talon_bench::summary::{LatencySummary, fmt_latency, mib};
 use talon_loadgen::stats::thousands;
 use talon_origin_stub::faults::FaultConfig;
@@ -86,7 +88,7 @@ struct Args {
 
     /// Fronts, in the order run.
     #[arg(long, env = "TALON_DATASET_BENCH_FRONTS", value_delimiter = ',', default_value = "s3,azure", value_parser = parse_front)]
-    fronts: Vec<Protocol>,
+    fronts: Vec<Backend>,
 
     /// Epochs, from cold, warm, after-t (in that order; after-t waits for T).
     #[arg(long, env = "TALON_DATASET_BENCH_EPOCHS", value_delimiter = ',', default_value = "cold,warm,after-t", value_parser = parse_epoch)]
@@ -158,10 +160,10 @@ fn parse_epoch(s: &str) -> Result<Epoch, String> {
     }
 }
 
-fn parse_front(s: &str) -> Result<Protocol, String> {
+fn parse_front(s: &str) -> Result<Backend, String> {
     match s.trim() {
-        "s3" => Ok(Protocol::S3),
-        "azure" => Ok(Protocol::Azure),
+        "s3" => Ok(Backend::S3),
+        "azure" => Ok(Backend::Azure),
         other => Err(format!("'{other}' is not s3 or azure")),
     }
 }
@@ -297,7 +299,7 @@ struct Deployment {
     stub: Stub,
     _coordinator: Coordinator,
     workers: Vec<Worker>,
-    gateways: Vec<(Protocol, Gateway)>,
+    gateways: Vec<(Backend, Gateway)>,
 }
 
 impl Deployment {
@@ -307,7 +309,7 @@ impl Deployment {
             .sum()
     }
 
-    fn endpoints(&self, front: Protocol, arm: Arm) -> anyhow::Result<Vec<Endpoint>> {
+    fn endpoints(&self, front: Backend, arm: Arm) -> anyhow::Result<Vec<Endpoint>> {
         let auth = client_auth(front)?;
         Ok(match arm {
             Arm::Talon => self
@@ -323,8 +325,8 @@ impl Deployment {
             Arm::Direct => vec![Endpoint {
                 protocol: front,
                 base: match front {
-                    Protocol::S3 => self.stub.s3_url.clone(),
-                    Protocol::Azure => self.stub.azure_url.clone(),
+                    Backend::S3 => self.stub.s3_url.clone(),
+                    Backend::Azure => self.stub.azure_url.clone(),
                 },
                 auth,
             }],
@@ -470,7 +472,7 @@ async fn run_one(
     set: &Arc<GeneratedSet>,
     args: &Args,
     epoch: Epoch,
-    front: Protocol,
+    front: Backend,
     arm: Arm,
     inside_t: impl Fn() -> bool,
 ) -> anyhow::Result<(Row, Option<String>)> {
@@ -598,8 +600,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut rows = Vec::new();
     // When each front was last read through Talon: an epoch after T waits for T to pass
     // since then (the warm epoch's revalidations renewed what the cold one learned).
-    let mut last_read: Vec<(Protocol, Instant)> = Vec::new();
-    let mut cold_started: Vec<(Protocol, Instant)> = Vec::new();
+    let mut last_read: Vec<(Backend, Instant)> = Vec::new();
+    let mut cold_started: Vec<(Backend, Instant)> = Vec::new();
     let mut wrong = None;
     'epochs: for (e, &epoch) in args.epochs.iter().enumerate() {
         for (f, &front) in args.fronts.iter().enumerate() {
@@ -731,7 +733,7 @@ mod tests {
             (set.count, set.min_size, set.max_size),
             (1_000_000, 4096, 262_144)
         );
-        assert_eq!(args.fronts, [Protocol::S3, Protocol::Azure]);
+        assert_eq!(args.fronts, [Backend::S3, Backend::Azure]);
         assert_eq!(args.epochs, [Epoch::Cold, Epoch::Warm, Epoch::AfterT]);
         assert_eq!(origin_share(&args), Some(2200));
         let off = Args::parse_from(["talon-dataset-bench", "--throttle-rps", "0"]);

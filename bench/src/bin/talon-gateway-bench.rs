@@ -41,6 +41,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use talon_core::Backend;
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -51,7 +52,7 @@ use talon_bench::deployment::{
 };
 use talon_bench::host::{HostInfo, load_line};
 use talon_bench::http_load::{
-    Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, paced_read, run_load,
+    Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, paced_read, run_load,
 };
 use talon_bench::results::JsonLines;
 use talon_bench::summary::{LatencySummary, fmt_latency, little_ceiling, mib};
@@ -331,7 +332,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             GatewaySpec {
                 origin_request_limit: None,
                 name: "gateway-cache",
-                front: Protocol::S3,
+                front: Backend::S3,
                 route: Route::Cache,
                 coordinator: Some(&coordinator_url),
                 block_size: args.block_size,
@@ -360,7 +361,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 GatewaySpec {
                     origin_request_limit: None,
                     name: "gateway-origin",
-                    front: Protocol::S3,
+                    front: Backend::S3,
                     route: Route::Origin,
                     coordinator: None,
                     block_size: args.block_size,
@@ -382,7 +383,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         human_bytes(args.object_size)
     ));
     let expected = Arc::new(ExpectedRanges::new(ranged.clone(), args.range_size));
-    let auth = client_auth(Protocol::S3)?;
+    let auth = client_auth(Backend::S3)?;
     let mut points: Vec<Point> = Vec::new();
     let mut failure: Option<String> = None;
 

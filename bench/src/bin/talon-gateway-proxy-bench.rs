@@ -47,6 +47,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use talon_bench::http_load::ProtocolLabel;
+use talon_core::Backend;
 
 use anyhow::bail;
 use clap::Parser;
@@ -55,9 +57,7 @@ use talon_bench::deployment::{
     client_auth, run_bench,
 };
 use talon_bench::host::{HostInfo, load_line};
-use talon_bench::http_load::{
-    Auth, Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, Protocol, run_load,
-};
+use talon_bench::http_load::{Auth, Length, LoadOutcome, LoadSpec, ObjectTarget, Pick, run_load};
 use talon_bench::nginx::{Nginx, find_nginx};
 use talon_bench::rounds::round_order;
 use talon_bench::summary::{LatencySummary, fmt_latency, median, mib, spread};
@@ -203,7 +203,7 @@ struct Arm {
     name: String,
     /// For JSON: `s3-cache`.
     key: String,
-    protocol: Protocol,
+    protocol: Backend,
     /// `cache`, `origin`, `direct` (control), `nginx`.
     path: &'static str,
     target: Arc<ObjectTarget>,
@@ -217,7 +217,7 @@ struct Arm {
 struct PendingArm {
     name: String,
     key: String,
-    protocol: Protocol,
+    protocol: Backend,
     path: &'static str,
     target: ObjectTarget,
     pids: Vec<(&'static str, u32)>,
@@ -405,23 +405,18 @@ impl<'a> Deployer<'a> {
             clusters: Vec::new(),
             gateways: Vec::new(),
         };
-        for protocol in [Protocol::S3, Protocol::Azure] {
+        for protocol in [Backend::S3, Backend::Azure] {
             d.cache_arms(&stub, protocol).await?;
         }
-        for protocol in [Protocol::S3, Protocol::Azure] {
+        for protocol in [Backend::S3, Backend::Azure] {
             d.origin_arm(&stub, protocol).await?;
         }
         d.arms.push(PendingArm {
             name: "control: S3 straight to the stub".into(),
             key: "control-s3-direct".into(),
-            protocol: Protocol::S3,
+            protocol: Backend::S3,
             path: "direct",
-            target: target(
-                Protocol::S3,
-                &stub.s3_url,
-                object,
-                client_auth(Protocol::S3)?,
-            )?,
+            target: target(Backend::S3, &stub.s3_url, object, client_auth(Backend::S3)?)?,
             pids: Vec::new(),
             with_children: false,
         });
@@ -449,7 +444,7 @@ impl<'a> Deployer<'a> {
         &self,
         stub: &Stub,
         name: &str,
-        front: Protocol,
+        front: Backend,
         coordinator: Option<&str>,
         local_reads: bool,
     ) -> anyhow::Result<Gateway> {
@@ -481,7 +476,7 @@ impl<'a> Deployer<'a> {
     /// disk through its local socket) and its arm; for S3, unless `--no-tcp-arm`, a
     /// second gateway on the same cluster reading over TCP, as one on another host would
     /// (what the local socket saves).
-    async fn cache_arms(&mut self, stub: &Stub, protocol: Protocol) -> anyhow::Result<()> {
+    async fn cache_arms(&mut self, stub: &Stub, protocol: Backend) -> anyhow::Result<()> {
         let args = self.args;
         let p = protocol.label().to_ascii_lowercase();
         progress(&format!(
@@ -543,12 +538,12 @@ impl<'a> Deployer<'a> {
             pids: cluster_pids(&gateway),
             with_children: false,
         });
-        if protocol == Protocol::S3 {
+        if protocol == Backend::S3 {
             self.cold_arms
                 .push(("through the cache (local socket)", gateway.url.clone()));
         }
         self.gateways.push(gateway);
-        if protocol == Protocol::S3 && !args.no_tcp_arm {
+        if protocol == Backend::S3 && !args.no_tcp_arm {
             let tcp = self
                 .gateway(
                     stub,
@@ -576,7 +571,7 @@ impl<'a> Deployer<'a> {
     }
 
     /// One protocol's gateway on route `origin` (no cache) and its arm.
-    async fn origin_arm(&mut self, stub: &Stub, protocol: Protocol) -> anyhow::Result<()> {
+    async fn origin_arm(&mut self, stub: &Stub, protocol: Backend) -> anyhow::Result<()> {
         let p = protocol.label().to_ascii_lowercase();
         progress(&format!(
             "starting the {} origin deployment (gateway)",
@@ -646,9 +641,9 @@ impl<'a> Deployer<'a> {
             self.arms.push(PendingArm {
                 name: name.into(),
                 key: key.into(),
-                protocol: Protocol::S3,
+                protocol: Backend::S3,
                 path: "nginx",
-                target: target(Protocol::S3, &n.url, self.object, Auth::Anonymous)?,
+                target: target(Backend::S3, &n.url, self.object, Auth::Anonymous)?,
                 pids: vec![("nginx", n.process.pid())],
                 with_children: true,
             });
@@ -681,9 +676,9 @@ impl<'a> Deployer<'a> {
         self.arms.push(PendingArm {
             name: "peer: varnish (S3, anonymous)".into(),
             key: "varnish".into(),
-            protocol: Protocol::S3,
+            protocol: Backend::S3,
             path: "varnish",
-            target: target(Protocol::S3, &v.url, self.object, Auth::Anonymous)?,
+            target: target(Backend::S3, &v.url, self.object, Auth::Anonymous)?,
             pids: vec![("varnish", v.process.pid())],
             with_children: true,
         });
@@ -866,12 +861,7 @@ async fn cold_reads(
             // keeps no cache, so it reads the first.
             let object = &objects[2 * i + usize::from(a == 1)];
             let expected = Arc::new(ExpectedRanges::whole_object(object.clone()));
-            let target = Arc::new(target(
-                Protocol::S3,
-                url,
-                object,
-                client_auth(Protocol::S3)?,
-            )?);
+            let target = Arc::new(target(Backend::S3, url, object, client_auth(Backend::S3)?)?);
             let outcome = run_load(LoadSpec {
                 target,
                 expected,
@@ -944,14 +934,14 @@ fn render_cold(args: &Args, cold: &[ColdArm]) -> String {
 }
 
 fn target(
-    protocol: Protocol,
+    protocol: Backend,
     url: &str,
     object: &GeneratedObject,
     auth: Auth,
 ) -> anyhow::Result<ObjectTarget> {
     Ok(match protocol {
-        Protocol::S3 => ObjectTarget::s3(url, &object.bucket, &object.key, auth)?,
-        Protocol::Azure => ObjectTarget::azure(url, &object.bucket, &object.key, auth)?,
+        Backend::S3 => ObjectTarget::s3(url, &object.bucket, &object.key, auth)?,
+        Backend::Azure => ObjectTarget::azure(url, &object.bucket, &object.key, auth)?,
     })
 }
 
@@ -1004,7 +994,7 @@ fn round_json(
         "kind": "round",
         "arm": arm.name,
         "arm_key": arm.key,
-        "protocol": arm.protocol,
+        "protocol": arm.protocol.name(),
         "path": arm.path,
         "auth": arm.target.auth.name(),
         "client": CLIENT,
@@ -1114,7 +1104,7 @@ fn summary_json(args: &Args, host: &HostInfo, arm: &Arm, s: &ArmSummary) -> serd
         "kind": "summary",
         "arm": arm.name,
         "arm_key": arm.key,
-        "protocol": arm.protocol,
+        "protocol": arm.protocol.name(),
         "path": arm.path,
         "auth": arm.target.auth.name(),
         "client": CLIENT,

@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::response::Response;
 use http::Request;
 use talon_cache_client::ReaderId;
-use talon_protocols::answer::Front;
+use talon_core::Backend;
 use talon_protocols::azure::server::AzureServer;
 
 use crate::Gateway;
@@ -28,7 +28,7 @@ const PROTOCOL: &str = "azure";
 pub async fn handle(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Body>) -> Response {
     let started = Instant::now();
     let Some(front) = gw.azure.as_ref() else {
-        return crate::reply::no_front(Front::Azure);
+        return crate::reply::no_front(Backend::Azure);
     };
     let backend = GatewayBackend::new(
         gw.clone(),

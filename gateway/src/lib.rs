@@ -332,7 +332,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             talon_listener::ListenerLimits {
                 tls: config.tls.clone(),
                 over_capacity_answer: Some(talon_protocols::answer::over_capacity_answer(
-                    talon_protocols::answer::Front::S3,
+                    talon_core::Backend::S3,
                 )),
                 ..config.limits.listener()
             },
@@ -359,7 +359,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
             talon_listener::ListenerLimits {
                 tls: config.tls.clone(),
                 over_capacity_answer: Some(talon_protocols::answer::over_capacity_answer(
-                    talon_protocols::answer::Front::Azure,
+                    talon_core::Backend::Azure,
                 )),
                 ..config.limits.listener()
             },

@@ -6,7 +6,7 @@
 use axum::response::Response;
 use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
-use talon_protocols::answer::answer;
+use talon_protocols::answer::{ProtocolFront as _, answer};
 use talon_protocols::server::{AnswerBody, stream_body};
 
 /// Relays an origin's answer (status, the headers a client may see, the body streamed).
@@ -29,14 +29,10 @@ pub fn relay(resp: reqwest::Response) -> Response<AnswerBody> {
 
 /// The answer on a listener whose front is not configured: `NotImplemented` in that
 /// protocol's status, stamped like every answer.
-pub fn no_front(front: talon_protocols::answer::Front) -> Response {
+pub fn no_front(front: talon_core::Backend) -> Response {
     let status = match front {
-        talon_protocols::answer::Front::S3 => {
-            talon_protocols::ErrorKind::NotImplemented.s3_status()
-        }
-        talon_protocols::answer::Front::Azure => {
-            talon_protocols::ErrorKind::NotImplemented.azure_status()
-        }
+        talon_core::Backend::S3 => talon_protocols::ErrorKind::NotImplemented.s3_status(),
+        talon_core::Backend::Azure => talon_protocols::ErrorKind::NotImplemented.azure_status(),
     };
     let mut resp = answer(status, axum::body::Body::empty());
     front.stamp(

@@ -14,7 +14,7 @@ use axum::body::Body;
 use axum::response::Response;
 use http::Request;
 use talon_cache_client::ReaderId;
-use talon_protocols::answer::Front;
+use talon_core::Backend;
 use talon_protocols::s3::server::S3Server;
 
 use crate::Gateway;
@@ -28,7 +28,7 @@ const PROTOCOL: &str = "s3";
 pub async fn handle(gw: Arc<Gateway>, req: Request<Body>) -> Response {
     let started = Instant::now();
     let Some(front) = gw.s3.as_ref() else {
-        return crate::reply::no_front(Front::S3);
+        return crate::reply::no_front(Backend::S3);
     };
     let reader = req
         .extensions()

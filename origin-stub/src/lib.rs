@@ -270,7 +270,7 @@ pub async fn start(mut config: StubConfig) -> Result<RunningStub, StubError> {
     if let Some(listener) = s3 {
         let st = state.clone();
         let handler = move |req, peer| s3::handle(st.clone(), req, peer);
-        let front = Some(talon_protocols::answer::Front::S3);
+        let front = Some(talon_core::Backend::S3);
         tasks.push(server::spawn(
             listener,
             handler,
@@ -282,7 +282,7 @@ pub async fn start(mut config: StubConfig) -> Result<RunningStub, StubError> {
     if let Some(listener) = azure {
         let st = state.clone();
         let handler = move |req, peer| azure::handle(st.clone(), req, peer);
-        let front = Some(talon_protocols::answer::Front::Azure);
+        let front = Some(talon_core::Backend::Azure);
         tasks.push(server::spawn(
             listener,
             handler,

@@ -34,7 +34,7 @@ pub fn spawn<H, F>(
     handler: H,
     shutdown: watch::Receiver<bool>,
     max_connections: usize,
-    front: Option<talon_protocols::answer::Front>,
+    front: Option<talon_core::Backend>,
 ) -> tokio::task::JoinHandle<()>
 where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
@@ -50,7 +50,7 @@ pub async fn serve<H, F>(
     handler: H,
     mut shutdown: watch::Receiver<bool>,
     max_connections: usize,
-    front: Option<talon_protocols::answer::Front>,
+    front: Option<talon_core::Backend>,
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = HandlerResult> + Send + 'static,

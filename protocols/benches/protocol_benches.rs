@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{HeaderMap, Method};
-use talon_protocols::answer::Front;
+use talon_core::Backend;
+use talon_protocols::answer::ProtocolFront as _;
 use talon_protocols::azure::request::{AzureAddressing, AzureRequest};
 use talon_protocols::azure::shared_key::{self, AccountKey, SharedKeyParts};
 use talon_protocols::conditional::Conditions;
@@ -153,14 +154,14 @@ fn signatures(c: &mut Criterion) {
     // signed for this front (the hit path's case) must cost next to nothing.
     c.bench_function("front/signed_for_this_front_header", |b| {
         b.iter(|| {
-            Front::S3
+            Backend::S3
                 .check_signed_for_this_front(black_box(&h), black_box(""))
                 .expect("this front")
         })
     });
     c.bench_function("front/signed_for_this_front_presigned", |b| {
         b.iter(|| {
-            Front::S3
+            Backend::S3
                 .check_signed_for_this_front(black_box(&ph), black_box(&query))
                 .expect("this front")
         })

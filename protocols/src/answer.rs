@@ -9,26 +9,47 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
+use talon_core::Backend;
+
 use crate::s3::xml::ErrorSubject;
 use crate::{Error, ErrorKind};
 
-/// Which protocol a server speaks: it decides error codes and bodies, request ids and
-/// the wording of protocol-level refusals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Front {
-    /// Amazon S3.
-    S3,
-    /// Azure Blob Storage.
-    Azure,
-}
-
-impl Front {
+/// What a server answers in the form of the protocol it speaks (a [`Backend`], S3 or
+/// Azure Blob): request ids, the refusals made before a request is classified, and the
+/// headers every answer carries. Error codes and bodies are [`error_answer`]'s.
+pub trait ProtocolFront: Copy {
     /// A fresh request id in the protocol's form: 16 upper-case hex digits for S3 (as
     /// `x-amz-request-id`), a UUID for Azure (as `x-ms-request-id`).
-    pub fn new_request_id(self) -> String {
+    fn new_request_id(self) -> String;
+
+    /// Refuses a request whose header section (names plus values, as
+    /// [`header_bytes`] counts it) is larger than `max` bytes.
+    ///
+    /// # Errors
+    /// [`ErrorKind::HeadersTooLarge`] in the protocol's words.
+    fn check_header_size(self, headers: &HeaderMap, max: usize) -> Result<(), Error>;
+
+    /// Refuses a request signed for the other protocol (SigV4 or a presigned S3 URL at
+    /// the Azure front; Shared Key or a SAS at the S3 front) naming the endpoint it
+    /// belongs on: classified here it would be answered something unrelated (an SDK
+    /// pointed at the wrong port got `NotImplemented` for an account operation).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidRequest`] saying which endpoint to use (not an authentication
+    /// code: both protocols answer those in fixed words that would hide the advice).
+    fn check_signed_for_this_front(self, headers: &HeaderMap, query: &str) -> Result<(), Error>;
+
+    /// Sets the headers every answer of this protocol carries: the request id (S3 sends
+    /// it as `x-amz-request-id` and `x-amz-id-2`, Azure as `x-ms-request-id` with the
+    /// `x-ms-version` it answered in) and `Server`.
+    fn stamp(self, headers: &mut HeaderMap, request_id: &str, azure_version: &str, server: &str);
+}
+
+impl ProtocolFront for Backend {
+    fn new_request_id(self) -> String {
         match self {
-            Front::S3 => format!("{:016X}", fastrand::u64(..)),
-            Front::Azure => format!(
+            Backend::S3 => format!("{:016X}", fastrand::u64(..)),
+            Backend::Azure => format!(
                 "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
                 fastrand::u32(..),
                 fastrand::u16(..),
@@ -39,39 +60,22 @@ impl Front {
         }
     }
 
-    /// Refuses a request whose header section (names plus values, as
-    /// [`header_bytes`] counts it) is larger than `max` bytes.
-    ///
-    /// # Errors
-    /// [`ErrorKind::HeadersTooLarge`] in the protocol's words.
-    pub fn check_header_size(self, headers: &HeaderMap, max: usize) -> Result<(), Error> {
+    fn check_header_size(self, headers: &HeaderMap, max: usize) -> Result<(), Error> {
         if header_bytes(headers) <= max {
             return Ok(());
         }
         let message = match self {
-            Front::S3 => format!(
+            Backend::S3 => format!(
                 "Your request header section exceeds the maximum allowed size of {max} bytes."
             ),
-            Front::Azure => {
+            Backend::Azure => {
                 format!("The request headers exceed the maximum allowed size of {max} bytes.")
             }
         };
         Err(Error::new(ErrorKind::HeadersTooLarge, message))
     }
 
-    /// Refuses a request signed for the other protocol (SigV4 or a presigned S3 URL at
-    /// the Azure front; Shared Key or a SAS at the S3 front) naming the endpoint it
-    /// belongs on: classified here it would be answered something unrelated (an SDK
-    /// pointed at the wrong port got `NotImplemented` for an account operation).
-    ///
-    /// # Errors
-    /// [`ErrorKind::InvalidRequest`] saying which endpoint to use (not an authentication
-    /// code: both protocols answer those in fixed words that would hide the advice).
-    pub fn check_signed_for_this_front(
-        self,
-        headers: &HeaderMap,
-        query: &str,
-    ) -> Result<(), Error> {
+    fn check_signed_for_this_front(self, headers: &HeaderMap, query: &str) -> Result<(), Error> {
         let authorization = header(headers, "authorization").unwrap_or("");
         let has = |name: &str| {
             query.split('&').any(|pair| {
@@ -81,7 +85,7 @@ impl Front {
             })
         };
         let (other, belongs) = match self {
-            Front::Azure
+            Backend::Azure
                 if authorization.starts_with("AWS4-HMAC-SHA256 ")
                     || authorization.starts_with("AWS ")
                     || has("X-Amz-Signature")
@@ -89,7 +93,7 @@ impl Front {
             {
                 ("S3 (SigV4 or SigV2)", "the S3 endpoint")
             }
-            Front::S3
+            Backend::S3
                 if authorization.starts_with("SharedKey ")
                     || authorization.starts_with("SharedKeyLite ")
                     || (has("sig") && has("sv")) =>
@@ -99,8 +103,8 @@ impl Front {
             _ => return Ok(()),
         };
         let here = match self {
-            Front::S3 => "the S3 endpoint",
-            Front::Azure => "the Azure Blob endpoint",
+            Backend::S3 => "the S3 endpoint",
+            Backend::Azure => "the Azure Blob endpoint",
         };
         Err(Error::new(
             ErrorKind::InvalidRequest,
@@ -108,22 +112,13 @@ impl Front {
         ))
     }
 
-    /// Sets the headers every answer of this protocol carries: the request id (S3 sends
-    /// it as `x-amz-request-id` and `x-amz-id-2`, Azure as `x-ms-request-id` with the
-    /// `x-ms-version` it answered in) and `Server`.
-    pub fn stamp(
-        self,
-        headers: &mut HeaderMap,
-        request_id: &str,
-        azure_version: &str,
-        server: &str,
-    ) {
+    fn stamp(self, headers: &mut HeaderMap, request_id: &str, azure_version: &str, server: &str) {
         match self {
-            Front::S3 => {
+            Backend::S3 => {
                 set_header(headers, "x-amz-request-id", request_id);
                 set_header(headers, "x-amz-id-2", request_id);
             }
-            Front::Azure => {
+            Backend::Azure => {
                 set_header(headers, "x-ms-request-id", request_id);
                 set_header(headers, "x-ms-version", azure_version);
             }
@@ -181,33 +176,33 @@ pub struct ErrorContext<'a> {
 /// and origins; an S3 client reads S3's short text, an Azure client reads of containers,
 /// blobs and conditional headers. `None` keeps the backend's message (it says what was
 /// wrong with the request).
-pub fn protocol_words(front: Front, kind: ErrorKind) -> Option<&'static str> {
+pub fn protocol_words(front: Backend, kind: ErrorKind) -> Option<&'static str> {
     use ErrorKind::*;
     Some(match (front, kind) {
-        (Front::S3, NoSuchKey) => "The specified key does not exist.",
-        (Front::S3, NoSuchBucket) => "The specified bucket does not exist.",
-        (Front::S3, NoSuchUpload) => {
+        (Backend::S3, NoSuchKey) => "The specified key does not exist.",
+        (Backend::S3, NoSuchBucket) => "The specified bucket does not exist.",
+        (Backend::S3, NoSuchUpload) => {
             "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed."
         }
-        (Front::S3, InternalError) => "We encountered an internal error. Please try again.",
-        (Front::S3, ServiceUnavailable) => "Service is unable to handle request.",
-        (Front::Azure, NoSuchBucket) => "The specified container does not exist.",
-        (Front::Azure, NoSuchKey) => "The specified blob does not exist.",
-        (Front::Azure, PreconditionFailed | NotModified) => {
+        (Backend::S3, InternalError) => "We encountered an internal error. Please try again.",
+        (Backend::S3, ServiceUnavailable) => "Service is unable to handle request.",
+        (Backend::Azure, NoSuchBucket) => "The specified container does not exist.",
+        (Backend::Azure, NoSuchKey) => "The specified blob does not exist.",
+        (Backend::Azure, PreconditionFailed | NotModified) => {
             "The condition specified using HTTP conditional header(s) is not met."
         }
-        (Front::Azure, InvalidRange) => {
+        (Backend::Azure, InvalidRange) => {
             "The range specified is invalid for the current size of the resource."
         }
-        (Front::Azure, BucketAlreadyExists) => "The specified container already exists.",
+        (Backend::Azure, BucketAlreadyExists) => "The specified container already exists.",
         // Azure would delete the blobs with it; Talon over a folder or S3 keeps them.
-        (Front::Azure, BucketNotEmpty) => {
+        (Backend::Azure, BucketNotEmpty) => {
             "The specified container is not empty: delete its blobs first."
         }
-        (Front::Azure, InternalError) => {
+        (Backend::Azure, InternalError) => {
             "Server encountered an internal error. Please try again after some time."
         }
-        (Front::Azure, ServiceUnavailable) => {
+        (Backend::Azure, ServiceUnavailable) => {
             "The server is currently unable to receive requests. Please retry your request."
         }
         _ => return None,
@@ -227,7 +222,11 @@ pub const RETRY_AFTER_SECONDS: &str = "1";
 /// failure is logged with its code and full message; the client sees the protocol's
 /// words for it ([`protocol_words`]) or, for a refusal of the request itself, the
 /// message.
-pub fn error_answer(front: Front, failure: Failure, request: ErrorContext<'_>) -> Response<Bytes> {
+pub fn error_answer(
+    front: Backend,
+    failure: Failure,
+    request: ErrorContext<'_>,
+) -> Response<Bytes> {
     let kind = failure.error.kind();
     if kind != ErrorKind::NotModified {
         tracing::info!(
@@ -246,7 +245,7 @@ pub fn error_answer(front: Front, failure: Failure, request: ErrorContext<'_>) -
 /// (the over-capacity answer is made once at start-up, and a log line then would report
 /// a failure that has not happened).
 fn render_error_answer(
-    front: Front,
+    front: Backend,
     failure: Failure,
     request: ErrorContext<'_>,
 ) -> Response<Bytes> {
@@ -260,20 +259,20 @@ fn render_error_answer(
     };
     let with_body = !request.is_head && kind != ErrorKind::NotModified;
     let (status, code) = match front {
-        Front::S3 => (kind.s3_status(), kind.s3_code()),
-        Front::Azure => (kind.azure_status(), kind.azure_code()),
+        Backend::S3 => (kind.s3_status(), kind.s3_code()),
+        Backend::Azure => (kind.azure_status(), kind.azure_code()),
     };
     let body = if !with_body {
         Bytes::new()
     } else {
         Bytes::from(match front {
-            Front::S3 => crate::s3::xml::error_xml(
+            Backend::S3 => crate::s3::xml::error_xml(
                 &failure.error,
                 request.resource,
                 request.request_id,
                 request.subject,
             ),
-            Front::Azure => crate::azure::xml::error_xml(
+            Backend::Azure => crate::azure::xml::error_xml(
                 &failure.error,
                 request.request_id,
                 std::time::SystemTime::now(),
@@ -282,7 +281,7 @@ fn render_error_answer(
     };
     let mut resp = answer(status, body);
     let h = resp.headers_mut();
-    if front == Front::Azure {
+    if front == Backend::Azure {
         set_header(h, "x-ms-error-code", code);
     }
     if with_body {
@@ -372,7 +371,7 @@ mod tests {
             ErrorKind::NoSuchKey,
             "The specified key does not exist.",
         ));
-        let resp = error_answer(Front::S3, f, context(false, true));
+        let resp = error_answer(Backend::S3, f, context(false, true));
         assert_eq!(resp.status(), 404);
         assert_eq!(resp.headers()["content-type"], "application/xml");
         assert_eq!(resp.headers()["connection"], "close");
@@ -380,7 +379,7 @@ mod tests {
         assert!(body.contains("<Code>NoSuchKey</Code>"), "{body}");
         assert!(body.contains("<RequestId>RID</RequestId>"), "{body}");
         let f = Failure::from(Error::new(ErrorKind::NoSuchKey, "gone"));
-        let resp = error_answer(Front::S3, f, context(true, false));
+        let resp = error_answer(Backend::S3, f, context(true, false));
         assert!(resp.body().is_empty());
         assert!(!resp.headers().contains_key("content-type"));
         assert!(!resp.headers().contains_key("connection"));
@@ -392,7 +391,7 @@ mod tests {
             Error::new(ErrorKind::InvalidRange, "The range specified is invalid."),
             vec![("content-range", "bytes */10".into())],
         );
-        let resp = error_answer(Front::Azure, f, context(false, false));
+        let resp = error_answer(Backend::Azure, f, context(false, false));
         assert_eq!(resp.status(), 416);
         assert_eq!(resp.headers()["x-ms-error-code"], "InvalidRange");
         assert_eq!(resp.headers()["content-range"], "bytes */10");
@@ -403,15 +402,19 @@ mod tests {
     #[test]
     fn throttled_and_unavailable_answers_say_when_to_retry_and_no_other_does() {
         for (front, kind, code) in [
-            (Front::S3, ErrorKind::SlowDown, "<Code>SlowDown</Code>"),
-            (Front::Azure, ErrorKind::SlowDown, "<Code>ServerBusy</Code>"),
+            (Backend::S3, ErrorKind::SlowDown, "<Code>SlowDown</Code>"),
             (
-                Front::S3,
+                Backend::Azure,
+                ErrorKind::SlowDown,
+                "<Code>ServerBusy</Code>",
+            ),
+            (
+                Backend::S3,
                 ErrorKind::ServiceUnavailable,
                 "<Code>ServiceUnavailable</Code>",
             ),
             (
-                Front::Azure,
+                Backend::Azure,
                 ErrorKind::ServiceUnavailable,
                 "<Code>ServerBusy</Code>",
             ),
@@ -427,7 +430,7 @@ mod tests {
             assert!(body.contains(code), "{body}");
         }
         let resp = error_answer(
-            Front::S3,
+            Backend::S3,
             Failure::from(Error::new(ErrorKind::InternalError, "x")),
             context(false, false),
         );
@@ -438,7 +441,7 @@ mod tests {
     fn a_backends_internals_stay_out_of_the_answer() {
         let internal = "worker refused: NotFound: origin: NoSuchKey: origin answered 404";
         let f = Failure::from(Error::new(ErrorKind::NoSuchKey, internal));
-        let resp = error_answer(Front::S3, f, context(false, false));
+        let resp = error_answer(Backend::S3, f, context(false, false));
         let body = std::str::from_utf8(resp.body()).unwrap();
         assert!(
             body.contains("<Message>The specified key does not exist.</Message>"),
@@ -446,7 +449,7 @@ mod tests {
         );
         assert!(!body.contains("worker"), "{body}");
         let f = Failure::from(Error::new(ErrorKind::NoSuchKey, internal));
-        let resp = error_answer(Front::Azure, f, context(false, false));
+        let resp = error_answer(Backend::Azure, f, context(false, false));
         let body = std::str::from_utf8(resp.body()).unwrap();
         assert!(
             body.contains("The specified blob does not exist."),
@@ -457,14 +460,14 @@ mod tests {
             ErrorKind::InvalidArgument,
             "max-keys must be a number",
         ));
-        let resp = error_answer(Front::S3, f, context(false, false));
+        let resp = error_answer(Backend::S3, f, context(false, false));
         let body = std::str::from_utf8(resp.body()).unwrap();
         assert!(body.contains("max-keys must be a number"), "{body}");
     }
 
     #[test]
     fn a_304_has_no_body_on_either_front() {
-        for front in [Front::S3, Front::Azure] {
+        for front in [Backend::S3, Backend::Azure] {
             let f = Failure::from(Error::new(ErrorKind::NotModified, "Not Modified"));
             let resp = error_answer(front, f, context(false, false));
             assert_eq!(resp.status(), 304);
@@ -476,23 +479,23 @@ mod tests {
     fn oversized_headers_are_refused_in_each_protocols_words() {
         let mut h = HeaderMap::new();
         h.insert("x-big", HeaderValue::from_static("0123456789"));
-        assert!(Front::S3.check_header_size(&h, 100).is_ok());
-        let e = Front::S3.check_header_size(&h, 10).unwrap_err();
+        assert!(Backend::S3.check_header_size(&h, 100).is_ok());
+        let e = Backend::S3.check_header_size(&h, 10).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::HeadersTooLarge);
         assert!(e.message().contains("header section"));
-        let e = Front::Azure.check_header_size(&h, 10).unwrap_err();
+        let e = Backend::Azure.check_header_size(&h, 10).unwrap_err();
         assert!(e.message().starts_with("The request headers exceed"));
     }
 
     #[test]
     fn request_ids_have_each_protocols_form() {
-        let s3 = Front::S3.new_request_id();
+        let s3 = Backend::S3.new_request_id();
         assert_eq!(s3.len(), 16);
         assert!(
             s3.chars()
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase())
         );
-        let azure = Front::Azure.new_request_id();
+        let azure = Backend::Azure.new_request_id();
         let parts: Vec<_> = azure.split('-').map(str::len).collect();
         assert_eq!(parts, [8, 4, 4, 4, 12]);
     }
@@ -504,7 +507,7 @@ mod tests {
 /// the protocol's throttling error — 503 SlowDown (S3) or ServerBusy (Azure) — with
 /// `Retry-After`, a request id and `Connection: close`, so that the client's SDK backs
 /// off and retries instead of seeing a reset connection.
-pub fn over_capacity_answer(front: Front) -> std::sync::Arc<[u8]> {
+pub fn over_capacity_answer(front: Backend) -> std::sync::Arc<[u8]> {
     let request_id = front.new_request_id();
     let error = Error::new(ErrorKind::SlowDown, "the server is at its connection limit");
     let resp = render_error_answer(
@@ -527,8 +530,8 @@ pub fn over_capacity_answer(front: Front) -> std::sync::Arc<[u8]> {
     )
     .into_bytes();
     let id_header = match front {
-        Front::S3 => "x-amz-request-id",
-        Front::Azure => "x-ms-request-id",
+        Backend::S3 => "x-amz-request-id",
+        Backend::Azure => "x-ms-request-id",
     };
     let body = resp.body();
     let length = body.len().to_string();
@@ -558,7 +561,7 @@ mod over_capacity_tests {
 
     #[test]
     fn the_answer_over_the_cap_is_each_protocols_slow_down_and_closes() {
-        for (front, code) in [(Front::S3, "SlowDown"), (Front::Azure, "ServerBusy")] {
+        for (front, code) in [(Backend::S3, "SlowDown"), (Backend::Azure, "ServerBusy")] {
             let raw = over_capacity_answer(front);
             let text = String::from_utf8_lossy(&raw);
             let (head, body) = text.split_once("\r\n\r\n").unwrap_or_default();
@@ -607,14 +610,14 @@ mod over_capacity_tests {
     #[test]
     fn building_the_answer_at_start_up_logs_no_failed_request() {
         let at_start_up = logged(|| {
-            over_capacity_answer(Front::S3);
-            over_capacity_answer(Front::Azure);
+            over_capacity_answer(Backend::S3);
+            over_capacity_answer(Backend::Azure);
         });
         assert!(!at_start_up.contains("request failed"), "{at_start_up}");
         // A real failure still logs: the capture above would have seen one.
         let failed = logged(|| {
             error_answer(
-                Front::S3,
+                Backend::S3,
                 Failure::from(Error::new(ErrorKind::SlowDown, "busy")),
                 ErrorContext {
                     is_head: false,

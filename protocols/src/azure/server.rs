@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
+use talon_core::Backend;
 
 use super::auth::{self as azure_auth, AzureIdentity, Transport};
 use super::copy_source;
@@ -16,7 +17,8 @@ use super::shared_key::SharedKeyParts;
 use super::xml;
 use crate::access::{Access, Acls, CannedAcl};
 use crate::answer::{
-    ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
+    ErrorContext, Failure, ProtocolFront as _, answer, error_answer, header, request_has_body,
+    set_header,
 };
 use crate::conditional::{Conditions, DeleteConditions, EtagList, missing_for_if_match};
 use crate::dates::{format_http_date, parse_http_date};
@@ -74,7 +76,7 @@ where
     Body: http_body::Body<Data = Bytes> + Send + 'static,
     Body::Error: Into<crate::server::BoxError>,
 {
-    let request_id = Front::Azure.new_request_id();
+    let request_id = Backend::Azure.new_request_id();
     let span = tracing::info_span!("azure", request_id = %request_id);
     let is_head = req.method() == Method::HEAD;
     let version = header(req.headers(), "x-ms-version")
@@ -96,10 +98,10 @@ where
                 resource: &resource,
                 subject: Default::default(),
             };
-            error_answer(Front::Azure, f, context).map(full_body)
+            error_answer(Backend::Azure, f, context).map(full_body)
         }
     };
-    Front::Azure.stamp(
+    Backend::Azure.stamp(
         response.headers_mut(),
         &request_id,
         &version,
@@ -123,8 +125,8 @@ where
     Body::Error: Into<crate::server::BoxError>,
 {
     let (parts, body) = req.into_parts();
-    Front::Azure.check_header_size(&parts.headers, server.limits.max_header_bytes)?;
-    Front::Azure.check_signed_for_this_front(&parts.headers, parts.uri.query().unwrap_or(""))?;
+    Backend::Azure.check_header_size(&parts.headers, server.limits.max_header_bytes)?;
+    Backend::Azure.check_signed_for_this_front(&parts.headers, parts.uri.query().unwrap_or(""))?;
     let raw_path = parts.uri.path();
     let raw_query = parts.uri.query().unwrap_or("");
     let request = AzureRequest::classify(

@@ -11,6 +11,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
+use talon_core::Backend;
 
 use super::auth::{self as s3_auth, S3Auth, S3Identities};
 use super::request::{
@@ -21,7 +22,8 @@ use super::sigv4::RequestParts;
 use super::xml;
 use crate::access::{Access, Acls, Action, CannedAcl, Need, Resource};
 use crate::answer::{
-    ErrorContext, Failure, Front, answer, error_answer, header, request_has_body, set_header,
+    ErrorContext, Failure, ProtocolFront as _, answer, error_answer, header, request_has_body,
+    set_header,
 };
 use crate::conditional::{Conditions, DeleteConditions, EtagList, same_version};
 use crate::dates::{format_http_date, parse_http_date};
@@ -65,7 +67,7 @@ where
     Body: http_body::Body<Data = Bytes> + Send + 'static,
     Body::Error: Into<crate::server::BoxError>,
 {
-    let request_id = Front::S3.new_request_id();
+    let request_id = Backend::S3.new_request_id();
     let span = tracing::info_span!("s3", request_id = %request_id);
     let is_head = req.method() == Method::HEAD;
     let resource = req.uri().path().to_owned();
@@ -89,10 +91,10 @@ where
                     key: key.as_deref(),
                 },
             };
-            error_answer(Front::S3, f, context).map(full_body)
+            error_answer(Backend::S3, f, context).map(full_body)
         }
     };
-    Front::S3.stamp(response.headers_mut(), &request_id, "", server.server_name);
+    Backend::S3.stamp(response.headers_mut(), &request_id, "", server.server_name);
     seen.handled(response, failed, request_id)
 }
 
@@ -113,8 +115,8 @@ where
     Body::Error: Into<crate::server::BoxError>,
 {
     let (parts, body) = req.into_parts();
-    Front::S3.check_header_size(&parts.headers, server.limits.max_header_bytes)?;
-    Front::S3.check_signed_for_this_front(&parts.headers, parts.uri.query().unwrap_or(""))?;
+    Backend::S3.check_header_size(&parts.headers, server.limits.max_header_bytes)?;
+    Backend::S3.check_signed_for_this_front(&parts.headers, parts.uri.query().unwrap_or(""))?;
     let raw_path = parts.uri.path();
     let raw_query = parts.uri.query().unwrap_or("");
     let request = S3Request::classify(

@@ -109,6 +109,17 @@ def test_ls_cp_both_ways_and_get_object_range(aws, gw, gw_s3, gw_bucket, tmp_pat
     assert proc.returncode != 0 and b"NoSuchKey" in proc.stderr, proc.stderr
 
 
+def test_head_and_cp_of_a_generated_object(aws, gw, tmp_path):
+    """From the origin stub's own suite: `s3api head-object` and a whole `s3 cp` download of
+    an object the origin generates, on every target."""
+    b, k, size, seed = gw.generated["big"]
+    meta = json.loads(aws("s3api", "head-object", "--bucket", b, "--key", k).stdout)
+    assert meta["ContentLength"] == size and meta["ETag"] == gw.generated_etag("big")
+    dest = tmp_path / "generated.bin"
+    aws("s3", "cp", f"s3://{b}/{k}", dest)
+    assert sha256(dest.read_bytes()) == sha256(generated.generated_bytes(b, k, seed, 0, size))
+
+
 def test_sync_up_and_back_down(aws, gw_s3, tmp_path):
     bucket = unique("sync")
     gw_s3.create_bucket(Bucket=bucket)

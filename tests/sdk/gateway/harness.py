@@ -239,6 +239,12 @@ class Front:
     origin_kind: str = "stub"
 
     @property
+    def max_header_bytes(self) -> int:
+        """The header section a request may have: the stub takes S3's 8 KiB, a gateway
+        16 KiB (its default ``Limits::max_header_bytes``)."""
+        return 8 * 1024 if self.name == "stub" else 16 * 1024
+
+    @property
     def s3_multipart_etags(self) -> bool:
         """Whether an S3 multipart upload's ETag is S3's ``<md5>-<parts>``: not over an Azure
         origin, where it is the blob's (docs/gateway.md)."""

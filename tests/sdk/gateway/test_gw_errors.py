@@ -18,10 +18,18 @@ import botocore.auth
 import pytest
 import requests
 from azure.core.exceptions import HttpResponseError
-from azure.storage.blob import BlobClient, BlobSasPermissions, BlobServiceClient, generate_blob_sas
+from azure.storage.blob import (
+    BlobClient,
+    BlobSasPermissions,
+    BlobServiceClient,
+    ContainerClient,
+    ContainerSasPermissions,
+    generate_blob_sas,
+    generate_container_sas,
+)
 from botocore.exceptions import ClientError
 
-from conftest import assert_s3_error, blob_service, client_error, s3_client, sha256, signed_request, unique
+from conftest import assert_s3_error, blob_service, client_error, s3_client, sha256, signed_request, unique, wait_until
 from test_s3_payload_modes import EMPTY_SHA256, _chunks, _hmac_hex, _prepare, b64, crc32, payload, put_streaming
 
 from . import harness
@@ -153,6 +161,11 @@ def test_s3_unsigned_request_refused(gw, populated):
     assert_s3_error(requests.get(f"{gw.s3}/{bucket}/one", timeout=30), 403, "AccessDenied")
     assert_s3_error(requests.put(f"{gw.s3}/{bucket}/anon", data=b"x", timeout=30), 403, "AccessDenied")
     assert_s3_error(requests.delete(f"{gw.s3}/{bucket}/one", timeout=30), 403, "AccessDenied")
+    assert_s3_error(requests.get(f"{gw.s3}/", timeout=30), 403, "AccessDenied")
+    anon = s3_client(gw, unsigned=True)
+    with pytest.raises(ClientError) as ei:
+        anon.list_objects_v2(Bucket=bucket)
+    assert client_error(ei) == (403, "AccessDenied")
     assert snapshot() == before
 
 
@@ -424,4 +437,365 @@ def test_azure_expired_sas(gw, az_populated):
     tampered = "&".join(p if not p.startswith("se=") else "se=2099-01-01T00%3A00%3A00Z" for p in sas.split("&"))
     resp = requests.get(f"{gw.blob_endpoint}/{container}/one?{tampered}", timeout=30)
     raw_azure_error(resp.status_code, resp.headers, resp.content, 403, "AuthenticationFailed")
+    # Not yet valid is refused too.
+    sas = generate_container_sas(
+        gw.azure_account, container, account_key=gw.azure_key,
+        permission=ContainerSasPermissions(read=True, list=True),
+        start=utcnow() + dt.timedelta(hours=1), expiry=utcnow() + dt.timedelta(hours=2),
+    )
+    cc = ContainerClient.from_container_url(f"{gw.blob_endpoint}/{container}?{sas}", retry_total=0)
+    with pytest.raises(HttpResponseError) as ei:
+        list(cc.list_blobs())
+    azure_error(ei.value, 403, "AuthenticationFailed")
     assert snapshot() == before
+
+
+# ================================================================= from the origin stub's own suite
+# (folded in 2026-12-05: every case now runs on every target)
+
+
+def raw_azure_answer(resp, status: int, code: str):
+    """An Azure error answer read with ``requests``: status, code, request id, and the
+    XML body (none for HEAD)."""
+    assert resp.status_code == status, f"expected {status} {code}, got {resp.status_code}: {resp.text[:500]}"
+    assert resp.headers.get("x-ms-error-code") == code, dict(resp.headers)
+    assert resp.headers.get("x-ms-request-id")
+    if resp.request.method != "HEAD":
+        root = ET.fromstring(resp.content)
+        assert root.tag == "Error" and root.findtext("Code") == code, resp.text
+
+
+def test_s3_presigned_tampered(gw_s3, populated):
+    bucket, snapshot = populated
+    before = snapshot()
+    url = gw_s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "one"}, ExpiresIn=300)
+    resp = requests.get(url.replace(f"/{bucket}/one?", f"/{bucket}/two/2?"), timeout=30)
+    assert_s3_error(resp, 403, "SignatureDoesNotMatch")
+    resp = requests.get(url.replace("X-Amz-Expires=300", "X-Amz-Expires=600"), timeout=30)
+    assert_s3_error(resp, 403, "SignatureDoesNotMatch")
+    assert snapshot() == before
+
+
+def test_s3_signed_request_altered_after_signing(gw, gw_s3, populated):
+    bucket, snapshot = populated
+    before = snapshot()
+    import botocore.auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    def signed_then(method, path, headers, mutate, body=b""):
+        req = AWSRequest(method=method, url=gw.s3 + path, headers=dict(headers), data=body)
+        botocore.auth.S3SigV4Auth(Credentials(gw.access_key, gw.secret_key), "s3", gw.region).add_auth(req)
+        p = req.prepare()
+        url, hdrs, body = mutate(p.url, dict(p.headers), body)
+        return requests.request(method, url, headers=hdrs, data=body, timeout=30)
+
+    # A signed header changed.
+    resp = signed_then("GET", f"/{bucket}/one", {"Range": "bytes=0-1"},
+                       lambda u, h, b: (u, {**h, "Range": "bytes=0-2"}, b))
+    assert_s3_error(resp, 403, "SignatureDoesNotMatch")
+    # A query parameter added.
+    resp = signed_then("GET", f"/{bucket}/one", {},
+                       lambda u, h, b: (u + "?response-content-type=text%2Fhtml", h, b))
+    assert_s3_error(resp, 403, "SignatureDoesNotMatch")
+    # The path changed.
+    resp = signed_then("GET", f"/{bucket}/one", {}, lambda u, h, b: (u.replace("/one", "/two/2"), h, b))
+    assert_s3_error(resp, 403, "SignatureDoesNotMatch")
+    # The body changed (its declared SHA-256 no longer matches).
+    resp = signed_then("PUT", f"/{bucket}/one", {}, lambda u, h, b: (u, h, b"evil"), body=b"good")
+    assert resp.status_code in (400, 403), resp.status_code
+    assert_s3_error(resp, resp.status_code, "XAmzContentSHA256Mismatch" if resp.status_code == 400 else "SignatureDoesNotMatch")
+    # A presigned GET URL used for a PUT.
+    url = gw_s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "one"}, ExpiresIn=300)
+    assert_s3_error(requests.put(url, data=b"evil", timeout=30), 403, "SignatureDoesNotMatch")
+    # An extra query parameter on a presigned URL.
+    assert_s3_error(requests.get(url + "&x-id=GetObject&extra=1", timeout=30), 403, "SignatureDoesNotMatch")
+    assert snapshot() == before
+    assert gw_s3.get_object(Bucket=bucket, Key="one")["Body"].read() == b"one"
+
+
+@pytest.mark.parametrize("skew_minutes", [-20, 20])
+def test_s3_request_time_too_skewed(gw, populated, monkeypatch, skew_minutes):
+    bucket, snapshot = populated
+    before = snapshot()
+    import botocore.auth
+
+    real_now = botocore.auth.get_current_datetime
+    monkeypatch.setattr(botocore.auth, "get_current_datetime",
+                        lambda: real_now() + dt.timedelta(minutes=skew_minutes))
+    resp = signed_request(gw, "GET", f"/{bucket}/one")
+    assert_s3_error(resp, 403, "RequestTimeTooSkewed")
+    resp = signed_request(gw, "PUT", f"/{bucket}/skewed", body=b"x")
+    assert_s3_error(resp, 403, "RequestTimeTooSkewed")
+    monkeypatch.undo()
+    assert snapshot() == before
+
+
+def test_s3_no_such_bucket(gw, gw_s3):
+    missing = unique("missing")
+    with pytest.raises(ClientError) as ei:
+        gw_s3.get_object(Bucket=missing, Key="k")
+    assert client_error(ei) == (404, "NoSuchBucket")
+    with pytest.raises(ClientError) as ei:
+        gw_s3.list_objects_v2(Bucket=missing)
+    assert client_error(ei) == (404, "NoSuchBucket")
+    with pytest.raises(ClientError) as ei:
+        gw_s3.put_object(Bucket=missing, Key="k", Body=b"x")
+    assert client_error(ei) == (404, "NoSuchBucket")
+    with pytest.raises(ClientError) as ei:
+        gw_s3.head_bucket(Bucket=missing)
+    assert client_error(ei)[0] == 404
+    for path in (f"/{missing}/k", f"/{missing}"):
+        resp = signed_request(gw, "GET", path)
+        assert_s3_error(resp, 404, "NoSuchBucket")
+    assert missing not in [b["Name"] for b in gw_s3.list_buckets()["Buckets"]]
+    assert not (gw.data_dir / missing).exists()
+
+
+def test_s3_no_such_key(gw, gw_s3, populated):
+    bucket, snapshot = populated
+    before = snapshot()
+    with pytest.raises(ClientError) as ei:
+        gw_s3.get_object(Bucket=bucket, Key="absent")
+    assert client_error(ei) == (404, "NoSuchKey")
+    resp = signed_request(gw, "GET", f"/{bucket}/absent/key.bin")
+    assert_s3_error(resp, 404, "NoSuchKey")
+    # HEAD errors carry the request id but no body.
+    resp = signed_request(gw, "HEAD", f"/{bucket}/absent")
+    assert resp.status_code == 404
+    assert resp.content == b""
+    assert resp.headers.get("x-amz-request-id")
+    with pytest.raises(ClientError) as ei:
+        gw_s3.head_object(Bucket=bucket, Key="absent")
+    assert client_error(ei)[0] == 404
+    # botocore surfaces the request id of an error.
+    with pytest.raises(ClientError) as ei:
+        gw_s3.get_object(Bucket=bucket, Key="absent")
+    md = ei.value.response["ResponseMetadata"]
+    assert md["RequestId"] == md["HTTPHeaders"]["x-amz-request-id"]
+    assert snapshot() == before
+
+
+def test_s3_error_bodies_name_the_resource(gw, gw_bucket):
+    """As in S3: NoSuchBucket carries <BucketName>, NoSuchKey carries <Key>."""
+    bucket = gw_bucket
+    missing = unique("missing")
+    err = assert_s3_error(signed_request(gw, "GET", f"/{missing}/k"), 404, "NoSuchBucket")
+    assert err.get("BucketName") == missing, err
+    err = assert_s3_error(signed_request(gw, "GET", f"/{bucket}/absent/key.bin"), 404, "NoSuchKey")
+    assert err.get("Key") == "absent/key.bin", err
+
+
+def test_s3_request_ids_unique(gw, gw_bucket):
+    bucket = gw_bucket
+    ids = set()
+    for _ in range(5):
+        resp = signed_request(gw, "GET", f"/{bucket}/absent")
+        ids.add(assert_s3_error(resp, 404, "NoSuchKey")["RequestId"])
+    assert len(ids) == 5
+
+
+def test_s3_oversized_headers(gw, gw_s3, populated):
+    bucket, snapshot = populated
+    before = snapshot()
+    over = gw.max_header_bytes // 1000 + 2  # this many 1000-byte headers are past the limit
+    pad = {f"x-talon-pad-{i}": "p" * 1000 for i in range(over)}
+    resp = signed_request(gw, "GET", f"/{bucket}/one", headers=pad)
+    assert_s3_error(resp, 400, "RequestHeaderSectionTooLarge")
+    meta = {f"x-amz-meta-m{i}": "m" * 1000 for i in range(over)}
+    resp = signed_request(gw, "PUT", f"/{bucket}/big-headers", headers=meta, body=b"x")
+    assert_s3_error(resp, 400, "RequestHeaderSectionTooLarge")
+    with pytest.raises(ClientError) as ei:
+        gw_s3.put_object(Bucket=bucket, Key="big-meta", Body=b"x", Metadata={f"m{i}": "v" * 1000 for i in range(over)})
+    assert client_error(ei) == (400, "RequestHeaderSectionTooLarge")
+    assert snapshot() == before
+    # Unsigned too: the size is checked before the signature.
+    resp = requests.get(f"{gw.s3}/{bucket}/one", headers=pad, timeout=30)
+    assert_s3_error(resp, 400, "RequestHeaderSectionTooLarge")
+    # Just under the limit is fine.
+    ok = {f"x-talon-pad-{i}": "p" * 1000 for i in range(over - 5)}
+    resp = signed_request(gw, "GET", f"/{bucket}/one", headers=ok)
+    assert resp.status_code == 200 and resp.content == b"one"
+
+
+def test_s3_not_implemented(gw, gw_s3, populated):
+    bucket, snapshot = populated
+    before = snapshot()
+    with pytest.raises(ClientError) as ei:
+        gw_s3.put_bucket_lifecycle_configuration(
+            Bucket=bucket,
+            LifecycleConfiguration={"Rules": [{"ID": "r", "Status": "Enabled", "Filter": {"Prefix": ""},
+                                               "Expiration": {"Days": 1}}]},
+        )
+    assert client_error(ei) == (501, "NotImplemented")
+    resp = signed_request(gw, "GET", f"/{bucket}", params={"policy": ""})
+    assert_s3_error(resp, 501, "NotImplemented")
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("lifetime", ["0", "-7", "604801"])
+def test_s3_presigned_lifetime_out_of_range_is_denied(gw_s3, populated, lifetime):
+    """X-Amz-Expires outside 1..=604800 seconds grants nothing: 403 AccessDenied, as S3
+    answers, and nothing changes."""
+    bucket, snapshot = populated
+    before = snapshot()
+    for method, op, key in (("GET", "get_object", "one"), ("PUT", "put_object", "sneaky")):
+        url = gw_s3.generate_presigned_url(op, Params={"Bucket": bucket, "Key": key}, ExpiresIn=300)
+        assert "X-Amz-Expires=300" in url
+        resp = requests.request(method, url.replace("X-Amz-Expires=300", f"X-Amz-Expires={lifetime}"),
+                                data=b"x" if method == "PUT" else None, timeout=30)
+        assert_s3_error(resp, 403, "AccessDenied")
+    assert snapshot() == before
+
+
+def test_azure_anonymous_to_authenticated(gw, az_populated):
+    container, snapshot = az_populated
+    before = snapshot()
+    base = gw.blob_endpoint
+    raw_azure_answer(requests.get(f"{base}/{container}/one", timeout=30), 401, "NoAuthenticationInformation")
+    raw_azure_answer(requests.get(f"{base}?comp=list", timeout=30), 401, "NoAuthenticationInformation")
+    raw_azure_answer(
+        requests.put(f"{base}/{container}/anon", data=b"x", headers={"x-ms-blob-type": "BlockBlob"}, timeout=30),
+        401, "NoAuthenticationInformation",
+    )
+    anon = BlobClient(account_url=base, container_name=container, blob_name="one", retry_total=0)
+    with pytest.raises(HttpResponseError) as ei:
+        anon.download_blob()
+    azure_error(ei.value, 401, "NoAuthenticationInformation")
+    assert snapshot() == before
+
+
+def _blob_sas(gw, container, blob, **perm):
+    return generate_blob_sas(
+        gw.azure_account, container, blob, account_key=gw.azure_key,
+        permission=BlobSasPermissions(**perm), expiry=utcnow() + dt.timedelta(hours=1),
+    )
+
+
+def test_azure_tampered_sas(gw, az_populated):
+    container, snapshot = az_populated
+    before = snapshot()
+    sas = _blob_sas(gw, container, "one", read=True)
+    url = f"{gw.blob_endpoint}/{container}/one"
+    assert requests.get(f"{url}?{sas}", timeout=30).content == b"one"
+    fields = [part.split("=", 1) for part in sas.split("&")]
+
+    def with_field(name, value):
+        out = "&".join(f"{k}={value if k == name else v}" for k, v in fields)
+        assert out != sas, name
+        return out
+
+    sig = dict(fields)["sig"]
+    tampered = {
+        "signature": with_field("sig", ("A" if sig[0] != "A" else "B") + sig[1:]),
+        "expiry": with_field("se", "2099-01-01T00%3A00%3A00Z"),
+        "permission": with_field("sp", "rw"),
+    }
+    for what, bad in tampered.items():
+        bc = BlobClient.from_blob_url(f"{url}?{bad}", retry_total=0)
+        with pytest.raises(HttpResponseError) as ei:
+            bc.download_blob()
+        azure_error(ei.value, 403, "AuthenticationFailed")
+        with pytest.raises(HttpResponseError) as ei:
+            bc.upload_blob(b"tampered", overwrite=True)
+        assert ei.value.status_code == 403, what
+    # A blob SAS does not open another blob.
+    other = BlobClient.from_blob_url(f"{gw.blob_endpoint}/{container}/two/2?{sas}", retry_total=0)
+    with pytest.raises(HttpResponseError) as ei:
+        other.download_blob()
+    azure_error(ei.value, 403, "AuthenticationFailed")
+    assert snapshot() == before
+
+
+def test_azure_read_only_sas_cannot_write(gw, gw_azure, az_populated):
+    container, snapshot = az_populated
+    before = snapshot()
+    sas = generate_container_sas(
+        gw.azure_account, container, account_key=gw.azure_key,
+        permission=ContainerSasPermissions(read=True, list=True), expiry=utcnow() + dt.timedelta(hours=1),
+    )
+    cc = ContainerClient.from_container_url(f"{gw.blob_endpoint}/{container}?{sas}", retry_total=0)
+    assert cc.download_blob("one").readall() == b"one"
+    with pytest.raises(HttpResponseError) as ei:
+        cc.upload_blob("sneaky", b"should not land")
+    azure_error(ei.value, 403, "AuthorizationPermissionMismatch")
+    with pytest.raises(HttpResponseError) as ei:
+        cc.get_blob_client("one").upload_blob(b"overwrite", overwrite=True)
+    azure_error(ei.value, 403, "AuthorizationPermissionMismatch")
+    with pytest.raises(HttpResponseError) as ei:
+        cc.get_blob_client("one").delete_blob()
+    azure_error(ei.value, 403, "AuthorizationPermissionMismatch")
+    with pytest.raises(HttpResponseError) as ei:
+        cc.get_blob_client("blocked").stage_block("YmxvY2stMQ==", b"block")
+    azure_error(ei.value, 403, "AuthorizationPermissionMismatch")
+    # Blob SAS without read permission cannot read.
+    wsas = _blob_sas(gw, container, "one", write=True)
+    with pytest.raises(HttpResponseError) as ei:
+        BlobClient.from_blob_url(f"{gw.blob_endpoint}/{container}/one?{wsas}", retry_total=0).download_blob()
+    azure_error(ei.value, 403, "AuthorizationPermissionMismatch")
+    assert snapshot() == before
+    assert "sneaky" not in [b.name for b in gw_azure.get_container_client(container).list_blobs()]
+    assert not (gw.data_dir / container / "sneaky").exists()
+
+
+def test_azure_container_not_found(gw_azure, gw):
+    missing = unique("nocontainer")
+    cc = gw_azure.get_container_client(missing)
+    with pytest.raises(HttpResponseError) as ei:
+        cc.get_container_properties()
+    azure_error(ei.value, 404, "ContainerNotFound", body=False)
+    with pytest.raises(HttpResponseError) as ei:
+        list(cc.list_blobs())
+    azure_error(ei.value, 404, "ContainerNotFound")
+    with pytest.raises(HttpResponseError) as ei:
+        cc.upload_blob("x", b"x")
+    azure_error(ei.value, 404, "ContainerNotFound")
+    with pytest.raises(HttpResponseError) as ei:
+        cc.download_blob("x")
+    azure_error(ei.value, 404, "ContainerNotFound")
+    assert missing not in [c.name for c in gw_azure.list_containers()]
+    assert not (gw.data_dir / missing).exists()
+
+
+def test_azure_blob_not_found(gw_azure, az_populated):
+    container, snapshot = az_populated
+    before = snapshot()
+    bc = gw_azure.get_blob_client(container, "absent/blob")
+    with pytest.raises(HttpResponseError) as ei:
+        bc.download_blob()
+    azure_error(ei.value, 404, "BlobNotFound")
+    with pytest.raises(HttpResponseError) as ei:
+        bc.get_blob_properties()
+    azure_error(ei.value, 404, "BlobNotFound", body=False)
+    assert snapshot() == before
+
+
+def test_azure_range_past_end(gw, gw_azure, az_populated):
+    container, snapshot = az_populated
+    b, k, size = container, "one", 3
+    bc = gw_azure.get_blob_client(b, k)
+    with pytest.raises(HttpResponseError) as ei:
+        bc.download_blob(offset=size + 10, length=5)
+    azure_error(ei.value, 416, "InvalidRange")
+    with pytest.raises(HttpResponseError) as ei:
+        bc.download_blob(offset=size, length=1)
+    azure_error(ei.value, 416, "InvalidRange")
+    sas = _blob_sas(gw, b, k, read=True)
+    url = f"{gw.blob_endpoint}/{b}/{k}?{sas}"
+    raw_azure_answer(requests.get(url, headers={"x-ms-range": f"bytes={size}-{size + 9}"}, timeout=30), 416,
+                     "InvalidRange")
+    raw_azure_answer(requests.get(url, headers={"Range": f"bytes={size + 100}-"}, timeout=30), 416, "InvalidRange")
+    # The object still reads fine.
+    assert bc.download_blob().readall() == b"one"
+
+
+def test_azure_request_id_everywhere(gw):
+    """Every answer, refusals of unsigned requests included, carries a request id and the
+    version it answered in."""
+    base = gw.blob_endpoint
+    b, k = gw.generated["big"][:2]
+    for method, path in (("GET", "?comp=list"), ("GET", f"/{b}/{k}"), ("HEAD", f"/{b}/{k}"),
+                         ("GET", f"/{b}?restype=container&comp=list"), ("GET", "/nocontainer-zz/x")):
+        resp = requests.request(method, base + path, headers={"x-ms-version": "2020-10-02"}, timeout=30)
+        assert resp.headers.get("x-ms-request-id"), (method, path, resp.status_code)
+        assert resp.headers.get("x-ms-version") == "2020-10-02", (method, path)

@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from conftest import (
     _LIVE_STUBS,
+    SEEDED,
     MiB,
     blob_service,
     client_error,
@@ -299,3 +300,10 @@ def test_concurrent_overwrites_are_atomic(dd_stub, dd_s3):
     )
     body = dd_s3.get_object(Bucket=name, Key="hot")["Body"].read()
     assert sha256(body) in digests
+
+
+def test_seeded_blobs(azure):
+    cc = azure.get_container_client("seeded")
+    assert sorted(b.name for b in cc.list_blobs()) == sorted(SEEDED)
+    for name, content in SEEDED.items():
+        assert sha256(cc.download_blob(name).readall()) == sha256(content)

@@ -201,3 +201,32 @@ def test_early_error_keeps_connection_usable_or_closes_it(anon_stub, stub, case)
     )
     second_status = int(second[0].split(b" ")[1])
     assert second_status in (200, 401, 403), second[0]
+
+
+def test_anonymous_stub_roundtrip(anon_stub, anon_azure):
+    name = unique("anon")
+    cc = anon_azure.create_container(name)
+    body = bytes((i * 7 + 3) % 256 for i in range(70_000))
+    cc.upload_blob("x/y.bin", body)
+    assert sha256(cc.download_blob("x/y.bin").readall()) == sha256(body)
+    assert [b.name for b in cc.list_blobs()] == ["x/y.bin"]
+    b, k, _, _ = GENERATED["small"]
+    assert sha256(anon_azure.get_blob_client(b, k).download_blob().readall()) == generated_sha("small")
+
+
+def test_raw_range_headers_and_version_echo(anon_stub):
+    b, k, size, seed = GENERATED["small"]
+    url = f"{anon_stub.blob_endpoint}/{b}/{k}"
+    for header in ("x-ms-range", "Range"):
+        resp = requests.get(url, headers={header: "bytes=10-29", "x-ms-version": "2021-08-06"}, timeout=30)
+        assert resp.status_code == 206, (header, resp.text)
+        assert resp.headers["Content-Range"] == f"bytes 10-29/{size}"
+        assert resp.content == generated.generated_bytes(b, k, seed, 10, 30)
+        assert resp.headers.get("x-ms-version") == "2021-08-06"
+        assert resp.headers.get("x-ms-request-id")
+        assert resp.headers.get("ETag") == generated.generated_etag(b, k, size, seed)
+    resp = requests.head(url, headers={"x-ms-version": "2025-11-05"}, timeout=30)
+    assert resp.status_code == 200
+    assert int(resp.headers["Content-Length"]) == size
+    assert resp.headers.get("x-ms-version") == "2025-11-05"
+    assert resp.headers.get("x-ms-blob-type") == "BlockBlob"

@@ -58,10 +58,10 @@ def cluster(tmp_path_factory, _isolated_client_env):
 NOT_ON_EVERY_TARGET = {
     ("test_conditional_upload_reaches_the_origin", "moto"): ("skip", "reads the origin stub's data folder"),
     ("test_conditional_upload_reaches_the_origin", "azurite"): ("skip", "reads the origin stub's data folder"),
-    ("test_s3_second_pass_is_served_from_cache", "*"): ("skip", "counts the origin stub's requests"),
-    ("test_azure_second_pass_is_served_from_cache", "*"): ("skip", "counts the origin stub's requests"),
-    ("test_an_upload_through_the_gateway_is_read_back_from_the_cache", "*"): ("skip", "counts the origin stub's requests"),
-    ("test_parallel_download_twice", "*"): ("skip", "counts the origin stub's requests"),
+    ("test_s3_second_pass_is_served_from_cache", "moto+azurite"): ("skip", "counts the origin stub's requests"),
+    ("test_azure_second_pass_is_served_from_cache", "moto+azurite"): ("skip", "counts the origin stub's requests"),
+    ("test_an_upload_through_the_gateway_is_read_back_from_the_cache", "moto+azurite"): ("skip", "counts the origin stub's requests"),
+    ("test_parallel_download_twice", "moto+azurite"): ("skip", "counts the origin stub's requests"),
     ("test_content_md5_of_put_blob", "moto"): (
         "xfail", "an S3 origin keeps no Content-MD5, so the Azure front over it cannot give x-ms-blob-content-md5 back"),
     ("test_checksum_mode_full_object_only", "moto"): (
@@ -74,6 +74,10 @@ NOT_ON_EVERY_TARGET = {
         "object's ETag and the part's Content-Range), so the gateway cannot place the part and answers 501"),
     ("test_rclone_s3_ls_copy_check", "azurite"): (
         "xfail", "over an Azure origin a single-part object's ETag is the blob's, not its MD5, so rclone cannot check hashes"),
+    ("test_download_offset_far_into_huge_blob", "up"): (
+        "skip", "talon up's sample folder has no 1 TiB generated object (the stub and the cluster's origin do)"),
+    ("test_download_offset_far_into_huge_blob", "moto"): ("skip", "holds only what was uploaded: no 1 TiB object"),
+    ("test_download_offset_far_into_huge_blob", "azurite"): ("skip", "holds only what was uploaded: no 1 TiB object"),
     # The origin stub itself as a target: what only a gateway does.
     ("test_s3_second_pass_is_served_from_cache", "stub"): ("skip", "observes a gateway's cache"),
     ("test_azure_second_pass_is_served_from_cache", "stub"): ("skip", "observes a gateway's cache"),
@@ -90,10 +94,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         callspec = getattr(item, "callspec", None)
         origin = callspec.params.get("gw") if callspec else None
-        if origin not in ("stub", "moto", "azurite"):
+        if origin not in ("stub", "up", "moto", "azurite"):
             continue
         name = item.originalname or item.name
-        entry = NOT_ON_EVERY_TARGET.get((name, origin)) or NOT_ON_EVERY_TARGET.get((name, "*"))
+        entry = NOT_ON_EVERY_TARGET.get((name, origin))
+        if entry is None and origin in ("moto", "azurite"):
+            entry = NOT_ON_EVERY_TARGET.get((name, "moto+azurite"))
         if entry is None:
             continue
         kind, reason = entry

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import urllib.parse
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import requests
 from azure.core import MatchConditions
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import (
     AccountSasPermissions,
     BlobClient,
@@ -26,7 +27,7 @@ from azure.storage.blob import (
 )
 
 import generated
-from conftest import MiB, blob_service, sha256
+from conftest import MiB, blob_service, sha256, unique
 
 ODD_NAMES = [
     "a.txt",
@@ -410,3 +411,161 @@ def test_anonymous_azure_on_open_talon_up(up_open):
     b, k, size, seed = up_open.generated["big"]
     got = svc.get_blob_client(b, k).download_blob(offset=BLOCK - 10, length=20).readall()
     assert got == generated.generated_bytes(b, k, seed, BLOCK - 10, BLOCK + 10)
+
+
+# -------------------------------------------------------------- from the origin stub's own suite
+# (folded in 2026-12-05: every case now runs on every target)
+
+
+def test_list_containers_paged(gw_azure):
+    created = sorted(unique("azpage") for _ in range(5))
+    for name in created:
+        gw_azure.create_container(name)
+    pages = list(gw_azure.list_containers(name_starts_with="azpage-", results_per_page=2).by_page())
+    page_names = [[c.name for c in p] for p in pages]
+    assert [n for p in page_names for n in p] == created
+    assert [len(p) for p in page_names] == [2, 2, 1]
+
+
+def test_create_container_conflict(gw, gw_azure, gw_container):
+    with pytest.raises(ResourceExistsError) as ei:
+        gw_azure.create_container(gw_container)
+    assert ei.value.error_code == "ContainerAlreadyExists" and ei.value.status_code == 409
+    if gw.origin_kind == "stub":
+        assert (gw.data_dir / gw_container).is_dir(), "a container made through Azure is a data-dir folder"
+
+
+def test_list_blobs_resumes_from_a_continuation_token(gw_azure, gw_container):
+    cc = gw_azure.get_container_client(gw_container)
+    for i, name in enumerate(ODD_NAMES):
+        cc.upload_blob(name, f"blob {name} #{i}".encode())
+    pager = cc.list_blobs(results_per_page=3).by_page()
+    first = [b.name for b in next(pager)]
+    token = pager.continuation_token
+    assert token
+    rest = [b.name for p in cc.list_blobs(results_per_page=3).by_page(continuation_token=token) for b in p]
+    assert first + rest == sorted(ODD_NAMES, key=lambda n: n.encode())
+    assert list(cc.list_blobs(name_starts_with="nope/")) == []
+    assert [b.name for b in cc.list_blobs(name_starts_with="ünïcødé/")] == ["ünïcødé/ключ.txt"]
+
+
+def test_list_generated_container(gw, gw_azure):
+    for name, (b, k, size, _) in gw.generated.items():
+        got = {blob.name: blob for blob in gw_azure.get_container_client(b).list_blobs(name_starts_with=k)}
+        assert got[k].size == size, name
+        assert got[k].etag == gw.generated_etag(name), name
+
+
+def test_download_offset_far_into_huge_blob(gw, gw_azure):
+    b, k, size, seed = gw.generated["huge"]
+    bc = gw_azure.get_blob_client(b, k)
+    assert bc.get_blob_properties().size == size
+    for offset, length in (((1 << 33) + 5, 3000), (size - 4096, 4096)):
+        got = bc.download_blob(offset=offset, length=length).readall()
+        assert got == generated.generated_bytes(b, k, seed, offset, offset + length)
+
+
+def test_download_readinto_a_file(gw, tmp_path):
+    svc = blob_service(gw, max_single_get_size=1 * MiB, max_chunk_get_size=1 * MiB)
+    b, k, size, _ = gw.generated["big"]
+    path = tmp_path / "big.bin"
+    with open(path, "wb") as f:
+        n = svc.get_blob_client(b, k).download_blob(max_concurrency=2).readinto(f)
+    assert n == size and sha256(path.read_bytes()) == gen_sha(gw)
+
+
+def test_blob_properties_match_s3(gw, gw_azure, gw_s3):
+    b, k, size, _ = gw.generated["big"]
+    props = gw_azure.get_blob_client(b, k).get_blob_properties()
+    head = gw_s3.head_object(Bucket=b, Key=k)
+    assert props.size == size == head["ContentLength"]
+    assert props.etag == head["ETag"] == gw.generated_etag("big")
+    assert props.blob_type == "BlockBlob"
+    assert abs((props.last_modified - head["LastModified"]).total_seconds()) < 1
+
+
+def test_download_empty_blob(gw_azure, gw_container):
+    bc = gw_azure.get_blob_client(gw_container, "empty")
+    bc.upload_blob(b"")
+    assert bc.download_blob().readall() == b""
+    assert bc.get_blob_properties().size == 0
+
+
+def test_upload_without_overwrite_is_refused_and_changes_nothing(gw_azure, gw_container):
+    body = payload(20_000, 40)
+    bc = gw_azure.get_blob_client(gw_container, "once")
+    r = bc.upload_blob(body)
+    # Without overwrite the SDK sends If-None-Match: * → 409 BlobAlreadyExists.
+    with pytest.raises(ResourceExistsError) as ei:
+        bc.upload_blob(b"other")
+    assert ei.value.error_code == "BlobAlreadyExists"
+    assert sha256(bc.download_blob().readall()) == sha256(body)
+    bc.upload_blob(b"replaced", overwrite=True)
+    assert bc.download_blob().readall() == b"replaced"
+    assert bc.get_blob_properties().etag != r["etag"]
+
+
+def test_upload_with_validate_content(gw, gw_container):
+    """validate_content=True on upload: the SDK sends Content-MD5 (per block when blocked)
+    and checks the one the service returns."""
+    body = payload(300_000, 41)
+    bc = blob_service(gw).get_blob_client(gw_container, "validated/single")
+    bc.upload_blob(body, validate_content=True)
+    assert sha256(bc.download_blob().readall()) == sha256(body)
+    svc = blob_service(gw, max_single_put_size=64 * 1024, max_block_size=64 * 1024)
+    bc = svc.get_blob_client(gw_container, "validated/blocked")
+    bc.upload_blob(body, validate_content=True)
+    assert sha256(bc.download_blob().readall()) == sha256(body)
+
+
+def test_stage_and_commit_block_list(gw_azure, gw_container):
+    bc = gw_azure.get_blob_client(gw_container, "blocks/manual.bin")
+    blocks = {
+        base64.b64encode(b"block-0001").decode(): b"first ",
+        base64.b64encode(b"block-0002").decode(): b"second ",
+        base64.b64encode(b"block-0003").decode(): b"third",
+    }
+    ids = list(blocks)
+    for bid in reversed(ids):
+        bc.stage_block(bid, blocks[bid])
+    committed, uncommitted = bc.get_block_list("all")
+    assert committed == []
+    assert sorted(b.id for b in uncommitted) == sorted(ids)
+    with pytest.raises(ResourceNotFoundError):
+        bc.get_blob_properties()  # staged blocks are not a blob yet
+    order = [ids[2], ids[0], ids[1]]
+    bc.commit_block_list(order)
+    assert bc.download_blob().readall() == b"thirdfirst second "
+    committed, _ = bc.get_block_list("committed")
+    assert [b.id for b in committed] == order
+    assert [b.size for b in committed] == [5, 6, 7]
+
+
+def test_deleted_blob_is_gone_for_every_call(gw_azure, gw_container):
+    bc = gw_azure.get_blob_client(gw_container, "doomed")
+    bc.upload_blob(b"bye")
+    bc.delete_blob()
+    with pytest.raises(ResourceNotFoundError) as ei:
+        bc.get_blob_properties()
+    assert ei.value.status_code == 404
+    with pytest.raises(ResourceNotFoundError) as ei:
+        bc.download_blob()
+    assert ei.value.error_code == "BlobNotFound"
+
+
+def test_connection_string_and_account_sas_read_a_generated_blob(gw):
+    b, k, _, _ = gw.generated["big"]
+    svc = BlobServiceClient.from_connection_string(gw.connection_string(), retry_total=0)
+    assert svc.account_name == gw.azure_account
+    assert b in [c.name for c in svc.list_containers()]
+    got = svc.get_blob_client(b, k).download_blob(offset=0, length=4096).readall()
+    assert got == generated.generated_bytes(b, k, gw.generated["big"][3], 0, 4096)
+    sas = generate_account_sas(
+        gw.azure_account, gw.azure_key,
+        resource_types=ResourceTypes(service=True, container=True, object=True),
+        permission=AccountSasPermissions(read=True, list=True),
+        expiry=utcnow() + dt.timedelta(hours=1),
+    )
+    svc = BlobServiceClient(account_url=gw.blob_endpoint, credential=sas, retry_total=0)
+    assert b in [c.name for c in svc.list_containers()]
+    assert k in [blob.name for blob in svc.get_container_client(b).list_blobs(name_starts_with=k)]

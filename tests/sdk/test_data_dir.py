@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import os
+import re
 import time
 import urllib.parse
 
@@ -16,6 +17,7 @@ from botocore.exceptions import ClientError
 
 from conftest import (
     _LIVE_STUBS,
+    assert_s3_error,
     SEEDED,
     MiB,
     blob_service,
@@ -307,3 +309,36 @@ def test_seeded_blobs(azure):
     assert sorted(b.name for b in cc.list_blobs()) == sorted(SEEDED)
     for name, content in SEEDED.items():
         assert sha256(cc.download_blob(name).readall()) == sha256(content)
+
+
+# ---- from the former test_s3_boto3.py: the stub's own buckets
+
+
+def test_list_buckets_sees_created_generated_and_seeded(s3, bucket):
+    names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert bucket in names
+    assert "gen" in names, "a --generate bucket must exist without a folder"
+    assert "seeded" in names, "a top-level data-dir folder must be a bucket"
+    assert names == sorted(names)
+    for n in names:  # nothing internal (e.g. a hidden state folder) shows up as a bucket
+        assert re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", n), n
+
+
+def test_seeded_data_dir_objects(s3):
+    resp = s3.list_objects_v2(Bucket="seeded")
+    assert sorted(o["Key"] for o in resp["Contents"]) == sorted(SEEDED)
+    for key, content in SEEDED.items():
+        obj = next(o for o in resp["Contents"] if o["Key"] == key)
+        assert obj["Size"] == len(content)
+        head = s3.head_object(Bucket="seeded", Key=key)
+        assert head["ETag"] == obj["ETag"]
+        body = s3.get_object(Bucket="seeded", Key=key)["Body"].read()
+        assert sha256(body) == sha256(content)
+
+
+def test_list_buckets_refuses_a_max_buckets_out_of_range(anon_stub):
+    from conftest import assert_s3_error
+
+    for bad in ("0", "10001", "many"):
+        assert_s3_error(requests.get(f"{anon_stub.s3}/", params={"max-buckets": bad}, timeout=30), 400,
+                        "InvalidArgument")

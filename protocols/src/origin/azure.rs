@@ -106,6 +106,10 @@ impl Dialect for AzureDialect {
         Vec::new()
     }
 
+    fn has_start_after(&self) -> bool {
+        false
+    }
+
     fn has_suffix_ranges(&self) -> bool {
         false
     }

@@ -276,6 +276,10 @@ pub struct ForwardRequest<'a> {
     pub body: OriginBody,
 }
 
+/// Pages an emulated start-after reads in one call before it answers an empty page
+/// with the token to go on from.
+const MAX_PAGES_SKIPPED: usize = 16;
+
 /// Options of a listing page.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ListOptions<'a> {
@@ -285,7 +289,9 @@ pub struct ListOptions<'a> {
     pub delimiter: Option<&'a str>,
     /// Continuation token (S3) or marker (Azure) of the page to fetch.
     pub token: Option<&'a str>,
-    /// S3 only: start after this key.
+    /// Start after this key: S3's `start-after`; at an Azure origin, which has none,
+    /// emulated by [`OriginClient::list_with`] (pages read from the start, keys and
+    /// prefixes at or before it dropped).
     pub start_after: Option<&'a str>,
     /// Most entries.
     pub max_keys: Option<usize>,
@@ -335,6 +341,8 @@ trait Dialect: Send + Sync {
     fn whole_object_headers(&self) -> Vec<(&'static str, String)>;
     /// Whether `bytes=-n` is understood.
     fn has_suffix_ranges(&self) -> bool;
+    /// Whether a listing can start after a given key (S3's `start-after`).
+    fn has_start_after(&self) -> bool;
     /// Whether every write makes a new ETag, its metadata included, so that a 304 to
     /// `If-None-Match` proves the metadata remembered current (Azure). S3's ETag is the
     /// content's digest: an object rewritten with the same bytes and new metadata keeps
@@ -1063,6 +1071,46 @@ impl OriginClient {
     /// # Errors
     /// The origin's error as a kind ([`ErrorKind::NoSuchBucket`], ...).
     pub async fn list_with(&self, bucket: &str, options: &ListOptions<'_>) -> Result<ListResult> {
+        let Some(after) = options
+            .start_after
+            .filter(|_| !self.dialect.has_start_after())
+        else {
+            return self.list_page(bucket, options).await;
+        };
+        // No start-after at this origin (Azure): read pages from where the listing
+        // stands, dropping what sorts at or before `after` (as `listing::paginate`
+        // places a marker), until something is left or the listing ends. After
+        // MAX_PAGES_SKIPPED pages of nothing, an empty page says where to go on.
+        let mut token = options.token.map(str::to_owned);
+        for _ in 0..MAX_PAGES_SKIPPED {
+            let mut page = self
+                .list_page(
+                    bucket,
+                    &ListOptions {
+                        token: token.as_deref(),
+                        start_after: None,
+                        ..*options
+                    },
+                )
+                .await?;
+            page.objects.retain(|o| o.key.as_str() > after);
+            page.common_prefixes.retain(|p| p.as_str() > after);
+            if !page.objects.is_empty() || !page.common_prefixes.is_empty() {
+                return Ok(page);
+            }
+            match page.next_token {
+                None => return Ok(page),
+                next => token = next,
+            }
+        }
+        Ok(ListResult {
+            next_token: token,
+            ..ListResult::default()
+        })
+    }
+
+    /// One listing page as the origin gives it.
+    async fn list_page(&self, bucket: &str, options: &ListOptions<'_>) -> Result<ListResult> {
         let mut q = self.dialect.list_query(options);
         let (prefix, delimiter) = (options.prefix, options.delimiter);
         if !prefix.is_empty() {

@@ -112,6 +112,10 @@ impl Dialect for S3Dialect {
         vec![("x-amz-checksum-mode", "ENABLED".to_owned())]
     }
 
+    fn has_start_after(&self) -> bool {
+        true
+    }
+
     fn has_suffix_ranges(&self) -> bool {
         true
     }

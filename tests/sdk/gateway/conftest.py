@@ -55,6 +55,10 @@ def cluster(tmp_path_factory, _isolated_client_env):
 # where the test observes the origin stub itself (its data folder, its request counters),
 # `xfail` (strict: a test that starts passing fails, so the list stays true) where Talon
 # or the origin falls short. docs/gateway.md lists the same.
+_ACL_OF_A_MISSING_KEY = (
+    "GetObjectAcl of a missing key through a talon up gateway answers an ACL instead of 404 NoSuchKey (found "
+    "2026-12-05 when the stub's ACL test was folded in; not yet established why: the S3 server checks that the "
+    "object exists, and through the cluster's gateway, which keeps no ACL file, the same request is a 404)")
 NOT_ON_EVERY_TARGET = {
     ("test_conditional_upload_reaches_the_origin", "moto"): ("skip", "reads the origin stub's data folder"),
     ("test_conditional_upload_reaches_the_origin", "azurite"): ("skip", "reads the origin stub's data folder"),
@@ -78,6 +82,29 @@ NOT_ON_EVERY_TARGET = {
         "skip", "talon up's sample folder has no 1 TiB generated object (the stub and the cluster's origin do)"),
     ("test_download_offset_far_into_huge_blob", "moto"): ("skip", "holds only what was uploaded: no 1 TiB object"),
     ("test_download_offset_far_into_huge_blob", "azurite"): ("skip", "holds only what was uploaded: no 1 TiB object"),
+    ("test_ranges_far_into_a_huge_generated_object", "up"): (
+        "skip", "talon up's sample folder has no 1 TiB generated object (the stub and the cluster's origin do)"),
+    ("test_ranges_far_into_a_huge_generated_object", "moto"): ("skip", "holds only what was uploaded"),
+    ("test_ranges_far_into_a_huge_generated_object", "azurite"): ("skip", "holds only what was uploaded"),
+    ("test_get_generated_small_and_odd", "up"): ("skip", "talon up's sample folder generates only its 64 MiB object"),
+    ("test_get_generated_small_and_odd", "moto"): ("skip", "holds only what was uploaded"),
+    ("test_get_generated_small_and_odd", "azurite"): ("skip", "holds only what was uploaded"),
+    ("test_second_credential_pair_works", "up"): ("skip", "takes one client key (the stub is given two)"),
+    ("test_second_credential_pair_works", "cluster"): ("skip", "takes one client key (the stub is given two)"),
+    ("test_second_credential_pair_works", "moto"): ("skip", "takes one client key (the stub is given two)"),
+    ("test_second_credential_pair_works", "azurite"): ("skip", "takes one client key (the stub is given two)"),
+    ("test_multipart_etag_is_md5_of_part_md5s", "azurite"): (
+        "xfail", "over an Azure origin an object uploaded in parts has the blob's ETag, not S3's <md5>-<n>"),
+    ("test_multipart_low_level_and_abort", "moto"): (
+        "xfail", "moto answers 500 to UploadPart of an aborted upload (S3: 404 NoSuchUpload)"),
+    ("test_listings_echo_the_prefix_as_botocore_reads_it", "moto"): (
+        "xfail", "moto answers PutObject of a key with a newline with 404 NoSuchKey"),
+    ("test_acls_read_as_the_canned_private_acl_and_writes_are_not_implemented", "up"): (
+        "xfail", _ACL_OF_A_MISSING_KEY),
+    ("test_acls_read_as_the_canned_private_acl_and_writes_are_not_implemented", "moto"): (
+        "xfail", _ACL_OF_A_MISSING_KEY),
+    ("test_acls_read_as_the_canned_private_acl_and_writes_are_not_implemented", "azurite"): (
+        "xfail", _ACL_OF_A_MISSING_KEY),
     # The origin stub itself as a target: what only a gateway does.
     ("test_s3_second_pass_is_served_from_cache", "stub"): ("skip", "observes a gateway's cache"),
     ("test_azure_second_pass_is_served_from_cache", "stub"): ("skip", "observes a gateway's cache"),
@@ -94,7 +121,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         callspec = getattr(item, "callspec", None)
         origin = callspec.params.get("gw") if callspec else None
-        if origin not in ("stub", "up", "moto", "azurite"):
+        if origin not in ("stub", "up", "cluster", "moto", "azurite"):
             continue
         name = item.originalname or item.name
         entry = NOT_ON_EVERY_TARGET.get((name, origin))

@@ -55,10 +55,6 @@ def cluster(tmp_path_factory, _isolated_client_env):
 # where the test observes the origin stub itself (its data folder, its request counters),
 # `xfail` (strict: a test that starts passing fails, so the list stays true) where Talon
 # or the origin falls short. docs/gateway.md lists the same.
-_ACL_OF_A_MISSING_KEY = (
-    "GetObjectAcl of a missing key through a talon up gateway answers an ACL instead of 404 NoSuchKey (found "
-    "2026-12-05 when the stub's ACL test was folded in; not yet established why: the S3 server checks that the "
-    "object exists, and through the cluster's gateway, which keeps no ACL file, the same request is a 404)")
 NOT_ON_EVERY_TARGET = {
     ("test_conditional_upload_reaches_the_origin", "moto"): ("skip", "reads the origin stub's data folder"),
     ("test_conditional_upload_reaches_the_origin", "azurite"): ("skip", "reads the origin stub's data folder"),
@@ -99,12 +95,6 @@ NOT_ON_EVERY_TARGET = {
         "xfail", "moto answers 500 to UploadPart of an aborted upload (S3: 404 NoSuchUpload)"),
     ("test_listings_echo_the_prefix_as_botocore_reads_it", "moto"): (
         "xfail", "moto answers PutObject of a key with a newline with 404 NoSuchKey"),
-    ("test_acls_read_as_the_canned_private_acl_and_writes_are_not_implemented", "up"): (
-        "xfail", _ACL_OF_A_MISSING_KEY),
-    ("test_acls_read_as_the_canned_private_acl_and_writes_are_not_implemented", "moto"): (
-        "xfail", _ACL_OF_A_MISSING_KEY),
-    ("test_acls_read_as_the_canned_private_acl_and_writes_are_not_implemented", "azurite"): (
-        "xfail", _ACL_OF_A_MISSING_KEY),
     # The origin stub itself as a target: what only a gateway does.
     ("test_s3_second_pass_is_served_from_cache", "stub"): ("skip", "observes a gateway's cache"),
     ("test_azure_second_pass_is_served_from_cache", "stub"): ("skip", "observes a gateway's cache"),

@@ -239,6 +239,12 @@ class Front:
     origin_kind: str = "stub"
 
     @property
+    def keeps_acls(self) -> bool:
+        """Whether canned ACLs are kept here (``talon up`` gives its gateway an ACL file;
+        the stub and the cluster's gateway keep none and answer ACL writes 501)."""
+        return self.name.startswith("up-")
+
+    @property
     def max_header_bytes(self) -> int:
         """The header section a request may have: the stub takes S3's 8 KiB, a gateway
         16 KiB (its default ``Limits::max_header_bytes``)."""

@@ -252,8 +252,9 @@ class Front:
 
     @property
     def s3_multipart_etags(self) -> bool:
-        """Whether an S3 multipart upload's ETag is S3's ``<md5>-<parts>``: not over an Azure
-        origin, where it is the blob's (docs/gateway.md)."""
+        """Whether the S3 front's ETags are S3's: a single PUT's the MD5 of its bytes, a
+        multipart upload's ``<md5>-<parts>``. Not over an Azure origin, whose ETags are
+        the blob's (docs/gateway.md)."""
         return self.origin_kind != "azurite"
 
     @property

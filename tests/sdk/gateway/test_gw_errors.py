@@ -30,7 +30,7 @@ from azure.storage.blob import (
 from botocore.exceptions import ClientError
 
 from conftest import assert_s3_error, blob_service, client_error, s3_client, sha256, signed_request, unique, wait_until
-from test_s3_payload_modes import EMPTY_SHA256, _chunks, _hmac_hex, _prepare, b64, crc32, payload, put_streaming
+from .test_gw_payload_modes import EMPTY_SHA256, _chunks, _hmac_hex, _prepare, b64, crc32, payload, put_streaming
 
 from . import harness
 

@@ -1,4 +1,5 @@
-"""S3 PutObject payload modes and flexible checksums beyond what botocore sends over plain HTTP.
+"""S3 PutObject payload modes and flexible checksums beyond what botocore sends over plain HTTP,
+on every target (the origin stub's own module until 2026-12-05).
 
 botocore signs the whole payload over http and puts checksums in headers; other
 SDKs (Java v2, Go v2, Rust, JS v3) send ``aws-chunked`` bodies with signed
@@ -192,77 +193,79 @@ def keys(s3, bucket) -> list:
 
 
 @pytest.mark.parametrize("algo", sorted(CHECKSUMS))
-def test_header_checksum_verified(stub, s3, bucket, algo):
+def test_header_checksum_verified(gw, gw_s3, gw_bucket, algo):
     data = payload(20_000, 1)
     good = b64(CHECKSUMS[algo](data))
     bad = b64(CHECKSUMS[algo](data + b"!"))
-    req, *_ = _prepare(stub, "PUT", f"/{bucket}/good", {f"x-amz-checksum-{algo}": good}, hashlib.sha256(data).hexdigest())
-    resp = requests.put(stub.s3 + f"/{bucket}/good", headers=dict(req.headers), data=data, timeout=60)
+    req, *_ = _prepare(gw, "PUT", f"/{gw_bucket}/good", {f"x-amz-checksum-{algo}": good}, hashlib.sha256(data).hexdigest())
+    resp = requests.put(gw.s3 + f"/{gw_bucket}/good", headers=dict(req.headers), data=data, timeout=60)
     assert resp.status_code == 200, resp.text
-    assert sha256(get(s3, bucket, "good")) == sha256(data)
-    req, *_ = _prepare(stub, "PUT", f"/{bucket}/bad", {f"x-amz-checksum-{algo}": bad}, hashlib.sha256(data).hexdigest())
-    resp = requests.put(stub.s3 + f"/{bucket}/bad", headers=dict(req.headers), data=data, timeout=60)
+    assert sha256(get(gw_s3, gw_bucket, "good")) == sha256(data)
+    req, *_ = _prepare(gw, "PUT", f"/{gw_bucket}/bad", {f"x-amz-checksum-{algo}": bad}, hashlib.sha256(data).hexdigest())
+    resp = requests.put(gw.s3 + f"/{gw_bucket}/bad", headers=dict(req.headers), data=data, timeout=60)
     assert_s3_error(resp, 400, "BadDigest")
-    assert keys(s3, bucket) == ["good"]
+    assert keys(gw_s3, gw_bucket) == ["good"]
 
 
-def test_wrong_content_sha256_rejected(stub, s3, bucket):
+def test_wrong_content_sha256_rejected(gw, gw_s3, gw_bucket):
     data = b"payload whose hash is declared wrongly"
-    req, *_ = _prepare(stub, "PUT", f"/{bucket}/x", {}, hashlib.sha256(b"something else").hexdigest())
-    resp = requests.put(stub.s3 + f"/{bucket}/x", headers=dict(req.headers), data=data, timeout=60)
+    req, *_ = _prepare(gw, "PUT", f"/{gw_bucket}/x", {}, hashlib.sha256(b"something else").hexdigest())
+    resp = requests.put(gw.s3 + f"/{gw_bucket}/x", headers=dict(req.headers), data=data, timeout=60)
     assert_s3_error(resp, 400, "XAmzContentSHA256Mismatch")
-    assert keys(s3, bucket) == []
+    assert keys(gw_s3, gw_bucket) == []
 
 
-def test_unsigned_payload(stub, s3, bucket):
+def test_unsigned_payload(gw, gw_s3, gw_bucket):
     data = payload(10_000, 2)
-    req, *_ = _prepare(stub, "PUT", f"/{bucket}/unsigned", {}, "UNSIGNED-PAYLOAD")
-    resp = requests.put(stub.s3 + f"/{bucket}/unsigned", headers=dict(req.headers), data=data, timeout=60)
+    req, *_ = _prepare(gw, "PUT", f"/{gw_bucket}/unsigned", {}, "UNSIGNED-PAYLOAD")
+    resp = requests.put(gw.s3 + f"/{gw_bucket}/unsigned", headers=dict(req.headers), data=data, timeout=60)
     assert resp.status_code == 200, resp.text
-    assert sha256(get(s3, bucket, "unsigned")) == sha256(data)
+    assert sha256(get(gw_s3, gw_bucket, "unsigned")) == sha256(data)
 
 
 @pytest.mark.parametrize("size", [0, 1, 65536, 200_001])
-def test_streaming_signed_chunks(stub, s3, bucket, size):
+def test_streaming_signed_chunks(gw, gw_s3, gw_bucket, size):
     data = payload(size, 3)
-    resp = put_streaming(stub, f"/{bucket}/signed", data, mode="signed")
+    resp = put_streaming(gw, f"/{gw_bucket}/signed", data, mode="signed")
     assert resp.status_code == 200, resp.text
-    got = get(s3, bucket, "signed")
+    got = get(gw_s3, gw_bucket, "signed")
     assert len(got) == size and sha256(got) == sha256(data)
-    assert s3.head_object(Bucket=bucket, Key="signed")["ETag"] == '"' + hashlib.md5(data).hexdigest() + '"'
+    # S3's ETag is the MD5 (an Azure origin's is its own).
+    etag = gw_s3.head_object(Bucket=gw_bucket, Key="signed")["ETag"]
+    assert etag == '"' + hashlib.md5(data).hexdigest() + '"' or not gw.s3_multipart_etags
 
 
 @pytest.mark.parametrize("algo", ["crc32", "crc32c", "crc64nvme", "sha256"])
-def test_streaming_signed_with_trailer(stub, s3, bucket, algo):
+def test_streaming_signed_with_trailer(gw, gw_s3, gw_bucket, algo):
     data = payload(150_000, 4)
-    resp = put_streaming(stub, f"/{bucket}/st", data, mode="signed-trailer", trailer_algo=algo)
+    resp = put_streaming(gw, f"/{gw_bucket}/st", data, mode="signed-trailer", trailer_algo=algo)
     assert resp.status_code == 200, resp.text
-    assert sha256(get(s3, bucket, "st")) == sha256(data)
+    assert sha256(get(gw_s3, gw_bucket, "st")) == sha256(data)
 
 
 @pytest.mark.parametrize("algo", ["crc32", "crc32c", "crc64nvme", "sha1"])
-def test_streaming_unsigned_trailer(stub, s3, bucket, algo):
+def test_streaming_unsigned_trailer(gw, gw_s3, gw_bucket, algo):
     data = payload(150_000, 5)
-    resp = put_streaming(stub, f"/{bucket}/ut", data, mode="unsigned-trailer", trailer_algo=algo)
+    resp = put_streaming(gw, f"/{gw_bucket}/ut", data, mode="unsigned-trailer", trailer_algo=algo)
     assert resp.status_code == 200, resp.text
-    assert sha256(get(s3, bucket, "ut")) == sha256(data)
+    assert sha256(get(gw_s3, gw_bucket, "ut")) == sha256(data)
 
 
-def test_streaming_bad_trailer_checksum(stub, s3, bucket):
+def test_streaming_bad_trailer_checksum(gw, gw_s3, gw_bucket):
     data = payload(100_000, 6)
     wrong = b64(crc32(data + b"x"))
-    resp = put_streaming(stub, f"/{bucket}/bad-ut", data, mode="unsigned-trailer", trailer_algo="crc32",
+    resp = put_streaming(gw, f"/{gw_bucket}/bad-ut", data, mode="unsigned-trailer", trailer_algo="crc32",
                          trailer_value=wrong)
     assert_s3_error(resp, 400, "BadDigest")
-    resp = put_streaming(stub, f"/{bucket}/bad-st", data, mode="signed-trailer", trailer_algo="crc32c",
+    resp = put_streaming(gw, f"/{gw_bucket}/bad-st", data, mode="signed-trailer", trailer_algo="crc32c",
                          trailer_value=b64(crc32c(b"other")))
     assert_s3_error(resp, 400, "BadDigest")
-    assert keys(s3, bucket) == []
+    assert keys(gw_s3, gw_bucket) == []
 
 
-def test_streaming_tampered_chunk_signature(stub, s3, bucket):
+def test_streaming_tampered_chunk_signature(gw, gw_s3, gw_bucket):
     data = payload(200_000, 7)
     for n in (0, 2, 4):  # first, middle, final (empty) chunk
-        resp = put_streaming(stub, f"/{bucket}/tampered", data, mode="signed", tamper_chunk=n)
+        resp = put_streaming(gw, f"/{gw_bucket}/tampered", data, mode="signed", tamper_chunk=n)
         assert_s3_error(resp, 403, "SignatureDoesNotMatch")
-    assert keys(s3, bucket) == []
+    assert keys(gw_s3, gw_bucket) == []

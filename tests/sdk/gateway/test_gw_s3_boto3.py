@@ -221,6 +221,14 @@ def test_range_past_the_end_is_416(gw, gw_s3, gw_bucket):
     resp, got = get_body(gw_s3, gw_bucket, "empty")
     assert resp["ResponseMetadata"]["HTTPStatusCode"] == 200 and got == b""
     assert gw_s3.head_object(Bucket=gw_bucket, Key="empty")["ContentLength"] == 0
+    # A generated empty object behaves the same, where the origin has one.
+    if "empty" in gw.generated:
+        b, k = gw.generated["empty"][:2]
+        with pytest.raises(ClientError) as ei:
+            gw_s3.get_object(Bucket=b, Key=k, Range="bytes=0-0")
+        assert client_error(ei) == (416, "InvalidRange")
+        resp, got = get_body(gw_s3, b, k)
+        assert resp["ResponseMetadata"]["HTTPStatusCode"] == 200 and got == b""
 
 
 def test_conditional_get(gw_s3, gw_bucket):
@@ -920,30 +928,6 @@ def test_ranges_far_into_a_huge_generated_object(gw, gw_s3):
         assert got == generated.generated_bytes(b, k, seed, first, last + 1), (first, last)
     resp, got = get_body(gw_s3, b, k, Range="bytes=-12")
     assert got == generated.generated_bytes(b, k, seed, size - 12, size)
-
-
-def test_invalid_range_416(gw, gw_s3, gw_bucket):
-    b, k, size, _ = gw.generated["big"]
-    for rng in (f"bytes={size}-", f"bytes={size + 10}-{size + 20}"):
-        with pytest.raises(ClientError) as ei:
-            gw_s3.get_object(Bucket=b, Key=k, Range=rng)
-        assert client_error(ei) == (416, "InvalidRange"), rng
-    gw_s3.put_object(Bucket=gw_bucket, Key="empty", Body=b"")
-    for rng in ("bytes=0-0", "bytes=0-", "bytes=-1"):
-        with pytest.raises(ClientError) as ei:
-            gw_s3.get_object(Bucket=gw_bucket, Key="empty", Range=rng)
-        assert client_error(ei) == (416, "InvalidRange"), rng
-    # Without a range an empty object is a plain 200.
-    resp, got = get_body(gw_s3, gw_bucket, "empty")
-    assert resp["ResponseMetadata"]["HTTPStatusCode"] == 200 and got == b""
-    # A generated empty object behaves the same, where the origin has one.
-    if "empty" in gw.generated:
-        b, k = gw.generated["empty"][:2]
-        with pytest.raises(ClientError) as ei:
-            gw_s3.get_object(Bucket=b, Key=k, Range="bytes=0-0")
-        assert client_error(ei) == (416, "InvalidRange")
-        resp, got = get_body(gw_s3, b, k)
-        assert resp["ResponseMetadata"]["HTTPStatusCode"] == 200 and got == b""
 
 
 def test_conditional_get_etag(gw_s3, gw_bucket):

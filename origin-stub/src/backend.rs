@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use talon_core::wire::HeaderSet;
 use talon_protocols::answer::Failure;
 use talon_protocols::azure::xml::BlockListItem;
 use talon_protocols::conditional::DeleteConditions;
@@ -77,29 +76,17 @@ impl StubBackend {
 
 /// A stored object's metadata as every front reads it.
 pub fn info_of(meta: &ObjectMeta) -> ObjectInfo {
-    let content = |name: &str| meta.content_headers.get(name).cloned().unwrap_or_default();
     ObjectInfo {
         size: meta.size,
         etag: meta.etag.clone(),
         last_modified: Some(meta.last_modified),
         content_type: Some(meta.content_type.clone()),
-        headers: HeaderSet {
-            content_md5: meta.content_md5.clone().unwrap_or_default(),
-            checksum: meta
-                .checksum
-                .as_ref()
-                .map(|(alg, v)| alg.kept(v))
-                .unwrap_or_default(),
-            content_encoding: content("content-encoding"),
-            content_language: content("content-language"),
-            content_disposition: content("content-disposition"),
-            cache_control: content("cache-control"),
-            user_metadata: meta
-                .user_metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        },
+        headers: talon_protocols::content_headers::header_set(
+            meta.content_md5.as_deref(),
+            meta.checksum.as_ref(),
+            &meta.content_headers,
+            &meta.user_metadata,
+        ),
     }
 }
 

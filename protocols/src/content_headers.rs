@@ -1,6 +1,10 @@
 //! The standard content headers an object keeps from its write and gives back on reads,
 //! shared by every server that stores or passes on writes (the origin stub, the gateway).
 
+use std::collections::BTreeMap;
+
+use talon_core::wire::HeaderSet;
+
 /// The content headers by their lower-case names on a read. S3 takes the same names on a
 /// write; Azure takes `x-ms-blob-<name>` (and, on Put Blob, most of them plainly).
 pub const CONTENT_HEADERS: [&str; 4] = [
@@ -9,6 +13,46 @@ pub const CONTENT_HEADERS: [&str; 4] = [
     "content-disposition",
     "cache-control",
 ];
+
+/// The headers a stored object gives back on reads, from what it keeps: its
+/// Content-MD5 (base64), its full-object checksum, its content headers by
+/// [`CONTENT_HEADERS`] name, and its user metadata. One mapping for every store (the
+/// origin stub's, the in-memory reference backend).
+pub fn header_set(
+    content_md5: Option<&str>,
+    checksum: Option<&(crate::checksum::ChecksumAlgorithm, String)>,
+    content_headers: &BTreeMap<String, String>,
+    user_metadata: &BTreeMap<String, String>,
+) -> HeaderSet {
+    let content = |name: &str| content_headers.get(name).cloned().unwrap_or_default();
+    HeaderSet {
+        content_md5: content_md5.unwrap_or_default().to_owned(),
+        checksum: checksum.map(|(alg, v)| alg.kept(v)).unwrap_or_default(),
+        content_encoding: content("content-encoding"),
+        content_language: content("content-language"),
+        content_disposition: content("content-disposition"),
+        cache_control: content("cache-control"),
+        user_metadata: user_metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
+}
+
+/// The content headers a [`HeaderSet`] carries, by [`CONTENT_HEADERS`] name (the empty
+/// ones left out): [`header_set`]'s inverse for them.
+pub fn content_headers_of(h: &HeaderSet) -> BTreeMap<String, String> {
+    [
+        ("content-encoding", &h.content_encoding),
+        ("content-language", &h.content_language),
+        ("content-disposition", &h.content_disposition),
+        ("cache-control", &h.cache_control),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.is_empty())
+    .map(|(n, v)| (n.to_owned(), v.clone()))
+    .collect()
+}
 
 /// The value an object keeps for content header `name` given `value` on its write, or
 /// `None` when nothing is left to keep. `aws-chunked`, a transfer detail of S3 uploads,

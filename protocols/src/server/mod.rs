@@ -501,16 +501,7 @@ impl WriteSpec {
     /// content headers and user metadata (no conditions).
     pub fn properties_of(info: &ObjectInfo) -> WriteSpec {
         let h = &info.headers;
-        let content_headers = [
-            ("content-encoding", &h.content_encoding),
-            ("content-language", &h.content_language),
-            ("content-disposition", &h.content_disposition),
-            ("cache-control", &h.cache_control),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(n, v)| (n.to_owned(), v.clone()))
-        .collect();
+        let content_headers = crate::content_headers::content_headers_of(h);
         WriteSpec {
             content_type: info.content_type.clone(),
             user_metadata: h.user_metadata.iter().cloned().collect(),

@@ -12,12 +12,12 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use md5::{Digest as _, Md5};
-use talon_core::wire::HeaderSet;
 
 use crate::answer::Failure;
 use crate::azure::xml::BlockListItem;
 use crate::checksum::ChecksumAlgorithm;
 use crate::conditional::{Conditions, DeleteConditions, normalize_etag};
+use crate::content_headers::header_set;
 use crate::listing::{ListQuery, paginate};
 use crate::multipart::check_completion;
 use crate::names::{check_block_id, check_object_key, validate_bucket_name};
@@ -169,7 +169,6 @@ impl Stored {
 
     fn info(&self) -> ObjectInfo {
         let p = &self.properties;
-        let content = |name: &str| p.content_headers.get(name).cloned().unwrap_or_default();
         ObjectInfo {
             size: self.bytes.len() as u64,
             etag: self.etag.clone(),
@@ -179,23 +178,12 @@ impl Stored {
                     .clone()
                     .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned()),
             ),
-            headers: HeaderSet {
-                content_md5: self.content_md5.clone().unwrap_or_default(),
-                checksum: self
-                    .checksum
-                    .as_ref()
-                    .map(|(alg, v)| alg.kept(v))
-                    .unwrap_or_default(),
-                content_encoding: content("content-encoding"),
-                content_language: content("content-language"),
-                content_disposition: content("content-disposition"),
-                cache_control: content("cache-control"),
-                user_metadata: p
-                    .user_metadata
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            },
+            headers: header_set(
+                self.content_md5.as_deref(),
+                self.checksum.as_ref(),
+                &p.content_headers,
+                &p.user_metadata,
+            ),
         }
     }
 

@@ -186,19 +186,9 @@ pub async fn upload_part_copy(
 ) -> Result<Written, Error> {
     use futures_util::StreamExt as _;
     let source = crate::copies::source_version(client, copy.from, &copy.source_conditions).await?;
-    let range = match copy.range {
-        Some(r) if r.end > source.size => {
-            return Err(Error::new(
-                ErrorKind::InvalidRange,
-                format!(
-                    "The specified copy range is not valid for the source object of size {}",
-                    source.size
-                ),
-            ));
-        }
-        other => other,
-    };
-    let len = range.map_or(source.size, |r| r.end - r.start);
+    let span = talon_protocols::range::copy_source_span(copy.range, source.size)?;
+    let range = copy.range;
+    let len = span.end - span.start;
     let read = client
         .get(copy.from.bucket, copy.from.key, range, Some(&source.etag))
         .await?;

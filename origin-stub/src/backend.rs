@@ -536,21 +536,10 @@ impl ObjectBackend for StubBackend {
             store.list_parts(&b, &k, &id)?;
             let src = store.open(&src_bucket, &src_key)?;
             check_copy_source(&conditions, &src.meta)?;
-            let (start, len) = match range {
-                None => (0, src.meta.size),
-                Some(r) if r.end <= src.meta.size => (r.start, r.end - r.start),
-                Some(_) => {
-                    return Err(Error::new(
-                        ErrorKind::InvalidRange,
-                        format!(
-                            "The specified copy range is not valid for the source object of size {}",
-                            src.meta.size
-                        ),
-                    ));
-                }
-            };
+            let span = talon_protocols::range::copy_source_span(range, src.meta.size)?;
             let mut staged = store.stage()?;
-            let copied = body::copy_range(src.body, start, len, &mut staged)?;
+            let copied =
+                body::copy_range(src.body, span.start, span.end - span.start, &mut staged)?;
             store.put_part(&b, &k, &id, number, staged, &copied.md5_hex)
         })
         .await?;

@@ -282,6 +282,25 @@ pub fn parse_content_range(value: &str) -> Option<(ByteRange, Option<u64>)> {
     ))
 }
 
+/// The bytes an UploadPartCopy copies from a source of `size` bytes: the range it asked
+/// for (`x-amz-copy-source-range`), or the whole source.
+///
+/// # Errors
+/// [`crate::ErrorKind::InvalidRange`] when the range ends past the source's end.
+pub fn copy_source_span(range: Option<ByteRange>, size: u64) -> crate::Result<ByteRange> {
+    match range {
+        None => Ok(ByteRange {
+            start: 0,
+            end: size,
+        }),
+        Some(r) if r.end <= size => Ok(r),
+        Some(_) => Err(crate::Error::new(
+            crate::ErrorKind::InvalidRange,
+            format!("The specified copy range is not valid for the source object of size {size}"),
+        )),
+    }
+}
+
 /// Whether a 206's `Content-Range` serves nothing at the object's end (`bytes
 /// N-(N-1)/N`): how Azurite answers a range that starts at or past the end, where S3
 /// and Azure answer 416. Gives the object's size, to answer the 416 the client is owed.

@@ -22,7 +22,7 @@ use crate::listing::{ListQuery, paginate};
 use crate::multipart::check_completion;
 use crate::names::{check_block_id, check_object_key, validate_bucket_name};
 use crate::origin::{BucketSummary, ObjectInfo};
-use crate::range::ByteRange;
+use crate::range::{ByteRange, copy_source_span};
 use crate::server::{
     BlockLists, Copied, CopySpec, ListFrom, ListResult, ListSpec, ListedObject, ObjectAttributes,
     ObjectBackend, ObjectRead, PartBounds, PartCopySpec, PartSummary, ReadSpec, Target, Upload,
@@ -526,20 +526,8 @@ impl ObjectBackend for MemoryBackend {
         state.upload_mut(object, upload_id)?;
         let source = state.object(copy.from)?.clone();
         check_copy_source(&copy.source_conditions, &source)?;
-        let size = source.bytes.len() as u64;
-        let bytes = match copy.range {
-            None => source.bytes.clone(),
-            Some(r) if r.end <= size => source.bytes.slice(r.start as usize..r.end as usize),
-            Some(_) => {
-                return Err(Error::new(
-                    ErrorKind::InvalidRange,
-                    format!(
-                        "The specified copy range is not valid for the source object of size {size}"
-                    ),
-                )
-                .into());
-            }
-        };
+        let span = copy_source_span(copy.range, source.bytes.len() as u64)?;
+        let bytes = source.bytes.slice(span.start as usize..span.end as usize);
         let part = StoredPart {
             etag: format!("\"{}\"", hex::encode(Md5::digest(&bytes))),
             bytes,

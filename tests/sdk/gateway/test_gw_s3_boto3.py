@@ -930,28 +930,6 @@ def test_ranges_far_into_a_huge_generated_object(gw, gw_s3):
     assert got == generated.generated_bytes(b, k, seed, size - 12, size)
 
 
-def test_conditional_get_etag(gw_s3, gw_bucket):
-    body = b"conditional body"
-    etag = gw_s3.put_object(Bucket=gw_bucket, Key="c", Body=body)["ETag"]
-    with pytest.raises(ClientError) as ei:
-        gw_s3.get_object(Bucket=gw_bucket, Key="c", IfNoneMatch=etag)
-    assert client_error(ei)[0] == 304
-    assert ei.value.response["ResponseMetadata"]["HTTPHeaders"].get("etag") == etag
-    with pytest.raises(ClientError) as ei:
-        gw_s3.head_object(Bucket=gw_bucket, Key="c", IfNoneMatch=etag)
-    assert client_error(ei)[0] == 304
-    with pytest.raises(ClientError) as ei:
-        gw_s3.get_object(Bucket=gw_bucket, Key="c", IfMatch='"0123456789abcdef0123456789abcdef"')
-    assert client_error(ei) == (412, "PreconditionFailed")
-    with pytest.raises(ClientError) as ei:
-        gw_s3.head_object(Bucket=gw_bucket, Key="c", IfMatch='"0123456789abcdef0123456789abcdef"')
-    assert client_error(ei)[0] == 412
-    _, got = get_body(gw_s3, gw_bucket, "c", IfMatch=etag)
-    assert got == body
-    _, got = get_body(gw_s3, gw_bucket, "c", IfNoneMatch='"0123456789abcdef0123456789abcdef"')
-    assert got == body
-
-
 def test_conditional_get_dates(gw_s3, gw_bucket):
     body = b"dated body"
     gw_s3.put_object(Bucket=gw_bucket, Key="d", Body=body)
@@ -970,19 +948,6 @@ def test_conditional_get_dates(gw_s3, gw_bucket):
     with pytest.raises(ClientError) as ei:
         gw_s3.get_object(Bucket=gw_bucket, Key="d", IfUnmodifiedSince=past)
     assert client_error(ei) == (412, "PreconditionFailed")
-
-
-def test_conditional_precedence(gw_s3, gw_bucket):
-    """S3: If-Match true wins over If-Unmodified-Since false; If-None-Match false wins over If-Modified-Since true."""
-    gw_s3.put_object(Bucket=gw_bucket, Key="p", Body=b"precedence")
-    head = gw_s3.head_object(Bucket=gw_bucket, Key="p")
-    etag, lm = head["ETag"], head["LastModified"]
-    past = lm - dt.timedelta(days=1)
-    _, got = get_body(gw_s3, gw_bucket, "p", IfMatch=etag, IfUnmodifiedSince=past)
-    assert got == b"precedence"
-    with pytest.raises(ClientError) as ei:
-        gw_s3.get_object(Bucket=gw_bucket, Key="p", IfNoneMatch=etag, IfModifiedSince=past)
-    assert client_error(ei)[0] == 304
 
 
 def test_presigned_get(gw_s3, gw_bucket):

@@ -189,3 +189,97 @@ async fn the_gateway_on_the_origin_route_conforms() {
 async fn the_gateways_azure_front_over_an_s3_origin_conforms() {
     conforms(Route::Cache, Backend::S3, "gwblobs3").await;
 }
+
+/// `start-after` at an Azure origin, which has none, is read page by page from the
+/// listing's position (`OriginClient::list_with`): what it costs the origin is counted,
+/// one List Blobs per page read, and the keys are exactly those after the one named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_after_over_an_azure_origin_costs_one_listing_per_page_read() {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = talon_gateway::start(GatewayConfig {
+        s3: Some(S3Front {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            route: Route::Origin,
+            backend: Backend::Azure,
+            addressing: S3Addressing::PathStyle,
+            region: "us-east-1".into(),
+        }),
+        azure: None,
+        admin_listen: None,
+        origins: cluster.origins(),
+        cache: None,
+        identities: Identities::from_parts(IdentitiesFile {
+            s3: Vec::new(),
+            azure: None,
+            anonymous: talon_protocols::access::AnonymousAccess::ReadWrite,
+            public: Vec::new(),
+        })
+        .unwrap(),
+        freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
+        limits: Limits::default(),
+        tls: None,
+        acl_file: None,
+        cache_status: true,
+        access_log: None,
+    })
+    .await
+    .unwrap();
+    let base = format!("http://{}", gw.s3_addr.unwrap());
+    let http = reqwest::Client::new();
+    let put = |path: String| {
+        http.put(format!("{base}{path}"))
+            .header("content-length", "1")
+            .body("x")
+            .send()
+    };
+    assert_eq!(
+        http.put(format!("{base}/pages"))
+            .header("content-length", "0")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    for i in 1..=5 {
+        assert_eq!(put(format!("/pages/k{i}")).await.unwrap().status(), 200);
+    }
+    let listings = || {
+        cluster
+            .origin
+            .metrics()
+            .requests_of(talon_core::Backend::Azure, "ListBlobs")
+    };
+    let keys = |xml: &str| -> Vec<String> {
+        xml.split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split("</Key>").next().map(str::to_owned))
+            .collect()
+    };
+    // One page holds what follows k2: one listing.
+    let before = listings();
+    let page = http
+        .get(format!("{base}/pages?list-type=2&start-after=k2"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(keys(&page.text().await.unwrap()), ["k3", "k4", "k5"]);
+    assert_eq!(listings() - before, 1);
+    // Pages of two, after k4: (k1, k2) and (k3, k4) are read and dropped, k5 answered.
+    let before = listings();
+    let page = http
+        .get(format!(
+            "{base}/pages?list-type=2&max-keys=2&start-after=k4"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(keys(&page.text().await.unwrap()), ["k5"]);
+    assert_eq!(listings() - before, 3);
+}

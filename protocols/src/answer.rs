@@ -556,7 +556,7 @@ pub fn over_capacity_answer(front: Backend) -> std::sync::Arc<[u8]> {
 }
 
 #[cfg(test)]
-mod over_capacity_tests {
+pub(crate) mod over_capacity_tests {
     use super::*;
 
     #[test]
@@ -582,7 +582,7 @@ mod over_capacity_tests {
     }
 
     /// The log lines written while `f` runs, at INFO and above.
-    fn logged(f: impl FnOnce()) -> String {
+    pub(crate) fn logged(f: impl FnOnce()) -> String {
         #[derive(Clone, Default)]
         struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
         impl std::io::Write for Lines {
@@ -600,6 +600,7 @@ mod over_capacity_tests {
         let writer = lines.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, f);

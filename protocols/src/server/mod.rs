@@ -65,12 +65,52 @@ pub fn full_body(bytes: impl Into<Bytes>) -> AnswerBody {
 }
 
 /// An answer body streamed from `stream`.
+///
+/// The body is polled after the handler returned, outside the request's span, so it
+/// keeps the span it was made in: whatever is logged while the body streams (a piece
+/// retried on another worker, a fallback mid-body) names the request id the client saw.
 pub fn stream_body<S>(stream: S) -> AnswerBody
 where
     S: futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
 {
     use futures_util::TryStreamExt as _;
-    http_body_util::StreamBody::new(stream.map_ok(http_body::Frame::data)).boxed_unsync()
+    let frames = stream.map_ok(http_body::Frame::data);
+    let span = tracing::Span::current();
+    if span.is_none() {
+        http_body_util::StreamBody::new(frames).boxed_unsync()
+    } else {
+        http_body_util::StreamBody::new(InSpan {
+            inner: frames,
+            span,
+        })
+        .boxed_unsync()
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A stream polled inside `span`.
+    struct InSpan<S> {
+        #[pin]
+        inner: S,
+        span: tracing::Span,
+    }
+}
+
+impl<S: futures_util::Stream> futures_util::Stream for InSpan<S> {
+    type Item = S::Item;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        let this = self.project();
+        let _entered = this.span.enter();
+        this.inner.poll_next(cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
 }
 
 /// The bounds a front holds every request to.
@@ -941,5 +981,33 @@ pub trait ObjectBackend: Send + Sync {
     ) -> impl Future<Output = Result<http::Response<AnswerBody>, Failure>> + Send {
         let name = relay.operation.name();
         async move { Err(not_implemented(name)) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line logged while an answer body streams — after its handler returned and
+    /// left the request's span — still carries that span's request id.
+    #[test]
+    fn a_line_logged_while_the_body_streams_names_the_request() {
+        let lines = crate::answer::over_capacity_tests::logged(|| {
+            let body = tracing::info_span!("s3", request_id = "REQ-7").in_scope(|| {
+                stream_body(futures_util::stream::poll_fn(|_| {
+                    tracing::info!("retrying a piece on the next worker");
+                    std::task::Poll::Ready(None)
+                }))
+            });
+            let mut body = std::pin::pin!(body);
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let end = http_body::Body::poll_frame(body.as_mut(), &mut cx);
+            assert!(matches!(end, std::task::Poll::Ready(None)));
+        });
+        let line = lines
+            .lines()
+            .find(|l| l.contains("retrying a piece"))
+            .unwrap_or_else(|| panic!("no line logged: {lines}"));
+        assert!(line.contains("s3{request_id=\"REQ-7\"}"), "{line}");
     }
 }

@@ -38,7 +38,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crc::{CRC_32_ISCSI, Crc, Table};
 use serde::{Deserialize, Serialize};
 use talon_core::{BlockId, ObjectId, ObjectVersion, PresentBitmap};
 use tokio::sync::watch;
@@ -47,11 +46,11 @@ use crate::crash_points::{self, CrashPoint};
 use crate::error::{Result, WorkerError};
 use crate::eviction::{EvictionPolicy, S3Fifo};
 
-static CRC32C: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
-
-/// CRC-32C of a page's bytes, as recorded in the metadata.
+/// CRC-32C (Castagnoli) of a page's bytes, as recorded in the metadata; computed with
+/// the CPU's CRC instruction where it has one (the golden value in the tests pins the
+/// polynomial, so metadata written before stays valid).
 pub fn page_checksum(bytes: &[u8]) -> u32 {
-    CRC32C.checksum(bytes)
+    crc32c::crc32c(bytes)
 }
 
 /// The result a shared fill broadcasts to the requests waiting on it.
@@ -389,6 +388,15 @@ impl Block {
         crash_points::reached(CrashPoint::MetaRenamed);
         Ok(())
     }
+}
+
+/// How [`BlockStore::new_block`] opens a block's file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// The block's file as found (a block loaded at start-up).
+    Existing,
+    /// A new file: whatever is left under the block's names is replaced.
+    Fresh,
 }
 
 struct Inner {
@@ -883,7 +891,7 @@ impl BlockStore {
                 "block metadata names another block".into(),
             ));
         }
-        let mut block = self.new_block(id, meta.object_size)?;
+        let mut block = self.new_block(id, meta.object_size, Opening::Existing)?;
         let present_bytes = hex::decode(&meta.present)
             .map_err(|_| WorkerError::InvalidRequest("bad bitmap hex".into()))?;
         let present = PresentBitmap::from_bytes(block.pages, &present_bytes)?;
@@ -907,7 +915,7 @@ impl BlockStore {
         Ok(block)
     }
 
-    fn new_block(&self, id: BlockId, object_size: u64) -> Result<Block> {
+    fn new_block(&self, id: BlockId, object_size: u64, opening: Opening) -> Result<Block> {
         let len = id.len_in(object_size);
         if len == 0 {
             return Err(WorkerError::RangeNotSatisfiable(
@@ -925,21 +933,36 @@ impl BlockStore {
             .map_err(|_| WorkerError::InvalidRequest("too many pages in a block".into()))?;
         let name = id.storage_name();
         let data_path = self.dir.join(format!("{name}.blk"));
-        let open = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&data_path)
+        let meta_path = self.dir.join(format!("{name}.meta"));
+        let open = |fresh: bool| {
+            let mut options = OpenOptions::new();
+            options.read(true).write(true);
+            if fresh {
+                options.create_new(true);
+            } else {
+                options.create(true).truncate(false);
+            }
+            options.open(&data_path)
         };
-        let file = match open() {
+        let opened = match open(opening == Opening::Fresh) {
+            // A file left under the name (an evicted block's whose removal is pending,
+            // or a crash's leftover) is replaced, never reused: its readers keep their
+            // own. Only then are the names unlinked, so a new block in a folder without
+            // them costs one directory operation, not three.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let _ = fs::remove_file(&meta_path);
+                let _ = fs::remove_file(&data_path);
+                open(true)
+            }
+            other => other,
+        };
+        let file = match opened {
             // The cache folder was removed under the running worker: make it again (the
             // blocks whose files went with it are refetched when next read).
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 tracing::warn!(dir = %self.dir.display(), "the cache folder is gone; making it again");
                 fs::create_dir_all(&self.dir)
-                    .and_then(|()| open())
+                    .and_then(|()| open(opening == Opening::Fresh))
                     .map_err(|e| WorkerError::io("opening a block file", e))?
             }
             other => other.map_err(|e| WorkerError::io("opening a block file", e))?,
@@ -954,7 +977,7 @@ impl BlockStore {
             page_size: self.page_size,
             file,
             read_only: std::sync::OnceLock::new(),
-            meta_path: self.dir.join(format!("{name}.meta")),
+            meta_path,
             data_path,
             name,
             state: Mutex::new(BlockState {
@@ -1005,9 +1028,7 @@ impl BlockStore {
         if let Some(b) = lock(&self.inner).blocks.get(&name).cloned() {
             return Ok(b);
         }
-        let _ = fs::remove_file(self.dir.join(format!("{name}.meta")));
-        let _ = fs::remove_file(self.dir.join(format!("{name}.blk")));
-        let block = Arc::new(self.new_block(id.clone(), object_size)?);
+        let block = Arc::new(self.new_block(id.clone(), object_size, Opening::Fresh)?);
         let mut inner = lock(&self.inner);
         if let Some(b) = inner.blocks.get(&name).cloned() {
             return Ok(b);
@@ -1547,6 +1568,16 @@ mod tests {
     /// SEC-05: blocks that never fill cost no bytes, so a separate cap keeps their
     /// count (and open files) bounded; an empty block is dropped with its file, one
     /// with pages is not.
+    /// Golden values: the checksums already on disk were written with the same
+    /// polynomial (CRC-32C, Castagnoli), whatever computes it.
+    #[test]
+    fn page_checksums_are_crc32c() {
+        assert_eq!(page_checksum(b"123456789"), 0xe306_9283);
+        let page: Vec<u8> = (0..65_536 + 13).map(|i| (i * 31 + 7) as u8).collect();
+        assert_eq!(page_checksum(&page), 0xb6cc_b0cb);
+        assert_eq!(page_checksum(&[]), 0);
+    }
+
     #[test]
     fn empty_blocks_are_capped_and_dropped() {
         let dir = tempfile::tempdir().unwrap();

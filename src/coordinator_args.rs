@@ -63,9 +63,13 @@ impl CoordinatorArgs {
     /// # Errors
     /// A state file that cannot be read; no secret anywhere, or one that cannot be read.
     pub fn resolve(&self) -> anyhow::Result<Target> {
-        // The state file speaks for its own coordinator only.
+        // The state file speaks for its own coordinator only: with --coordinator it is
+        // read (best effort) for the secret when it names that same coordinator.
         let state = match &self.coordinator {
-            Some(_) => None,
+            Some(url) => UpState::read(&self.data_dir)
+                .ok()
+                .flatten()
+                .filter(|state| with_scheme(&state.coordinator) == with_scheme(url)),
             None => UpState::read(&self.data_dir)?,
         };
         if let Some(state) = &state
@@ -83,13 +87,8 @@ impl CoordinatorArgs {
             (None, Some(state)) => state.coordinator.clone(),
             (None, None) => DEFAULT_COORDINATOR.to_owned(),
         };
-        let url = if url.contains("://") {
-            url
-        } else {
-            format!("http://{url}")
-        };
         Ok(Target {
-            url,
+            url: with_scheme(&url),
             secret: self.secret(state)?,
         })
     }
@@ -102,7 +101,9 @@ impl CoordinatorArgs {
             if self.coordinator.is_some() {
                 anyhow::bail!(
                     "no cluster secret: give --cluster-secret-file or TALON_CLUSTER_SECRET (with \
-                     --coordinator, a talon up's state file is not read)"
+                     --coordinator, a talon up's state file is read only when it names that \
+                     coordinator; none in {} does)",
+                    self.data_dir.display()
                 );
             }
             anyhow::bail!(
@@ -126,5 +127,15 @@ impl CoordinatorArgs {
                 self.data_dir.display()
             ),
         }
+    }
+}
+
+/// A coordinator URL with its scheme: a bare HOST:PORT is http, as every part takes it.
+fn with_scheme(url: &str) -> String {
+    let url = url.trim_end_matches('/');
+    if url.contains("://") {
+        url.to_owned()
+    } else {
+        format!("http://{url}")
     }
 }

@@ -81,7 +81,7 @@ fn print(view: &FreshnessView, json: bool) -> anyhow::Result<()> {
     ));
     if view.rules.is_empty() {
         crate::output::line(format_args!(
-            "  (none: every gateway's own --max-staleness-ms)"
+            "  (none: every gateway keeps its own --max-staleness)"
         ));
     }
     for r in &view.rules {

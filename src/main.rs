@@ -245,7 +245,14 @@ fn check_ports(args: &UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes the sample data set into a new folder.
+/// Whether `a` and `b` name one folder (a missing one is not an existing other).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
 /// Takes `<dir>/.talon-up.lock` for this process's lifetime (the lock goes with the
 /// returned file), creating `dir`; refuses when another process holds it.
 fn lock_folder(dir: &Path) -> anyhow::Result<std::fs::File> {
@@ -282,6 +289,7 @@ fn lock_folder(dir: &Path) -> anyhow::Result<std::fs::File> {
     Ok(file)
 }
 
+/// Writes the sample data set into a new folder.
 fn write_sample(dir: &Path) -> anyhow::Result<()> {
     let demo = dir.join("demo");
     std::fs::create_dir_all(demo.join("tables"))
@@ -377,13 +385,16 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     // Only a data folder this run creates gets the sample (taking the locks below may
     // create it).
     let new_data_dir = !args.data_dir.exists();
-    // One `talon up` per cache folder (and per data folder it serves): a second would
-    // share the workers' files.
+    // One `talon up` per data folder (a second would serve it from a second origin,
+    // and replace or remove the first one's state file) and per cache folder (a second
+    // would share the workers' files). One lock when the two are one folder: a second
+    // lock of the same file from this process would be refused.
     let _locks = [
-        Some(lock_folder(&cache_root)?),
-        match args.origin {
-            None if args.cache_dir.is_some() => Some(lock_folder(&args.data_dir)?),
-            _ => None,
+        Some(lock_folder(&args.data_dir)?),
+        if same_folder(&cache_root, &args.data_dir) {
+            None
+        } else {
+            Some(lock_folder(&cache_root)?)
         },
     ];
 

@@ -259,6 +259,9 @@ async fn warm_job(
     } else {
         crate::output::text(format_args!("{}", job_table(&view)));
     }
+    if let Some(note) = nothing_found(&view) {
+        eprintln!("{note}");
+    }
     anyhow::ensure!(
         view.errors == 0,
         "{} blocks failed; the first: {}",
@@ -327,6 +330,18 @@ fn time_left(v: &talon_coordinator_client::api::WarmJobView) -> String {
     }
 }
 
+/// What to say when a finished job found nothing to warm: a mistyped prefix otherwise
+/// reads as a job done (a missing bucket is refused before the job starts).
+fn nothing_found(v: &talon_coordinator_client::api::WarmJobView) -> Option<String> {
+    (v.state == talon_coordinator_client::api::WarmState::Done && v.objects == 0).then(|| {
+        format!(
+            "warm: nothing at the origin under {}: check the prefix (keys are matched by \
+             their start; an object's full key warms that one object)",
+            v.source
+        )
+    })
+}
+
 fn job_table(v: &talon_coordinator_client::api::WarmJobView) -> String {
     let secs = v.elapsed_ms as f64 / 1000.0;
     format!(
@@ -375,6 +390,23 @@ mod tests {
             first_error: None,
             elapsed_ms,
         }
+    }
+
+    /// A finished job that found nothing says so (a mistyped prefix); one that found
+    /// something, or is still running, does not.
+    #[test]
+    fn a_job_that_found_nothing_says_so() {
+        let mut empty = job(0, 0, 0, 0, 10);
+        assert_eq!(super::nothing_found(&empty), None);
+        empty.state = WarmState::Done;
+        let note = super::nothing_found(&empty).expect("a note");
+        assert!(
+            note.starts_with("warm: nothing at the origin under s3://demo/"),
+            "{note}"
+        );
+        let mut found = job(100, 100, 1, 1, 10);
+        found.state = WarmState::Done;
+        assert_eq!(super::nothing_found(&found), None);
     }
 
     /// The first-hour review's job: 3.8 MiB whose first small object was done after

@@ -91,6 +91,9 @@ async fn a_browser_renders_every_worker_and_the_totals() {
         .register(&registration("w-east", 7101, "east"))
         .await
         .unwrap();
+    // One worker is "1 worker" (the page said "1 workers" before 2026-12-05).
+    let one = rendered_dom(&format!("http://{}/", c.status_addr.unwrap()));
+    assert!(one.contains("1 worker (1 live, 0 draining)"), "{one}");
     worker
         .register(&registration("w-west", 7102, "west"))
         .await

@@ -216,6 +216,15 @@ pub async fn start(mut config: StubConfig) -> Result<RunningStub, StubError> {
             (temp.path().to_owned(), Some(temp))
         }
     };
+    if root.is_file() {
+        return Err(StubError::DataDir {
+            path: root.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                "it is a file, not a folder: give a folder (made if missing)",
+            ),
+        });
+    }
     std::fs::create_dir_all(&root).map_err(|source| StubError::DataDir {
         path: root.clone(),
         source,

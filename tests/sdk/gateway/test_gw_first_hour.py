@@ -58,24 +58,40 @@ def test_settings_that_could_never_work_are_refused_at_start(tmp_path, args, say
     assert not data.exists(), "a refused start created the data folder"
 
 
-def test_a_data_folder_that_is_a_file_is_named_as_such(tmp_path):
+@pytest.mark.parametrize("part", ["up", "origin"])
+def test_a_data_folder_that_is_a_file_is_named_as_such(tmp_path, part):
     data = tmp_path / "data"
     data.write_bytes(b"not a folder")
-    line = _refused([harness.binary("talon"), "up", "--data-dir", data, "--s3-port", "0", "--azure-port", "0",
-                     "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0"])
-    assert f"{data} is a file, not a folder" in line, line
+    ports = (["--s3-port", "0", "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0",
+              "--status-port", "0"] if part == "up" else
+             ["--s3-listen", "127.0.0.1:0", "--azure-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+    line = _refused([harness.binary("talon"), part, "--data-dir", data, *ports])
+    # `talon origin` said "File exists (os error 17)" before 2026-12-05.
+    assert f"{data}" in line and "is a file, not a folder" in line, line
     assert data.read_bytes() == b"not a folder"
 
 
-def test_a_second_talon_up_on_a_folder_in_use_is_refused(tmp_path, _isolated_client_env):
+@pytest.mark.parametrize("own_cache", [False, True], ids=["same-cache", "own-cache-dir"])
+def test_a_second_talon_up_on_a_folder_in_use_is_refused(tmp_path, _isolated_client_env, own_cache):
     front = harness.start_talon_up("first", tmp_path, auth=False, workers=1)
     try:
         before = _tree(front.data_dir)
+        # With a cache folder of its own the second one still serves the same data
+        # folder (a second origin over it, and its state file): refused too (it started
+        # before 2026-12-05 and removed the first one's state file when it stopped).
+        other_cache = tmp_path / "other-cache"
+        extra = ["--cache-dir", other_cache] if own_cache else []
         line = _refused([harness.binary("talon"), "up", "--data-dir", front.data_dir, "--s3-port", "0",
-                         "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0"])
+                         "--azure-port", "0", "--admin-port", "0", "--coordinator-port", "0", "--status-port", "0",
+                         *extra])
         pid = front.procs[0].popen.pid
-        assert f"another talon up (pid {pid}) is using" in line, line
+        assert f"another talon up (pid {pid}) is using {front.data_dir}" in line, line
         assert _tree(front.data_dir) == before
+        assert not other_cache.exists()
+        # The operator tools still find the first one.
+        status = subprocess.run([str(harness.binary("talon")), "status", "--data-dir", str(front.data_dir), "--json"],
+                                capture_output=True, timeout=60, env=harness.clean_env())
+        assert status.returncode == 0, status.stderr.decode(errors="replace")
         # The first one still serves.
         s3 = s3_client(front)
         assert s3.get_object(Bucket="demo", Key="hello.txt")["Body"].read().startswith(b"Hello from Talon")
@@ -158,7 +174,19 @@ def test_the_operator_tools_find_a_plain_talon_up(tmp_path, _isolated_client_env
         assert lost.returncode != 0 and b"no cluster secret" in lost.stderr, lost.stderr
         pointed = subprocess.run([talon, "status", "--coordinator", "127.0.0.1:1", "--data-dir", str(front.data_dir)],
                                  capture_output=True, timeout=60, env=tools_env)
-        assert b"with --coordinator, a talon up's state file is not read" in pointed.stderr, pointed.stderr
+        assert b"with --coordinator, a talon up's state file is read only when it names that coordinator" \
+            in pointed.stderr, pointed.stderr
+        # The banner's coordinator, given as a flag: the state file names it, so its
+        # secret is used (it said "no cluster secret" before).
+        named = subprocess.run([talon, "status", "--coordinator", state["coordinator"], "--data-dir",
+                                str(front.data_dir), "--json"], capture_output=True, timeout=60, env=tools_env)
+        assert named.returncode == 0, named.stderr.decode()
+        assert json.loads(named.stdout)["cluster"]["live"] == 1
+        # A prefix with nothing under it is said to be empty, not only "done".
+        empty = subprocess.run([talon, "warm", "s3://demo/no-such-prefix/", "--data-dir", str(front.data_dir)],
+                               capture_output=True, timeout=120, env=tools_env)
+        assert empty.returncode == 0, empty.stderr.decode()
+        assert b"warm: nothing at the origin under s3://demo/no-such-prefix/" in empty.stderr, empty.stderr
         # Pointed at the gateway's S3 port instead of the coordinator: said so, no XML.
         wrong = subprocess.run([talon, "status", "--coordinator", front.s3], capture_output=True, timeout=60,
                                env=harness.clean_env())

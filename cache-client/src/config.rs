@@ -17,7 +17,9 @@ pub struct CacheClientConfig {
     /// stays where it publishes none). `false`: `geometry` was given, and a cluster
     /// of another block size is refused.
     pub take_cluster_block_size: bool,
-    /// Connections kept per worker.
+    /// Connections kept per worker, at most: one more is opened only while every open
+    /// one has a request waiting (answers come in order on a connection, so requests
+    /// that wait for the origin would hold up the ones behind them).
     pub connections_per_worker: usize,
     /// Each piece's deadlines: connect, first byte and stall on the worker hop, the
     /// workers' share, and what the origin has left ([`DeadlineBudget`]).
@@ -86,7 +88,7 @@ impl CacheClientConfig {
             coordinator_url: coordinator_url.into(),
             geometry,
             take_cluster_block_size: false,
-            connections_per_worker: 2,
+            connections_per_worker: 16,
             deadlines: DeadlineBudget::default(),
             health: HealthConfig::default(),
             hedge: HedgeConfig::default(),

@@ -25,7 +25,7 @@ use talon_core::cluster_auth::{ClusterSecret, Role};
 use talon_core::wire::{BulkKind, Event, Flags, FrameDecoder};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::deadline::HopDeadlines;
@@ -155,10 +155,31 @@ impl Progress {
     }
 }
 
+/// One caller counted in [`Connection::busy`] until it is dropped, however its call
+/// ends (an answer, an error, its future dropped).
+struct Busy<'a>(&'a AtomicUsize);
+
+impl<'a> Busy<'a> {
+    fn count(busy: &'a AtomicUsize) -> Busy<'a> {
+        busy.fetch_add(1, Ordering::Relaxed);
+        Busy(busy)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// One pipelined connection.
 pub struct Connection {
     jobs: mpsc::Sender<Job>,
     next_id: AtomicU32,
+    /// Callers waiting for an answer on this connection ([`Pool::get`] prefers an idle
+    /// connection: answers come in order, so a request behind an origin fetch waits
+    /// for it).
+    busy: AtomicUsize,
     alive: Arc<AtomicBool>,
     progress: Arc<Progress>,
     tasks: Vec<JoinHandle<()>>,
@@ -242,10 +263,16 @@ impl Connection {
         Ok(Connection {
             jobs,
             next_id: AtomicU32::new(1),
+            busy: AtomicUsize::new(0),
             alive,
             progress,
             tasks: vec![writer, reader],
         })
+    }
+
+    /// Callers waiting for an answer on this connection now.
+    pub fn busy(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
     }
 
     /// Whether the connection can still be used.
@@ -281,6 +308,7 @@ impl Connection {
         until: Instant,
         started: Option<oneshot::Sender<()>>,
     ) -> Result<Answer> {
+        let _waiting = Busy::count(&self.busy);
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = message.encode(request_id).map_err(|e| {
             CacheClientError::InvalidRequest(format!("cannot encode the request: {e}"))
@@ -572,6 +600,9 @@ struct Slot {
     worker: String,
     conns: Vec<Arc<Connection>>,
     connecting: usize,
+    /// Bumped when the worker's circuit opens: connects in progress then give up at
+    /// once, as the requests on its open connections do.
+    poisoned: watch::Sender<u64>,
 }
 
 /// A connection being opened: holds one of its worker's places in the pool until it
@@ -635,9 +666,10 @@ impl Pool {
         }
     }
 
-    /// A live connection to `endpoint`, opening one when there are fewer than the
-    /// limit, by `until` at the latest. A burst of first requests opens at most the
-    /// limit: the others wait for those connections and then pipeline on them.
+    /// A live connection to `endpoint` by `until` at the latest: an idle one, else a new
+    /// one while there are fewer than the limit, else the least busy (requests then
+    /// pipeline on it). A burst of first requests opens at most the limit: the others
+    /// wait for those connections.
     ///
     /// Cancel-safe: a caller dropped while it waits or while its connection is being
     /// opened gives its place back ([`Opening`]), so the next caller opens one instead
@@ -649,7 +681,7 @@ impl Pool {
     /// worker does not finish the connect within the connect deadline;
     /// [`CacheClientError::BudgetSpent`] when `until` passes first.
     pub async fn get(&self, endpoint: &Endpoint, until: Instant) -> Result<Arc<Connection>> {
-        let mut opening = loop {
+        let (mut opening, mut poisoned) = loop {
             let waiting = self.changed.notified();
             {
                 let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
@@ -660,18 +692,30 @@ impl Pool {
                 };
                 slot.conns.retain(|c| c.is_alive());
                 let open = slot.conns.len();
-                if open > 0 && open + slot.connecting >= self.per_worker {
-                    let i = self.round_robin.fetch_add(1, Ordering::Relaxed) % open;
-                    return Ok(slot.conns[i].clone());
+                // The least busy connection (ties taken in turn). Answers come in
+                // order, so a request queued behind a cold read or a stat waits for
+                // the origin's round trip too: an idle connection is used, and while
+                // every one is busy another is opened, up to the limit.
+                let start = self.round_robin.fetch_add(1, Ordering::Relaxed);
+                let least = (0..open)
+                    .map(|k| &slot.conns[(start + k) % open])
+                    .min_by_key(|c| c.busy());
+                if let Some(conn) = least
+                    && (conn.busy() == 0 || open + slot.connecting >= self.per_worker)
+                {
+                    return Ok(conn.clone());
                 }
                 if open + slot.connecting < self.per_worker {
                     slot.connecting += 1;
-                    break Opening {
-                        pool: self,
-                        endpoint,
-                        worker: slot.worker.clone(),
-                        opened: None,
-                    };
+                    break (
+                        Opening {
+                            pool: self,
+                            endpoint,
+                            worker: slot.worker.clone(),
+                            opened: None,
+                        },
+                        slot.poisoned.subscribe(),
+                    );
                 }
             }
             // Every allowed connection is being opened: wait for one (bounded, so a
@@ -689,11 +733,18 @@ impl Pool {
             &self.secret,
             self.role,
         );
-        let conn =
-            match tokio::time::timeout_at(tokio::time::Instant::from_std(until), connect).await {
+        let connect = tokio::time::timeout_at(tokio::time::Instant::from_std(until), connect);
+        let conn = tokio::select! {
+            connected = connect => match connected {
                 Ok(result) => Arc::new(result?),
                 Err(_) => return Err(budget_spent("opening a connection to the worker")),
-            };
+            },
+            Ok(()) = poisoned.changed() => {
+                return Err(CacheClientError::Unavailable(format!(
+                    "{endpoint}: the worker's circuit opened while connecting"
+                )));
+            }
+        };
         opening.opened = Some(conn.clone());
         Ok(conn)
     }
@@ -707,6 +758,7 @@ impl Pool {
             for conn in slot.conns.drain(..) {
                 conn.poison();
             }
+            slot.poisoned.send_modify(|n| *n += 1);
         }
     }
 
@@ -726,6 +778,7 @@ impl Pool {
                         worker: worker.clone(),
                         conns: Vec::new(),
                         connecting: 0,
+                        poisoned: watch::Sender::new(0),
                     },
                 );
             }

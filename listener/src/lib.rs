@@ -439,6 +439,16 @@ impl<T> StallGuard<T> {
         }
     }
 
+    /// The connection.
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+
+    /// The connection, unwrapped.
+    pub fn into_inner(self) -> T {
+        self.inner
+    }
+
     /// Called when a write returned Pending: arms the stall timer or reports it expired.
     fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let stall = self.stall;
@@ -610,6 +620,12 @@ pub async fn serve<F, S, B>(
     }
 }
 
+/// The answer to a plain HTTP request on a TLS listener: what nginx says in that case,
+/// in this project's words.
+const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\n\
+content-length: 68\r\nconnection: close\r\n\r\n\
+This port speaks HTTPS: send the request to https://, not http://.\r\n";
+
 /// Writes `answer` to a connection over a cap, then reads (and drops) what the client
 /// sends until it closes, so that its request arriving after the close does not make
 /// the kernel reset the connection before the client has read the answer.
@@ -713,10 +729,23 @@ impl Accepted {
                         }
                     }
                     Some((acceptor, handshake_timeout)) => {
+                        // A plain HTTP request on the TLS port (its first byte a
+                        // method's letter, where a TLS record starts with 0x16) is told
+                        // where it went wrong, in plain HTTP, instead of getting a TLS
+                        // alert a client prints as garbage.
+                        let until = tokio::time::Instant::now() + handshake_timeout;
+                        let mut first = [0u8; 1];
+                        let peeked =
+                            tokio::time::timeout_at(until, guarded.get_ref().peek(&mut first))
+                                .await;
+                        if matches!(peeked, Ok(Ok(1))) && first[0].is_ascii_uppercase() {
+                            tracing::debug!(%peer, "plain HTTP on the TLS port");
+                            refuse(guarded.into_inner(), PLAIN_HTTP_ON_TLS).await;
+                            return;
+                        }
+                        // One bound for the peek and the handshake together.
                         let stream =
-                            match tokio::time::timeout(handshake_timeout, acceptor.accept(guarded))
-                                .await
-                            {
+                            match tokio::time::timeout_at(until, acceptor.accept(guarded)).await {
                                 Ok(Ok(s)) => s,
                                 Ok(Err(e)) => {
                                     tracing::debug!(error = %e, %peer, "TLS handshake failed");

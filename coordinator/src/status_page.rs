@@ -50,12 +50,17 @@ async fn page() -> impl IntoResponse {
 
 async fn status(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let snap = state.membership.snapshot(Instant::now());
+    // The epoch as a string, here and in the cluster's summary: a JSON number past 2^53
+    // loses digits in a browser (the API keeps its number for the Rust clients).
+    let mut cluster = serde_json::to_value(snap.cluster()).unwrap_or_default();
+    if let Some(epoch) = cluster.get_mut("epoch") {
+        *epoch = serde_json::Value::String(snap.epoch.to_string());
+    }
     (
         [(header::CACHE_CONTROL, "no-store")],
         Json(serde_json::json!({
-            // As a string: a JSON number past 2^53 loses digits in a browser.
             "epoch": snap.epoch.to_string(),
-            "cluster": snap.cluster(),
+            "cluster": cluster,
             "members": snap.members,
             "warm_jobs": state.warm.list(),
             "geometry": state.config.geometry,

@@ -285,6 +285,9 @@ def test_region_and_status_page_under_talon_up(tmp_path, _isolated_client_env):
         assert page.status_code == 200 and "<html" in page.text.lower(), page.text[:200]
         workers = requests.get(state["status"] + "status.json", timeout=10).json()
         assert len(workers["members"]) == 1, workers
+        # Epochs as strings: a JSON number past 2^53 loses digits in a browser (the
+        # cluster's summary carried a bare number before 2026-12-05).
+        assert isinstance(workers["epoch"], str) and workers["cluster"]["epoch"] == workers["epoch"], workers
         # The worker's metrics: the one read of region.txt reached it (a hit when the
         # upload's write-through into the cache came first, else a fill).
         assert state["workers"] == ready["workers"] and len(ready["workers"]) == 1, ready

@@ -17,10 +17,13 @@ pub struct CacheClientConfig {
     /// stays where it publishes none). `false`: `geometry` was given, and a cluster
     /// of another block size is refused.
     pub take_cluster_block_size: bool,
-    /// Connections kept per worker, at most: one more is opened only while every open
-    /// one has a request waiting (answers come in order on a connection, so requests
-    /// that wait for the origin would hold up the ones behind them).
+    /// Connections kept per worker for reads (requests pipelined on them in turn).
     pub connections_per_worker: usize,
+    /// Connections per worker for stats, at most ([`crate::connection::Lane`]): a
+    /// worker answers a connection's requests in order and a stat may wait for the
+    /// origin, so stats have connections of their own, and another is opened while
+    /// every open one is held up by an origin round trip.
+    pub stat_connections_per_worker: usize,
     /// Each piece's deadlines: connect, first byte and stall on the worker hop, the
     /// workers' share, and what the origin has left ([`DeadlineBudget`]).
     pub deadlines: DeadlineBudget,
@@ -88,7 +91,8 @@ impl CacheClientConfig {
             coordinator_url: coordinator_url.into(),
             geometry,
             take_cluster_block_size: false,
-            connections_per_worker: 16,
+            connections_per_worker: 2,
+            stat_connections_per_worker: 16,
             deadlines: DeadlineBudget::default(),
             health: HealthConfig::default(),
             hedge: HedgeConfig::default(),

@@ -155,14 +155,23 @@ impl Progress {
     }
 }
 
+/// How long a busy connection may go without an answer's bytes before the pool
+/// stops queueing more requests on it ([`Connection::held_up`]). A hit is answered in
+/// well under a millisecond, an origin round trip takes several: past this, the
+/// request at the head is waiting for the origin, and one queued behind it would too.
+const PIPELINE_PATIENCE: Duration = Duration::from_millis(1);
+
 /// One caller counted in [`Connection::busy`] until it is dropped, however its call
 /// ends (an answer, an error, its future dropped).
 struct Busy<'a>(&'a AtomicUsize);
 
 impl<'a> Busy<'a> {
-    fn count(busy: &'a AtomicUsize) -> Busy<'a> {
-        busy.fetch_add(1, Ordering::Relaxed);
-        Busy(busy)
+    fn count(conn: &'a Connection) -> Busy<'a> {
+        if conn.busy.fetch_add(1, Ordering::Relaxed) == 0 {
+            conn.busy_since_ns
+                .store(conn.progress.now_ns(), Ordering::Relaxed);
+        }
+        Busy(&conn.busy)
     }
 }
 
@@ -180,6 +189,8 @@ pub struct Connection {
     /// connection: answers come in order, so a request behind an origin fetch waits
     /// for it).
     busy: AtomicUsize,
+    /// When `busy` last rose from zero (nanoseconds on `progress`'s clock).
+    busy_since_ns: AtomicU64,
     alive: Arc<AtomicBool>,
     progress: Arc<Progress>,
     tasks: Vec<JoinHandle<()>>,
@@ -264,6 +275,7 @@ impl Connection {
             jobs,
             next_id: AtomicU32::new(1),
             busy: AtomicUsize::new(0),
+            busy_since_ns: AtomicU64::new(0),
             alive,
             progress,
             tasks: vec![writer, reader],
@@ -273,6 +285,22 @@ impl Connection {
     /// Callers waiting for an answer on this connection now.
     pub fn busy(&self) -> usize {
         self.busy.load(Ordering::Relaxed)
+    }
+
+    /// Whether requests wait here and no answer's bytes have come for longer than
+    /// [`PIPELINE_PATIENCE`] (since the last bytes, or since it became busy): the
+    /// request at the head is waiting for the origin, and the next would wait too.
+    pub fn held_up(&self) -> bool {
+        if self.busy() == 0 {
+            return false;
+        }
+        let since = self
+            .progress
+            .last_bytes_ns
+            .load(Ordering::Relaxed)
+            .max(self.busy_since_ns.load(Ordering::Relaxed));
+        let patience = u64::try_from(PIPELINE_PATIENCE.as_nanos()).unwrap_or(u64::MAX);
+        self.progress.now_ns().saturating_sub(since) > patience
     }
 
     /// Whether the connection can still be used.
@@ -308,7 +336,7 @@ impl Connection {
         until: Instant,
         started: Option<oneshot::Sender<()>>,
     ) -> Result<Answer> {
-        let _waiting = Busy::count(&self.busy);
+        let _waiting = Busy::count(self);
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = message.encode(request_id).map_err(|e| {
             CacheClientError::InvalidRequest(format!("cannot encode the request: {e}"))
@@ -582,10 +610,43 @@ async fn read_loop(
     }
 }
 
-/// Connections to every worker, a few per worker, opened on demand, each
+/// Which of a worker's two sets of connections a request goes on. A worker answers a
+/// connection's requests in order, so a request queued behind one that waits for the
+/// origin waits for it too: stats, which go to the origin whenever the worker does not
+/// know the object, are kept off the connections reads pipeline on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Reads (and everything but stats): a few connections per worker, requests
+    /// pipelined on the least busy one whose answers flow (a hit is answered at once;
+    /// a fill at the origin holds its connection up), else on the next in turn.
+    Reads,
+    /// Stats: the least busy connection whose answers are flowing, another opened
+    /// (up to its own limit) while every one is held up by an origin round trip.
+    Stats,
+}
+
+impl Lane {
+    /// The lane `message` goes on.
+    pub fn of(message: &Message) -> Lane {
+        match message {
+            Message::Stat(_) => Lane::Stats,
+            _ => Lane::Reads,
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Lane::Reads => 0,
+            Lane::Stats => 1,
+        }
+    }
+}
+
+/// Connections to every worker, a few per worker and lane, opened on demand, each
 /// authenticated with the Hello exchange before its first request.
 pub struct Pool {
     per_worker: usize,
+    stats_per_worker: usize,
     connect_timeout: Duration,
     secret: ClusterSecret,
     role: Role,
@@ -594,15 +655,21 @@ pub struct Pool {
     changed: tokio::sync::Notify,
 }
 
-/// The connections to one worker, how many are being opened, and which member the
-/// membership says answers there (every connection's Hello must name it).
+/// The connections to one worker, by lane, and which member the membership says
+/// answers there (every connection's Hello must name it).
 struct Slot {
     worker: String,
-    conns: Vec<Arc<Connection>>,
-    connecting: usize,
+    lanes: [LaneConns; 2],
     /// Bumped when the worker's circuit opens: connects in progress then give up at
     /// once, as the requests on its open connections do.
     poisoned: watch::Sender<u64>,
+}
+
+/// One lane's connections to a worker, and how many are being opened.
+#[derive(Default)]
+struct LaneConns {
+    conns: Vec<Arc<Connection>>,
+    connecting: usize,
 }
 
 /// A connection being opened: holds one of its worker's places in the pool until it
@@ -611,6 +678,7 @@ struct Slot {
 struct Opening<'a> {
     pool: &'a Pool,
     endpoint: &'a Endpoint,
+    lane: Lane,
     /// The member the connection proves it reached.
     worker: String,
     opened: Option<Arc<Connection>>,
@@ -625,8 +693,9 @@ impl Drop for Opening<'_> {
             if let Some(slot) = conns.get_mut(self.endpoint)
                 && slot.worker == self.worker
             {
-                slot.connecting = slot.connecting.saturating_sub(1);
-                slot.conns.extend(self.opened.take());
+                let lane = &mut slot.lanes[self.lane.index()];
+                lane.connecting = lane.connecting.saturating_sub(1);
+                lane.conns.extend(self.opened.take());
             }
         }
         self.pool.changed.notify_waiters();
@@ -642,21 +711,25 @@ impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
             .field("per_worker", &self.per_worker)
+            .field("stats_per_worker", &self.stats_per_worker)
             .finish_non_exhaustive()
     }
 }
 
 impl Pool {
-    /// A pool keeping up to `per_worker` connections to each worker, authenticating
-    /// each as `role` with `secret`.
+    /// A pool keeping up to `per_worker` connections to each worker for reads and
+    /// `stats_per_worker` for stats ([`Lane`]), authenticating each as `role` with
+    /// `secret`.
     pub fn new(
         per_worker: usize,
+        stats_per_worker: usize,
         connect_timeout: Duration,
         secret: ClusterSecret,
         role: Role,
     ) -> Pool {
         Pool {
             per_worker: per_worker.max(1),
+            stats_per_worker: stats_per_worker.max(1),
             connect_timeout,
             secret,
             role,
@@ -666,10 +739,12 @@ impl Pool {
         }
     }
 
-    /// A live connection to `endpoint` by `until` at the latest: an idle one, else a new
-    /// one while there are fewer than the limit, else the least busy (requests then
-    /// pipeline on it). A burst of first requests opens at most the limit: the others
-    /// wait for those connections.
+    /// A live connection to `endpoint` for `lane` by `until` at the latest. Reads: a
+    /// new one while there are fewer than the limit, else the least busy one whose
+    /// answers flow, else the next in turn (requests pipeline on them). Stats: the
+    /// least busy one whose answers flow, else a new one while there are fewer than
+    /// their limit, else the least busy. A burst of first requests opens at most the
+    /// limit: the others wait for those connections.
     ///
     /// Cancel-safe: a caller dropped while it waits or while its connection is being
     /// opened gives its place back ([`Opening`]), so the next caller opens one instead
@@ -677,10 +752,20 @@ impl Pool {
     ///
     /// # Errors
     /// [`CacheClientError::Unavailable`] when a needed connection cannot be opened
-    /// (refused, or its Hello failed); [`CacheClientError::DeadlineExceeded`] when the
-    /// worker does not finish the connect within the connect deadline;
-    /// [`CacheClientError::BudgetSpent`] when `until` passes first.
-    pub async fn get(&self, endpoint: &Endpoint, until: Instant) -> Result<Arc<Connection>> {
+    /// (refused, or its Hello failed, or the worker's circuit opened meanwhile);
+    /// [`CacheClientError::DeadlineExceeded`] when the worker does not finish the
+    /// connect within the connect deadline; [`CacheClientError::BudgetSpent`] when
+    /// `until` passes first.
+    pub async fn get(
+        &self,
+        endpoint: &Endpoint,
+        lane: Lane,
+        until: Instant,
+    ) -> Result<Arc<Connection>> {
+        let limit = match lane {
+            Lane::Reads => self.per_worker,
+            Lane::Stats => self.stats_per_worker,
+        };
         let (mut opening, mut poisoned) = loop {
             let waiting = self.changed.notified();
             {
@@ -690,27 +775,34 @@ impl Pool {
                         "{endpoint} is not in the membership"
                     )));
                 };
-                slot.conns.retain(|c| c.is_alive());
-                let open = slot.conns.len();
-                // The least busy connection (ties taken in turn). Answers come in
-                // order, so a request queued behind a cold read or a stat waits for
-                // the origin's round trip too: an idle connection is used, and while
-                // every one is busy another is opened, up to the limit.
+                let set = &mut slot.lanes[lane.index()];
+                set.conns.retain(|c| c.is_alive());
+                let open = set.conns.len();
+                let at_limit = open + set.connecting >= limit;
                 let start = self.round_robin.fetch_add(1, Ordering::Relaxed);
-                let least = (0..open)
-                    .map(|k| &slot.conns[(start + k) % open])
-                    .min_by_key(|c| c.busy());
-                if let Some(conn) = least
-                    && (conn.busy() == 0 || open + slot.connecting >= self.per_worker)
-                {
+                let turn = || (0..open).map(|k| &set.conns[(start + k) % open]);
+                let flowing = || turn().filter(|c| !c.held_up()).min_by_key(|c| c.busy());
+                let pick = match lane {
+                    // Both opened first; then the least busy whose answers flow (a
+                    // fill at the origin holds its connection up), else in turn.
+                    Lane::Reads => flowing().or_else(|| turn().next()).filter(|_| at_limit),
+                    // Answers come in order, so a stat queued behind one at the
+                    // origin waits for it too: one whose answers flow, else a new
+                    // connection, else (at the limit) the least busy.
+                    Lane::Stats => {
+                        flowing().or_else(|| turn().min_by_key(|c| c.busy()).filter(|_| at_limit))
+                    }
+                };
+                if let Some(conn) = pick {
                     return Ok(conn.clone());
                 }
-                if open + slot.connecting < self.per_worker {
-                    slot.connecting += 1;
+                if !at_limit {
+                    set.connecting += 1;
                     break (
                         Opening {
                             pool: self,
                             endpoint,
+                            lane,
                             worker: slot.worker.clone(),
                             opened: None,
                         },
@@ -755,8 +847,10 @@ impl Pool {
     pub fn poison_endpoint(&self, endpoint: &Endpoint) {
         let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = conns.get_mut(endpoint) {
-            for conn in slot.conns.drain(..) {
-                conn.poison();
+            for lane in &mut slot.lanes {
+                for conn in lane.conns.drain(..) {
+                    conn.poison();
+                }
             }
             slot.poisoned.send_modify(|n| *n += 1);
         }
@@ -776,8 +870,7 @@ impl Pool {
                     endpoint.clone(),
                     Slot {
                         worker: worker.clone(),
-                        conns: Vec::new(),
-                        connecting: 0,
+                        lanes: Default::default(),
                         poisoned: watch::Sender::new(0),
                     },
                 );

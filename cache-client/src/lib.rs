@@ -72,7 +72,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use crate::config::{CacheClientConfig, ReadOptions};
-use crate::connection::{Answer, Endpoint, Pool};
+use crate::connection::{Answer, Endpoint, Lane, Pool};
 pub use crate::deadline::{DeadlineBudget, HopDeadlines};
 pub use crate::error::{CacheClientError, Result};
 use crate::health::{Admission, Failure, WorkerHealth};
@@ -213,6 +213,7 @@ impl CacheClient {
         };
         let pool = Pool::new(
             config.connections_per_worker,
+            config.stat_connections_per_worker,
             config.deadlines.worker.connect,
             config.cluster_secret.clone(),
             config.role,

@@ -529,8 +529,9 @@ impl CacheClient {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let hop = &self.inner.config.deadlines.worker;
+        let lane = Lane::of(request);
         if let Some(local) = routes.get(addr) {
-            match self.inner.pool.get(local, until).await {
+            match self.inner.pool.get(local, lane, until).await {
                 Err(e @ CacheClientError::BudgetSpent(_)) => return Err(e),
                 Ok(conn) => return conn.call(request, hop, until, started).await,
                 Err(e) => {
@@ -549,7 +550,7 @@ impl CacheClient {
         let conn = self
             .inner
             .pool
-            .get(&Endpoint::Tcp(addr.to_owned()), until)
+            .get(&Endpoint::Tcp(addr.to_owned()), lane, until)
             .await?;
         conn.call(request, hop, until, started).await
     }

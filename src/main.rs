@@ -254,8 +254,9 @@ fn same_folder(a: &Path, b: &Path) -> bool {
 }
 
 /// Takes `<dir>/.talon-up.lock` for this process's lifetime (the lock goes with the
-/// returned file), creating `dir`; refuses when another process holds it.
-fn lock_folder(dir: &Path) -> anyhow::Result<std::fs::File> {
+/// returned file), creating `dir`; refuses when another process holds it, naming
+/// `flag`, the one to change.
+fn lock_folder(dir: &Path, flag: &str) -> anyhow::Result<std::fs::File> {
     let path = dir.join(".talon-up.lock");
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut file = std::fs::OpenOptions::new()
@@ -271,7 +272,7 @@ fn lock_folder(dir: &Path) -> anyhow::Result<std::fs::File> {
             let holder = std::fs::read_to_string(&path).unwrap_or_default();
             anyhow::bail!(
                 "another talon up (pid {}) is using {}: stop it first, or give this one \
-                 another --data-dir (or --cache-dir)",
+                 another {flag}",
                 holder
                     .trim()
                     .parse::<u32>()
@@ -389,14 +390,24 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     // and replace or remove the first one's state file) and per cache folder (a second
     // would share the workers' files). One lock when the two are one folder: a second
     // lock of the same file from this process would be refused.
-    let _locks = [
-        Some(lock_folder(&args.data_dir)?),
-        if same_folder(&cache_root, &args.data_dir) {
-            None
-        } else {
-            Some(lock_folder(&cache_root)?)
-        },
-    ];
+    let data_lock = lock_folder(&args.data_dir, "--data-dir")?;
+    let cache_lock = if same_folder(&cache_root, &args.data_dir) {
+        None
+    } else {
+        match lock_folder(&cache_root, "--cache-dir") {
+            Ok(lock) => Some(lock),
+            Err(e) => {
+                // Refused: a data folder this run made for its lock goes again.
+                if new_data_dir {
+                    drop(data_lock);
+                    let _ = std::fs::remove_file(args.data_dir.join(".talon-up.lock"));
+                    let _ = std::fs::remove_dir(&args.data_dir);
+                }
+                return Err(e);
+            }
+        }
+    };
+    let _locks = (data_lock, cache_lock);
 
     // The origin: a real account (checked above), or the stub over the data folder.
     let (origins, origin_name, stub) = match &args.origin {

@@ -86,6 +86,9 @@ def test_a_second_talon_up_on_a_folder_in_use_is_refused(tmp_path, _isolated_cli
                          *extra])
         pid = front.procs[0].popen.pid
         assert f"another talon up (pid {pid}) is using {front.data_dir}" in line, line
+        # The advice names the folder that is taken (it said "or --cache-dir" before,
+        # which then started a second one on the same data folder).
+        assert line.endswith("give this one another --data-dir"), line
         assert _tree(front.data_dir) == before
         assert not other_cache.exists()
         # The operator tools still find the first one.
@@ -95,6 +98,19 @@ def test_a_second_talon_up_on_a_folder_in_use_is_refused(tmp_path, _isolated_cli
         # The first one still serves.
         s3 = s3_client(front)
         assert s3.get_object(Bucket="demo", Key="hello.txt")["Body"].read().startswith(b"Hello from Talon")
+    finally:
+        harness.stop_all(front.procs)
+
+
+def test_a_second_talon_up_on_a_cache_folder_in_use_is_told_to_change_it(tmp_path, _isolated_client_env):
+    front = harness.start_talon_up("first", tmp_path, auth=False, workers=1)
+    try:
+        other_data = tmp_path / "other-data"
+        line = _refused([*_up_argv(other_data), "--cache-dir", front.data_dir / ".talon-cache"])
+        pid = front.procs[0].popen.pid
+        assert f"another talon up (pid {pid}) is using" in line, line
+        assert line.endswith("give this one another --cache-dir"), line
+        assert not other_data.exists(), "a refused start left a data folder behind"
     finally:
         harness.stop_all(front.procs)
 

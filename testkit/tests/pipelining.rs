@@ -265,7 +265,9 @@ async fn hits_are_not_queued_behind_a_read_waiting_for_the_origin() {
     )
     .await;
     // Hits, one after another, each on a connection with nothing in flight: all done
-    // while the cold read still waits (in turn, every other one waited for it).
+    // while the cold read still waits (in turn, every other one waited for it), and
+    // none of them asks the origin.
+    let origin_before = cluster.origin_gets();
     tokio::time::timeout(Duration::from_secs(20), async {
         for i in 0..8 {
             assert_reads_back(&client, &warm_id, &warm, i * PAGE..(i + 1) * PAGE).await;
@@ -273,6 +275,11 @@ async fn hits_are_not_queued_behind_a_read_waiting_for_the_origin() {
     })
     .await
     .expect("hits queued behind the read waiting for the origin");
+    assert_eq!(
+        cluster.origin_gets(),
+        origin_before,
+        "the hits went to the origin"
+    );
     assert!(!stalled.is_finished(), "the cold read is still waiting");
     stalled.abort();
 }

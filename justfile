@@ -95,6 +95,11 @@ dataplane-loadtest:
 many-core-sweep:
     ./scripts/many_core_sweep.sh
 
+# The 1,024-connection open loop on a many-core host, one server per run, with each
+# server's per-thread CPU (scripts/thread_cpu.py) and, given PERF_BIN, perf profiles.
+many-core-open-loop:
+    ./scripts/many_core_open_loop.sh
+
 # Layer 2 with io_uring's registered buffers and SEND_ZC beside sendfile and a copy, at equal
 # load, one loopback connection (docs/data-plane.md); `just layer2-zerocopy SECONDS ROUNDS`.
 layer2-zerocopy SECONDS="3" ROUNDS="6":

@@ -15,7 +15,7 @@
 #   RANGE_SIZE=64KiB      bytes per request
 #   BLOCK_SIZE=4MiB       block size (the worker's page size is 1 MiB)
 #   BLOCKS=1              reads spread over this many blocks (object = BLOCKS blocks)
-#   PLANES=io_uring,tokio data planes to run, from PLANE_ENV below
+#   PLANES=io_uring,tokio data planes to run, from PLANE_ENV below (empty: nginx alone)
 #   NGINX=1               0 skips the nginx comparison
 #   RATE=                 offered requests/s per point (constant rate); empty: closed loop
 #   SERVER_CPUS=          CPU list (taskset -c) for the workers and nginx; empty: any CPU
@@ -43,7 +43,7 @@ WARMUP=${WARMUP:-3}
 RANGE_SIZE=${RANGE_SIZE:-64KiB}
 BLOCK_SIZE=${BLOCK_SIZE:-4MiB}
 BLOCKS=${BLOCKS:-1}
-PLANES=${PLANES:-io_uring,tokio}
+PLANES=${PLANES-io_uring,tokio}
 NGINX=${NGINX:-1}
 OUT=${OUT:-bench/results/dataplane_loadtest.jsonl}
 

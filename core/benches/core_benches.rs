@@ -31,6 +31,14 @@ fn identity(c: &mut Criterion) {
     c.bench_function("identity/placement_key", |b| {
         b.iter(|| black_box(&block).placement_key())
     });
+    // The worker's block index is keyed by the digest; the hex name is made only for
+    // file names (what a hit looked up before 2026-12-05).
+    c.bench_function("identity/storage_key", |b| {
+        b.iter(|| black_box(&block).storage_key())
+    });
+    c.bench_function("identity/storage_name", |b| {
+        b.iter(|| black_box(&block).storage_name())
+    });
 }
 
 fn bitmap(c: &mut Criterion) {

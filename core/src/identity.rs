@@ -647,6 +647,12 @@ impl BlockId {
     /// 64 lowercase hex digits of the storage encoding in the
     /// [module docs](self).
     pub fn storage_name(&self) -> String {
+        hex::encode(self.storage_key())
+    }
+
+    /// The 32 bytes that [`Self::storage_name`] spells in hex: a key for in-memory
+    /// indexes of blocks, distinct for every version, that costs no text.
+    pub fn storage_key(&self) -> [u8; 32] {
         let mut hasher = Sha256::new();
         hasher.update(STORAGE_DOMAIN);
         hasher.update([self.object.backend().tag()]);
@@ -656,7 +662,7 @@ impl BlockId {
         }
         hasher.update(self.block_offset.to_be_bytes());
         hasher.update(self.block_size.to_be_bytes());
-        hex::encode(hasher.finalize())
+        hasher.finalize().into()
     }
 }
 

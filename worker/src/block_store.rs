@@ -147,6 +147,8 @@ pub struct Block {
     pub id: BlockId,
     /// File-name-safe name (`BlockId::storage_name`).
     pub name: String,
+    /// The index's key for it (`BlockId::storage_key`, the bytes `name` spells).
+    pub key: BlockKey,
     /// Size of the whole object.
     pub object_size: u64,
     /// Bytes of the object inside this block.
@@ -399,9 +401,13 @@ enum Opening {
     Fresh,
 }
 
+/// A block's key in the store's index and eviction policy: [`BlockId::storage_key`], so a
+/// hit looks its block up without spelling the name in hex.
+pub type BlockKey = [u8; 32];
+
 struct Inner {
-    blocks: HashMap<String, Arc<Block>>,
-    policy: S3Fifo<String>,
+    blocks: HashMap<BlockKey, Arc<Block>>,
+    policy: S3Fifo<BlockKey>,
     used: u64,
     reserved: u64,
     evictions: u64,
@@ -552,11 +558,11 @@ impl BlockStore {
             };
             let same = inner
                 .blocks
-                .get(&block.name)
+                .get(&block.key)
                 .is_some_and(|b| Arc::ptr_eq(b, block));
             if empty && same {
-                inner.blocks.remove(&block.name);
-                inner.policy.remove(&block.name);
+                inner.blocks.remove(&block.key);
+                inner.policy.remove(&block.key);
                 lock(&block.state).evicted = true;
                 true
             } else {
@@ -573,13 +579,13 @@ impl BlockStore {
     /// its files are deleted): for a block made for a wrong object size. Readers still
     /// holding it see it evicted and look it up again.
     pub fn discard(&self, id: &BlockId) {
-        let name = id.storage_name();
+        let key = id.storage_key();
         let victim = {
             let mut inner = lock(&self.inner);
-            let Some(block) = inner.blocks.remove(&name) else {
+            let Some(block) = inner.blocks.remove(&key) else {
                 return;
             };
-            inner.policy.remove(&name);
+            inner.policy.remove(&key);
             let cost = {
                 let mut st = lock(&block.state);
                 st.evicted = true;
@@ -615,19 +621,19 @@ impl BlockStore {
         let candidates = inner.policy.len();
         let mut evicted = false;
         for _ in 0..=candidates {
-            let Some(name) = inner.policy.victim() else {
+            let Some(key) = inner.policy.victim() else {
                 break;
             };
-            let Some(block) = inner.blocks.get(&name).cloned() else {
+            let Some(block) = inner.blocks.get(&key).cloned() else {
                 // Not in the index any more: nothing to free, but it was a victim.
                 evicted = true;
                 break;
             };
             if block.pinned() && inner.pinned_used <= self.pins.max_bytes {
-                passed_over.push((name, lock(&block.state).cost));
+                passed_over.push((key, lock(&block.state).cost));
                 continue;
             }
-            inner.blocks.remove(&name);
+            inner.blocks.remove(&key);
             let cost = {
                 let mut st = lock(&block.state);
                 st.evicted = true;
@@ -639,9 +645,9 @@ impl BlockStore {
             evicted = true;
             break;
         }
-        for (name, cost) in passed_over {
-            inner.policy.insert(name.clone(), cost);
-            inner.policy.access(&name);
+        for (key, cost) in passed_over {
+            inner.policy.insert(key, cost);
+            inner.policy.access(&key);
         }
         evicted
     }
@@ -833,8 +839,8 @@ impl BlockStore {
                         Ordering::Relaxed,
                     );
                     inner.add_used(block.pinned(), cost);
-                    inner.policy.insert(name.clone(), cost);
-                    inner.blocks.insert(name.clone(), Arc::new(block));
+                    inner.policy.insert(block.key, cost);
+                    inner.blocks.insert(block.key, Arc::new(block));
                     loaded += 1;
                     // More blocks on disk than descriptors for them: the cap holds
                     // from the start.
@@ -855,7 +861,9 @@ impl BlockStore {
             }
         }
         for name in datas {
-            if !lock(&self.inner).blocks.contains_key(&name) {
+            let indexed = <[u8; 32]>::try_from(hex::decode(&name).unwrap_or_default())
+                .is_ok_and(|key| lock(&self.inner).blocks.contains_key(&key));
+            if !indexed {
                 let _ = fs::remove_file(self.dir.join(format!("{name}.blk")));
             }
         }
@@ -931,7 +939,8 @@ impl BlockStore {
         }
         let pages = u32::try_from(len.div_ceil(self.page_size))
             .map_err(|_| WorkerError::InvalidRequest("too many pages in a block".into()))?;
-        let name = id.storage_name();
+        let key = id.storage_key();
+        let name = hex::encode(key);
         let data_path = self.dir.join(format!("{name}.blk"));
         let meta_path = self.dir.join(format!("{name}.meta"));
         let open = |fresh: bool| {
@@ -980,6 +989,7 @@ impl BlockStore {
             meta_path,
             data_path,
             name,
+            key,
             state: Mutex::new(BlockState {
                 present: PresentBitmap::new(pages)?,
                 checksums: vec![0; pages as usize],
@@ -1002,12 +1012,12 @@ impl BlockStore {
     /// # Errors
     /// Invalid geometry; I/O errors creating the file.
     pub fn get_or_create(&self, id: &BlockId, object_size: u64) -> Result<Arc<Block>> {
-        let name = id.storage_name();
+        let key = id.storage_key();
         {
             let mut inner = lock(&self.inner);
-            if let Some(b) = inner.blocks.get(&name).cloned() {
+            if let Some(b) = inner.blocks.get(&key).cloned() {
                 if b.object_size == object_size {
-                    inner.policy.access(&name);
+                    inner.policy.access(&key);
                     return Ok(b);
                 }
                 // Same version, different size: one of the two requesters is wrong.
@@ -1025,20 +1035,20 @@ impl BlockStore {
         // file (one's hole punches under the other's sends, or its removal taking the
         // other's file name).
         let _names = lock(&self.files);
-        if let Some(b) = lock(&self.inner).blocks.get(&name).cloned() {
+        if let Some(b) = lock(&self.inner).blocks.get(&key).cloned() {
             return Ok(b);
         }
         let block = Arc::new(self.new_block(id.clone(), object_size, Opening::Fresh)?);
         let mut inner = lock(&self.inner);
-        if let Some(b) = inner.blocks.get(&name).cloned() {
+        if let Some(b) = inner.blocks.get(&key).cloned() {
             return Ok(b);
         }
         block.pinned.store(
             self.pins.covers(&block.id, &inner.cluster_pins),
             Ordering::Relaxed,
         );
-        inner.policy.insert(name.clone(), 0);
-        inner.blocks.insert(name, block.clone());
+        inner.policy.insert(key, 0);
+        inner.blocks.insert(key, block.clone());
         Ok(block)
     }
 
@@ -1057,8 +1067,8 @@ impl BlockStore {
         offset: u64,
         len: u64,
     ) -> Option<Arc<Block>> {
-        let name = id.storage_name();
-        let block = lock(&self.inner).blocks.get(&name).cloned()?;
+        let key = id.storage_key();
+        let block = lock(&self.inner).blocks.get(&key).cloned()?;
         if block.object_size != object_size || len == 0 {
             return None;
         }
@@ -1075,7 +1085,7 @@ impl BlockStore {
                 return None;
             }
         }
-        lock(&self.inner).policy.access(&name);
+        lock(&self.inner).policy.access(&key);
         Some(block)
     }
 
@@ -1120,7 +1130,7 @@ impl BlockStore {
 
     /// The cached block, if present (no creation).
     pub fn get(&self, id: &BlockId) -> Option<Arc<Block>> {
-        lock(&self.inner).blocks.get(&id.storage_name()).cloned()
+        lock(&self.inner).blocks.get(&id.storage_key()).cloned()
     }
 
     /// Evicts until `extra` more bytes fit; returns whether they do. Evicts nothing when
@@ -1362,7 +1372,7 @@ impl BlockStore {
             st.cost += added;
             st.identity = identity;
             inner.add_used(block.pinned(), added);
-            inner.policy.resize(&block.name, st.cost);
+            inner.policy.resize(&block.key, st.cost);
         }
         drop(reservation);
         block.persist_meta()
@@ -1498,7 +1508,7 @@ impl BlockStore {
             st.cost = st.cost.saturating_sub(freed);
             if !st.evicted {
                 inner.sub_used(block.pinned(), freed);
-                inner.policy.resize(&block.name, st.cost);
+                inner.policy.resize(&block.key, st.cost);
             }
             inner.corrupt_pages += corrupt;
             inner.unreadable_pages += unreadable;

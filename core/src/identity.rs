@@ -168,16 +168,17 @@ pub enum Namespace<'a> {
     },
 }
 
-/// An id's names as given, before validation ([`ObjectId::from_repr`]).
-enum Repr {
+/// An id's names as given, before validation ([`ObjectId::from_repr`]): borrowed, so
+/// that building an id costs the one allocation of its joined names.
+enum Repr<'a> {
     S3 {
-        bucket: String,
-        path: String,
+        bucket: &'a str,
+        path: &'a str,
     },
     Azure {
-        account: String,
-        container: String,
-        path: String,
+        account: &'a str,
+        container: &'a str,
+        path: &'a str,
     },
 }
 
@@ -227,24 +228,24 @@ impl Ord for ObjectId {
 impl ObjectId {
     /// An S3 object. Errors with [`Error::InvalidName`] if the bucket or
     /// path breaks the key-path rules.
-    pub fn s3(bucket: impl Into<String>, path: impl Into<String>) -> Result<Self, Error> {
+    pub fn s3(bucket: impl AsRef<str>, path: impl AsRef<str>) -> Result<Self, Error> {
         Self::from_repr(Repr::S3 {
-            bucket: bucket.into(),
-            path: path.into(),
+            bucket: bucket.as_ref(),
+            path: path.as_ref(),
         })
     }
 
     /// An Azure blob. Errors with [`Error::InvalidName`] if the account,
     /// container or path breaks the key-path rules.
     pub fn azure(
-        account: impl Into<String>,
-        container: impl Into<String>,
-        path: impl Into<String>,
+        account: impl AsRef<str>,
+        container: impl AsRef<str>,
+        path: impl AsRef<str>,
     ) -> Result<Self, Error> {
         Self::from_repr(Repr::Azure {
-            account: account.into(),
-            container: container.into(),
-            path: path.into(),
+            account: account.as_ref(),
+            container: container.as_ref(),
+            path: path.as_ref(),
         })
     }
 
@@ -256,17 +257,14 @@ impl ObjectId {
         let (prefix, rest) = key_path.split_once('/').unwrap_or((key_path, ""));
         let repr = if prefix == Backend::S3.key_prefix() {
             let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
-            Repr::S3 {
-                bucket: bucket.to_owned(),
-                path: path.to_owned(),
-            }
+            Repr::S3 { bucket, path }
         } else if prefix == Backend::Azure.key_prefix() {
             let (account, rest) = rest.split_once('/').unwrap_or((rest, ""));
             let (container, path) = rest.split_once('/').unwrap_or((rest, ""));
             Repr::Azure {
-                account: account.to_owned(),
-                container: container.to_owned(),
-                path: path.to_owned(),
+                account,
+                container,
+                path,
             }
         } else {
             return Err(Error::UnknownBackend);
@@ -325,23 +323,18 @@ impl ObjectId {
 
     /// Builds an id from names in canonical order (see [`Self::names`]);
     /// the one entry point for the wire decoder.
-    pub(crate) fn from_names(backend: Backend, mut names: Vec<String>) -> Result<Self, Error> {
+    pub(crate) fn from_names(backend: Backend, names: &[&str]) -> Result<Self, Error> {
+        let name = |i: usize| names.get(i).copied().unwrap_or_default();
         let repr = match backend {
-            Backend::S3 => {
-                let path = names.pop().unwrap_or_default();
-                let bucket = names.pop().unwrap_or_default();
-                Repr::S3 { bucket, path }
-            }
-            Backend::Azure => {
-                let path = names.pop().unwrap_or_default();
-                let container = names.pop().unwrap_or_default();
-                let account = names.pop().unwrap_or_default();
-                Repr::Azure {
-                    account,
-                    container,
-                    path,
-                }
-            }
+            Backend::S3 => Repr::S3 {
+                bucket: name(0),
+                path: name(1),
+            },
+            Backend::Azure => Repr::Azure {
+                account: name(0),
+                container: name(1),
+                path: name(2),
+            },
         };
         Self::from_repr(repr)
     }
@@ -360,13 +353,13 @@ impl ObjectId {
         let end = |len: usize| u16::try_from(len).unwrap_or(u16::MAX);
         match repr {
             Repr::S3 { bucket, path } => {
-                validate_namespace(NameField::Bucket, &bucket)?;
-                validate_path(&path)?;
+                validate_namespace(NameField::Bucket, bucket)?;
+                validate_path(path)?;
                 let first = end(bucket.len());
-                let mut joined = bucket;
-                joined.reserve_exact(1 + path.len());
+                let mut joined = String::with_capacity(bucket.len() + 1 + path.len());
+                joined.push_str(bucket);
                 joined.push('/');
-                joined.push_str(&path);
+                joined.push_str(path);
                 Ok(Self {
                     backend: Backend::S3,
                     ends: [first, first],
@@ -378,17 +371,18 @@ impl ObjectId {
                 container,
                 path,
             } => {
-                validate_namespace(NameField::Account, &account)?;
-                validate_namespace(NameField::Container, &container)?;
-                validate_path(&path)?;
+                validate_namespace(NameField::Account, account)?;
+                validate_namespace(NameField::Container, container)?;
+                validate_path(path)?;
                 let first = end(account.len());
                 let second = end(account.len() + 1 + container.len());
-                let mut joined = account;
-                joined.reserve_exact(2 + container.len() + path.len());
+                let mut joined =
+                    String::with_capacity(account.len() + 2 + container.len() + path.len());
+                joined.push_str(account);
                 joined.push('/');
-                joined.push_str(&container);
+                joined.push_str(container);
                 joined.push('/');
-                joined.push_str(&path);
+                joined.push_str(path);
                 Ok(Self {
                     backend: Backend::Azure,
                     ends: [first, second],
@@ -705,6 +699,23 @@ mod tests {
     /// An id is held as its names joined in one allocation (24 bytes inline, where three
     /// strings took 72), and still orders, compares and names as its parts do: `ab`
     /// sorts before `ab-` though `ab/…` sorts after `ab-/…` as text.
+    #[test]
+    fn an_id_is_the_same_from_borrowed_or_owned_names_and_holds_them_exactly() {
+        let bucket = String::from("data");
+        let from_str = ObjectId::s3("data", "dir/k.bin").unwrap();
+        let from_owned = ObjectId::s3(bucket.clone(), String::from("dir/k.bin")).unwrap();
+        let from_ref = ObjectId::s3(&bucket, "dir/k.bin").unwrap();
+        assert_eq!(from_str, from_owned);
+        assert_eq!(from_str, from_ref);
+        assert_eq!(from_str.key_path(), "s3/data/dir/k.bin");
+        assert_eq!(from_str.held_bytes(), 24 + "data/dir/k.bin".len() as u64);
+        let blob = ObjectId::azure("acct", String::from("box"), "a/b").unwrap();
+        assert_eq!(blob.key_path(), "az/acct/box/a/b");
+        assert_eq!(ObjectId::from_key_path("az/acct/box/a/b").unwrap(), blob);
+        assert!(ObjectId::s3("", "k").is_err());
+        assert!(ObjectId::from_key_path("s3/data").is_err());
+    }
+
     #[test]
     fn a_compact_id_orders_and_names_as_its_parts() {
         assert_eq!(std::mem::size_of::<ObjectId>(), 24);

@@ -6,6 +6,8 @@
 //! Answers are built with a [`Bytes`] body here; each server converts it to its own body
 //! type (`Response::map`).
 
+use std::fmt::Write as _;
+
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
@@ -42,21 +44,37 @@ pub trait ProtocolFront: Copy {
     /// Sets the headers every answer of this protocol carries: the request id (S3 sends
     /// it as `x-amz-request-id` and `x-amz-id-2`, Azure as `x-ms-request-id` with the
     /// `x-ms-version` it answered in) and `Server`.
-    fn stamp(self, headers: &mut HeaderMap, request_id: &str, azure_version: &str, server: &str);
+    fn stamp(
+        self,
+        headers: &mut HeaderMap,
+        request_id: &str,
+        azure_version: &str,
+        server: &'static str,
+    );
 }
 
 impl ProtocolFront for Backend {
     fn new_request_id(self) -> String {
         match self {
-            Backend::S3 => format!("{:016X}", fastrand::u64(..)),
-            Backend::Azure => format!(
-                "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-                fastrand::u32(..),
-                fastrand::u16(..),
-                fastrand::u16(..),
-                fastrand::u16(..),
-                fastrand::u64(..) & 0xffff_ffff_ffff
-            ),
+            // Made at their final size: `format!` would grow the string on the way.
+            Backend::S3 => {
+                let mut id = String::with_capacity(16);
+                let _ = write!(id, "{:016X}", fastrand::u64(..));
+                id
+            }
+            Backend::Azure => {
+                let mut id = String::with_capacity(36);
+                let _ = write!(
+                    id,
+                    "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                    fastrand::u32(..),
+                    fastrand::u16(..),
+                    fastrand::u16(..),
+                    fastrand::u16(..),
+                    fastrand::u64(..) & 0xffff_ffff_ffff
+                );
+                id
+            }
         }
     }
 
@@ -112,18 +130,30 @@ impl ProtocolFront for Backend {
         ))
     }
 
-    fn stamp(self, headers: &mut HeaderMap, request_id: &str, azure_version: &str, server: &str) {
+    fn stamp(
+        self,
+        headers: &mut HeaderMap,
+        request_id: &str,
+        azure_version: &str,
+        server: &'static str,
+    ) {
+        let id = HeaderValue::from_str(request_id).ok();
         match self {
             Backend::S3 => {
-                set_header(headers, "x-amz-request-id", request_id);
-                set_header(headers, "x-amz-id-2", request_id);
+                if let Some(id) = id {
+                    let same = id.clone();
+                    headers.insert(HeaderName::from_static("x-amz-request-id"), id);
+                    headers.insert(HeaderName::from_static("x-amz-id-2"), same);
+                }
             }
             Backend::Azure => {
-                set_header(headers, "x-ms-request-id", request_id);
+                if let Some(id) = id {
+                    headers.insert(HeaderName::from_static("x-ms-request-id"), id);
+                }
                 set_header(headers, "x-ms-version", azure_version);
             }
         }
-        set_header(headers, "server", server);
+        headers.insert(http::header::SERVER, HeaderValue::from_static(server));
     }
 }
 
@@ -311,10 +341,99 @@ pub fn set_header(headers: &mut HeaderMap, name: &str, value: &str) {
     }
 }
 
+/// Sets a header whose name and value are fixed text in the program: both are borrowed,
+/// not copied, so it costs no allocation (what [`set_header`] costs twice for a name
+/// that is not a standard one). `name` must be lower case.
+pub fn set_fixed_header(headers: &mut HeaderMap, name: &'static str, value: &'static str) {
+    headers.insert(
+        HeaderName::from_static(name),
+        HeaderValue::from_static(value),
+    );
+}
+
+/// Sets a header to a value this process formats (a length, a date, a range),
+/// formatted into a buffer on the stack: the value's one allocation is the header's
+/// own. Text that is not valid header text is skipped, as [`set_header`] skips it.
+/// `name` must be lower case.
+pub fn set_formatted_header(
+    headers: &mut HeaderMap,
+    name: &'static str,
+    value: impl std::fmt::Display,
+) {
+    let mut text = StackText::default();
+    let made = if std::fmt::Write::write_fmt(&mut text, format_args!("{value}")).is_ok() {
+        HeaderValue::from_bytes(text.as_bytes())
+    } else {
+        HeaderValue::from_str(&value.to_string())
+    };
+    if let Ok(v) = made {
+        headers.insert(HeaderName::from_static(name), v);
+    }
+}
+
+/// Text formatted into a fixed buffer: writing past its end fails (the caller then
+/// formats into a `String`).
+struct StackText {
+    buf: [u8; 96],
+    len: usize,
+}
+
+impl Default for StackText {
+    fn default() -> Self {
+        Self {
+            buf: [0; 96],
+            len: 0,
+        }
+    }
+}
+
+impl StackText {
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl std::fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let room = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        room.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// The headers every answer to a read of an object's bytes carries, on both
+/// protocols: `Content-Length` (`len`, the bytes sent), `Content-Range` when a range of
+/// the object is sent, `ETag`, `Accept-Ranges` and `Content-Type`
+/// (`application/octet-stream` when the object has none).
+pub fn set_read_headers(
+    headers: &mut HeaderMap,
+    len: u64,
+    range: Option<&crate::range::ByteRange>,
+    info: &crate::origin::ObjectInfo,
+) {
+    set_formatted_header(headers, "content-length", len);
+    if let Some(r) = range {
+        set_formatted_header(headers, "content-range", r.content_range_text(info.size));
+    }
+    set_header(headers, "etag", &info.etag);
+    set_fixed_header(headers, "accept-ranges", "bytes");
+    match &info.content_type {
+        Some(t) => set_header(headers, "content-type", t),
+        None => set_fixed_header(headers, "content-type", "application/octet-stream"),
+    }
+}
+
+/// Headers an answer's map has room for from the start: a read's answer carries about
+/// a dozen, and a map that grows past its first size reallocates on the way.
+const ANSWER_HEADERS: usize = 16;
+
 /// A response with a status and body.
 pub fn answer<B>(status: StatusCode, body: B) -> Response<B> {
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
+    *resp.headers_mut() = HeaderMap::with_capacity(ANSWER_HEADERS);
     resp
 }
 
@@ -498,6 +617,67 @@ mod tests {
         let azure = Backend::Azure.new_request_id();
         let parts: Vec<_> = azure.split('-').map(str::len).collect();
         assert_eq!(parts, [8, 4, 4, 4, 12]);
+    }
+
+    fn text(h: &HeaderMap, name: &str) -> String {
+        h.get(name).unwrap().to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn a_reads_answer_headers_say_its_length_range_version_and_type() {
+        let mut h = HeaderMap::new();
+        let range = crate::range::ByteRange {
+            start: 65_536,
+            end: 131_072,
+        };
+        let info = |size, etag: &str, content_type: Option<&str>| crate::origin::ObjectInfo {
+            size,
+            etag: etag.to_owned(),
+            content_type: content_type.map(str::to_owned),
+            last_modified: None,
+            headers: Default::default(),
+        };
+        set_read_headers(&mut h, 65_536, Some(&range), &info(1 << 20, "\"e1\"", None));
+        assert_eq!(text(&h, "content-length"), "65536");
+        assert_eq!(text(&h, "content-range"), "bytes 65536-131071/1048576");
+        assert_eq!(text(&h, "etag"), "\"e1\"");
+        assert_eq!(text(&h, "accept-ranges"), "bytes");
+        assert_eq!(text(&h, "content-type"), "application/octet-stream");
+        let mut whole = HeaderMap::new();
+        set_read_headers(&mut whole, 7, None, &info(7, "\"e2\"", Some("image/png")));
+        assert!(whole.get("content-range").is_none());
+        assert_eq!(text(&whole, "content-length"), "7");
+        assert_eq!(text(&whole, "content-type"), "image/png");
+    }
+
+    #[test]
+    fn a_formatted_header_longer_than_the_stack_buffer_is_whole_and_bad_text_is_skipped() {
+        let mut h = HeaderMap::new();
+        let long = "x".repeat(300);
+        set_formatted_header(&mut h, "x-long", &long);
+        assert_eq!(text(&h, "x-long"), long);
+        set_formatted_header(&mut h, "x-bad", "a\nb");
+        assert!(h.get("x-bad").is_none());
+        set_formatted_header(
+            &mut h,
+            "last-modified",
+            crate::dates::http_date(std::time::UNIX_EPOCH),
+        );
+        assert_eq!(text(&h, "last-modified"), "Thu, 01 Jan 1970 00:00:00 GMT");
+    }
+
+    #[test]
+    fn every_answer_carries_its_request_id_and_the_server() {
+        let mut s3 = HeaderMap::new();
+        Backend::S3.stamp(&mut s3, "0123456789ABCDEF", "", "talon-test");
+        assert_eq!(text(&s3, "x-amz-request-id"), "0123456789ABCDEF");
+        assert_eq!(text(&s3, "x-amz-id-2"), "0123456789ABCDEF");
+        assert_eq!(text(&s3, "server"), "talon-test");
+        let mut azure = HeaderMap::new();
+        Backend::Azure.stamp(&mut azure, "id-1", "2025-01-05", "talon-test");
+        assert_eq!(text(&azure, "x-ms-request-id"), "id-1");
+        assert_eq!(text(&azure, "x-ms-version"), "2025-01-05");
+        assert_eq!(text(&azure, "server"), "talon-test");
     }
 }
 

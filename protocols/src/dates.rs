@@ -16,7 +16,13 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// Formats an HTTP date (IMF-fixdate), as used by `Last-Modified` and `Date`.
 pub fn format_http_date(t: SystemTime) -> String {
-    httpdate::fmt_http_date(t)
+    http_date(t).to_string()
+}
+
+/// The same date as [`format_http_date`], to be formatted where it is written (a
+/// header value built on the stack: no `String`).
+pub fn http_date(t: SystemTime) -> impl std::fmt::Display {
+    httpdate::HttpDate::from(t)
 }
 
 /// Parses an HTTP date in any of the three forms RFC 9110 allows; `None` when invalid.

@@ -162,7 +162,13 @@ impl ByteRange {
 
     /// The `Content-Range` value for a 206 answer: `bytes start-last/size`.
     pub fn content_range(&self, size: u64) -> String {
-        format!("bytes {}-{}/{}", self.start, self.last(), size)
+        self.content_range_text(size).to_string()
+    }
+
+    /// The same value as [`Self::content_range`], to be formatted where it is written.
+    pub fn content_range_text(&self, size: u64) -> impl std::fmt::Display {
+        let (start, last) = (self.start, self.last());
+        std::fmt::from_fn(move |f| write!(f, "bytes {start}-{last}/{size}"))
     }
 
     /// The request header value that asks for exactly this range: `bytes=start-last`.

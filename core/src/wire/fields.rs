@@ -107,12 +107,14 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn string(&mut self) -> Result<String, Error> {
+        self.text().map(str::to_owned)
+    }
+
+    /// A string field borrowed from the payload (no copy).
+    pub(crate) fn text(&mut self) -> Result<&'a str, Error> {
         let len = self.u16()?;
         let bytes = self.take(usize::from(len))?;
-        match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(s.to_owned()),
-            Err(_) => Err(self.malformed("string is not valid UTF-8")),
-        }
+        std::str::from_utf8(bytes).map_err(|_| self.malformed("string is not valid UTF-8"))
     }
 
     /// Bytes not read yet.

@@ -1079,12 +1079,11 @@ fn write_object(w: &mut Writer<'_>, object: &ObjectId, ty: MessageType) -> Resul
 fn read_object(r: &mut Reader<'_>) -> Result<ObjectId, Error> {
     let tag = r.u8()?;
     let backend = Backend::from_tag(tag).ok_or_else(|| r.malformed("unknown backend tag"))?;
-    let count = ObjectId::name_count(backend);
-    let mut names = Vec::with_capacity(count);
-    for _ in 0..count {
-        names.push(r.string()?);
+    let mut names = [""; 3];
+    for name in names.iter_mut().take(ObjectId::name_count(backend)) {
+        *name = r.text()?;
     }
-    ObjectId::from_names(backend, names)
+    ObjectId::from_names(backend, &names)
 }
 
 fn read_version(r: &mut Reader<'_>) -> Result<ObjectVersion, Error> {

@@ -18,10 +18,10 @@ use super::xml;
 use crate::access::{Access, Acls, CannedAcl};
 use crate::answer::{
     ErrorContext, Failure, ProtocolFront as _, answer, error_answer, header, request_has_body,
-    set_header,
+    set_fixed_header, set_formatted_header, set_header, set_read_headers,
 };
 use crate::conditional::{Conditions, DeleteConditions, EtagList, missing_for_if_match};
-use crate::dates::{format_http_date, parse_http_date};
+use crate::dates::{format_http_date, http_date, parse_http_date};
 use crate::listing::{ListPage, ListQuery, paginate};
 use crate::names::validate_container_name;
 use crate::origin::AZURE_API_VERSION;
@@ -56,8 +56,8 @@ pub struct AzureServer<'a> {
     /// The account's base URL written into listings; `None` to derive it from the
     /// request's `Host`.
     pub service_endpoint: Option<&'a str>,
-    /// The `Server` header.
-    pub server_name: &'a str,
+    /// The `Server` header: fixed text (a name that is not header text panics).
+    pub server_name: &'static str,
     /// Bounds.
     pub limits: ServerLimits,
     /// Whether [`Handled::record`] is filled (for an access log).
@@ -853,31 +853,18 @@ async fn get_blob<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: bool)
     };
     let mut resp = answer(status, body);
     let h = resp.headers_mut();
-    set_header(h, "content-length", &len.to_string());
-    if let Some(r) = read.range {
-        set_header(h, "content-range", &r.content_range(info.size));
-    }
-    set_header(h, "etag", &info.etag);
-    set_header(h, "accept-ranges", "bytes");
-    set_header(
-        h,
-        "content-type",
-        info.content_type
-            .as_deref()
-            .unwrap_or("application/octet-stream"),
-    );
+    set_read_headers(h, len, read.range.as_ref(), info);
     if let Some(digest) = &range_digest {
         set_header(h, "content-md5", digest);
     }
     crate::server::set_staleness_headers(h, read.stale);
-    set_header(h, "x-ms-blob-type", "BlockBlob");
-    set_header(h, "x-ms-lease-status", "unlocked");
-    set_header(h, "x-ms-lease-state", "available");
-    set_header(h, "x-ms-server-encrypted", "true");
+    set_fixed_header(h, "x-ms-blob-type", "BlockBlob");
+    set_fixed_header(h, "x-ms-lease-status", "unlocked");
+    set_fixed_header(h, "x-ms-lease-state", "available");
+    set_fixed_header(h, "x-ms-server-encrypted", "true");
     if let Some(t) = info.last_modified {
-        let date = format_http_date(t);
-        set_header(h, "last-modified", &date);
-        set_header(h, "x-ms-creation-time", &date);
+        set_formatted_header(h, "last-modified", http_date(t));
+        set_formatted_header(h, "x-ms-creation-time", http_date(t));
     }
     let md5 = &info.headers.content_md5;
     if !md5.is_empty() {

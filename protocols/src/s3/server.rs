@@ -23,10 +23,10 @@ use super::xml;
 use crate::access::{Access, Acls, Action, CannedAcl, Need, Resource};
 use crate::answer::{
     ErrorContext, Failure, ProtocolFront as _, answer, error_answer, header, request_has_body,
-    set_header,
+    set_fixed_header, set_formatted_header, set_header, set_read_headers,
 };
 use crate::conditional::{Conditions, DeleteConditions, EtagList, same_version};
-use crate::dates::{format_http_date, parse_http_date};
+use crate::dates::{format_http_date, http_date, parse_http_date};
 use crate::listing::ListPage;
 use crate::range::{RangeSpec, parse_copy_source_range};
 use crate::server::{
@@ -52,8 +52,8 @@ pub struct S3Server<'a> {
     pub region: &'a str,
     /// The owner id written into listings.
     pub owner_id: &'a str,
-    /// The `Server` header.
-    pub server_name: &'a str,
+    /// The `Server` header: fixed text (a name that is not header text panics).
+    pub server_name: &'static str,
     /// Bounds.
     pub limits: ServerLimits,
     /// Whether [`Handled::record`] is filled (for an access log).
@@ -905,21 +905,9 @@ async fn get_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: boo
     };
     let mut resp = answer(status, read.body.unwrap_or_else(empty_body));
     let h = resp.headers_mut();
-    set_header(h, "content-length", &len.to_string());
-    if let Some(r) = read.range {
-        set_header(h, "content-range", &r.content_range(info.size));
-    }
-    set_header(h, "etag", &info.etag);
-    set_header(h, "accept-ranges", "bytes");
-    set_header(
-        h,
-        "content-type",
-        info.content_type
-            .as_deref()
-            .unwrap_or("application/octet-stream"),
-    );
+    set_read_headers(h, len, read.range.as_ref(), info);
     if let Some(t) = info.last_modified {
-        set_header(h, "last-modified", &format_http_date(t));
+        set_formatted_header(h, "last-modified", http_date(t));
     }
     set_object_headers(h, &info.headers);
     // The full-object checksum, when asked for and the answer is the whole object: the
@@ -932,7 +920,7 @@ async fn get_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: boo
         && let Some((alg, value)) = info.headers.checksum.split_once(':')
     {
         set_header(h, &format!("x-amz-checksum-{alg}"), value);
-        set_header(h, "x-amz-checksum-type", "FULL_OBJECT");
+        set_fixed_header(h, "x-amz-checksum-type", "FULL_OBJECT");
     }
     if let Some(count) = part.and_then(|p| p.count) {
         set_header(h, "x-amz-mp-parts-count", &count.to_string());

@@ -728,6 +728,10 @@ pub struct GatewaySpec<'a> {
     pub host: Option<&'a NetHost>,
     /// Its `--origin-requests-per-prefix`; `None`: [`UNTHROTTLED`].
     pub origin_request_limit: Option<u32>,
+    /// Whether it also serves unsigned reads (its identities file's `"anonymous":
+    /// "read"`), as well as the signed requests every gateway here takes: the proxy
+    /// bench's unsigned arms, which measure what verifying a signature costs.
+    pub unsigned_reads: bool,
 }
 
 /// A gateway with one front.
@@ -746,7 +750,7 @@ impl Gateway {
     /// Starts a gateway in front of `stub` (both origins, signed with the
     /// origin identity) that requires clients to sign: SigV4 with
     /// [`CLIENT_ACCESS_KEY`], or Azure Shared Key with the emulator's account
-    /// key. Returns once it has written its ready file and answers
+    /// key (and takes unsigned reads too when `spec.unsigned_reads`). Returns once it has written its ready file and answers
     /// `/readyz`.
     ///
     /// # Errors
@@ -761,7 +765,7 @@ impl Gateway {
         let doc = serde_json::json!({
             "s3": [{"access_key": CLIENT_ACCESS_KEY, "secret_key": CLIENT_SECRET_KEY}],
             "azure": {"account": DEFAULT_AZURE_ACCOUNT, "key": EMULATOR_AZURE_KEY},
-            "anonymous": false,
+            "anonymous": if spec.unsigned_reads { "read" } else { "none" },
         });
         std::fs::write(&identities, doc.to_string())
             .map_err(|e| HarnessError::io(format!("writing {}", identities.display()), e))?;

@@ -534,6 +534,7 @@ impl Cluster {
             max_staleness_ms: Some(args.max_staleness_ms),
             hedge_budget: Some(args.hedge_budget),
             host: None,
+            unsigned_reads: false,
         };
         let s3 =
             Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Backend::S3)).await?;

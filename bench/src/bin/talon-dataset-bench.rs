@@ -453,6 +453,7 @@ async fn start(args: &Args, set: &GeneratedSet, setup: &BenchSetup) -> anyhow::R
                     hedge_budget: None,
                     host: None,
                     origin_request_limit: share,
+                    unsigned_reads: false,
                 },
             )
             .await?;

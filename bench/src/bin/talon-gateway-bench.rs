@@ -341,6 +341,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 max_staleness_ms: None,
                 hedge_budget: None,
                 host: None,
+                unsigned_reads: false,
             },
         )
         .await?;
@@ -369,6 +370,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     max_staleness_ms: None,
                     hedge_budget: None,
                     host: None,
+                    unsigned_reads: false,
                 },
             )
             .await?,

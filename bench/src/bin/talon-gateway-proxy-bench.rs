@@ -142,6 +142,12 @@ struct Args {
     #[arg(long, env = "TALON_PROXY_BENCH_NO_TCP_ARM")]
     no_tcp_arm: bool,
 
+    /// Skip the unsigned arms: for each cache cluster a second gateway that also takes
+    /// unsigned reads, driven without a signature, beside the signed arm; the
+    /// difference between the two is what verifying the signature costs.
+    #[arg(long, env = "TALON_PROXY_BENCH_NO_UNSIGNED_ARMS")]
+    no_unsigned_arms: bool,
+
     /// Skip the Varnish peer arm.
     #[arg(long, env = "TALON_PROXY_BENCH_NO_VARNISH")]
     no_varnish: bool,
@@ -447,6 +453,7 @@ impl<'a> Deployer<'a> {
         front: Backend,
         coordinator: Option<&str>,
         local_reads: bool,
+        unsigned_reads: bool,
     ) -> anyhow::Result<Gateway> {
         Ok(Gateway::start(
             self.binaries,
@@ -467,6 +474,7 @@ impl<'a> Deployer<'a> {
                 max_staleness_ms: None,
                 hedge_budget: None,
                 host: None,
+                unsigned_reads,
             },
         )
         .await?)
@@ -527,6 +535,7 @@ impl<'a> Deployer<'a> {
                 protocol,
                 Some(&coordinator_url),
                 true,
+                false,
             )
             .await?;
         self.arms.push(PendingArm {
@@ -543,6 +552,28 @@ impl<'a> Deployer<'a> {
                 .push(("through the cache (local socket)", gateway.url.clone()));
         }
         self.gateways.push(gateway);
+        if !args.no_unsigned_arms {
+            let unsigned = self
+                .gateway(
+                    stub,
+                    &format!("gateway-{p}-cache-unsigned"),
+                    protocol,
+                    Some(&coordinator_url),
+                    true,
+                    true,
+                )
+                .await?;
+            self.arms.push(PendingArm {
+                name: format!("{}, cache, unsigned", protocol.label()),
+                key: format!("{p}-cache-unsigned"),
+                protocol,
+                path: "cache",
+                target: target(protocol, &unsigned.url, self.object, Auth::Anonymous)?,
+                pids: cluster_pids(&unsigned),
+                with_children: false,
+            });
+            self.gateways.push(unsigned);
+        }
         if protocol == Backend::S3 && !args.no_tcp_arm {
             let tcp = self
                 .gateway(
@@ -550,6 +581,7 @@ impl<'a> Deployer<'a> {
                     "gateway-s3-cache-tcp",
                     protocol,
                     Some(&coordinator_url),
+                    false,
                     false,
                 )
                 .await?;
@@ -578,7 +610,14 @@ impl<'a> Deployer<'a> {
             protocol.label()
         ));
         let gateway = self
-            .gateway(stub, &format!("gateway-{p}-origin"), protocol, None, false)
+            .gateway(
+                stub,
+                &format!("gateway-{p}-origin"),
+                protocol,
+                None,
+                false,
+                false,
+            )
             .await?;
         self.arms.push(PendingArm {
             name: format!("{}, origin", protocol.label()),
@@ -1189,9 +1228,10 @@ fn render(
                 .map_or_else(dash, |c| format!("{c:.2}")),
         ));
     }
+    out.push_str(&signature_costs(rows));
     out.push_str(&format!(
         "\n{}\n\
-         Client: {CLIENT}. Gateway arms sign (SigV4 / Shared Key) and the gateways verify; the control arm signs (unchecked); the peers are anonymous.\n\
+         Client: {CLIENT}. Gateway arms sign (SigV4 / Shared Key) and the gateways verify, except the unsigned arms (a gateway on the same cluster that also takes unsigned reads); the control arm signs (unchecked); the peers are anonymous.\n\
          p50/p99: pooled over every measured request of every round. CPU/req and cores busy: utime+stime of the arm's processes \
          (cache: gateway + worker + coordinator; origin: gateway; nginx: master + workers; varnish: manager + cache process) over the arm's measured time, \
          and per GiB served; the stub separately; \
@@ -1202,6 +1242,39 @@ fn render(
         took.as_secs_f64(),
         load_line(loads)
     ));
+    out
+}
+
+/// One line per protocol whose cache route ran signed and unsigned: what verifying the
+/// signature costs, as the CPU per request between the two arms and its share of the
+/// signed request's. Empty when no such pair ran.
+fn signature_costs(rows: &[(String, ArmSummary)]) -> String {
+    let cpu = |name: &str| {
+        rows.iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, s)| s.per_request_us(s.arm_cpu_s))
+    };
+    let mut out = String::new();
+    for protocol in [Backend::S3, Backend::Azure] {
+        let signed = format!("{}, cache", protocol.label());
+        let (Some(signed_us), Some(unsigned_us)) =
+            (cpu(&signed), cpu(&format!("{signed}, unsigned")))
+        else {
+            continue;
+        };
+        let cost = signed_us - unsigned_us;
+        out.push_str(&format!(
+            "\nWhat the signature costs ({}): {cost:.1} µs of the signed request's {signed_us:.1} µs ({:.1}%).",
+            match protocol {
+                Backend::S3 => "SigV4",
+                Backend::Azure => "Shared Key",
+            },
+            100.0 * cost / signed_us
+        ));
+    }
+    if !out.is_empty() {
+        out.push('\n');
+    }
     out
 }
 
@@ -1225,5 +1298,37 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((args.origin_bandwidth, args.rounds), (Bandwidth(None), 2));
         assert!(Args::try_parse_from(["x", "--origin-bandwidth", "0"]).is_err());
+    }
+
+    fn summary(requests: u64, cpu_s: f64) -> ArmSummary {
+        ArmSummary {
+            rps: vec![1.0],
+            mib_per_s: vec![1.0],
+            pooled: None,
+            requests,
+            elapsed_s: 1.0,
+            arm_cpu_s: Some(cpu_s),
+            stub_cpu_s: None,
+            client_cpu_s: None,
+        }
+    }
+
+    #[test]
+    fn the_signatures_cost_is_the_cpu_between_the_signed_and_unsigned_arms() {
+        let rows = vec![
+            ("S3, cache".to_owned(), summary(1_000, 0.080)),
+            ("S3, cache, unsigned".to_owned(), summary(2_000, 0.152)),
+            ("Azure, cache".to_owned(), summary(1_000, 0.090)),
+        ];
+        let text = signature_costs(&rows);
+        assert!(
+            text.contains("(SigV4): 4.0 µs of the signed request's 80.0 µs (5.0%)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("Shared Key"),
+            "no unsigned Azure arm ran: {text}"
+        );
+        assert_eq!(signature_costs(&rows[..1]), "");
     }
 }

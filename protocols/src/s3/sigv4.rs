@@ -367,11 +367,18 @@ pub fn canonical_request(
         PathMode::Reencoded => encode_path(&decode(parts.raw_path)),
         PathMode::AsReceived => parts.raw_path.to_owned(),
     };
-    let path = if path.is_empty() {
-        "/".to_owned()
-    } else {
-        path
-    };
+    canonical_request_for_path(parts, &path, signed_headers, payload_hash)
+}
+
+/// [`canonical_request`] with the canonical URI already formed (`path`; empty stands
+/// for `/`), written into one string.
+fn canonical_request_for_path(
+    parts: &RequestParts<'_>,
+    path: &str,
+    signed_headers: &[String],
+    payload_hash: &str,
+) -> Result<String> {
+    let path = if path.is_empty() { "/" } else { path };
     let mut query: Vec<(String, String)> = parse_query(parts.raw_query)
         .into_iter()
         .filter(|(k, _)| k != "X-Amz-Signature")
@@ -383,21 +390,16 @@ pub fn canonical_request(
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join("&");
-    let mut out = String::with_capacity(256);
+    let mut out = String::with_capacity(512);
     out.push_str(parts.method);
     out.push('\n');
-    out.push_str(&path);
+    out.push_str(path);
     out.push('\n');
     out.push_str(&query);
     out.push('\n');
     for name in signed_headers {
-        let values: Vec<String> = parts
-            .headers
-            .get_all(name.as_str())
-            .iter()
-            .map(|v| canonical_header_value(v.as_bytes()))
-            .collect();
-        if values.is_empty() {
+        let mut values = parts.headers.get_all(name.as_str()).iter().peekable();
+        if values.peek().is_none() {
             return Err(Error::new(
                 ErrorKind::SignatureDoesNotMatch,
                 format!("signed header '{name}' is not in the request"),
@@ -405,11 +407,21 @@ pub fn canonical_request(
         }
         out.push_str(name);
         out.push(':');
-        out.push_str(&values.join(","));
+        for (i, value) in values.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            push_canonical_header_value(&mut out, value.as_bytes());
+        }
         out.push('\n');
     }
     out.push('\n');
-    out.push_str(&signed_headers.join(";"));
+    for (i, name) in signed_headers.iter().enumerate() {
+        if i > 0 {
+            out.push(';');
+        }
+        out.push_str(name);
+    }
     out.push('\n');
     out.push_str(payload_hash);
     Ok(out)
@@ -424,18 +436,34 @@ pub enum PathMode {
     AsReceived,
 }
 
-fn canonical_header_value(raw: &[u8]) -> String {
+/// A header value as the canonical request has it: trimmed, each run of whitespace
+/// inside it one space.
+fn push_canonical_header_value(out: &mut String, raw: &[u8]) {
     let text = String::from_utf8_lossy(raw);
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    for (i, word) in text.split_whitespace().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
 }
 
 /// The string to sign for a canonical request.
 pub fn string_to_sign(amz_date: &str, scope: &CredentialScope, canonical_request: &str) -> String {
-    let hash = hex::encode(Sha256::digest(canonical_request.as_bytes()));
-    format!(
-        "{ALGORITHM}\n{amz_date}\n{}\n{hash}",
-        scope.to_scope_string()
-    )
+    use std::fmt::Write as _;
+    let hash = Sha256::digest(canonical_request.as_bytes());
+    let mut out = String::with_capacity(160);
+    let _ = write!(
+        out,
+        "{ALGORITHM}\n{amz_date}\n{}/{}/{}/aws4_request\n",
+        scope.date, scope.region, scope.service
+    );
+    let mut hex = [0u8; 64];
+    // 64 bytes: twice the digest's 32, what the encoding needs.
+    if hex::encode_to_slice(hash.as_slice(), &mut hex).is_ok() {
+        out.push_str(std::str::from_utf8(&hex).unwrap_or_default());
+    }
+    out
 }
 
 /// Verifies a request's signature with the secret of its access key, and the request's
@@ -469,16 +497,17 @@ pub fn verify_with_payload_hash(
 ) -> Result<VerifiedSigV4> {
     let signed_at = parse_amz_date(&auth.amz_date)?;
     check_time_window(auth.form, signed_at, now)?;
-    let signing_key =
-        generate_signing_key(secret, signed_at, &auth.scope.region, &auth.scope.service);
+    let signing_key = signing_key_for(secret, signed_at, &auth.scope);
+    let reencoded = encode_path(&decode(parts.raw_path));
     let mut matched = false;
-    for mode in [PathMode::Reencoded, PathMode::AsReceived] {
-        if mode == PathMode::AsReceived && encode_path(&decode(parts.raw_path)) == parts.raw_path {
-            break;
-        }
-        let canonical = canonical_request(parts, &auth.signed_headers, payload_hash, mode)?;
+    // The path as SDKs encode it, then as received when that differs (a client that
+    // leaves some characters unencoded).
+    let as_received = (reencoded != parts.raw_path).then_some(parts.raw_path);
+    for path in std::iter::once(reencoded.as_str()).chain(as_received) {
+        let canonical =
+            canonical_request_for_path(parts, path, &auth.signed_headers, payload_hash)?;
         let sts = string_to_sign(&auth.amz_date, &auth.scope, &canonical);
-        let expected = calculate_signature(signing_key.as_ref(), sts.as_bytes());
+        let expected = calculate_signature(signing_key, sts.as_bytes());
         if constant_time_eq(expected.as_bytes(), auth.signature.as_bytes()) {
             matched = true;
             break;
@@ -495,8 +524,64 @@ pub fn verify_with_payload_hash(
         scope: auth.scope.clone(),
         amz_date: auth.amz_date.clone(),
         seed_signature: auth.signature.clone(),
-        signing_key: signing_key.as_ref().to_vec(),
+        signing_key: signing_key.to_vec(),
     })
+}
+
+/// Signing keys derived lately on this thread, newest last: a key is the same for every
+/// request of one secret, day, region and service, and deriving it is four HMACs.
+const SIGNING_KEYS_KEPT: usize = 8;
+
+/// One derived signing key and what it was derived from.
+struct DerivedKey {
+    secret: String,
+    day: u64,
+    region: String,
+    service: String,
+    key: [u8; 32],
+}
+
+thread_local! {
+    static SIGNING_KEYS: std::cell::RefCell<Vec<DerivedKey>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The SigV4 signing key of `secret` for the day of `signed_at` and `scope`'s region
+/// and service: derived once per thread and kept (the last [`SIGNING_KEYS_KEPT`]).
+fn signing_key_for(secret: &str, signed_at: SystemTime, scope: &CredentialScope) -> [u8; 32] {
+    let day = signed_at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400);
+    let found = SIGNING_KEYS.with_borrow(|keys| {
+        keys.iter()
+            .find(|k| {
+                k.day == day
+                    && k.secret == secret
+                    && k.region == scope.region
+                    && k.service == scope.service
+            })
+            .map(|k| k.key)
+    });
+    if let Some(key) = found {
+        return key;
+    }
+    let derived = generate_signing_key(secret, signed_at, &scope.region, &scope.service);
+    // An HMAC-SHA256 tag is 32 bytes; were it not, the zero key would match no
+    // signature, so the request would be refused, never wrongly accepted.
+    let key = <[u8; 32]>::try_from(derived.as_ref()).unwrap_or([0; 32]);
+    SIGNING_KEYS.with_borrow_mut(|keys| {
+        if keys.len() == SIGNING_KEYS_KEPT {
+            keys.remove(0);
+        }
+        keys.push(DerivedKey {
+            secret: secret.to_owned(),
+            day,
+            region: scope.region.clone(),
+            service: scope.service.clone(),
+            key,
+        });
+    });
+    key
 }
 
 fn check_time_window(form: AuthForm, signed_at: SystemTime, now: SystemTime) -> Result<()> {
@@ -863,6 +948,69 @@ mod tests {
             PayloadMode::parse(payload_hash_of(&parts, &auth).expect("hash")).expect("mode"),
             PayloadMode::Sha256(hex::encode(Sha256::digest(body)))
         );
+    }
+
+    /// A GET signed by aws-sigv4 with `secret` for `region` at `now`, verified with
+    /// `verify_secret`.
+    fn verify_signed_get(
+        secret: &str,
+        region: &str,
+        now: SystemTime,
+        verify_secret: &str,
+    ) -> Result<VerifiedSigV4> {
+        let creds = S3Credentials {
+            access_key: AK.into(),
+            secret_key: secret.into(),
+            session_token: None,
+        };
+        let url = "http://127.0.0.1:9000/bucket/key.bin";
+        let extra = [("host", "127.0.0.1:9000"), ("range", "bytes=0-  9")];
+        let signed = sign_request(
+            "GET",
+            url,
+            &extra,
+            SignedBody::Bytes(b""),
+            &creds,
+            region,
+            now,
+        )
+        .expect("sign");
+        let mut all: Vec<(&str, &str)> = extra.to_vec();
+        all.extend(signed.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let h = headers(&all);
+        let parts = RequestParts {
+            method: "GET",
+            raw_path: "/bucket/key.bin",
+            raw_query: "",
+            headers: &h,
+        };
+        let auth = parse_authorization(&h, "")
+            .expect("parse")
+            .expect("present");
+        verify(&parts, &auth, verify_secret, now)
+    }
+
+    #[test]
+    fn a_signing_key_kept_for_one_secret_day_and_region_serves_no_other() {
+        let day = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let next_day = day + Duration::from_secs(86_400);
+        // Each verified first, so its key is kept on this thread...
+        verify_signed_get(SK, "eu-west-1", day, SK).expect("the right secret");
+        // ...and a request signed otherwise is still checked against its own key.
+        let wrong = verify_signed_get("another-secret", "eu-west-1", day, SK)
+            .expect_err("a signature of another secret");
+        assert_eq!(wrong.kind(), ErrorKind::SignatureDoesNotMatch);
+        let wrong = verify_signed_get(SK, "eu-west-1", day, "another-secret")
+            .expect_err("verified with another secret");
+        assert_eq!(wrong.kind(), ErrorKind::SignatureDoesNotMatch);
+        verify_signed_get(SK, "us-east-2", day, SK).expect("another region, its own key");
+        verify_signed_get(SK, "eu-west-1", next_day, SK).expect("the next day, its own key");
+        // More keys than are kept: the first is derived again, still right.
+        for i in 0..SIGNING_KEYS_KEPT as u64 + 2 {
+            let later = day + Duration::from_secs(86_400 * (2 + i));
+            verify_signed_get(SK, "eu-west-1", later, SK).expect("a later day");
+        }
+        verify_signed_get(SK, "eu-west-1", day, SK).expect("the first day again");
     }
 
     #[test]

@@ -288,8 +288,11 @@ def proxy_table(data: dict) -> str:
         )
     headers = ["arm", "rps, median (min–max)", "MiB/s", "p50", "p99", "CPU/request", "CPU-s per GiB", "cores busy"]
     wl = data.get("workload", {})
+    objects = int(wl.get("objects", 1))
     what = (
-        f"whole GETs of a {range_text(wl.get('object_bytes', 0))} object"
+        f"whole GETs of {objects:,} distinct {range_text(wl.get('object_bytes', 0))} objects, one at random each"
+        if wl.get("whole_object") and objects > 1
+        else f"whole GETs of a {range_text(wl.get('object_bytes', 0))} object"
         if wl.get("whole_object")
         else f"{range_text(wl.get('range_bytes', 0))} ranges"
     )

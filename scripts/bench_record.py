@@ -245,6 +245,7 @@ def gateway_proxy(lines: list[dict]) -> dict:
             "range_bytes": first["range_bytes"],
             "object_bytes": first["object_bytes"],
             "whole_object": bool(first.get("whole_object")),
+            "objects": int(first.get("objects", 1)),
             "concurrency": first["concurrency"],
             "rounds": first["rounds"],
             "requests_per_arm_round": first["requests_per_round"],
@@ -301,14 +302,17 @@ def gateway_proxy_cold(lines: list[dict]) -> dict:
 def data_suffix(data: dict) -> str:
     """The proxy bench is recorded once per range size: its 1 MiB point in
     gateway_proxy.json, any other in gateway_proxy_<size>.json (64KiB, ...), and whole
-    GETs of a small object in gateway_proxy_whole_<size>.json."""
+    GETs of a small object in gateway_proxy_whole_<size>.json (of N distinct ones:
+    gateway_proxy_whole_<size>_<N>_objects.json)."""
     workload = data.get("workload", {})
     size = workload.get("range_bytes") if data.get("bench") == "gateway-proxy-bench" else None
     if size is None or (size == 1 << 20 and not workload.get("whole_object")):
         return ""
     text = next(f"{size >> s}{u}" for s, u in ((30, "GiB"), (20, "MiB"), (10, "KiB"), (0, "B"))
                 if size % (1 << s) == 0 and size >= 1 << s)
-    return ("_whole_" if workload.get("whole_object") else "_") + text
+    objects = int(workload.get("objects", 1))
+    distinct = f"_{objects}_objects" if objects > 1 else ""
+    return ("_whole_" if workload.get("whole_object") else "_") + text + distinct
 
 
 def main() -> None:

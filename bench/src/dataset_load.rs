@@ -286,7 +286,7 @@ async fn one_object(
     let retry = shared.spec.retry;
     for attempt in 0..retry.attempts.max(1) {
         if !conn.as_ref().is_some_and(Connection::is_open) {
-            *conn = Some(Connection::open(&target.connect).await?);
+            *conn = Some(Connection::to(&target).await?);
         }
         let Some(c) = conn.as_mut() else {
             return Err("no connection".into());

@@ -27,6 +27,7 @@ use talon_protocols::s3::sigv4::S3Credentials;
 use crate::harness_error::{HarnessError, HarnessResult};
 use crate::http_load::{Auth, control_request};
 use crate::netns::{NetHost, ip_binary};
+use crate::tls::BenchTls;
 
 /// The per-prefix origin request limit the benches' gateways and workers run with: on
 /// (its cost is measured with the rest) but far above any rate a bench reaches, so
@@ -364,6 +365,19 @@ impl Stub {
         sets: &[GeneratedSet],
     ) -> HarnessResult<Stub> {
         Stub::launch(binaries, dir, &[], sets, &NetHost::loopback()).await
+    }
+
+    /// A stub serving `objects` and the generated datasets `sets`, on loopback.
+    ///
+    /// # Errors
+    /// As [`Stub::start`].
+    pub async fn start_with_objects_and_sets(
+        binaries: &Binaries,
+        dir: &Path,
+        objects: &[GeneratedObject],
+        sets: &[GeneratedSet],
+    ) -> HarnessResult<Stub> {
+        Stub::launch(binaries, dir, objects, sets, &NetHost::loopback()).await
     }
 
     async fn launch(
@@ -732,6 +746,9 @@ pub struct GatewaySpec<'a> {
     /// "read"`), as well as the signed requests every gateway here takes: the proxy
     /// bench's unsigned arms, which measure what verifying a signature costs.
     pub unsigned_reads: bool,
+    /// HTTPS on its front with this certificate (`--tls-cert`, `--tls-key`); its URL
+    /// is then `https://`.
+    pub tls: Option<&'a BenchTls>,
 }
 
 /// A gateway with one front.
@@ -821,6 +838,12 @@ impl Gateway {
         if let Some(fraction) = spec.hedge_budget {
             args.push("--hedge-budget".into());
             args.push(fraction.to_string().into());
+        }
+        if let Some(tls) = spec.tls {
+            args.push("--tls-cert".into());
+            args.push(tls.cert.clone().into());
+            args.push("--tls-key".into());
+            args.push(tls.key.clone().into());
         }
         args.push("--identities".into());
         args.push(identities.into());

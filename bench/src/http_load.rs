@@ -40,6 +40,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::harness_error::{HarnessError, HarnessResult};
+use crate::tls::ClientTls;
 use crate::verify::{ExpectedRanges, Received, StreamCheck, StreamVerdict, check_response};
 use crate::watch::{Reading, Watched};
 use talon_loadgen::procfs::ProcSample;
@@ -119,76 +120,116 @@ pub struct ObjectTarget {
     pub authority: String,
     /// The path as sent (percent-encoded).
     pub path: String,
+    /// The path of the object's bucket or container, under which
+    /// [`get_key`](Self::get_key) names other objects.
+    pub container_path: String,
     /// How requests are signed.
     pub auth: Auth,
+    /// Whether the endpoint speaks HTTPS (its URL's scheme).
+    pub https: bool,
+    /// The TLS client for an HTTPS endpoint ([`over_tls`](Self::over_tls)).
+    pub tls: Option<ClientTls>,
 }
 
-fn split_base(url: &str) -> HarnessResult<(String, String)> {
+/// A base URL's parts: `(https, authority, path prefix)`.
+fn split_base(url: &str) -> HarnessResult<(bool, String, String)> {
     let uri: Uri = url
         .parse()
         .map_err(|e| HarnessError::Config(format!("'{url}' is not a URL: {e}")))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(HarnessError::Config(format!(
-            "'{url}': only http:// endpoints are supported"
-        )));
-    }
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
+            return Err(HarnessError::Config(format!(
+                "'{url}': only http:// and https:// endpoints are supported"
+            )));
+        }
+    };
     let authority = uri
         .authority()
         .ok_or_else(|| HarnessError::Config(format!("'{url}' has no host")))?
         .as_str()
         .to_owned();
     let path = uri.path().trim_end_matches('/').to_owned();
-    Ok((authority, path))
+    Ok((https, authority, path))
 }
 
 impl ObjectTarget {
-    /// An S3 object, path-style under the endpoint `base` (`http://host:port`).
+    /// An S3 object, path-style under the endpoint `base` (`http://host:port`, or
+    /// `https://` with [`over_tls`](Self::over_tls)).
     ///
     /// # Errors
-    /// [`HarnessError::Config`] for a URL that is not `http://host:port`.
+    /// [`HarnessError::Config`] for a URL that is not `http(s)://host:port`.
     pub fn s3(base: &str, bucket: &str, key: &str, auth: Auth) -> HarnessResult<ObjectTarget> {
-        let (authority, prefix) = split_base(base)?;
+        let (https, authority, prefix) = split_base(base)?;
+        let container_path = format!(
+            "{prefix}/{}",
+            talon_protocols::uri_encoding::encode_path(bucket)
+        );
         Ok(ObjectTarget {
             protocol: Backend::S3,
             connect: authority.clone(),
             authority,
             path: format!(
-                "{prefix}/{}/{}",
-                talon_protocols::uri_encoding::encode_path(bucket),
+                "{container_path}/{}",
                 talon_protocols::uri_encoding::encode_path(key)
             ),
+            container_path,
             auth,
+            https,
+            tls: None,
         })
     }
 
     /// An Azure blob under the account URL `account_url`
-    /// (`http://host:port/ACCOUNT`, emulator-style).
+    /// (`http://host:port/ACCOUNT`, emulator-style; or `https://` with
+    /// [`over_tls`](Self::over_tls)).
     ///
     /// # Errors
-    /// [`HarnessError::Config`] for a URL that is not `http://host:port/…`.
+    /// [`HarnessError::Config`] for a URL that is not `http(s)://host:port/…`.
     pub fn azure(
         account_url: &str,
         container: &str,
         blob: &str,
         auth: Auth,
     ) -> HarnessResult<ObjectTarget> {
-        let (authority, prefix) = split_base(account_url)?;
+        let (https, authority, prefix) = split_base(account_url)?;
+        let container_path = format!(
+            "{prefix}/{}",
+            talon_protocols::uri_encoding::encode_path(container)
+        );
         Ok(ObjectTarget {
             protocol: Backend::Azure,
             connect: authority.clone(),
             authority,
             path: format!(
-                "{prefix}/{}/{}",
-                talon_protocols::uri_encoding::encode_path(container),
+                "{container_path}/{}",
                 talon_protocols::uri_encoding::encode_path(blob)
             ),
+            container_path,
             auth,
+            https,
+            tls: None,
         })
+    }
+
+    /// The same target, its connections made with `tls` (an `https://` endpoint
+    /// needs it).
+    pub fn over_tls(self, tls: ClientTls) -> ObjectTarget {
+        ObjectTarget {
+            tls: Some(tls),
+            ..self
+        }
     }
 
     /// The object's URL.
     pub fn url(&self) -> String {
-        format!("http://{}{}", self.authority, self.path)
+        self.url_of(&self.path)
+    }
+
+    fn url_of(&self, path: &str) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.authority)
     }
 
     /// A signed GET of `range` (the whole object for `None`).
@@ -196,6 +237,37 @@ impl ObjectTarget {
     /// # Errors
     /// A message when signing fails or a header cannot be built.
     pub fn get(&self, range: Option<Range<u64>>) -> Result<Request<Empty<Bytes>>, String> {
+        self.get_path(&self.path, range)
+    }
+
+    /// A signed GET of `range` of the object `key` in the same bucket or container
+    /// (the target's own object for `None`).
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub fn get_key(
+        &self,
+        key: Option<&str>,
+        range: Option<Range<u64>>,
+    ) -> Result<Request<Empty<Bytes>>, String> {
+        match key {
+            None => self.get(range),
+            Some(key) => {
+                let path = format!(
+                    "{}/{}",
+                    self.container_path,
+                    talon_protocols::uri_encoding::encode_path(key)
+                );
+                self.get_path(&path, range)
+            }
+        }
+    }
+
+    fn get_path(
+        &self,
+        path: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Request<Empty<Bytes>>, String> {
         let range_value = range.map(|r| format!("bytes={}-{}", r.start, r.end.saturating_sub(1)));
         let mut headers: Vec<(String, String)> = Vec::with_capacity(6);
         let now = SystemTime::now();
@@ -226,7 +298,7 @@ impl ObjectTarget {
                 to_sign.extend(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
                 let signed = sign_request(
                     "GET",
-                    &self.url(),
+                    &self.url_of(path),
                     &to_sign,
                     SignedBody::Bytes(&[]),
                     credentials,
@@ -240,7 +312,7 @@ impl ObjectTarget {
                 let map = header_map(&headers)?;
                 let parts = SharedKeyParts {
                     method: "GET",
-                    raw_path: &self.path,
+                    raw_path: path,
                     raw_query: "",
                     headers: &map,
                 };
@@ -252,7 +324,7 @@ impl ObjectTarget {
         }
         let mut b = Request::builder()
             .method(Method::GET)
-            .uri(self.path.as_str())
+            .uri(path)
             .header(http::header::HOST, self.authority.as_str());
         for (k, v) in &headers {
             b = b.header(k.as_str(), v.as_str());
@@ -279,17 +351,42 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr` (`host:port`).
+    /// Connects to `addr` (`host:port`), plain HTTP.
     ///
     /// # Errors
     /// A message naming the address when the connection or the handshake
     /// fails or takes longer than 5 s.
     pub async fn open(addr: &str) -> Result<Connection, String> {
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        Connection::http(addr, tcp(addr).await?).await
+    }
+
+    /// Connects to `target`'s endpoint, over TLS when it is `https://`.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); also a failed TLS handshake, or an `https://`
+    /// target without a TLS client.
+    pub async fn to(target: &ObjectTarget) -> Result<Connection, String> {
+        let addr = target.connect.as_str();
+        if !target.https {
+            return Connection::open(addr).await;
+        }
+        let Some(tls) = &target.tls else {
+            return Err(format!(
+                "{}: an https:// endpoint needs a TLS client (ObjectTarget::over_tls)",
+                target.url()
+            ));
+        };
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.handshake(addr, tcp(addr).await?))
             .await
-            .map_err(|_| format!("connecting to {addr} timed out"))?
-            .map_err(|e| format!("connecting to {addr}: {e}"))?;
-        let _ = stream.set_nodelay(true);
+            .map_err(|_| format!("the TLS handshake with {addr} timed out"))??;
+        Connection::http(addr, stream).await
+    }
+
+    /// The HTTP/1.1 handshake over an open stream, its driver spawned.
+    async fn http<S>(addr: &str, stream: S) -> Result<Connection, String>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (sender, conn) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| format!("HTTP handshake with {addr}: {e}"))?;
@@ -318,6 +415,16 @@ impl Connection {
             .await
             .map_err(|e| format!("sending the request: {e}"))
     }
+}
+
+/// A TCP connection to `addr` with Nagle off, in at most [`CONNECT_TIMEOUT`].
+async fn tcp(addr: &str) -> Result<TcpStream, String> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("connecting to {addr} timed out"))?
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
 }
 
 impl Drop for Connection {
@@ -516,30 +623,34 @@ async fn one_request(
 ) -> Result<(Duration, u64), String> {
     let spec = &shared.spec;
     if !conn.as_ref().is_some_and(Connection::is_open) {
-        *conn = Some(Connection::open(&spec.target.connect).await?);
+        *conn = Some(Connection::to(&spec.target).await?);
     }
     let Some(c) = conn.as_mut() else {
         return Err("no connection".into());
     };
     let expect = spec.expected.expect_range(k);
     let range = (!spec.expected.is_whole()).then(|| expect.range.clone());
-    let req = spec.target.get(range)?;
+    let req = spec.target.get_key(expect.key.as_deref(), range)?;
+    let url = || match &expect.key {
+        Some(key) => format!(
+            "{}/{}",
+            spec.target.url_of(&spec.target.container_path),
+            talon_protocols::uri_encoding::encode_path(key)
+        ),
+        None => spec.target.url(),
+    };
     let start = Instant::now();
     let fetched = match tokio::time::timeout(REQUEST_TIMEOUT, fetch(c, req)).await {
         Ok(Ok(f)) => f,
         Ok(Err(e)) => {
             *conn = None;
-            return Err(format!(
-                "GET {} range {:?}: {e}",
-                spec.target.url(),
-                expect.range
-            ));
+            return Err(format!("GET {} range {:?}: {e}", url(), expect.range));
         }
         Err(_) => {
             *conn = None;
             return Err(format!(
                 "GET {} range {:?}: no complete answer within {REQUEST_TIMEOUT:?}",
-                spec.target.url(),
+                url(),
                 expect.range
             ));
         }
@@ -557,7 +668,7 @@ async fn one_request(
     .map_err(|e| {
         format!(
             "GET {} bytes {}-{}: {e}",
-            spec.target.url(),
+            url(),
             expect.range.start,
             expect.range.end - 1
         )
@@ -616,7 +727,7 @@ pub async fn run_load(spec: LoadSpec) -> LoadOutcome {
     });
     let mut conns = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        match Connection::open(&shared.spec.target.connect).await {
+        match Connection::to(&shared.spec.target).await {
             Ok(c) => conns.push(Some(c)),
             Err(e) => {
                 shared.fail(e);
@@ -759,7 +870,7 @@ pub async fn paced_read(
     limit: Duration,
     mut progress: impl FnMut(u64),
 ) -> Result<SlowRead, String> {
-    let mut conn = Connection::open(&target.connect).await?;
+    let mut conn = Connection::to(target).await?;
     let req = target.get(None)?;
     let resp = conn.send(req).await?;
     let (parts, mut body) = resp.into_parts();
@@ -854,7 +965,10 @@ pub async fn control_request(
     json_body: Option<String>,
 ) -> HarnessResult<(StatusCode, String)> {
     let fail = |why: String| HarnessError::Control(format!("{method} {url}: {why}"));
-    let (authority, _) = split_base(url)?;
+    let (https, authority, _) = split_base(url)?;
+    if https {
+        return Err(fail("control endpoints are plain HTTP".into()));
+    }
     let uri: Uri = url.parse().map_err(|e| fail(format!("{e}")))?;
     let path = uri
         .path_and_query()
@@ -1014,8 +1128,68 @@ mod tests {
     }
 
     #[test]
-    fn bad_urls_are_refused() {
-        assert!(ObjectTarget::s3("https://x", "b", "k", Auth::Anonymous).is_err());
+    fn another_key_is_asked_for_in_the_same_container_and_signed_for_its_own_path() {
+        let key = AccountKey::from_base64(talon_origin_stub::EMULATOR_AZURE_KEY)
+            .unwrap_or_else(|e| panic!("{}", e.message()));
+        let t = ObjectTarget::azure(
+            "http://127.0.0.1:10000/devstoreaccount1",
+            "bench",
+            "obj.bin",
+            Auth::SharedKey {
+                account: "devstoreaccount1".into(),
+                key: key.clone(),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let req = t
+            .get_key(Some("small/0000007"), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(req.uri().path(), "/devstoreaccount1/bench/small/0000007");
+        assert!(!req.headers().contains_key("x-ms-range"));
+        let (account, signature) = shared_key::parse_authorization(req.headers())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no Shared Key header"));
+        let check = |raw_path: &str| {
+            let parts = SharedKeyParts {
+                method: "GET",
+                raw_path,
+                raw_query: "",
+                headers: req.headers(),
+            };
+            shared_key::verify(
+                &parts,
+                "devstoreaccount1",
+                &key,
+                &account,
+                &signature,
+                std::time::SystemTime::now(),
+            )
+            .is_ok()
+        };
+        assert!(check("/devstoreaccount1/bench/small/0000007"));
+        assert!(
+            !check(&t.path),
+            "the signature is the other object's, not the target's"
+        );
+        let own = t
+            .get_key(None, Some(0..10))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(own.uri().path(), t.path);
+    }
+
+    #[test]
+    fn bad_urls_are_refused_and_https_needs_a_tls_client() {
+        assert!(ObjectTarget::s3("ftp://x", "b", "k", Auth::Anonymous).is_err());
         assert!(ObjectTarget::s3("not a url", "b", "k", Auth::Anonymous).is_err());
+        let t = ObjectTarget::s3("https://127.0.0.1:1", "b", "k", Auth::Anonymous)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(t.url(), "https://127.0.0.1:1/b/k");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let refused = rt.block_on(Connection::to(&t)).err().unwrap_or_default();
+        assert!(refused.contains("needs a TLS client"), "{refused}");
     }
 }

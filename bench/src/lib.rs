@@ -20,6 +20,7 @@ pub mod nginx;
 pub mod results;
 pub mod rounds;
 pub mod summary;
+pub mod tls;
 pub mod varnish;
 pub mod verify;
 pub mod watch;

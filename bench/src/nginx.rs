@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::deployment::{Process, free_port, wait_until};
 use crate::harness_error::{HarnessError, HarnessResult};
+use crate::tls::BenchTls;
 
 /// Where nginx is looked for when it is not on `PATH`.
 const KNOWN_PATHS: &[&str] = &["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"];
@@ -56,6 +57,10 @@ pub struct NginxConfig {
     /// kernel) or `off` (nginx reads each into its buffers and writes it: one copy
     /// through user space, what a relaying gateway such as Talon's must do).
     pub sendfile: bool,
+    /// HTTPS with this certificate and key (PEM files), or plain HTTP. OpenSSL does
+    /// the encryption in nginx's workers; `sendfile` then has no kernel path to use
+    /// (no kTLS is configured), so each cached byte is read into user space.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl NginxConfig {
@@ -63,6 +68,18 @@ impl NginxConfig {
     pub fn render(&self) -> String {
         let d = self.dir.display();
         let user = if self.as_root { "user root;\n" } else { "" };
+        let (ssl, tls) = match &self.tls {
+            None => ("", String::new()),
+            Some((cert, key)) => (
+                " ssl",
+                format!(
+                    "\n        ssl_certificate {};\n        ssl_certificate_key {};\n        \
+                     ssl_protocols TLSv1.2 TLSv1.3;\n        ssl_session_cache shared:tls_sessions:1m;",
+                    cert.display(),
+                    key.display()
+                ),
+            ),
+        };
         format!(
             r#"# Written by talon-gateway-proxy-bench; removed with its folder.
 {user}daemon off;
@@ -98,7 +115,7 @@ http {{
     }}
 
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port}{ssl};{tls}
 
         location / {{
             slice {slice};
@@ -158,6 +175,7 @@ impl Nginx {
         slice: u64,
         workers: usize,
         sendfile: bool,
+        tls: Option<&BenchTls>,
     ) -> HarnessResult<Nginx> {
         std::fs::create_dir_all(dir.join("cache"))
             .map_err(|e| HarnessError::io(format!("creating {}", dir.display()), e))?;
@@ -169,6 +187,7 @@ impl Nginx {
             workers,
             as_root: running_as_root(),
             sendfile,
+            tls: tls.map(|t| (t.cert.clone(), t.key.clone())),
         };
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, config.render())
@@ -209,7 +228,7 @@ impl Nginx {
         })?;
         Ok(Nginx {
             process,
-            url: format!("http://{addr}"),
+            url: format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }),
         })
     }
 
@@ -242,6 +261,7 @@ mod tests {
             workers: 2,
             as_root: false,
             sendfile: true,
+            tls: None,
         };
         let text = c.render();
         for needle in [
@@ -258,13 +278,25 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle}:\n{text}");
         }
-        assert!(!text.contains("user root"));
+        assert!(!text.contains("user root") && !text.contains("ssl"));
         let copying = NginxConfig {
             sendfile: false,
             ..c.clone()
         }
         .render();
         assert!(copying.contains("sendfile off;") && !copying.contains("sendfile on;"));
+        let https = NginxConfig {
+            tls: Some(("/tmp/x/c.crt".into(), "/tmp/x/c.key".into())),
+            ..c.clone()
+        }
+        .render();
+        for needle in [
+            "listen 127.0.0.1:8080 ssl;",
+            "ssl_certificate /tmp/x/c.crt;",
+            "ssl_certificate_key /tmp/x/c.key;",
+        ] {
+            assert!(https.contains(needle), "missing {needle}:\n{https}");
+        }
         assert!(NginxConfig { as_root: true, ..c }.render().starts_with(
             "# Written by talon-gateway-proxy-bench; removed with its folder.\nuser root;"
         ));

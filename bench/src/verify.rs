@@ -30,6 +30,9 @@ pub struct ExpectedRanges {
     digests: Vec<[u8; 32]>,
     /// Asked as whole GETs (no range; 200) rather than ranged ones.
     whole: bool,
+    /// A set of objects read whole ([`ExpectedRanges::whole_objects`]): "range" `k`
+    /// is the whole of `set[k]`; empty otherwise.
+    set: Vec<GeneratedObject>,
 }
 
 impl ExpectedRanges {
@@ -53,7 +56,31 @@ impl ExpectedRanges {
             range_size,
             digests,
             whole: false,
+            set: Vec::new(),
         }
+    }
+
+    /// Each of `objects` read whole with a plain GET (answered 200): "range" `k` is
+    /// object `k`, whose key the request names ([`Expectation::key`]). The
+    /// small-object workload over distinct objects. None for an empty list.
+    pub fn whole_objects(objects: Vec<GeneratedObject>) -> Option<ExpectedRanges> {
+        let first = objects.first()?.clone();
+        let mut buf = Vec::new();
+        let digests = objects
+            .iter()
+            .map(|o| {
+                buf.resize(usize::try_from(o.size).unwrap_or(0), 0);
+                o.fill(0, &mut buf);
+                Sha256::digest(&buf).into()
+            })
+            .collect();
+        Some(ExpectedRanges {
+            range_size: objects.iter().map(|o| o.size).max().unwrap_or(0),
+            object: first,
+            digests,
+            whole: true,
+            set: objects,
+        })
     }
 
     /// The whole `object` as one "range", asked with a plain GET (no `Range` header)
@@ -71,7 +98,7 @@ impl ExpectedRanges {
         self.whole
     }
 
-    /// The object.
+    /// The object (a set's first).
     pub fn object(&self) -> &GeneratedObject {
         &self.object
     }
@@ -91,8 +118,11 @@ impl ExpectedRanges {
         self.digests.is_empty()
     }
 
-    /// Range `k`'s bytes.
+    /// Range `k`'s bytes (of a set: the whole of object `k`).
     pub fn range(&self, k: usize) -> Range<u64> {
+        if !self.set.is_empty() {
+            return 0..self.set.get(k).map_or(0, |o| o.size);
+        }
         let start = k as u64 * self.range_size;
         start..(start + self.range_size).min(self.object.size)
     }
@@ -100,6 +130,16 @@ impl ExpectedRanges {
     /// What a GET of range `k` must answer (a whole GET's: 200).
     pub fn expect_range(&self, k: usize) -> Expectation {
         let r = self.range(k);
+        if let Some(object) = self.set.get(k) {
+            return Expectation {
+                status: StatusCode::OK,
+                range: r,
+                object_size: object.size,
+                sha256: self.digests.get(k).copied().unwrap_or_default(),
+                key: Some(object.key.clone()),
+                object: Some(object.clone()),
+            };
+        }
         Expectation {
             status: if self.whole {
                 StatusCode::OK
@@ -109,6 +149,7 @@ impl ExpectedRanges {
             range: r,
             object_size: self.object.size,
             sha256: self.digests.get(k).copied().unwrap_or_default(),
+            key: None,
             object: Some(self.object.clone()),
         }
     }
@@ -125,6 +166,8 @@ pub struct Expectation {
     pub object_size: u64,
     /// SHA-256 of the body.
     pub sha256: [u8; 32],
+    /// The key to ask for, where it is not the load's target's (a set of objects).
+    pub key: Option<String>,
     /// The object, to locate the first wrong byte in a failure report.
     pub object: Option<GeneratedObject>,
 }
@@ -386,6 +429,36 @@ mod tests {
         let ranged = ExpectedRanges::new(o, 4096);
         assert!(!ranged.is_whole());
         assert_eq!(ranged.expect_range(0).status, StatusCode::PARTIAL_CONTENT);
+    }
+
+    #[test]
+    fn a_set_of_objects_is_one_whole_object_each_named_by_its_key() {
+        let objects: Vec<GeneratedObject> = (0..3)
+            .map(|i| GeneratedObject::new("bench", format!("small/{i}"), 4096 + i, 7))
+            .collect();
+        let set = ExpectedRanges::whole_objects(objects.clone())
+            .unwrap_or_else(|| panic!("a set of three"));
+        assert!(set.is_whole());
+        assert_eq!(set.len(), 3);
+        for (k, o) in objects.iter().enumerate() {
+            let e = set.expect_range(k);
+            assert_eq!(e.status, StatusCode::OK);
+            assert_eq!(e.key.as_deref(), Some(o.key.as_str()));
+            assert_eq!((e.range.clone(), e.object_size), (0..o.size, o.size));
+            assert_eq!(
+                e.sha256,
+                <[u8; 32]>::from(Sha256::digest(bytes(o, 0..o.size)))
+            );
+        }
+        // The objects differ, so a body of one checked as another fails.
+        assert_ne!(set.expect_range(0).sha256, set.expect_range(1).sha256);
+        assert!(ExpectedRanges::whole_objects(Vec::new()).is_none());
+        assert_eq!(
+            ExpectedRanges::whole_object(objects[0].clone())
+                .expect_range(0)
+                .key,
+            None
+        );
     }
 
     fn headers(pairs: &[(&str, String)]) -> HeaderMap {

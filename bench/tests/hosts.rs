@@ -196,6 +196,7 @@ async fn a_cluster_across_hosts_survives_a_partitioned_worker_and_a_lost_coordin
             hedge_budget: None,
             host: Some(net.host("gw")),
             unsigned_reads: false,
+            tls: None,
         },
     )
     .await

@@ -535,6 +535,7 @@ impl Cluster {
             hedge_budget: Some(args.hedge_budget),
             host: None,
             unsigned_reads: false,
+            tls: None,
         };
         let s3 =
             Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Backend::S3)).await?;
@@ -1292,7 +1293,7 @@ async fn one_request(
 ) -> Result<talon_bench::http_load::Fetched, Outcome> {
     let work = async {
         if slot.as_ref().is_none_or(|c| !c.is_open()) {
-            *slot = Some(Connection::open(&target.connect).await?);
+            *slot = Some(Connection::to(target).await?);
         }
         let conn = slot.as_mut().ok_or("no connection")?;
         fetch(conn, target.get(range)?).await

@@ -454,6 +454,7 @@ async fn start(args: &Args, set: &GeneratedSet, setup: &BenchSetup) -> anyhow::R
                     host: None,
                     origin_request_limit: share,
                     unsigned_reads: false,
+                    tls: None,
                 },
             )
             .await?;

@@ -342,6 +342,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 hedge_budget: None,
                 host: None,
                 unsigned_reads: false,
+                tls: None,
             },
         )
         .await?;
@@ -371,6 +372,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     hedge_budget: None,
                     host: None,
                     unsigned_reads: false,
+                    tls: None,
                 },
             )
             .await?,

@@ -61,6 +61,7 @@ use talon_bench::http_load::{Auth, Length, LoadOutcome, LoadSpec, ObjectTarget, 
 use talon_bench::nginx::{Nginx, find_nginx};
 use talon_bench::rounds::round_order;
 use talon_bench::summary::{LatencySummary, fmt_latency, median, mib, spread};
+use talon_bench::tls::BenchTls;
 use talon_bench::varnish::{Varnish, find_varnishd};
 use talon_bench::verify::ExpectedRanges;
 use talon_bench::watch::Watched;
@@ -68,7 +69,7 @@ use talon_core::parse_byte_size;
 use talon_loadgen::procfs::load_average;
 use talon_loadgen::stats::thousands;
 use talon_origin_stub::faults::FaultConfig;
-use talon_origin_stub::generated::GeneratedObject;
+use talon_origin_stub::generated::{GeneratedObject, GeneratedSet};
 
 /// What the client is, for the output.
 const CLIENT: &str = "talon-bench's own HTTP/1.1 client on hyper (conn::http1), one keep-alive connection per worker, no pipelining";
@@ -104,6 +105,13 @@ struct Args {
     /// instead of ranges: the small-object point (`--whole-object --object-size 4KiB`).
     #[arg(long, env = "TALON_PROXY_BENCH_WHOLE_OBJECT")]
     whole_object: bool,
+
+    /// With --whole-object: read this many distinct objects of --object-size (a
+    /// generated set under `bench/small/`), each request one at random, instead of
+    /// one object again and again: the small-object point over distinct objects
+    /// (`--whole-object --object-size 4KiB --range-size 4KiB --objects 1000`).
+    #[arg(long, env = "TALON_PROXY_BENCH_OBJECTS", default_value_t = 1)]
+    objects: u64,
 
     /// Cold reads: after the rounds, this many fresh objects of --cold-size are each
     /// read whole once through the S3 cache gateway (first reader: the worker fills
@@ -147,6 +155,12 @@ struct Args {
     /// difference between the two is what verifying the signature costs.
     #[arg(long, env = "TALON_PROXY_BENCH_NO_UNSIGNED_ARMS")]
     no_unsigned_arms: bool,
+
+    /// HTTPS arms as well: the S3 cache cluster read by a gateway with `--tls-cert`,
+    /// and nginx's slice cache with `ssl` (a certificate for 127.0.0.1 made with the
+    /// `openssl` command; the client is rustls and checks it).
+    #[arg(long, env = "TALON_PROXY_BENCH_TLS")]
+    tls: bool,
 
     /// Skip the Varnish peer arm.
     #[arg(long, env = "TALON_PROXY_BENCH_NO_VARNISH")]
@@ -251,6 +265,9 @@ fn validate(args: &Args) -> anyhow::Result<()> {
     if args.whole_object && args.range_size != args.object_size {
         bail!("--whole-object reads the whole object: give --range-size equal to --object-size");
     }
+    if args.objects == 0 || (args.objects > 1 && !args.whole_object) {
+        bail!("--objects must be at least 1, and more than 1 only with --whole-object");
+    }
     if !args.block_size.is_power_of_two() {
         bail!("--block-size must be a power of two");
     }
@@ -309,14 +326,26 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             )
         })
         .collect();
-    let deployed = Deployer::deploy(&args, &binaries, tmp.path(), &object, &cold_objects).await?;
+    let small = small_set(&args);
+    let deployed = Deployer::deploy(
+        &args,
+        &binaries,
+        tmp.path(),
+        &object,
+        &cold_objects,
+        small.as_ref(),
+    )
+    .await?;
 
     progress(&format!(
         "computing the SHA-256 of every {} range of the {} MiB object",
         human_bytes(args.range_size),
         args.object_size >> 20
     ));
-    let expected = Arc::new(if args.whole_object {
+    let expected = Arc::new(if let Some(set) = &small {
+        ExpectedRanges::whole_objects((0..set.count).map(|i| set.object(i)).collect())
+            .ok_or_else(|| anyhow::anyhow!("--objects: the set is empty"))?
+    } else if args.whole_object {
         ExpectedRanges::whole_object(object.clone())
     } else {
         ExpectedRanges::new(object.clone(), args.range_size)
@@ -366,6 +395,26 @@ struct Deployed {
     cold_arms: Vec<(&'static str, String)>,
 }
 
+/// How one arm's gateway differs from the plain one (local reads, signed requests
+/// only, plain HTTP).
+#[derive(Clone, Copy)]
+struct GatewayVariant<'t> {
+    /// Reads the worker through its local socket (`false`: over TCP).
+    local_reads: bool,
+    /// Also takes unsigned reads.
+    unsigned_reads: bool,
+    /// Serves HTTPS with this certificate.
+    tls: Option<&'t BenchTls>,
+}
+
+impl GatewayVariant<'_> {
+    const PLAIN: GatewayVariant<'static> = GatewayVariant {
+        local_reads: true,
+        unsigned_reads: false,
+        tls: None,
+    };
+}
+
 /// Starts every arm's processes on loopback: the origin stub (with the origin model),
 /// per protocol a cache cluster and an origin-route gateway, the control arm, and the
 /// peers (nginx, Varnish) where installed and not left out.
@@ -378,6 +427,8 @@ struct Deployer<'a> {
     cold_arms: Vec<(&'static str, String)>,
     clusters: Vec<(Coordinator, Worker)>,
     gateways: Vec<Gateway>,
+    /// The HTTPS arms' certificate and client (`--tls`).
+    tls: Option<BenchTls>,
 }
 
 impl<'a> Deployer<'a> {
@@ -387,12 +438,14 @@ impl<'a> Deployer<'a> {
         dir: &'a std::path::Path,
         object: &'a GeneratedObject,
         cold_objects: &[GeneratedObject],
+        small: Option<&GeneratedSet>,
     ) -> anyhow::Result<Deployed> {
         progress("starting the origin stub");
         let stub_objects: Vec<GeneratedObject> = std::iter::once(object.clone())
             .chain(cold_objects.iter().cloned())
             .collect();
-        let stub = Stub::start(binaries, dir, &stub_objects).await?;
+        let sets: Vec<GeneratedSet> = small.into_iter().cloned().collect();
+        let stub = Stub::start_with_objects_and_sets(binaries, dir, &stub_objects, &sets).await?;
         stub.set_faults(&FaultConfig {
             latency_ms: args.origin_latency_ms,
             bandwidth_bytes_per_sec: args.origin_bandwidth.0,
@@ -401,6 +454,16 @@ impl<'a> Deployer<'a> {
         .await?;
         progress(&origin_model_line(args));
 
+        let tls = if args.tls {
+            let tls = BenchTls::make(dir)?;
+            progress(&format!(
+                "HTTPS arms: certificate {} for 127.0.0.1",
+                tls.cert.display()
+            ));
+            Some(tls)
+        } else {
+            None
+        };
         let mut d = Deployer {
             args,
             binaries,
@@ -410,6 +473,7 @@ impl<'a> Deployer<'a> {
             cold_arms: Vec::new(),
             clusters: Vec::new(),
             gateways: Vec::new(),
+            tls,
         };
         for protocol in [Backend::S3, Backend::Azure] {
             d.cache_arms(&stub, protocol).await?;
@@ -452,8 +516,7 @@ impl<'a> Deployer<'a> {
         name: &str,
         front: Backend,
         coordinator: Option<&str>,
-        local_reads: bool,
-        unsigned_reads: bool,
+        variant: GatewayVariant<'_>,
     ) -> anyhow::Result<Gateway> {
         Ok(Gateway::start(
             self.binaries,
@@ -470,11 +533,12 @@ impl<'a> Deployer<'a> {
                 },
                 coordinator,
                 block_size: self.args.block_size,
-                local_reads,
+                local_reads: variant.local_reads,
                 max_staleness_ms: None,
                 hedge_budget: None,
                 host: None,
-                unsigned_reads,
+                unsigned_reads: variant.unsigned_reads,
+                tls: variant.tls,
             },
         )
         .await?)
@@ -514,6 +578,7 @@ impl<'a> Deployer<'a> {
                 coordinator: &coordinator_url,
                 advertise: None,
                 capacity: args.object_size * 2
+                    + (args.objects - 1) * (1 << 20)
                     + args.cold_size * 2 * args.cold_reads as u64
                     + (64 << 20),
                 page_size: 1 << 20,
@@ -534,8 +599,7 @@ impl<'a> Deployer<'a> {
                 &format!("gateway-{p}-cache"),
                 protocol,
                 Some(&coordinator_url),
-                true,
-                false,
+                GatewayVariant::PLAIN,
             )
             .await?;
         self.arms.push(PendingArm {
@@ -559,8 +623,10 @@ impl<'a> Deployer<'a> {
                     &format!("gateway-{p}-cache-unsigned"),
                     protocol,
                     Some(&coordinator_url),
-                    true,
-                    true,
+                    GatewayVariant {
+                        unsigned_reads: true,
+                        ..GatewayVariant::PLAIN
+                    },
                 )
                 .await?;
             self.arms.push(PendingArm {
@@ -581,8 +647,10 @@ impl<'a> Deployer<'a> {
                     "gateway-s3-cache-tcp",
                     protocol,
                     Some(&coordinator_url),
-                    false,
-                    false,
+                    GatewayVariant {
+                        local_reads: false,
+                        ..GatewayVariant::PLAIN
+                    },
                 )
                 .await?;
             self.arms.push(PendingArm {
@@ -597,6 +665,31 @@ impl<'a> Deployer<'a> {
             self.cold_arms
                 .push(("through the cache over TCP", tcp.url.clone()));
             self.gateways.push(tcp);
+        }
+        if let (Backend::S3, Some(tls)) = (protocol, self.tls.clone()) {
+            let https = self
+                .gateway(
+                    stub,
+                    "gateway-s3-cache-https",
+                    protocol,
+                    Some(&coordinator_url),
+                    GatewayVariant {
+                        tls: Some(&tls),
+                        ..GatewayVariant::PLAIN
+                    },
+                )
+                .await?;
+            self.arms.push(PendingArm {
+                name: "S3, cache over HTTPS".into(),
+                key: "s3-cache-https".into(),
+                protocol,
+                path: "cache",
+                target: target(protocol, &https.url, self.object, client_auth(protocol)?)?
+                    .over_tls(tls.client()),
+                pids: cluster_pids(&https),
+                with_children: false,
+            });
+            self.gateways.push(https);
         }
         self.clusters.push((coordinator, worker));
         Ok(())
@@ -615,8 +708,10 @@ impl<'a> Deployer<'a> {
                 &format!("gateway-{p}-origin"),
                 protocol,
                 None,
-                false,
-                false,
+                GatewayVariant {
+                    local_reads: false,
+                    ..GatewayVariant::PLAIN
+                },
             )
             .await?;
         self.arms.push(PendingArm {
@@ -653,20 +748,32 @@ impl<'a> Deployer<'a> {
         let workers = args
             .nginx_workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        for (sendfile, name, key, folder) in [
+        let mut kinds = vec![
             (
                 true,
+                None,
                 "peer: nginx slice cache (S3, anonymous)",
                 "nginx-slice-cache",
                 "nginx",
             ),
             (
                 false,
+                None,
                 "peer: nginx slice cache, sendfile off",
                 "nginx-slice-cache-copy",
                 "nginx-copy",
             ),
-        ] {
+        ];
+        if let Some(tls) = &self.tls {
+            kinds.push((
+                true,
+                Some(tls.clone()),
+                "peer: nginx slice cache over HTTPS",
+                "nginx-slice-cache-https",
+                "nginx-https",
+            ));
+        }
+        for (sendfile, tls, name, key, folder) in kinds {
             progress(&format!("starting {name} ({})", binary.display()));
             let n = Nginx::start(
                 &binary,
@@ -675,14 +782,19 @@ impl<'a> Deployer<'a> {
                 args.range_size,
                 workers,
                 sendfile,
+                tls.as_ref(),
             )
             .await?;
+            let mut arm_target = target(Backend::S3, &n.url, self.object, Auth::Anonymous)?;
+            if let Some(tls) = &tls {
+                arm_target = arm_target.over_tls(tls.client());
+            }
             self.arms.push(PendingArm {
                 name: name.into(),
                 key: key.into(),
                 protocol: Backend::S3,
                 path: "nginx",
-                target: target(Backend::S3, &n.url, self.object, Auth::Anonymous)?,
+                target: arm_target,
                 pids: vec![("nginx", n.process.pid())],
                 with_children: true,
             });
@@ -748,6 +860,15 @@ async fn warm(
             "warming {name}: each of {} ranges once",
             expected.len()
         ));
+        if let Some(tls) = &target.tls {
+            match tls.agreed(&target.connect).await {
+                Ok(agreed) => progress(&format!("{name}: TLS agreed {agreed}")),
+                Err(e) => {
+                    eprintln!("{name}: {e}");
+                    return None;
+                }
+            }
+        }
         let target = Arc::new(target);
         let warm = run_load(LoadSpec {
             target: target.clone(),
@@ -984,6 +1105,19 @@ fn target(
     })
 }
 
+/// `--objects`' distinct objects (more than one): a generated set under
+/// `bench/small/` in the bench's bucket, every object --object-size bytes.
+fn small_set(args: &Args) -> Option<GeneratedSet> {
+    (args.objects > 1).then(|| GeneratedSet {
+        bucket: "bench".into(),
+        prefix: "small/".into(),
+        count: args.objects,
+        min_size: args.object_size,
+        max_size: args.object_size,
+        seed: 5,
+    })
+}
+
 fn human_bytes(b: u64) -> String {
     if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{} MiB", b >> 20)
@@ -1043,6 +1177,7 @@ fn round_json(
         "range_bytes": args.range_size,
         "object_bytes": args.object_size,
         "whole_object": args.whole_object,
+        "objects": args.objects,
         "requests": o.requests,
         "elapsed_s": o.elapsed.as_secs_f64(),
         "rps": o.rps(),
@@ -1153,6 +1288,7 @@ fn summary_json(args: &Args, host: &HostInfo, arm: &Arm, s: &ArmSummary) -> serd
         "range_bytes": args.range_size,
         "object_bytes": args.object_size,
         "whole_object": args.whole_object,
+        "objects": args.objects,
         "rps_median": median(&s.rps),
         "rps_min": lo,
         "rps_max": hi,
@@ -1180,7 +1316,13 @@ fn render(
     took: Duration,
     loads: (Option<f64>, Option<f64>),
 ) -> String {
-    let workload = if args.whole_object {
+    let workload = if args.objects > 1 {
+        format!(
+            "Whole GETs of {} distinct {} objects, one at random each",
+            thousands(args.objects as f64),
+            human_bytes(args.object_size)
+        )
+    } else if args.whole_object {
         format!("Whole GETs of a {} object", human_bytes(args.object_size))
     } else {
         format!(

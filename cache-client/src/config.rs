@@ -75,6 +75,9 @@ pub struct CacheClientConfig {
     /// block file's descriptor for cached reads (the co-located fast path). `false`
     /// reads every worker over TCP.
     pub local_reads: bool,
+    /// How long a handed-over block file is read again without asking its worker, and
+    /// how many are held ([`HeldFilesConfig`]; local reads only).
+    pub held_files: HeldFilesConfig,
 }
 
 impl CacheClientConfig {
@@ -110,6 +113,7 @@ impl CacheClientConfig {
             membership_refresh: Duration::from_secs(1),
             origin_fallback: None,
             local_reads: true,
+            held_files: HeldFilesConfig::default(),
         }
     }
 }

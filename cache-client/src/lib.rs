@@ -38,6 +38,7 @@ pub mod deadline;
 pub mod error;
 pub mod health;
 pub mod hedge;
+mod held_files;
 pub mod hello;
 pub mod hot_blocks;
 pub mod read_budget;
@@ -79,6 +80,7 @@ use crate::health::{Admission, Failure, WorkerHealth};
 pub use crate::health::{CircuitState, HealthConfig, WorkerHealthView};
 pub use crate::hedge::HedgeConfig;
 use crate::hedge::{HedgePlan, Hedging};
+pub use crate::held_files::HeldFilesConfig;
 pub use crate::hot_blocks::HotBlockConfig;
 use crate::hot_blocks::HotBlocks;
 use crate::membership::{
@@ -106,6 +108,8 @@ struct Inner {
     hedging: Hedging,
     /// Each block's recent read rate, and whose turn a hot block's next read is.
     hot: HotBlocks,
+    /// Block files co-located workers handed over, read again within their hold.
+    held: held_files::HeldFiles,
     /// What fail-open reads did.
     counters: FailOpenCounters,
     /// This client's name in its circuit reports to the coordinator.
@@ -234,6 +238,7 @@ impl CacheClient {
             health: WorkerHealth::new(config.health),
             hedging: Hedging::new(config.hedge),
             hot: HotBlocks::new(config.hot_blocks),
+            held: held_files::HeldFiles::new(config.held_files),
             counters: FailOpenCounters::default(),
             reader_id: reader_id(),
             created: Instant::now(),
@@ -250,6 +255,7 @@ impl CacheClient {
             loop {
                 tokio::time::sleep(period).await;
                 let Some(inner) = weak.upgrade() else { return };
+                inner.held.sweep(Instant::now());
                 refresh(&inner).await;
                 report_circuits(&inner).await;
             }
@@ -281,6 +287,13 @@ impl CacheClient {
             hedged: c.hedged.load(Ordering::Relaxed),
             hedges_won: c.hedges_won.load(Ordering::Relaxed),
         }
+    }
+
+    /// Pieces read from block files that co-located workers handed over, without
+    /// asking them again ([`HeldFilesConfig`]), since this client was made; and how many
+    /// such files are held now.
+    pub fn held_file_stats(&self) -> (u64, usize) {
+        self.inner.held.stats()
     }
 
     /// Reads of hot blocks sent to an owner other than the block's first

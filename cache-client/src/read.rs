@@ -157,7 +157,11 @@ pub(crate) struct Piece {
 /// # Errors
 /// [`CacheClientError::Unavailable`] when the file is shorter than the piece or
 /// cannot be read: the piece is then asked of the next worker.
-pub(crate) async fn read_handed_off(file: std::fs::File, offset: u64, len: u32) -> Result<Bytes> {
+pub(crate) async fn read_handed_off(
+    file: Arc<std::fs::File>,
+    offset: u64,
+    len: u32,
+) -> Result<Bytes> {
     let len = len as usize;
     let mut buf: Vec<u8> = Vec::with_capacity(len);
     let unreadable = |e: std::io::Error| {
@@ -178,7 +182,7 @@ pub(crate) async fn read_handed_off(file: std::fs::File, offset: u64, len: u32) 
         buf = tokio::task::spawn_blocking(move || {
             while buf.len() < len {
                 let at = offset + buf.len() as u64;
-                match rustix::io::pread(&file, rustix::buffer::spare_capacity(&mut buf), at) {
+                match rustix::io::pread(&*file, rustix::buffer::spare_capacity(&mut buf), at) {
                     Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
                     Ok(_) | Err(rustix::io::Errno::INTR) => {}
                     Err(e) => return Err(std::io::Error::from(e)),
@@ -565,9 +569,20 @@ impl CacheClient {
         until: Instant,
         started: Option<oneshot::Sender<()>>,
     ) -> Result<Answer> {
-        let asked_at = match request {
-            Message::ReadRange(r) => r.offset,
-            _ => u64::MAX,
+        let asked = match request {
+            Message::ReadRange(r) => {
+                if let Some(bytes) = self.inner.held.read(&r.block, r.offset, r.len) {
+                    if let Some(started) = started {
+                        let _ = started.send(());
+                    }
+                    return Ok(Answer::Data {
+                        bytes,
+                        from_origin: false,
+                    });
+                }
+                Some(r)
+            }
+            _ => None,
         };
         match self.ask_worker(addr, request, until, started).await {
             Ok(Answer::File {
@@ -575,7 +590,13 @@ impl CacheClient {
                 offset,
                 len,
                 from_origin,
-            }) if offset == asked_at && u64::from(len) == want => {
+            }) if asked.is_some_and(|r| r.offset == offset) && u64::from(len) == want => {
+                let file = Arc::new(file);
+                if let Some(r) = asked {
+                    self.inner
+                        .held
+                        .vouch(&r.block, &file, offset..offset + u64::from(len));
+                }
                 read_handed_off(file, offset, len)
                     .await
                     .map(|bytes| Answer::Data { bytes, from_origin })
@@ -924,13 +945,13 @@ mod handed_off_tests {
             (3 * 1024 * 1024, 5),
             (7, 1),
         ] {
-            let got = read_handed_off(file.try_clone().unwrap(), offset, len)
+            let got = read_handed_off(Arc::new(file.try_clone().unwrap()), offset, len)
                 .await
                 .unwrap();
             let range = offset as usize..offset as usize + len as usize;
             assert!(got[..] == bytes[range], "piece at {offset} of {len}");
         }
-        let past = read_handed_off(file.try_clone().unwrap(), 3 * 1024 * 1024, 6).await;
+        let past = read_handed_off(Arc::new(file.try_clone().unwrap()), 3 * 1024 * 1024, 6).await;
         assert!(
             matches!(past, Err(CacheClientError::Unavailable(_))),
             "{past:?}"

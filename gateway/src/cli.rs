@@ -259,6 +259,13 @@ pub struct Args {
     /// two (`--local-reads false`: every worker over TCP).
     #[arg(long, env = "TALON_GATEWAY_LOCAL_READS", default_value_t = true, action = clap::ArgAction::Set)]
     local_reads: bool,
+    /// With local reads: how long, in milliseconds, a block file a worker handed over
+    /// is read again without asking it (only the bytes it vouched for, and only while
+    /// the file is unchanged; up to 4,096 files and an eighth of the open-files limit);
+    /// 0 asks the worker for every piece. It
+    /// bounds how long an evicted block's disk space can outlive its eviction.
+    #[arg(long, env = "TALON_GATEWAY_HELD_FILE_MS", default_value_t = 1000)]
+    held_file_ms: u64,
 
     /// Client identities and what each may do (JSON: {"s3": [{"access_key", "secret_key",
     /// "grants": [{"bucket", "prefix", "actions": ["read", "list", "write", "delete",
@@ -483,6 +490,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 config.origin_fallback = Some(origins.clone());
             }
             config.local_reads = args.local_reads;
+            config.held_files.hold = Duration::from_millis(args.held_file_ms);
             config.max_request_bytes = args.piece_size.max(4096);
             config.read_window = args.read_window.max(1);
             config.deadlines = talon_cache_client::DeadlineBudget::from_total(

@@ -400,6 +400,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                                 &cache.worker_health(),
                             );
                             gw.metrics.hot_reads_spread(cache.hot_reads_spread());
+                            gw.metrics.held_block_files(cache.held_file_stats());
                         }
                         (
                             [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],

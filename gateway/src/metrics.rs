@@ -64,6 +64,7 @@ pub struct GatewayMetrics {
     deadlines_missed: Family<[(&'static str, String); 1], Gauge>,
     stale_served: Counter,
     hot_reads_spread: Gauge,
+    held_block_files: Family<[(&'static str, &'static str); 1], Gauge>,
     cluster_rules: Family<[(&'static str, &'static str); 1], Gauge>,
     identities_reloads: Family<[(&'static str, &'static str); 1], Counter>,
     origin_credentials: Family<[(&'static str, &'static str); 2], Gauge>,
@@ -96,6 +97,7 @@ impl GatewayMetrics {
             deadlines_missed: Family::default(),
             stale_served: Counter::default(),
             hot_reads_spread: Gauge::default(),
+            held_block_files: Family::default(),
             cluster_rules: Family::default(),
             identities_reloads: Family::default(),
             origin_credentials: Family::default(),
@@ -187,6 +189,11 @@ impl GatewayMetrics {
                 "Reads of hot blocks sent to an owner other than the block's first (--hot-block-owners), since start",
                 m.hot_reads_spread.clone(),
             );
+            r.register(
+                "held_block_files",
+                "Block files co-located workers handed over and this gateway reads again within their hold (--held-file-ms): what=reads, the pieces read from them without asking a worker since start; what=held, the files held now",
+                m.held_block_files.clone(),
+            );
         }
         m
     }
@@ -272,6 +279,18 @@ impl GatewayMetrics {
     pub fn hot_reads_spread(&self, reads: u64) {
         self.hot_reads_spread
             .set(i64::try_from(reads).unwrap_or(i64::MAX));
+    }
+
+    /// Records the pieces read from held block files and the files held now (read when
+    /// `/metrics` is served).
+    pub fn held_block_files(&self, (reads, held): (u64, usize)) {
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.held_block_files
+            .get_or_create(&[("what", "reads")])
+            .set(gauge(reads));
+        self.held_block_files
+            .get_or_create(&[("what", "held")])
+            .set(gauge(held as u64));
     }
 
     /// Records the cache client's fail-open tallies and each worker's circuit (read

@@ -475,6 +475,10 @@ impl Cluster {
 
     /// A cache client of this cluster, its configuration adjusted by `adjust` first.
     ///
+    /// It holds no handed-over block file (`held_files.hold` zero): these suites check
+    /// the workers, so every piece is asked of one, on TCP and on the local socket
+    /// alike; a test of the held files sets a hold itself.
+    ///
     /// # Panics
     /// When it cannot connect.
     pub async fn client_with(&self, adjust: impl FnOnce(&mut CacheClientConfig)) -> CacheClient {
@@ -483,6 +487,7 @@ impl Cluster {
             self.config.geometry,
             self.cluster_secret().clone(),
         );
+        config.held_files.hold = Duration::ZERO;
         config.membership_refresh = Duration::from_millis(100);
         config.max_request_bytes = self.config.geometry.block_size();
         if self.config.origin_fallback {

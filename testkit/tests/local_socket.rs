@@ -111,6 +111,109 @@ async fn cached_reads_on_this_host_are_handed_off_and_equal_the_origins_bytes() 
     );
 }
 
+/// A client whose held files last a minute, so that no hold ends during a test.
+async fn holding_client(cluster: &Cluster) -> talon_cache_client::CacheClient {
+    cluster
+        .client_with(|c| c.held_files.hold = Duration::from_secs(60))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
+    let size = 2 * BLOCK + 5 * PAGE;
+    let object = GeneratedObject::new("data", "held.bin", size, 43);
+    let cluster = local_cluster(1, &object).await;
+    let id = ObjectId::s3("data", "held.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let client = holding_client(&cluster).await;
+    let handoffs = || sum_metric(&cluster, "talon_worker_file_handoffs_total");
+    let read = |range: std::ops::Range<u64>| {
+        let (client, id, version, object) =
+            (client.clone(), id.clone(), version.clone(), object.clone());
+        async move {
+            let bytes = read_through(&client, &id, &version, size, range.clone())
+                .await
+                .unwrap("read");
+            assert!(bytes == expected(&object, range.clone()), "{range:?}");
+        }
+    };
+    read(0..size).await;
+    cluster.fills_settled().await;
+    // The first hits are handed over, and vouch for what they name.
+    let before = handoffs();
+    read(PAGE..BLOCK + 3).await;
+    let vouched = handoffs();
+    assert!(vouched > before, "hits on the local socket are handed off");
+    let (held_reads, held) = client.held_file_stats();
+    assert_eq!(held, 2, "one file per block");
+    // Within what was vouched: read again from the held files, the worker not asked.
+    for _ in 0..5 {
+        read(PAGE + 100..BLOCK).await;
+        read(BLOCK..BLOCK + 3).await;
+    }
+    assert_eq!(handoffs(), vouched, "no worker was asked");
+    assert_eq!(client.held_file_stats().0, held_reads + 10);
+    // Bytes never vouched for are asked of the worker, then held too.
+    read(0..PAGE).await;
+    assert_eq!(handoffs(), vouched + 1.0);
+    read(0..10).await;
+    assert_eq!(handoffs(), vouched + 1.0);
+    // With no hold, every piece is asked.
+    let asking = cluster
+        .client_with(|c| c.held_files.hold = Duration::ZERO)
+        .await;
+    for _ in 0..3 {
+        let bytes = read_through(&asking, &id, &version, size, 0..10)
+            .await
+            .unwrap("no hold");
+        assert!(bytes == expected(&object, 0..10));
+    }
+    assert_eq!(handoffs(), vouched + 4.0);
+    assert_eq!(asking.held_file_stats(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_file_changed_behind_the_workers_back_is_not_read_again() {
+    let object = GeneratedObject::new("data", "rot.bin", BLOCK, 44);
+    let cluster = local_cluster(1, &object).await;
+    let id = ObjectId::s3("data", "rot.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let client = holding_client(&cluster).await;
+    let all = 0..BLOCK;
+    let first = read_through(&client, &id, &version, BLOCK, all.clone())
+        .await
+        .unwrap("fill");
+    assert!(first == expected(&object, all.clone()));
+    cluster.fills_settled().await;
+    let hit = read_through(&client, &id, &version, BLOCK, all.clone())
+        .await
+        .unwrap("hit");
+    assert!(hit == expected(&object, all.clone()));
+    assert_eq!(client.held_file_stats().1, 1, "the block's file is held");
+
+    // Bit rot "repaired" by someone else: bytes of a vouched page rewritten in place.
+    // Writing moves the file's modification time; set explicitly, as the file clock
+    // may not tick between the fill and this write.
+    let path = cluster.block_file(0, &cluster.block_id(&id, &version, 0));
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&[0xAA; 64], PAGE + 10).unwrap();
+    file.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(7))
+        .unwrap();
+    drop(file);
+    let gets = cluster.origin_gets();
+    let again = read_through(&client, &id, &version, BLOCK, all.clone())
+        .await
+        .unwrap("after the change");
+    assert!(
+        again == expected(&object, all),
+        "the changed file was not read from the held descriptor"
+    );
+    assert!(
+        cluster.origin_gets() > gets,
+        "the worker re-verified the page, dropped it and fetched it again"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_off_block_file_keeps_its_bytes_after_eviction() {
     // Room for about three blocks: reading five more evicts the first. Every fill is

@@ -1085,8 +1085,8 @@ mod tests {
         assert!(auth.contains("range"), "the range is signed: {auth}");
     }
 
-    #[test]
-    fn azure_requests_carry_x_ms_range_and_a_shared_key_that_verifies() {
+    /// An Azure target signing with the emulator's account key, and the key.
+    fn azure_target() -> (ObjectTarget, AccountKey) {
         let key = AccountKey::from_base64(talon_origin_stub::EMULATOR_AZURE_KEY)
             .unwrap_or_else(|e| panic!("{}", e.message()));
         let t = ObjectTarget::azure(
@@ -1099,77 +1099,59 @@ mod tests {
             },
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(t.path, "/devstoreaccount1/bench/obj.bin");
-        let req = t.get(Some(0..10)).unwrap_or_else(|e| panic!("{e}"));
-        let h = req.headers();
-        assert_eq!(h["x-ms-range"], "bytes=0-9");
-        let (account, signature) = shared_key::parse_authorization(h)
+        (t, key)
+    }
+
+    /// Whether the server-side Shared Key check accepts `req`'s signature for `raw_path`.
+    fn shared_key_verifies(req: &Request<Empty<Bytes>>, raw_path: &str, key: &AccountKey) -> bool {
+        let (account, signature) = shared_key::parse_authorization(req.headers())
             .ok()
             .flatten()
             .unwrap_or_else(|| panic!("no Shared Key header"));
         let parts = SharedKeyParts {
             method: "GET",
-            raw_path: &t.path,
+            raw_path,
             raw_query: "",
-            headers: h,
+            headers: req.headers(),
         };
+        shared_key::verify(
+            &parts,
+            "devstoreaccount1",
+            key,
+            &account,
+            &signature,
+            std::time::SystemTime::now(),
+        )
+        .is_ok()
+    }
+
+    #[test]
+    fn azure_requests_carry_x_ms_range_and_a_shared_key_that_verifies() {
+        let (t, key) = azure_target();
+        assert_eq!(t.path, "/devstoreaccount1/bench/obj.bin");
+        let req = t.get(Some(0..10)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(req.headers()["x-ms-range"], "bytes=0-9");
         assert!(
-            shared_key::verify(
-                &parts,
-                "devstoreaccount1",
-                &key,
-                &account,
-                &signature,
-                std::time::SystemTime::now()
-            )
-            .is_ok(),
+            shared_key_verifies(&req, &t.path, &key),
             "the server-side check accepts the client's signature"
         );
     }
 
     #[test]
     fn another_key_is_asked_for_in_the_same_container_and_signed_for_its_own_path() {
-        let key = AccountKey::from_base64(talon_origin_stub::EMULATOR_AZURE_KEY)
-            .unwrap_or_else(|e| panic!("{}", e.message()));
-        let t = ObjectTarget::azure(
-            "http://127.0.0.1:10000/devstoreaccount1",
-            "bench",
-            "obj.bin",
-            Auth::SharedKey {
-                account: "devstoreaccount1".into(),
-                key: key.clone(),
-            },
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let (t, key) = azure_target();
         let req = t
             .get_key(Some("small/0000007"), None)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(req.uri().path(), "/devstoreaccount1/bench/small/0000007");
         assert!(!req.headers().contains_key("x-ms-range"));
-        let (account, signature) = shared_key::parse_authorization(req.headers())
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| panic!("no Shared Key header"));
-        let check = |raw_path: &str| {
-            let parts = SharedKeyParts {
-                method: "GET",
-                raw_path,
-                raw_query: "",
-                headers: req.headers(),
-            };
-            shared_key::verify(
-                &parts,
-                "devstoreaccount1",
-                &key,
-                &account,
-                &signature,
-                std::time::SystemTime::now(),
-            )
-            .is_ok()
-        };
-        assert!(check("/devstoreaccount1/bench/small/0000007"));
+        assert!(shared_key_verifies(
+            &req,
+            "/devstoreaccount1/bench/small/0000007",
+            &key
+        ));
         assert!(
-            !check(&t.path),
+            !shared_key_verifies(&req, &t.path, &key),
             "the signature is the other object's, not the target's"
         );
         let own = t

@@ -570,18 +570,7 @@ impl CacheClient {
         started: Option<oneshot::Sender<()>>,
     ) -> Result<Answer> {
         let asked = match request {
-            Message::ReadRange(r) => {
-                if let Some(bytes) = self.inner.held.read(&r.block, r.offset, r.len) {
-                    if let Some(started) = started {
-                        let _ = started.send(());
-                    }
-                    return Ok(Answer::Data {
-                        bytes,
-                        from_origin: false,
-                    });
-                }
-                Some(r)
-            }
+            Message::ReadRange(r) => Some(r),
             _ => None,
         };
         match self.ask_worker(addr, request, until, started).await {
@@ -771,8 +760,15 @@ impl CacheClient {
             self.inner.config.geometry.block_size(),
         )
         .map_err(|e| CacheClientError::InvalidRequest(e.to_string()))?;
-        u32::try_from(piece.len)
+        let len = u32::try_from(piece.len)
             .map_err(|_| CacheClientError::InvalidRequest("piece too large".into()))?;
+        // Bytes a worker on this host vouched for within the hold are read from its held
+        // file, before any owner is chosen: no request, and nothing said to a circuit, a
+        // probe, hedge timing or the hot-block counts (an answer no worker gave must
+        // not keep a dead worker's circuit closed).
+        if let Some(bytes) = self.inner.held.read(&block, piece.offset, len) {
+            return Ok((bytes, PieceSource::Hit));
+        }
         let placement = self.placement();
         let key = block.placement_key();
         let spread = self.inner.hot.owners();

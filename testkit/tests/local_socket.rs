@@ -14,7 +14,7 @@ use talon_core::cluster_auth::{ClusterSecret, Role};
 use talon_core::wire::ReadRangeRequest;
 use talon_core::{Message, ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
-use talon_testkit::{Cluster, ClusterConfig, expected, read_through};
+use talon_testkit::{Cluster, ClusterConfig, expected, read_through, wait_for};
 
 const PAGE: u64 = 16 << 10;
 const BLOCK: u64 = 256 << 10;
@@ -111,6 +111,20 @@ async fn cached_reads_on_this_host_are_handed_off_and_equal_the_origins_bytes() 
     );
 }
 
+/// Waits until the workers have counted `n` file handoffs (a worker counts one after
+/// its frame is sent, so the reader may finish first), and says how many they counted.
+async fn handoffs_reach(cluster: &Cluster, n: f64) -> f64 {
+    wait_for(
+        &format!("{n} file handoffs counted"),
+        Duration::from_secs(10),
+        || async {
+            let now = sum_metric(cluster, "talon_worker_file_handoffs_total");
+            (now >= n).then_some(now)
+        },
+    )
+    .await
+}
+
 /// A client whose held files last a minute, so that no hold ends during a test.
 async fn holding_client(cluster: &Cluster) -> talon_cache_client::CacheClient {
     cluster
@@ -142,8 +156,13 @@ async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
     // The first hits are handed over, and vouch for what they name.
     let before = handoffs();
     read(PAGE..BLOCK + 3).await;
-    let vouched = handoffs();
-    assert!(vouched > before, "hits on the local socket are handed off");
+    // Two pieces (one per block), each handed off.
+    let vouched = handoffs_reach(&cluster, before + 2.0).await;
+    assert_eq!(
+        vouched,
+        before + 2.0,
+        "hits on the local socket are handed off"
+    );
     let (held_reads, held) = client.held_file_stats();
     assert_eq!(held, 2, "one file per block");
     // Within what was vouched: read again from the held files, the worker not asked.
@@ -155,7 +174,7 @@ async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
     assert_eq!(client.held_file_stats().0, held_reads + 10);
     // Bytes never vouched for are asked of the worker, then held too.
     read(0..PAGE).await;
-    assert_eq!(handoffs(), vouched + 1.0);
+    assert_eq!(handoffs_reach(&cluster, vouched + 1.0).await, vouched + 1.0);
     read(0..10).await;
     assert_eq!(handoffs(), vouched + 1.0);
     // With no hold, every piece is asked.
@@ -168,8 +187,51 @@ async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
             .unwrap("no hold");
         assert!(bytes == expected(&object, 0..10));
     }
-    assert_eq!(handoffs(), vouched + 4.0);
+    assert_eq!(handoffs_reach(&cluster, vouched + 4.0).await, vouched + 4.0);
     assert_eq!(asking.held_file_stats(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_from_a_held_file_do_not_keep_a_dead_workers_circuit_closed() {
+    let object = GeneratedObject::new("data", "dead.bin", BLOCK, 45);
+    let mut cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object.clone()],
+        local_sockets: true,
+        origin_fallback: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let id = ObjectId::s3("data", "dead.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let client = holding_client(&cluster).await;
+    let read = |range: std::ops::Range<u64>| {
+        let (client, id, version, object) =
+            (client.clone(), id.clone(), version.clone(), object.clone());
+        async move {
+            let bytes = read_through(&client, &id, &version, BLOCK, range.clone())
+                .await
+                .unwrap("read");
+            assert!(bytes == expected(&object, range.clone()), "{range:?}");
+        }
+    };
+    read(0..BLOCK).await;
+    cluster.fills_settled().await;
+    read(PAGE..2 * PAGE).await;
+    assert_eq!(client.held_file_stats().1, 1, "the block's file is held");
+    cluster.kill_worker(0);
+    // Held bytes keep coming from the held file; the rest fails on the dead worker and
+    // comes from the origin. The held reads are no answer of the worker's: its failures
+    // stay consecutive and its circuit opens.
+    for _ in 0..3 {
+        read(PAGE..2 * PAGE).await;
+        read(0..PAGE).await;
+    }
+    let views = client.worker_health();
+    assert!(
+        views.iter().any(|w| w.opened >= 1),
+        "the dead worker's circuit opened: {views:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -125,6 +125,21 @@ async fn handoffs_reach(cluster: &Cluster, n: f64) -> f64 {
     .await
 }
 
+/// Reads `range` of `object` (`size` bytes) through `client` and checks its bytes.
+async fn read_checked(
+    client: &talon_cache_client::CacheClient,
+    object: &GeneratedObject,
+    size: u64,
+    range: std::ops::Range<u64>,
+) {
+    let id = ObjectId::s3(&object.bucket, &object.key).unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let bytes = read_through(client, &id, &version, size, range.clone())
+        .await
+        .unwrap("read");
+    assert!(bytes == expected(object, range.clone()), "{range:?}");
+}
+
 /// A client whose held files last a minute, so that no hold ends during a test.
 async fn holding_client(cluster: &Cluster) -> talon_cache_client::CacheClient {
     cluster
@@ -141,16 +156,7 @@ async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
     let version = ObjectVersion::from_etag(&object.etag()).unwrap();
     let client = holding_client(&cluster).await;
     let handoffs = || sum_metric(&cluster, "talon_worker_file_handoffs_total");
-    let read = |range: std::ops::Range<u64>| {
-        let (client, id, version, object) =
-            (client.clone(), id.clone(), version.clone(), object.clone());
-        async move {
-            let bytes = read_through(&client, &id, &version, size, range.clone())
-                .await
-                .unwrap("read");
-            assert!(bytes == expected(&object, range.clone()), "{range:?}");
-        }
-    };
+    let read = |range| read_checked(&client, &object, size, range);
     read(0..size).await;
     cluster.fills_settled().await;
     // The first hits are handed over, and vouch for what they name.
@@ -202,19 +208,8 @@ async fn reads_from_a_held_file_do_not_keep_a_dead_workers_circuit_closed() {
         ..ClusterConfig::default()
     })
     .await;
-    let id = ObjectId::s3("data", "dead.bin").unwrap();
-    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
     let client = holding_client(&cluster).await;
-    let read = |range: std::ops::Range<u64>| {
-        let (client, id, version, object) =
-            (client.clone(), id.clone(), version.clone(), object.clone());
-        async move {
-            let bytes = read_through(&client, &id, &version, BLOCK, range.clone())
-                .await
-                .unwrap("read");
-            assert!(bytes == expected(&object, range.clone()), "{range:?}");
-        }
-    };
+    let read = |range| read_checked(&client, &object, BLOCK, range);
     read(0..BLOCK).await;
     cluster.fills_settled().await;
     read(PAGE..2 * PAGE).await;

@@ -9,7 +9,8 @@
 //! of a cached read's cost after the bytes themselves). What is held, and for how long:
 //!
 //! - each block's descriptor (the first one handed over) with the byte ranges vouched
-//!   for it (only those: other pages of the file may be absent), for
+//!   for it (only those: other pages of the file may be absent; at most 256 separate
+//!   ranges, merged as they meet), for
 //!   [`HeldFilesConfig::hold`] after the last handoff; then the next read asks the
 //!   worker, and its handoff of the same, unchanged file renews the hold with every
 //!   range vouched before (a hot block's reads then reach its worker about once a hold,
@@ -95,7 +96,12 @@ struct Held {
     until_ms: AtomicU64,
 }
 
-/// Adds `range` to `ranges` (sorted, disjoint, not touching), merging what it meets.
+/// Most separate vouched ranges one held file keeps (16 bytes each): small reads
+/// scattered over a large block stop being held past it, rather than growing the list.
+const MAX_VOUCHED_RANGES: usize = 256;
+
+/// Adds `range` to `ranges` (sorted, disjoint, not touching), merging what it meets; a
+/// range that would be one more past [`MAX_VOUCHED_RANGES`] is not added.
 fn add_range(ranges: &mut Vec<Range<u64>>, range: Range<u64>) {
     if range.is_empty() {
         return;
@@ -108,6 +114,9 @@ fn add_range(ranges: &mut Vec<Range<u64>>, range: Range<u64>) {
         merged.start = merged.start.min(ranges[last].start);
         merged.end = merged.end.max(ranges[last].end);
         last += 1;
+    }
+    if last == first && ranges.len() >= MAX_VOUCHED_RANGES {
+        return;
     }
     ranges.splice(first..last, std::iter::once(merged));
 }
@@ -329,6 +338,21 @@ mod tests {
         assert!(covers(&r, &(10..20)) && covers(&r, &(0..1)) && covers(&r, &(12..15)));
         assert!(!covers(&r, &(4..11)) && !covers(&r, &(5..6)) && !covers(&r, &(19..21)));
         assert!(!covers(&r, &(20..30)) && !covers(&[], &(0..1)));
+    }
+
+    #[test]
+    fn scattered_ranges_stop_being_kept_at_the_bound_but_still_merge() {
+        let mut r = Vec::new();
+        for i in 0..MAX_VOUCHED_RANGES as u64 + 10 {
+            add_range(&mut r, i * 100..i * 100 + 10);
+        }
+        assert_eq!(r.len(), MAX_VOUCHED_RANGES);
+        let past = MAX_VOUCHED_RANGES as u64 * 100;
+        assert!(!covers(&r, &(past..past + 10)), "one more was not kept");
+        // A range joining kept ones still merges (the list only shrinks).
+        add_range(&mut r, 5..105);
+        assert_eq!(r.len(), MAX_VOUCHED_RANGES - 1);
+        assert!(covers(&r, &(0..110)));
     }
 
     #[test]

@@ -159,6 +159,7 @@ async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
     let read = |range| read_checked(&client, &object, size, range);
     read(0..size).await;
     cluster.fills_settled().await;
+    let origin = (cluster.origin_gets(), cluster.origin_heads());
     // The first hits are handed over, and vouch for what they name.
     let before = handoffs();
     read(PAGE..BLOCK + 3).await;
@@ -195,6 +196,11 @@ async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
     }
     assert_eq!(handoffs_reach(&cluster, vouched + 4.0).await, vouched + 4.0);
     assert_eq!(asking.held_file_stats(), (0, 0));
+    assert_eq!(
+        (cluster.origin_gets(), cluster.origin_heads()),
+        origin,
+        "every read after the fill was a hit: the origin was asked nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,8 +225,18 @@ async fn reads_from_a_held_file_do_not_keep_a_dead_workers_circuit_closed() {
     // comes from the origin. The held reads are no answer of the worker's: its failures
     // stay consecutive and its circuit opens.
     for _ in 0..3 {
+        let origin = (cluster.origin_gets(), cluster.origin_heads());
         read(PAGE..2 * PAGE).await;
+        assert_eq!(
+            (cluster.origin_gets(), cluster.origin_heads()),
+            origin,
+            "a held read asks the origin nothing"
+        );
         read(0..PAGE).await;
+        assert!(
+            cluster.origin_gets() > origin.0,
+            "the rest comes from the origin"
+        );
     }
     let views = client.worker_health();
     assert!(

@@ -129,6 +129,12 @@ pub struct ReadOptions {
     /// reader that promises "the cache or an error" (the gateway's `cache-only` route)
     /// says no.
     pub origin_fallback: bool,
+    /// Whether the caller only hands the bytes to the kernel — writes them untouched to
+    /// a plain (not TLS) socket, digesting or collecting none of them — so that pieces
+    /// may be served from a read-only mapping of a held block file
+    /// ([`HeldFilesConfig::map_files`]), copied once. Such bytes must not be read in
+    /// user space: a file truncated behind its worker's back faults there (`SIGBUS`).
+    pub kernel_copies_only: bool,
 }
 
 impl Default for ReadOptions {
@@ -136,6 +142,7 @@ impl Default for ReadOptions {
         ReadOptions {
             reader: None,
             origin_fallback: true,
+            kernel_copies_only: false,
         }
     }
 }

@@ -24,6 +24,17 @@
 //!   sweep a hold after its hold ended (sweeps run with reads, handoffs and each
 //!   membership refresh), so within about three holds.
 //!
+//! A read whose bytes only the kernel touches — written untouched to a plain socket
+//! ([`ReadOptions::kernel_copies_only`](crate::ReadOptions)) — is served from a
+//! read-only shared mapping of the held file (made once per held file, unmapped when
+//! the last piece served from it is dropped): the socket write then copies each byte
+//! once, from the page cache, where a read into a buffer copied it twice. Its pages are
+//! checked to be in the page cache first (`mincore`), as the copying read is
+//! (`RWF_NOWAIT`), so that no runtime thread waits for the disk. Bytes of a mapping
+//! must not be read in user space: a file truncated behind the worker's back (the
+//! worker never truncates one) faults a user-space read (`SIGBUS`), where the kernel's
+//! copy fails the write (`EFAULT`) and the client sees a cut body.
+//!
 //! The hold bounds what the shortcut costs: how long an evicted file's disk space can
 //! outlive its eviction, and how long a hot block's reads go unseen by its worker (its
 //! eviction order still sees at least one read per hold). A block is keyed by its
@@ -32,8 +43,9 @@
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -48,6 +60,9 @@ pub struct HeldFilesConfig {
     pub hold: Duration,
     /// Most block files held at once (each one open descriptor).
     pub max_files: usize,
+    /// Whether reads whose bytes only the kernel touches are served from a mapping of
+    /// the held file (one copy fewer); false copies every held read into a buffer.
+    pub map_files: bool,
 }
 
 impl Default for HeldFilesConfig {
@@ -55,8 +70,20 @@ impl Default for HeldFilesConfig {
         HeldFilesConfig {
             hold: Duration::from_secs(1),
             max_files: 4096,
+            map_files: true,
         }
     }
+}
+
+/// What a cache client's held block files served and hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldFileStats {
+    /// Pieces read from held files without asking a worker, since the client was made.
+    pub reads: u64,
+    /// Of those, pieces served from a file's mapping (copied once, by the kernel).
+    pub mapped_reads: u64,
+    /// Files held now.
+    pub held: usize,
 }
 
 /// What a file was when it was handed over; any change ends its hold.
@@ -94,6 +121,114 @@ struct Held {
     vouched: RwLock<Vec<Range<u64>>>,
     /// Milliseconds after the table's `created` until which it may be used.
     until_ms: AtomicU64,
+    /// The file's first `identity.size` bytes mapped, made at its first mapped read
+    /// (`None` inside: the file could not be mapped, and is read by copying).
+    mapping: OnceLock<Option<Arc<Mapping>>>,
+}
+
+impl Held {
+    fn mapping(&self) -> Option<&Arc<Mapping>> {
+        self.mapping
+            .get_or_init(|| Mapping::of(&self.file, self.identity.size).map(Arc::new))
+            .as_ref()
+    }
+}
+
+/// A read-only shared mapping of the start of a held file; unmapped when dropped.
+#[derive(Debug)]
+struct Mapping {
+    at: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only, its address and length fixed until drop, and
+// nothing in this process writes through it: sharing its address between threads is
+// sharing immutable memory.
+unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps the first `len` bytes of `file` (open for reading); `None` when empty or
+    /// when the kernel refuses (a file system without mappings).
+    fn of(file: &File, len: u64) -> Option<Mapping> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).ok().filter(|l| *l > 0)?;
+        // SAFETY: a new mapping at an address the kernel picks, overlapping nothing
+        // this process uses; read-only, so nothing here can write the file through it.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Mapping {
+            at: NonNull::new(at.cast())?,
+            len,
+        })
+    }
+
+    /// Whether every page of `range` (within the mapping) is in the page cache: the
+    /// kernel's copy from it then waits for no disk.
+    fn resident(&self, range: &Range<usize>) -> bool {
+        let page = rustix::param::page_size();
+        let mut at = range.start / page * page;
+        let mut pages = [0u8; 256];
+        while at < range.end {
+            let len = (range.end - at).min(pages.len() * page);
+            // SAFETY: `at` is page-aligned (the mapping starts on a page) and
+            // `at..at + len` lies within the mapping; `pages` has room for the
+            // `len.div_ceil(page)` bytes the kernel writes.
+            let rc = unsafe {
+                libc::mincore(
+                    self.at.as_ptr().add(at).cast(),
+                    len,
+                    pages.as_mut_ptr().cast(),
+                )
+            };
+            if rc != 0 || pages[..len.div_ceil(page)].iter().any(|p| p & 1 == 0) {
+                return false;
+            }
+            at += len;
+        }
+        true
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `of` made, unmapped once; no piece refers to it any more
+        // (each holds an `Arc` of it).
+        unsafe { libc::munmap(self.at.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Bytes of a held file served from its mapping: writing them to a socket copies them
+/// once, from the page cache.
+struct MappedPiece {
+    mapping: Arc<Mapping>,
+    range: Range<usize>,
+}
+
+impl AsRef<[u8]> for MappedPiece {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `range` lies within the mapping, which lives as long as `self`. The
+        // pages are vouched-for bytes of a block file, which the worker never rewrites
+        // nor truncates; only the kernel reads them (see the module's comment).
+        unsafe {
+            std::slice::from_raw_parts(
+                self.mapping.at.as_ptr().add(self.range.start),
+                self.range.len(),
+            )
+        }
+    }
 }
 
 /// Most separate vouched ranges one held file keeps (16 bytes each): small reads
@@ -136,6 +271,8 @@ pub(crate) struct HeldFiles {
     created: Instant,
     last_sweep_ms: AtomicU64,
     reads: AtomicU64,
+    /// Of `reads`, those served from a mapping.
+    mapped_reads: AtomicU64,
 }
 
 impl HeldFiles {
@@ -154,6 +291,7 @@ impl HeldFiles {
             created: Instant::now(),
             last_sweep_ms: AtomicU64::new(0),
             reads: AtomicU64::new(0),
+            mapped_reads: AtomicU64::new(0),
         }
     }
 
@@ -168,8 +306,16 @@ impl HeldFiles {
     /// `len` bytes at `offset` of `block`, read from its held file when a worker vouched
     /// for all of them within the hold, the file is unchanged and the bytes are in the
     /// page cache (a read that would wait for the disk is left to the worker, which
-    /// reads off the runtime's threads). `None`: ask the worker.
-    pub(crate) fn read(&self, block: &BlockId, offset: u64, len: u32) -> Option<Bytes> {
+    /// reads off the runtime's threads). With `kernel_copies_only` (the caller only
+    /// writes the bytes to a plain socket) they are served from the file's mapping.
+    /// `None`: ask the worker.
+    pub(crate) fn read(
+        &self,
+        block: &BlockId,
+        offset: u64,
+        len: u32,
+        kernel_copies_only: bool,
+    ) -> Option<Bytes> {
         if !self.enabled() {
             return None;
         }
@@ -194,6 +340,22 @@ impl HeldFiles {
             return None;
         }
         let want = len as usize;
+        if kernel_copies_only
+            && self.config.map_files
+            && let Some(mapping) = held.mapping()
+        {
+            let start = usize::try_from(offset).ok()?;
+            let range = start..start.checked_add(want)?;
+            if range.end > mapping.len || !mapping.resident(&range) {
+                return None;
+            }
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            self.mapped_reads.fetch_add(1, Ordering::Relaxed);
+            return Some(Bytes::from_owner(MappedPiece {
+                mapping: Arc::clone(mapping),
+                range,
+            }));
+        }
         let mut buf: Vec<u8> = Vec::with_capacity(want);
         while buf.len() < want {
             match crate::read::read_cached(&held.file, &mut buf, offset, want) {
@@ -248,6 +410,7 @@ impl HeldFiles {
                 identity,
                 vouched: RwLock::new(vec![range]),
                 until_ms: AtomicU64::new(until),
+                mapping: OnceLock::new(),
             }),
         );
     }
@@ -279,9 +442,13 @@ impl HeldFiles {
             .retain(|_, held| now_ms < held.until_ms.load(Ordering::Relaxed).saturating_add(every));
     }
 
-    /// Pieces read from held files, and files held now.
-    pub(crate) fn stats(&self) -> (u64, usize) {
-        (self.reads.load(Ordering::Relaxed), self.files.len())
+    /// What held files served since this client was made, and hold now.
+    pub(crate) fn stats(&self) -> HeldFileStats {
+        HeldFileStats {
+            reads: self.reads.load(Ordering::Relaxed),
+            mapped_reads: self.mapped_reads.load(Ordering::Relaxed),
+            held: self.files.len(),
+        }
     }
 }
 
@@ -318,7 +485,14 @@ mod tests {
         HeldFiles::new(HeldFilesConfig {
             hold: Duration::from_millis(hold_ms),
             max_files: 8,
+            map_files: true,
         })
+    }
+
+    impl HeldFiles {
+        fn read_copied(&self, block: &BlockId, offset: u64, len: u32) -> Option<Bytes> {
+            self.read(block, offset, len, false)
+        }
     }
 
     #[test]
@@ -361,16 +535,20 @@ mod tests {
         let (_dir, _path, file) = file_of(&bytes);
         let h = held(60_000);
         let b = block(0);
-        assert_eq!(h.read(&b, 0, 100), None, "nothing vouched yet");
+        assert_eq!(h.read_copied(&b, 0, 100), None, "nothing vouched yet");
         h.vouch(&b, &file, 1000..3000);
-        assert_eq!(h.read(&b, 1000, 2000).unwrap(), &bytes[1000..3000]);
-        assert_eq!(h.read(&b, 1500, 10).unwrap(), &bytes[1500..1510]);
-        assert_eq!(h.read(&b, 2990, 20), None, "past what was vouched");
-        assert_eq!(h.read(&block(1 << 20), 1000, 10), None, "another block");
+        assert_eq!(h.read_copied(&b, 1000, 2000).unwrap(), &bytes[1000..3000]);
+        assert_eq!(h.read_copied(&b, 1500, 10).unwrap(), &bytes[1500..1510]);
+        assert_eq!(h.read_copied(&b, 2990, 20), None, "past what was vouched");
+        assert_eq!(
+            h.read_copied(&block(1 << 20), 1000, 10),
+            None,
+            "another block"
+        );
         // A second handoff of the same file adds its range.
         h.vouch(&b, &Arc::new(file.try_clone().unwrap()), 3000..5000);
-        assert_eq!(h.read(&b, 2990, 20).unwrap(), &bytes[2990..3010]);
-        assert_eq!(h.stats(), (3, 1));
+        assert_eq!(h.read_copied(&b, 2990, 20).unwrap(), &bytes[2990..3010]);
+        assert_eq!((h.stats().reads, h.stats().held), (3, 1));
     }
 
     #[test]
@@ -380,7 +558,7 @@ mod tests {
         let h = held(60_000);
         let b = block(0);
         h.vouch(&b, &file, 0..8192);
-        assert!(h.read(&b, 0, 4096).is_some());
+        assert!(h.read_copied(&b, 0, 4096).is_some());
         // Written in place behind the worker's back: the write moves the modification
         // time (set here explicitly, as the file clock may not tick between the two).
         let writer = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -389,23 +567,23 @@ mod tests {
             .set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1))
             .unwrap();
         assert_eq!(
-            h.read(&b, 0, 4096),
+            h.read_copied(&b, 0, 4096),
             None,
             "the file changed: ask the worker"
         );
-        assert_eq!(h.stats().1, 0, "and the file is no longer held");
+        assert_eq!(h.stats().held, 0, "and the file is no longer held");
         // Grown (another page filled): held again by the next handoff only.
         h.vouch(&b, &file, 0..8192);
-        assert!(h.read(&b, 0, 10).is_some());
+        assert!(h.read_copied(&b, 0, 10).is_some());
         writer.write_all_at(&[1u8; 10], 8192).unwrap();
-        assert_eq!(h.read(&b, 0, 10), None, "the file grew");
+        assert_eq!(h.read_copied(&b, 0, 10), None, "the file grew");
 
         let (_dir2, path2, file2) = file_of(&bytes);
         h.vouch(&b, &file2, 0..8192);
-        assert!(h.read(&b, 0, 10).is_some());
+        assert!(h.read_copied(&b, 0, 10).is_some());
         std::fs::remove_file(&path2).unwrap();
         assert_eq!(
-            h.read(&b, 0, 10),
+            h.read_copied(&b, 0, 10),
             None,
             "evicted (unlinked): ask the worker"
         );
@@ -417,16 +595,20 @@ mod tests {
         let b = block(0);
         let h = held(30);
         h.vouch(&b, &file, 0..4096);
-        assert!(h.read(&b, 0, 4096).is_some());
+        assert!(h.read_copied(&b, 0, 4096).is_some());
         let until = Instant::now() + Duration::from_millis(30);
         while Instant::now() < until + Duration::from_millis(5) {
             std::thread::yield_now();
         }
-        assert_eq!(h.read(&b, 0, 4096), None, "past the hold: ask the worker");
+        assert_eq!(
+            h.read_copied(&b, 0, 4096),
+            None,
+            "past the hold: ask the worker"
+        );
         // Its handoff of the same, unchanged file renews the hold with what was vouched.
         h.vouch(&b, &file, 0..10);
         assert!(
-            h.read(&b, 100, 3000).is_some(),
+            h.read_copied(&b, 100, 3000).is_some(),
             "vouched before the renewal"
         );
         // A file not renewed goes at a sweep a hold after its hold ended.
@@ -436,11 +618,107 @@ mod tests {
             std::thread::yield_now();
         }
         h.sweep(Instant::now());
-        assert_eq!(h.stats().1, 0);
+        assert_eq!(h.stats().held, 0);
 
         let off = held(0);
         off.vouch(&b, &file, 0..4096);
-        assert_eq!(off.read(&b, 0, 4096), None);
-        assert_eq!(off.stats(), (0, 0));
+        assert_eq!(off.read_copied(&b, 0, 4096), None);
+        assert_eq!(off.stats(), HeldFileStats::default());
+    }
+
+    #[test]
+    fn mapped_reads_are_the_files_pages_without_a_copy() {
+        let bytes: Vec<u8> = (0..200_000u32).map(|i| (i % 239) as u8).collect();
+        let (_dir, _path, file) = file_of(&bytes);
+        let h = held(60_000);
+        let b = block(0);
+        h.vouch(&b, &file, 0..150_000);
+        let first = h.read(&b, 5000, 100_000, true).unwrap();
+        assert_eq!(first, &bytes[5000..105_000]);
+        // Served from the mapping: a second read is the same memory, not a new buffer.
+        let again = h.read(&b, 5000, 100_000, true).unwrap();
+        assert_eq!(again.as_ptr(), first.as_ptr(), "the mapping's pages");
+        assert_eq!(
+            h.read(&b, 149_999, 1, true).unwrap(),
+            &bytes[149_999..150_000]
+        );
+        assert_eq!(h.read(&b, 149_999, 2, true), None, "past what was vouched");
+        let stats = h.stats();
+        assert_eq!((stats.reads, stats.mapped_reads), (3, 3));
+        // A read whose bytes are read in user space is copied.
+        let copied = h.read(&b, 5000, 100_000, false).unwrap();
+        assert_eq!(copied, &bytes[5000..105_000]);
+        assert_ne!(copied.as_ptr(), first.as_ptr());
+        let stats = h.stats();
+        assert_eq!((stats.reads, stats.mapped_reads), (4, 3));
+        // The pieces keep the mapping alive after the file stops being held.
+        std::fs::remove_file(&_path).unwrap();
+        assert_eq!(h.read(&b, 0, 10, true), None, "unlinked: no longer held");
+        assert_eq!(h.stats().held, 0);
+        assert_eq!(first, &bytes[5000..105_000]);
+        // Mapping off: every held read is copied.
+        let (_dir2, _path2, file2) = file_of(&bytes);
+        let off = HeldFiles::new(HeldFilesConfig {
+            map_files: false,
+            ..HeldFilesConfig::default()
+        });
+        off.vouch(&b, &file2, 0..4096);
+        let a = off.read(&b, 0, 4096, true).unwrap();
+        let c = off.read(&b, 0, 4096, true).unwrap();
+        assert_eq!(a, &bytes[..4096]);
+        assert_ne!(a.as_ptr(), c.as_ptr());
+        assert_eq!(off.stats().mapped_reads, 0);
+    }
+
+    #[test]
+    fn a_mapped_piece_of_a_file_truncated_later_fails_the_write_and_nothing_faults() {
+        use std::io::Write as _;
+        let bytes = vec![0x5Au8; 256 << 10];
+        let (_dir, path, file) = file_of(&bytes);
+        let h = held(60_000);
+        let b = block(0);
+        h.vouch(&b, &file, 0..(256 << 10));
+        let piece = h.read(&b, 0, 256 << 10, true).unwrap();
+        // Truncated behind the worker's back (it never truncates a block file) while
+        // the piece waits to be written: the kernel's copy from the vanished pages
+        // fails the write (EFAULT) rather than signalling the process (SIGBUS).
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let (mut to, _from) = std::os::unix::net::UnixStream::pair().unwrap();
+        let written = to.write(&piece);
+        assert_eq!(
+            written.map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EFAULT)),
+            "a cut write, no wrong byte"
+        );
+        // And the held file is no longer read: it changed.
+        assert_eq!(h.read(&b, 0, 10, true), None);
+    }
+
+    #[test]
+    fn pages_not_in_the_page_cache_are_left_to_the_worker() {
+        use std::os::fd::AsRawFd;
+        let bytes = vec![3u8; 1 << 20];
+        let (_dir, _path, file) = file_of(&bytes);
+        file.sync_all().unwrap();
+        // SAFETY: advice on a descriptor this test owns.
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        let mut probe = Vec::with_capacity(4096);
+        if crate::read::read_cached(&file, &mut probe, 0, 4096).unwrap().is_some() {
+            // A file system whose pages cannot be dropped (tmpfs): nothing to check.
+            eprintln!("the page cache kept the file's pages; not checked here");
+            return;
+        }
+        let h = held(60_000);
+        let b = block(0);
+        h.vouch(&b, &file, 0..(1 << 20));
+        assert_eq!(h.read(&b, 0, 1 << 20, true), None, "mapped: not resident");
+        assert_eq!(h.read(&b, 0, 1 << 20, false), None, "copied: not resident");
+        assert_eq!(h.stats().reads, 0);
     }
 }

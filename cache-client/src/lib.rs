@@ -80,7 +80,7 @@ use crate::health::{Admission, Failure, WorkerHealth};
 pub use crate::health::{CircuitState, HealthConfig, WorkerHealthView};
 pub use crate::hedge::HedgeConfig;
 use crate::hedge::{HedgePlan, Hedging};
-pub use crate::held_files::HeldFilesConfig;
+pub use crate::held_files::{HeldFileStats, HeldFilesConfig};
 pub use crate::hot_blocks::HotBlockConfig;
 use crate::hot_blocks::HotBlocks;
 use crate::membership::{
@@ -290,9 +290,9 @@ impl CacheClient {
     }
 
     /// Pieces read from block files that co-located workers handed over, without
-    /// asking them again ([`HeldFilesConfig`]), since this client was made; and how many
-    /// such files are held now.
-    pub fn held_file_stats(&self) -> (u64, usize) {
+    /// asking them again ([`HeldFilesConfig`]), since this client was made (and of
+    /// those, how many from a file's mapping); and how many such files are held now.
+    pub fn held_file_stats(&self) -> HeldFileStats {
         self.inner.held.stats()
     }
 

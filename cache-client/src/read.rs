@@ -766,7 +766,11 @@ impl CacheClient {
         // file, before any owner is chosen: no request, and nothing said to a circuit, a
         // probe, hedge timing or the hot-block counts (an answer no worker gave must
         // not keep a dead worker's circuit closed).
-        if let Some(bytes) = self.inner.held.read(&block, piece.offset, len) {
+        if let Some(bytes) =
+            self.inner
+                .held
+                .read(&block, piece.offset, len, options.kernel_copies_only)
+        {
             return Ok((bytes, PieceSource::Hit));
         }
         let placement = self.placement();

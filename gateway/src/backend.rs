@@ -416,6 +416,8 @@ impl ObjectBackend for GatewayBackend {
                 range: read.range,
                 with_body: read.with_body,
                 reader: self.reader,
+                // Over TLS the bytes are encrypted in user space.
+                kernel_copies_only: read.body_untouched && !self.gw.https,
             })
             .await?;
         *self.served.lock().unwrap_or_else(|p| p.into_inner()) =

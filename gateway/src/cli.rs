@@ -266,6 +266,13 @@ pub struct Args {
     /// bounds how long an evicted block's disk space can outlive its eviction.
     #[arg(long, env = "TALON_GATEWAY_HELD_FILE_MS", default_value_t = 1000)]
     held_file_ms: u64,
+    /// With held files: serve bodies sent untouched over plain HTTP from a read-only
+    /// mapping of the held file, so the socket write copies each byte once, from the
+    /// page cache (HTTPS, and Azure's range MD5, read bytes in the process and are
+    /// always copied). The gateway's resident memory then counts the mapped pages of
+    /// held files (shared page cache, not its own).
+    #[arg(long, env = "TALON_GATEWAY_HELD_FILE_MAPPED", default_value_t = true, action = clap::ArgAction::Set)]
+    held_file_mapped: bool,
 
     /// Client identities and what each may do (JSON: {"s3": [{"access_key", "secret_key",
     /// "grants": [{"bucket", "prefix", "actions": ["read", "list", "write", "delete",
@@ -491,6 +498,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
             config.local_reads = args.local_reads;
             config.held_files.hold = Duration::from_millis(args.held_file_ms);
+            config.held_files.map_files = args.held_file_mapped;
             config.max_request_bytes = args.piece_size.max(4096);
             config.read_window = args.read_window.max(1);
             config.deadlines = talon_cache_client::DeadlineBudget::from_total(

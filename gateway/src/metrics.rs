@@ -191,7 +191,7 @@ impl GatewayMetrics {
             );
             r.register(
                 "held_block_files",
-                "Block files co-located workers handed over and this gateway reads again within their hold (--held-file-ms): what=reads, the pieces read from them without asking a worker since start; what=held, the files held now",
+                "Block files co-located workers handed over and this gateway reads again within their hold (--held-file-ms): what=reads, the pieces read from them without asking a worker since start; what=mapped_reads, of those the pieces served from the file's mapping (copied once, by the kernel: plain HTTP, bodies sent untouched); what=held, the files held now",
                 m.held_block_files.clone(),
             );
         }
@@ -283,14 +283,17 @@ impl GatewayMetrics {
 
     /// Records the pieces read from held block files and the files held now (read when
     /// `/metrics` is served).
-    pub fn held_block_files(&self, (reads, held): (u64, usize)) {
+    pub fn held_block_files(&self, stats: talon_cache_client::HeldFileStats) {
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        self.held_block_files
-            .get_or_create(&[("what", "reads")])
-            .set(gauge(reads));
-        self.held_block_files
-            .get_or_create(&[("what", "held")])
-            .set(gauge(held as u64));
+        for (what, v) in [
+            ("reads", stats.reads),
+            ("mapped_reads", stats.mapped_reads),
+            ("held", stats.held as u64),
+        ] {
+            self.held_block_files
+                .get_or_create(&[("what", what)])
+                .set(gauge(v));
+        }
     }
 
     /// Records the cache client's fail-open tallies and each worker's circuit (read

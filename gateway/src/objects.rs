@@ -120,6 +120,9 @@ pub struct ReadRequest<'a> {
     /// The client the read is for: its pieces count against that client's share of
     /// the read budget (`--buffer-budget-per-client`).
     pub reader: Option<ReaderId>,
+    /// Whether the body is only written, untouched, to a plain socket: cached pieces
+    /// may then be pages of a mapped block file ([`ReadOptions::kernel_copies_only`]).
+    pub kernel_copies_only: bool,
 }
 
 /// The objects behind the fronts: origins, the cache, and the metadata cache.
@@ -624,6 +627,7 @@ impl Objects {
         let options = ReadOptions {
             reader: None,
             origin_fallback: route == Route::Cache,
+            kernel_copies_only: false,
         };
         match cache.stat_reading(id, options, Some(max_age), next).await {
             Ok(s) => {
@@ -683,6 +687,7 @@ impl Objects {
             range,
             with_body,
             reader,
+            kernel_copies_only,
         } = req;
         if with_body
             && conditions.is_empty()
@@ -743,6 +748,7 @@ impl Objects {
                     let options = ReadOptions {
                         reader,
                         origin_fallback: route == Route::Cache,
+                        kernel_copies_only,
                     };
                     let (mut stream, sources) = cache
                         .read_range_with(options, &id, &version, meta.size, start..end)

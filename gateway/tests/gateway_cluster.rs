@@ -33,6 +33,26 @@ async fn gateway_saying_cache_status(
     azure_backend: Backend,
     cache_status: bool,
 ) -> RunningGateway {
+    let cache = cluster.client().await;
+    gateway_over(
+        cluster,
+        cache,
+        route,
+        s3_backend,
+        azure_backend,
+        cache_status,
+    )
+    .await
+}
+
+async fn gateway_over(
+    cluster: &Cluster,
+    cache: talon_cache_client::CacheClient,
+    route: Route,
+    s3_backend: Backend,
+    azure_backend: Backend,
+    cache_status: bool,
+) -> RunningGateway {
     let identities = Identities::from_parts(IdentitiesFile {
         s3: vec![S3Key::unrestricted(AK, SK)],
         azure: None,
@@ -56,7 +76,7 @@ async fn gateway_saying_cache_status(
         }),
         admin_listen: Some("127.0.0.1:0".parse().unwrap()),
         origins: cluster.origins(),
-        cache: Some(cluster.client().await),
+        cache: Some(cache),
         identities,
         freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
         limits: Limits::default(),
@@ -395,6 +415,109 @@ async fn azure_ranges_carry_their_own_md5_when_asked() {
         cluster.origin_gets(),
         gets,
         "nothing was read for a refusal"
+    );
+}
+
+/// The gateway's `talon_gateway_held_block_files{what="..."}`.
+async fn held_block_files(gw: &RunningGateway, what: &str) -> f64 {
+    let text = talon_testkit::http_get(&format!("http://{}/metrics", gw.admin_addr.unwrap())).await;
+    talon_testkit::metric(
+        &text,
+        &format!("talon_gateway_held_block_files{{what=\"{what}\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no held_block_files {what} in {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_block_files_are_sent_from_their_mapping_only_when_nothing_reads_the_bytes() {
+    use md5::Digest as _;
+    let size = 3u64 << 20;
+    let object = GeneratedObject::new("data", "mapped.bin", size, 61);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        generated: vec![object.clone()],
+        local_sockets: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let cache = cluster
+        .client_with(|c| c.held_files.hold = Duration::from_secs(60))
+        .await;
+    let gw = gateway_over(
+        &cluster,
+        cache,
+        Route::Cache,
+        Backend::S3,
+        Backend::S3,
+        true,
+    )
+    .await;
+    let sha = |b: &[u8]| sha2::Sha256::digest(b);
+    let whole = s3_get(&gw, "/data/mapped.bin", None).await;
+    assert_eq!(whole.status(), 200);
+    assert_eq!(
+        sha(&whole.bytes().await.unwrap()),
+        sha(&expected(&object, 0, size))
+    );
+    cluster.fills_settled().await;
+    let gets = cluster.origin_gets();
+    // The first hit is handed over and vouches for its bytes; the next ones are read
+    // from the held file, and over plain HTTP sent from its mapped pages.
+    let (start, end) = (1000u64, 2_501_000u64);
+    let range = format!("bytes={start}-{}", end - 1);
+    let want = sha(&expected(&object, start, end));
+    for _ in 0..4 {
+        let resp = s3_get(&gw, "/data/mapped.bin", Some(&range)).await;
+        assert_eq!(resp.status(), 206);
+        assert_eq!(sha(&resp.bytes().await.unwrap()), want);
+    }
+    let (reads, mapped) = (
+        held_block_files(&gw, "reads").await,
+        held_block_files(&gw, "mapped_reads").await,
+    );
+    assert!(
+        mapped >= 3.0,
+        "held reads were sent from the mapping: {mapped}"
+    );
+    assert_eq!(reads, mapped, "and every held read of the S3 front was");
+    let plain = azure_get(&gw, "/data/mapped.bin", &range).await;
+    assert_eq!(plain.status(), 206);
+    assert_eq!(sha(&plain.bytes().await.unwrap()), want);
+    let mapped = held_block_files(&gw, "mapped_reads").await;
+    assert!(mapped > reads, "the Azure front's bodies too");
+
+    // Azure's range MD5 reads the bytes in the gateway: held, but copied.
+    let (start, end) = (1000u64, 1_001_000u64);
+    let md5_range = format!("bytes={start}-{}", end - 1);
+    let reads = held_block_files(&gw, "reads").await;
+    let resp = reqwest::Client::new()
+        .get(format!("{}/data/mapped.bin", gw.azure_url().unwrap()))
+        .header("x-ms-version", "2025-01-05")
+        .header("x-ms-range", &md5_range)
+        .header("x-ms-range-get-content-md5", "true")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 206);
+    let digest = resp.headers()["content-md5"].to_str().unwrap().to_owned();
+    let body = resp.bytes().await.unwrap();
+    let want = expected(&object, start, end);
+    assert_eq!(sha(&body), sha(&want));
+    use base64::Engine as _;
+    assert_eq!(
+        digest,
+        base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&want))
+    );
+    assert!(held_block_files(&gw, "reads").await > reads, "a held read");
+    assert_eq!(
+        held_block_files(&gw, "mapped_reads").await,
+        mapped,
+        "not from the mapping"
+    );
+    assert_eq!(
+        cluster.origin_gets(),
+        gets,
+        "every read after the fill was a hit"
     );
 }
 

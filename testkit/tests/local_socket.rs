@@ -170,7 +170,11 @@ async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
         before + 2.0,
         "hits on the local socket are handed off"
     );
-    let (held_reads, held) = client.held_file_stats();
+    let talon_cache_client::HeldFileStats {
+        reads: held_reads,
+        held,
+        ..
+    } = client.held_file_stats();
     assert_eq!(held, 2, "one file per block");
     // Within what was vouched: read again from the held files, the worker not asked.
     for _ in 0..5 {
@@ -178,7 +182,7 @@ async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
         read(BLOCK..BLOCK + 3).await;
     }
     assert_eq!(handoffs(), vouched, "no worker was asked");
-    assert_eq!(client.held_file_stats().0, held_reads + 10);
+    assert_eq!(client.held_file_stats().reads, held_reads + 10);
     // Bytes never vouched for are asked of the worker, then held too.
     read(0..PAGE).await;
     assert_eq!(handoffs_reach(&cluster, vouched + 1.0).await, vouched + 1.0);
@@ -195,7 +199,10 @@ async fn a_hot_blocks_vouched_bytes_are_read_again_without_asking_its_worker() {
         assert!(bytes == expected(&object, 0..10));
     }
     assert_eq!(handoffs_reach(&cluster, vouched + 4.0).await, vouched + 4.0);
-    assert_eq!(asking.held_file_stats(), (0, 0));
+    assert_eq!(
+        asking.held_file_stats(),
+        talon_cache_client::HeldFileStats::default()
+    );
     assert_eq!(
         (cluster.origin_gets(), cluster.origin_heads()),
         origin,
@@ -219,7 +226,7 @@ async fn reads_from_a_held_file_do_not_keep_a_dead_workers_circuit_closed() {
     read(0..BLOCK).await;
     cluster.fills_settled().await;
     read(PAGE..2 * PAGE).await;
-    assert_eq!(client.held_file_stats().1, 1, "the block's file is held");
+    assert_eq!(client.held_file_stats().held, 1, "the block's file is held");
     cluster.kill_worker(0);
     // Held bytes keep coming from the held file; the rest fails on the dead worker and
     // comes from the origin. The held reads are no answer of the worker's: its failures
@@ -262,7 +269,7 @@ async fn a_held_file_changed_behind_the_workers_back_is_not_read_again() {
         .await
         .unwrap("hit");
     assert!(hit == expected(&object, all.clone()));
-    assert_eq!(client.held_file_stats().1, 1, "the block's file is held");
+    assert_eq!(client.held_file_stats().held, 1, "the block's file is held");
 
     // Bit rot "repaired" by someone else: bytes of a vouched page rewritten in place.
     // Writing moves the file's modification time; set explicitly, as the file clock

@@ -589,6 +589,7 @@ async fn copy_blob<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
                 conditions: &source_conditions,
                 range: None,
                 with_body: false,
+                body_untouched: false,
             })
             .await
             .map_err(|f| copy_source_failure(f.error))?;
@@ -793,16 +794,18 @@ async fn get_blob<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: bool)
             .and_then(RangeSpec::parse)
             .filter(|s| !s.is_suffix()),
     };
+    // The MD5 of the range itself, which Azure computes for ranges of at most 4 MiB.
+    let range_md5 = with_body
+        && header(ctx.headers, "x-ms-range-get-content-md5")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let spec = ReadSpec {
         object,
         conditions: &conditions,
         range,
         with_body,
+        // A range's MD5 reads its bytes here.
+        body_untouched: !range_md5,
     };
-    // The MD5 of the range itself, which Azure computes for ranges of at most 4 MiB.
-    let range_md5 = with_body
-        && header(ctx.headers, "x-ms-range-get-content-md5")
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let too_large_for_md5 = || {
         Error::new(
             ErrorKind::InvalidHeaderValue,

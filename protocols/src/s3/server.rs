@@ -230,6 +230,7 @@ async fn object_exists<B: ObjectBackend>(backend: &B, object: Target<'_>) -> Res
             conditions: &Conditions::default(),
             range: None,
             with_body: false,
+            body_untouched: false,
         })
         .await
         .map(|_| ())
@@ -886,6 +887,7 @@ async fn get_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: boo
             conditions: &conditions,
             range,
             with_body,
+            body_untouched: true,
         })
         .await?;
     if let Some(etag) = part.as_ref().and_then(|p| p.etag.as_deref())

@@ -299,6 +299,11 @@ pub struct ReadSpec<'a> {
     pub range: Option<RangeSpec>,
     /// GET (true) or HEAD (false).
     pub with_body: bool,
+    /// Whether the body goes to the client's connection untouched — no digest of it,
+    /// nothing collected — so that a backend may serve it as bytes only the kernel
+    /// reads (a mapped file's pages); whether that connection is TLS is the backend's
+    /// to know.
+    pub body_untouched: bool,
 }
 
 /// An answered read.

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut as _, Bytes, BytesMut};
 use talon_core::Message;
 use talon_core::cluster_auth::{ClusterSecret, Role};
 use talon_core::wire::{BulkKind, Event, Flags, FrameDecoder};
@@ -434,6 +434,26 @@ enum ReplySocket {
 const MAX_FDS_PER_READ: usize = 4;
 
 impl ReplySocket {
+    /// Reads what comes next: into `reply` (a reply's buffer, at most `lacking` more
+    /// bytes: `direct` is `true`) when one is given and this is a TCP connection,
+    /// otherwise into `buf`. On the local socket every read goes through `buf`, where
+    /// the descriptors of FileHandoffs are taken with the bytes.
+    async fn read_reply(
+        &mut self,
+        buf: &mut [u8],
+        reply: Option<(&mut BytesMut, u32)>,
+    ) -> std::io::Result<(usize, bool)> {
+        match (self, reply) {
+            (ReplySocket::Tcp(rd), Some((reply, lacking))) => {
+                let lacking = lacking as usize;
+                reply.reserve(lacking);
+                let n = rd.read_buf(&mut (&mut *reply).limit(lacking)).await?;
+                Ok((n, true))
+            }
+            (socket, _) => socket.read(buf).await.map(|n| (n, false)),
+        }
+    }
+
     async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             ReplySocket::Tcp(rd) => rd.read(buf).await,
@@ -497,20 +517,30 @@ async fn read_loop(
     let failure: CacheClientError = 'outer: loop {
         // The cancel first: a caller whose deadline passed is answered even while
         // bytes keep coming (a worker dribbling past the piece's budget).
+        // Inside a reply's bytes over TCP, they are read straight into the reply's own
+        // buffer (one copy fewer: not through `buf`), at most the bytes it still lacks.
+        let direct = match (&mut current, decoder.bulk_remaining()) {
+            (Some((_, data, _)), Some(remaining)) if remaining > 0 => Some((data, remaining)),
+            _ => None,
+        };
         let read = tokio::select! {
             biased;
             () = progress.cancel.notified() => {
                 break CacheClientError::DeadlineExceeded("the worker missed a deadline".into());
             }
-            read = rd.read(&mut buf) => read,
+            read = rd.read_reply(&mut buf, direct) => read,
         };
-        let n = match read {
-            Ok(0) => break lost("was closed by the worker"),
-            Ok(n) => n,
+        let (n, direct) = match read {
+            Ok((0, _)) => break lost("was closed by the worker"),
+            Ok(read) => read,
             Err(e) => break CacheClientError::Unavailable(format!("reading from the worker: {e}")),
         };
         progress.touch();
-        let mut input = &buf[..n];
+        let mut input = &buf[..if direct { 0 } else { n }];
+        if direct {
+            // n <= the bytes the reply lacked, a u32.
+            decoder.skip_bulk(n as u32);
+        }
         loop {
             let event = match decoder.decode(&mut input) {
                 Ok(Some(e)) => e,

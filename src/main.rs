@@ -735,6 +735,7 @@ fn main() -> ExitCode {
         return talon_loadgen::cli::run(args);
     }
     talon_process::init_logs();
+    talon_process::tune_allocator();
     match run(command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => talon_process::exit_with_error("talon", e.as_ref()),

@@ -14,6 +14,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     talon_process::init_logs();
+    talon_process::tune_allocator();
     match talon_gateway::cli::run(Cli::parse().args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => talon_process::exit_with_error("talon-gateway", e.as_ref()),

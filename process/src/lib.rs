@@ -1,10 +1,15 @@
 //! `talon-process`: what every Talon process does at start and stop, written once for
 //! `talon` and each part's own binary: logs to stderr filtered by `TALON_LOG`, the
-//! ready file a script waits for, and the signals a process drains on.
+//! allocator's thresholds ([`tune_allocator`]), the ready file a script waits for, and
+//! the signals a process drains on.
 //!
 //! It does not own any part's configuration or serving: each part's `cli` module
 //! (`talon_gateway::cli`, `talon_worker::cli`, ...) parses its flags and runs it, and
 //! calls these at the same points.
+
+mod allocator;
+
+pub use allocator::{AllocatorTuning, MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES, tune_allocator};
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -709,7 +709,10 @@ mod tests {
         let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(rc, 0);
         let mut probe = Vec::with_capacity(4096);
-        if crate::read::read_cached(&file, &mut probe, 0, 4096).unwrap().is_some() {
+        if crate::read::read_cached(&file, &mut probe, 0, 4096)
+            .unwrap()
+            .is_some()
+        {
             // A file system whose pages cannot be dropped (tmpfs): nothing to check.
             eprintln!("the page cache kept the file's pages; not checked here");
             return;

@@ -1944,14 +1944,20 @@ mod tests {
                                     store.set_cluster_pins(&pins);
                                 }
                                 _ => {
-                                    let hit = store
-                                        .ready_for_read(
-                                            &id(k),
-                                            u64::from(PAGES) * PAGE,
-                                            u64::from(p) * PAGE,
-                                            PAGE,
-                                        )
-                                        .is_some();
+                                    // A hit is read from the block found ready, as the
+                                    // data plane does: `block` may have been evicted
+                                    // meanwhile and its key given to a new block, whose
+                                    // pages are not `block`'s.
+                                    let ready = store.ready_for_read(
+                                        &id(k),
+                                        u64::from(PAGES) * PAGE,
+                                        u64::from(p) * PAGE,
+                                        PAGE,
+                                    );
+                                    let hit = ready.is_some();
+                                    let other_block =
+                                        ready.as_ref().is_some_and(|r| !Arc::ptr_eq(r, &block));
+                                    let block = ready.unwrap_or(block);
                                     let present =
                                         hit || store.verify(&block, p..p + 1).unwrap_or(false);
                                     if !present {
@@ -1980,6 +1986,13 @@ mod tests {
                                             .is_err();
                                     }
                                     if failed || got != page_bytes(k, p) {
+                                        // What a wrong read looked like, for whoever
+                                        // meets one.
+                                        eprintln!(
+                                            "wrong read of key {k} page {p}: hit {hit}, from another block {other_block}, evicted {}, read failed {failed}, all zeros {}",
+                                            lock(&block.state).evicted,
+                                            got.iter().all(|b| *b == 0)
+                                        );
                                         wrong.fetch_add(1, Ordering::Relaxed);
                                     }
                                 }

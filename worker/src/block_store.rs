@@ -1133,15 +1133,18 @@ impl BlockStore {
         lock(&self.inner).blocks.get(&id.storage_key()).cloned()
     }
 
-    /// Evicts until `extra` more bytes fit; returns whether they do. Evicts nothing when
-    /// the fills in flight have reserved so much that even an empty cache would not fit
-    /// `extra` more (eviction cannot lower a reservation).
+    /// Evicts until `extra` more bytes fit, and reserves them (under the same lock as
+    /// the check, so that two fills can never both count on the same room); returns
+    /// whether they fit. Evicts nothing when the fills in flight have reserved so much
+    /// that even an empty cache would not fit `extra` more (eviction cannot lower a
+    /// reservation).
     fn evict_until_fits(&self, extra: u64) -> bool {
         let mut victims = Vec::new();
         let fits = {
             let mut inner = lock(&self.inner);
             loop {
                 if inner.used + inner.reserved + extra <= self.capacity {
+                    inner.reserved += extra;
                     break true;
                 }
                 if inner.reserved + extra > self.capacity {
@@ -1167,7 +1170,6 @@ impl BlockStore {
         if bytes > self.capacity || !self.evict_until_fits(bytes) {
             return None;
         }
-        lock(&self.inner).reserved += bytes;
         Some(Reservation {
             store: self.clone(),
             bytes,

@@ -42,6 +42,9 @@ pub struct CacheClientConfig {
     /// Pieces in flight per read (the stream's memory bound is this times the piece
     /// size).
     pub read_window: usize,
+    /// Pieces past a sequential reader's window whose owners are asked to fill them
+    /// now, holding nothing here (`crate::read_ahead`); 0: none.
+    pub read_ahead_pieces: usize,
     /// Bytes of fetched pieces all reads of this client together may hold, from before
     /// the request to a worker until the last copy of the bytes is dropped (for the
     /// gateway: written to the client's socket): one budget for the process, so readers
@@ -107,6 +110,9 @@ impl CacheClientConfig {
             // consumer); 4 MiB pieces held twice that for no measured gain.
             max_request_bytes: 2 << 20,
             read_window: 4,
+            // With the window's 4, twelve 2 MiB fills in flight for one cold reader; the
+            // workers bound theirs per object (8) and in all (32).
+            read_ahead_pieces: 8,
             max_buffered_bytes: 1 << 30,
             max_buffered_bytes_per_reader: 128 << 20,
             admission_wait: Duration::from_secs(2),

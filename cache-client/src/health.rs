@@ -215,6 +215,16 @@ impl WorkerHealth {
         }
     }
 
+    /// Whether the worker at `addr` has a closed circuit: what a request that may be
+    /// left unsent (a prefetch) asks, claiming no probe.
+    pub fn is_closed(&self, addr: &str) -> bool {
+        if self.unwell.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        self.known(addr)
+            .is_none_or(|w| w.state.load(Ordering::Acquire) == 0)
+    }
+
     /// The worker at `addr` answered: its circuit closes and its backoff resets.
     pub fn succeeded(&self, addr: &str) {
         if self.unwell.load(Ordering::Acquire) == 0 {

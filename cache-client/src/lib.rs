@@ -23,7 +23,8 @@
 //! Where each part lives: [`CacheClient`] and its construction here; `config` (how a
 //! client behaves, how one read goes); `membership` (the snapshot, its refresh, the
 //! workers' endpoints, circuit reports); `stat` (an object's metadata); `read` (the byte
-//! stream, pieces, owner order, handed-off files, the origin fallback); `write`
+//! stream, pieces, owner order, handed-off files, the origin fallback); `read_ahead`
+//! (the pieces ahead of a sequential reader filled before it asks); `write`
 //! (write-through of blocks and small objects); and the machinery beside them:
 //! [`connection`] (pooled, pipelined worker connections), [`hello`] (their
 //! authentication), [`health`] (circuits), [`hedge`] (late pieces asked twice),
@@ -46,6 +47,7 @@ pub mod read_budget;
 mod config;
 mod membership;
 mod read;
+mod read_ahead;
 mod stat;
 mod write;
 
@@ -87,6 +89,7 @@ use crate::membership::{
     local_routes, pool_members, reader_id, refresh, report_circuits, take_invalidations,
 };
 pub use crate::read::{ByteStream, PieceSource, PieceSources};
+pub use crate::read_ahead::ReadAheadStats;
 pub use crate::read_budget::ReaderId;
 use crate::read_budget::{Held, ReadBudget};
 pub use crate::stat::ObjectStat;
@@ -110,6 +113,8 @@ struct Inner {
     hot: HotBlocks,
     /// Block files co-located workers handed over, read again within their hold.
     held: held_files::HeldFiles,
+    /// Recent reads' ends and the prefetches sent ahead of sequential readers.
+    read_ahead: read_ahead::ReadAhead,
     /// What fail-open reads did.
     counters: FailOpenCounters,
     /// This client's name in its circuit reports to the coordinator.
@@ -239,6 +244,7 @@ impl CacheClient {
             hedging: Hedging::new(config.hedge),
             hot: HotBlocks::new(config.hot_blocks),
             held: held_files::HeldFiles::new(config.held_files),
+            read_ahead: read_ahead::ReadAhead::new(config.read_ahead_pieces),
             counters: FailOpenCounters::default(),
             reader_id: reader_id(),
             created: Instant::now(),
@@ -294,6 +300,12 @@ impl CacheClient {
     /// those, how many from a file's mapping); and how many such files are held now.
     pub fn held_file_stats(&self) -> HeldFileStats {
         self.inner.held.stats()
+    }
+
+    /// Prefetches sent ahead of sequential readers and how workers answered them
+    /// (`crate::read_ahead`), since this client was made.
+    pub fn read_ahead_stats(&self) -> ReadAheadStats {
+        self.inner.read_ahead.stats()
     }
 
     /// Reads of hot blocks sent to an owner other than the block's first

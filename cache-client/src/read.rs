@@ -143,9 +143,9 @@ impl<'m> OwnersToAsk<'m> {
 /// One request's worth of a read: `len` bytes at `offset` in the block at `block_offset`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Piece {
-    block_offset: u64,
-    offset: u64,
-    len: u64,
+    pub(crate) block_offset: u64,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
 }
 
 /// Reads a handed-off piece from the block file: from the page cache without blocking
@@ -384,8 +384,84 @@ impl CacheClient {
                 "range {range:?} is outside an object of {object_size} bytes"
             )));
         }
-        let geometry = self.inner.config.geometry;
-        let spans = geometry
+        let pieces = self.pieces_of(range.clone(), object_size)?;
+        let end = range.end;
+        let window = self.inner.config.read_window.max(1);
+        let plan = self
+            .inner
+            .read_ahead
+            .plan(
+                object,
+                version,
+                range,
+                &pieces,
+                window,
+                self.inner.config.max_request_bytes,
+                |beyond| self.pieces_of(beyond, object_size).unwrap_or_default(),
+                object_size,
+            )
+            .map(Arc::new);
+        let me = self.clone();
+        let (object, version) = (object.clone(), version.clone());
+        let sources = Arc::new(PieceSources::default());
+        let tally = sources.clone();
+        let budget = self.inner.budget.clone();
+        let admission_wait = self.inner.config.admission_wait;
+        let stream = futures_util::stream::iter(pieces.into_iter().enumerate())
+            .map(move |(i, piece)| {
+                let me = me.clone();
+                let (object, version, tally) = (object.clone(), version.clone(), tally.clone());
+                let (budget, plan) = (budget.clone(), plan.clone());
+                async move {
+                    let hold = budget.hold(reader, piece.len);
+                    let held = if i == 0 {
+                        tokio::time::timeout(admission_wait, hold)
+                            .await
+                            .map_err(|_| {
+                                CacheClientError::Overloaded(format!(
+                                    "no room in the read budget for {admission_wait:?}"
+                                ))
+                            })?
+                    } else {
+                        hold.await
+                    }
+                    .ok_or_else(|| CacheClientError::Unavailable("shutting down".into()))?;
+                    let (bytes, source) = me
+                        .read_piece(&object, &version, object_size, piece, options)
+                        .await?;
+                    tally.count(source);
+                    let filled = source == PieceSource::Fill;
+                    match &plan {
+                        Some(plan) => {
+                            me.piece_delivered(plan, &object, &version, object_size, i, filled);
+                        }
+                        None if filled => me.inner.read_ahead.remember(&object, &version, end),
+                        None => {}
+                    }
+                    Ok((bytes, held))
+                }
+            })
+            .buffered(window)
+            // The share travels with the bytes and goes back when the last reference to
+            // them is dropped: after the HTTP stack has written them, not when it was
+            // handed them (a reader that never reads keeps its share).
+            .map(|r: Result<(Bytes, Held)>| {
+                r.map(|(bytes, held)| Bytes::from_owner(Budgeted { bytes, _held: held }))
+            });
+        Ok((Box::pin(stream), sources))
+    }
+
+    /// `range` of an object of `object_size` bytes as the pieces a read asks for: split
+    /// at block boundaries, then into requests of at most
+    /// [`max_request_bytes`](CacheClientConfig::max_request_bytes).
+    ///
+    /// # Errors
+    /// [`CacheClientError::InvalidRequest`] for a range outside the object.
+    pub(crate) fn pieces_of(&self, range: Range<u64>, object_size: u64) -> Result<Vec<Piece>> {
+        let spans = self
+            .inner
+            .config
+            .geometry
             .split_range(range, object_size)
             .map_err(|e| CacheClientError::InvalidRequest(e.to_string()))?;
         let max = self.inner.config.max_request_bytes.max(1);
@@ -405,46 +481,7 @@ impl CacheClient {
                 offset += len;
             }
         }
-        let me = self.clone();
-        let (object, version) = (object.clone(), version.clone());
-        let sources = Arc::new(PieceSources::default());
-        let tally = sources.clone();
-        let budget = self.inner.budget.clone();
-        let admission_wait = self.inner.config.admission_wait;
-        let stream = futures_util::stream::iter(pieces.into_iter().enumerate())
-            .map(move |(i, piece)| {
-                let me = me.clone();
-                let (object, version, tally) = (object.clone(), version.clone(), tally.clone());
-                let budget = budget.clone();
-                async move {
-                    let hold = budget.hold(reader, piece.len);
-                    let held = if i == 0 {
-                        tokio::time::timeout(admission_wait, hold)
-                            .await
-                            .map_err(|_| {
-                                CacheClientError::Overloaded(format!(
-                                    "no room in the read budget for {admission_wait:?}"
-                                ))
-                            })?
-                    } else {
-                        hold.await
-                    }
-                    .ok_or_else(|| CacheClientError::Unavailable("shutting down".into()))?;
-                    let (bytes, source) = me
-                        .read_piece(&object, &version, object_size, piece, options)
-                        .await?;
-                    tally.count(source);
-                    Ok((bytes, held))
-                }
-            })
-            .buffered(self.inner.config.read_window.max(1))
-            // The share travels with the bytes and goes back when the last reference to
-            // them is dropped: after the HTTP stack has written them, not when it was
-            // handed them (a reader that never reads keeps its share).
-            .map(|r: Result<(Bytes, Held)>| {
-                r.map(|(bytes, held)| Bytes::from_owner(Budgeted { bytes, _held: held }))
-            });
-        Ok((Box::pin(stream), sources))
+        Ok(pieces)
     }
 
     /// The owners of a request, in rendezvous order, to be asked one at a time

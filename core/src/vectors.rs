@@ -16,8 +16,8 @@ use crate::error::Error;
 use crate::identity::{BlockId, ObjectId, ObjectVersion};
 use crate::wire::{
     ErrorCode, ErrorReply, FileHandoff, FirstRead, Flags, FrameHeader, HEADER_LEN, HeaderSet,
-    IngestAck, IngestMeta, IngestRequest, MessageType, ObjectHeaders, ReadRangeRequest, StatReply,
-    StatRequest, encode_read_range_reply_header,
+    IngestAck, IngestMeta, IngestRequest, MessageType, ObjectHeaders, PrefetchOutcome,
+    ReadRangeRequest, StatReply, StatRequest, encode_read_range_reply_header,
 };
 use crate::{Message, Namespace};
 
@@ -414,6 +414,38 @@ fn frames(v: &mut Vec<Vector>) -> Result<(), Error> {
     )?;
     frame(
         v,
+        "prefetch",
+        "Prefetch: make 2 MiB at offset 2 MiB of the 256 MiB block at 4 GiB present, sending no bytes",
+        9,
+        none,
+        Message::Prefetch(ReadRangeRequest {
+            block: s3_block(4 << 30, 256 << 20)?,
+            object_size: (5 << 30) + 123,
+            offset: 2 << 20,
+            len: 2 << 20,
+        }),
+    )?;
+    for (name, description, outcome) in [
+        (
+            "prefetch_ack_present",
+            "PrefetchAck: every page was present",
+            PrefetchOutcome::Present,
+        ),
+        (
+            "prefetch_ack_started",
+            "PrefetchAck: a fill started in the background",
+            PrefetchOutcome::Started,
+        ),
+        (
+            "prefetch_ack_declined",
+            "PrefetchAck: declined, at the worker's bound of background fills",
+            PrefetchOutcome::Declined,
+        ),
+    ] {
+        frame(v, name, description, 9, none, Message::PrefetchAck(outcome))?;
+    }
+    frame(
+        v,
         "error_not_found",
         "Error reply NotFound (1) with a message; ERROR flag set",
         7,
@@ -575,9 +607,9 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
     reject(
         v,
         "unknown_type",
-        "message type 0x07",
-        with(3, &[7]),
-        Error::UnknownMessageType(7),
+        "message type 0x08",
+        with(3, &[8]),
+        Error::UnknownMessageType(8),
     );
     reject(
         v,

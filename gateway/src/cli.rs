@@ -153,6 +153,12 @@ pub struct Args {
     /// response holds ahead of its client (a slow client's memory bound).
     #[arg(long, env = "TALON_GATEWAY_READ_WINDOW", default_value_t = 4)]
     read_window: usize,
+    /// Pieces past a sequential reader's window (a cold object read in order, or
+    /// consecutive ranges of one) whose workers are asked to fill them now, holding
+    /// nothing in the gateway: up to window + this many fills run for one reader.
+    /// 0: none.
+    #[arg(long, env = "TALON_GATEWAY_READ_AHEAD_PIECES", default_value_t = 8)]
+    read_ahead_pieces: usize,
     /// Each piece's deadline budget through the cache (ms): the workers in rendezvous
     /// order get half of it together and the origin the rest; a worker's connect,
     /// first-byte and stall deadlines are derived from it (1/30, 1/6, 1/15:
@@ -501,6 +507,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             config.held_files.map_files = args.held_file_mapped;
             config.max_request_bytes = args.piece_size.max(4096);
             config.read_window = args.read_window.max(1);
+            config.read_ahead_pieces = args.read_ahead_pieces;
             config.deadlines = talon_cache_client::DeadlineBudget::from_total(
                 Duration::from_millis(args.read_deadline_ms),
             )

@@ -401,6 +401,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                             );
                             gw.metrics.hot_reads_spread(cache.hot_reads_spread());
                             gw.metrics.held_block_files(cache.held_file_stats());
+                            gw.metrics.read_ahead(cache.read_ahead_stats());
                         }
                         (
                             [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -65,6 +65,7 @@ pub struct GatewayMetrics {
     stale_served: Counter,
     hot_reads_spread: Gauge,
     held_block_files: Family<[(&'static str, &'static str); 1], Gauge>,
+    read_ahead: Family<[(&'static str, &'static str); 1], Gauge>,
     cluster_rules: Family<[(&'static str, &'static str); 1], Gauge>,
     identities_reloads: Family<[(&'static str, &'static str); 1], Counter>,
     origin_credentials: Family<[(&'static str, &'static str); 2], Gauge>,
@@ -98,6 +99,7 @@ impl GatewayMetrics {
             stale_served: Counter::default(),
             hot_reads_spread: Gauge::default(),
             held_block_files: Family::default(),
+            read_ahead: Family::default(),
             cluster_rules: Family::default(),
             identities_reloads: Family::default(),
             origin_credentials: Family::default(),
@@ -194,6 +196,11 @@ impl GatewayMetrics {
                 "Block files co-located workers handed over and this gateway reads again within their hold (--held-file-ms): what=reads, the pieces read from them without asking a worker since start; what=mapped_reads, of those the pieces served from the file's mapping (copied once, by the kernel: plain HTTP, bodies sent untouched); what=held, the files held now",
                 m.held_block_files.clone(),
             );
+            r.register(
+                "read_ahead_prefetches",
+                "Prefetches sent ahead of sequential readers (--read-ahead-pieces) since start, by outcome: sent; present, started or declined as the worker answered; failed, no answer",
+                m.read_ahead.clone(),
+            );
         }
         m
     }
@@ -279,6 +286,22 @@ impl GatewayMetrics {
     pub fn hot_reads_spread(&self, reads: u64) {
         self.hot_reads_spread
             .set(i64::try_from(reads).unwrap_or(i64::MAX));
+    }
+
+    /// Records the prefetches sent ahead of sequential readers and their answers (read
+    /// when `/metrics` is served).
+    pub fn read_ahead(&self, stats: talon_cache_client::ReadAheadStats) {
+        for (outcome, v) in [
+            ("sent", stats.sent),
+            ("present", stats.present),
+            ("started", stats.started),
+            ("declined", stats.declined),
+            ("failed", stats.failed),
+        ] {
+            self.read_ahead
+                .get_or_create(&[("outcome", outcome)])
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        }
     }
 
     /// Records the pieces read from held block files and the files held now (read when

@@ -234,6 +234,14 @@ pub struct Args {
     /// before it is answered; 0: always.
     #[arg(long, env = "TALON_WORKER_WRITE_BEHIND_BYTES", default_value = "64MiB", value_parser = parse_byte_size)]
     write_behind_bytes: u64,
+    /// Most fills started ahead of sequential readers (their Prefetch) at once; beyond
+    /// it a prefetch is declined and the reader fills the pages when it gets there. 0:
+    /// decline every prefetch.
+    #[arg(long, env = "TALON_WORKER_PREFETCH_FILLS", default_value_t = crate::prefetch::DEFAULT_PREFETCH_FILLS)]
+    prefetch_fills: usize,
+    /// Most of those fills for one object at once.
+    #[arg(long, env = "TALON_WORKER_PREFETCH_FILLS_PER_OBJECT", default_value_t = crate::prefetch::DEFAULT_PREFETCH_FILLS_PER_OBJECT)]
+    prefetch_fills_per_object: usize,
     /// Most pages one origin fetch covers.
     #[arg(long, env = "TALON_WORKER_MAX_FILL_PAGES", default_value_t = 16)]
     max_fill_pages: u32,
@@ -485,6 +493,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             max_origin_requests: args.max_origin_requests.max(1),
             origin_retries: args.origin_retries,
             write_behind_bytes: args.write_behind_bytes,
+            prefetch: crate::prefetch::PrefetchBounds {
+                fills: args.prefetch_fills,
+                fills_per_object: args.prefetch_fills_per_object.max(1),
+            },
             ..LoaderConfig::default()
         },
         data_plane: DataPlaneConfig {

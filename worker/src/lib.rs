@@ -3,7 +3,7 @@
 //! It owns the block store on local disk ([`block_store`]: sparse block files, present
 //! pages, checksums, one global byte budget with [`eviction`]), the miss path
 //! ([`loader`]: origin fetches pinned to a version, single-flight, readahead, bounded and
-//! retried), object metadata with a TTL ([`origins`]), the data plane ([`data_plane`]:
+//! retried; fills started ahead of sequential readers in [`prefetch`]), object metadata with a TTL ([`origins`]), the data plane ([`data_plane`]:
 //! Layer 1 on io_uring rings or on Tokio; Layer 2 zero-copy in [`zero_copy`]), how many
 //! blocks and connections fit under the open-files limit ([`descriptors`]), and its
 //! [`metrics`].
@@ -24,6 +24,7 @@ pub mod loader;
 pub mod metrics;
 pub mod origin_retry;
 pub mod origins;
+pub mod prefetch;
 pub mod read_faults;
 pub mod service;
 pub mod warm_tasks;

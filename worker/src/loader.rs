@@ -27,6 +27,7 @@ use crate::block_store::{Block, BlockStore, FillPlan, Reservation};
 use crate::error::{Result, WorkerError};
 use crate::metrics::WorkerMetrics;
 use crate::origins::{Origins, StatCache};
+use crate::prefetch::{PrefetchBounds, Prefetches};
 
 /// Default of [`LoaderConfig::write_behind_bytes`]: 64 MiB, eight windows of a reader's
 /// 2 MiB pieces four at a time, enough to keep several sequential readers off the disk's
@@ -58,6 +59,9 @@ pub struct LoaderConfig {
     /// the origin slows the reads down instead of memory and pending syncs growing).
     /// 0: every fill is durable before its answer.
     pub write_behind_bytes: u64,
+    /// Fills started ahead of readers (the wire's Prefetch) at once, per worker and per
+    /// object ([`crate::prefetch`]).
+    pub prefetch: PrefetchBounds,
 }
 
 impl Default for LoaderConfig {
@@ -69,6 +73,7 @@ impl Default for LoaderConfig {
             origin_retries: 3,
             retry_backoff: Duration::from_millis(20),
             write_behind_bytes: DEFAULT_WRITE_BEHIND_BYTES,
+            prefetch: PrefetchBounds::default(),
         }
     }
 }
@@ -243,6 +248,8 @@ pub struct Loader {
     write_behind: Arc<Semaphore>,
     config: LoaderConfig,
     metrics: Arc<WorkerMetrics>,
+    /// Fills started ahead of readers.
+    prefetches: Prefetches,
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
@@ -269,9 +276,20 @@ impl Loader {
             stats,
             origin_slots,
             write_behind: Arc::new(Semaphore::new(units)),
+            prefetches: Prefetches::new(config.prefetch),
             config,
             metrics,
         }
+    }
+
+    /// The fills started ahead of readers.
+    pub fn prefetches(&self) -> &Prefetches {
+        &self.prefetches
+    }
+
+    /// The worker's counters.
+    pub fn metrics(&self) -> &Arc<WorkerMetrics> {
+        &self.metrics
     }
 
     /// The block store.

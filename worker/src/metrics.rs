@@ -19,6 +19,18 @@ const DISK_OPS: [&str; 3] = ["create", "store", "read"];
 /// The `reason` labels of `talon_worker_pass_through_total`.
 const PASS_THROUGH_REASONS: [&str; 3] = ["no_room", "disk_error", "no_descriptors"];
 
+/// The `outcome` labels of `talon_worker_prefetches_total`: how a Prefetch was answered
+/// (`present`, `started`, `declined`) and how a started fill ended (`filled`,
+/// `not_cached`, `failed`).
+const PREFETCH_OUTCOMES: [&str; 6] = [
+    "present",
+    "started",
+    "declined",
+    "filled",
+    "not_cached",
+    "failed",
+];
+
 /// Every metric of a worker.
 #[derive(Debug)]
 pub struct WorkerMetrics {
@@ -54,6 +66,7 @@ pub struct WorkerMetrics {
     cluster_rules: Family<Vec<(String, String)>, Gauge>,
     disk_errors: Family<Vec<(String, String)>, Counter>,
     pass_through: Family<Vec<(String, String)>, Counter>,
+    prefetches: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for WorkerMetrics {
@@ -99,6 +112,7 @@ impl WorkerMetrics {
             cluster_rules: Family::default(),
             disk_errors: Family::default(),
             pass_through: Family::default(),
+            prefetches: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -267,6 +281,13 @@ impl WorkerMetrics {
                  process is out of open files)",
                 m.pass_through.clone(),
             );
+            r.register(
+                "prefetches",
+                "Prefetches (fills asked ahead of a sequential reader) by outcome: present, \
+                 started or declined when asked; filled, not_cached or failed when a started \
+                 fill ended",
+                m.prefetches.clone(),
+            );
         }
         // Every label the faults can take exists from the start at 0, so a dashboard
         // shows 0 rather than no data and an alert's `increase` sees the first fault
@@ -281,6 +302,11 @@ impl WorkerMetrics {
                 .pass_through
                 .get_or_create(&vec![("reason".to_owned(), reason.to_owned())]);
         }
+        for outcome in PREFETCH_OUTCOMES {
+            let _ = m
+                .prefetches
+                .get_or_create(&vec![("outcome".to_owned(), outcome.to_owned())]);
+        }
         m
     }
 
@@ -290,6 +316,21 @@ impl WorkerMetrics {
         self.disk_errors
             .get_or_create(&vec![("op".to_owned(), op.to_owned())])
             .inc();
+    }
+
+    /// Counts a Prefetch's answer or its fill's end (`outcome`: one of
+    /// [`PREFETCH_OUTCOMES`]).
+    pub fn prefetch(&self, outcome: &str) {
+        self.prefetches
+            .get_or_create(&vec![("outcome".to_owned(), outcome.to_owned())])
+            .inc();
+    }
+
+    /// Prefetches counted with `outcome` so far.
+    pub fn prefetches(&self, outcome: &str) -> u64 {
+        self.prefetches
+            .get_or_create(&vec![("outcome".to_owned(), outcome.to_owned())])
+            .get()
     }
 
     /// Counts a read answered from the origin without caching (`reason`: `no_room`,

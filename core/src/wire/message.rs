@@ -413,6 +413,46 @@ impl From<&Error> for ErrorReply {
     }
 }
 
+/// What a worker did with a Prefetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum PrefetchOutcome {
+    /// Every page asked for was already present: nothing to do.
+    Present = 0,
+    /// A fill of the pages not present started in the background (or one already
+    /// under way covers them).
+    Started = 1,
+    /// The worker has as many background fills as its bounds allow (for this object,
+    /// or in all); the reader's own ReadRange will fill the pages.
+    Declined = 2,
+}
+
+impl PrefetchOutcome {
+    /// The outcome with this wire value.
+    pub const fn from_u8(value: u8) -> Option<Self> {
+        match value {
+            0 => Some(Self::Present),
+            1 => Some(Self::Started),
+            2 => Some(Self::Declined),
+            _ => None,
+        }
+    }
+
+    /// The wire value.
+    pub const fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// The name used in metrics labels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Present => "present",
+            Self::Started => "started",
+            Self::Declined => "declined",
+        }
+    }
+}
+
 /// Every version-1 message, with its payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -467,6 +507,10 @@ pub enum Message {
     Welcome,
     /// Read the bytes from the descriptor that comes with this frame (local socket).
     FileHandoff(FileHandoff),
+    /// Make bytes of one block present without sending them.
+    Prefetch(ReadRangeRequest),
+    /// What the worker did with a Prefetch.
+    PrefetchAck(PrefetchOutcome),
     /// A request failed.
     Error(ErrorReply),
 }
@@ -488,6 +532,8 @@ impl Message {
             Self::HelloProof { .. } => MessageType::HelloProof,
             Self::Welcome => MessageType::Welcome,
             Self::FileHandoff(_) => MessageType::FileHandoff,
+            Self::Prefetch(_) => MessageType::Prefetch,
+            Self::PrefetchAck(_) => MessageType::PrefetchAck,
             Self::Error(_) => MessageType::Error,
         }
     }
@@ -608,7 +654,7 @@ impl Message {
                     w.u32(age);
                 }
             }
-            Self::ReadRange(req) => {
+            Self::ReadRange(req) | Self::Prefetch(req) => {
                 req.validate()?;
                 write_block(w, &req.block, ty)?;
                 w.u64(req.object_size);
@@ -630,6 +676,7 @@ impl Message {
                 w.u32(handoff.len);
                 w.u8(u8::from(handoff.from_origin));
             }
+            Self::PrefetchAck(outcome) => w.u8(outcome.as_u8()),
             Self::Hello {
                 version,
                 role,
@@ -773,7 +820,7 @@ impl Message {
                     age_ms,
                 })
             }
-            MessageType::ReadRange => {
+            MessageType::ReadRange | MessageType::Prefetch => {
                 let req = ReadRangeRequest {
                     block: read_block(&mut r)?,
                     object_size: r.u64()?,
@@ -781,7 +828,11 @@ impl Message {
                     len: r.u32()?,
                 };
                 req.validate()?;
-                Self::ReadRange(req)
+                if ty == MessageType::Prefetch {
+                    Self::Prefetch(req)
+                } else {
+                    Self::ReadRange(req)
+                }
             }
             MessageType::ReadRangeReply => Self::ReadRangeReply(r.rest().to_vec()),
             MessageType::Ingest => {
@@ -810,6 +861,10 @@ impl Message {
                     _ => return Err(r.malformed("from-origin flag must be 0 or 1")),
                 },
             }),
+            MessageType::PrefetchAck => Self::PrefetchAck(
+                PrefetchOutcome::from_u8(r.u8()?)
+                    .ok_or_else(|| r.malformed("prefetch outcome must be 0, 1 or 2"))?,
+            ),
             MessageType::Hello => {
                 let version = r.u8()?;
                 let role = Role::from_u8(r.u8()?).ok_or_else(|| r.malformed("unknown role"))?;

@@ -40,6 +40,8 @@
 //! | `0x06` | HelloProof | peer proof 32 bytes | 256 |
 //! | `0x86` | Welcome | empty | 256 |
 //! | `0x87` | FileHandoff | offset in block `u64`, len `u32`, from origin `u8` (0/1); one descriptor rides with it (local socket only, below) | 13 |
+//! | `0x07` | Prefetch | as ReadRange | 8 KiB |
+//! | `0x88` | PrefetchAck | outcome `u8` ([`PrefetchOutcome`]: 0 present, 1 started, 2 declined) | 1 |
 //! | `0xFF` | Error | code `u16` ([`ErrorCode`]), message string; ERROR flag set | 4 KiB |
 //!
 //! An *object id* is a backend tag `u8` (1 = S3, 2 = Azure) followed by its
@@ -88,6 +90,13 @@
 //! evicted file is only unlinked, so the descriptor's bytes stay those of the block.
 //! FileHandoff on a TCP connection is a protocol error.
 //!
+//! A Prefetch asks a worker to make a block range present, as a ReadRange would, without
+//! sending its bytes: the worker answers at once with a PrefetchAck saying whether the
+//! pages were present, a fill started in the background, or the worker declined (at its
+//! bound of background fills). A reader sends it for the pieces ahead of a sequential
+//! read, so they are filled in parallel before it asks for them; the ReadRange that
+//! follows finds them present or joins their fill.
+//!
 //! ReadRange and Ingest carry the object size so a worker can size the
 //! block's [`PresentBitmap`](crate::PresentBitmap) and check the range
 //! without asking the origin first.
@@ -102,8 +111,8 @@ use std::ops::BitOr;
 pub use decoder::{BulkKind, BulkStart, Event, Frame, FrameDecoder};
 pub use message::{
     ErrorReply, FileHandoff, FirstRead, HeaderSet, IngestAck, IngestMeta, IngestRequest,
-    MAX_CONTENT_HEADER_LEN, MAX_CONTENT_MD5_LEN, Message, ObjectHeaders, ReadRangeRequest,
-    StatReply, StatRequest, encode_ingest_prefix, encode_read_range_reply_header,
+    MAX_CONTENT_HEADER_LEN, MAX_CONTENT_MD5_LEN, Message, ObjectHeaders, PrefetchOutcome,
+    ReadRangeRequest, StatReply, StatRequest, encode_ingest_prefix, encode_read_range_reply_header,
 };
 
 use crate::error::Error;
@@ -150,6 +159,9 @@ pub const INGEST_ACK_PAYLOAD: u32 = 12;
 /// Size of a FileHandoff payload, in bytes.
 pub const FILE_HANDOFF_PAYLOAD: u32 = 13;
 
+/// Size of a PrefetchAck payload, in bytes.
+pub const PREFETCH_ACK_PAYLOAD: u32 = 1;
+
 /// Cap on the payloads of the Hello exchange (Hello, HelloReply, HelloProof,
 /// Welcome), in bytes: a HelloReply's nonce, proof and worker id fit.
 pub const MAX_HELLO_PAYLOAD: u32 = 256;
@@ -170,6 +182,8 @@ pub enum MessageType {
     Hello = 0x05,
     /// Ends the Hello exchange: the peer's proof.
     HelloProof = 0x06,
+    /// Make bytes of one block present without sending them (a fill ahead of a reader).
+    Prefetch = 0x07,
     /// Reply to Ping with the same nonce.
     Pong = 0x81,
     /// Object metadata.
@@ -185,19 +199,22 @@ pub enum MessageType {
     /// Reply to ReadRange on the local socket: read these bytes from the block file
     /// whose descriptor comes with this frame.
     FileHandoff = 0x87,
+    /// Reply to Prefetch: what the worker did ([`PrefetchOutcome`]).
+    PrefetchAck = 0x88,
     /// A request failed; carries an [`ErrorCode`] and a message.
     Error = 0xFF,
 }
 
 impl MessageType {
     /// Every message type, in wire-value order.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 16] = [
         Self::Ping,
         Self::Stat,
         Self::ReadRange,
         Self::Ingest,
         Self::Hello,
         Self::HelloProof,
+        Self::Prefetch,
         Self::Pong,
         Self::StatReply,
         Self::ReadRangeReply,
@@ -205,6 +222,7 @@ impl MessageType {
         Self::HelloReply,
         Self::Welcome,
         Self::FileHandoff,
+        Self::PrefetchAck,
         Self::Error,
     ];
 
@@ -218,6 +236,7 @@ impl MessageType {
             0x04 => Self::Ingest,
             0x05 => Self::Hello,
             0x06 => Self::HelloProof,
+            0x07 => Self::Prefetch,
             0x81 => Self::Pong,
             0x82 => Self::StatReply,
             0x83 => Self::ReadRangeReply,
@@ -225,6 +244,7 @@ impl MessageType {
             0x85 => Self::HelloReply,
             0x86 => Self::Welcome,
             0x87 => Self::FileHandoff,
+            0x88 => Self::PrefetchAck,
             0xFF => Self::Error,
             other => return Err(Error::UnknownMessageType(other)),
         })
@@ -251,11 +271,12 @@ impl MessageType {
     pub const fn max_payload_len(self) -> u32 {
         match self {
             Self::Ping | Self::Pong => MAX_PING_PAYLOAD,
-            Self::Stat | Self::StatReply | Self::ReadRange => MAX_CONTROL_PAYLOAD,
+            Self::Stat | Self::StatReply | Self::ReadRange | Self::Prefetch => MAX_CONTROL_PAYLOAD,
             Self::ReadRangeReply => MAX_READ_LEN,
             Self::Ingest => MAX_INGEST_PAYLOAD,
             Self::IngestAck => INGEST_ACK_PAYLOAD,
             Self::FileHandoff => FILE_HANDOFF_PAYLOAD,
+            Self::PrefetchAck => PREFETCH_ACK_PAYLOAD,
             Self::Hello | Self::HelloProof | Self::HelloReply | Self::Welcome => MAX_HELLO_PAYLOAD,
             Self::Error => MAX_ERROR_PAYLOAD,
         }
@@ -616,8 +637,8 @@ mod tests {
             Err(Error::UnsupportedVersion(2))
         );
         assert_eq!(
-            FrameHeader::decode(&raw(0x07, 0, 0, 0)),
-            Err(Error::UnknownMessageType(7))
+            FrameHeader::decode(&raw(0x08, 0, 0, 0)),
+            Err(Error::UnknownMessageType(8))
         );
         assert_eq!(
             FrameHeader::decode(&raw(1, 4, 0, 8)),

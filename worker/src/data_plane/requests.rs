@@ -100,7 +100,8 @@ pub(crate) fn answer_now(
     }
 }
 
-/// Answers one control request (Ping, Stat, ReadRange); anything else is refused.
+/// Answers one control request (Ping, Stat, ReadRange, Prefetch); anything else is
+/// refused.
 pub(crate) async fn handle(services: &Services, header: FrameHeader, message: Message) -> Reply {
     let id = header.request_id();
     let started = Instant::now();
@@ -116,6 +117,12 @@ pub(crate) async fn handle(services: &Services, header: FrameHeader, message: Me
             r
         }
         Message::ReadRange(req) => read_range(services, id, &req, started).await,
+        // Answered at once; the fill (if any) runs in the background.
+        Message::Prefetch(req) => Ok(Reply::Frame(
+            Message::PrefetchAck(services.loader.prefetch(&req))
+                .encode(id)
+                .unwrap_or_default(),
+        )),
         other => Err(WorkerError::InvalidRequest(format!(
             "{:?} is not a request",
             other.message_type()

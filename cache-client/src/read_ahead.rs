@@ -32,6 +32,11 @@ use crate::read::Piece;
 /// read continues it.
 const REMEMBERED_READS: usize = 4096;
 
+/// How long after the last filled read a read still looks up whether it continues one:
+/// past it (a workload of hits only) a read looks nothing up, at the cost of a slower
+/// scan reading ahead again only from its next fill.
+const LOOK_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Prefetches sent and how workers answered them, since the client was made.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadAheadStats {
@@ -53,9 +58,11 @@ pub(crate) struct ReadAhead {
     pieces: usize,
     /// A hash of (object, version) → where its last reading-ahead read ended.
     ends: quick_cache::sync::Cache<u64, u64>,
-    /// Whether `ends` was ever written: until then a read looks nothing up (one
-    /// atomic load on the hit path).
-    remembered: AtomicBool,
+    /// When `ends` was last written, in milliseconds after `since` plus one (0: never):
+    /// [`LOOK_FOR`] after it, a read looks nothing up (a clock read and an atomic load
+    /// on the hit path).
+    remembered_at: AtomicU64,
+    since: Instant,
     sent: AtomicU64,
     present: AtomicU64,
     started: AtomicU64,
@@ -68,7 +75,8 @@ impl ReadAhead {
         Self {
             pieces,
             ends: quick_cache::sync::Cache::new(REMEMBERED_READS),
-            remembered: AtomicBool::new(false),
+            remembered_at: AtomicU64::new(0),
+            since: Instant::now(),
             sent: AtomicU64::new(0),
             present: AtomicU64::new(0),
             started: AtomicU64::new(0),
@@ -117,8 +125,8 @@ impl ReadAhead {
         if self.pieces == 0 {
             return None;
         }
-        let continues = self.remembered.load(Ordering::Relaxed)
-            && self.ends.get(&version_key(object, version)) == Some(range.start);
+        let continues =
+            self.looking() && self.ends.get(&version_key(object, version)) == Some(range.start);
         if !continues && pieces.len() <= window {
             return None;
         }
@@ -154,7 +162,18 @@ impl ReadAhead {
 
     fn remember_end(&self, key: u64, end: u64) {
         self.ends.insert(key, end);
-        self.remembered.store(true, Ordering::Relaxed);
+        self.remembered_at
+            .store(self.now_ms().saturating_add(1), Ordering::Relaxed);
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a filled read was remembered within [`LOOK_FOR`].
+    fn looking(&self) -> bool {
+        let at = self.remembered_at.load(Ordering::Relaxed);
+        at > 0 && self.now_ms() < at.saturating_add(LOOK_FOR.as_millis() as u64)
     }
 }
 

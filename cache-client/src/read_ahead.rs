@@ -125,12 +125,12 @@ impl ReadAhead {
         if self.pieces == 0 {
             return None;
         }
-        let continues =
-            self.looking() && self.ends.get(&version_key(object, version)) == Some(range.start);
+        let looked_up = self.looking().then(|| version_key(object, version));
+        let continues = looked_up.is_some_and(|key| self.ends.get(&key) == Some(range.start));
         if !continues && pieces.len() <= window {
             return None;
         }
-        let key = version_key(object, version);
+        let key = looked_up.unwrap_or_else(|| version_key(object, version));
         let mut ahead = pieces.to_vec();
         if continues && range.end < object_size {
             let reach = max_piece.max(1).saturating_mul(self.pieces as u64);

@@ -521,6 +521,101 @@ async fn held_block_files_are_sent_from_their_mapping_only_when_nothing_reads_th
     );
 }
 
+/// The gateway's `talon_gateway_read_ahead_prefetches{outcome="..."}`.
+async fn read_ahead_prefetches(gw: &RunningGateway, outcome: &str) -> f64 {
+    let text = talon_testkit::http_get(&format!("http://{}/metrics", gw.admin_addr.unwrap())).await;
+    talon_testkit::metric(
+        &text,
+        &format!("talon_gateway_read_ahead_prefetches{{outcome=\"{outcome}\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no read_ahead_prefetches {outcome} in {text}"))
+}
+
+/// Waits until every prefetch the gateway sent was answered and every fill the workers
+/// started for them ended; returns how many were started.
+async fn prefetches_done(cluster: &Cluster, gw: &RunningGateway) -> f64 {
+    talon_testkit::wait_for(
+        "the prefetches to be answered",
+        Duration::from_secs(20),
+        || async {
+            let sent = read_ahead_prefetches(gw, "sent").await;
+            let mut answered = 0.0;
+            for outcome in ["present", "started", "declined", "failed"] {
+                answered += read_ahead_prefetches(gw, outcome).await;
+            }
+            (sent > 0.0 && answered == sent).then_some(())
+        },
+    )
+    .await;
+    let started = read_ahead_prefetches(gw, "started").await;
+    talon_testkit::wait_for(
+        "the prefetched fills to end",
+        Duration::from_secs(20),
+        || async {
+            let filled: f64 = (0..cluster.workers.len())
+                .map(|i| {
+                    cluster.worker_metric(i, "talon_worker_prefetches_total{outcome=\"filled\"}")
+                })
+                .sum();
+            (filled >= started).then_some(())
+        },
+    )
+    .await;
+    started
+}
+
+/// Consecutive ranged GETs of a cold object through the S3 front, as `download_fileobj`
+/// or a Parquet scan send them: once a range continues a filled one, the workers fill
+/// the ranges past it before they are asked, so the next range is a hit
+/// (`Cache-Status`) that costs the origin nothing, with the object's bytes; the
+/// gateway's metrics count the prefetches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consecutive_ranged_gets_find_the_next_range_filled_ahead() {
+    const BLOCK: u64 = 256 << 10;
+    let object = GeneratedObject::new("data", "scan.bin", 12 * BLOCK, 71);
+    let cluster = Cluster::start(ClusterConfig {
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let gw = gateway(&cluster, Route::Cache, Backend::S3, Backend::Azure).await;
+    let range = |n: u64, blocks: u64| format!("bytes={}-{}", n * BLOCK, (n + blocks) * BLOCK - 1);
+    for n in [0, 1] {
+        let resp = s3_get(&gw, "/data/scan.bin", Some(&range(n, 1))).await;
+        assert_eq!(resp.status(), 206);
+        assert_eq!(resp.headers()["cache-status"], "talon; fwd=miss; stored");
+        assert!(resp.bytes().await.unwrap() == expected(&object, n * BLOCK, (n + 1) * BLOCK));
+    }
+    // The second range continued the first: the blocks past it are being filled.
+    let started = prefetches_done(&cluster, &gw).await;
+    assert_eq!(started, 8.0, "the 8 blocks past the second range");
+    // Blocks 0 and 1 read, 2 to 9 prefetched: one origin GET each.
+    assert_eq!(cluster.origin_gets(), 10);
+    let resp = s3_get(&gw, "/data/scan.bin", Some(&range(2, 2))).await;
+    assert_eq!(resp.status(), 206);
+    assert_eq!(
+        resp.headers()["cache-status"],
+        "talon; hit",
+        "the next range was filled before it was asked"
+    );
+    assert!(resp.bytes().await.unwrap() == expected(&object, 2 * BLOCK, 4 * BLOCK));
+    // That range continued the scan too: its read-ahead reaches the object's last two
+    // blocks, and no block is fetched twice.
+    assert_eq!(
+        prefetches_done(&cluster, &gw).await,
+        10.0,
+        "and the last two"
+    );
+    let resp = s3_get(&gw, "/data/scan.bin", Some(&range(4, 8))).await;
+    assert_eq!(resp.headers()["cache-status"], "talon; hit");
+    assert!(resp.bytes().await.unwrap() == expected(&object, 4 * BLOCK, 12 * BLOCK));
+    assert_eq!(
+        cluster.origin_gets(),
+        12,
+        "each of the 12 blocks fetched once"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_blob_keeps_plain_and_x_ms_blob_content_headers() {
     let cluster = Cluster::start(ClusterConfig {

@@ -52,15 +52,16 @@ pub struct Prefetches {
     per_object: Mutex<HashMap<ObjectId, usize>>,
 }
 
-/// A prefetch fill's hold on its object's count, given back when the fill ends.
-struct ObjectSlot<'a> {
-    prefetches: &'a Prefetches,
+/// A prefetch fill's hold on its object's count, given back when dropped (when the fill
+/// ends, or with its task if it never runs).
+struct ObjectSlot {
+    loader: Arc<Loader>,
     object: ObjectId,
 }
 
-impl Drop for ObjectSlot<'_> {
+impl Drop for ObjectSlot {
     fn drop(&mut self) {
-        let mut running = self.prefetches.lock();
+        let mut running = self.loader.prefetches().lock();
         if let Some(n) = running.get_mut(&self.object) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -84,13 +85,8 @@ impl Prefetches {
         self.per_object.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Fills running now (all objects).
-    pub fn running(&self) -> usize {
-        self.bounds.fills - self.slots.available_permits()
-    }
-
     /// Counts one more fill of `object`, unless it has its bound already; the count is
-    /// given back by dropping an [`ObjectSlot`].
+    /// given back by dropping the `ObjectSlot` made for it.
     fn take_object(&self, object: &ObjectId) -> bool {
         let mut running = self.lock();
         let n = running.entry(object.clone()).or_insert(0);
@@ -133,13 +129,12 @@ impl Loader {
         if !prefetches.take_object(req.block.object()) {
             return PrefetchOutcome::Declined;
         }
-        // The object's count was taken above; the task gives it back.
+        let object_slot = ObjectSlot {
+            loader: self.clone(),
+            object: req.block.object().clone(),
+        };
         let (loader, req) = (self.clone(), req.clone());
         tokio::spawn(async move {
-            let object_slot = ObjectSlot {
-                prefetches: loader.prefetches(),
-                object: req.block.object().clone(),
-            };
             let result = loader.prepare(&req, Durability::BeforeAnswer).await;
             let outcome = match result {
                 Ok(Prepared::Cached { .. } | Prepared::Fetched(_)) => "filled",

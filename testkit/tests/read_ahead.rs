@@ -41,6 +41,18 @@ async fn read(
     (out, sources.hits(), sources.fills())
 }
 
+/// Makes the origin wait `ms` before every answer.
+fn origin_latency(cluster: &Cluster, ms: u64) {
+    cluster
+        .origin
+        .faults()
+        .set(FaultConfig {
+            latency_ms: ms,
+            ..FaultConfig::default()
+        })
+        .unwrap();
+}
+
 /// Every worker's `talon_worker_prefetches_total` for `outcome`, summed.
 fn prefetches(cluster: &Cluster, outcome: &str) -> u64 {
     (0..cluster.workers.len())
@@ -94,14 +106,7 @@ async fn a_cold_object_read_in_order_is_filled_ahead_and_each_piece_fetched_once
     })
     .await;
     // 2 ms per origin request, so that fills overlap as they would against a real one.
-    cluster
-        .origin
-        .faults()
-        .set(FaultConfig {
-            latency_ms: 2,
-            ..FaultConfig::default()
-        })
-        .unwrap();
+    origin_latency(&cluster, 2);
     let client = cluster
         .client_with(|c| {
             c.read_window = 2;
@@ -245,14 +250,7 @@ async fn a_worker_fills_a_prefetch_in_the_background_within_its_bounds() {
     })
     .await;
     // A slow origin: the first fills are still running when the next prefetches come.
-    cluster
-        .origin
-        .faults()
-        .set(FaultConfig {
-            latency_ms: 500,
-            ..FaultConfig::default()
-        })
-        .unwrap();
+    origin_latency(&cluster, 500);
     let block = |o: &GeneratedObject, n: u64| {
         let version = ObjectVersion::from_etag(&o.etag()).unwrap();
         BlockId::new(

@@ -59,7 +59,8 @@ pub type Proof = [u8; PROOF_LEN];
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Role {
-    /// Reads: Stat, ReadRange and Ping on the data plane; the coordinator's views.
+    /// Reads: Stat, ReadRange, Prefetch and Ping on the data plane; the coordinator's
+    /// views.
     Reader = 1,
     /// A worker: registers, heartbeats and drains itself at the coordinator.
     Worker = 2,

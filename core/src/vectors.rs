@@ -607,9 +607,9 @@ fn rejects(v: &mut Vec<Vector>) -> Result<(), Error> {
     reject(
         v,
         "unknown_type",
-        "message type 0x08",
-        with(3, &[8]),
-        Error::UnknownMessageType(8),
+        "message type 0x07",
+        with(3, &[7]),
+        Error::UnknownMessageType(7),
     );
     reject(
         v,

@@ -345,3 +345,52 @@ async fn ask(conn: &mut RawConnection, message: Message, id: u32) -> Message {
         other => panic!("request {id}: not a frame: {other:?}"),
     }
 }
+
+/// A prefetch never fetches what its worker cannot keep: with a cache smaller than the
+/// range, the fill ends "not cached" having asked the origin nothing, where a read of
+/// the same range is still served (passed through from the origin, one GET).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetch_the_worker_cannot_keep_fetches_nothing() {
+    let size = 2 * BLOCK;
+    let object = GeneratedObject::new("data", "big.bin", size, 66);
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 1,
+        capacity_bytes: 64 << 10,
+        generated: vec![object.clone()],
+        ..ClusterConfig::default()
+    })
+    .await;
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let block = BlockId::new(ObjectId::s3("data", "big.bin").unwrap(), version, 0, BLOCK).unwrap();
+    let request = ReadRangeRequest {
+        block,
+        object_size: size,
+        offset: 0,
+        len: BLOCK as u32,
+    };
+    let addr = cluster.worker(0).addr;
+    let mut conn = RawConnection::authenticated(addr, cluster.cluster_secret(), Role::Reader).await;
+    let before = cluster.origin_gets();
+    assert_eq!(
+        ask(&mut conn, Message::Prefetch(request.clone()), 1).await,
+        Message::PrefetchAck(PrefetchOutcome::Started)
+    );
+    wait_for("the prefetch to end", Duration::from_secs(20), || async {
+        (prefetches(&cluster, "not_cached") == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        cluster.origin_gets(),
+        before,
+        "nothing fetched that could not be kept"
+    );
+    match RawConnection::read_once(addr, cluster.cluster_secret(), request, ANSWER_WITHIN).await {
+        RawAnswer::Data { bytes, .. } => assert_eq!(sha(&bytes), sha(&expected(&object, 0..BLOCK))),
+        other => panic!("the read was not answered with data: {other:?}"),
+    }
+    assert_eq!(
+        cluster.origin_gets(),
+        before + 1,
+        "the read itself passed through"
+    );
+}

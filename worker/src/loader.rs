@@ -126,6 +126,8 @@ pub enum Prepared {
     },
     /// The bytes could not be cached (no room); here they are, from the origin.
     PassThrough(Bytes),
+    /// The bytes cannot be kept and were not fetched ([`Durability::KeptOnly`] only).
+    NotKept,
     /// This request fetched every byte it reads; here they are, from the origin, while
     /// they are written into the block behind the answer (readers of the same pages
     /// wait for that, and then read them from the block).
@@ -140,6 +142,10 @@ pub enum Durability {
     /// Answer only once every byte is present in the block (a warm task, whose answer
     /// says the bytes are cached).
     BeforeAnswer,
+    /// As `BeforeAnswer`, for a request that wants no bytes back (a prefetch): where the
+    /// bytes cannot be kept (no room, a disk or descriptor failure) nothing is fetched
+    /// from the origin to pass through; [`Prepared::NotKept`] says so.
+    KeptOnly,
 }
 
 /// Pages fetched from the origin for a fill, not yet in the block.
@@ -379,14 +385,14 @@ impl Loader {
             // prevent it; something else in the process holds them).
             Err(e @ WorkerError::Io { .. }) if e.is_out_of_descriptors() => {
                 tracing::warn!(error = %e, "out of open files for a new block; serving the read from the origin");
-                return self.uncached(req, "no_descriptors").await;
+                return self.uncached(req, durability, "no_descriptors").await;
             }
             // The cache disk refuses a new block file (full, failing, its folder
             // removed): the read is served from the origin rather than failed.
             Err(e @ WorkerError::Io { .. }) => {
                 tracing::warn!(error = %e, "the cache disk failed; serving the read from the origin");
                 self.metrics.disk_error("create");
-                return self.uncached(req, "disk_error").await;
+                return self.uncached(req, durability, "disk_error").await;
             }
             Err(e) => return Err(e),
         };
@@ -441,7 +447,7 @@ impl Loader {
                         Ok(None) => {
                             self.metrics.fill_ended();
                             fill.finish(Ok(()));
-                            return self.uncached(req, "no_room").await;
+                            return self.uncached(req, durability, "no_room").await;
                         }
                         Err(e) => {
                             self.metrics.fill_ended();
@@ -488,6 +494,9 @@ impl Loader {
                             // themselves); this one has the bytes already.
                             fill.finish(Ok(()));
                             forget_if_empty(&self.store, &block).await;
+                            if durability == Durability::KeptOnly {
+                                return Ok(Prepared::NotKept);
+                            }
                             let start = req.offset.checked_sub(span_start);
                             let end = start.map(|s| s + u64::from(req.len));
                             if let (Some(start), Some(end)) = (start, end)
@@ -499,7 +508,7 @@ impl Loader {
                                     data.slice(start as usize..end as usize),
                                 ));
                             }
-                            return self.uncached(req, "disk_error").await;
+                            return self.uncached(req, durability, "disk_error").await;
                         }
                         Err(e) => return Err(self.failed_fill(&mut fill, &block, e).await),
                     }
@@ -600,8 +609,17 @@ impl Loader {
     }
 
     /// Answers `req` from the origin without caching it, counted as a miss and a pass
-    /// through for `reason`.
-    async fn uncached(&self, req: &ReadRangeRequest, reason: &str) -> Result<Prepared> {
+    /// through for `reason`; for a [`Durability::KeptOnly`] request, fetches nothing and
+    /// says [`Prepared::NotKept`].
+    async fn uncached(
+        &self,
+        req: &ReadRangeRequest,
+        durability: Durability,
+        reason: &str,
+    ) -> Result<Prepared> {
+        if durability == Durability::KeptOnly {
+            return Ok(Prepared::NotKept);
+        }
         self.metrics.miss();
         self.metrics.pass_through(reason);
         self.pass_through(req).await.map(Prepared::PassThrough)

@@ -3,7 +3,9 @@
 //! are fetched from the origin in parallel instead of one window at a time. A prefetch
 //! is answered at once; its fill runs in the background through the same miss loader
 //! as a read (single-flight: a reader that arrives meanwhile joins the fill), and its
-//! pages are durable before they are called present, as a warm task's are.
+//! pages are durable before they are called present, as a warm task's are. A prefetch
+//! never fetches what it cannot keep (no room, a failing disk): it ends "not cached"
+//! and the reader's own read goes to the origin as it would have.
 //!
 //! Background fills are bounded per worker and per object ([`PrefetchBounds`]); beyond
 //! either the prefetch is declined and the reader's own read fills the pages when it
@@ -135,10 +137,10 @@ impl Loader {
         };
         let (loader, req) = (self.clone(), req.clone());
         tokio::spawn(async move {
-            let result = loader.prepare(&req, Durability::BeforeAnswer).await;
+            let result = loader.prepare(&req, Durability::KeptOnly).await;
             let outcome = match result {
                 Ok(Prepared::Cached { .. } | Prepared::Fetched(_)) => "filled",
-                Ok(Prepared::PassThrough(_)) => "not_cached",
+                Ok(Prepared::PassThrough(_) | Prepared::NotKept) => "not_cached",
                 Err(e) => {
                     tracing::debug!(block = %req.block, offset = req.offset, len = req.len, error = %e, "a prefetch's fill failed; the reader will fill the pages");
                     "failed"

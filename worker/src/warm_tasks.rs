@@ -75,6 +75,8 @@ async fn fill(loader: &Loader, task: &WarmTask) -> Result<u64, String> {
     {
         // `Fetched` is only answered to write-behind reads; it would mean being written.
         Prepared::Cached { .. } | Prepared::Fetched(_) => Ok(len),
-        Prepared::PassThrough(_) => Err("not cached: the worker has no room for it".into()),
+        Prepared::PassThrough(_) | Prepared::NotKept => {
+            Err("not cached: the worker has no room for it".into())
+        }
     }
 }

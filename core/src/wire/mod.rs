@@ -40,7 +40,7 @@
 //! | `0x06` | HelloProof | peer proof 32 bytes | 256 |
 //! | `0x86` | Welcome | empty | 256 |
 //! | `0x87` | FileHandoff | offset in block `u64`, len `u32`, from origin `u8` (0/1); one descriptor rides with it (local socket only, below) | 13 |
-//! | `0x07` | Prefetch | as ReadRange | 8 KiB |
+//! | `0x08` | Prefetch | as ReadRange | 8 KiB |
 //! | `0x88` | PrefetchAck | outcome `u8` ([`PrefetchOutcome`]: 0 present, 1 started, 2 declined) | 1 |
 //! | `0xFF` | Error | code `u16` ([`ErrorCode`]), message string; ERROR flag set | 4 KiB |
 //!
@@ -183,7 +183,7 @@ pub enum MessageType {
     /// Ends the Hello exchange: the peer's proof.
     HelloProof = 0x06,
     /// Make bytes of one block present without sending them (a fill ahead of a reader).
-    Prefetch = 0x07,
+    Prefetch = 0x08,
     /// Reply to Ping with the same nonce.
     Pong = 0x81,
     /// Object metadata.
@@ -236,7 +236,7 @@ impl MessageType {
             0x04 => Self::Ingest,
             0x05 => Self::Hello,
             0x06 => Self::HelloProof,
-            0x07 => Self::Prefetch,
+            0x08 => Self::Prefetch,
             0x81 => Self::Pong,
             0x82 => Self::StatReply,
             0x83 => Self::ReadRangeReply,
@@ -637,8 +637,8 @@ mod tests {
             Err(Error::UnsupportedVersion(2))
         );
         assert_eq!(
-            FrameHeader::decode(&raw(0x08, 0, 0, 0)),
-            Err(Error::UnknownMessageType(8))
+            FrameHeader::decode(&raw(0x07, 0, 0, 0)),
+            Err(Error::UnknownMessageType(7))
         );
         assert_eq!(
             FrameHeader::decode(&raw(1, 4, 0, 8)),
@@ -686,10 +686,15 @@ mod tests {
         for v in 0..=u8::MAX {
             assert_eq!(MessageType::from_u8(v).is_ok(), known.contains(&v));
         }
-        // Each request type's reply is the request type | 0x80.
+        // Each request type's reply is the request type | 0x80 (0x07 is unused: its
+        // place, 0x87, is ReadRange's other answer, FileHandoff).
         for req in MessageType::ALL.iter().filter(|t| t.is_request()) {
             assert!(MessageType::from_u8(req.as_u8() | 0x80).is_ok());
         }
+        assert_eq!(
+            MessageType::from_u8(MessageType::Prefetch.as_u8() | 0x80),
+            Ok(MessageType::PrefetchAck)
+        );
     }
 
     #[test]

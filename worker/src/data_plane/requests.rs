@@ -294,6 +294,10 @@ async fn read_range(
             data,
             started,
         }),
+        // Only a `KeptOnly` request is answered so; a read is not one.
+        Prepared::NotKept => Err(WorkerError::Unavailable(
+            "the bytes could not be cached".into(),
+        )),
     }
 }
 

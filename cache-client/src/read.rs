@@ -484,6 +484,29 @@ impl CacheClient {
         Ok(pieces)
     }
 
+    /// The block `piece` lies in and its length as a request asks for it.
+    ///
+    /// # Errors
+    /// [`CacheClientError::InvalidRequest`] for a block the geometry cannot name, or a
+    /// piece longer than a request may be.
+    pub(crate) fn piece_request(
+        &self,
+        object: &ObjectId,
+        version: &ObjectVersion,
+        piece: Piece,
+    ) -> Result<(BlockId, u32)> {
+        let block = BlockId::new(
+            object.clone(),
+            version.clone(),
+            piece.block_offset,
+            self.inner.config.geometry.block_size(),
+        )
+        .map_err(|e| CacheClientError::InvalidRequest(e.to_string()))?;
+        let len = u32::try_from(piece.len)
+            .map_err(|_| CacheClientError::InvalidRequest("piece too large".into()))?;
+        Ok((block, len))
+    }
+
     /// The owners of a request, in rendezvous order, to be asked one at a time
     /// ([`OwnersToAsk`]).
     pub(crate) fn owners_to_ask<'m>(
@@ -790,15 +813,7 @@ impl CacheClient {
         let started = Instant::now();
         let budget = self.inner.config.deadlines;
         let workers_until = started + budget.workers_share;
-        let block = BlockId::new(
-            object.clone(),
-            version.clone(),
-            piece.block_offset,
-            self.inner.config.geometry.block_size(),
-        )
-        .map_err(|e| CacheClientError::InvalidRequest(e.to_string()))?;
-        let len = u32::try_from(piece.len)
-            .map_err(|_| CacheClientError::InvalidRequest("piece too large".into()))?;
+        let (block, len) = self.piece_request(object, version, piece)?;
         // Bytes a worker on this host vouched for within the hold are read from its held
         // file, before any owner is chosen: no request, and nothing said to a circuit, a
         // probe, hedge timing or the hot-block counts (an answer no worker gave must

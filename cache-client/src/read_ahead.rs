@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use talon_core::wire::{PrefetchOutcome, ReadRangeRequest};
-use talon_core::{BlockId, Message, ObjectId, ObjectVersion};
+use talon_core::{Message, ObjectId, ObjectVersion};
 
 use crate::CacheClient;
 use crate::connection::Answer;
@@ -232,15 +232,7 @@ impl CacheClient {
 
     /// Sends a Prefetch for `piece` to its first owner, in the background.
     fn prefetch(&self, object: &ObjectId, version: &ObjectVersion, object_size: u64, piece: Piece) {
-        let Ok(block) = BlockId::new(
-            object.clone(),
-            version.clone(),
-            piece.block_offset,
-            self.inner.config.geometry.block_size(),
-        ) else {
-            return;
-        };
-        let Ok(len) = u32::try_from(piece.len) else {
+        let Ok((block, len)) = self.piece_request(object, version, piece) else {
             return;
         };
         let placement = self.placement();

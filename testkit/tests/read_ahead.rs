@@ -251,24 +251,10 @@ async fn a_worker_fills_a_prefetch_in_the_background_within_its_bounds() {
     .await;
     // A slow origin: the first fills are still running when the next prefetches come.
     origin_latency(&cluster, 500);
-    let block = |o: &GeneratedObject, n: u64| {
-        let version = ObjectVersion::from_etag(&o.etag()).unwrap();
-        BlockId::new(
-            ObjectId::s3("data", &o.key).unwrap(),
-            version,
-            n * BLOCK,
-            BLOCK,
-        )
-        .unwrap()
-    };
-    let request = |o: &GeneratedObject, n: u64| ReadRangeRequest {
-        block: block(o, n),
-        object_size: size,
-        offset: 0,
-        len: BLOCK as u32,
-    };
+    let block = |o: &GeneratedObject, n: u64| block_request(o, n).block;
+    let request = |o: &GeneratedObject, n: u64| block_request(o, n);
     let addr = cluster.worker(0).addr;
-    let mut conn = RawConnection::authenticated(addr, cluster.cluster_secret(), Role::Reader).await;
+    let mut conn = reader(&cluster).await;
     let before = cluster.origin_gets();
     let mut prefetch = async |o: &GeneratedObject, n: u64, id: u32| match ask(
         &mut conn,
@@ -337,6 +323,28 @@ async fn a_worker_fills_a_prefetch_in_the_background_within_its_bounds() {
     assert!(!cluster.block_file(0, &block(&object, 3)).exists());
 }
 
+/// A ReadRange of block `n` (whole) of `object` in the sandbox's S3 bucket.
+fn block_request(object: &GeneratedObject, n: u64) -> ReadRangeRequest {
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    let id = ObjectId::s3(object.bucket.clone(), object.key.clone()).unwrap();
+    ReadRangeRequest {
+        block: BlockId::new(id, version, n * BLOCK, BLOCK).unwrap(),
+        object_size: object.size,
+        offset: 0,
+        len: BLOCK.min(object.size - n * BLOCK) as u32,
+    }
+}
+
+/// A connection to the sandbox's first worker, authenticated as a reader.
+async fn reader(cluster: &Cluster) -> RawConnection {
+    RawConnection::authenticated(
+        cluster.worker(0).addr,
+        cluster.cluster_secret(),
+        Role::Reader,
+    )
+    .await
+}
+
 /// Sends `message` as request `id` and returns the control frame answering it.
 async fn ask(conn: &mut RawConnection, message: Message, id: u32) -> Message {
     conn.send(&message.encode(id).unwrap()).await.unwrap();
@@ -360,16 +368,9 @@ async fn a_prefetch_the_worker_cannot_keep_fetches_nothing() {
         ..ClusterConfig::default()
     })
     .await;
-    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
-    let block = BlockId::new(ObjectId::s3("data", "big.bin").unwrap(), version, 0, BLOCK).unwrap();
-    let request = ReadRangeRequest {
-        block,
-        object_size: size,
-        offset: 0,
-        len: BLOCK as u32,
-    };
+    let request = block_request(&object, 0);
     let addr = cluster.worker(0).addr;
-    let mut conn = RawConnection::authenticated(addr, cluster.cluster_secret(), Role::Reader).await;
+    let mut conn = reader(&cluster).await;
     let before = cluster.origin_gets();
     assert_eq!(
         ask(&mut conn, Message::Prefetch(request.clone()), 1).await,

@@ -3,12 +3,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use talon_cache_client::ReadOptions;
 use talon_core::{ObjectId, ObjectVersion};
 use talon_origin_stub::DEFAULT_AZURE_ACCOUNT;
 use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedObject;
-use talon_testkit::{Cluster, ClusterConfig, expected, read_through};
+use talon_testkit::{Cluster, ClusterConfig, WorkerProcess, expected, read_through};
+use talon_worker::sync_holds::HOLD_SYNCS_WHILE_ENV;
 use tokio::sync::Barrier;
 
 const PAGE: u64 = 16 << 10;
@@ -305,4 +308,80 @@ async fn cold_pages_are_read_off_the_reactor(local_sockets: bool) {
         // through the blocking pool, not the reactor.
         assert!(cluster.worker_metric(0, "talon_worker_sends_from_disk_total") > before);
     }
+}
+
+/// A cold object's first bytes, which its stat's one GET brought with the metadata, are
+/// handed to the read that follows from memory while they are written behind the
+/// stat's answer: with the worker's syncs held (a disk whose writes queue), the stat
+/// and the read are both answered, every byte right, one origin GET, the read flagged
+/// as a fill, and no page yet called present (no metadata on disk). Once the syncs go
+/// through the block is on disk and the next read is a hit that fetches nothing.
+/// (Before 2026-12-06 the stat answered only once the bytes were synced.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_objects_first_bytes_are_read_while_they_are_written_behind_its_stat() {
+    let size = 100 << 10;
+    let object = GeneratedObject::new("data", "first.bin", size, 27);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let hold = dir.path().join("hold-syncs");
+    std::fs::write(&hold, b"").unwrap();
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 0,
+        generated: vec![object.clone()],
+        local_sockets: false,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let process = WorkerProcess::start_logged(
+        &cluster,
+        "w0",
+        &cache,
+        &[],
+        &[(HOLD_SYNCS_WHILE_ENV, hold.to_str().unwrap())],
+    )
+    .await;
+    cluster.wait_for_live(1).await;
+    let client = cluster.client().await;
+    cluster.sync_client(&client).await;
+    let id = ObjectId::s3("data", "first.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+
+    let stat = client
+        .stat_reading(
+            &id,
+            ReadOptions::default(),
+            Some(Duration::from_secs(60)),
+            Some(0..size),
+        )
+        .await
+        .unwrap();
+    assert_eq!((stat.size, &stat.version), (size, &version));
+    let (bytes, hits, fills, _) = read_tracked(&client, &id, &version, size, 0..size).await;
+    assert!(bytes == expected(&object, 0..size), "wrong bytes");
+    assert_eq!((hits, fills), (0, 1), "the read is the stat's fill");
+    assert_eq!(cluster.origin_gets(), 1, "the stat's GET brought the bytes");
+    assert_eq!(
+        process
+            .metric("talon_worker_written_behind_answers_total")
+            .await,
+        1.0,
+        "the read was answered from the first read's bytes"
+    );
+    let block = cluster.block_id(&id, &version, 0);
+    let blocks = cache.join("blocks");
+    let meta = blocks.join(format!("{}.meta", block.storage_name()));
+    assert!(!meta.exists(), "a page was called present before its sync");
+
+    std::fs::remove_file(&hold).unwrap();
+    process.fills_settled().await;
+    assert!(meta.exists(), "the kept pages are present once synced");
+    let on_disk = std::fs::read(blocks.join(format!("{}.blk", block.storage_name()))).unwrap();
+    assert!(
+        on_disk == expected(&object, 0..size),
+        "the block file holds the object"
+    );
+    let (bytes, hits, fills, _) = read_tracked(&client, &id, &version, size, 0..size).await;
+    assert!(bytes == expected(&object, 0..size), "wrong bytes");
+    assert_eq!((hits, fills), (1, 0), "the next read is a hit");
+    assert_eq!(cluster.origin_gets(), 1, "and fetches nothing");
 }

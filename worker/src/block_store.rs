@@ -98,7 +98,7 @@ struct BlockState {
     checksums: Vec<u32>,
     verified: PresentBitmap,
     filling: PresentBitmap,
-    inflight: Vec<(Range<u32>, watch::Receiver<Option<FillOutcome>>)>,
+    inflight: Vec<InflightFill>,
     evicted: bool,
     identity: Option<FileIdentity>,
     /// Fills writing into the file right now: while any is, a changed identity is
@@ -107,6 +107,17 @@ struct BlockState {
     /// Bytes this block counts against the budget.
     cost: u64,
     has_meta: bool,
+}
+
+/// A fill in progress: its pages, how its waiters learn the outcome, and, while its
+/// fetched bytes are being written behind their answer, those bytes.
+#[derive(Debug)]
+struct InflightFill {
+    pages: Range<u32>,
+    outcome: watch::Receiver<Option<FillOutcome>>,
+    /// The fill's bytes from `span_start` (block offsets), set by
+    /// [`Block::publish_written_behind`] and dropped when the fill ends.
+    behind: Option<(u64, bytes::Bytes)>,
 }
 
 /// Where the bytes of a commit come from: memory (an origin fill) or a staging file
@@ -290,8 +301,8 @@ impl Block {
                 let rx = st
                     .inflight
                     .iter()
-                    .find(|(r, _)| r.contains(&first_absent))
-                    .map(|(_, rx)| rx.clone());
+                    .find(|f| f.pages.contains(&first_absent))
+                    .map(|f| f.outcome.clone());
                 match rx {
                     Some(rx) => return FillPlan::Wait(rx),
                     None => first_absent,
@@ -312,8 +323,35 @@ impl Block {
         let pages = first_absent..end.max(first_absent + 1);
         let _ = st.filling.set_range(pages.clone());
         let (done, rx) = watch::channel(None);
-        st.inflight.push((pages.clone(), rx));
+        st.inflight.push(InflightFill {
+            pages: pages.clone(),
+            outcome: rx,
+            behind: None,
+        });
         FillPlan::Fill { pages, done }
+    }
+
+    /// Offers the fetched bytes of the fill of `pages` (from block offset `span_start`)
+    /// to readers that would wait for it, while they are written behind their first
+    /// answer ([`Block::written_behind`]). They are the origin's bytes of this block's
+    /// version, as the fill's own reader got them; they go with the fill's end.
+    pub fn publish_written_behind(&self, pages: &Range<u32>, span_start: u64, data: bytes::Bytes) {
+        let mut st = lock(&self.state);
+        if let Some(fill) = st.inflight.iter_mut().find(|f| f.pages == *pages) {
+            fill.behind = Some((span_start, data));
+        }
+    }
+
+    /// The bytes `offset..offset + len` (block offsets) when a fill being written behind
+    /// holds all of them: a reader that would otherwise wait for its sync.
+    pub fn written_behind(&self, offset: u64, len: u64) -> Option<bytes::Bytes> {
+        let st = lock(&self.state);
+        st.inflight.iter().find_map(|f| {
+            let (span_start, data) = f.behind.as_ref()?;
+            let start = offset.checked_sub(*span_start)?;
+            let end = start.checked_add(len)?;
+            (end <= data.len() as u64).then(|| data.slice(start as usize..end as usize))
+        })
     }
 
     /// Ends a fill started by [`Block::plan`]: clears its marks and wakes its waiters
@@ -327,7 +365,7 @@ impl Block {
         {
             let mut st = lock(&self.state);
             let _ = st.filling.clear_range(pages.clone());
-            st.inflight.retain(|(r, _)| *r != pages);
+            st.inflight.retain(|f| f.pages != pages);
         }
         let _ = done.send(Some(outcome));
     }
@@ -1338,6 +1376,7 @@ impl BlockStore {
         reservation: Reservation,
     ) -> Result<()> {
         let WrittenPages { absent, checksums } = written;
+        crate::sync_holds::wait_while_held();
         if let Err(e) = block.file.sync_data() {
             lock(&block.state).writers -= 1;
             return Err(WorkerError::io("syncing a block", e));
@@ -2286,5 +2325,30 @@ mod tests {
         fill(&store, &block, next.clone(), 2);
         block.finish_fill(next, next_done, Ok(()));
         assert!(matches!(block.plan(0..4, 4, 16), FillPlan::Ready));
+    }
+
+    #[test]
+    fn a_fill_written_behind_answers_the_ranges_its_bytes_hold_until_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(BlockStore::open(dir.path(), PAGE, 1 << 20).unwrap());
+        let block = store.get_or_create(&block_id("behind"), 4 * PAGE).unwrap();
+        let FillPlan::Fill { pages, done } = block.plan(1..3, 3, 16) else {
+            panic!("first reader fills")
+        };
+        assert_eq!(block.written_behind(PAGE, 10), None, "no bytes offered yet");
+        let bytes = bytes::Bytes::from(pattern((2 * PAGE) as usize, 9));
+        block.publish_written_behind(&pages, PAGE, bytes.clone());
+        assert!(matches!(block.plan(1..2, 2, 16), FillPlan::Wait(_)));
+        let got = block.written_behind(PAGE + 5, PAGE).unwrap();
+        assert_eq!(got[..], bytes[5..5 + PAGE as usize]);
+        assert_eq!(block.written_behind(PAGE, 2 * PAGE).unwrap(), bytes);
+        assert_eq!(block.written_behind(0, 10), None, "a range before them");
+        assert_eq!(
+            block.written_behind(2 * PAGE, PAGE + 1),
+            None,
+            "one past them"
+        );
+        block.finish_fill(pages, done, Ok(()));
+        assert_eq!(block.written_behind(PAGE, 10), None, "gone with the fill");
     }
 }

@@ -27,6 +27,7 @@ pub mod origins;
 pub mod prefetch;
 pub mod read_faults;
 pub mod service;
+pub mod sync_holds;
 pub mod warm_tasks;
 pub mod zero_copy;
 

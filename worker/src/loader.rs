@@ -427,6 +427,15 @@ impl Loader {
                 }
                 FillPlan::Wait(mut rx) => {
                     missed = true;
+                    // A fill being written behind answers its joiners from its bytes,
+                    // as it answered its own reader, instead of after its sync.
+                    if durability == Durability::WriteBehind
+                        && let Some(answer) = block.written_behind(req.offset, u64::from(req.len))
+                    {
+                        let _ = block.take_kept_unread();
+                        self.metrics.miss();
+                        return Ok(Prepared::Fetched(answer));
+                    }
                     match rx.wait_for(Option::is_some).await.map(|v| v.clone()) {
                         Ok(Some(Err(e))) => return Err(WorkerError::Shared(e)),
                         _ => continue,
@@ -468,6 +477,14 @@ impl Loader {
                             bytes: answer,
                             _permit: permit.clone(),
                         });
+                        block.publish_written_behind(
+                            &pages,
+                            fetched.span_start,
+                            Bytes::from_owner(HeldAnswer {
+                                bytes: fetched.data.clone(),
+                                _permit: permit.clone(),
+                            }),
+                        );
                         let (store, metrics) = (self.store.clone(), self.metrics.clone());
                         let block = block.clone();
                         tokio::spawn(async move {
@@ -582,16 +599,55 @@ impl Loader {
             fill.finish(Ok(()));
             return Ok(());
         };
-        let (store, b) = (self.store.clone(), block.clone());
-        let result = blocking(move || store.commit_fill(&b, pages, &data, reservation)).await;
-        match result {
-            Ok(()) => {
-                block.mark_kept_unread();
-                fill.finish(Ok(()));
-                Ok(())
+        let Some(permit) = self.write_behind_permit(data.len()) else {
+            // The write-behind bound is full: kept before the answer, as the bytes of
+            // a fill without room to write behind are.
+            let (store, b) = (self.store.clone(), block.clone());
+            let result = blocking(move || store.commit_fill(&b, pages, &data, reservation)).await;
+            return match result {
+                Ok(()) => {
+                    block.mark_kept_unread();
+                    fill.finish(Ok(()));
+                    Ok(())
+                }
+                Err(e) => Err(self.failed_fill(&mut fill, &block, e).await),
+            };
+        };
+        // Written behind the stat's answer: the read that follows is answered from
+        // these bytes while they are written ([`Block::written_behind`]), from the
+        // block once they are present, so a cold object's answer waits for no disk.
+        let permit = Arc::new(permit);
+        block.publish_written_behind(
+            &pages,
+            span.start,
+            Bytes::from_owner(HeldAnswer {
+                bytes: data.clone(),
+                _permit: permit.clone(),
+            }),
+        );
+        block.mark_kept_unread();
+        let fetched = FetchedPages {
+            data,
+            span_start: span.start,
+            reservation,
+        };
+        let (store, metrics) = (self.store.clone(), self.metrics.clone());
+        metrics.fill_started();
+        tokio::spawn(async move {
+            let result = commit_behind(&store, &metrics, &block, pages, fetched).await;
+            drop(permit);
+            let stored = matches!(result, Ok(true));
+            if !stored {
+                // Not kept: the read that has not come yet fetches them itself.
+                let _ = block.take_kept_unread();
             }
-            Err(e) => Err(self.failed_fill(&mut fill, &block, e).await),
-        }
+            fill.finish(result.map(|_| ()).map_err(Arc::new));
+            metrics.fill_ended();
+            if !stored {
+                forget_if_empty(&store, &block).await;
+            }
+        });
+        Ok(())
     }
 
     /// Ends a fill that failed with `e`: its waiters are told, and no empty block file

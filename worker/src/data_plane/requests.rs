@@ -212,7 +212,8 @@ async fn stat(services: &Services, req: &StatRequest) -> Result<StatReply> {
         .stat_reading(&req.object, max_age, first)
         .await?;
     if let (Some(bytes), Some(f)) = (bytes, req.first_read) {
-        // Kept before the answer, so the read that follows finds them.
+        // Handed to the block before the answer (written behind it), so the read that
+        // follows finds them.
         if let Err(e) = services
             .loader
             .keep_first_bytes(&req.object, &info, f.block_size, bytes)

@@ -88,6 +88,17 @@ struct FillGuard {
 }
 
 impl FillGuard {
+    /// Offers the fill's fetched bytes (from block offset `span_start`) to its waiters
+    /// while they are written behind ([`Block::publish_written_behind`]), and wakes them.
+    fn offer(&self, span_start: u64, data: Bytes) {
+        self.block
+            .publish_written_behind(&self.pages, span_start, data);
+        if let Some(done) = &self.done {
+            // The outcome is still to come; the wake-up makes them look for the bytes.
+            done.send_modify(|_| {});
+        }
+    }
+
     fn finish(&mut self, outcome: crate::block_store::FillOutcome) {
         if let Some(done) = self.done.take() {
             self.block.finish_fill(self.pages.clone(), done, outcome);
@@ -427,18 +438,28 @@ impl Loader {
                 }
                 FillPlan::Wait(mut rx) => {
                     missed = true;
-                    // A fill being written behind answers its joiners from its bytes,
-                    // as it answered its own reader, instead of after its sync.
-                    if durability == Durability::WriteBehind
-                        && let Some(answer) = block.written_behind(req.offset, u64::from(req.len))
-                    {
-                        let _ = block.take_kept_unread();
-                        self.metrics.miss();
-                        return Ok(Prepared::Fetched(answer));
-                    }
-                    match rx.wait_for(Option::is_some).await.map(|v| v.clone()) {
-                        Ok(Some(Err(e))) => return Err(WorkerError::Shared(e)),
-                        _ => continue,
+                    loop {
+                        // A fill being written behind answers its joiners from its
+                        // bytes, as it answered its own reader, instead of after its
+                        // sync: those that come while it writes, and those that waited
+                        // for its fetch (woken when it offers them: FillGuard::offer).
+                        if durability == Durability::WriteBehind
+                            && let Some(answer) =
+                                block.written_behind(req.offset, u64::from(req.len))
+                        {
+                            let _ = block.take_kept_unread();
+                            self.metrics.miss();
+                            return Ok(Prepared::Fetched(answer));
+                        }
+                        if let Some(outcome) = rx.borrow_and_update().clone() {
+                            if let Err(e) = outcome {
+                                return Err(WorkerError::Shared(e));
+                            }
+                            break;
+                        }
+                        if rx.changed().await.is_err() {
+                            break;
+                        }
                     }
                 }
                 FillPlan::Fill { pages, done } => {
@@ -477,8 +498,7 @@ impl Loader {
                             bytes: answer,
                             _permit: permit.clone(),
                         });
-                        block.publish_written_behind(
-                            &pages,
+                        fill.offer(
                             fetched.span_start,
                             Bytes::from_owner(HeldAnswer {
                                 bytes: fetched.data.clone(),
@@ -617,8 +637,7 @@ impl Loader {
         // these bytes while they are written ([`Block::written_behind`]), from the
         // block once they are present, so a cold object's answer waits for no disk.
         let permit = Arc::new(permit);
-        block.publish_written_behind(
-            &pages,
+        fill.offer(
             span.start,
             Bytes::from_owner(HeldAnswer {
                 bytes: data.clone(),

@@ -335,6 +335,22 @@ impl Loader {
         Some((block, from_origin))
     }
 
+    /// The bytes of `req` when a fill of its block is writing them behind its answer
+    /// ([`Block::written_behind`]): the read that follows a cold object's stat, or one
+    /// that joins a fill after its fetch. Counted as a miss (the bytes came from the
+    /// origin for it). `None`: use [`Loader::prepare`]. Takes no lock but the store's
+    /// index and the block's state, so the hit path's thread answers it.
+    pub fn try_written_behind(&self, req: &ReadRangeRequest) -> Option<Bytes> {
+        let block = self.store.get(&req.block)?;
+        if block.object_size != req.object_size {
+            return None;
+        }
+        let bytes = block.written_behind(req.offset, u64::from(req.len))?;
+        let _ = block.take_kept_unread();
+        self.metrics.miss();
+        Some(bytes)
+    }
+
     /// The block `req` reads, created empty if not cached. When it is cached for
     /// another object size (the first requester named a wrong one, SEC-05), the origin
     /// decides: if this version's size there is what `req` says, the block is

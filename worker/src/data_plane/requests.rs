@@ -70,7 +70,8 @@ pub(crate) fn error_frame(request_id: u32, code: ErrorCode, message: &str) -> Ve
 /// The answer to a request that needs no waiting, or `None` when it does (a miss, a
 /// Stat, a page not yet verified): then the plane runs [`handle`] as a task. This is
 /// the hit path, run on the connection's own thread: a block lookup, one `fstat`, no
-/// disk read, no origin, no task.
+/// disk read, no origin, no task; and, for pages being written behind a fill's answer,
+/// the fill's bytes.
 pub(crate) fn answer_now(
     services: &Services,
     header: &FrameHeader,
@@ -85,7 +86,17 @@ pub(crate) fn answer_now(
         )),
         Message::ReadRange(req) if req.len > 0 && req.validate().is_ok() => {
             let started = Instant::now();
-            let (block, from_origin) = services.loader.try_hit(req)?;
+            let Some((block, from_origin)) = services.loader.try_hit(req) else {
+                // Pages still being written behind a fill's answer are answered from
+                // the fill's bytes here too, without a task or a disk hop.
+                let data = services.loader.try_written_behind(req)?;
+                services.metrics.written_behind_answer(data.len() as u64);
+                return Some(Reply::Bytes {
+                    header: encode_read_range_reply_header(id, req.len, true).ok()?,
+                    data,
+                    started,
+                });
+            };
             let header = encode_read_range_reply_header(id, req.len, from_origin).ok()?;
             Some(Reply::File {
                 header,

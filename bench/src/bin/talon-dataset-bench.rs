@@ -16,7 +16,9 @@
 //! same signatures, no cache), in an order that flips from epoch to epoch and front to
 //! front. Per epoch and arm: objects a second, p50/p99 of each delivering request, the
 //! origin's requests per object (from the stub's own counters), the 503s the client saw,
-//! objects still throttled after eight attempts, and the RSS of the gateways and workers.
+//! objects still throttled after eight attempts, the RSS of the gateways and workers, and
+//! the CPU per object of Talon's processes, the stub and the load generator (all on the
+//! same cores, so a CPU-bound arm's throughput is what its CPU per object allows).
 //! Every body is compared with the generator's bytes; a wrong one stops the run (exit 1).
 //!
 //! Not measured: listings (a loader's LIST at the start of an epoch), a dataset larger than
@@ -28,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use talon_bench::http_load::ProtocolLabel;
 use talon_core::Backend;
+use talon_loadgen::procfs::{self, ProcSample, ProcessSet};
 
 use anyhow::bail;
 use clap::Parser;
@@ -291,6 +294,10 @@ struct Row {
     failed_objects: u64,
     gateways_rss_mib: f64,
     workers_rss_mib: f64,
+    /// CPU (user + kernel) per object the epoch read, milliseconds: Talon's gateways and
+    /// workers together, the origin stub, and this load generator (every process on
+    /// the same cores: what one arm costs beside the other).
+    cpu_ms_per_object: CpuPerObject,
     /// How the gateways' and workers' origin-related counters moved in the epoch.
     talon_counters: std::collections::BTreeMap<String, f64>,
 }
@@ -300,6 +307,61 @@ struct Deployment {
     _coordinator: Coordinator,
     workers: Vec<Worker>,
     gateways: Vec<(Backend, Gateway)>,
+}
+
+/// CPU per object of an epoch, milliseconds, by who spent it.
+#[derive(Debug, serde::Serialize)]
+struct CpuPerObject {
+    talon: f64,
+    origin: f64,
+    client: f64,
+}
+
+/// CPU readings of an epoch's processes, taken before and after it.
+struct CpuReadings {
+    talon: ProcessSet,
+    origin: ProcessSet,
+    before: [ProcSample; 3],
+}
+
+impl CpuReadings {
+    fn start(deployment: &Deployment) -> anyhow::Result<CpuReadings> {
+        let talon: Vec<u32> = deployment
+            .gateways
+            .iter()
+            .map(|(_, g)| g.process.pid())
+            .chain(deployment.workers.iter().map(|w| w.process.pid()))
+            .collect();
+        let talon = ProcessSet::resolve(&talon, false)?;
+        let origin = ProcessSet::resolve(&[deployment.stub.process.pid()], false)?;
+        let before = [
+            talon.sample()?,
+            origin.sample()?,
+            procfs::sample_self().unwrap_or_default(),
+        ];
+        Ok(CpuReadings {
+            talon,
+            origin,
+            before,
+        })
+    }
+
+    fn per_object(&self, objects: u64) -> anyhow::Result<CpuPerObject> {
+        let after = [
+            self.talon.sample()?,
+            self.origin.sample()?,
+            procfs::sample_self().unwrap_or_default(),
+        ];
+        let ms = |i: usize| {
+            let (user, kernel) = after[i].cpu_since(&self.before[i]);
+            (user + kernel).as_secs_f64() * 1000.0 / objects.max(1) as f64
+        };
+        Ok(CpuPerObject {
+            talon: ms(0),
+            origin: ms(1),
+            client: ms(2),
+        })
+    }
 }
 
 impl Deployment {
@@ -488,6 +550,7 @@ async fn run_one(
     };
     let counters_before = talon_counters(admin_urls()).await;
     let before = origin_counts(&deployment.stub).await?;
+    let cpu = CpuReadings::start(deployment)?;
     let outcome: EpochOutcome = run_epoch(EpochSpec {
         set: set.clone(),
         endpoints,
@@ -496,6 +559,7 @@ async fn run_one(
         retry: ThrottleRetry::default(),
     })
     .await;
+    let cpu_ms_per_object = cpu.per_object(outcome.objects)?;
     let origin = origin_counts(&deployment.stub).await?.since(before);
     let mut moved = talon_counters(admin_urls()).await;
     for (series, value) in &mut moved {
@@ -527,6 +591,7 @@ async fn run_one(
             deployment.gateways.iter().map(|(_, g)| g.process.pid()),
         ),
         workers_rss_mib: Deployment::rss_mib(deployment.workers.iter().map(|w| w.process.pid())),
+        cpu_ms_per_object,
         talon_counters: moved,
     };
     Ok((row, outcome.first_error))
@@ -534,8 +599,8 @@ async fn run_one(
 
 fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| epoch | front | arm | objects/s | MiB/s | p50 | p99 | origin req/object | GET | HEAD | LIST | client 503s | failed | gateways RSS | workers RSS |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| epoch | front | arm | objects/s | MiB/s | p50 | p99 | origin req/object | GET | HEAD | LIST | client 503s | failed | gateways RSS | workers RSS | CPU ms/object: Talon · origin · client |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let (p50, p99) = r.latency.as_ref().map_or(("-".into(), "-".into()), |l| {
@@ -549,7 +614,7 @@ fn table(rows: &[Row]) -> String {
             }
         };
         out.push_str(&format!(
-            "| {}{} | {} | {} | {} | {:.1} | {} | {} | {:.4} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {}{} | {} | {} | {} | {:.1} | {} | {} | {:.4} | {} | {} | {} | {} | {} | {} | {} | {:.3} · {:.3} · {:.3} |\n",
             r.epoch.label(),
             if r.inside_t { " (inside T)" } else { "" },
             r.front,
@@ -566,6 +631,9 @@ fn table(rows: &[Row]) -> String {
             r.failed_objects,
             rss(r.arm, r.gateways_rss_mib),
             rss(r.arm, r.workers_rss_mib),
+            r.cpu_ms_per_object.talon,
+            r.cpu_ms_per_object.origin,
+            r.cpu_ms_per_object.client,
         ));
     }
     out

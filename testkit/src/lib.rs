@@ -979,6 +979,32 @@ pub fn worker_binary() -> PathBuf {
         })
 }
 
+/// A cluster (origin stub, coordinator) whose one worker is a `talon-worker` process
+/// with its cache in `cache_dir`, started with `env` and its log kept
+/// ([`WorkerProcess::start_logged`]), listed by the coordinator, and a client that
+/// knows it: for tests that arm one of the worker's hooks or look at its disk.
+///
+/// # Panics
+/// As [`Cluster::start`] and [`WorkerProcess::start`].
+pub async fn cluster_of_one_worker_process(
+    generated: Vec<GeneratedObject>,
+    cache_dir: &Path,
+    env: &[(&str, &str)],
+) -> (Cluster, WorkerProcess, CacheClient) {
+    let cluster = Cluster::start(ClusterConfig {
+        workers: 0,
+        generated,
+        local_sockets: false,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let process = WorkerProcess::start_logged(&cluster, "w0", cache_dir, &[], env).await;
+    cluster.wait_for_live(1).await;
+    let client = cluster.client().await;
+    cluster.sync_client(&client).await;
+    (cluster, process, client)
+}
+
 /// A `talon-worker` process started from the binary against a sandbox. Dropping it
 /// kills the process.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use talon_cache_client::CacheClient;
 use talon_core::{ObjectId, ObjectVersion};
 use talon_origin_stub::generated::GeneratedObject;
 use talon_testkit::{
-    Cluster, ClusterConfig, WorkerProcess, expected, http_get, read_through, wait_for,
+    WorkerProcess, cluster_of_one_worker_process, expected, http_get, read_through, wait_for,
 };
 use talon_worker::read_faults::FAIL_PAGE_READS_ENV;
 
@@ -27,25 +27,6 @@ fn objects(prefix: &str, n: usize) -> Vec<GeneratedObject> {
     (0..n)
         .map(|i| GeneratedObject::new("data", format!("{prefix}{i}.bin"), BLOCK, 400 + i as u64))
         .collect()
-}
-
-/// One worker process with its cache in `cache_dir`, and a client of it.
-async fn cluster_of_one_process(
-    generated: Vec<GeneratedObject>,
-    cache_dir: &Path,
-) -> (Cluster, WorkerProcess, CacheClient) {
-    let cluster = Cluster::start(ClusterConfig {
-        workers: 0,
-        generated,
-        local_sockets: false,
-        ..ClusterConfig::default()
-    })
-    .await;
-    let process = WorkerProcess::start(&cluster, "w0", cache_dir).await;
-    cluster.wait_for_live(1).await;
-    let client = cluster.client().await;
-    cluster.sync_client(&client).await;
-    (cluster, process, client)
 }
 
 /// Reads the whole object through the worker (the client has no origin fallback: an
@@ -134,7 +115,8 @@ fn run(program: &str, args: &[&str], path: &Path) {
 async fn a_full_cache_disk_serves_from_the_origin_and_caches_again_once_it_has_room() {
     let all = objects("full", 8);
     let disk = Tmpfs::mount("1m");
-    let (_cluster, process, client) = cluster_of_one_process(all.clone(), &disk.dir).await;
+    let (_cluster, process, client) =
+        cluster_of_one_worker_process(all.clone(), &disk.dir, &[]).await;
     // 2 MiB of objects on a 1 MiB disk, twice.
     for object in all.iter().chain(&all) {
         read_checked(&client, object).await;
@@ -176,7 +158,7 @@ async fn a_cache_folder_removed_under_the_worker_is_made_again_without_a_restart
     let all = objects("gone", 2);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
-    let (_cluster, process, client) = cluster_of_one_process(all.clone(), &cache).await;
+    let (_cluster, process, client) = cluster_of_one_worker_process(all.clone(), &cache, &[]).await;
     let (before, after) = (&all[0], &all[1]);
     read_checked(&client, before).await;
 
@@ -204,7 +186,8 @@ async fn cached_pages_that_cannot_be_read_back_are_refetched_and_served_right() 
     let all = objects("eio", 4);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
-    let (cluster, mut process, client) = cluster_of_one_process(all.clone(), &cache).await;
+    let (cluster, mut process, client) =
+        cluster_of_one_worker_process(all.clone(), &cache, &[]).await;
     for object in &all {
         read_checked(&client, object).await;
     }

@@ -10,7 +10,9 @@ use talon_core::{ObjectId, ObjectVersion};
 use talon_origin_stub::DEFAULT_AZURE_ACCOUNT;
 use talon_origin_stub::faults::FaultConfig;
 use talon_origin_stub::generated::GeneratedObject;
-use talon_testkit::{Cluster, ClusterConfig, WorkerProcess, expected, read_through};
+use talon_testkit::{
+    Cluster, ClusterConfig, WorkerProcess, cluster_of_one_worker_process, expected, read_through,
+};
 use talon_worker::sync_holds::HOLD_SYNCS_WHILE_ENV;
 use tokio::sync::Barrier;
 
@@ -207,25 +209,7 @@ async fn a_cold_read_is_answered_while_its_pages_are_written_behind() {
     // The second block's first 4 pages: one fill.
     let range = BLOCK..BLOCK + 4 * PAGE;
     let before = cluster.origin_gets();
-    let barrier = Arc::new(Barrier::new(8));
-    let mut readers = Vec::new();
-    for _ in 0..8 {
-        let (client, id, version, barrier, range) = (
-            client.clone(),
-            id.clone(),
-            version.clone(),
-            barrier.clone(),
-            range.clone(),
-        );
-        readers.push(tokio::spawn(async move {
-            barrier.wait().await;
-            read_through(&client, &id, &version, size, range).await
-        }));
-    }
-    for reader in readers {
-        let got = reader.await.unwrap().unwrap("a cold reader");
-        assert!(got == expected(&object, range.clone()), "wrong bytes");
-    }
+    read_together(&client, &object, &id, &version, range.clone(), 8).await;
     assert_eq!(
         cluster.origin_gets() - before,
         1,
@@ -388,24 +372,12 @@ impl SyncsHeld {
         let cache = dir.path().join("cache");
         let hold = dir.path().join("hold-syncs");
         std::fs::write(&hold, b"").unwrap();
-        let cluster = Cluster::start(ClusterConfig {
-            workers: 0,
+        let (cluster, process, client) = cluster_of_one_worker_process(
             generated,
-            local_sockets: false,
-            ..ClusterConfig::default()
-        })
-        .await;
-        let process = WorkerProcess::start_logged(
-            &cluster,
-            "w0",
             &cache,
-            &[],
             &[(HOLD_SYNCS_WHILE_ENV, hold.to_str().unwrap())],
         )
         .await;
-        cluster.wait_for_live(1).await;
-        let client = cluster.client().await;
-        cluster.sync_client(&client).await;
         SyncsHeld {
             cluster,
             process,
@@ -444,25 +416,7 @@ async fn readers_waiting_for_a_cold_fill_are_answered_from_its_bytes_before_thei
         })
         .unwrap();
     let range = BLOCK..BLOCK + 4 * PAGE;
-    let barrier = Arc::new(Barrier::new(8));
-    let mut readers = Vec::new();
-    for _ in 0..8 {
-        let (client, id, version, barrier, range) = (
-            held.client.clone(),
-            id.clone(),
-            version.clone(),
-            barrier.clone(),
-            range.clone(),
-        );
-        readers.push(tokio::spawn(async move {
-            barrier.wait().await;
-            read_through(&client, &id, &version, size, range).await
-        }));
-    }
-    for reader in readers {
-        let got = reader.await.unwrap().unwrap("a cold reader");
-        assert!(got == expected(&object, range.clone()), "wrong bytes");
-    }
+    read_together(&held.client, &object, &id, &version, range.clone(), 8).await;
     assert_eq!(held.cluster.origin_gets(), 1, "one fetch for eight readers");
     assert_eq!(
         held.process
@@ -490,4 +444,36 @@ async fn readers_waiting_for_a_cold_fill_are_answered_from_its_bytes_before_thei
     assert!(bytes == expected(&object, range), "wrong bytes");
     assert_eq!((hits, fills), (1, 0), "the next read is a hit");
     assert_eq!(held.cluster.origin_gets(), 1, "and fetches nothing");
+}
+
+/// `n` readers of `range` of `object` released together, each read checked against
+/// the object's bytes.
+async fn read_together(
+    client: &talon_cache_client::CacheClient,
+    object: &GeneratedObject,
+    id: &ObjectId,
+    version: &ObjectVersion,
+    range: std::ops::Range<u64>,
+    n: usize,
+) {
+    let barrier = Arc::new(Barrier::new(n));
+    let mut readers = Vec::new();
+    for _ in 0..n {
+        let (client, id, version, barrier, range) = (
+            client.clone(),
+            id.clone(),
+            version.clone(),
+            barrier.clone(),
+            range.clone(),
+        );
+        let size = object.size;
+        readers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            read_through(&client, &id, &version, size, range).await
+        }));
+    }
+    for reader in readers {
+        let got = reader.await.unwrap().unwrap("a cold reader");
+        assert!(got == expected(object, range.clone()), "wrong bytes");
+    }
 }

@@ -71,6 +71,10 @@ fn registration(id: &str, port: u16, zone: &str) -> RegisterRequest {
 async fn coordinator() -> RunningCoordinator {
     talon_coordinator::start(CoordinatorConfig {
         status_listen: Some("127.0.0.1:0".parse().unwrap()),
+        // The workers here heartbeat once (at registration) and a headless browser can
+        // take seconds to render on a loaded host: with the default 5 s a worker
+        // expired between two renders (seen once in CI). Expiry is not under test.
+        expiry: std::time::Duration::from_secs(600),
         geometry: Some(talon_coordinator_client::api::ClusterGeometry {
             block_size: 64 << 20,
             page_size: 1 << 20,

@@ -473,7 +473,57 @@ async fn read_together(
         }));
     }
     for reader in readers {
-        let got = reader.await.unwrap().unwrap("a cold reader");
+        // A reader left waiting (for a sync a test holds) fails the test, not hangs it.
+        let got = tokio::time::timeout(Duration::from_secs(30), reader)
+            .await
+            .expect("a reader still waits after 30 s")
+            .unwrap()
+            .unwrap("a cold reader");
         assert!(got == expected(object, range.clone()), "wrong bytes");
     }
+}
+
+/// Without room to write a stat's first bytes behind its answer (`--write-behind-bytes
+/// 0`), they are durable before the stat is answered, as before 2026-12-06: the block's
+/// metadata is on disk when the stat returns, the read after it is served from the
+/// block (no answer from memory), every byte right, one origin GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_write_behind_room_a_stats_first_bytes_are_kept_before_its_answer() {
+    let size = 100 << 10;
+    let object = GeneratedObject::new("data", "durable-first.bin", size, 29);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let (cluster, process, client) = cluster_of_one_worker_process(
+        vec![object.clone()],
+        &cache,
+        &[("TALON_WORKER_WRITE_BEHIND_BYTES", "0")],
+    )
+    .await;
+    let id = ObjectId::s3("data", "durable-first.bin").unwrap();
+    let version = ObjectVersion::from_etag(&object.etag()).unwrap();
+    client
+        .stat_reading(
+            &id,
+            ReadOptions::default(),
+            Some(Duration::from_secs(60)),
+            Some(0..size),
+        )
+        .await
+        .unwrap();
+    let block = cluster.block_id(&id, &version, 0);
+    let meta = cache
+        .join("blocks")
+        .join(format!("{}.meta", block.storage_name()));
+    assert!(meta.exists(), "the first bytes were kept before the answer");
+    let (bytes, hits, fills, _) = read_tracked(&client, &id, &version, size, 0..size).await;
+    assert!(bytes == expected(&object, 0..size), "wrong bytes");
+    assert_eq!((hits, fills), (0, 1), "the read is the stat's fill");
+    assert_eq!(cluster.origin_gets(), 1, "the stat's GET brought the bytes");
+    assert_eq!(
+        process
+            .metric("talon_worker_written_behind_answers_total")
+            .await,
+        0.0,
+        "nothing was answered from memory"
+    );
 }

@@ -1302,7 +1302,9 @@ impl BlockStore {
     /// Stores fetched bytes of `pages` like [`BlockStore::commit_fill`], for a fill
     /// whose reader was answered from `data` already (write-behind): this reference to
     /// `data` is dropped as soon as the pages are in the file (the page cache), before
-    /// the sync. The pages are marked present only after the sync, as every fill's.
+    /// the sync (the fill's offer to other readers, [`Block::publish_written_behind`],
+    /// keeps its own until the fill ends). The pages are marked present only after the
+    /// sync, as every fill's.
     ///
     /// # Errors
     /// As [`BlockStore::commit_fill`].

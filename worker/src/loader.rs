@@ -139,9 +139,10 @@ pub enum Prepared {
     PassThrough(Bytes),
     /// The bytes cannot be kept and were not fetched ([`Durability::KeptOnly`] only).
     NotKept,
-    /// This request fetched every byte it reads; here they are, from the origin, while
-    /// they are written into the block behind the answer (readers of the same pages
-    /// wait for that, and then read them from the block).
+    /// Every byte it reads was fetched from the origin by this request's fill, or by a
+    /// fill it joined; here they are, while they are written into the block behind the
+    /// answer (readers of the same pages are answered from the same bytes until they
+    /// are present, then from the block).
     Fetched(Bytes),
 }
 
@@ -205,13 +206,16 @@ async fn commit(
 
 /// Writes fetched pages into the block behind their answer. Returns whether they were
 /// stored: a disk that refuses them counts an error and ends the fill without them (its
-/// waiters plan again and meet the disk, or the origin, themselves).
+/// waiters plan again and meet the disk, or the origin, themselves). `answered`: a
+/// reader was answered from them already (a read's fill; a stat's first bytes have
+/// none yet), so a refusal counts that read as passed through.
 async fn commit_behind(
     store: &Arc<BlockStore>,
     metrics: &WorkerMetrics,
     block: &Arc<Block>,
     pages: Range<u32>,
     fetched: FetchedPages,
+    answered: bool,
 ) -> Result<bool> {
     let FetchedPages {
         data, reservation, ..
@@ -223,7 +227,9 @@ async fn commit_behind(
             metrics.disk_error("store");
             // Its reader was served from the origin without caching, as a read whose
             // fill the disk refused before its answer is.
-            metrics.pass_through("disk_error");
+            if answered {
+                metrics.pass_through("disk_error");
+            }
             Ok(false)
         }
         other => other.map(|()| true),
@@ -337,8 +343,8 @@ impl Loader {
 
     /// The bytes of `req` when a fill of its block is writing them behind its answer
     /// ([`Block::written_behind`]): the read that follows a cold object's stat, or one
-    /// that joins a fill after its fetch. Counted as a miss (the bytes came from the
-    /// origin for it). `None`: use [`Loader::prepare`]. Takes no lock but the store's
+    /// that joins a fill after its fetch. Counted as a miss, as every reader of a fill
+    /// is (so is a second read of the same pages before they are present). `None`: use [`Loader::prepare`]. Takes no lock but the store's
     /// index and the block's state, so the hit path's thread answers it.
     pub fn try_written_behind(&self, req: &ReadRangeRequest) -> Option<Bytes> {
         let block = self.store.get(&req.block)?;
@@ -455,6 +461,10 @@ impl Loader {
                 FillPlan::Wait(mut rx) => {
                     missed = true;
                     loop {
+                        // The outcome is read (and the wake-up marked seen) before the
+                        // bytes are looked for: an offer publishes its bytes before it
+                        // wakes, so one between the two is found, one after wakes us.
+                        let outcome = rx.borrow_and_update().clone();
                         // A fill being written behind answers its joiners from its
                         // bytes, as it answered its own reader, instead of after its
                         // sync: those that come while it writes, and those that waited
@@ -467,7 +477,7 @@ impl Loader {
                             self.metrics.miss();
                             return Ok(Prepared::Fetched(answer));
                         }
-                        if let Some(outcome) = rx.borrow_and_update().clone() {
+                        if let Some(outcome) = outcome {
                             if let Err(e) = outcome {
                                 return Err(WorkerError::Shared(e));
                             }
@@ -525,7 +535,7 @@ impl Loader {
                         let block = block.clone();
                         tokio::spawn(async move {
                             let result =
-                                commit_behind(&store, &metrics, &block, pages, fetched).await;
+                                commit_behind(&store, &metrics, &block, pages, fetched, true).await;
                             drop(permit);
                             let stored = matches!(result, Ok(true));
                             // Finished before it stops counting in flight: once none is,
@@ -635,7 +645,9 @@ impl Loader {
             fill.finish(Ok(()));
             return Ok(());
         };
-        let Some(permit) = self.write_behind_permit(data.len()) else {
+        // The permit counts the whole buffer the stat's GET filled: `data` is a slice of
+        // it and keeps all of it alive.
+        let Some(permit) = self.write_behind_permit(first.data.len()) else {
             // The write-behind bound is full: kept before the answer, as the bytes of
             // a fill without room to write behind are.
             let (store, b) = (self.store.clone(), block.clone());
@@ -669,7 +681,7 @@ impl Loader {
         let (store, metrics) = (self.store.clone(), self.metrics.clone());
         metrics.fill_started();
         tokio::spawn(async move {
-            let result = commit_behind(&store, &metrics, &block, pages, fetched).await;
+            let result = commit_behind(&store, &metrics, &block, pages, fetched, false).await;
             drop(permit);
             let stored = matches!(result, Ok(true));
             if !stored {

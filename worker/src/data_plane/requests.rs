@@ -89,10 +89,11 @@ pub(crate) fn answer_now(
             let Some((block, from_origin)) = services.loader.try_hit(req) else {
                 // Pages still being written behind a fill's answer are answered from
                 // the fill's bytes here too, without a task or a disk hop.
+                let header = encode_read_range_reply_header(id, req.len, true).ok()?;
                 let data = services.loader.try_written_behind(req)?;
                 services.metrics.written_behind_answer(data.len() as u64);
                 return Some(Reply::Bytes {
-                    header: encode_read_range_reply_header(id, req.len, true).ok()?,
+                    header,
                     data,
                     started,
                 });

@@ -314,20 +314,13 @@ async fn a_cold_objects_first_bytes_are_read_while_they_are_written_behind_its_s
     let id = ObjectId::s3("data", "first.bin").unwrap();
     let version = ObjectVersion::from_etag(&object.etag()).unwrap();
 
-    let stat = client
-        .stat_reading(
-            &id,
-            ReadOptions::default(),
-            Some(Duration::from_secs(60)),
-            Some(0..size),
-        )
-        .await
-        .unwrap();
+    let stat = stat_reading_whole(client, &id, size).await;
     assert_eq!((stat.size, &stat.version), (size, &version));
     let (bytes, hits, fills, _) = read_tracked(client, &id, &version, size, 0..size).await;
     assert!(bytes == expected(&object, 0..size), "wrong bytes");
     assert_eq!((hits, fills), (0, 1), "the read is the stat's fill");
     assert_eq!(cluster.origin_gets(), 1, "the stat's GET brought the bytes");
+    assert_eq!(cluster.origin_heads(), 0, "and no HEAD");
     assert_eq!(
         process
             .metric("talon_worker_written_behind_answers_total")
@@ -335,15 +328,13 @@ async fn a_cold_objects_first_bytes_are_read_while_they_are_written_behind_its_s
         1.0,
         "the read was answered from the first read's bytes"
     );
-    let block = cluster.block_id(&id, &version, 0);
-    let blocks = cache.join("blocks");
-    let meta = blocks.join(format!("{}.meta", block.storage_name()));
+    let meta = block_meta(cluster, cache, &id, &version);
     assert!(!meta.exists(), "a page was called present before its sync");
 
     held.release();
     process.fills_settled().await;
     assert!(meta.exists(), "the kept pages are present once synced");
-    let on_disk = std::fs::read(blocks.join(format!("{}.blk", block.storage_name()))).unwrap();
+    let on_disk = std::fs::read(meta.with_extension("blk")).unwrap();
     assert!(
         on_disk == expected(&object, 0..size),
         "the block file holds the object"
@@ -501,24 +492,14 @@ async fn without_write_behind_room_a_stats_first_bytes_are_kept_before_its_answe
     .await;
     let id = ObjectId::s3("data", "durable-first.bin").unwrap();
     let version = ObjectVersion::from_etag(&object.etag()).unwrap();
-    client
-        .stat_reading(
-            &id,
-            ReadOptions::default(),
-            Some(Duration::from_secs(60)),
-            Some(0..size),
-        )
-        .await
-        .unwrap();
-    let block = cluster.block_id(&id, &version, 0);
-    let meta = cache
-        .join("blocks")
-        .join(format!("{}.meta", block.storage_name()));
+    stat_reading_whole(&client, &id, size).await;
+    let meta = block_meta(&cluster, &cache, &id, &version);
     assert!(meta.exists(), "the first bytes were kept before the answer");
     let (bytes, hits, fills, _) = read_tracked(&client, &id, &version, size, 0..size).await;
     assert!(bytes == expected(&object, 0..size), "wrong bytes");
     assert_eq!((hits, fills), (0, 1), "the read is the stat's fill");
     assert_eq!(cluster.origin_gets(), 1, "the stat's GET brought the bytes");
+    assert_eq!(cluster.origin_heads(), 0, "and no HEAD");
     assert_eq!(
         process
             .metric("talon_worker_written_behind_answers_total")
@@ -526,4 +507,36 @@ async fn without_write_behind_room_a_stats_first_bytes_are_kept_before_its_answe
         0.0,
         "nothing was answered from memory"
     );
+}
+
+/// A stat of a cold object that asks for its whole body as the first read (one origin
+/// GET for both, when the worker must ask).
+async fn stat_reading_whole(
+    client: &talon_cache_client::CacheClient,
+    id: &ObjectId,
+    size: u64,
+) -> talon_cache_client::ObjectStat {
+    client
+        .stat_reading(
+            id,
+            ReadOptions::default(),
+            Some(Duration::from_secs(60)),
+            Some(0..size),
+        )
+        .await
+        .unwrap()
+}
+
+/// Where the worker process with its cache in `cache` keeps the metadata of the
+/// object's first block (its data file: the same path with `.blk`).
+fn block_meta(
+    cluster: &Cluster,
+    cache: &std::path::Path,
+    id: &ObjectId,
+    version: &ObjectVersion,
+) -> std::path::PathBuf {
+    let block = cluster.block_id(id, version, 0);
+    cache
+        .join("blocks")
+        .join(format!("{}.meta", block.storage_name()))
 }

@@ -344,8 +344,9 @@ impl Loader {
     /// The bytes of `req` when a fill of its block is writing them behind its answer
     /// ([`Block::written_behind`]): the read that follows a cold object's stat, or one
     /// that joins a fill after its fetch. Counted as a miss, as every reader of a fill
-    /// is (so is a second read of the same pages before they are present). `None`: use [`Loader::prepare`]. Takes no lock but the store's
-    /// index and the block's state, so the hit path's thread answers it.
+    /// is (so is a second read of the same pages before they are present). `None`: use
+    /// [`Loader::prepare`]. Takes no lock but the store's index and the block's state,
+    /// so the hit path's thread answers it.
     pub fn try_written_behind(&self, req: &ReadRangeRequest) -> Option<Bytes> {
         let block = self.store.get(&req.block)?;
         if block.object_size != req.object_size {

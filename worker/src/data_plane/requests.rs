@@ -18,6 +18,7 @@ use crate::error::{Result, WorkerError};
 use crate::loader::{Durability, Loader, Prepared};
 use crate::metrics::WorkerMetrics;
 use crate::origins::StatCache;
+use talon_protocols::origin::ObjectInfo;
 
 /// What a request handler needs: the worker state every plane and every ring shares
 /// (one `Arc`, not per-ring shards: the reference measured sharding and rejected it).
@@ -219,21 +220,22 @@ async fn stat(services: &Services, req: &StatRequest) -> Result<StatReply> {
             end: f.end.div_ceil(page).saturating_mul(page).min(f.block_size),
         }
     });
-    let (info, age, bytes) = services
-        .stats
-        .stat_reading(&req.object, max_age, first)
-        .await?;
-    if let (Some(bytes), Some(f)) = (bytes, req.first_read) {
-        // Handed to the block before the answer (written behind it), so the read that
-        // follows finds them.
+    let block_size = req.first_read.map_or(0, |f| f.block_size);
+    // Handed to the block before this answer and any joiner's (written behind them), so
+    // the read that follows any of them finds the bytes.
+    let keep = async |info: Arc<ObjectInfo>, bytes| {
         if let Err(e) = services
             .loader
-            .keep_first_bytes(&req.object, &info, f.block_size, bytes)
+            .keep_first_bytes(&req.object, &info, block_size, bytes)
             .await
         {
             tracing::debug!(object = %req.object, error = %e, "keeping a first read's bytes failed; the read will fill them");
         }
-    }
+    };
+    let (info, age, _) = services
+        .stats
+        .stat_keeping(&req.object, max_age, first, keep)
+        .await?;
     let version = talon_core::ObjectVersion::from_etag(&info.etag)?;
     if let Some(expected) = &req.expected_version
         && expected != &version

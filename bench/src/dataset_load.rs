@@ -49,6 +49,57 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// Lists every key under `prefix` of `bucket` through this endpoint, page after page
+    /// of 1,000 as a loader lists its dataset, with the same signatures as its reads;
+    /// returns how many keys and pages.
+    ///
+    /// # Errors
+    /// The endpoint's refusal or a broken connection, said in a line.
+    pub async fn list_all(&self, bucket: &str, prefix: &str) -> Result<(u64, u64), String> {
+        use talon_protocols::origin::{OriginClient, OriginConfig};
+        let config = match &self.auth {
+            Auth::SigV4 {
+                credentials,
+                region,
+            } => OriginConfig::S3 {
+                endpoint: self.base.clone(),
+                region: region.clone(),
+                credentials: Some(credentials.clone()),
+                virtual_hosted: false,
+            },
+            Auth::SharedKey { account, key } => OriginConfig::Azure {
+                endpoint: self.base.clone(),
+                account: account.clone(),
+                key: Some(key.clone()),
+                sas: None,
+            },
+            Auth::Anonymous => return Err("listing needs a signed endpoint".into()),
+        };
+        let client = OriginClient::new(config).map_err(|e| e.message().to_owned())?;
+        let (mut keys, mut pages) = (0u64, 0u64);
+        let mut token: Option<String> = None;
+        loop {
+            let page = client
+                .list(bucket, prefix, None, token.as_deref(), Some(1000))
+                .await
+                .map_err(|e| {
+                    format!(
+                        "listing {bucket}/{prefix} at {}: {}",
+                        self.base,
+                        e.message()
+                    )
+                })?;
+            keys += page.objects.len() as u64;
+            pages += 1;
+            token = page.next_token;
+            if token.is_none() {
+                return Ok((keys, pages));
+            }
+        }
+    }
+}
+
 /// The order an epoch reads the dataset in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -749,6 +749,8 @@ pub struct GatewaySpec<'a> {
     /// HTTPS on its front with this certificate (`--tls-cert`, `--tls-key`); its URL
     /// is then `https://`.
     pub tls: Option<&'a BenchTls>,
+    /// Its `--read-ahead-objects`; `None` keeps the gateway's default.
+    pub read_ahead_objects: Option<usize>,
 }
 
 /// A gateway with one front.
@@ -834,6 +836,10 @@ impl Gateway {
         if let Some(ms) = spec.max_staleness_ms {
             args.push("--max-staleness-ms".into());
             args.push(ms.to_string().into());
+        }
+        if let Some(objects) = spec.read_ahead_objects {
+            args.push("--read-ahead-objects".into());
+            args.push(objects.to_string().into());
         }
         if let Some(fraction) = spec.hedge_budget {
             args.push("--hedge-budget".into());

@@ -197,6 +197,7 @@ async fn a_cluster_across_hosts_survives_a_partitioned_worker_and_a_lost_coordin
             host: Some(net.host("gw")),
             unsigned_reads: false,
             tls: None,
+            read_ahead_objects: None,
         },
     )
     .await

@@ -49,6 +49,25 @@ pub struct GatewayBackend {
 }
 
 impl GatewayBackend {
+    /// Starts the fetches ahead of a read of `key` that continues a listed page in key
+    /// order ([`crate::listed_read_ahead`]); each runs on its own, holding its place.
+    fn fetch_ahead_of(&self, bucket: &str, key: &str) {
+        for ahead in self
+            .gw
+            .objects
+            .to_fetch_ahead(self.route, self.origin, bucket, key)
+        {
+            let (gw, route, backend, bucket) =
+                (self.gw.clone(), self.route, self.origin, bucket.to_owned());
+            tokio::spawn(async move {
+                gw.objects
+                    .fetch_ahead(route, backend, &bucket, &ahead.key)
+                    .await;
+                drop(ahead.place);
+            });
+        }
+    }
+
     /// One listing page from the origin, in the front's terms.
     async fn list_at_origin(
         &self,
@@ -392,6 +411,9 @@ impl ObjectBackend for GatewayBackend {
             .and_then(|key| self.gw.objects.listings().get(key))
         {
             *self.served.lock().unwrap_or_else(|p| p.into_inner()) = Some((Outcome::Hit, false));
+            self.gw
+                .objects
+                .listed(self.route, self.origin, bucket, &page);
             return Ok(page);
         }
         let sent = std::time::Instant::now();
@@ -399,11 +421,17 @@ impl ObjectBackend for GatewayBackend {
         if let Some(key) = kept {
             self.gw.objects.listings().keep(key, sent, &page);
         }
+        self.gw
+            .objects
+            .listed(self.route, self.origin, bucket, &page);
         Ok(page)
     }
 
     async fn read(&self, read: ReadSpec<'_>) -> Result<ObjectRead, Failure> {
         reachable(&[read.object.key])?;
+        if read.with_body {
+            self.fetch_ahead_of(read.object.bucket, read.object.key);
+        }
         let done = self
             .gw
             .objects

@@ -221,6 +221,15 @@ pub struct Args {
     /// About the most memory that metadata takes.
     #[arg(long, env = "TALON_GATEWAY_METADATA_BYTES", default_value = "512MiB", value_parser = parse_byte_size)]
     metadata_bytes: u64,
+    /// Objects fetched into the cache ahead of a reader going through a prefix this
+    /// gateway listed, in key order (a loader that does not shuffle), and the most such
+    /// fetches in flight; 0 fetches nothing ahead. Each costs an origin request, spent
+    /// on a guess where the reader stops.
+    #[arg(long, env = "TALON_GATEWAY_READ_AHEAD_OBJECTS", default_value_t = 0)]
+    read_ahead_objects: usize,
+    /// The largest object fetched ahead of such a reader.
+    #[arg(long, env = "TALON_GATEWAY_READ_AHEAD_OBJECT_MAX", default_value = "1MiB", value_parser = parse_byte_size)]
+    read_ahead_object_max: u64,
     #[command(flatten)]
     cluster: talon_coordinator_client::secret::ClusterSecretArgs,
     /// The cluster's block size. Taken from the coordinator when left out (its
@@ -592,6 +601,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             write_through_max_bytes: args.write_through_max,
             metadata_entries: args.metadata_entries,
             metadata_bytes: args.metadata_bytes,
+            read_ahead_objects: args.read_ahead_objects,
+            read_ahead_object_max_bytes: args.read_ahead_object_max,
             ..Limits::default()
         },
         tls: match (&args.tls_cert, &args.tls_key) {

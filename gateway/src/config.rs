@@ -117,6 +117,14 @@ pub struct Limits {
     pub metadata_entries: usize,
     /// About the most bytes that metadata holds (keys, ETags, headers, user metadata).
     pub metadata_bytes: u64,
+    /// How many objects past a reader going through a listed prefix in key order are
+    /// fetched into the cache ahead of it, and the most such fetches in flight at once
+    /// ([`crate::listed_read_ahead`]); 0 (the default) fetches nothing ahead. Each
+    /// object fetched ahead costs an origin request, spent on a guess where the
+    /// reader stops.
+    pub read_ahead_objects: usize,
+    /// The largest object fetched ahead, bytes.
+    pub read_ahead_object_max_bytes: u64,
 }
 
 impl Default for Limits {
@@ -134,6 +142,8 @@ impl Default for Limits {
             write_through_max_bytes: 8 << 20,
             metadata_entries: 1_000_000,
             metadata_bytes: 512 << 20,
+            read_ahead_objects: 0,
+            read_ahead_object_max_bytes: 1 << 20,
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod copies;
 pub mod error;
+pub mod listed_read_ahead;
 pub mod listings;
 pub mod metrics;
 pub mod multipart_over_azure;
@@ -310,6 +311,10 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                 max_bytes: config.limits.metadata_bytes,
                 max_missing: (config.limits.metadata_entries / 10).max(1),
             },
+            listed_read_ahead::ListedReadAhead::new(
+                config.limits.read_ahead_objects,
+                config.limits.read_ahead_object_max_bytes,
+            ),
         ),
         limits: config.limits.clone(),
         metrics: Arc::new(GatewayMetrics::new()),
@@ -402,6 +407,7 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                             gw.metrics.hot_reads_spread(cache.hot_reads_spread());
                             gw.metrics.held_block_files(cache.held_file_stats());
                             gw.metrics.read_ahead(cache.read_ahead_stats());
+                            gw.metrics.listed_read_ahead(gw.objects.read_ahead_stats());
                         }
                         (
                             [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -66,6 +66,7 @@ pub struct GatewayMetrics {
     hot_reads_spread: Gauge,
     held_block_files: Family<[(&'static str, &'static str); 1], Gauge>,
     read_ahead: Family<[(&'static str, &'static str); 1], Gauge>,
+    listed_read_ahead: Family<[(&'static str, &'static str); 1], Gauge>,
     cluster_rules: Family<[(&'static str, &'static str); 1], Gauge>,
     identities_reloads: Family<[(&'static str, &'static str); 1], Counter>,
     origin_credentials: Family<[(&'static str, &'static str); 2], Gauge>,
@@ -100,6 +101,7 @@ impl GatewayMetrics {
             hot_reads_spread: Gauge::default(),
             held_block_files: Family::default(),
             read_ahead: Family::default(),
+            listed_read_ahead: Family::default(),
             cluster_rules: Family::default(),
             identities_reloads: Family::default(),
             origin_credentials: Family::default(),
@@ -201,6 +203,11 @@ impl GatewayMetrics {
                 "Prefetches sent ahead of sequential readers (--read-ahead-pieces) since start, by outcome: sent; present, started or declined as the worker answered; failed, no answer",
                 m.read_ahead.clone(),
             );
+            r.register(
+                "read_ahead_objects",
+                "Objects fetched ahead of readers going through a listed prefix in key order (--read-ahead-objects) since start, by outcome: started; fetched or failed as they ended; too_large (skipped, over --read-ahead-object-max); no_place (not fetched, every place taken); and pages, the listing pages whose key order is held now",
+                m.listed_read_ahead.clone(),
+            );
         }
         m
     }
@@ -299,6 +306,22 @@ impl GatewayMetrics {
             ("failed", stats.failed),
         ] {
             self.read_ahead
+                .get_or_create(&[("outcome", outcome)])
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Records what the read-ahead of listed keys did (read when `/metrics` is served).
+    pub fn listed_read_ahead(&self, stats: crate::listed_read_ahead::ListedReadAheadStats) {
+        for (outcome, v) in [
+            ("started", stats.started),
+            ("fetched", stats.fetched),
+            ("failed", stats.failed),
+            ("too_large", stats.too_large),
+            ("no_place", stats.no_place),
+            ("pages", stats.pages),
+        ] {
+            self.listed_read_ahead
                 .get_or_create(&[("outcome", outcome)])
                 .set(i64::try_from(v).unwrap_or(i64::MAX));
         }

@@ -32,9 +32,11 @@ use talon_metadata_cache::{Lookup, MetadataCache};
 use talon_protocols::conditional::Conditions;
 use talon_protocols::origin::{CompactInfo, ObjectInfo, OriginClient, Origins};
 use talon_protocols::range::{ByteRange, RangeSpec};
+use talon_protocols::server::ListResult;
 use talon_protocols::{Error, ErrorKind};
 
 use crate::config::{Backend, Route};
+use crate::listed_read_ahead::{FetchAhead, ListedReadAhead};
 use crate::metrics::Outcome;
 use talon_protocols::answer::Failure;
 
@@ -149,6 +151,8 @@ pub struct Objects {
     /// take it.
     writes: Mutex<RecentWrites>,
     write_through: WriteThrough,
+    /// Objects fetched ahead of readers going through a listed prefix in key order.
+    read_ahead: ListedReadAhead,
 }
 
 /// The write-through's bounds: the largest upload kept, and all kept bytes together
@@ -184,6 +188,7 @@ impl Objects {
         freshness: Freshness,
         write_through_max_bytes: u64,
         metadata: talon_metadata_cache::Limits,
+        read_ahead: ListedReadAhead,
     ) -> Objects {
         let azure_account = origins
             .azure
@@ -223,7 +228,50 @@ impl Objects {
                         .min(tokio::sync::Semaphore::MAX_PERMITS),
                 )),
             },
+            read_ahead,
         }
+    }
+
+    /// Learns the key order of `page`, a listing of `bucket` answered on `route`, for
+    /// the read-ahead of readers in key order ([`crate::listed_read_ahead`]).
+    pub fn listed(&self, route: Route, backend: Backend, bucket: &str, page: &ListResult) {
+        if route != Route::Origin && self.cache.is_some() {
+            self.read_ahead.listed(backend, bucket, page);
+        }
+    }
+
+    /// The objects to fetch ahead of a read of `key` on `route`, each with its place
+    /// among the fetches in flight: none unless the read is the next of a listed page
+    /// in key order ([`crate::listed_read_ahead`]).
+    pub fn to_fetch_ahead(
+        &self,
+        route: Route,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+    ) -> Vec<FetchAhead> {
+        if route == Route::Origin || self.cache.is_none() {
+            return Vec::new();
+        }
+        self.read_ahead.after_read(backend, bucket, key)
+    }
+
+    /// Fetches `key`'s metadata and first bytes into the cache as a read of it would
+    /// (one origin request for a cold object), and keeps the metadata; the bytes go to
+    /// no client.
+    pub async fn fetch_ahead(&self, route: Route, backend: Backend, bucket: &str, key: &str) {
+        let fetched = self
+            .meta(route, backend, bucket, key, Some(0..u64::MAX))
+            .await;
+        if let Err(e) = &fetched {
+            tracing::debug!(%bucket, %key, error = %e, "a fetch ahead of a reader failed");
+        }
+        self.read_ahead.ended(fetched.is_ok());
+    }
+
+    /// What the read-ahead of listed keys did, for `/metrics`.
+    pub fn read_ahead_stats(&self) -> crate::listed_read_ahead::ListedReadAheadStats {
+        self.read_ahead.stats()
     }
 
     /// Whether an upload of `len` bytes on a front with `route` should be kept for the

@@ -53,6 +53,25 @@ async fn gateway_over(
     azure_backend: Backend,
     cache_status: bool,
 ) -> RunningGateway {
+    gateway_with_limits(
+        cluster,
+        cache,
+        route,
+        (s3_backend, azure_backend),
+        cache_status,
+        Limits::default(),
+    )
+    .await
+}
+
+async fn gateway_with_limits(
+    cluster: &Cluster,
+    cache: talon_cache_client::CacheClient,
+    route: Route,
+    (s3_backend, azure_backend): (Backend, Backend),
+    cache_status: bool,
+    limits: Limits,
+) -> RunningGateway {
     let identities = Identities::from_parts(IdentitiesFile {
         s3: vec![S3Key::unrestricted(AK, SK)],
         azure: None,
@@ -79,7 +98,7 @@ async fn gateway_over(
         cache: Some(cache),
         identities,
         freshness: talon_gateway::Freshness::within(Duration::from_millis(200)),
-        limits: Limits::default(),
+        limits,
         tls: None,
         acl_file: None,
         cache_status,
@@ -614,6 +633,142 @@ async fn consecutive_ranged_gets_find_the_next_range_filled_ahead() {
         12,
         "each of the 12 blocks fetched once"
     );
+}
+
+/// The gateway's `talon_gateway_read_ahead_objects{outcome="..."}`.
+async fn listed_read_ahead(gw: &RunningGateway, outcome: &str) -> f64 {
+    let text = talon_testkit::http_get(&format!("http://{}/metrics", gw.admin_addr.unwrap())).await;
+    talon_testkit::metric(
+        &text,
+        &format!("talon_gateway_read_ahead_objects{{outcome=\"{outcome}\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no read_ahead_objects {outcome} in {text}"))
+}
+
+/// Waits until every fetch ahead the gateway started has ended; returns how many were
+/// started.
+async fn fetches_ahead_done(gw: &RunningGateway) -> f64 {
+    talon_testkit::wait_for(
+        "the fetches ahead to end",
+        Duration::from_secs(20),
+        || async {
+            let started = listed_read_ahead(gw, "started").await;
+            let ended =
+                listed_read_ahead(gw, "fetched").await + listed_read_ahead(gw, "failed").await;
+            (ended == started).then_some(started)
+        },
+    )
+    .await
+}
+
+/// 40 objects of 8 KiB under `train/` of bucket `data`, and a gateway that fetches up to
+/// four objects ahead of a reader in key order.
+async fn listed_dataset() -> (Cluster, RunningGateway, Vec<GeneratedObject>) {
+    let objects: Vec<GeneratedObject> = (0..40)
+        .map(|i| GeneratedObject::new("data", format!("train/{i:03}.bin"), 8192, 100 + i))
+        .collect();
+    let cluster = Cluster::start(ClusterConfig {
+        generated: objects.clone(),
+        ..ClusterConfig::default()
+    })
+    .await;
+    let cache = cluster.client().await;
+    let gw = gateway_with_limits(
+        &cluster,
+        cache,
+        Route::Cache,
+        (Backend::S3, Backend::Azure),
+        true,
+        Limits {
+            read_ahead_objects: 4,
+            ..Limits::default()
+        },
+    )
+    .await;
+    let listing = s3_get(&gw, "/data?list-type=2&prefix=train/", None).await;
+    assert_eq!(listing.status(), 200);
+    let listing = listing.text().await.unwrap();
+    assert_eq!(listing.matches("<Key>").count(), 40, "{listing}");
+    assert_eq!(
+        cluster
+            .origin
+            .metrics()
+            .requests_of(Backend::S3, "ListObjectsV2"),
+        1
+    );
+    (cluster, gw, objects)
+}
+
+/// A loader that lists its prefix and reads the objects in key order finds the next
+/// ones fetched ahead of it: from its third read on, the next four objects are asked of
+/// the origin before the reader asks for them (one GET each, no HEAD), the next read
+/// asks the origin nothing, and over the whole pass every object costs the origin
+/// exactly one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_in_key_order_finds_the_next_listed_objects_fetched_ahead() {
+    let (cluster, gw, objects) = listed_dataset().await;
+    let read = |i: usize| {
+        let (gw, object) = (&gw, &objects[i]);
+        async move {
+            let resp = s3_get(gw, &format!("/data/{}", object.key), None).await;
+            assert_eq!(resp.status(), 200, "{}", object.key);
+            let status = resp.headers()["cache-status"].to_str().unwrap().to_owned();
+            assert!(
+                resp.bytes().await.unwrap() == expected(object, 0, 8192),
+                "{}",
+                object.key
+            );
+            status
+        }
+    };
+    for i in 0..2 {
+        assert_eq!(read(i).await, "talon; fwd=miss; stored");
+    }
+    assert_eq!(listed_read_ahead(&gw, "started").await, 0.0);
+    read(2).await;
+    assert_eq!(fetches_ahead_done(&gw).await, 4.0, "objects 3 to 6");
+    assert_eq!(listed_read_ahead(&gw, "fetched").await, 4.0);
+    assert_eq!(cluster.origin_gets(), 7, "three reads, four fetched ahead");
+    assert_eq!(cluster.origin_heads(), 0);
+    // Its bytes are on the worker already: reading it asks the origin nothing. (The
+    // first read of bytes a stat fetched is the one reported as their fill, whoever
+    // asked for them: `Cache-Status` says `fwd=miss; stored` once more.)
+    cluster.fills_settled().await;
+    read(3).await;
+    assert_eq!(fetches_ahead_done(&gw).await, 5.0, "and object 7 after it");
+    assert_eq!(
+        cluster.origin_gets(),
+        8,
+        "the next object was cached before it was asked"
+    );
+    for i in 4..40 {
+        read(i).await;
+    }
+    fetches_ahead_done(&gw).await;
+    assert_eq!(
+        cluster.origin_gets(),
+        40,
+        "each object fetched once, none past the listing"
+    );
+    assert_eq!(cluster.origin_heads(), 0);
+    assert_eq!(listed_read_ahead(&gw, "failed").await, 0.0);
+}
+
+/// A shuffled reader of the same listing fetches nothing ahead: each object costs the
+/// origin the one GET its own read sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shuffled_reader_is_not_fetched_ahead() {
+    let (cluster, gw, objects) = listed_dataset().await;
+    // A stride of 17 through 40 keys: never two recent reads just before the next.
+    for i in 0..40 {
+        let object = &objects[i * 17 % 40];
+        let resp = s3_get(&gw, &format!("/data/{}", object.key), None).await;
+        assert_eq!(resp.status(), 200);
+        assert!(resp.bytes().await.unwrap() == expected(object, 0, 8192));
+    }
+    assert_eq!(listed_read_ahead(&gw, "started").await, 0.0);
+    assert_eq!(cluster.origin_gets(), 40);
+    assert_eq!(cluster.origin_heads(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

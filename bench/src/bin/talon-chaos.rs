@@ -536,6 +536,7 @@ impl Cluster {
             host: None,
             unsigned_reads: false,
             tls: None,
+            read_ahead_objects: None,
         };
         let s3 =
             Gateway::start(&setup.binaries, &dir, &stub, gateway("gw-s3", Backend::S3)).await?;

@@ -343,6 +343,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 host: None,
                 unsigned_reads: false,
                 tls: None,
+                read_ahead_objects: None,
             },
         )
         .await?;
@@ -373,6 +374,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     host: None,
                     unsigned_reads: false,
                     tls: None,
+                    read_ahead_objects: None,
                 },
             )
             .await?,

@@ -539,6 +539,7 @@ impl<'a> Deployer<'a> {
                 host: None,
                 unsigned_reads: variant.unsigned_reads,
                 tls: variant.tls,
+                read_ahead_objects: None,
             },
         )
         .await?)

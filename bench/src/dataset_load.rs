@@ -24,6 +24,10 @@ use tokio::time::Instant;
 
 use crate::http_load::{Auth, Connection, ObjectTarget};
 
+/// The most pages [`Endpoint::list_all`] reads (ten million keys) before it calls the
+/// listing endless.
+const MAX_LISTING_PAGES: u64 = 10_000;
+
 /// Longest one request may take, headers to last byte.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -80,6 +84,12 @@ impl Endpoint {
         let (mut keys, mut pages) = (0u64, 0u64);
         let mut token: Option<String> = None;
         loop {
+            if pages >= MAX_LISTING_PAGES {
+                return Err(format!(
+                    "listing {bucket}/{prefix} at {}: still more after {pages} pages",
+                    self.base
+                ));
+            }
             let page = client
                 .list(bucket, prefix, None, token.as_deref(), Some(1000))
                 .await

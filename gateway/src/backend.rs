@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::StreamExt as _;
 use http::{Method, StatusCode};
 use talon_cache_client::ReaderId;
+use talon_protocols::access::{Access, Action, Need, Resource};
 use talon_protocols::answer::Failure;
 use talon_protocols::answer::header;
 use talon_protocols::azure::request::AzureOperation;
@@ -50,19 +51,23 @@ pub struct GatewayBackend {
 
 impl GatewayBackend {
     /// Starts the fetches ahead of a read of `key` that continues a listed page in key
-    /// order ([`crate::listed_read_ahead`]); each runs on its own, holding its place.
-    fn fetch_ahead_of(&self, bucket: &str, key: &str) {
+    /// order ([`crate::listed_read_ahead`]), of objects `access` may read; each runs on
+    /// its own, holding its place.
+    fn fetch_ahead_of(&self, bucket: &str, key: &str, access: Access<'_>) {
+        let may_read = |k: &str| {
+            access.allows(Need {
+                action: Action::Read,
+                resource: Resource::Object { bucket, key: k },
+            })
+        };
         for ahead in self
             .gw
             .objects
-            .to_fetch_ahead(self.route, self.origin, bucket, key)
+            .to_fetch_ahead(self.route, self.origin, bucket, key, &may_read)
         {
-            let (gw, route, backend, bucket) =
-                (self.gw.clone(), self.route, self.origin, bucket.to_owned());
+            let (gw, backend, bucket) = (self.gw.clone(), self.origin, bucket.to_owned());
             tokio::spawn(async move {
-                gw.objects
-                    .fetch_ahead(route, backend, &bucket, &ahead.key)
-                    .await;
+                gw.objects.fetch_ahead(backend, &bucket, &ahead.key).await;
                 drop(ahead.place);
             });
         }
@@ -413,7 +418,7 @@ impl ObjectBackend for GatewayBackend {
             *self.served.lock().unwrap_or_else(|p| p.into_inner()) = Some((Outcome::Hit, false));
             self.gw
                 .objects
-                .listed(self.route, self.origin, bucket, &page);
+                .listed(self.route, self.origin, bucket, spec.prefix, &page);
             return Ok(page);
         }
         let sent = std::time::Instant::now();
@@ -423,14 +428,14 @@ impl ObjectBackend for GatewayBackend {
         }
         self.gw
             .objects
-            .listed(self.route, self.origin, bucket, &page);
+            .listed(self.route, self.origin, bucket, spec.prefix, &page);
         Ok(page)
     }
 
     async fn read(&self, read: ReadSpec<'_>) -> Result<ObjectRead, Failure> {
         reachable(&[read.object.key])?;
-        if read.with_body {
-            self.fetch_ahead_of(read.object.bucket, read.object.key);
+        if let (true, Some(access)) = (read.with_body, read.reader_access) {
+            self.fetch_ahead_of(read.object.bucket, read.object.key, access);
         }
         let done = self
             .gw

@@ -224,9 +224,9 @@ pub struct Args {
     /// Objects fetched into the cache ahead of a reader going through a prefix this
     /// gateway listed, in key order (a loader that does not shuffle), and the most such
     /// fetches in flight; 0 fetches nothing ahead. Each costs an origin request, spent
-    /// on a guess where the reader stops.
-    #[arg(long, env = "TALON_GATEWAY_READ_AHEAD_OBJECTS", default_value_t = 0)]
-    read_ahead_objects: usize,
+    /// on a guess where the reader stops. At most 1024.
+    #[arg(long, env = "TALON_GATEWAY_READ_AHEAD_OBJECTS", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    read_ahead_objects: u16,
     /// The largest object fetched ahead of such a reader.
     #[arg(long, env = "TALON_GATEWAY_READ_AHEAD_OBJECT_MAX", default_value = "1MiB", value_parser = parse_byte_size)]
     read_ahead_object_max: u64,
@@ -601,7 +601,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             write_through_max_bytes: args.write_through_max,
             metadata_entries: args.metadata_entries,
             metadata_bytes: args.metadata_bytes,
-            read_ahead_objects: args.read_ahead_objects,
+            read_ahead_objects: usize::from(args.read_ahead_objects),
             read_ahead_object_max_bytes: args.read_ahead_object_max,
             ..Limits::default()
         },

@@ -11,19 +11,26 @@
 //!
 //! The rules, and what they cost:
 //! - A read counts as sequential when at least [`SEQUENTIAL_HITS`] of the
-//!   [`SEQUENTIAL_WINDOW`] keys listed just before it were among the last [`RECENT`]
-//!   reads of its page here. A shuffled epoch over a page of 1,000 keys meets that about
-//!   once in 500 reads; a reader in key order meets it from its third object.
-//! - At most `depth` objects past the reader are fetched (`--read-ahead-objects`), none
-//!   larger than `max_object_bytes` (`--read-ahead-object-max`), and at most `depth`
-//!   fetches are in flight for the whole gateway: a fetch that finds no place is not
-//!   queued (the reader's own read will ask for it).
+//!   [`SEQUENTIAL_WINDOW`] keys listed just before it are among the last [`RECENT`]
+//!   distinct keys read in its page here (a key read twice, its footer then its data,
+//!   counts once). A shuffled epoch over a page of 1,000 keys meets that about once in
+//!   500 reads; a reader in key order meets it from its third object. A page keeps one
+//!   position of its fetches: several readers in key order through one page share it.
+//! - At most `depth` objects past the reader are fetched (`--read-ahead-objects`, at
+//!   most [`MAX_DEPTH`]), none larger than `max_object_bytes`
+//!   (`--read-ahead-object-max`), and at most `depth` fetches are in flight for the
+//!   whole gateway: a fetch that finds no place is not queued (the reader's own read
+//!   will ask for it).
 //! - An object fetched ahead that is never read is an origin request spent on a guess:
 //!   at most `depth` of them where a reader stops. Nothing is fetched for a reader that
-//!   is not in key order, for keys this gateway has not listed, or on the origin route.
+//!   is not in key order, for keys this gateway has not listed, on the origin route, or
+//!   that the reader may not read itself (its grants are asked key by key); past a
+//!   page's end it goes on only into a page of the same listing (the same prefix).
 //! - Key order is kept from the pages themselves for [`ORDER_LIFETIME`] (whatever T is:
-//!   an object since deleted costs one answer of "not found", one added later is not
-//!   fetched ahead), and at most [`ORDER_MAX_BYTES`] of it.
+//!   an object since deleted costs a "not found" and a HEAD of its bucket, one added
+//!   later is not fetched ahead), at most [`ORDER_MAX_BYTES`] of it in at most
+//!   [`ORDER_MAX_PAGES`] pages (the oldest listed goes first). A page listed again with
+//!   the same keys keeps what readers did in it.
 //! - The objects fetched are read through the same path as a reader's (T, invalidations,
 //!   writes through this gateway, the origin request limit), so nothing is served that a
 //!   read would not have served; no bytes reach a client that did not ask for them.
@@ -46,6 +53,12 @@ pub const ORDER_LIFETIME: Duration = Duration::from_secs(600);
 /// The most key-order bytes kept (keys and sizes); the oldest page goes first.
 pub const ORDER_MAX_BYTES: usize = 64 << 20;
 
+/// The most pages kept (an eviction looks through all of them for the oldest).
+pub const ORDER_MAX_PAGES: usize = 16_384;
+
+/// The largest depth taken (`--read-ahead-objects` is clamped to it).
+pub const MAX_DEPTH: usize = 1024;
+
 /// Reads remembered per page for telling a sequential reader from a shuffled one.
 pub const RECENT: usize = 16;
 
@@ -55,14 +68,23 @@ pub const SEQUENTIAL_WINDOW: usize = 4;
 /// How many of those must have been read recently.
 pub const SEQUENTIAL_HITS: usize = 2;
 
+/// What a map entry costs beyond its page, about: its copy of the first key's `String`
+/// header and the tree's share.
+const ENTRY_OVERHEAD: usize = 64;
+
 /// One listed page's keys in order, and what readers did in it.
 #[derive(Debug)]
 struct Page {
+    /// The listing's prefix: past the page's end, only a page of the same prefix is
+    /// taken as what follows.
+    prefix: Box<str>,
     /// Keys and sizes, in key order.
     keys: Box<[(Box<str>, u64)]>,
     listed: Instant,
+    /// When it was first kept, in order of the pages kept (the oldest goes first).
+    kept: u64,
     bytes: usize,
-    /// Positions of the last reads here (a ring; `u32::MAX` is empty).
+    /// Positions of the last distinct reads here (a ring; `u32::MAX` is empty).
     recent: [u32; RECENT],
     next_recent: usize,
     /// Positions before this one were fetched ahead (or found too large, or were read).
@@ -70,20 +92,26 @@ struct Page {
 }
 
 impl Page {
-    fn new(page: &ListResult, listed: Instant) -> Page {
+    fn new(prefix: &str, page: &ListResult, listed: Instant, kept: u64) -> Page {
         let keys: Box<[(Box<str>, u64)]> = page
             .objects
             .iter()
             .map(|o| (Box::from(o.key.as_str()), o.size))
             .collect();
+        let first = keys.first().map_or(0, |(k, _)| k.len());
         let bytes = std::mem::size_of::<Page>()
+            + ENTRY_OVERHEAD
+            + first
+            + prefix.len()
             + keys
                 .iter()
                 .map(|(k, _)| k.len() + std::mem::size_of::<(Box<str>, u64)>())
                 .sum::<usize>();
         Page {
+            prefix: Box::from(prefix),
             keys,
             listed,
+            kept,
             bytes,
             recent: [u32::MAX; RECENT],
             next_recent: 0,
@@ -91,7 +119,8 @@ impl Page {
         }
     }
 
-    /// Whether the keys just before `at` were read recently; remembers `at` as read.
+    /// Whether the keys just before `at` were read recently; remembers `at` as read
+    /// (once: the ring holds distinct positions).
     fn read_in_order(&mut self, at: usize) -> bool {
         let hits = self
             .recent
@@ -101,9 +130,23 @@ impl Page {
                 q < at && q + SEQUENTIAL_WINDOW >= at
             })
             .count();
-        self.recent[self.next_recent] = u32::try_from(at).unwrap_or(u32::MAX - 1);
-        self.next_recent = (self.next_recent + 1) % RECENT;
+        let at = u32::try_from(at).unwrap_or(u32::MAX - 1);
+        if !self.recent.contains(&at) {
+            self.recent[self.next_recent] = at;
+            self.next_recent = (self.next_recent + 1) % RECENT;
+        }
         hits >= SEQUENTIAL_HITS
+    }
+
+    /// Whether `page`, listed under `prefix`, has the same keys and sizes.
+    fn same_as(&self, prefix: &str, page: &ListResult) -> bool {
+        *self.prefix == *prefix
+            && self.keys.len() == page.objects.len()
+            && self
+                .keys
+                .iter()
+                .zip(&page.objects)
+                .all(|((k, size), o)| **k == *o.key && *size == o.size)
     }
 }
 
@@ -112,6 +155,9 @@ impl Page {
 struct Pages {
     by_bucket: HashMap<Backend, HashMap<String, BTreeMap<String, Page>>>,
     bytes: usize,
+    count: usize,
+    /// Pages kept since start.
+    kept: u64,
 }
 
 impl Pages {
@@ -123,13 +169,15 @@ impl Pages {
                 buckets.iter().flat_map(move |(bucket, pages)| {
                     pages
                         .iter()
-                        .map(move |(first, page)| (page.listed, *backend, bucket, first))
+                        .map(move |(first, page)| (page.kept, *backend, bucket, first))
                 })
             })
-            .min_by_key(|(listed, ..)| *listed)
+            .min_by_key(|(kept, ..)| *kept)
             .map(|(_, backend, bucket, first)| (backend, bucket.clone(), first.clone()));
-        if let Some((backend, bucket, first)) = oldest {
-            self.remove(backend, &bucket, &first);
+        match oldest {
+            Some((backend, bucket, first)) => self.remove(backend, &bucket, &first),
+            // Nothing left to evict: the counts are off; start them again.
+            None => (self.bytes, self.count) = (0, 0),
         }
     }
 
@@ -140,6 +188,7 @@ impl Pages {
         if let Some(pages) = buckets.get_mut(bucket) {
             if let Some(page) = pages.remove(first) {
                 self.bytes = self.bytes.saturating_sub(page.bytes);
+                self.count = self.count.saturating_sub(1);
             }
             if pages.is_empty() {
                 buckets.remove(bucket);
@@ -168,6 +217,8 @@ pub struct ListedReadAheadStats {
     pub failed: u64,
     /// Objects skipped: larger than `--read-ahead-object-max`.
     pub too_large: u64,
+    /// Objects skipped: the reader may not read them.
+    pub not_allowed: u64,
     /// Objects not fetched: every place was taken.
     pub no_place: u64,
     /// Pages whose key order is held now.
@@ -185,13 +236,15 @@ pub struct ListedReadAhead {
     fetched: AtomicU64,
     failed: AtomicU64,
     too_large: AtomicU64,
+    not_allowed: AtomicU64,
     no_place: AtomicU64,
 }
 
 impl ListedReadAhead {
-    /// Up to `depth` objects of at most `max_object_bytes` each fetched ahead of a
-    /// sequential reader (0: none, and nothing is kept).
+    /// Up to `depth` objects (at most [`MAX_DEPTH`]) of at most `max_object_bytes` each
+    /// fetched ahead of a sequential reader (0: none, and nothing is kept).
     pub fn new(depth: usize, max_object_bytes: u64) -> ListedReadAhead {
+        let depth = depth.min(MAX_DEPTH);
         ListedReadAhead {
             depth,
             max_object_bytes,
@@ -201,6 +254,7 @@ impl ListedReadAhead {
             fetched: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             too_large: AtomicU64::new(0),
+            not_allowed: AtomicU64::new(0),
             no_place: AtomicU64::new(0),
         }
     }
@@ -210,18 +264,34 @@ impl ListedReadAhead {
         self.depth > 0
     }
 
-    /// Learns the key order of `page`, a listing of `bucket` this gateway answered.
-    pub fn listed(&self, backend: Backend, bucket: &str, page: &ListResult) {
+    /// Learns the key order of `page`, a listing of `bucket` under `prefix` this gateway
+    /// answered.
+    pub fn listed(&self, backend: Backend, bucket: &str, prefix: &str, page: &ListResult) {
         let Some(first) = page.objects.first() else {
             return;
         };
         if !self.enabled() {
             return;
         }
-        let page_order = Page::new(page, Instant::now());
+        let now = Instant::now();
         let mut pages = self.lock();
+        // The same keys listed again (another loader, or the listing table's answer):
+        // what readers did in the page stays.
+        if let Some(known) = pages
+            .by_bucket
+            .get_mut(&backend)
+            .and_then(|b| b.get_mut(bucket))
+            .and_then(|tree| tree.get_mut(&first.key))
+            && known.same_as(prefix, page)
+        {
+            known.listed = now;
+            return;
+        }
+        pages.kept += 1;
+        let page_order = Page::new(prefix, page, now, pages.kept);
         pages.remove(backend, bucket, &first.key);
         pages.bytes += page_order.bytes;
+        pages.count += 1;
         pages
             .by_bucket
             .entry(backend)
@@ -229,14 +299,21 @@ impl ListedReadAhead {
             .entry(bucket.to_owned())
             .or_default()
             .insert(first.key.clone(), page_order);
-        while pages.bytes > ORDER_MAX_BYTES {
+        while pages.bytes > ORDER_MAX_BYTES || pages.count > ORDER_MAX_PAGES {
             pages.evict_oldest();
         }
     }
 
     /// A reader asked for `key` of `bucket`: the objects to fetch ahead of it now, each
-    /// with its place (empty unless the read is sequential in a listed page).
-    pub fn after_read(&self, backend: Backend, bucket: &str, key: &str) -> Vec<FetchAhead> {
+    /// with its place (empty unless the read is sequential in a listed page), among
+    /// those `may_read` allows.
+    pub fn after_read(
+        &self,
+        backend: Backend,
+        bucket: &str,
+        key: &str,
+        may_read: &dyn Fn(&str) -> bool,
+    ) -> Vec<FetchAhead> {
         if !self.enabled() {
             return Vec::new();
         }
@@ -248,7 +325,7 @@ impl ListedReadAhead {
             .get_mut(&backend)
             .and_then(|b| b.get_mut(bucket))
         {
-            self.plan(tree, key, &mut stale, &mut ahead);
+            self.plan(tree, key, may_read, &mut stale, &mut ahead);
         }
         if let Some(first) = stale {
             pages.remove(backend, bucket, &first);
@@ -260,6 +337,7 @@ impl ListedReadAhead {
         &self,
         tree: &mut BTreeMap<String, Page>,
         key: &str,
+        may_read: &dyn Fn(&str) -> bool,
         stale: &mut Option<String>,
         ahead: &mut Vec<FetchAhead>,
     ) {
@@ -287,17 +365,18 @@ impl ListedReadAhead {
         } else {
             at + 1
         };
-        let (stopped, mut left) = self.take(page, from, end, ahead);
+        let (stopped, mut left) = self.take(page, from, end, may_read, ahead);
         page.ahead_to = stopped;
         if stopped < page.keys.len() || left == 0 {
             return;
         }
-        // The reader is near the page's end: go on into the page listed after it.
-        let first = first.clone();
+        // The reader is near the page's end: go on into the page listed after it, of
+        // the same listing.
+        let (first, prefix) = (first.clone(), page.prefix.clone());
         for (_, next) in
             tree.range_mut::<str, _>((Bound::Excluded(first.as_str()), Bound::Unbounded))
         {
-            if next.listed.elapsed() > ORDER_LIFETIME {
+            if next.listed.elapsed() > ORDER_LIFETIME || next.prefix != prefix {
                 return;
             }
             let from = if next.ahead_to <= left {
@@ -305,7 +384,7 @@ impl ListedReadAhead {
             } else {
                 0
             };
-            let (stopped, rest) = self.take(next, from, left, ahead);
+            let (stopped, rest) = self.take(next, from, left, may_read, ahead);
             next.ahead_to = stopped;
             if stopped < next.keys.len() || rest == 0 {
                 return;
@@ -321,6 +400,7 @@ impl ListedReadAhead {
         page: &Page,
         from: usize,
         end: usize,
+        may_read: &dyn Fn(&str) -> bool,
         ahead: &mut Vec<FetchAhead>,
     ) -> (usize, usize) {
         let last = end.min(page.keys.len());
@@ -328,6 +408,10 @@ impl ListedReadAhead {
             let (key, size) = &page.keys[at];
             if *size > self.max_object_bytes {
                 self.too_large.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if !may_read(key) {
+                self.not_allowed.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             match self.places.clone().try_acquire_owned() {
@@ -358,18 +442,13 @@ impl ListedReadAhead {
 
     /// What it did since start.
     pub fn stats(&self) -> ListedReadAheadStats {
-        let pages = self
-            .lock()
-            .by_bucket
-            .values()
-            .flat_map(HashMap::values)
-            .map(BTreeMap::len)
-            .sum::<usize>();
+        let pages = self.lock().count;
         ListedReadAheadStats {
             started: self.started.load(Ordering::Relaxed),
             fetched: self.fetched.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             too_large: self.too_large.load(Ordering::Relaxed),
+            not_allowed: self.not_allowed.load(Ordering::Relaxed),
             no_place: self.no_place.load(Ordering::Relaxed),
             pages: pages as u64,
         }
@@ -407,83 +486,146 @@ mod tests {
         ahead.iter().map(|a| a.key.as_str()).collect()
     }
 
+    fn anyone(_: &str) -> bool {
+        true
+    }
+
+    fn read(ra: &ListedReadAhead, key: &str) -> Vec<FetchAhead> {
+        ra.after_read(Backend::S3, "b", key, &anyone)
+    }
+
     #[test]
     fn a_reader_in_key_order_is_fetched_ahead_from_its_third_object() {
         let ra = ListedReadAhead::new(4, 1 << 20);
-        ra.listed(Backend::S3, "b", &page(0..100, 10));
-        assert!(ra.after_read(Backend::S3, "b", "d/0000").is_empty());
-        assert!(ra.after_read(Backend::S3, "b", "d/0001").is_empty());
-        let ahead = ra.after_read(Backend::S3, "b", "d/0002");
+        ra.listed(Backend::S3, "b", "d/", &page(0..100, 10));
+        assert!(read(&ra, "d/0000").is_empty());
+        assert!(read(&ra, "d/0001").is_empty());
+        let ahead = read(&ra, "d/0002");
         assert_eq!(keys(&ahead), ["d/0003", "d/0004", "d/0005", "d/0006"]);
         // Every place is taken: the next read starts nothing, and is counted.
-        assert!(ra.after_read(Backend::S3, "b", "d/0003").is_empty());
+        assert!(read(&ra, "d/0003").is_empty());
         assert_eq!(ra.stats().no_place, 1);
         drop(ahead);
         // Places back: it goes on from where it stopped, not again from the reader.
-        let ahead = ra.after_read(Backend::S3, "b", "d/0004");
+        let ahead = read(&ra, "d/0004");
         assert_eq!(keys(&ahead), ["d/0007", "d/0008"]);
         // Another backend or bucket has no order here.
-        assert!(ra.after_read(Backend::Azure, "b", "d/0005").is_empty());
-        assert!(ra.after_read(Backend::S3, "c", "d/0005").is_empty());
+        assert!(
+            ra.after_read(Backend::Azure, "b", "d/0005", &anyone)
+                .is_empty()
+        );
+        assert!(
+            ra.after_read(Backend::S3, "c", "d/0005", &anyone)
+                .is_empty()
+        );
         assert_eq!(ra.stats().started, 6);
     }
 
     #[test]
-    fn a_shuffled_reader_is_not_fetched_ahead() {
+    fn a_shuffled_reader_is_not_fetched_ahead_even_reading_each_key_twice() {
         let ra = ListedReadAhead::new(8, 1 << 20);
-        ra.listed(Backend::S3, "b", &page(0..100, 10));
-        // A stride of 37 through 100 keys: never within four after a recent read.
+        ra.listed(Backend::S3, "b", "d/", &page(0..100, 10));
+        // A stride of 37 through 100 keys: never within four after a recent read. Each
+        // key read twice (a footer, then the data) still counts once.
         for i in 0..100 {
             let key = format!("d/{:04}", i * 37 % 100);
-            assert!(ra.after_read(Backend::S3, "b", &key).is_empty(), "{key}");
+            assert!(read(&ra, &key).is_empty(), "{key}");
+            assert!(read(&ra, &key).is_empty(), "{key} again");
         }
         assert_eq!(ra.stats().started, 0);
     }
 
     #[test]
-    fn the_read_ahead_goes_on_into_the_next_page_and_skips_large_objects() {
+    fn the_read_ahead_goes_on_into_the_next_page_of_its_listing_and_skips_large_objects() {
         let ra = ListedReadAhead::new(4, 100);
-        ra.listed(Backend::S3, "b", &page(0..10, 10));
-        ra.listed(Backend::S3, "b", &page(10..20, 10));
-        ra.listed(Backend::S3, "b", &page(20..30, 1000));
+        ra.listed(Backend::S3, "b", "d/", &page(0..10, 10));
+        ra.listed(Backend::S3, "b", "d/", &page(10..20, 10));
+        ra.listed(Backend::S3, "b", "d/", &page(20..30, 1000));
         for k in ["d/0006", "d/0007"] {
-            assert!(ra.after_read(Backend::S3, "b", k).is_empty());
+            assert!(read(&ra, k).is_empty());
         }
-        let ahead = ra.after_read(Backend::S3, "b", "d/0008");
+        let ahead = read(&ra, "d/0008");
         assert_eq!(keys(&ahead), ["d/0009", "d/0010", "d/0011", "d/0012"]);
         drop(ahead);
         // The third page's objects are larger than the bound.
         for k in ["d/0017", "d/0018"] {
-            drop(ra.after_read(Backend::S3, "b", k));
+            drop(read(&ra, k));
         }
-        let ahead = ra.after_read(Backend::S3, "b", "d/0019");
+        let ahead = read(&ra, "d/0019");
         assert!(ahead.is_empty(), "{:?}", keys(&ahead));
         assert!(ra.stats().too_large >= 4);
         assert_eq!(ra.stats().pages, 3);
     }
 
     #[test]
-    fn a_key_not_listed_or_a_depth_of_zero_fetches_nothing() {
+    fn a_page_of_another_listing_is_not_what_follows() {
         let ra = ListedReadAhead::new(4, 1 << 20);
-        ra.listed(Backend::S3, "b", &page(0..10, 10));
-        for k in ["d/0000x", "d/0001x", "d/0002x"] {
-            assert!(ra.after_read(Backend::S3, "b", k).is_empty());
+        ra.listed(Backend::S3, "b", "d/000", &page(0..10, 10));
+        ra.listed(Backend::S3, "b", "d/001", &page(10..20, 10));
+        for k in ["d/0006", "d/0007"] {
+            assert!(read(&ra, k).is_empty());
         }
-        let off = ListedReadAhead::new(0, 1 << 20);
-        off.listed(Backend::S3, "b", &page(0..10, 10));
-        for k in ["d/0000", "d/0001", "d/0002"] {
-            assert!(off.after_read(Backend::S3, "b", k).is_empty());
-        }
-        assert_eq!(off.stats().pages, 0);
+        assert_eq!(keys(&read(&ra, "d/0008")), ["d/0009"]);
     }
 
     #[test]
-    fn a_relisted_page_replaces_its_order_and_memory_is_counted_once() {
+    fn only_objects_the_reader_may_read_are_fetched_ahead() {
         let ra = ListedReadAhead::new(4, 1 << 20);
-        ra.listed(Backend::S3, "b", &page(0..10, 10));
+        ra.listed(Backend::S3, "b", "d/", &page(0..10, 10));
+        let odd_only = |k: &str| k.ends_with(['1', '3', '5', '7', '9']);
+        for k in ["d/0000", "d/0001"] {
+            assert!(ra.after_read(Backend::S3, "b", k, &odd_only).is_empty());
+        }
+        let ahead = ra.after_read(Backend::S3, "b", "d/0002", &odd_only);
+        assert_eq!(keys(&ahead), ["d/0003", "d/0005"]);
+        assert_eq!(ra.stats().not_allowed, 2);
+    }
+
+    #[test]
+    fn a_key_not_listed_or_a_depth_of_zero_fetches_nothing() {
+        let ra = ListedReadAhead::new(4, 1 << 20);
+        ra.listed(Backend::S3, "b", "d/", &page(0..10, 10));
+        for k in ["d/0000x", "d/0001x", "d/0002x"] {
+            assert!(read(&ra, k).is_empty());
+        }
+        let off = ListedReadAhead::new(0, 1 << 20);
+        off.listed(Backend::S3, "b", "d/", &page(0..10, 10));
+        for k in ["d/0000", "d/0001", "d/0002"] {
+            assert!(read(&off, k).is_empty());
+        }
+        assert_eq!(off.stats().pages, 0);
+        // A depth past the bound is clamped, not a panic.
+        assert_eq!(ListedReadAhead::new(usize::MAX, 1).depth, MAX_DEPTH);
+    }
+
+    #[test]
+    fn a_page_listed_again_keeps_its_readers_and_is_counted_once() {
+        let ra = ListedReadAhead::new(4, 1 << 20);
+        ra.listed(Backend::S3, "b", "d/", &page(0..10, 10));
         let once = ra.lock().bytes;
-        ra.listed(Backend::S3, "b", &page(0..10, 10));
+        for k in ["d/0000", "d/0001"] {
+            assert!(read(&ra, k).is_empty());
+        }
+        ra.listed(Backend::S3, "b", "d/", &page(0..10, 10));
         assert_eq!(ra.lock().bytes, once);
         assert_eq!(ra.stats().pages, 1);
+        assert_eq!(read(&ra, "d/0002").len(), 4, "its reads were kept");
+        // Other keys under the same first key replace it, and its readers.
+        ra.listed(Backend::S3, "b", "d/", &page(0..12, 10));
+        assert!(read(&ra, "d/0003").is_empty());
+        assert_eq!(ra.stats().pages, 1);
+    }
+
+    #[test]
+    fn the_oldest_pages_go_past_the_page_bound() {
+        let ra = ListedReadAhead::new(4, 1 << 20);
+        for i in 0..ORDER_MAX_PAGES + 2 {
+            ra.listed(Backend::S3, "b", "d/", &page(i * 2..i * 2 + 2, 10));
+        }
+        assert_eq!(ra.stats().pages, ORDER_MAX_PAGES as u64);
+        let pages = ra.lock();
+        let tree = &pages.by_bucket[&Backend::S3]["b"];
+        assert!(!tree.contains_key("d/0000") && !tree.contains_key("d/0002"));
+        assert!(tree.contains_key("d/0004"));
     }
 }

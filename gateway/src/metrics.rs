@@ -205,7 +205,7 @@ impl GatewayMetrics {
             );
             r.register(
                 "read_ahead_objects",
-                "Objects fetched ahead of readers going through a listed prefix in key order (--read-ahead-objects) since start, by outcome: started; fetched or failed as they ended; too_large (skipped, over --read-ahead-object-max); no_place (not fetched, every place taken); and pages, the listing pages whose key order is held now",
+                "Objects fetched ahead of readers going through a listed prefix in key order (--read-ahead-objects) since start, by outcome: started; fetched or failed as they ended; too_large (skipped, over --read-ahead-object-max); not_allowed (skipped, the reader may not read it); no_place (not fetched, every place taken); and pages, the listing pages whose key order is held now",
                 m.listed_read_ahead.clone(),
             );
         }
@@ -318,6 +318,7 @@ impl GatewayMetrics {
             ("fetched", stats.fetched),
             ("failed", stats.failed),
             ("too_large", stats.too_large),
+            ("not_allowed", stats.not_allowed),
             ("no_place", stats.no_place),
             ("pages", stats.pages),
         ] {

@@ -232,36 +232,51 @@ impl Objects {
         }
     }
 
-    /// Learns the key order of `page`, a listing of `bucket` answered on `route`, for
-    /// the read-ahead of readers in key order ([`crate::listed_read_ahead`]).
-    pub fn listed(&self, route: Route, backend: Backend, bucket: &str, page: &ListResult) {
+    /// Learns the key order of `page`, a listing of `bucket` under `prefix` answered on
+    /// `route`, for the read-ahead of readers in key order ([`crate::listed_read_ahead`]).
+    pub fn listed(
+        &self,
+        route: Route,
+        backend: Backend,
+        bucket: &str,
+        prefix: &str,
+        page: &ListResult,
+    ) {
         if route != Route::Origin && self.cache.is_some() {
-            self.read_ahead.listed(backend, bucket, page);
+            self.read_ahead.listed(backend, bucket, prefix, page);
         }
     }
 
     /// The objects to fetch ahead of a read of `key` on `route`, each with its place
     /// among the fetches in flight: none unless the read is the next of a listed page
-    /// in key order ([`crate::listed_read_ahead`]).
+    /// in key order ([`crate::listed_read_ahead`]), and only objects `may_read` allows
+    /// (the reader's grants) that the cache can hold.
     pub fn to_fetch_ahead(
         &self,
         route: Route,
         backend: Backend,
         bucket: &str,
         key: &str,
+        may_read: &dyn Fn(&str) -> bool,
     ) -> Vec<FetchAhead> {
-        if route == Route::Origin || self.cache.is_none() {
+        if route == Route::Origin || self.cache.is_none() || !self.read_ahead.enabled() {
             return Vec::new();
         }
-        self.read_ahead.after_read(backend, bucket, key)
+        let cacheable = |k: &str| {
+            may_read(k)
+                && self.object_id(backend, bucket, k).is_some()
+                && !self.bypasses_cache(route, backend, bucket, k)
+        };
+        self.read_ahead.after_read(backend, bucket, key, &cacheable)
     }
 
     /// Fetches `key`'s metadata and first bytes into the cache as a read of it would
     /// (one origin request for a cold object), and keeps the metadata; the bytes go to
-    /// no client.
-    pub async fn fetch_ahead(&self, route: Route, backend: Backend, bucket: &str, key: &str) {
+    /// no client. Through the workers only: when they cannot answer, the origin is not
+    /// asked in their place (that would cache nothing).
+    pub async fn fetch_ahead(&self, backend: Backend, bucket: &str, key: &str) {
         let fetched = self
-            .meta(route, backend, bucket, key, Some(0..u64::MAX))
+            .meta(Route::CacheOnly, backend, bucket, key, Some(0..u64::MAX))
             .await;
         if let Err(e) = &fetched {
             tracing::debug!(%bucket, %key, error = %e, "a fetch ahead of a reader failed");

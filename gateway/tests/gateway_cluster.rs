@@ -60,10 +60,12 @@ async fn gateway_over(
         (s3_backend, azure_backend),
         cache_status,
         Limits::default(),
+        Vec::new(),
     )
     .await
 }
 
+/// A gateway whose S3 front also takes `more_keys` beside the unrestricted [`AK`].
 async fn gateway_with_limits(
     cluster: &Cluster,
     cache: talon_cache_client::CacheClient,
@@ -71,9 +73,13 @@ async fn gateway_with_limits(
     (s3_backend, azure_backend): (Backend, Backend),
     cache_status: bool,
     limits: Limits,
+    more_keys: Vec<S3Key>,
 ) -> RunningGateway {
     let identities = Identities::from_parts(IdentitiesFile {
-        s3: vec![S3Key::unrestricted(AK, SK)],
+        s3: [S3Key::unrestricted(AK, SK)]
+            .into_iter()
+            .chain(more_keys)
+            .collect(),
         azure: None,
         anonymous: talon_protocols::access::AnonymousAccess::ReadWrite,
         public: Vec::new(),
@@ -109,6 +115,16 @@ async fn gateway_with_limits(
 }
 
 async fn s3_get(gw: &RunningGateway, path: &str, range: Option<&str>) -> reqwest::Response {
+    s3_get_as(gw, path, range, (AK, SK)).await
+}
+
+/// A GET signed with `(access_key, secret_key)`.
+async fn s3_get_as(
+    gw: &RunningGateway,
+    path: &str,
+    range: Option<&str>,
+    (access_key, secret_key): (&str, &str),
+) -> reqwest::Response {
     let url = format!("{}{path}", gw.s3_url().unwrap());
     let host = url
         .trim_start_matches("http://")
@@ -122,8 +138,8 @@ async fn s3_get(gw: &RunningGateway, path: &str, range: Option<&str>) -> reqwest
     }
     let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let creds = S3Credentials {
-        access_key: AK.into(),
-        secret_key: SK.into(),
+        access_key: access_key.into(),
+        secret_key: secret_key.into(),
         session_token: None,
     };
     let signed = sign_request(
@@ -683,6 +699,7 @@ async fn listed_dataset() -> (Cluster, RunningGateway, Vec<GeneratedObject>) {
             read_ahead_objects: 4,
             ..Limits::default()
         },
+        Vec::new(),
     )
     .await;
     let listing = s3_get(&gw, "/data?list-type=2&prefix=train/", None).await;
@@ -769,6 +786,65 @@ async fn a_shuffled_reader_is_not_fetched_ahead() {
     assert_eq!(listed_read_ahead(&gw, "started").await, 0.0);
     assert_eq!(cluster.origin_gets(), 40);
     assert_eq!(cluster.origin_heads(), 0);
+}
+
+/// A reader whose grants cover only `train/` never makes the gateway fetch anything
+/// else ahead of it: the bucket listed whole by another identity puts `valid/` right
+/// after `train/`, and reading `train/` in key order fetches ahead only its own objects
+/// (10 origin GETs for 10 objects; before the grants were asked, the four objects of
+/// `valid/` after the last one were fetched too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_ahead_fetches_only_what_the_reader_may_read() {
+    const TRAIN_ONLY: (&str, &str) = ("TRAINONLY", "train-only-secret");
+    let objects: Vec<GeneratedObject> = ["train", "valid"]
+        .into_iter()
+        .flat_map(|folder| {
+            (0..10).map(move |i| {
+                GeneratedObject::new("data", format!("{folder}/{i:03}.bin"), 4096, 300 + i)
+            })
+        })
+        .collect();
+    let cluster = Cluster::start(ClusterConfig {
+        generated: objects.clone(),
+        ..ClusterConfig::default()
+    })
+    .await;
+    let cache = cluster.client().await;
+    let train_only: S3Key = serde_json::from_value(serde_json::json!({
+        "access_key": TRAIN_ONLY.0,
+        "secret_key": TRAIN_ONLY.1,
+        "grants": [{"bucket": "data", "prefix": "train/", "actions": ["read", "list"]}],
+    }))
+    .unwrap();
+    let gw = gateway_with_limits(
+        &cluster,
+        cache,
+        Route::Cache,
+        (Backend::S3, Backend::Azure),
+        true,
+        Limits {
+            read_ahead_objects: 4,
+            ..Limits::default()
+        },
+        vec![train_only],
+    )
+    .await;
+    let listing = s3_get(&gw, "/data?list-type=2", None).await;
+    assert_eq!(listing.text().await.unwrap().matches("<Key>").count(), 20);
+    let outside = s3_get_as(&gw, "/data/valid/000.bin", None, TRAIN_ONLY).await;
+    assert_eq!(outside.status(), 403, "the grant covers train/ only");
+    for object in &objects[..10] {
+        let resp = s3_get_as(&gw, &format!("/data/{}", object.key), None, TRAIN_ONLY).await;
+        assert_eq!(resp.status(), 200, "{}", object.key);
+        assert!(resp.bytes().await.unwrap() == expected(object, 0, 4096));
+    }
+    assert_eq!(fetches_ahead_done(&gw).await, 7.0, "train/003 to train/009");
+    assert!(listed_read_ahead(&gw, "not_allowed").await >= 1.0);
+    assert_eq!(
+        cluster.origin_gets(),
+        10,
+        "nothing of valid/ was fetched for this reader"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

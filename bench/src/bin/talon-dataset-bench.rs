@@ -102,7 +102,8 @@ struct Args {
 
     /// Start each epoch as a loader does: list the dataset's prefix through every
     /// endpoint of the arm (pages of 1,000; counted in the origin's requests, not in the
-    /// epoch's time). The cold promise is then checked on GETs and HEADs per object.
+    /// epoch's time or CPU). The cold promise is then checked on GETs and HEADs per
+    /// object.
     #[arg(long, env = "TALON_DATASET_BENCH_LIST_FIRST")]
     list_first: bool,
 
@@ -570,7 +571,6 @@ async fn run_one(
     };
     let counters_before = talon_counters(admin_urls()).await;
     let before = origin_counts(&deployment.stub).await?;
-    let cpu = CpuReadings::start(deployment)?;
     if args.list_first {
         for endpoint in &endpoints {
             let (keys, _) = endpoint
@@ -588,6 +588,8 @@ async fn run_one(
             }
         }
     }
+    // The epoch's reads only: a listing's CPU is the loader's start, not a read's.
+    let cpu = CpuReadings::start(deployment)?;
     let outcome: EpochOutcome = run_epoch(EpochSpec {
         set: set.clone(),
         endpoints,

@@ -590,6 +590,7 @@ async fn copy_blob<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B) -> Answer {
                 range: None,
                 with_body: false,
                 body_untouched: false,
+                reader_access: None,
             })
             .await
             .map_err(|f| copy_source_failure(f.error))?;
@@ -805,6 +806,7 @@ async fn get_blob<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: bool)
         with_body,
         // A range's MD5 reads its bytes here.
         body_untouched: !range_md5,
+        reader_access: Some(ctx.access),
     };
     let too_large_for_md5 = || {
         Error::new(

@@ -231,6 +231,7 @@ async fn object_exists<B: ObjectBackend>(backend: &B, object: Target<'_>) -> Res
             range: None,
             with_body: false,
             body_untouched: false,
+            reader_access: None,
         })
         .await
         .map(|_| ())
@@ -888,6 +889,7 @@ async fn get_object<B: ObjectBackend>(ctx: &Ctx<'_>, backend: &B, with_body: boo
             range,
             with_body,
             body_untouched: true,
+            reader_access: Some(ctx.auth.access),
         })
         .await?;
     if let Some(etag) = part.as_ref().and_then(|p| p.etag.as_deref())

@@ -304,6 +304,10 @@ pub struct ReadSpec<'a> {
     /// reads (a mapped file's pages); whether that connection is TLS is the backend's
     /// to know.
     pub body_untouched: bool,
+    /// What the caller may do, for work a backend starts beyond this object on the
+    /// caller's behalf (a cache fetching the next listed objects ahead of a reader only
+    /// fetches those the caller may read); `None`: no such work.
+    pub reader_access: Option<crate::access::Access<'a>>,
 }
 
 /// An answered read.

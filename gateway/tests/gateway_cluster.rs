@@ -677,14 +677,14 @@ async fn fetches_ahead_done(gw: &RunningGateway) -> f64 {
     .await
 }
 
-/// 40 objects of 8 KiB under `train/` of bucket `data`, and a gateway that fetches up to
-/// four objects ahead of a reader in key order.
-async fn listed_dataset() -> (Cluster, RunningGateway, Vec<GeneratedObject>) {
-    let objects: Vec<GeneratedObject> = (0..40)
-        .map(|i| GeneratedObject::new("data", format!("train/{i:03}.bin"), 8192, 100 + i))
-        .collect();
+/// A sandbox cluster holding `objects`, and a gateway in front of it that fetches up to
+/// four objects ahead of a reader in key order and also takes `more_keys`.
+async fn reading_ahead(
+    objects: &[GeneratedObject],
+    more_keys: Vec<S3Key>,
+) -> (Cluster, RunningGateway) {
     let cluster = Cluster::start(ClusterConfig {
-        generated: objects.clone(),
+        generated: objects.to_vec(),
         ..ClusterConfig::default()
     })
     .await;
@@ -699,9 +699,19 @@ async fn listed_dataset() -> (Cluster, RunningGateway, Vec<GeneratedObject>) {
             read_ahead_objects: 4,
             ..Limits::default()
         },
-        Vec::new(),
+        more_keys,
     )
     .await;
+    (cluster, gw)
+}
+
+/// 40 objects of 8 KiB under `train/` of bucket `data`, listed through a gateway that
+/// fetches up to four objects ahead of a reader in key order.
+async fn listed_dataset() -> (Cluster, RunningGateway, Vec<GeneratedObject>) {
+    let objects: Vec<GeneratedObject> = (0..40)
+        .map(|i| GeneratedObject::new("data", format!("train/{i:03}.bin"), 8192, 100 + i))
+        .collect();
+    let (cluster, gw) = reading_ahead(&objects, Vec::new()).await;
     let listing = s3_get(&gw, "/data?list-type=2&prefix=train/", None).await;
     assert_eq!(listing.status(), 200);
     let listing = listing.text().await.unwrap();
@@ -804,31 +814,13 @@ async fn the_read_ahead_fetches_only_what_the_reader_may_read() {
             })
         })
         .collect();
-    let cluster = Cluster::start(ClusterConfig {
-        generated: objects.clone(),
-        ..ClusterConfig::default()
-    })
-    .await;
-    let cache = cluster.client().await;
     let train_only: S3Key = serde_json::from_value(serde_json::json!({
         "access_key": TRAIN_ONLY.0,
         "secret_key": TRAIN_ONLY.1,
         "grants": [{"bucket": "data", "prefix": "train/", "actions": ["read", "list"]}],
     }))
     .unwrap();
-    let gw = gateway_with_limits(
-        &cluster,
-        cache,
-        Route::Cache,
-        (Backend::S3, Backend::Azure),
-        true,
-        Limits {
-            read_ahead_objects: 4,
-            ..Limits::default()
-        },
-        vec![train_only],
-    )
-    .await;
+    let (cluster, gw) = reading_ahead(&objects, vec![train_only]).await;
     let listing = s3_get(&gw, "/data?list-type=2", None).await;
     assert_eq!(listing.text().await.unwrap().matches("<Key>").count(), 20);
     let outside = s3_get_as(&gw, "/data/valid/000.bin", None, TRAIN_ONLY).await;
